@@ -1,0 +1,216 @@
+/* stats.h — attention statistics: per query row, the entropy of the attention distribution and the
+ * maximum attention logit, reduced per query head. One problem description, two backends:
+ * stats_cpu() (plain C, double accumulation; the reference every other backend is tested against)
+ * and stats_cuda() (kernels/stats_cuda.h; device pointers, caller's stream).
+ *
+ * Notation. Q is [B, Hq, Nq, D], K is [B, Hkv, Nk, D], both addressed by element strides for the
+ * B, H and N dimensions with D contiguous, so [B,H,N,D] and [B,N,H,D] memory both work as they are.
+ * For query row i of sequence b, head h, and each key j visible to it:
+ *     s_ij = softcap(scale * q_i . k_j)        softcap(x) = cap * tanh(x / cap), or x when cap = 0
+ *     m_i  = max_j s_ij                       (the reported "max logit")
+ *     p_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i)
+ *     H_i  = -sum_j p_ij ln p_ij              (nats; in [0, ln n_i] with n_i visible keys)
+ * K head for query head h is h / (Hq / Hkv) (grouped-query attention).
+ *
+ * Visibility (FlashAttention's conventions). With Lq, Lk the lengths of the row's sequence and
+ * i, j positions inside it, let o = Lk - Lq (bottom-right alignment). Key j is visible to row i when
+ *     causal:          j <= i + o
+ *     window_left wl:  j >= i + o - wl      (wl < 0: unbounded)
+ *     window_right wr: j <= i + o + wr      (wr < 0: unbounded)
+ * causal together with window_right > 0 is a contradiction and is refused. A row that sees no key
+ * (e.g. causal with Lk < Lq, or an empty packed sequence) has no distribution: it is excluded from
+ * every statistic and counted in rows_empty.
+ *
+ * Packed sequences (FlashAttention's varlen layout). When cu_seqlens_q is set, Q and K hold one
+ * packed batch: Q rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) of sequence s attend to K rows
+ * [cu_seqlens_k[s], cu_seqlens_k[s+1]); `batch` is the number of sequences, len_q and len_k are the
+ * totals (cu_seqlens_*[batch]), and stride_b is not used. Both arrays have batch + 1 entries, start
+ * at 0 and never decrease. They live where the tensors live (host for stats_cpu, device for CUDA).
+ *
+ * Sampling. Statistics over a subset of rows, chosen per sequence and identical for every head:
+ *     sample_every = k > 1:  rows 0, k, 2k, ...
+ *     sample_rows  = n > 0:  n distinct rows drawn by stats_sample_row() from (sample_seed); a
+ *                            sequence shorter than n contributes every row.
+ * Means are then unbiased estimates and max_logit a lower bound; the result says it was sampled.
+ *
+ * Non-finite logits. A row whose logits include NaN or +-Inf (from NaN/Inf in Q or K) is never
+ * folded into a mean: it is counted in `nonfinite_rows` and excluded from every other statistic.
+ */
+#ifndef ATTNSTAT_STATS_H
+#define ATTNSTAT_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    STATS_OK = 0,
+    STATS_EINVAL = 1,   /* a bad argument: the message names it */
+    STATS_ENOMEM = 2,   /* an allocation failed */
+    STATS_EDEVICE = 3,  /* a device (CUDA) call failed: the message carries the CUDA error */
+    STATS_ENOTSUP = 4,  /* valid, but not supported by this backend (e.g. no CUDA build) */
+} stats_status;
+
+typedef enum {
+    STATS_F32 = 0,
+    STATS_F16 = 1,
+    STATS_BF16 = 2,
+} stats_dtype;
+
+/* Error detail for a failed call: a sentence a person can act on. */
+typedef struct {
+    char msg[256];
+} stats_error;
+
+/* A tensor in memory. Element [b, h, n, d] lives at
+ * ((const char *)ptr) + (b * stride_b + h * stride_h + n * stride_n + d) * stats_dtype_size(dtype).
+ * Strides are in elements and must be >= 0. */
+typedef struct {
+    const void *ptr;
+    int64_t stride_b, stride_h, stride_n;
+} stats_tensor;
+
+typedef struct {
+    int32_t batch;      /* B (number of sequences when packed) */
+    int32_t heads_q;    /* Hq */
+    int32_t heads_kv;   /* Hkv: Hq % Hkv == 0 */
+    int32_t len_q;      /* Nq (total rows when packed) */
+    int32_t len_k;      /* Nk (total rows when packed) */
+    int32_t head_dim;   /* D, 1..STATS_MAX_HEAD_DIM */
+    stats_dtype dtype;  /* of both Q and K */
+    stats_tensor q, k;
+
+    float scale;        /* 0: 1/sqrt(head_dim); otherwise finite and > 0 */
+    float softcap;      /* 0: off; otherwise finite and > 0 */
+    int32_t causal;     /* 0 or 1 */
+    int32_t window_left, window_right; /* < 0: unbounded */
+
+    const int32_t *cu_seqlens_q, *cu_seqlens_k; /* both NULL, or both [batch + 1] (packed) */
+
+    int32_t sample_every;  /* 0 or 1: every row; k > 1: rows 0, k, 2k, ... */
+    int32_t sample_rows;   /* 0: off; n > 0: n random rows per sequence (not with sample_every) */
+    uint64_t sample_seed;
+
+    float collapse_threshold; /* normalised entropy under which a row counts as collapsed;
+                                 0: STATS_DEFAULT_COLLAPSE */
+} stats_problem;
+
+#define STATS_MAX_HEAD_DIM 256
+#define STATS_DEFAULT_COLLAPSE 0.1f
+/* Per-row entropy written for a row that was not computed (not sampled, or no visible key). */
+#define STATS_ROW_SKIPPED (-1.0f)
+
+/* Statistics of one query head over every batch entry and every counted row. */
+typedef struct {
+    int64_t rows;            /* rows counted: sampled, >= 1 visible key, finite logits */
+    int64_t rows_norm;       /* of those, rows with >= 2 visible keys (normalised entropy defined) */
+    int64_t rows_empty;      /* sampled rows with no visible key (excluded) */
+    int64_t nonfinite_rows;  /* sampled rows whose logits had NaN or Inf (excluded) */
+    double entropy_mean;     /* nats; NaN when rows == 0 */
+    double entropy_std;      /* population standard deviation; NaN when rows == 0 */
+    double entropy_min;      /* NaN when rows == 0 */
+    double entropy_max;      /* NaN when rows == 0 */
+    double entropy_norm_mean;/* mean of H_i / ln(n_i) over rows_norm rows; NaN when rows_norm == 0 */
+    double collapsed_frac;   /* fraction of rows_norm rows with H_i / ln(n_i) < collapse threshold */
+    double max_logit;        /* max of m_i over counted rows; -inf when rows == 0 */
+    int32_t sampled;         /* 1 when the rows were sampled (means are estimates, max a lower bound) */
+} stats_head;
+
+size_t stats_dtype_size(stats_dtype dt);
+const char *stats_dtype_name(stats_dtype dt);
+const char *stats_status_name(stats_status st);
+
+/* Fill in the defaults of a problem: every field zero except window_left/right = -1. */
+void stats_problem_init(stats_problem *p);
+
+/* Check every field of p that can be checked without reading tensor memory (shapes, strides,
+ * options, their contradictions). Packed lengths are checked by the backends that read them.
+ * Returns STATS_OK or STATS_EINVAL with err->msg naming the problem. err may be NULL. */
+stats_status stats_validate(const stats_problem *p, stats_error *err);
+
+/* Check packed offsets (host memory): cu[0] == 0, never decreasing, cu[batch] == total. */
+stats_status stats_validate_seqlens(const int32_t *cu, int32_t batch, int32_t total,
+                                    const char *name, stats_error *err);
+
+/* Number of query rows one (sequence, head) contributes under p's sampling, for a sequence of
+ * len_q rows. */
+int32_t stats_sampled_count(const stats_problem *p, int32_t seq_len_q);
+
+/* Span of memory a tensor of the given shape touches: the largest element offset + 1, in elements
+ * (0 when any dimension is 0). Lets a caller check a tensor against the buffer it lives in. */
+int64_t stats_tensor_extent(int64_t b, int64_t h, int64_t n, int64_t d,
+                            int64_t stride_b, int64_t stride_h, int64_t stride_n);
+
+/* Compute on the CPU. p's tensors are host memory.
+ *   heads:        [heads_q] per-head statistics (required)
+ *   row_entropy:  optional, [B, Hq, Nq] (packed: [1, Hq, total]) nats, STATS_ROW_SKIPPED for rows
+ *                 not computed, NaN for non-finite rows
+ *   row_maxlogit: optional, same shape; -inf for rows not computed, NaN for non-finite rows
+ * Rounding can make H_i a hair under 0 when one key takes all the weight; it is clamped to 0.
+ * Returns STATS_OK, or an error with err->msg set (nothing is written to heads on error). */
+stats_status stats_cpu(const stats_problem *p, stats_head *heads,
+                       float *row_entropy, float *row_maxlogit, stats_error *err);
+
+/* ---- Row sampling, shared by every backend (plain C; usable from CUDA device code). ----------
+ * stats_sample_row(j, n, seed) for j in [0, n) is a permutation of [0, n): a 4-round Feistel
+ * network on the smallest even power of two >= n, cycle-walked into [0, n). The first
+ * sample_rows values j = 0 .. sample_rows-1 are the sampled rows. */
+#if defined(__CUDACC__)
+#define STATS_HD __host__ __device__ __forceinline__
+#else
+#define STATS_HD static inline
+#endif
+
+STATS_HD uint32_t stats_mix32(uint32_t x, uint32_t key)
+{
+    x ^= key;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+STATS_HD uint32_t stats_sample_row(uint32_t j, uint32_t n, uint64_t seed)
+{
+    if (n <= 1)
+        return 0;
+    uint32_t bits = 2; /* half-width: domain is 2^(2*half) >= n */
+    while (bits < 32 && (1ULL << bits) < n)
+        bits += 2;
+    uint32_t half = bits / 2, mask = (1U << half) - 1U;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    uint32_t x = j;
+    do {
+        uint32_t l = x >> half, r = x & mask;
+        for (uint32_t round = 0; round < 4; round++) {
+            uint32_t f = stats_mix32(r, (round & 1U ? k1 : k0) + round * 0x9e3779b9U) & mask;
+            uint32_t t = r;
+            r = l ^ f;
+            l = t;
+        }
+        x = (l << half) | r;
+    } while (x >= n); /* cycle walking: stays a permutation of [0, n) */
+    return x;
+}
+
+/* The row (position inside its sequence of seq_len rows) of sampled index j, for
+ * j < stats_sampled_count(). */
+STATS_HD uint32_t stats_row_of_sample(uint32_t j, uint32_t seq_len, int32_t sample_every,
+                                      int32_t sample_rows, uint64_t seed)
+{
+    if (sample_rows > 0)
+        return (uint32_t)sample_rows >= seq_len ? j : stats_sample_row(j, seq_len, seed);
+    if (sample_every > 1)
+        return j * (uint32_t)sample_every;
+    return j;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNSTAT_STATS_H */

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command. On a fresh machine: installs the dependencies, builds attnstat (CUDA parts too
+# when nvcc is present), runs every test with ctest, then builds again with AddressSanitizer and
+# UndefinedBehaviorSanitizer and runs every test once more. Exits non-zero on any failure.
+#   ATTNSTAT_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== build (release) =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+echo "== tests (release) =="
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+
+if [ "${ATTNSTAT_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== build (asan+ubsan) =="
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTNSTAT_SANITIZE=ON \
+        -DATTNSTAT_CUDA=OFF >/dev/null
+  cmake --build build-asan -j "$jobs"
+  echo "== tests (asan+ubsan) =="
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+fi
+echo "== all tests passed =="
