@@ -82,6 +82,20 @@ static const void *elem(const stats_tensor *t, stats_dtype dt, int64_t b, int64_
 
 /* ---- one row ---------------------------------------------------------------------------- */
 
+/* q . k in double. Eight independent partial sums keep the FPU busy (a single running sum is
+ * one long dependency chain); the order is fixed, so results are reproducible. */
+static double dot(const double *q, const double *k, int d)
+{
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int e = 0;
+    for (; e + 8 <= d; e += 8)
+        for (int u = 0; u < 8; u++)
+            acc[u] += q[e + u] * k[e + u];
+    for (; e < d; e++)
+        acc[e & 7] += q[e] * k[e];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 typedef struct {
     double entropy, max_logit;
     int64_t visible;
@@ -98,11 +112,7 @@ static void row_stats(const double *q, const double *k, int64_t lo, int64_t hi, 
         int nt = (int)(hi - j0 + 1 < TILE ? hi - j0 + 1 : TILE);
         double tmax = -INFINITY;
         for (int t = 0; t < nt; t++) {
-            const double *kr = k + (j0 + t) * d;
-            double dot = 0.0;
-            for (int e = 0; e < d; e++)
-                dot += q[e] * kr[e];
-            double x = scale * dot;
+            double x = scale * dot(q, k + (j0 + t) * d, d);
             if (softcap > 0.0)
                 x = softcap * tanh(x / softcap);
             if (!isfinite(x))

@@ -1,1 +1,615 @@
-int main(void){return 0;}
+/* test_stats.c — the CPU reference backend (kernels/stats_cpu.c) against the independent two-pass
+ * computation of stats_testutil.h on fresh random data of many shapes, plus the properties that
+ * must hold exactly or to a stated tolerance, and every bad argument.
+ *
+ * Tolerances. Per-row outputs are floats: 2e-6 absolute + 2e-6 relative. Per-head statistics are
+ * doubles from the same exact inputs by a different order of operations: 1e-9 absolute + 1e-9
+ * relative. The collapsed fraction may differ by at most one row that sits on the threshold. */
+#include <check.h>
+
+#include "stats_testutil.h"
+
+static uint64_t g_seed;
+static tu_rng g_rng;
+
+/* Each test (and each iteration of a loop test) draws its own stream from the run's seed. */
+static void reseed(int line, int i)
+{
+    g_rng.s = g_seed ^ ((uint64_t)line << 32) ^ (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+}
+
+typedef struct {
+    int b, hq, hkv, nq, nk, d;
+    stats_dtype dt;
+    tu_layout layout;
+    int causal, wl, wr;
+    float softcap, scale;
+    int packed;               /* packed sequences with random lengths (b sequences) */
+    int every, nsample;
+    double amp;
+    float collapse;
+} cfg;
+
+typedef struct {
+    tu_tensor q, k;
+    stats_problem p;
+    int32_t cuq[16], cuk[16];
+    stats_head *heads;
+    float *rent, *rmax;
+    tu_row *ref_rows;
+    tu_head *ref_heads;
+    int64_t nrows;
+} run;
+
+/* cuq/cuk: explicit packed offsets (c->b + 1 entries), or NULL for random lengths */
+static void run_setup_cu(run *r, const cfg *c, const int32_t *cuq, const int32_t *cuk)
+{
+    memset(r, 0, sizeof *r);
+    stats_problem_init(&r->p);
+    int64_t nq = c->nq, nk = c->nk, pb = c->b;
+    if (c->packed && cuq) {
+        memcpy(r->cuq, cuq, sizeof(int32_t) * (size_t)(c->b + 1));
+        memcpy(r->cuk, cuk, sizeof(int32_t) * (size_t)(c->b + 1));
+        nq = r->cuq[c->b], nk = r->cuk[c->b], pb = 1;
+        r->p.cu_seqlens_q = r->cuq;
+        r->p.cu_seqlens_k = r->cuk;
+    } else if (c->packed) {
+        r->cuq[0] = r->cuk[0] = 0;
+        for (int s = 0; s < c->b; s++) {
+            int lq = (int)(tu_next(&g_rng) % (uint64_t)(c->nq + 1)); /* may be 0: empty sequence */
+            int lk = c->nk == c->nq ? lq : (int)(tu_next(&g_rng) % (uint64_t)(c->nk + 1));
+            r->cuq[s + 1] = r->cuq[s] + lq;
+            r->cuk[s + 1] = r->cuk[s] + lk;
+        }
+        if (r->cuq[c->b] == 0)
+            r->cuq[c->b] = 1; /* at least one row overall (last sequence gets it) */
+        if (r->cuk[c->b] == 0)
+            r->cuk[c->b] = 1;
+        nq = r->cuq[c->b], nk = r->cuk[c->b], pb = 1;
+        r->p.cu_seqlens_q = r->cuq;
+        r->p.cu_seqlens_k = r->cuk;
+    }
+    tu_alloc(&r->q, pb, c->hq, nq, c->d, c->dt, c->layout);
+    tu_alloc(&r->k, pb, c->hkv, nk, c->d, c->dt, c->layout);
+    double amp = c->amp > 0 ? c->amp : 1.0;
+    tu_fill_gauss(&r->q, &g_rng, amp);
+    tu_fill_gauss(&r->k, &g_rng, amp);
+    r->p.batch = c->b, r->p.heads_q = c->hq, r->p.heads_kv = c->hkv;
+    r->p.len_q = (int32_t)nq, r->p.len_k = (int32_t)nk, r->p.head_dim = c->d, r->p.dtype = c->dt;
+    r->p.q = tu_view(&r->q), r->p.k = tu_view(&r->k);
+    r->p.causal = c->causal, r->p.window_left = c->wl, r->p.window_right = c->wr;
+    r->p.softcap = c->softcap, r->p.scale = c->scale;
+    r->p.sample_every = c->every, r->p.sample_rows = c->nsample;
+    r->p.sample_seed = tu_next(&g_rng);
+    r->p.collapse_threshold = c->collapse;
+    r->nrows = pb * c->hq * nq;
+    r->heads = malloc(sizeof(stats_head) * (size_t)c->hq);
+    r->rent = malloc(sizeof(float) * (size_t)r->nrows);
+    r->rmax = malloc(sizeof(float) * (size_t)r->nrows);
+    for (int64_t i = 0; i < r->nrows; i++)
+        r->rent[i] = r->rmax[i] = 12345.0f; /* poison: every element must be written */
+    r->ref_rows = malloc(sizeof(tu_row) * (size_t)r->nrows);
+    r->ref_heads = malloc(sizeof(tu_head) * (size_t)c->hq);
+}
+
+static void run_setup(run *r, const cfg *c)
+{
+    run_setup_cu(r, c, NULL, NULL);
+}
+
+static void run_free(run *r)
+{
+    tu_free(&r->q);
+    tu_free(&r->k);
+    free(r->heads);
+    free(r->rent);
+    free(r->rmax);
+    free(r->ref_rows);
+    free(r->ref_heads);
+}
+
+/* Computes with stats_cpu and the two-pass reference and compares everything. */
+static void run_check(run *r, const char *what)
+{
+    stats_error err = {{0}};
+    stats_status st = stats_cpu(&r->p, r->heads, r->rent, r->rmax, &err);
+    ck_assert_msg(st == STATS_OK, "%s: stats_cpu failed: %s", what, err.msg);
+    tu_reference(&r->p, &r->q, &r->k, r->ref_rows, r->ref_heads);
+    for (int64_t i = 0; i < r->nrows; i++) {
+        const tu_row *w = &r->ref_rows[i];
+        if (w->state == 1) {
+            ck_assert_msg(tu_close(r->rent[i], w->entropy, 2e-6, 2e-6),
+                          "%s: row %lld entropy %.9g, reference %.9g", what, (long long)i,
+                          (double)r->rent[i], w->entropy);
+            ck_assert_msg(tu_close(r->rmax[i], w->max_logit, 2e-6, 2e-6),
+                          "%s: row %lld max logit %.9g, reference %.9g", what, (long long)i,
+                          (double)r->rmax[i], w->max_logit);
+        } else if (w->state == 2) {
+            ck_assert_msg(isnan(r->rent[i]) && isnan(r->rmax[i]),
+                          "%s: non-finite row %lld must be NaN, got %g / %g", what, (long long)i,
+                          (double)r->rent[i], (double)r->rmax[i]);
+        } else {
+            ck_assert_msg(r->rent[i] == STATS_ROW_SKIPPED && isinf(r->rmax[i]) && r->rmax[i] < 0,
+                          "%s: row %lld was not computed but holds %g / %g", what, (long long)i,
+                          (double)r->rent[i], (double)r->rmax[i]);
+        }
+    }
+    for (int h = 0; h < r->p.heads_q; h++) {
+        const stats_head *g = &r->heads[h];
+        const tu_head *w = &r->ref_heads[h];
+        ck_assert_msg(g->rows == w->rows && g->rows_norm == w->rows_norm &&
+                          g->rows_empty == w->rows_empty && g->nonfinite_rows == w->nonfinite,
+                      "%s: head %d counts rows=%lld/%lld norm=%lld/%lld empty=%lld/%lld nonfinite=%lld/%lld",
+                      what, h, (long long)g->rows, (long long)w->rows, (long long)g->rows_norm,
+                      (long long)w->rows_norm, (long long)g->rows_empty, (long long)w->rows_empty,
+                      (long long)g->nonfinite_rows, (long long)w->nonfinite);
+        ck_assert_msg(tu_close(g->entropy_mean, w->mean, 1e-9, 1e-9), "%s: head %d mean %.15g vs %.15g",
+                      what, h, g->entropy_mean, w->mean);
+        ck_assert_msg(tu_close(g->entropy_std, w->std, 1e-7, 1e-7), "%s: head %d std %.15g vs %.15g",
+                      what, h, g->entropy_std, w->std);
+        ck_assert_msg(tu_close(g->entropy_min, w->min, 1e-9, 1e-9), "%s: head %d min", what, h);
+        ck_assert_msg(tu_close(g->entropy_max, w->max, 1e-9, 1e-9), "%s: head %d max", what, h);
+        ck_assert_msg(tu_close(g->entropy_norm_mean, w->norm_mean, 1e-9, 1e-9),
+                      "%s: head %d norm mean %.15g vs %.15g", what, h, g->entropy_norm_mean,
+                      w->norm_mean);
+        ck_assert_msg(tu_close(g->max_logit, w->max_logit, 1e-9, 1e-9),
+                      "%s: head %d max logit %.15g vs %.15g", what, h, g->max_logit, w->max_logit);
+        double slack = w->rows_norm ? 1.0 / (double)w->rows_norm + 1e-12 : 1e-12;
+        ck_assert_msg(fabs(g->collapsed_frac - w->collapsed_frac) <= slack,
+                      "%s: head %d collapsed %.6f vs %.6f", what, h, g->collapsed_frac,
+                      w->collapsed_frac);
+        ck_assert_int_eq(g->sampled, r->p.sample_every > 1 || r->p.sample_rows > 0);
+    }
+}
+
+/* ---- random shapes against the two-pass reference ------------------------------------------ */
+
+static const cfg shapes[] = {
+    /* b hq hkv nq  nk   d   dtype      layout     causal wl  wr  cap   scale pk every n amp */
+    {1, 1, 1, 1, 1, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0},
+    {2, 3, 3, 17, 17, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0},
+    {2, 4, 2, 33, 47, 64, STATS_BF16, TU_BNHD, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0},
+    {1, 2, 1, 65, 31, 80, STATS_F16, TU_BHND, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0},   /* Nk < Nq: empty rows */
+    {3, 2, 2, 29, 71, 128, STATS_BF16, TU_PADDED, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0}, /* Nk > Nq */
+    {1, 8, 2, 40, 40, 256, STATS_F16, TU_BNHD, 1, -1, 0, 0, 0, 0, 0, 0, 1, 0},
+    {2, 2, 1, 50, 50, 64, STATS_BF16, TU_BHND, 1, 7, -1, 0, 0, 0, 0, 0, 1, 0},   /* causal sliding window */
+    {1, 3, 3, 45, 60, 32, STATS_F32, TU_PADDED, 0, 5, 3, 0, 0, 0, 0, 0, 1, 0},   /* two-sided window */
+    {2, 2, 2, 70, 70, 64, STATS_BF16, TU_BNHD, 0, -1, -1, 30.0f, 0, 0, 0, 0, 4, 0}, /* softcap */
+    {1, 4, 4, 37, 37, 128, STATS_F16, TU_BHND, 1, -1, -1, 0, 0.3f, 0, 0, 0, 1, 0},  /* explicit scale */
+    {5, 4, 2, 30, 30, 64, STATS_BF16, TU_BHND, 1, -1, -1, 0, 0, 1, 0, 0, 1, 0},   /* packed, causal */
+    {4, 2, 1, 25, 40, 80, STATS_F32, TU_BNHD, 0, 6, -1, 0, 0, 1, 0, 0, 1, 0},     /* packed, Nk != Nq */
+    {2, 4, 4, 100, 100, 64, STATS_BF16, TU_BHND, 1, -1, -1, 0, 0, 0, 8, 0, 1, 0}, /* every 8th row */
+    {2, 2, 1, 90, 120, 128, STATS_F16, TU_BNHD, 1, -1, -1, 0, 0, 0, 0, 13, 1, 0}, /* 13 random rows */
+    {3, 2, 2, 20, 20, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 1, 0, 7, 1, 0},    /* packed + random rows */
+    {1, 2, 2, 200, 200, 64, STATS_BF16, TU_BHND, 1, -1, -1, 0, 0, 0, 3, 0, 6, 0.5f}, /* sharp + threshold */
+    {1, 1, 1, 1, 300, 256, STATS_F32, TU_PADDED, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0},   /* decode: 1 query */
+};
+
+START_TEST(test_random_shapes)
+{
+    reseed(__LINE__, _i);
+    const cfg *c = &shapes[_i];
+    run r;
+    run_setup(&r, c);
+    char what[96];
+    snprintf(what, sizeof what, "shape %d (d=%d %s layout %d)", _i, c->d, stats_dtype_name(c->dt),
+             (int)c->layout);
+    run_check(&r, what);
+    run_free(&r);
+}
+END_TEST
+
+/* Every dtype, layout and listed head dim, random sizes. */
+START_TEST(test_dtype_layout_dims)
+{
+    reseed(__LINE__, _i);
+    static const int dims[] = {32, 64, 80, 128, 256};
+    stats_dtype dt = (stats_dtype)(_i % 3);
+    tu_layout lay = (tu_layout)((_i / 3) % 3);
+    for (int di = 0; di < 5; di++) {
+        cfg c = {0};
+        c.b = 1 + (int)(tu_next(&g_rng) % 3);
+        c.hkv = 1 + (int)(tu_next(&g_rng) % 2);
+        c.hq = c.hkv * (1 + (int)(tu_next(&g_rng) % 3));
+        c.nq = 1 + (int)(tu_next(&g_rng) % 70);
+        c.nk = 1 + (int)(tu_next(&g_rng) % 90);
+        c.d = dims[di], c.dt = dt, c.layout = lay;
+        c.causal = (int)(tu_next(&g_rng) % 2);
+        c.wl = c.wr = -1;
+        c.amp = 1.5;
+        run r;
+        run_setup(&r, &c);
+        char what[96];
+        snprintf(what, sizeof what, "%s layout %d d=%d nq=%d nk=%d", stats_dtype_name(dt),
+                 (int)lay, c.d, c.nq, c.nk);
+        run_check(&r, what);
+        run_free(&r);
+    }
+}
+END_TEST
+
+/* ---- properties ------------------------------------------------------------------------------ */
+
+/* Identical keys: every visible key has the same logit, so H = ln(visible keys) exactly (1e-12). */
+START_TEST(test_uniform_is_log_n)
+{
+    reseed(__LINE__, _i);
+    cfg c = {2, 2, 1, 37, 37, 64, STATS_F32, TU_BHND, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0};
+    run r;
+    run_setup(&r, &c);
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t n = 0; n < 37; n++)
+            for (int64_t e = 0; e < 64; e++)
+                tu_set(&r.k, b, 0, n, e, tu_at(&r.k, b, 0, 0)[e]); /* key row 0 everywhere */
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&r.p, r.heads, r.rent, r.rmax, &err), STATS_OK);
+    double sum = 0;
+    for (int64_t b = 0; b < 2; b++)
+        for (int h = 0; h < 2; h++)
+            for (int64_t i = 0; i < 37; i++) {
+                double want = log((double)(i + 1)); /* causal: row i sees i+1 keys */
+                float got = r.rent[(b * 2 + h) * 37 + i];
+                ck_assert_msg(fabs(got - want) <= 1e-6 * (1 + want), "row %lld: %.9g vs ln(%lld)",
+                              (long long)i, (double)got, (long long)(i + 1));
+                sum += want;
+            }
+    /* per head: the mean over both batches of ln(i+1); normalised mean is exactly 1 */
+    for (int h = 0; h < 2; h++) {
+        ck_assert_msg(fabs(r.heads[h].entropy_mean - sum / 148.0) < 1e-12, "mean %.15g vs %.15g",
+                      r.heads[h].entropy_mean, sum / 148.0);
+        ck_assert_msg(fabs(r.heads[h].entropy_norm_mean - 1.0) < 1e-12, "norm mean %.15g",
+                      r.heads[h].entropy_norm_mean);
+        ck_assert_int_eq(r.heads[h].rows_norm, 2 * 36); /* row 0 sees one key */
+        ck_assert(r.heads[h].collapsed_frac == 0.0);
+    }
+    run_free(&r);
+}
+END_TEST
+
+/* One key far above the others (gap ~1e3 logits): H = 0 exactly; causal row 0 is 0 exactly. */
+START_TEST(test_one_hot_and_causal_row0)
+{
+    reseed(__LINE__, _i);
+    cfg c = {1, 1, 1, 8, 40, 64, STATS_F32, TU_BHND, 0, -1, -1, 0, 1.0f, 0, 0, 0, 0.05, 0};
+    run r;
+    run_setup(&r, &c);
+    int64_t hot = 17;
+    for (int64_t i = 0; i < 8; i++)
+        for (int64_t e = 0; e < 64; e++)
+            tu_set(&r.q, 0, 0, i, e, e == (i % 64) ? 1.0 : 0.01 * tu_gauss(&g_rng));
+    for (int64_t e = 0; e < 64; e++)
+        tu_set(&r.k, 0, 0, hot, e, e < 8 ? 2000.0 : 0.0);
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&r.p, r.heads, r.rent, r.rmax, &err), STATS_OK);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_msg(r.rent[i] == 0.0f, "one-hot row %d: entropy %g", i, (double)r.rent[i]);
+        ck_assert_msg(r.rmax[i] > 1500.0f, "one-hot row %d: max logit %g", i, (double)r.rmax[i]);
+    }
+    ck_assert(r.heads[0].entropy_max == 0.0 && r.heads[0].collapsed_frac == 1.0);
+    run_free(&r);
+
+    cfg c2 = {3, 2, 2, 19, 19, 32, STATS_BF16, TU_BNHD, 1, -1, -1, 0, 0, 0, 0, 0, 2, 0};
+    run_setup(&r, &c2);
+    ck_assert_int_eq(stats_cpu(&r.p, r.heads, r.rent, r.rmax, &err), STATS_OK);
+    for (int b = 0; b < 3; b++)
+        for (int h = 0; h < 2; h++)
+            ck_assert_msg(r.rent[(b * 2 + h) * 19] == 0.0f, "causal row 0 of (%d,%d): %g", b, h,
+                          (double)r.rent[(b * 2 + h) * 19]);
+    run_free(&r);
+}
+END_TEST
+
+/* Permuting the keys (no mask) changes nothing beyond rounding: 1e-12 relative. */
+START_TEST(test_key_permutation)
+{
+    reseed(__LINE__, _i);
+    cfg c = {2, 2, 2, 23, 57, 80, STATS_BF16, TU_BHND, 0, -1, -1, 0, 0, 0, 0, 0, 2, 0};
+    run a, b;
+    run_setup(&a, &c);
+    run_setup(&b, &c);
+    int perm[57];
+    for (int j = 0; j < 57; j++)
+        perm[j] = j;
+    for (int j = 56; j > 0; j--) {
+        int t = (int)(tu_next(&g_rng) % (uint64_t)(j + 1)), x = perm[j];
+        perm[j] = perm[t], perm[t] = x;
+    }
+    for (int64_t bb = 0; bb < 2; bb++)
+        for (int64_t h = 0; h < 2; h++) {
+            for (int64_t i = 0; i < 23; i++)
+                for (int64_t e = 0; e < 80; e++)
+                    tu_set(&b.q, bb, h, i, e, tu_at(&a.q, bb, h, i)[e]);
+            for (int64_t j = 0; j < 57; j++)
+                for (int64_t e = 0; e < 80; e++)
+                    tu_set(&b.k, bb, h, j, e, tu_at(&a.k, bb, h, perm[j])[e]);
+        }
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&a.p, a.heads, a.rent, a.rmax, &err), STATS_OK);
+    ck_assert_int_eq(stats_cpu(&b.p, b.heads, b.rent, b.rmax, &err), STATS_OK);
+    for (int h = 0; h < 2; h++) {
+        ck_assert(tu_close(a.heads[h].entropy_mean, b.heads[h].entropy_mean, 0, 1e-12));
+        ck_assert(tu_close(a.heads[h].entropy_std, b.heads[h].entropy_std, 1e-12, 1e-9));
+        ck_assert(a.heads[h].max_logit == b.heads[h].max_logit);
+    }
+    for (int64_t i = 0; i < a.nrows; i++)
+        ck_assert(tu_close(a.rent[i], b.rent[i], 1e-7, 1e-6));
+    run_free(&a);
+    run_free(&b);
+}
+END_TEST
+
+/* GQA: Hq=8 over Hkv=2 equals Hq=8 over Hkv=8 with each K head repeated: bit for bit. */
+START_TEST(test_gqa_equals_repeated_heads)
+{
+    reseed(__LINE__, _i);
+    cfg cg = {2, 8, 2, 31, 44, 64, STATS_F16, TU_BNHD, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0};
+    cfg cr = cg;
+    cr.hkv = 8;
+    run g, r;
+    run_setup(&g, &cg);
+    run_setup(&r, &cr);
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t h = 0; h < 8; h++) {
+            for (int64_t i = 0; i < 31; i++)
+                for (int64_t e = 0; e < 64; e++)
+                    tu_set(&r.q, b, h, i, e, tu_at(&g.q, b, h, i)[e]);
+            for (int64_t j = 0; j < 44; j++)
+                for (int64_t e = 0; e < 64; e++)
+                    tu_set(&r.k, b, h, j, e, tu_at(&g.k, b, h / 4, j)[e]);
+        }
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&g.p, g.heads, g.rent, g.rmax, &err), STATS_OK);
+    ck_assert_int_eq(stats_cpu(&r.p, r.heads, r.rent, r.rmax, &err), STATS_OK);
+    ck_assert(memcmp(g.rent, r.rent, sizeof(float) * (size_t)g.nrows) == 0);
+    for (int h = 0; h < 8; h++)
+        ck_assert(g.heads[h].entropy_mean == r.heads[h].entropy_mean &&
+                  g.heads[h].max_logit == r.heads[h].max_logit);
+    run_free(&g);
+    run_free(&r);
+}
+END_TEST
+
+/* Logits ~1e3 with a few near-ties: entropies are small (0.01..1 nats) and must be finite and
+ * accurate to 1e-9 relative against the two-pass computation (the naive m + log l - r/l form
+ * loses most digits here). */
+START_TEST(test_large_logits)
+{
+    reseed(__LINE__, _i);
+    cfg c = {2, 2, 1, 40, 64, 64, STATS_F32, TU_BHND, 0, -1, -1, 0, 1.0f, 0, 0, 0, 1, 0};
+    run r;
+    run_setup(&r, &c);
+    for (int64_t b = 0; b < 2; b++) {
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 0; i < 40; i++)
+                for (int64_t e = 0; e < 64; e++)
+                    tu_set(&r.q, b, h, i, e, e == 0 ? 1000.0 : 0.0);
+        for (int64_t j = 0; j < 64; j++) /* logit = k[j][0] * 1000: 1000 - small gaps */
+            for (int64_t e = 0; e < 64; e++)
+                tu_set(&r.k, b, 0, j, e, e == 0 ? 1.0 - (j % 8 == 0 ? 0.004 * tu_uniform(&g_rng) : 0.02 + 0.1 * tu_uniform(&g_rng)) : 0.0);
+    }
+    run_check(&r, "large logits");
+    for (int h = 0; h < 2; h++) {
+        ck_assert(r.heads[h].max_logit > 990.0 && isfinite(r.heads[h].entropy_mean));
+        ck_assert_msg(tu_close(r.heads[h].entropy_mean, r.ref_heads[h].mean, 0, 1e-9),
+                      "mean %.17g vs %.17g", r.heads[h].entropy_mean, r.ref_heads[h].mean);
+        ck_assert(r.heads[h].entropy_mean > 1e-3 && r.heads[h].entropy_mean < 3.0);
+    }
+    run_free(&r);
+}
+END_TEST
+
+/* NaN in one query row and Inf in one key: those rows are counted, never averaged. */
+START_TEST(test_nonfinite_counted)
+{
+    reseed(__LINE__, _i);
+    stats_dtype dt = (stats_dtype)_i;
+    cfg c = {2, 2, 2, 30, 30, 64, dt, TU_BHND, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0};
+    run r;
+    run_setup(&r, &c);
+    tu_set(&r.q, 0, 0, 5, 3, NAN);          /* row 5 of (b0,h0) */
+    tu_set(&r.k, 1, 1, 20, 7, INFINITY);    /* every causal row >= 20 of (b1,h1) sees it */
+    run_check(&r, "non-finite");
+    ck_assert_int_eq(r.heads[0].nonfinite_rows, 1);
+    ck_assert_int_eq(r.heads[1].nonfinite_rows, 10);
+    ck_assert_int_eq(r.heads[0].rows, 59);
+    ck_assert_int_eq(r.heads[1].rows, 50);
+    ck_assert(isfinite(r.heads[0].entropy_mean) && isfinite(r.heads[1].entropy_mean));
+    ck_assert(isfinite(r.heads[0].max_logit) && isfinite(r.heads[1].max_logit));
+    run_free(&r);
+}
+END_TEST
+
+/* Causal with Nk < Nq and empty packed sequences: rows with no key are counted as empty. */
+START_TEST(test_empty_rows)
+{
+    reseed(__LINE__, _i);
+    cfg c = {2, 1, 1, 20, 12, 32, STATS_F32, TU_BHND, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0};
+    run r;
+    run_setup(&r, &c);
+    run_check(&r, "causal Nk<Nq");
+    ck_assert_int_eq(r.heads[0].rows_empty, 2 * 8);
+    ck_assert_int_eq(r.heads[0].rows, 2 * 12);
+    run_free(&r);
+
+    /* every row empty (the queries' sequence has no keys, the keys' sequence no queries):
+     * no statistics at all: NaN means, -inf max, zero rows */
+    cfg e = {2, 2, 1, 0, 0, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 1, 0, 0, 1, 0};
+    int32_t eq[3] = {0, 5, 5}, ek[3] = {0, 0, 3};
+    run_setup_cu(&r, &e, eq, ek);
+    run_check(&r, "all rows empty");
+    ck_assert_int_eq(r.heads[0].rows, 0);
+    ck_assert_int_eq(r.heads[0].rows_empty, 5);
+    ck_assert(isnan(r.heads[0].entropy_mean) && isnan(r.heads[0].entropy_norm_mean));
+    ck_assert(isinf(r.heads[0].max_logit) && r.heads[0].max_logit < 0);
+    run_free(&r);
+
+    /* packed, sequence 1 has 4 queries and no keys */
+    cfg pk = {3, 2, 1, 0, 0, 32, STATS_BF16, TU_BHND, 0, -1, -1, 0, 0, 1, 0, 0, 1, 0};
+    int32_t cq[4] = {0, 3, 7, 9}, ck[4] = {0, 5, 5, 8};
+    run_setup_cu(&r, &pk, cq, ck);
+    run_check(&r, "packed with an empty key sequence");
+    ck_assert_int_eq(r.heads[0].rows_empty, 4);
+    ck_assert_int_eq(r.heads[0].rows, 5);
+    run_free(&r);
+}
+END_TEST
+
+/* Sampling: stats_sample_row is a permutation; sampled runs match the reference over the same
+ * rows; every-8th costs an eighth of the rows. */
+START_TEST(test_sampling)
+{
+    reseed(__LINE__, _i);
+    for (uint32_t n = 1; n < 300; n += 1 + n / 4) {
+        uint64_t seed = tu_next(&g_rng);
+        char *seen = calloc(n, 1);
+        for (uint32_t j = 0; j < n; j++) {
+            uint32_t i = stats_sample_row(j, n, seed);
+            ck_assert_msg(i < n && !seen[i], "n=%u: sample %u -> %u repeats or is out of range", n, j, i);
+            seen[i] = 1;
+        }
+        free(seen);
+    }
+    /* seeds matter, and the same seed gives the same rows */
+    uint32_t same = 0, other = 0;
+    for (uint32_t j = 0; j < 16; j++) {
+        same += stats_sample_row(j, 1000, 42) == stats_sample_row(j, 1000, 42);
+        other += stats_sample_row(j, 1000, 42) == stats_sample_row(j, 1000, 43);
+    }
+    ck_assert_uint_eq(same, 16);
+    ck_assert_uint_lt(other, 8);
+
+    stats_problem p;
+    stats_problem_init(&p);
+    p.sample_every = 8;
+    ck_assert_int_eq(stats_sampled_count(&p, 100), 13);
+    p.sample_every = 0, p.sample_rows = 13;
+    ck_assert_int_eq(stats_sampled_count(&p, 100), 13);
+    ck_assert_int_eq(stats_sampled_count(&p, 5), 5);
+}
+END_TEST
+
+/* ---- bad arguments: an error code and a message, never a crash ------------------------------ */
+
+static void expect_einval(stats_problem *p, const char *needle)
+{
+    stats_head heads[8];
+    stats_error err;
+    memset(&err, 0x5a, sizeof err);
+    stats_status st = stats_cpu(p, heads, NULL, NULL, &err);
+    ck_assert_msg(st == STATS_EINVAL, "expected EINVAL for '%s', got %d", needle, (int)st);
+    ck_assert_msg(strstr(err.msg, needle) != NULL, "message '%s' does not mention '%s'", err.msg,
+                  needle);
+}
+
+START_TEST(test_bad_arguments)
+{
+    reseed(__LINE__, _i);
+    float q[4 * 2 * 3 * 32], k[4 * 2 * 3 * 32];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        q[i] = k[i] = (float)tu_gauss(&g_rng);
+    stats_problem good;
+    stats_problem_init(&good);
+    good.batch = 2, good.heads_q = 2, good.heads_kv = 2, good.len_q = 3, good.len_k = 3;
+    good.head_dim = 32, good.dtype = STATS_F32;
+    good.q = (stats_tensor){q, 2 * 3 * 32, 3 * 32, 32};
+    good.k = (stats_tensor){k, 2 * 3 * 32, 3 * 32, 32};
+    stats_head heads[2];
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&good, heads, NULL, NULL, &err), STATS_OK);
+
+    stats_problem p;
+    ck_assert_int_eq(stats_cpu(NULL, heads, NULL, NULL, &err), STATS_EINVAL);
+    p = good, p.q.ptr = NULL;
+    expect_einval(&p, "q: data pointer is NULL");
+    p = good, p.k.ptr = NULL;
+    expect_einval(&p, "k: data pointer is NULL");
+    ck_assert_int_eq(stats_cpu(&good, NULL, NULL, NULL, &err), STATS_EINVAL);
+    ck_assert(strstr(err.msg, "heads") != NULL);
+    p = good, p.batch = 0;
+    expect_einval(&p, "must be positive");
+    p = good, p.len_k = 0;
+    expect_einval(&p, "must be positive");
+    p = good, p.head_dim = -4;
+    expect_einval(&p, "must be positive");
+    p = good, p.head_dim = 512;
+    expect_einval(&p, "head_dim 512 is over the maximum");
+    p = good, p.heads_q = 3;
+    expect_einval(&p, "not a multiple of heads_kv");
+    p = good, p.dtype = (stats_dtype)7;
+    expect_einval(&p, "unknown dtype");
+    p = good, p.q.stride_n = -1;
+    expect_einval(&p, "negative stride");
+    p = good, p.k.stride_b = INT64_MAX / 2;
+    expect_einval(&p, "overflows");
+    p = good, p.scale = -1.0f;
+    expect_einval(&p, "scale");
+    p = good, p.scale = NAN;
+    expect_einval(&p, "scale");
+    p = good, p.softcap = INFINITY;
+    expect_einval(&p, "softcap");
+    p = good, p.causal = 1, p.window_right = 4;
+    expect_einval(&p, "causal contradicts window_right");
+    p = good, p.causal = 2;
+    expect_einval(&p, "causal must be 0 or 1");
+    p = good, p.sample_every = 4, p.sample_rows = 3;
+    expect_einval(&p, "choose one sampling");
+    p = good, p.sample_rows = -3;
+    expect_einval(&p, "must be >= 0");
+    p = good, p.collapse_threshold = 1.5f;
+    expect_einval(&p, "collapse_threshold");
+    int32_t cu_ok[3] = {0, 1, 3}, cu_bad0[3] = {1, 2, 3}, cu_dec[3] = {0, 2, 1}, cu_end[3] = {0, 1, 2};
+    p = good, p.cu_seqlens_q = cu_ok;
+    expect_einval(&p, "need both");
+    p = good, p.cu_seqlens_q = cu_ok, p.cu_seqlens_k = cu_bad0;
+    expect_einval(&p, "cu_seqlens_k[0] is 1");
+    p = good, p.cu_seqlens_q = cu_dec, p.cu_seqlens_k = cu_ok;
+    expect_einval(&p, "cu_seqlens_q decreases");
+    p = good, p.cu_seqlens_q = cu_ok, p.cu_seqlens_k = cu_end;
+    expect_einval(&p, "cu_seqlens_k[2] is 2 but the packed tensor has 3 rows");
+    p = good, p.cu_seqlens_q = cu_ok, p.cu_seqlens_k = cu_ok;
+    ck_assert_int_eq(stats_cpu(&p, heads, NULL, NULL, &err), STATS_OK);
+}
+END_TEST
+
+START_TEST(test_extent)
+{
+    reseed(__LINE__, _i);
+    ck_assert_int_eq(stats_tensor_extent(2, 3, 4, 8, 96, 32, 8), 192);
+    ck_assert_int_eq(stats_tensor_extent(2, 3, 4, 8, 96, 8, 24), 192); /* [B,N,H,D] */
+    ck_assert_int_eq(stats_tensor_extent(1, 1, 1, 8, 0, 0, 0), 8);
+    ck_assert_int_eq(stats_tensor_extent(0, 3, 4, 8, 96, 32, 8), 0);
+    ck_assert_int_eq(stats_tensor_extent(3, 1, 1, 1, INT64_MAX, 0, 0), -1);
+    ck_assert_int_eq(stats_tensor_extent(2, 1, 1, 1, -1, 0, 0), -1);
+}
+END_TEST
+
+static Suite *stats_suite(void)
+{
+    Suite *s = suite_create("stats_cpu");
+    TCase *tc = tcase_create("reference");
+        tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_random_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
+    tcase_add_loop_test(tc, test_dtype_layout_dims, 0, 9);
+    tcase_add_test(tc, test_uniform_is_log_n);
+    tcase_add_test(tc, test_one_hot_and_causal_row0);
+    tcase_add_test(tc, test_key_permutation);
+    tcase_add_test(tc, test_gqa_equals_repeated_heads);
+    tcase_add_test(tc, test_large_logits);
+    tcase_add_loop_test(tc, test_nonfinite_counted, 0, 3);
+    tcase_add_test(tc, test_empty_rows);
+    tcase_add_test(tc, test_sampling);
+    tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_extent);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    g_seed = tu_seed();
+    SRunner *sr = srunner_create(stats_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
