@@ -1,0 +1,26 @@
+# embed.cmake: turns the numbered schema migrations into a C header for daemon/store.c.
+# Run as: cmake -DOUT=<header> -DFILES="<a.sql>;<b.sql>" -P embed.cmake
+# Every file becomes a NUL-terminated byte array (hex, so no quoting issue can arise) and the
+# header lists them in order: migration k (1-based) brings the schema to user_version k.
+if(NOT OUT OR NOT FILES)
+  message(FATAL_ERROR "embed.cmake: OUT and FILES are required")
+endif()
+set(body "/* Generated from the schema/ migrations by schema/embed.cmake: do not edit. */\n")
+set(list "")
+set(index 0)
+foreach(f IN LISTS FILES)
+  math(EXPR index "${index} + 1")
+  get_filename_component(name "${f}" NAME)
+  if(NOT name MATCHES "^0*${index}_")
+    message(FATAL_ERROR "embed.cmake: migration ${index} is ${name}; expected a name starting with ${index}_ (numbered, in order, no gaps)")
+  endif()
+  file(READ "${f}" hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(APPEND body "static const char store_migration_${index}[] = {${hex}0x00};\n")
+  string(APPEND list "    {\"${name}\", store_migration_${index}},\n")
+endforeach()
+string(APPEND body "static const struct { const char *name; const char *sql; } store_migrations[] = {\n${list}};\n")
+string(APPEND body "#define STORE_SCHEMA_VERSION ${index}\n")
+file(WRITE "${OUT}.tmp" "${body}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUT}.tmp")
