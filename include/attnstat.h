@@ -1,0 +1,331 @@
+/* attnstat.h — libattnstat, the client library a training process links to hand its attention
+ * tensors (Q, K and optionally V) to the attnstatd daemon, which computes per-(layer, head)
+ * attention entropy and max-logit statistics, stores their history and raises alerts.
+ *
+ * What the library promises
+ *   - A push never blocks the caller. The socket is non-blocking; tensors are copied into a
+ *     shared-memory ring registered once with the daemon; when the ring has no room, or the
+ *     bounded outgoing queue cannot take the frame, the push is dropped, counted, and returns
+ *     ATTNSTAT_DROPPED. Telemetry never stalls training.
+ *   - Host tensors are copied compactly: only the bytes the shape and strides describe (strided
+ *     rows are gathered). A tensor whose elements tile a dense block in any dimension order is
+ *     copied with one memcpy and sent with its own strides.
+ *   - The caller's memory is not referenced after attnstat_push() returns (host path).
+ *   - No global state: every piece of state lives in an attnstat_client. A client is
+ *     thread-compatible, not thread-safe: use one client per thread, or serialise every call on a
+ *     client with your own lock. Callbacks run inside attnstat_poll(), attnstat_flush(),
+ *     attnstat_status() and attnstat_push() on the calling thread; they must not call back into the
+ *     same client.
+ *   - The library never exits, aborts or raises signals (sockets are written with MSG_NOSIGNAL).
+ *     Every failing call returns an attnstat_code and leaves a sentence in attnstat_last_error().
+ *
+ * Lifetime
+ *     attnstat_client *c;
+ *     attnstat_error err;
+ *     if (attnstat_connect(NULL, &c, &err) != ATTNSTAT_OK) { fprintf(stderr, "%s\n", err.msg); ... }
+ *     attnstat_hello(c, "my-run", rank, NULL, NULL);          // registers the ring
+ *     for each step, layer:
+ *         attnstat_push(c, &opts, &q, &k, NULL);              // OK or DROPPED: never blocks
+ *         attnstat_poll(c, 0);                                // optional: process replies
+ *     attnstat_flush(c, 10000);                               // wait for every Ack
+ *     attnstat_close(c);
+ *
+ * ABI. Structs are plain C with fixed-width fields so that a ctypes binding can mirror them;
+ * initialise each with its *_init() function before filling it in. Tensors carry a memory kind:
+ * ATTNSTAT_MEM_HOST is supported now; ATTNSTAT_MEM_CUDA is reserved for the GPU path and returns
+ * ATTNSTAT_ENOTSUP until it exists. */
+#ifndef ATTNSTAT_H
+#define ATTNSTAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNSTAT_VERSION "0.1.0"
+
+/* ---- Results --------------------------------------------------------------------------------- */
+typedef enum {
+    ATTNSTAT_OK = 0,
+    ATTNSTAT_DROPPED = 1,    /* push not sent (ring full or outgoing queue full); counted */
+    ATTNSTAT_EINVAL = 2,     /* a bad argument; the message names it */
+    ATTNSTAT_ENOMEM = 3,     /* an allocation failed */
+    ATTNSTAT_ECONNECT = 4,   /* cannot reach the daemon's socket (not running? wrong path?) */
+    ATTNSTAT_ECLOSED = 5,    /* the connection was lost or closed by the daemon */
+    ATTNSTAT_EIO = 6,        /* a system call failed (shared memory, socket); errno text in message */
+    ATTNSTAT_EPROTO = 7,     /* the daemon sent something this library cannot understand */
+    ATTNSTAT_EREFUSED = 8,   /* the daemon answered with an error (version, permission, limits) */
+    ATTNSTAT_ETIMEDOUT = 9,  /* the wait ran out before the daemon answered */
+    ATTNSTAT_ESTATE = 10,    /* call out of order (e.g. push before hello) */
+    ATTNSTAT_ENOTSUP = 11,   /* valid, but this build cannot do it (e.g. CUDA tensors) */
+} attnstat_code;
+
+/* A short constant name-and-meaning for a code, e.g. "DROPPED: ring or queue full". */
+const char *attnstat_strerror(attnstat_code code);
+
+/* Error detail for calls that have no client yet (attnstat_connect). */
+typedef struct {
+    int32_t code;   /* an attnstat_code */
+    char msg[256];
+} attnstat_error;
+
+/* ---- Tensors ---------------------------------------------------------------------------------- */
+typedef enum {
+    ATTNSTAT_F32 = 0,
+    ATTNSTAT_F16 = 1,
+    ATTNSTAT_BF16 = 2,
+} attnstat_dtype;
+
+typedef enum {
+    ATTNSTAT_MEM_HOST = 0,  /* ordinary process memory */
+    ATTNSTAT_MEM_CUDA = 1,  /* device memory (reserved for the GPU path) */
+} attnstat_memkind;
+
+/* A 4-D tensor [B, H, N, D]: element [b,h,n,d] at
+ *     (const char *)data + (b*strides[0] + h*strides[1] + n*strides[2] + d*strides[3]) * dtype size
+ * Strides are in elements, >= 0, and strides[3] must be 1 (D contiguous). Q is [B, Hq, Nq, D],
+ * K and V are [B, Hkv, Nk, D] with Hq % Hkv == 0. Packed sequences: B = 1 and the rows of all
+ * sequences follow each other along N (see attnstat_push_opts.cu_seqlens_*). */
+typedef struct {
+    const void *data;
+    int32_t dtype;          /* attnstat_dtype */
+    int32_t mem;            /* attnstat_memkind */
+    int32_t device;         /* CUDA device ordinal (ATTNSTAT_MEM_CUDA); ignored for host memory */
+    int32_t reserved;
+    int64_t shape[4];
+    int64_t strides[4];
+} attnstat_tensor;
+
+/* Fills t for a tensor stored densely as [B, H, N, D] (strides H*N*D, N*D, D, 1), host memory. */
+void attnstat_tensor_init(attnstat_tensor *t, const void *data, attnstat_dtype dtype, int64_t b,
+                          int64_t h, int64_t n, int64_t d);
+
+/* Size in bytes of one element, 0 for an unknown dtype. */
+size_t attnstat_dtype_size(attnstat_dtype dtype);
+
+/* ---- Push options ----------------------------------------------------------------------------- */
+typedef struct {
+    int64_t step;
+    uint32_t layer;
+    int32_t causal;          /* 0/1; bottom-right aligned when Nk > Nq */
+    int32_t window_left;     /* < 0: unbounded (default -1) */
+    int32_t window_right;    /* < 0: unbounded (default -1) */
+    float softcap;           /* 0: off */
+    float scale;             /* 0: 1/sqrt(D) */
+    uint32_t sample_every;   /* 0/1: every query row; k > 1: rows 0, k, 2k, ... */
+    uint32_t sample_rows;    /* 0: off; n > 0: n seeded random rows per sequence */
+    uint64_t sample_seed;
+    /* Packed sequences: both NULL, or both arrays of n_seqs + 1 offsets (host memory, copied). */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int32_t n_seqs;
+    int32_t want_results;    /* 1: the daemon includes per-head results in the Ack (result callback) */
+    void *cuda_stream;       /* reserved for the GPU path: the stream the tensors were written on */
+} attnstat_push_opts;
+
+/* Defaults: everything 0/NULL except window_left = window_right = -1. */
+void attnstat_push_opts_init(attnstat_push_opts *o);
+
+/* ---- Connection ------------------------------------------------------------------------------- */
+typedef struct attnstat_client attnstat_client;
+
+typedef struct {
+    const char *socket_path;   /* NULL: attnstat_default_socket() */
+    uint64_t ring_bytes;       /* shared-memory ring for host tensors; 0: 64 MiB */
+    uint64_t queue_bytes;      /* bound of the outgoing byte queue; 0: 1 MiB */
+    int32_t timeout_ms;        /* for connect and hello; 0: 5000 */
+} attnstat_connect_opts;
+
+void attnstat_connect_opts_init(attnstat_connect_opts *o);
+
+/* The daemon's socket path by the same rule as attnstatd: $ATTNSTAT_SOCKET, else
+ * $XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else /run/attnstat/attnstatd.sock. Writes into buf
+ * (at most len bytes, NUL-terminated); returns buf, or NULL when it does not fit. */
+char *attnstat_default_socket(char *buf, size_t len);
+
+/* Connects (socket_path NULL: the default). On success *out is a client to be freed with
+ * attnstat_close(). On failure *out is NULL and err (may be NULL) says why. */
+attnstat_code attnstat_connect(const char *socket_path, attnstat_client **out, attnstat_error *err);
+attnstat_code attnstat_connect_ex(const attnstat_connect_opts *opts, attnstat_client **out,
+                                  attnstat_error *err);
+
+/* Alert thresholds sent with the hello; a field left "unset" takes the daemon's configured value.
+ * Unset is NaN for the doubles and 0 for the counts (what attnstat_thresholds_init sets). */
+typedef struct {
+    double entropy_floor;       /* normalised entropy mean, 0..1 */
+    double entropy_drop;        /* fraction of the EMA baseline, 0..1 */
+    double ema_alpha;           /* baseline smoothing, 0..1 */
+    double logit_ceiling;       /* max logit */
+    double collapse_threshold;  /* per-row normalised entropy counted as collapsed */
+    uint32_t raise_after;       /* consecutive bad samples to raise */
+    uint32_t clear_after;       /* consecutive good samples to clear */
+} attnstat_thresholds;
+
+void attnstat_thresholds_init(attnstat_thresholds *t);
+
+/* Introduces this process to the daemon and registers the shared-memory ring. Waits (up to the
+ * connect timeout) for the daemon's answers: it is a start-up call, not a per-step one.
+ * run: the run name (NULL: the daemon's default); rank: the process's rank; thresholds and
+ * config_json (free text stored with the run) may be NULL. Must be called once, before any push. */
+attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
+                             const attnstat_thresholds *thresholds, const char *config_json);
+
+/* The run id the daemon gave this connection (after hello), else -1. */
+int64_t attnstat_run_id(const attnstat_client *c);
+
+/* ---- Pushing ---------------------------------------------------------------------------------- */
+/* Copies q, k (and v when not NULL) into the ring and sends a Push for (opts->step, opts->layer).
+ * Returns ATTNSTAT_OK when the push is on its way, ATTNSTAT_DROPPED when it was dropped (ring or
+ * queue full; counted in stats.dropped_local), ATTNSTAT_EINVAL for a bad tensor or option
+ * (message names it), ATTNSTAT_ECLOSED when the connection is gone, ATTNSTAT_ESTATE before hello,
+ * ATTNSTAT_ENOTSUP for CUDA tensors. Never blocks. Also processes replies already received. */
+attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *opts,
+                            const attnstat_tensor *q, const attnstat_tensor *k,
+                            const attnstat_tensor *v);
+
+/* ---- Replies ---------------------------------------------------------------------------------- */
+typedef struct {
+    uint64_t pushed;          /* push calls that passed argument checks */
+    uint64_t sent;            /* pushes handed to the socket (written or queued) */
+    uint64_t acked;           /* Ack OK: the results are durable in the daemon's store */
+    uint64_t dropped_local;   /* dropped here: ring full, queue full or connection gone */
+    uint64_t dropped_ring;    /*   of those, for want of ring space */
+    uint64_t dropped_queue;   /*   of those, for want of outgoing queue space */
+    uint64_t dropped_daemon;  /* Ack DROPPED: the daemon's queue was full */
+    uint64_t rejected;        /* Ack with another error code (see last_error) */
+    uint64_t released;        /* Release messages (ring slots handed back) */
+    uint64_t in_flight;       /* sent and not yet acknowledged */
+    uint64_t errors;          /* Error messages from the daemon */
+    uint64_t alerts;          /* Alert messages received (after attnstat_subscribe) */
+    uint64_t ring_bytes;      /* ring size */
+    uint64_t ring_used;       /* bytes of the ring held by pushes in flight */
+    uint64_t queue_bytes;     /* outgoing bytes waiting for the socket */
+    int32_t last_code;        /* protocol code of the last rejection or Error, 0 when none */
+    int32_t reserved;
+    char last_error[256];     /* its message */
+} attnstat_counters;
+
+/* Copies the client's counters into out. */
+void attnstat_stats(const attnstat_client *c, attnstat_counters *out);
+
+/* The protocol's alert rule and state numbers (proto/attnstat.proto). */
+typedef enum {
+    ATTNSTAT_RULE_ENTROPY_FLOOR = 1,
+    ATTNSTAT_RULE_ENTROPY_DROP = 2,
+    ATTNSTAT_RULE_LOGIT_CEILING = 3,
+    ATTNSTAT_RULE_NONFINITE = 4,
+} attnstat_rule;
+
+typedef enum {
+    ATTNSTAT_ALERT_RAISED = 1,
+    ATTNSTAT_ALERT_CLEARED = 2,
+} attnstat_alert_state;
+
+const char *attnstat_rule_name(int32_t rule);    /* "entropy_floor", ... or "unknown" */
+const char *attnstat_state_name(int32_t state);  /* "raised", "cleared" or "unknown" */
+
+typedef struct {
+    const char *run;          /* valid during the callback only */
+    const char *message;      /* may be "" */
+    int64_t run_id;
+    int64_t step;
+    int64_t time_ms;          /* Unix time in milliseconds, 0 when not given */
+    int32_t rank;
+    uint32_t layer;
+    uint32_t head;
+    int32_t rule;             /* attnstat_rule */
+    int32_t state;            /* attnstat_alert_state */
+    int32_t reserved;
+    double value;
+    double threshold;
+} attnstat_alert;
+
+/* Per-head statistics of one push (want_results) or of a subscribed result stream. */
+typedef struct {
+    uint32_t head;
+    int32_t sampled;
+    uint64_t rows, rows_norm, rows_empty, nonfinite_rows;
+    double entropy_mean, entropy_std, entropy_min, entropy_max;
+    double entropy_norm_mean, collapsed_frac, max_logit;
+} attnstat_head_result;
+
+typedef void (*attnstat_alert_fn)(void *user, const attnstat_alert *alert);
+/* step/layer identify the push (seq is the client's sequence number; 0 for subscribed results). */
+typedef void (*attnstat_result_fn)(void *user, uint64_t seq, int64_t step, uint32_t layer,
+                                   const attnstat_head_result *heads, size_t n_heads);
+/* Called once per Ack that is not OK (dropped by the daemon or rejected). */
+typedef void (*attnstat_ack_fn)(void *user, uint64_t seq, int64_t step, uint32_t layer,
+                                int32_t proto_code, const char *message);
+
+void attnstat_set_alert_callback(attnstat_client *c, attnstat_alert_fn fn, void *user);
+void attnstat_set_result_callback(attnstat_client *c, attnstat_result_fn fn, void *user);
+void attnstat_set_ack_callback(attnstat_client *c, attnstat_ack_fn fn, void *user);
+
+/* Asks the daemon to stream alerts (and per-push results) to this connection. Works without a
+ * hello (monitors such as `attnstat watch`). Delivered to the callbacks by attnstat_poll. */
+attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results);
+
+/* Sends what is queued and processes what arrived, waiting up to timeout_ms (0: do not wait,
+ * < 0: until something arrives). Returns ATTNSTAT_OK (also when nothing happened) or
+ * ATTNSTAT_ECLOSED / ATTNSTAT_EPROTO when the connection is unusable. */
+attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms);
+
+/* Waits until every push sent is acknowledged and the outgoing queue is empty, up to timeout_ms
+ * (< 0: no limit). ATTNSTAT_ETIMEDOUT when time ran out first. For tests and the end of training. */
+attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms);
+
+/* ---- Daemon status ---------------------------------------------------------------------------- */
+#define ATTNSTAT_STATUS_MAX_WORKERS 16
+#define ATTNSTAT_STATUS_MAX_CLIENTS 64
+
+typedef struct {
+    char name[64];            /* "cpu" or a device UUID */
+    uint32_t queue_depth, queue_capacity;
+    uint64_t processed, dropped;
+    double busy_frac;
+} attnstat_worker_status;
+
+typedef struct {
+    uint64_t id;
+    char run[128];
+    int32_t rank, pid;
+    uint32_t uid, reserved;
+    uint64_t pushes, dropped, rejected;
+} attnstat_client_status;
+
+typedef struct {
+    char daemon_version[32];
+    char db_path[256];
+    double uptime_s;
+    double push_rate;         /* pushes per second over the last 10 s */
+    uint32_t clients;         /* connected clients */
+    uint32_t alerts_active;
+    uint64_t pushes, pushes_done, dropped, rejected, samples_stored;
+    uint32_t n_workers;       /* entries filled in workers[] */
+    uint32_t n_client_list;   /* entries filled in client_list[] (at most the array's size) */
+    attnstat_worker_status workers[ATTNSTAT_STATUS_MAX_WORKERS];
+    attnstat_client_status client_list[ATTNSTAT_STATUS_MAX_CLIENTS];
+} attnstat_daemon_status;
+
+/* Asks the daemon for its status and waits up to timeout_ms for the reply. Works without hello. */
+attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, int timeout_ms);
+
+/* The message of the last failed call on c (empty when none). Valid until the next call on c. */
+const char *attnstat_last_error(const attnstat_client *c);
+
+/* The socket descriptor, to wait on it in the caller's own event loop (readable: call
+ * attnstat_poll(c, 0)). Do not read, write or close it. */
+int attnstat_fd(const attnstat_client *c);
+
+/* Sends what can be sent without waiting, then closes the connection and frees everything
+ * (the ring is unmapped and unlinked). Pushes not yet acknowledged are abandoned: call
+ * attnstat_flush() first to wait for them. c may be NULL. */
+void attnstat_close(attnstat_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNSTAT_H */

@@ -1,0 +1,917 @@
+/* test_client.c — unit tests of libattnstat that need no attnstatd: the ring allocator, the compact
+ * copy of strided tensors, argument checking and error codes, and the client's conversation with a
+ * scripted peer (a thread in this test that speaks the wire protocol) — byte-exact ring contents,
+ * drops counted when the ring or the outgoing queue is full, pushes that return while the peer
+ * reads nothing, a refused ring, a lost connection.
+ * Random data; the seed is printed (set ATTNSTAT_TEST_SEED to repeat a run). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attnstat.h"
+#include "frame.h"
+#include "libgather.h"
+#include "libring.h"
+
+static uint64_t g_seed;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rng_below(uint64_t *s, uint64_t n)
+{
+    return rng_next(s) % n;
+}
+
+static void fill_random(void *p, size_t n, uint64_t *s)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)rng_next(s);
+}
+
+/* ---- Ring ------------------------------------------------------------------------------------- */
+START_TEST(test_ring_basic)
+{
+    ring r;
+    ck_assert_int_eq(ring_init(&r, 0, 0), -1);
+    ck_assert_int_eq(ring_init(&r, 1024, 0), 0);
+    uint64_t off;
+    ck_assert_int_eq(ring_alloc(&r, 0, 1, &off), -1);
+    ck_assert_int_eq(ring_alloc(&r, 2048, 1, &off), -1);
+    ck_assert_int_eq(ring_alloc(&r, 100, 1, &off), 0);
+    ck_assert_uint_eq(off, 0);
+    ck_assert_int_eq(ring_alloc(&r, 500, 2, &off), 0);
+    ck_assert_uint_eq(off, 128); /* 100 rounded up to the 64-byte alignment */
+    ck_assert_int_eq(ring_alloc(&r, 384, 3, &off), 0);
+    ck_assert_uint_eq(off, 640);
+    ck_assert_int_eq(ring_alloc(&r, 64, 4, &off), 1); /* the end is reached, the start is held */
+    /* Out-of-order free: 2 freed first reclaims nothing until 1 goes. */
+    ck_assert_int_eq(ring_release(&r, 2), 0);
+    ck_assert_int_eq(ring_release(&r, 2), -1);
+    ck_assert_int_eq(ring_release(&r, 99), -1);
+    ck_assert_int_eq(ring_alloc(&r, 64, 4, &off), 1);
+    ck_assert_int_eq(ring_release(&r, 1), 0);
+    ck_assert_uint_eq(ring_used(&r), 1024 - 640);
+    /* Wrap: the end has no room for 200, the start has 640 free. */
+    ck_assert_int_eq(ring_alloc(&r, 200, 5, &off), 0);
+    ck_assert_uint_eq(off, 0);
+    ck_assert_uint_eq(ring_used(&r), 1024 - 640 + 256);
+    ck_assert_int_eq(ring_alloc(&r, 384, 6, &off), 0);
+    ck_assert_uint_eq(off, 256);
+    ck_assert_int_eq(ring_alloc(&r, 1, 7, &off), 1); /* head meets tail */
+    ck_assert_int_eq(ring_release(&r, 3), 0);
+    ck_assert_int_eq(ring_release(&r, 5), 0);
+    ck_assert_int_eq(ring_release(&r, 6), 0);
+    ck_assert_uint_eq(ring_used(&r), 0);
+    ck_assert_uint_eq(ring_blocks(&r), 0);
+    ck_assert_int_eq(ring_alloc(&r, 1024, 8, &off), 0); /* whole ring after emptying */
+    ck_assert_uint_eq(off, 0);
+    ring_destroy(&r);
+
+    ck_assert_int_eq(ring_init(&r, 1 << 20, 3), 0); /* block limit */
+    for (uint64_t s = 1; s <= 3; s++)
+        ck_assert_int_eq(ring_alloc(&r, 10, s, &off), 0);
+    ck_assert_int_eq(ring_alloc(&r, 10, 4, &off), 1);
+    ring_destroy(&r);
+}
+END_TEST
+
+/* Random allocations and frees in any order against a byte map of the ring: no two live blocks
+ * overlap, every block lies inside the ring, and an empty ring gives back all of its room. */
+START_TEST(test_ring_random)
+{
+    uint64_t s = g_seed ^ 0x1111;
+    const uint64_t size = 4096 + rng_below(&s, 8192);
+    ring r;
+    ck_assert_int_eq(ring_init(&r, size, 0), 0);
+    uint8_t *owner = calloc(size, 1);
+    uint64_t live_seq[256], live_off[256], live_len[256];
+    int nlive = 0;
+    uint64_t seq = 1, allocs = 0, fulls = 0;
+    for (int it = 0; it < 200000; it++) {
+        if (nlive < 256 && (nlive == 0 || rng_below(&s, 100) < 55)) {
+            uint64_t len = 1 + rng_below(&s, size / 4);
+            uint64_t off;
+            int rc = ring_alloc(&r, len, seq, &off);
+            ck_assert_int_ge(rc, 0);
+            if (rc == 1) {
+                fulls++;
+                seq++;
+                continue;
+            }
+            allocs++;
+            ck_assert_uint_le(off + len, size);
+            ck_assert_uint_eq(off % RING_ALIGN, 0);
+            int twice = 0;
+            for (uint64_t i = off; i < off + len; i++) {
+                twice |= owner[i];
+                owner[i] = 1;
+            }
+            ck_assert_msg(!twice, "seed %llu: block [%llu, +%llu) overlaps a live block",
+                          (unsigned long long)g_seed, (unsigned long long)off,
+                          (unsigned long long)len);
+            live_seq[nlive] = seq;
+            live_off[nlive] = off;
+            live_len[nlive] = len;
+            nlive++;
+            seq++;
+        } else {
+            int k = (int)rng_below(&s, (uint64_t)nlive);
+            ck_assert_int_eq(ring_release(&r, live_seq[k]), 0);
+            memset(owner + live_off[k], 0, live_len[k]);
+            live_seq[k] = live_seq[nlive - 1];
+            live_off[k] = live_off[nlive - 1];
+            live_len[k] = live_len[nlive - 1];
+            nlive--;
+        }
+        ck_assert_uint_le(ring_used(&r), size);
+    }
+    ck_assert_uint_gt(allocs, 1000);
+    ck_assert_uint_gt(fulls, 0);
+    while (nlive > 0)
+        ck_assert_int_eq(ring_release(&r, live_seq[--nlive]), 0);
+    ck_assert_uint_eq(ring_used(&r), 0);
+    uint64_t off;
+    ck_assert_int_eq(ring_alloc(&r, size, seq, &off), 0);
+    free(owner);
+    ring_destroy(&r);
+}
+END_TEST
+
+/* ---- Gather ----------------------------------------------------------------------------------- */
+/* A random tensor layout: dense in a random dimension order, or padded, or sliced, or broadcast. */
+typedef struct {
+    int64_t shape[4], strides[4];
+    size_t esize;
+    int64_t span; /* elements the source must hold */
+} layout;
+
+static void random_layout(uint64_t *s, layout *l)
+{
+    static const size_t es[3] = {4, 2, 2};
+    l->esize = es[rng_below(s, 3)];
+    for (int i = 0; i < 4; i++)
+        l->shape[i] = 1 + (int64_t)rng_below(s, i == 3 ? 24 : 5);
+    int perm[3] = {0, 1, 2};
+    for (int i = 2; i > 0; i--) {
+        int j = (int)rng_below(s, (uint64_t)i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int kind = (int)rng_below(s, 4);
+    int64_t acc = l->shape[3] + (kind == 1 ? 1 + (int64_t)rng_below(s, 3) : 0); /* padded rows */
+    l->strides[3] = 1;
+    for (int i = 0; i < 3; i++) {
+        int d = perm[i];
+        l->strides[d] = acc;
+        acc *= l->shape[d] + (kind == 2 ? (int64_t)rng_below(s, 2) : 0); /* sliced dims */
+    }
+    if (kind == 3) /* broadcast one dimension */
+        l->strides[rng_below(s, 3)] = 0;
+    l->span = 1;
+    for (int i = 0; i < 4; i++)
+        l->span += (l->shape[i] - 1) * l->strides[i];
+}
+
+START_TEST(test_gather_random)
+{
+    uint64_t s = g_seed ^ 0x2222;
+    int dense_seen = 0, gathered_seen = 0;
+    for (int it = 0; it < 2000; it++) {
+        layout l;
+        random_layout(&s, &l);
+        uint8_t *src = malloc((size_t)l.span * l.esize);
+        fill_random(src, (size_t)l.span * l.esize, &s);
+        gather_plan plan;
+        ck_assert_int_eq(gather_make_plan(l.shape, l.strides, l.esize, &plan), 0);
+        uint64_t n = l.shape[0] * l.shape[1] * l.shape[2] * l.shape[3];
+        ck_assert_uint_eq(plan.bytes, n * l.esize);
+        uint8_t *dst = malloc(plan.bytes + 64);
+        memset(dst, 0xA5, plan.bytes + 64);
+        gather_copy(dst, src, l.shape, l.strides, l.esize, &plan);
+        dense_seen += plan.dense;
+        gathered_seen += !plan.dense;
+        /* Every element [b,h,n,d] read through the plan's strides is the source's element. */
+        for (int64_t b = 0; b < l.shape[0]; b++)
+            for (int64_t h = 0; h < l.shape[1]; h++)
+                for (int64_t r = 0; r < l.shape[2]; r++)
+                    for (int64_t d = 0; d < l.shape[3]; d++) {
+                        int64_t so = b * l.strides[0] + h * l.strides[1] + r * l.strides[2] + d;
+                        int64_t dof = b * plan.strides[0] + h * plan.strides[1] +
+                                      r * plan.strides[2] + d;
+                        if (dof >= (int64_t)n ||
+                            memcmp(src + so * (int64_t)l.esize, dst + dof * (int64_t)l.esize,
+                                   l.esize) != 0)
+                            ck_abort_msg("seed %llu iteration %d: element [%lld,%lld,%lld,%lld]",
+                                         (unsigned long long)g_seed, it, (long long)b,
+                                         (long long)h, (long long)r, (long long)d);
+                    }
+        for (int i = 0; i < 64; i++) /* nothing written past the compact copy */
+            ck_assert_uint_eq(dst[plan.bytes + (uint64_t)i], 0xA5);
+        free(src);
+        free(dst);
+    }
+    ck_assert_int_gt(dense_seen, 0);
+    ck_assert_int_gt(gathered_seen, 0);
+}
+END_TEST
+
+START_TEST(test_gather_dense_detection)
+{
+    gather_plan p;
+    int64_t shape[4] = {2, 3, 5, 8};
+    int64_t bhnd[4] = {120, 40, 8, 1}, bnhd[4] = {120, 8, 24, 1}, padded[4] = {150, 50, 10, 1};
+    ck_assert_int_eq(gather_make_plan(shape, bhnd, 2, &p), 0);
+    ck_assert_int_eq(p.dense, 1);
+    ck_assert_int_eq(gather_make_plan(shape, bnhd, 2, &p), 0);
+    ck_assert_int_eq(p.dense, 1);
+    ck_assert_int_eq(p.strides[1], 8); /* kept as given */
+    ck_assert_int_eq(gather_make_plan(shape, padded, 2, &p), 0);
+    ck_assert_int_eq(p.dense, 0);
+    ck_assert_int_eq(p.strides[0], 120);
+    int64_t huge[4] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
+    ck_assert_int_eq(gather_make_plan(huge, bhnd, 4, &p), -1);
+}
+END_TEST
+
+/* ---- Arguments and codes ---------------------------------------------------------------------- */
+START_TEST(test_codes_and_args)
+{
+    for (int c = ATTNSTAT_OK; c <= ATTNSTAT_ENOTSUP; c++) {
+        const char *m = attnstat_strerror((attnstat_code)c);
+        ck_assert_ptr_nonnull(m);
+        ck_assert_int_gt((int)strlen(m), 1);
+    }
+    ck_assert_str_eq(attnstat_strerror((attnstat_code)999), "unknown attnstat code");
+    ck_assert_uint_eq(attnstat_dtype_size(ATTNSTAT_BF16), 2);
+    ck_assert_uint_eq(attnstat_dtype_size((attnstat_dtype)7), 0);
+    ck_assert_str_eq(attnstat_rule_name(ATTNSTAT_RULE_LOGIT_CEILING), "logit_ceiling");
+    ck_assert_str_eq(attnstat_state_name(ATTNSTAT_ALERT_CLEARED), "cleared");
+
+    attnstat_error err;
+    attnstat_client *c = (attnstat_client *)1;
+    ck_assert_int_eq(attnstat_connect("/nonexistent/dir/attnstatd.sock", &c, &err),
+                     ATTNSTAT_ECONNECT);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(err.code, ATTNSTAT_ECONNECT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/dir/attnstatd.sock"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "no such socket"));
+    ck_assert_int_eq(attnstat_connect(NULL, NULL, &err), ATTNSTAT_EINVAL);
+    char longp[300];
+    memset(longp, 'x', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    ck_assert_int_eq(attnstat_connect(longp, &c, &err), ATTNSTAT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "too long"));
+
+    char buf[256];
+    setenv("ATTNSTAT_SOCKET", "/tmp/x.sock", 1);
+    ck_assert_str_eq(attnstat_default_socket(buf, sizeof buf), "/tmp/x.sock");
+    unsetenv("ATTNSTAT_SOCKET");
+    setenv("XDG_RUNTIME_DIR", "/run/user/7", 1);
+    ck_assert_str_eq(attnstat_default_socket(buf, sizeof buf), "/run/user/7/attnstat/attnstatd.sock");
+    unsetenv("XDG_RUNTIME_DIR");
+    ck_assert_str_eq(attnstat_default_socket(buf, sizeof buf), "/run/attnstat/attnstatd.sock");
+    ck_assert_ptr_null(attnstat_default_socket(buf, 4));
+
+    attnstat_thresholds th;
+    attnstat_thresholds_init(&th);
+    ck_assert(isnan(th.entropy_floor) && isnan(th.logit_ceiling) && th.raise_after == 0);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    ck_assert_int_eq(o.window_left, -1);
+    ck_assert_int_eq(o.window_right, -1);
+    ck_assert_int_eq(attnstat_push(NULL, &o, NULL, NULL, NULL), ATTNSTAT_EINVAL);
+    attnstat_close(NULL);
+}
+END_TEST
+
+/* ---- A scripted peer -------------------------------------------------------------------------- */
+enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP };
+
+typedef struct {
+    int mode;
+    char path[108];
+    int lfd;
+    pthread_t th;
+    /* what the test expects in the next push (checked byte by byte in the shared memory) */
+    const attnstat_tensor *expect[3];
+    int pushes, mismatches, has_v;
+    uint64_t last_offset_q;
+    char shm_name[64];
+    int stop_pipe[2];
+} peer;
+
+static int peer_send(int fd, Attnstat__Envelope *env)
+{
+    size_t len;
+    uint8_t *b = frame_pack(env, FRAME_MAX_DEFAULT, &len);
+    if (!b)
+        return -1;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, b + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0) {
+            free(b);
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    free(b);
+    return 0;
+}
+
+/* Compares the tensor named by ref in the ring with the tensor the test pushed. */
+static int peer_compare(const uint8_t *map, uint64_t map_size, const Attnstat__TensorRef *ref,
+                        const attnstat_tensor *t)
+{
+    if (!t || ref->n_shape != 4 || ref->n_strides != 4 || (int)ref->dtype != t->dtype)
+        return 1;
+    size_t es = attnstat_dtype_size((attnstat_dtype)t->dtype);
+    int bad = 0;
+    for (int i = 0; i < 4; i++)
+        if ((int64_t)ref->shape[i] != t->shape[i])
+            return 1;
+    for (int64_t b = 0; b < t->shape[0]; b++)
+        for (int64_t h = 0; h < t->shape[1]; h++)
+            for (int64_t n = 0; n < t->shape[2]; n++)
+                for (int64_t d = 0; d < t->shape[3]; d++) {
+                    uint64_t ro = ref->offset + (uint64_t)(b * (int64_t)ref->strides[0] +
+                                                           h * (int64_t)ref->strides[1] +
+                                                           n * (int64_t)ref->strides[2] + d) * es;
+                    if (ro + es > map_size)
+                        return 1;
+                    const uint8_t *src = (const uint8_t *)t->data +
+                        (b * t->strides[0] + h * t->strides[1] + n * t->strides[2] + d) * (int64_t)es;
+                    bad += memcmp(map + ro, src, es) != 0;
+                }
+    return bad;
+}
+
+static void *peer_main(void *arg)
+{
+    peer *p = arg;
+    int fd = accept(p->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    frame_reader rd;
+    frame_reader_init(&rd, FRAME_MAX_DEFAULT);
+    uint8_t *map = NULL;
+    uint64_t map_size = 0;
+    int stopped = 0;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = fd, .events = stopped ? 0 : POLLIN},
+                               {.fd = p->stop_pipe[0], .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0)
+            break;
+        if (pf[1].revents)
+            break;
+        if (!(pf[0].revents & (POLLIN | POLLHUP)))
+            continue;
+        size_t avail;
+        uint8_t *dst = frame_reader_space(&rd, 65536, &avail);
+        ssize_t n = recv(fd, dst, avail, 0);
+        if (n <= 0)
+            break;
+        frame_reader_commit(&rd, (size_t)n);
+        const uint8_t *pl;
+        uint32_t len;
+        char why[128];
+        while (!stopped && frame_reader_next(&rd, &pl, &len, why, sizeof why) == 1) {
+            Attnstat__Envelope *env = frame_decode(pl, len, NULL);
+            frame_reader_consume(&rd);
+            if (!env)
+                continue;
+            Attnstat__Envelope out = ATTNSTAT__ENVELOPE__INIT;
+            if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO) {
+                Attnstat__HelloReply hr = ATTNSTAT__HELLO_REPLY__INIT;
+                hr.protocol_version = 1;
+                hr.run_id = 42;
+                hr.max_frame = FRAME_MAX_DEFAULT;
+                hr.queue_capacity = 8;
+                out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
+                out.hello_reply = &hr;
+                peer_send(fd, &out);
+                if (p->mode == PEER_HANGUP) {
+                    attnstat__envelope__free_unpacked(env, NULL);
+                    goto done;
+                }
+            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER) {
+                Attnstat__RegisterBuffer *rb = env->register_buffer;
+                if (p->mode == PEER_REFUSE_RING) {
+                    Attnstat__Error e = ATTNSTAT__ERROR__INIT;
+                    e.code = ATTNSTAT__CODE__BUSY;
+                    e.message = "too many buffers for this client";
+                    e.has_ref = 1;
+                    e.ref = rb->id;
+                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ERROR;
+                    out.error = &e;
+                    peer_send(fd, &out);
+                } else {
+                    snprintf(p->shm_name, sizeof p->shm_name, "%s", rb->shm_name);
+                    int sfd = shm_open(rb->shm_name, O_RDONLY, 0);
+                    if (sfd >= 0) {
+                        void *m = mmap(NULL, rb->size, PROT_READ, MAP_SHARED, sfd, 0);
+                        close(sfd);
+                        if (m != MAP_FAILED) {
+                            map = m;
+                            map_size = rb->size;
+                        }
+                    }
+                }
+            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS) {
+                Attnstat__StatusReply sr = ATTNSTAT__STATUS_REPLY__INIT;
+                Attnstat__WorkerStatus w = ATTNSTAT__WORKER_STATUS__INIT;
+                Attnstat__WorkerStatus *wl[1] = {&w};
+                w.name = "cpu";
+                w.queue_depth = 1;
+                w.queue_capacity = 8;
+                sr.daemon_version = "fake";
+                sr.has_clients = 1;
+                sr.clients = 1;
+                sr.has_pushes = 1;
+                sr.pushes = (uint64_t)p->pushes;
+                sr.n_workers = 1;
+                sr.workers = wl;
+                out.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
+                out.status_reply = &sr;
+                peer_send(fd, &out);
+                if (p->mode == PEER_STOPPED)
+                    stopped = 1; /* reads nothing more, like a SIGSTOP'd daemon */
+            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
+                Attnstat__Push *pu = env->push;
+                p->pushes++;
+                p->last_offset_q = pu->q->offset;
+                if (map && p->expect[0]) {
+                    p->mismatches += peer_compare(map, map_size, pu->q, p->expect[0]);
+                    p->mismatches += peer_compare(map, map_size, pu->k, p->expect[1]);
+                    if (p->expect[2])
+                        p->mismatches += pu->v ? peer_compare(map, map_size, pu->v, p->expect[2]) : 1;
+                }
+                if (p->mode == PEER_ACK) {
+                    Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
+                    rl.seq = pu->seq;
+                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
+                    out.release = &rl;
+                    peer_send(fd, &out);
+                    Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
+                    ak.seq = pu->seq;
+                    ak.code = ATTNSTAT__CODE__OK;
+                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+                    out.ack = &ak;
+                    peer_send(fd, &out);
+                } else if (p->mode == PEER_DROP) {
+                    Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
+                    ak.seq = pu->seq;
+                    ak.code = ATTNSTAT__CODE__DROPPED;
+                    ak.message = "queue full";
+                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+                    out.ack = &ak;
+                    peer_send(fd, &out);
+                }
+            }
+            attnstat__envelope__free_unpacked(env, NULL);
+        }
+    }
+done:
+    if (map)
+        munmap(map, map_size);
+    frame_reader_free(&rd);
+    close(fd);
+    return NULL;
+}
+
+static void peer_start(peer *p, int mode)
+{
+    memset(p, 0, sizeof *p);
+    p->mode = mode;
+    snprintf(p->path, sizeof p->path, "/tmp/attnstat-test-%d-%d.sock", (int)getpid(), mode);
+    unlink(p->path);
+    p->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(p->lfd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->path);
+    ck_assert_int_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(p->lfd, 4), 0);
+    ck_assert_int_eq(pipe(p->stop_pipe), 0);
+    ck_assert_int_eq(pthread_create(&p->th, NULL, peer_main, p), 0);
+}
+
+static void peer_stop(peer *p)
+{
+    ck_assert_int_eq(write(p->stop_pipe[1], "x", 1), 1);
+    pthread_join(p->th, NULL);
+    close(p->lfd);
+    close(p->stop_pipe[0]);
+    close(p->stop_pipe[1]);
+    unlink(p->path);
+}
+
+static attnstat_client *connect_small(peer *p, uint64_t ring_size, uint64_t queue)
+{
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = p->path;
+    o.ring_bytes = ring_size;
+    o.queue_bytes = queue;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    ck_assert_msg(attnstat_connect_ex(&o, &c, &err) == ATTNSTAT_OK, "connect: %s", err.msg);
+    return c;
+}
+
+/* Strided host tensors of every dtype and layout arrive in the ring byte for byte. */
+START_TEST(test_push_bytes_exact)
+{
+    uint64_t s = g_seed ^ 0x3333;
+    peer p;
+    peer_start(&p, PEER_ACK);
+    attnstat_client *c = connect_small(&p, 1 << 20, 0);
+    ck_assert_int_eq(attnstat_push(c, &(attnstat_push_opts){.window_left = -1, .window_right = -1},
+                                   &(attnstat_tensor){0}, &(attnstat_tensor){0}, NULL),
+                     ATTNSTAT_EINVAL); /* zero shapes, before the state check */
+    attnstat_thresholds th;
+    attnstat_thresholds_init(&th);
+    th.logit_ceiling = 50;
+    ck_assert_msg(attnstat_hello(c, "unit", 3, &th, "{\"lr\": 0.1}") == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_run_id(c), 42);
+    ck_assert_int_eq(attnstat_hello(c, "unit", 3, NULL, NULL), ATTNSTAT_ESTATE);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "already"));
+    for (int it = 0; it < 300; it++) {
+        layout lq, lk, lv;
+        random_layout(&s, &lq);
+        random_layout(&s, &lk);
+        random_layout(&s, &lv);
+        /* make the shapes agree: same B and D, Hq a multiple of Hkv, same dtype */
+        lk.shape[0] = lq.shape[0];
+        lk.shape[3] = lq.shape[3];
+        lk.esize = lq.esize;
+        lq.shape[1] = lk.shape[1] * (1 + (int64_t)rng_below(&s, 2));
+        memcpy(lv.shape, lk.shape, sizeof lv.shape);
+        lv.esize = lq.esize;
+        layout *ls[3] = {&lq, &lk, &lv};
+        for (int i = 0; i < 3; i++) { /* recompute layouts for the adjusted shapes */
+            int64_t acc = ls[i]->shape[3] + (int64_t)rng_below(&s, 2);
+            ls[i]->strides[2] = acc;
+            acc *= ls[i]->shape[2];
+            ls[i]->strides[1] = acc;
+            acc *= ls[i]->shape[1];
+            ls[i]->strides[0] = acc;
+            if (rng_below(&s, 3) == 0) { /* [B,N,H,D] memory */
+                int64_t row = ls[i]->shape[3];
+                ls[i]->strides[1] = row;
+                ls[i]->strides[2] = row * ls[i]->shape[1];
+                ls[i]->strides[0] = row * ls[i]->shape[1] * ls[i]->shape[2];
+            }
+            ls[i]->span = 1;
+            for (int d = 0; d < 4; d++)
+                ls[i]->span += (ls[i]->shape[d] - 1) * ls[i]->strides[d];
+        }
+        attnstat_dtype dt = lq.esize == 4 ? ATTNSTAT_F32 : rng_below(&s, 2) ? ATTNSTAT_BF16
+                                                                            : ATTNSTAT_F16;
+        void *mem[3];
+        attnstat_tensor t[3];
+        for (int i = 0; i < 3; i++) {
+            mem[i] = malloc((size_t)ls[i]->span * ls[i]->esize);
+            fill_random(mem[i], (size_t)ls[i]->span * ls[i]->esize, &s);
+            memset(&t[i], 0, sizeof t[i]);
+            t[i].data = mem[i];
+            t[i].dtype = dt;
+            memcpy(t[i].shape, ls[i]->shape, sizeof t[i].shape);
+            memcpy(t[i].strides, ls[i]->strides, sizeof t[i].strides);
+        }
+        int with_v = (int)rng_below(&s, 2);
+        p.expect[0] = &t[0];
+        p.expect[1] = &t[1];
+        p.expect[2] = with_v ? &t[2] : NULL;
+        attnstat_push_opts o;
+        attnstat_push_opts_init(&o);
+        o.step = it;
+        o.layer = (uint32_t)(it % 4);
+        attnstat_code rc = attnstat_push(c, &o, &t[0], &t[1], with_v ? &t[2] : NULL);
+        ck_assert_msg(rc == ATTNSTAT_OK, "seed %llu: push %d: %s", (unsigned long long)g_seed, it,
+                      attnstat_last_error(c));
+        ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+        for (int i = 0; i < 3; i++)
+            free(mem[i]);
+    }
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.sent, 300);
+    ck_assert_uint_eq(st.acked, 300);
+    ck_assert_uint_eq(st.released, 300);
+    ck_assert_uint_eq(st.in_flight, 0);
+    ck_assert_uint_eq(st.ring_used, 0);
+    ck_assert_uint_eq(st.dropped_local, 0);
+    attnstat_daemon_status ds;
+    ck_assert_int_eq(attnstat_status(c, &ds, 5000), ATTNSTAT_OK);
+    ck_assert_str_eq(ds.daemon_version, "fake");
+    ck_assert_uint_eq(ds.n_workers, 1);
+    ck_assert_str_eq(ds.workers[0].name, "cpu");
+    ck_assert_uint_eq(ds.pushes, 300);
+    char shm[64];
+    snprintf(shm, sizeof shm, "%s", p.shm_name);
+    attnstat_close(c);
+    peer_stop(&p);
+    ck_assert_msg(p.mismatches == 0, "seed %llu: %d elements differ", (unsigned long long)g_seed,
+                  p.mismatches);
+    ck_assert_int_eq(p.pushes, 300);
+    /* the ring's name is gone after close */
+    ck_assert_int_lt(shm_open(shm, O_RDONLY, 0), 0);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+static void make_tensors(attnstat_tensor *q, attnstat_tensor *k, uint16_t *mem, int n)
+{
+    attnstat_tensor_init(q, mem, ATTNSTAT_BF16, 1, 2, n, 16);
+    attnstat_tensor_init(k, mem, ATTNSTAT_BF16, 1, 1, n, 16);
+}
+
+/* Bad arguments are refused with a code and a message naming the problem, and never sent. */
+START_TEST(test_push_bad_args)
+{
+    peer p;
+    peer_start(&p, PEER_ACK);
+    attnstat_client *c = connect_small(&p, 1 << 16, 0);
+    uint16_t mem[2 * 8 * 16] = {0};
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 8);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    ck_assert_int_eq(attnstat_push(c, &o, &q, &k, NULL), ATTNSTAT_ESTATE);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "hello"));
+    ck_assert_int_eq(attnstat_hello(c, NULL, 0, NULL, NULL), ATTNSTAT_OK);
+
+    static const struct {
+        const char *want;
+        attnstat_code code;
+    } cases[] = {
+        {"dtype", ATTNSTAT_EINVAL},          {"different dtypes", ATTNSTAT_EINVAL},
+        {"contiguous", ATTNSTAT_EINVAL},     {"shape[2]", ATTNSTAT_EINVAL},
+        {"negative", ATTNSTAT_EINVAL},       {"multiple", ATTNSTAT_EINVAL},
+        {"head dimensions", ATTNSTAT_EINVAL}, {"NULL data", ATTNSTAT_EINVAL},
+        {"CUDA", ATTNSTAT_ENOTSUP},          {"memory kind", ATTNSTAT_EINVAL},
+        {"contradicts", ATTNSTAT_EINVAL},    {"exclusive", ATTNSTAT_EINVAL},
+        {"go together", ATTNSTAT_EINVAL},    {"finite", ATTNSTAT_EINVAL},
+        {"ring", ATTNSTAT_EINVAL},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        attnstat_tensor q2 = q, k2 = k;
+        attnstat_push_opts o2 = o;
+        switch (i) {
+        case 0: q2.dtype = 9; break;
+        case 1: q2.dtype = ATTNSTAT_F16; break;
+        case 2: q2.strides[3] = 2; break;
+        case 3: q2.shape[2] = 0; break;
+        case 4: k2.strides[1] = -1; break;
+        case 5: k2.shape[1] = 3; break;
+        case 6: k2.shape[3] = 8; break;
+        case 7: q2.data = NULL; break;
+        case 8: q2.mem = ATTNSTAT_MEM_CUDA; break;
+        case 9: k2.mem = 5; break;
+        case 10: o2.causal = 1; o2.window_right = 4; break;
+        case 11: o2.sample_every = 2; o2.sample_rows = 3; break;
+        case 12: o2.cu_seqlens_q = (const int32_t *)mem; break;
+        case 13: o2.scale = NAN; break;
+        case 14: q2.shape[2] = 1 << 20; q2.strides[2] = 0; break;
+        }
+        attnstat_code rc = attnstat_push(c, &o2, &q2, &k2, NULL);
+        ck_assert_msg(rc == cases[i].code, "case %d: got %d (%s)", i, rc, attnstat_last_error(c));
+        ck_assert_msg(strstr(attnstat_last_error(c), cases[i].want), "case %d: message '%s'", i,
+                      attnstat_last_error(c));
+    }
+    /* packed sequences that do not add up */
+    int32_t cuq[3] = {0, 3, 8}, cuk[3] = {0, 4, 7};
+    attnstat_push_opts op = o;
+    op.cu_seqlens_q = cuq;
+    op.cu_seqlens_k = cuk;
+    op.n_seqs = 2;
+    ck_assert_int_eq(attnstat_push(c, &op, &q, &k, NULL), ATTNSTAT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "cu_seqlens_k"));
+    cuk[2] = 8;
+    ck_assert_int_eq(attnstat_push(c, &op, &q, &k, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.sent, 1);
+    ck_assert_uint_eq(st.acked, 1);
+    attnstat_close(c);
+    peer_stop(&p);
+    ck_assert_int_eq(p.pushes, 1);
+}
+END_TEST
+
+/* A peer that never answers pushes: the ring fills, later pushes drop and are counted. */
+START_TEST(test_drop_when_ring_full)
+{
+    peer p;
+    peer_start(&p, PEER_SILENT);
+    attnstat_client *c = connect_small(&p, 64 * 1024, 0);
+    ck_assert_int_eq(attnstat_hello(c, "full", 0, NULL, NULL), ATTNSTAT_OK);
+    uint16_t mem[2 * 64 * 16];
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 64); /* q 4 KiB + k 2 KiB = 6 KiB a push: 10 fit */
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    int ok = 0, dropped = 0;
+    for (int i = 0; i < 100; i++) {
+        attnstat_code rc = attnstat_push(c, &o, &q, &k, NULL);
+        ck_assert(rc == ATTNSTAT_OK || rc == ATTNSTAT_DROPPED);
+        ok += rc == ATTNSTAT_OK;
+        dropped += rc == ATTNSTAT_DROPPED;
+    }
+    ck_assert_int_eq(ok, 10);
+    ck_assert_int_eq(dropped, 90);
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.dropped_local, 90);
+    ck_assert_uint_eq(st.dropped_ring, 90);
+    ck_assert_uint_eq(st.in_flight, 10);
+    ck_assert_uint_eq(st.ring_used, 10 * 6144);
+    ck_assert_int_eq(attnstat_flush(c, 50), ATTNSTAT_ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "10 pushes"));
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
+/* A peer that has stopped reading (like a SIGSTOP'd daemon): every push returns at once, OK or
+ * DROPPED, and the drops are counted. */
+START_TEST(test_never_blocks_when_peer_stopped)
+{
+    peer p;
+    peer_start(&p, PEER_STOPPED);
+    attnstat_client *c = connect_small(&p, 256u << 20, 8192);
+    ck_assert_int_eq(attnstat_hello(c, "stopped", 0, NULL, NULL), ATTNSTAT_OK);
+    uint16_t mem[2 * 4 * 16];
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 4);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    const int n = 200000;
+    int ok = 0, dropped = 0;
+    for (int i = 0; i < n; i++) {
+        o.step = i;
+        attnstat_code rc = attnstat_push(c, &o, &q, &k, NULL);
+        ck_assert_msg(rc == ATTNSTAT_OK || rc == ATTNSTAT_DROPPED, "push %d: %s", i,
+                      attnstat_last_error(c));
+        ok += rc == ATTNSTAT_OK;
+        dropped += rc == ATTNSTAT_DROPPED;
+    }
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.sent + st.dropped_local, (uint64_t)n);
+    ck_assert_uint_eq(st.dropped_local, (uint64_t)dropped);
+    /* The socket buffer, the 8 KiB queue and the in-flight table hold far fewer than n frames. */
+    ck_assert_uint_lt(st.sent, 20000);
+    ck_assert_uint_gt(st.dropped_queue, 0);
+    ck_assert_uint_le(st.queue_bytes, 8192 + 1024);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
+typedef struct {
+    int n;
+    int32_t code;
+} ack_count;
+
+static void on_ack(void *u, uint64_t seq, int64_t step, uint32_t layer, int32_t code,
+                   const char *m)
+{
+    ack_count *x = u;
+    x->n++;
+    x->code = code;
+}
+
+/* Daemon-side drops (Ack DROPPED) free the ring and are counted apart from local drops. */
+START_TEST(test_daemon_drops_counted)
+{
+    peer p;
+    peer_start(&p, PEER_DROP);
+    attnstat_client *c = connect_small(&p, 64 * 1024, 0);
+    ck_assert_int_eq(attnstat_hello(c, "dropping", 0, NULL, NULL), ATTNSTAT_OK);
+    int calls = 0;
+    ack_count cbs = {0, 0};
+    attnstat_set_ack_callback(c, on_ack, &cbs);
+    uint16_t mem[2 * 64 * 16] = {0};
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 64);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    for (int i = 0; i < 50; i++) {
+        o.step = i;
+        ck_assert_int_eq(attnstat_push(c, &o, &q, &k, NULL), ATTNSTAT_OK);
+        ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+        calls++;
+    }
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.dropped_daemon, 50);
+    ck_assert_uint_eq(st.dropped_local, 0);
+    ck_assert_uint_eq(st.ring_used, 0);
+    ck_assert_int_eq(st.last_code, 1);
+    ck_assert_ptr_nonnull(strstr(st.last_error, "queue full"));
+    ck_assert_ptr_nonnull(strstr(st.last_error, "step 49"));
+    ck_assert_int_eq(cbs.n, calls);
+    ck_assert_int_eq(cbs.code, 1);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
+START_TEST(test_ring_refused)
+{
+    peer p;
+    peer_start(&p, PEER_REFUSE_RING);
+    attnstat_client *c = connect_small(&p, 0, 0);
+    ck_assert_int_eq(attnstat_hello(c, "refused", 0, NULL, NULL), ATTNSTAT_EREFUSED);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "too many buffers"));
+    uint16_t mem[2 * 4 * 16] = {0};
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 4);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    ck_assert_int_eq(attnstat_push(c, &o, &q, &k, NULL), ATTNSTAT_ESTATE);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
+/* The peer hangs up after the hello reply: the client reports a closed connection, never
+ * crashes or raises SIGPIPE. */
+START_TEST(test_connection_lost)
+{
+    peer p;
+    peer_start(&p, PEER_HANGUP);
+    attnstat_client *c = connect_small(&p, 0, 0);
+    attnstat_code rc = attnstat_hello(c, "hangup", 0, NULL, NULL);
+    ck_assert_int_eq(rc, ATTNSTAT_ECLOSED);
+    ck_assert_msg(strstr(attnstat_last_error(c), "closed the connection"), "message: %s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_poll(c, 0), ATTNSTAT_ECLOSED);
+    attnstat_daemon_status ds;
+    ck_assert_int_eq(attnstat_status(c, &ds, 100), ATTNSTAT_ECLOSED);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+    Suite *s = suite_create("client");
+    TCase *tc = tcase_create("ring");
+    tcase_add_test(tc, test_ring_basic);
+    tcase_add_test(tc, test_ring_random);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("gather");
+    tcase_add_test(tc, test_gather_random);
+    tcase_add_test(tc, test_gather_dense_detection);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("api");
+    tcase_add_test(tc, test_codes_and_args);
+    tcase_add_test(tc, test_push_bad_args);
+    tcase_add_test(tc, test_push_bytes_exact);
+    tcase_add_test(tc, test_drop_when_ring_full);
+    tcase_add_test(tc, test_never_blocks_when_peer_stopped);
+    tcase_add_test(tc, test_daemon_drops_counted);
+    tcase_add_test(tc, test_ring_refused);
+    tcase_add_test(tc, test_connection_lost);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *env = getenv("ATTNSTAT_TEST_SEED");
+    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    printf("test_client: seed %llu (ATTNSTAT_TEST_SEED=%llu repeats this run)\n",
+           (unsigned long long)g_seed, (unsigned long long)g_seed);
+    SRunner *sr = srunner_create(client_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
