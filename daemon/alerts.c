@@ -1,0 +1,550 @@
+/* alerts.c — the alert engine behind alerts.h.
+ *
+ * How it works
+ * - One slot per (run, layer, head) in an open-addressing table with linear probing, kept at most
+ *   half full; run_id 0 marks an empty slot (run ids are > 0). Removal (forgetting a run) uses
+ *   backward-shift deletion, so there are no tombstones and forgetting never allocates.
+ * - A slot holds, per rule, the consecutive bad and good counts, whether the rule is raised, and
+ *   the transition that raised it; plus the EMA baseline of entropy_mean for ENTROPY_DROP.
+ * - Per-run thresholds sit in a small array searched linearly (runs are few: one per training
+ *   process), with the last hit remembered.
+ * - Every allocation goes through one helper that counts it, which is what alerts_allocations()
+ *   reports and the tests watch.
+ */
+#include "alerts.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t bad, good;        /* consecutive samples, saturating */
+    int raised;
+    alerts_transition raise;   /* the transition that raised it (valid while raised) */
+} rule_state;
+
+typedef struct {
+    int64_t run_id;            /* 0: empty slot */
+    int32_t layer, head;
+    double ema;                /* baseline of entropy_mean */
+    uint32_t ema_n;            /* samples folded into the baseline (saturating) */
+    rule_state r[ALERTS_NRULES];
+} head_state;
+
+typedef struct {
+    int64_t run_id;
+    alerts_config cfg;
+} run_config;
+
+struct alerts_engine {
+    alerts_config defaults;
+    head_state *slots;
+    size_t cap;                /* power of two, or 0 */
+    size_t count;
+    run_config *runs;
+    size_t nruns, runs_cap;
+    size_t last_run;           /* index of the last run found in runs[] */
+    size_t allocations;
+};
+
+/* ---- names, configs ---------------------------------------------------------------------------- */
+
+const char *alerts_rule_name(alerts_rule r)
+{
+    switch (r) {
+    case ALERTS_ENTROPY_FLOOR: return "entropy_floor";
+    case ALERTS_ENTROPY_DROP: return "entropy_drop";
+    case ALERTS_LOGIT_CEILING: return "logit_ceiling";
+    case ALERTS_NONFINITE: return "nonfinite";
+    }
+    return "unknown";
+}
+
+const char *alerts_state_name(alerts_state s)
+{
+    return s == ALERTS_RAISED ? "raised" : s == ALERTS_CLEARED ? "cleared" : "unknown";
+}
+
+alerts_rule alerts_rule_from_name(const char *name)
+{
+    for (int r = 1; name && r <= ALERTS_NRULES; r++)
+        if (strcmp(name, alerts_rule_name((alerts_rule)r)) == 0)
+            return (alerts_rule)r;
+    return (alerts_rule)0;
+}
+
+void alerts_config_default(alerts_config *c)
+{
+    c->entropy_floor = 0.1;
+    c->entropy_drop = 0.5;
+    c->ema_alpha = 0.05;
+    c->ema_warmup = 20;
+    c->logit_ceiling = 100.0;
+    c->raise_after = 3;
+    c->clear_after = 5;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* lo < v (or lo <= v when lo_incl) and v <= hi, finite. */
+static int in_bounds(double v, double lo, int lo_incl, double hi)
+{
+    return isfinite(v) && (lo_incl ? v >= lo : v > lo) && v <= hi;
+}
+
+alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errlen)
+{
+    if (!c) {
+        set_err(err, errlen, "no alert config given");
+        return ALERTS_EINVAL;
+    }
+    if (!in_bounds(c->entropy_floor, 0, 1, 1)) {
+        set_err(err, errlen, "entropy_floor %g is out of bounds [0, 1]", c->entropy_floor);
+        return ALERTS_EINVAL;
+    }
+    if (!in_bounds(c->entropy_drop, 0, 0, 1) || c->entropy_drop >= 1) {
+        set_err(err, errlen, "entropy_drop %g is out of bounds (0, 1)", c->entropy_drop);
+        return ALERTS_EINVAL;
+    }
+    if (!in_bounds(c->ema_alpha, 0, 0, 1)) {
+        set_err(err, errlen, "ema_alpha %g is out of bounds (0, 1]", c->ema_alpha);
+        return ALERTS_EINVAL;
+    }
+    if (c->ema_warmup < 1 || c->ema_warmup > 1000000) {
+        set_err(err, errlen, "ema_warmup %" PRIu32 " is out of bounds [1, 1000000]", c->ema_warmup);
+        return ALERTS_EINVAL;
+    }
+    if (!in_bounds(c->logit_ceiling, 0, 0, 1e30)) {
+        set_err(err, errlen, "logit_ceiling %g is out of bounds (0, 1e30]", c->logit_ceiling);
+        return ALERTS_EINVAL;
+    }
+    if (c->raise_after < 1 || c->raise_after > 1000000) {
+        set_err(err, errlen, "raise_after %" PRIu32 " is out of bounds [1, 1000000]",
+                c->raise_after);
+        return ALERTS_EINVAL;
+    }
+    if (c->clear_after < 1 || c->clear_after > 1000000) {
+        set_err(err, errlen, "clear_after %" PRIu32 " is out of bounds [1, 1000000]",
+                c->clear_after);
+        return ALERTS_EINVAL;
+    }
+    return ALERTS_OK;
+}
+
+alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
+                                  const alerts_overrides *o, char *err, size_t errlen)
+{
+    alerts_config c = *base;
+    if (o) {
+        if (o->has_entropy_floor)
+            c.entropy_floor = o->entropy_floor;
+        if (o->has_entropy_drop)
+            c.entropy_drop = o->entropy_drop;
+        if (o->has_ema_alpha)
+            c.ema_alpha = o->ema_alpha;
+        if (o->has_ema_warmup)
+            c.ema_warmup = o->ema_warmup;
+        if (o->has_logit_ceiling)
+            c.logit_ceiling = o->logit_ceiling;
+        if (o->has_raise_after)
+            c.raise_after = o->raise_after;
+        if (o->has_clear_after)
+            c.clear_after = o->clear_after;
+    }
+    alerts_status st = alerts_config_check(&c, err, errlen);
+    if (st == ALERTS_OK)
+        *out = c;
+    return st;
+}
+
+int alerts_config_format(const alerts_config *c, char *buf, size_t n)
+{
+    return snprintf(buf, n,
+                    "{\"entropy_floor\":%.17g,\"entropy_drop\":%.17g,\"ema_alpha\":%.17g,"
+                    "\"ema_warmup\":%" PRIu32 ",\"logit_ceiling\":%.17g,\"raise_after\":%" PRIu32
+                    ",\"clear_after\":%" PRIu32 "}",
+                    c->entropy_floor, c->entropy_drop, c->ema_alpha, c->ema_warmup,
+                    c->logit_ceiling, c->raise_after, c->clear_after);
+}
+
+int alerts_format(const alerts_transition *t, char *buf, size_t n)
+{
+    const char *what = "value", *cmp = "?";
+    int raised = t->state == ALERTS_RAISED;
+    switch (t->rule) {
+    case ALERTS_ENTROPY_FLOOR:
+        what = "normalised entropy mean";
+        cmp = raised ? "<" : ">=";
+        break;
+    case ALERTS_ENTROPY_DROP:
+        what = "entropy mean (nats)";
+        cmp = raised ? "< drop threshold" : ">= drop threshold";
+        break;
+    case ALERTS_LOGIT_CEILING:
+        what = "max logit";
+        cmp = raised ? ">" : "<=";
+        break;
+    case ALERTS_NONFINITE:
+        what = "non-finite rows";
+        cmp = raised ? ">" : "=";
+        break;
+    }
+    return snprintf(buf, n,
+                    "%s %s: run %" PRId64 " layer %" PRId32 " head %" PRId32 " step %" PRId64
+                    ": %s %.4g %s %.4g for %" PRIu32 " sample%s",
+                    alerts_rule_name(t->rule), alerts_state_name(t->state), t->run_id, t->layer,
+                    t->head, t->step, what, t->value, cmp, t->threshold, t->streak,
+                    t->streak == 1 ? "" : "s");
+}
+
+/* ---- the engine ---------------------------------------------------------------------------------- */
+
+static void *counted_alloc(alerts_engine *e, size_t n)
+{
+    void *p = calloc(1, n);
+    if (p)
+        e->allocations++;
+    return p;
+}
+
+alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errlen)
+{
+    alerts_config c;
+    if (defaults) {
+        if (alerts_config_check(defaults, err, errlen))
+            return NULL;
+        c = *defaults;
+    } else {
+        alerts_config_default(&c);
+    }
+    alerts_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        set_err(err, errlen, "alert engine: out of memory");
+        return NULL;
+    }
+    e->defaults = c;
+    e->allocations = 1;
+    return e;
+}
+
+void alerts_free(alerts_engine *e)
+{
+    if (!e)
+        return;
+    free(e->slots);
+    free(e->runs);
+    free(e);
+}
+
+static uint64_t key_hash(int64_t run_id, int32_t layer, int32_t head)
+{
+    uint64_t x = (uint64_t)run_id * 0x9E3779B97F4A7C15ULL;
+    x ^= ((uint64_t)(uint32_t)layer << 32 | (uint32_t)head) + 0x632BE59BD9B4E019ULL + (x << 6) +
+         (x >> 2);
+    /* splitmix64 finaliser */
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return x;
+}
+
+static size_t home_of(const alerts_engine *e, const head_state *s)
+{
+    return (size_t)key_hash(s->run_id, s->layer, s->head) & (e->cap - 1);
+}
+
+/* The slot of the key, or of the empty slot where it would go. Needs cap > count. */
+static head_state *probe(const alerts_engine *e, int64_t run_id, int32_t layer, int32_t head)
+{
+    size_t mask = e->cap - 1;
+    size_t i = (size_t)key_hash(run_id, layer, head) & mask;
+    for (;;) {
+        head_state *s = &e->slots[i];
+        if (s->run_id == 0 || (s->run_id == run_id && s->layer == layer && s->head == head))
+            return s;
+        i = (i + 1) & mask;
+    }
+}
+
+/* Grow the table to at least new_cap slots (a power of two). */
+static alerts_status grow(alerts_engine *e, size_t new_cap)
+{
+    if (new_cap <= e->cap)
+        return ALERTS_OK;
+    if (new_cap > (size_t)ALERTS_MAX_HEADS * 2 || new_cap > SIZE_MAX / sizeof(head_state))
+        return ALERTS_ENOMEM;
+    head_state *old = e->slots;
+    size_t old_cap = e->cap;
+    head_state *slots = counted_alloc(e, new_cap * sizeof *slots);
+    if (!slots)
+        return ALERTS_ENOMEM;
+    e->slots = slots;
+    e->cap = new_cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].run_id != 0)
+            *probe(e, old[i].run_id, old[i].layer, old[i].head) = old[i];
+    free(old);
+    return ALERTS_OK;
+}
+
+static size_t cap_for(size_t n)
+{
+    size_t cap = 64;
+    while (cap < 2 * n && cap < ((size_t)1 << 40))
+        cap *= 2;
+    return cap;
+}
+
+alerts_status alerts_reserve(alerts_engine *e, size_t n)
+{
+    if (n > ALERTS_MAX_HEADS)
+        return ALERTS_ENOMEM;
+    return grow(e, cap_for(n));
+}
+
+static run_config *find_run(alerts_engine *e, int64_t run_id)
+{
+    if (e->last_run < e->nruns && e->runs[e->last_run].run_id == run_id)
+        return &e->runs[e->last_run];
+    for (size_t i = 0; i < e->nruns; i++) {
+        if (e->runs[i].run_id == run_id) {
+            e->last_run = i;
+            return &e->runs[i];
+        }
+    }
+    return NULL;
+}
+
+alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_overrides *o,
+                             char *err, size_t errlen)
+{
+    if (run_id <= 0) {
+        set_err(err, errlen, "run id %" PRId64 " is not > 0", run_id);
+        return ALERTS_EINVAL;
+    }
+    alerts_config c;
+    alerts_status st = alerts_config_merge(&c, &e->defaults, o, err, errlen);
+    if (st)
+        return st;
+    run_config *r = find_run(e, run_id);
+    if (!r) {
+        if (e->nruns == e->runs_cap) {
+            size_t ncap = e->runs_cap ? e->runs_cap * 2 : 8;
+            run_config *nr = counted_alloc(e, ncap * sizeof *nr);
+            if (!nr) {
+                set_err(err, errlen, "alert engine: out of memory");
+                return ALERTS_ENOMEM;
+            }
+            if (e->nruns)
+                memcpy(nr, e->runs, e->nruns * sizeof *nr);
+            free(e->runs);
+            e->runs = nr;
+            e->runs_cap = ncap;
+        }
+        r = &e->runs[e->nruns++];
+        r->run_id = run_id;
+    }
+    r->cfg = c;
+    return ALERTS_OK;
+}
+
+void alerts_run_config(const alerts_engine *e, int64_t run_id, alerts_config *out)
+{
+    for (size_t i = 0; i < e->nruns; i++) {
+        if (e->runs[i].run_id == run_id) {
+            *out = e->runs[i].cfg;
+            return;
+        }
+    }
+    *out = e->defaults;
+}
+
+/* Advance one rule by one judgement (bad or good); write a transition to *t when it flips. */
+static int judge(rule_state *r, int bad, uint32_t raise_after, uint32_t clear_after,
+                 alerts_transition *t)
+{
+    if (bad) {
+        r->good = 0;
+        if (r->bad < UINT32_MAX)
+            r->bad++;
+        if (!r->raised && r->bad >= raise_after) {
+            r->raised = 1;
+            t->state = ALERTS_RAISED;
+            t->streak = r->bad;
+            r->raise = *t;
+            return 1;
+        }
+    } else {
+        r->bad = 0;
+        if (r->good < UINT32_MAX)
+            r->good++;
+        if (r->raised && r->good >= clear_after) {
+            r->raised = 0;
+            t->state = ALERTS_CLEARED;
+            t->streak = r->good;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head, int64_t step,
+                   const stats_head *h, alerts_transition out[ALERTS_NRULES])
+{
+    if (!e || run_id <= 0 || layer < 0 || head < 0 || !h || !out)
+        return -1;
+    int has_rows = h->rows > 0;
+    if (!has_rows && h->nonfinite_rows <= 0)
+        return 0; /* says nothing: not even a new state */
+
+    if (e->cap == 0 || (e->count + 1) * 2 > e->cap) {
+        head_state *known = e->cap ? probe(e, run_id, layer, head) : NULL;
+        if (!known || known->run_id == 0) {
+            if (e->count >= ALERTS_MAX_HEADS || grow(e, e->cap ? e->cap * 2 : 64))
+                return -1;
+        }
+    }
+    head_state *s = probe(e, run_id, layer, head);
+    if (s->run_id == 0) {
+        memset(s, 0, sizeof *s);
+        s->run_id = run_id;
+        s->layer = layer;
+        s->head = head;
+        e->count++;
+    }
+    const run_config *rc = find_run(e, run_id);
+    const alerts_config *c = rc ? &rc->cfg : &e->defaults;
+
+    int n = 0;
+    alerts_transition t = {.run_id = run_id, .layer = layer, .head = head, .step = step};
+
+    /* ENTROPY_FLOOR */
+    if (has_rows && !isnan(h->entropy_norm_mean)) {
+        t.rule = ALERTS_ENTROPY_FLOOR;
+        t.value = h->entropy_norm_mean;
+        t.threshold = c->entropy_floor;
+        if (judge(&s->r[0], t.value < t.threshold, c->raise_after, c->clear_after, &t))
+            out[n++] = t;
+    }
+
+    /* ENTROPY_DROP: judged against the baseline before this sample, which it may then join. */
+    if (has_rows && isfinite(h->entropy_mean)) {
+        rule_state *r = &s->r[1];
+        int bad = 0;
+        if (s->ema_n >= c->ema_warmup) {
+            t.rule = ALERTS_ENTROPY_DROP;
+            t.value = h->entropy_mean;
+            t.threshold = (1.0 - c->entropy_drop) * s->ema;
+            bad = t.value < t.threshold;
+            if (judge(r, bad, c->raise_after, c->clear_after, &t))
+                out[n++] = t;
+        }
+        if (!r->raised && !bad) {
+            s->ema = s->ema_n == 0 ? h->entropy_mean
+                                   : s->ema + c->ema_alpha * (h->entropy_mean - s->ema);
+            if (s->ema_n < UINT32_MAX)
+                s->ema_n++;
+        }
+    }
+
+    /* LOGIT_CEILING */
+    if (has_rows && !isnan(h->max_logit)) {
+        t.rule = ALERTS_LOGIT_CEILING;
+        t.value = h->max_logit;
+        t.threshold = c->logit_ceiling;
+        if (judge(&s->r[2], t.value > t.threshold, c->raise_after, c->clear_after, &t))
+            out[n++] = t;
+    }
+
+    /* NONFINITE: immediate */
+    t.rule = ALERTS_NONFINITE;
+    t.value = (double)h->nonfinite_rows;
+    t.threshold = 0;
+    if (judge(&s->r[3], h->nonfinite_rows > 0, 1, c->clear_after, &t))
+        out[n++] = t;
+    return n;
+}
+
+size_t alerts_active(const alerts_engine *e, int64_t run_id, alerts_transition *out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->cap; i++) {
+        const head_state *s = &e->slots[i];
+        if (s->run_id == 0 || (run_id > 0 && s->run_id != run_id))
+            continue;
+        for (int r = 0; r < ALERTS_NRULES; r++) {
+            if (!s->r[r].raised)
+                continue;
+            if (n < max)
+                out[n] = s->r[r].raise;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Empty slot i and close the gap (backward-shift deletion for linear probing). */
+static void remove_slot(alerts_engine *e, size_t i)
+{
+    size_t mask = e->cap - 1, j = i;
+    e->slots[i].run_id = 0;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (e->slots[j].run_id == 0)
+            break;
+        size_t k = home_of(e, &e->slots[j]);
+        /* Entry j may stay when its home k lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays)
+            continue;
+        e->slots[i] = e->slots[j];
+        e->slots[j].run_id = 0;
+        i = j;
+    }
+    e->count--;
+}
+
+void alerts_forget_run(alerts_engine *e, int64_t run_id)
+{
+    if (!e || run_id <= 0)
+        return;
+    for (size_t i = 0; i < e->cap;) {
+        if (e->slots[i].run_id == run_id)
+            remove_slot(e, i); /* another entry may have moved into i: look again */
+        else
+            i++;
+    }
+    for (size_t i = 0; i < e->nruns; i++) {
+        if (e->runs[i].run_id == run_id) {
+            e->runs[i] = e->runs[--e->nruns];
+            break;
+        }
+    }
+    e->last_run = 0;
+}
+
+size_t alerts_heads(const alerts_engine *e)
+{
+    return e->count;
+}
+
+size_t alerts_allocations(const alerts_engine *e)
+{
+    return e->allocations;
+}

@@ -1,0 +1,185 @@
+/* alerts.h — the alert engine: rules over per-(run, layer, head) statistics, with hysteresis.
+ *
+ * Pure logic: no I/O, no clock, no global state. The daemon feeds it every stored sample and sinks
+ * the transitions it returns (store, log, subscribers, exec). One engine is used by one thread at
+ * a time.
+ *
+ * Rules (values match AlertRule in proto/attnstat.proto), each kept per (run, layer, head):
+ *   ENTROPY_FLOOR  bad when entropy_norm_mean < entropy_floor.
+ *                  value = entropy_norm_mean, threshold = entropy_floor.
+ *   ENTROPY_DROP   bad when entropy_mean < (1 - entropy_drop) * baseline, where the baseline is an
+ *                  EMA of entropy_mean with weight ema_alpha. The first sample sets the baseline;
+ *                  the rule judges nothing until ema_warmup samples have been folded in. The
+ *                  baseline takes a sample only while the rule is not raised and the sample is not
+ *                  bad, so a collapse does not drag its own reference down.
+ *                  value = entropy_mean, threshold = (1 - entropy_drop) * baseline.
+ *   LOGIT_CEILING  bad when max_logit > logit_ceiling.
+ *                  value = max_logit, threshold = logit_ceiling.
+ *   NONFINITE      bad when nonfinite_rows > 0. Raises on the first bad sample (whatever
+ *                  raise_after says), clears like the others.
+ *                  value = nonfinite_rows, threshold = 0.
+ * Hysteresis: a rule raises after raise_after consecutive bad samples and clears after
+ * clear_after consecutive good ones; one transition per edge, never repeated while the state holds.
+ * Samples that say nothing: a sample with rows == 0 (no counted row: its means are NaN) changes
+ * nothing for the entropy and logit rules; for NONFINITE it is bad when nonfinite_rows > 0 (a head
+ * whose every row was non-finite) and changes nothing otherwise. A rule whose value is NaN (e.g.
+ * entropy_norm_mean when rows_norm == 0) changes nothing for that rule: counters keep their streak.
+ *
+ * Memory: per-head state lives in an open-addressing hash table that grows geometrically when a new
+ * (run, layer, head) appears; observing heads already known never allocates (see
+ * alerts_allocations()). alerts_reserve() sizes it up front.
+ */
+#ifndef ATTNSTAT_ALERTS_H
+#define ATTNSTAT_ALERTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    ALERTS_ENTROPY_FLOOR = 1,
+    ALERTS_ENTROPY_DROP = 2,
+    ALERTS_LOGIT_CEILING = 3,
+    ALERTS_NONFINITE = 4,
+} alerts_rule;
+
+#define ALERTS_NRULES 4
+
+typedef enum {
+    ALERTS_RAISED = 1,
+    ALERTS_CLEARED = 2,
+} alerts_state;
+
+/* Thresholds. Defaults (alerts_config_default) and accepted bounds:
+ *   entropy_floor  0.1    [0, 1]      normalised entropy: mean row attends almost one key
+ *   entropy_drop   0.5    (0, 1)      entropy halves relative to its baseline
+ *   ema_alpha      0.05   (0, 1]      baseline memory of about 1/alpha = 20 samples
+ *   ema_warmup     20     [1, 1e6]    samples before ENTROPY_DROP can judge
+ *   logit_ceiling  100    (0, 1e30]   QK-Clip's tau (Kimi K2)
+ *   raise_after    3      [1, 1e6]    consecutive bad samples to raise
+ *   clear_after    5      [1, 1e6]    consecutive good samples to clear
+ * (Thresholds.collapse_threshold of the protocol is a parameter of the computation, not of these
+ * rules: it goes to stats_problem.collapse_threshold.) */
+typedef struct {
+    double entropy_floor;
+    double entropy_drop;
+    double ema_alpha;
+    uint32_t ema_warmup;
+    double logit_ceiling;
+    uint32_t raise_after;
+    uint32_t clear_after;
+} alerts_config;
+
+/* Per-run overrides: each field is used only when its has_ flag is set (the shape protobuf-c gives
+ * the optional fields of Thresholds, so a Hello's thresholds copy straight across). */
+typedef struct {
+    int has_entropy_floor;
+    double entropy_floor;
+    int has_entropy_drop;
+    double entropy_drop;
+    int has_ema_alpha;
+    double ema_alpha;
+    int has_ema_warmup;
+    uint32_t ema_warmup;
+    int has_logit_ceiling;
+    double logit_ceiling;
+    int has_raise_after;
+    uint32_t raise_after;
+    int has_clear_after;
+    uint32_t clear_after;
+} alerts_overrides;
+
+/* One edge of one rule of one head. */
+typedef struct {
+    int64_t run_id;
+    int32_t layer, head;
+    int64_t step;        /* the sample that caused it (for active alerts: the one that raised) */
+    alerts_rule rule;
+    alerts_state state;
+    double value;        /* the rule's value in that sample (see the rules above) */
+    double threshold;    /* the threshold it was compared with */
+    uint32_t streak;     /* consecutive bad (raise) or good (clear) samples that led to it */
+} alerts_transition;
+
+typedef enum {
+    ALERTS_OK = 0,
+    ALERTS_EINVAL = 1,   /* bad argument or a threshold out of bounds: the message names it */
+    ALERTS_ENOMEM = 2,   /* an allocation failed, or the head limit was reached */
+} alerts_status;
+
+typedef struct alerts_engine alerts_engine;
+
+/* Most (run, layer, head) states one engine keeps; beyond it new heads get ALERTS_ENOMEM. */
+#define ALERTS_MAX_HEADS (1u << 24)
+
+const char *alerts_rule_name(alerts_rule r);   /* "entropy_floor", ...; "unknown" otherwise */
+const char *alerts_state_name(alerts_state s); /* "raised", "cleared" */
+/* The rule named name (as alerts_rule_name() spells it), or 0 when none. */
+alerts_rule alerts_rule_from_name(const char *name);
+
+void alerts_config_default(alerts_config *c);
+
+/* Check every field against its bounds. ALERTS_EINVAL with a message naming the field, the value
+ * and the bounds. err may be NULL. */
+alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errlen);
+
+/* out = base with the fields set in o replaced; checked. o may be NULL (out = base). */
+alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
+                                  const alerts_overrides *o, char *err, size_t errlen);
+
+/* The config as one line of JSON (for the runs table, logs). Returns what snprintf returns. */
+int alerts_config_format(const alerts_config *c, char *buf, size_t n);
+
+/* A one-line description of a transition for people (logs, the alerts table, the exec sink), e.g.
+ * "entropy_floor raised: run 3 layer 2 head 7 step 1200: normalised entropy mean 0.041 < 0.1
+ * for 3 samples". Returns what snprintf returns. */
+int alerts_format(const alerts_transition *t, char *buf, size_t n);
+
+/* A new engine whose runs use `defaults` (checked; NULL: alerts_config_default()). NULL with err
+ * set on a bad config or out of memory. */
+alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errlen);
+void alerts_free(alerts_engine *e);
+
+/* Make room for n (run, layer, head) states without further growth. */
+alerts_status alerts_reserve(alerts_engine *e, size_t n);
+
+/* Per-run thresholds: the engine's defaults with o applied (o NULL: back to the defaults). Takes
+ * effect from the next sample of that run; raised alerts and streaks are kept. Bad values give
+ * ALERTS_EINVAL and change nothing. run_id > 0. */
+alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_overrides *o,
+                             char *err, size_t errlen);
+
+/* The thresholds in force for run_id (its overrides, or the defaults). */
+void alerts_run_config(const alerts_engine *e, int64_t run_id, alerts_config *out);
+
+/* Observe one sample. Writes the transitions it causes (at most ALERTS_NRULES, in rule order) to
+ * out and returns how many; returns -1 (nothing changed) when the state of a new head cannot be
+ * allocated (ALERTS_ENOMEM) or an argument is bad (run_id <= 0, layer < 0, head < 0, h NULL). */
+int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head, int64_t step,
+                   const stats_head *h, alerts_transition out[ALERTS_NRULES]);
+
+/* The alerts raised now, of one run (run_id > 0) or all (run_id == 0): writes up to max of them
+ * to out (in no particular order; each as its raising transition) and returns how many there are.
+ * out may be NULL when max == 0. */
+size_t alerts_active(const alerts_engine *e, int64_t run_id, alerts_transition *out, size_t max);
+
+/* Drop every state and the overrides of a run (it ended). Raised alerts are dropped without a
+ * transition: the caller records the end of the run if it wants to. Never allocates. */
+void alerts_forget_run(alerts_engine *e, int64_t run_id);
+
+/* Number of (run, layer, head) states kept. */
+size_t alerts_heads(const alerts_engine *e);
+
+/* Allocations the engine has made since alerts_new() (constant in the steady state). */
+size_t alerts_allocations(const alerts_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNSTAT_ALERTS_H */
