@@ -1,0 +1,26 @@
+"""attnstat: hand a training job's attention tensors to attnstatd, which keeps per-(layer, head)
+attention entropy and max-logit statistics, stores their history and raises alerts.
+
+    import attnstat
+    with attnstat.Client(run="gpt-small", rank=0) as client:
+        client.push(step, layer, q, k, causal=True)   # q, k: [B, H, N, D]; never waits
+        client.flush()
+
+An unmodified PyTorch model (every call to torch.nn.functional.scaled_dot_product_attention):
+
+    import attnstat.torch
+    with attnstat.torch.monitor(client, every=10, model=model):
+        train()
+
+A thin ctypes binding over libattnstat.so: no compile step, and nothing beyond the standard library
+is imported (tensors are read through __array_interface__ / __cuda_array_interface__ or PyTorch's
+data_ptr() / stride(), duck-typed). The library is found through $ATTNSTAT_LIB, else this source
+tree's build*/client/libattnstat.so, else the system's library path.
+"""
+from ._client import Alert, AttnstatError, Client, default_socket
+from ._lib import BF16, F16, F32, LibraryNotFound, MEM_CUDA, MEM_HOST, load as load_library
+
+__version__ = "0.1.0"
+
+__all__ = ["Client", "AttnstatError", "Alert", "LibraryNotFound", "default_socket",
+           "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA"]

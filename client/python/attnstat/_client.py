@@ -1,0 +1,553 @@
+"""attnstat.Client: one connection to attnstatd through libattnstat (ctypes)."""
+import ctypes
+import json
+import math
+import os
+import threading
+import warnings
+
+from . import _lib
+from ._tensor import TensorError, describe
+
+
+class AttnstatError(Exception):
+    """A failed libattnstat call. .code is the attnstat_code (an int), .code_name its name
+    ("EINVAL", ...), and the message is the library's sentence."""
+
+    def __init__(self, code, message):
+        self.code = int(code)
+        self.code_name = _lib.CODE_NAMES.get(self.code, "code %d" % self.code)
+        self.message = message
+        Exception.__init__(self, "%s: %s" % (self.code_name, message) if message
+                           else self.code_name)
+
+
+class Alert(object):
+    """An alert from the daemon (see Client.on_alert). rule: 'entropy_floor', 'entropy_drop',
+    'logit_ceiling' or 'nonfinite'; state: 'raised' or 'cleared'."""
+    __slots__ = ("run", "run_id", "rank", "step", "layer", "head", "rule", "state", "value",
+                 "threshold", "time_ms", "message")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return ("Alert(%s %s run=%r rank=%s step=%s layer=%s head=%s value=%g threshold=%g)"
+                % (self.rule, self.state, self.run, self.rank, self.step, self.layer, self.head,
+                   self.value, self.threshold))
+
+
+_HEAD_FIELDS = [f for f, _ in _lib.HeadResult._fields_]
+_COUNTER_FIELDS = [f for f, _ in _lib.Counters._fields_ if f not in ("reserved", "last_error")]
+_THRESHOLD_FIELDS = [f for f, _ in _lib.Thresholds._fields_]
+
+
+def _s(b):
+    return b.decode("utf-8", "replace") if b is not None else ""
+
+
+def _struct_dict(st, skip=("reserved",)):
+    out = {}
+    for f, _ in st._fields_:
+        if f in skip:
+            continue
+        v = getattr(st, f)
+        out[f] = _s(v) if isinstance(v, bytes) else v
+    return out
+
+
+class Client(object):
+    """A connection to attnstatd, introduced with a hello.
+
+        with attnstat.Client(run="gpt-small", rank=0) as c:
+            for step ...:
+                c.push(step, layer, q, k, causal=True)     # True: sent; False: dropped
+            c.flush()
+
+    socket: the daemon's socket path (None: $ATTNSTAT_SOCKET, else
+    $XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else /run/attnstat/attnstatd.sock).
+    run, rank: the run this process belongs to. thresholds: a dict overriding the daemon's alert
+    thresholds for this run (keys: %s). config: a str or a JSON-serialisable object stored with
+    the run. ring_bytes, queue_bytes: sizes of the shared-memory ring and the outgoing queue.
+    timeout_s: for connect and hello. lib: a path to libattnstat.so or an already loaded CDLL.
+    hello=False connects without introducing a run (for status() and subscribe() only).
+
+    A Client may be used from several threads: every call holds the client's lock. Callbacks run
+    inside push(), poll(), flush() and status() on the calling thread and must not call the client.
+    """ % ", ".join(_THRESHOLD_FIELDS)
+
+    def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
+                 ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True):
+        self._c = None
+        self._lock = threading.RLock()
+        self._in_callback = False
+        self._callback_error = None
+        self._alert_cbs = []
+        self._result_cbs = []
+        self._ack_cbs = []
+        self._subscribed = (False, False)
+        self._held = {}          # seq -> objects kept alive for the daemon (GPU path)
+        self._held_unseq = []    # the same, when the library cannot say which push they belong to
+        self._warned_closed = False
+        if lib is None or isinstance(lib, (str, bytes, os.PathLike)):
+            lib = _lib.load(lib)
+        elif not hasattr(lib, "_attnstat_path"):
+            _lib._declare(lib)
+        self._lib = lib
+        self._push_ex = _lib.optional(lib, "attnstat_push_ex")
+
+        opts = _lib.ConnectOpts()
+        lib.attnstat_connect_opts_init(ctypes.byref(opts))
+        self.socket = os.fsdecode(socket) if socket is not None else default_socket(lib)
+        opts.socket_path = os.fsencode(self.socket)
+        if ring_bytes is not None:
+            opts.ring_bytes = _nonneg_int(ring_bytes, "ring_bytes")
+        if queue_bytes is not None:
+            opts.queue_bytes = _nonneg_int(queue_bytes, "queue_bytes")
+        if timeout_s is not None:
+            opts.timeout_ms = max(1, int(round(float(timeout_s) * 1000)))
+        err = _lib.Error()
+        handle = ctypes.c_void_p()
+        rc = lib.attnstat_connect_ex(ctypes.byref(opts), ctypes.byref(handle), ctypes.byref(err))
+        if rc != _lib.OK:
+            raise AttnstatError(rc, _s(err.msg) or _s(lib.attnstat_strerror(rc)))
+        self._c = handle
+
+        # Scratch structs reused by every push (under the lock).
+        self._opts = _lib.PushOpts()
+        self._tq, self._tk, self._tv = _lib.Tensor(), _lib.Tensor(), _lib.Tensor()
+        self._seq = ctypes.c_uint64()
+
+        self._alert_fn = _lib.ALERT_FN(self._on_alert_c)
+        self._result_fn = _lib.RESULT_FN(self._on_result_c)
+        self._ack_fn = _lib.ACK_FN(self._on_ack_c)
+        self._release_fn = _lib.RELEASE_FN(self._on_release_c)
+        lib.attnstat_set_alert_callback(handle, self._alert_fn, None)
+        lib.attnstat_set_result_callback(handle, self._result_fn, None)
+        lib.attnstat_set_ack_callback(handle, self._ack_fn, None)
+        set_release = _lib.optional(lib, "attnstat_set_release_callback")
+        self._release_cb = set_release is not None and self._push_ex is not None
+        if self._release_cb:
+            set_release(handle, self._release_fn, None)
+
+        self.run = run
+        self.rank = int(rank)
+        if hello:
+            try:
+                self._hello(run, rank, thresholds, config)
+            except BaseException:
+                self.close()
+                raise
+
+    # ---- setup ----------------------------------------------------------------------------------
+    def _hello(self, run, rank, thresholds, config):
+        th = None
+        if thresholds:
+            th = _lib.Thresholds()
+            self._lib.attnstat_thresholds_init(ctypes.byref(th))
+            for k, v in dict(thresholds).items():
+                if k not in _THRESHOLD_FIELDS:
+                    raise AttnstatError(_lib.EINVAL, "unknown threshold %r (known: %s)"
+                                        % (k, ", ".join(_THRESHOLD_FIELDS)))
+                if v is None:
+                    continue
+                if k in ("raise_after", "clear_after"):
+                    setattr(th, k, _nonneg_int(v, k))
+                else:
+                    setattr(th, k, float(v))
+        if config is not None and not isinstance(config, (str, bytes)):
+            config = json.dumps(config, sort_keys=True, default=str)
+        cfg = config.encode() if isinstance(config, str) else config
+        runb = run.encode() if isinstance(run, str) else run
+        rc = self._lib.attnstat_hello(self._c, runb, int(rank),
+                                      ctypes.byref(th) if th is not None else None, cfg)
+        self._check(rc)
+
+    # ---- pushing --------------------------------------------------------------------------------
+    def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
+             window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
+             cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
+             stream=None):
+        """Hands q, k (and v) of one attention call to the daemon; never waits for it.
+
+        Returns True when the push is on its way, False when it was dropped (the ring or the
+        queue was full, or the connection is gone: counted in stats()). Raises AttnstatError for
+        a bad argument (code EINVAL, the message says which) and for CUDA tensors while this
+        libattnstat has no GPU path (ENOTSUP).
+
+        q: [B, Hq, Nq, D]; k, v: [B, Hkv, Nk, D], Hq a multiple of Hkv (GQA); layout='bnhd' takes
+        [B, N, H, D] tensors instead. float32, float16 or bfloat16; q and k of one dtype.
+        causal: bottom-right aligned when Nk > Nq. window=(left, right) or window_left /
+        window_right: sliding window, negative = unbounded. softcap: tanh soft-capping of the
+        logits (0: off). scale: logit scale (0: 1/sqrt(D)). sample_every=k: rows 0, k, 2k...;
+        sample_rows=n: n random rows per sequence drawn with seed. cu_seqlens_q/k: packed
+        sequences (B = 1), n_seqs + 1 int32 offsets each. want_results: the per-head results come
+        back to the on_result callbacks. stream: the CUDA stream (handle as int, or an object with
+        .cuda_stream or .ptr) the tensors were written on; default: the tensor's own.
+        """
+        if window is not None:
+            if window_left is not None or window_right is not None:
+                raise AttnstatError(_lib.EINVAL, "give window=(left, right) or window_left / "
+                                    "window_right, not both")
+            try:
+                window_left, window_right = window
+            except (TypeError, ValueError):
+                raise AttnstatError(_lib.EINVAL, "window is %r: must be a pair (left, right)"
+                                    % (window,))
+        try:
+            dq = describe(q, "q", layout)
+            dk = describe(k, "k", layout)
+            dv = describe(v, "v", layout) if v is not None else None
+        except TensorError as e:
+            raise AttnstatError(_lib.EINVAL, str(e))
+        cu = _cu_pair(cu_seqlens_q, cu_seqlens_k)
+        gpu = dq.mem == _lib.MEM_CUDA or dk.mem == _lib.MEM_CUDA or (
+            dv is not None and dv.mem == _lib.MEM_CUDA)
+        if stream is None:
+            stream = dq.stream
+        elif not isinstance(stream, int):
+            stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
+
+        with self._lock:
+            self._enter()
+            o = self._opts
+            self._lib.attnstat_push_opts_init(ctypes.byref(o))
+            try:
+                o.step = int(step)
+                o.layer = _u32(layer, "layer")
+                o.causal = 1 if causal else 0
+                o.window_left = -1 if window_left is None else _i32(window_left, "window_left")
+                o.window_right = -1 if window_right is None else _i32(window_right, "window_right")
+                o.softcap = _float(softcap, "softcap")
+                o.scale = _float(scale, "scale")
+                o.sample_every = _u32(sample_every, "sample_every")
+                o.sample_rows = _u32(sample_rows, "sample_rows")
+                o.sample_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+                o.want_results = 1 if want_results else 0
+                o.cuda_stream = int(stream) if stream else None
+            except (TypeError, ValueError, OverflowError) as e:
+                raise AttnstatError(_lib.EINVAL, str(e))
+            if cu is not None:
+                o.cu_seqlens_q, o.cu_seqlens_k, o.n_seqs = cu[:3]
+            dq.fill(self._tq)
+            dk.fill(self._tk)
+            pv = None
+            if dv is not None:
+                dv.fill(self._tv)
+                pv = ctypes.byref(self._tv)
+            c = self._handle()
+            if self._push_ex is not None:
+                self._seq.value = 0
+                rc = self._push_ex(c, ctypes.byref(o), ctypes.byref(self._tq),
+                                   ctypes.byref(self._tk), pv, ctypes.byref(self._seq))
+            else:
+                rc = self._lib.attnstat_push(c, ctypes.byref(o), ctypes.byref(self._tq),
+                                             ctypes.byref(self._tk), pv)
+            o.cu_seqlens_q = o.cu_seqlens_k = None
+            self._raise_callback_error()
+            if rc == _lib.OK:
+                if gpu:
+                    self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
+                return True
+            if rc == _lib.DROPPED:
+                return False
+            if rc == _lib.ECLOSED:
+                if not self._warned_closed:
+                    self._warned_closed = True
+                    warnings.warn("attnstat: the connection to attnstatd is closed; pushes are "
+                                  "dropped from now on (%s)" % self._last_error(),
+                                  RuntimeWarning, stacklevel=2)
+                return False
+            if rc == _lib.ENOTSUP and gpu:
+                raise AttnstatError(rc, self._last_error() + " (CUDA tensors need a libattnstat "
+                                    "with the GPU path; copy the tensors to the host meanwhile)")
+            raise AttnstatError(rc, self._last_error())
+
+    def _hold(self, objs):
+        """Keeps the caller's GPU tensors alive until the daemon no longer reads them."""
+        seq = self._seq.value if self._push_ex is not None else 0
+        if seq and self._release_cb:
+            self._held[seq] = objs
+        elif seq == 0 and self._push_ex is not None:
+            pass  # the library copied them (staged path): nothing to hold
+        else:
+            self._held_unseq.append(objs)
+
+    def _drop_unseq_holds(self):
+        """Without per-push release notifications: once nothing is in flight, nothing is read."""
+        if self._held_unseq and self._c:
+            st = _lib.Counters()
+            self._lib.attnstat_stats(self._c, ctypes.byref(st))
+            if st.in_flight == 0:
+                del self._held_unseq[:]
+
+    # ---- replies --------------------------------------------------------------------------------
+    def poll(self, timeout_ms=0):
+        """Sends what is queued and processes what arrived (running the callbacks), waiting up to
+        timeout_ms (0: not at all; < 0: until something arrives). Raises AttnstatError when the
+        connection is unusable."""
+        with self._lock:
+            self._enter()
+            rc = self._lib.attnstat_poll(self._handle(), int(timeout_ms))
+            self._raise_callback_error()
+            self._drop_unseq_holds()
+            self._check(rc)
+
+    def flush(self, timeout_s=10):
+        """Waits until every push sent is acknowledged (stored by the daemon), up to timeout_s
+        seconds (None: no limit). True when everything was acknowledged, False when time ran out.
+        Raises AttnstatError when the connection is unusable."""
+        ms = -1 if timeout_s is None else max(0, int(math.ceil(float(timeout_s) * 1000)))
+        with self._lock:
+            self._enter()
+            rc = self._lib.attnstat_flush(self._handle(), ms)
+            self._raise_callback_error()
+            if rc == _lib.ETIMEDOUT:
+                return False
+            self._check(rc)
+            del self._held_unseq[:]
+            return True
+
+    def stats(self):
+        """The client's counters as a dict: pushed, sent, acked, dropped_local (dropped_ring,
+        dropped_queue), dropped_daemon, rejected, released, in_flight, errors, alerts, ring_bytes,
+        ring_used, queue_bytes, last_code, last_error; plus held (GPU pushes whose tensors this
+        object keeps alive)."""
+        with self._lock:
+            st = _lib.Counters()
+            self._lib.attnstat_stats(self._handle(), ctypes.byref(st))
+            d = _struct_dict(st)
+            d["held"] = len(self._held) + len(self._held_unseq)
+            return d
+
+    def status(self, timeout_s=5):
+        """The daemon's status as a dict (the fields of attnstat_daemon_status; 'workers' and
+        'client_list' are lists of dicts, 'clients' is the number connected). Works without a
+        hello."""
+        with self._lock:
+            self._enter()
+            out = _lib.DaemonStatus()
+            rc = self._lib.attnstat_status(self._handle(), ctypes.byref(out),
+                                           max(1, int(float(timeout_s) * 1000)))
+            self._raise_callback_error()
+            self._check(rc)
+        d = _struct_dict(out, skip=("workers", "client_list", "n_workers", "n_client_list"))
+        d["workers"] = [_struct_dict(out.workers[i])
+                        for i in range(min(out.n_workers, _lib.STATUS_MAX_WORKERS))]
+        d["client_list"] = [_struct_dict(out.client_list[i])
+                            for i in range(min(out.n_client_list, _lib.STATUS_MAX_CLIENTS))]
+        return d
+
+    def subscribe(self, alerts=True, results=False):
+        """Asks the daemon to stream alerts (and every push's per-head results) to this
+        connection; they reach the on_alert / on_result callbacks during poll()."""
+        with self._lock:
+            self._enter()
+            a = bool(alerts) or self._subscribed[0]
+            r = bool(results) or self._subscribed[1]
+            rc = self._lib.attnstat_subscribe(self._handle(), int(a), int(r))
+            self._check(rc)
+            self._subscribed = (a, r)
+
+    def on_alert(self, callback, subscribe=True):
+        """Calls callback(alert: Alert) for every alert; subscribes to alerts unless told not to.
+        Returns the callback (usable as a decorator)."""
+        with self._lock:
+            self._alert_cbs.append(callback)
+        if subscribe and not self._subscribed[0]:
+            self.subscribe(alerts=True)
+        return callback
+
+    def on_result(self, callback):
+        """Calls callback(seq, step, layer, heads: list of dicts) for pushes made with
+        want_results=True (and, after subscribe(results=True), for every push)."""
+        with self._lock:
+            self._result_cbs.append(callback)
+        return callback
+
+    def on_rejected(self, callback):
+        """Calls callback(seq, step, layer, code, message) for every push the daemon dropped or
+        refused (its Ack was not OK)."""
+        with self._lock:
+            self._ack_cbs.append(callback)
+        return callback
+
+    # ---- C callbacks ----------------------------------------------------------------------------
+    def _dispatch(self, cbs, *args):
+        self._in_callback = True
+        try:
+            for cb in list(cbs):
+                try:
+                    cb(*args)
+                except BaseException as e:  # re-raised when the C call returns
+                    if self._callback_error is None:
+                        self._callback_error = e
+        finally:
+            self._in_callback = False
+
+    def _on_alert_c(self, user, a):
+        if not self._alert_cbs:
+            return
+        a = a.contents
+        alert = Alert(run=_s(a.run), run_id=a.run_id, rank=a.rank, step=a.step, layer=a.layer,
+                      head=a.head, rule=_s(self._lib.attnstat_rule_name(a.rule)),
+                      state=_s(self._lib.attnstat_state_name(a.state)), value=a.value,
+                      threshold=a.threshold, time_ms=a.time_ms, message=_s(a.message))
+        self._dispatch(self._alert_cbs, alert)
+
+    def _on_result_c(self, user, seq, step, layer, heads, n):
+        if not self._result_cbs:
+            return
+        hs = [{f: getattr(heads[i], f) for f in _HEAD_FIELDS} for i in range(n)]
+        self._dispatch(self._result_cbs, seq, step, layer, hs)
+
+    def _on_ack_c(self, user, seq, step, layer, code, message):
+        if self._ack_cbs:
+            self._dispatch(self._ack_cbs, seq, step, layer, code, _s(message))
+
+    def _on_release_c(self, user, seq):
+        self._held.pop(seq, None)
+
+    def _raise_callback_error(self):
+        e, self._callback_error = self._callback_error, None
+        if e is not None:
+            raise e
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    @property
+    def run_id(self):
+        """The run id the daemon gave this connection, or -1."""
+        with self._lock:
+            return int(self._lib.attnstat_run_id(self._handle()))
+
+    @property
+    def library_path(self):
+        return getattr(self._lib, "_attnstat_path", None)
+
+    def fileno(self):
+        """The socket descriptor, to wait on in a selector (readable: call poll(0))."""
+        with self._lock:
+            return int(self._lib.attnstat_fd(self._handle()))
+
+    @property
+    def closed(self):
+        return self._c is None
+
+    def close(self):
+        """Closes the connection. Pushes not yet acknowledged are abandoned: flush() first to
+        wait for them. Safe to call twice."""
+        with self._lock:
+            if self._in_callback:
+                raise AttnstatError(_lib.ESTATE, "close() from inside a callback")
+            c, self._c = self._c, None
+            if c:
+                self._lib.attnstat_close(c)
+            self._held.clear()
+            del self._held_unseq[:]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if getattr(self, "_c", None):
+                self._lib.attnstat_close(self._c)
+                self._c = None
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<attnstat.Client socket=%r run=%r rank=%d%s>" % (
+            self.socket, self.run, self.rank, " closed" if self._c is None else "")
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _handle(self):
+        if self._c is None:
+            raise AttnstatError(_lib.ESTATE, "the client is closed")
+        return self._c
+
+    def _enter(self):
+        if self._in_callback:
+            raise AttnstatError(_lib.ESTATE, "a callback must not call back into its client")
+
+    def _last_error(self):
+        m = self._lib.attnstat_last_error(self._c) if self._c else None
+        return _s(m)
+
+    def _check(self, rc):
+        if rc != _lib.OK:
+            msg = self._last_error() or _s(self._lib.attnstat_strerror(rc))
+            raise AttnstatError(rc, msg)
+
+
+def default_socket(lib=None):
+    """The daemon's socket path by attnstatd's own rule."""
+    if lib is None:
+        lib = _lib.load()
+    buf = ctypes.create_string_buffer(4096)
+    p = lib.attnstat_default_socket(buf, len(buf))
+    return _s(p)
+
+
+def _nonneg_int(v, name):
+    v = int(v)
+    if v < 0:
+        raise AttnstatError(_lib.EINVAL, "%s is %d: must be >= 0" % (name, v))
+    return v
+
+
+def _u32(v, name):
+    v = int(v)
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError("%s is %d: must be 0..4294967295" % (name, v))
+    return v
+
+
+def _i32(v, name):
+    v = int(v)
+    if not -0x80000000 <= v <= 0x7FFFFFFF:
+        raise ValueError("%s is %d: must fit in 32 bits" % (name, v))
+    return v
+
+
+def _float(v, name):
+    f = float(v if v is not None else 0.0)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError("%s is %r: must be finite and >= 0" % (name, v))
+    return f
+
+
+def _int32_array(x, name):
+    """A ctypes int32 array of the values of x (a sequence, or anything iterable / array-like)."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    try:
+        vals = [int(v) for v in x]
+    except (TypeError, ValueError):
+        raise AttnstatError(_lib.EINVAL, "%s must be a sequence of integers" % name)
+    for v in vals:
+        if not -0x80000000 <= v <= 0x7FFFFFFF:
+            raise AttnstatError(_lib.EINVAL, "%s has %d: offsets are int32" % (name, v))
+    return (ctypes.c_int32 * len(vals))(*vals)
+
+
+def _cu_pair(cq, ck):
+    if cq is None and ck is None:
+        return None
+    if cq is None or ck is None:
+        raise AttnstatError(_lib.EINVAL, "cu_seqlens_q and cu_seqlens_k go together")
+    aq, ak = _int32_array(cq, "cu_seqlens_q"), _int32_array(ck, "cu_seqlens_k")
+    if len(aq) != len(ak) or len(aq) < 2:
+        raise AttnstatError(_lib.EINVAL, "cu_seqlens_q and cu_seqlens_k need the same length, "
+                            "n_seqs + 1 >= 2 (got %d and %d)" % (len(aq), len(ak)))
+    # aq and ak stay referenced by the tuple (and by the casts) for the duration of the push.
+    return (ctypes.cast(aq, ctypes.POINTER(ctypes.c_int32)),
+            ctypes.cast(ak, ctypes.POINTER(ctypes.c_int32)), len(aq) - 1, aq, ak)

@@ -1,0 +1,351 @@
+"""Finding and loading libattnstat.so, and ctypes mirrors of the structs in include/attnstat.h.
+
+Every Structure here has the same fields, in the same order and with the same C types, as its
+counterpart in the header; tests/test_python.py compares sizes and offsets with a C compiler's.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# ---- Codes and enums (attnstat.h) -----------------------------------------------------------------
+OK = 0
+DROPPED = 1
+EINVAL = 2
+ENOMEM = 3
+ECONNECT = 4
+ECLOSED = 5
+EIO = 6
+EPROTO = 7
+EREFUSED = 8
+ETIMEDOUT = 9
+ESTATE = 10
+ENOTSUP = 11
+
+CODE_NAMES = {
+    OK: "OK", DROPPED: "DROPPED", EINVAL: "EINVAL", ENOMEM: "ENOMEM", ECONNECT: "ECONNECT",
+    ECLOSED: "ECLOSED", EIO: "EIO", EPROTO: "EPROTO", EREFUSED: "EREFUSED",
+    ETIMEDOUT: "ETIMEDOUT", ESTATE: "ESTATE", ENOTSUP: "ENOTSUP",
+}
+
+F32 = 0
+F16 = 1
+BF16 = 2
+DTYPE_SIZES = {F32: 4, F16: 2, BF16: 2}
+DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16"}
+
+MEM_HOST = 0
+MEM_CUDA = 1
+
+STATUS_MAX_WORKERS = 16
+STATUS_MAX_CLIENTS = 64
+
+
+# ---- Structs ----------------------------------------------------------------------------------------
+class Error(ctypes.Structure):
+    """attnstat_error"""
+    _fields_ = [("code", ctypes.c_int32), ("msg", ctypes.c_char * 256)]
+
+
+class Tensor(ctypes.Structure):
+    """attnstat_tensor"""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("mem", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * 4),
+        ("strides", ctypes.c_int64 * 4),
+    ]
+
+
+class PushOpts(ctypes.Structure):
+    """attnstat_push_opts"""
+    _fields_ = [
+        ("step", ctypes.c_int64),
+        ("layer", ctypes.c_uint32),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("scale", ctypes.c_float),
+        ("sample_every", ctypes.c_uint32),
+        ("sample_rows", ctypes.c_uint32),
+        ("sample_seed", ctypes.c_uint64),
+        ("cu_seqlens_q", ctypes.POINTER(ctypes.c_int32)),
+        ("cu_seqlens_k", ctypes.POINTER(ctypes.c_int32)),
+        ("n_seqs", ctypes.c_int32),
+        ("want_results", ctypes.c_int32),
+        ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
+class ConnectOpts(ctypes.Structure):
+    """attnstat_connect_opts"""
+    _fields_ = [
+        ("socket_path", ctypes.c_char_p),
+        ("ring_bytes", ctypes.c_uint64),
+        ("queue_bytes", ctypes.c_uint64),
+        ("timeout_ms", ctypes.c_int32),
+    ]
+
+
+class Thresholds(ctypes.Structure):
+    """attnstat_thresholds"""
+    _fields_ = [
+        ("entropy_floor", ctypes.c_double),
+        ("entropy_drop", ctypes.c_double),
+        ("ema_alpha", ctypes.c_double),
+        ("logit_ceiling", ctypes.c_double),
+        ("collapse_threshold", ctypes.c_double),
+        ("raise_after", ctypes.c_uint32),
+        ("clear_after", ctypes.c_uint32),
+    ]
+
+
+class Counters(ctypes.Structure):
+    """attnstat_counters (filled by attnstat_stats)"""
+    _fields_ = [
+        ("pushed", ctypes.c_uint64),
+        ("sent", ctypes.c_uint64),
+        ("acked", ctypes.c_uint64),
+        ("dropped_local", ctypes.c_uint64),
+        ("dropped_ring", ctypes.c_uint64),
+        ("dropped_queue", ctypes.c_uint64),
+        ("dropped_daemon", ctypes.c_uint64),
+        ("rejected", ctypes.c_uint64),
+        ("released", ctypes.c_uint64),
+        ("in_flight", ctypes.c_uint64),
+        ("errors", ctypes.c_uint64),
+        ("alerts", ctypes.c_uint64),
+        ("ring_bytes", ctypes.c_uint64),
+        ("ring_used", ctypes.c_uint64),
+        ("queue_bytes", ctypes.c_uint64),
+        ("last_code", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("last_error", ctypes.c_char * 256),
+    ]
+
+
+class Alert(ctypes.Structure):
+    """attnstat_alert"""
+    _fields_ = [
+        ("run", ctypes.c_char_p),
+        ("message", ctypes.c_char_p),
+        ("run_id", ctypes.c_int64),
+        ("step", ctypes.c_int64),
+        ("time_ms", ctypes.c_int64),
+        ("rank", ctypes.c_int32),
+        ("layer", ctypes.c_uint32),
+        ("head", ctypes.c_uint32),
+        ("rule", ctypes.c_int32),
+        ("state", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("value", ctypes.c_double),
+        ("threshold", ctypes.c_double),
+    ]
+
+
+class HeadResult(ctypes.Structure):
+    """attnstat_head_result"""
+    _fields_ = [
+        ("head", ctypes.c_uint32),
+        ("sampled", ctypes.c_int32),
+        ("rows", ctypes.c_uint64),
+        ("rows_norm", ctypes.c_uint64),
+        ("rows_empty", ctypes.c_uint64),
+        ("nonfinite_rows", ctypes.c_uint64),
+        ("entropy_mean", ctypes.c_double),
+        ("entropy_std", ctypes.c_double),
+        ("entropy_min", ctypes.c_double),
+        ("entropy_max", ctypes.c_double),
+        ("entropy_norm_mean", ctypes.c_double),
+        ("collapsed_frac", ctypes.c_double),
+        ("max_logit", ctypes.c_double),
+    ]
+
+
+class WorkerStatus(ctypes.Structure):
+    """attnstat_worker_status"""
+    _fields_ = [
+        ("name", ctypes.c_char * 64),
+        ("queue_depth", ctypes.c_uint32),
+        ("queue_capacity", ctypes.c_uint32),
+        ("processed", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("busy_frac", ctypes.c_double),
+    ]
+
+
+class ClientStatus(ctypes.Structure):
+    """attnstat_client_status"""
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("run", ctypes.c_char * 128),
+        ("rank", ctypes.c_int32),
+        ("pid", ctypes.c_int32),
+        ("uid", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("pushes", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("rejected", ctypes.c_uint64),
+    ]
+
+
+class DaemonStatus(ctypes.Structure):
+    """attnstat_daemon_status"""
+    _fields_ = [
+        ("daemon_version", ctypes.c_char * 32),
+        ("db_path", ctypes.c_char * 256),
+        ("uptime_s", ctypes.c_double),
+        ("push_rate", ctypes.c_double),
+        ("clients", ctypes.c_uint32),
+        ("alerts_active", ctypes.c_uint32),
+        ("pushes", ctypes.c_uint64),
+        ("pushes_done", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
+        ("rejected", ctypes.c_uint64),
+        ("samples_stored", ctypes.c_uint64),
+        ("n_workers", ctypes.c_uint32),
+        ("n_client_list", ctypes.c_uint32),
+        ("workers", WorkerStatus * STATUS_MAX_WORKERS),
+        ("client_list", ClientStatus * STATUS_MAX_CLIENTS),
+    ]
+
+
+# The C names of the mirrors, for the ABI test.
+C_NAMES = {
+    "attnstat_error": Error,
+    "attnstat_tensor": Tensor,
+    "attnstat_push_opts": PushOpts,
+    "attnstat_connect_opts": ConnectOpts,
+    "attnstat_thresholds": Thresholds,
+    "attnstat_counters": Counters,
+    "attnstat_alert": Alert,
+    "attnstat_head_result": HeadResult,
+    "attnstat_worker_status": WorkerStatus,
+    "attnstat_client_status": ClientStatus,
+    "attnstat_daemon_status": DaemonStatus,
+}
+
+# ---- Callback types ---------------------------------------------------------------------------------
+ALERT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Alert))
+RESULT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64,
+                             ctypes.c_uint32, ctypes.POINTER(HeadResult), ctypes.c_size_t)
+ACK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint32,
+                          ctypes.c_int32, ctypes.c_char_p)
+# Planned GPU-path addition: called when the daemon no longer reads the caller's memory of seq.
+RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64)
+
+
+# ---- Locating the library ---------------------------------------------------------------------------
+class LibraryNotFound(OSError):
+    pass
+
+
+def candidates():
+    """Where load() looks, in order: [(description, path or None)]."""
+    out = []
+    env = os.environ.get("ATTNSTAT_LIB")
+    if env:
+        out.append(("$ATTNSTAT_LIB", env))
+    # client/python/attnstat/ -> the source tree's root, where build*/ directories live.
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    pattern = os.path.join(root, "build*", "client", "libattnstat.so")
+    built = sorted(glob.glob(pattern), key=lambda p: os.path.getmtime(p), reverse=True)
+    if built:
+        for p in built:
+            out.append(("build tree", p))
+    else:
+        out.append(("build tree", pattern))
+    out.append(("ctypes.util.find_library('attnstat')", ctypes.util.find_library("attnstat")))
+    return out
+
+
+def load(path=None):
+    """Loads libattnstat: path, else $ATTNSTAT_LIB, else the newest build*/client/libattnstat.so
+    of this source tree, else the system's (ctypes.util.find_library)."""
+    if path is not None:
+        tried = [("argument", os.fspath(path))]
+    else:
+        tried = candidates()
+    notes = []
+    for what, p in tried:
+        if not p:
+            notes.append("%s: nothing found" % what)
+            continue
+        if os.sep in p and not os.path.exists(p):
+            notes.append("%s: %s does not exist" % (what, p))
+            if what in ("$ATTNSTAT_LIB", "argument"):
+                break  # an explicit choice that fails is not silently replaced
+            continue
+        try:
+            lib = ctypes.CDLL(p)
+        except OSError as e:
+            notes.append("%s: %s: %s" % (what, p, e))
+            if what in ("$ATTNSTAT_LIB", "argument"):
+                break
+            continue
+        _declare(lib)
+        lib._attnstat_path = p
+        return lib
+    raise LibraryNotFound(
+        "libattnstat.so not found; looked at:\n  " + "\n  ".join(notes) +
+        "\nBuild it (cmake -S . -B build && cmake --build build) or set ATTNSTAT_LIB to its path.")
+
+
+def _fn(lib, name, restype, argtypes, required=True):
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        if required:
+            raise LibraryNotFound("%s has no symbol %s: an older or foreign libattnstat"
+                                  % (getattr(lib, "_name", "libattnstat"), name))
+        return None
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+def _declare(lib):
+    P = ctypes.POINTER
+    c = ctypes.c_void_p  # attnstat_client *
+    i32 = ctypes.c_int32
+    code = ctypes.c_int
+    _fn(lib, "attnstat_strerror", ctypes.c_char_p, [code])
+    _fn(lib, "attnstat_dtype_size", ctypes.c_size_t, [code])
+    _fn(lib, "attnstat_rule_name", ctypes.c_char_p, [i32])
+    _fn(lib, "attnstat_state_name", ctypes.c_char_p, [i32])
+    _fn(lib, "attnstat_push_opts_init", None, [P(PushOpts)])
+    _fn(lib, "attnstat_connect_opts_init", None, [P(ConnectOpts)])
+    _fn(lib, "attnstat_thresholds_init", None, [P(Thresholds)])
+    _fn(lib, "attnstat_default_socket", ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_size_t])
+    _fn(lib, "attnstat_connect_ex", code, [P(ConnectOpts), P(c), P(Error)])
+    _fn(lib, "attnstat_hello", code, [c, ctypes.c_char_p, i32, P(Thresholds), ctypes.c_char_p])
+    _fn(lib, "attnstat_run_id", ctypes.c_int64, [c])
+    _fn(lib, "attnstat_push", code, [c, P(PushOpts), P(Tensor), P(Tensor), P(Tensor)])
+    _fn(lib, "attnstat_stats", None, [c, P(Counters)])
+    _fn(lib, "attnstat_set_alert_callback", None, [c, ALERT_FN, ctypes.c_void_p])
+    _fn(lib, "attnstat_set_result_callback", None, [c, RESULT_FN, ctypes.c_void_p])
+    _fn(lib, "attnstat_set_ack_callback", None, [c, ACK_FN, ctypes.c_void_p])
+    _fn(lib, "attnstat_subscribe", code, [c, ctypes.c_int, ctypes.c_int])
+    _fn(lib, "attnstat_poll", code, [c, ctypes.c_int])
+    _fn(lib, "attnstat_flush", code, [c, ctypes.c_int])
+    _fn(lib, "attnstat_status", code, [c, P(DaemonStatus), ctypes.c_int])
+    _fn(lib, "attnstat_last_error", ctypes.c_char_p, [c])
+    _fn(lib, "attnstat_fd", ctypes.c_int, [c])
+    _fn(lib, "attnstat_close", None, [c])
+    # GPU path (planned): the push's seq, and a notification when its memory may be reused.
+    _fn(lib, "attnstat_push_ex", code,
+        [c, P(PushOpts), P(Tensor), P(Tensor), P(Tensor), P(ctypes.c_uint64)], required=False)
+    _fn(lib, "attnstat_set_release_callback", None, [c, RELEASE_FN, ctypes.c_void_p],
+        required=False)
+
+
+def optional(lib, name):
+    """The function name of lib, or None when this libattnstat does not have it."""
+    try:
+        return getattr(lib, name)
+    except AttributeError:
+        return None

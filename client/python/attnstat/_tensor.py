@@ -1,0 +1,192 @@
+"""Describing the caller's tensors to libattnstat without importing NumPy, PyTorch or CuPy.
+
+What is accepted, tried in this order:
+  1. PyTorch-like tensors, duck-typed: data_ptr(), stride(), shape, dtype and device (CPU and CUDA
+     tensors, bfloat16 included, tensors that require grad included). Nothing is copied.
+  2. __cuda_array_interface__ (CuPy, Numba, PyTorch): device memory.
+  3. __array_interface__ (NumPy, and anything that speaks it): host memory. A bfloat16 array
+     (ml_dtypes) has typestr '<V2'; it is taken as bfloat16 when its dtype's name says so.
+  4. An object with .numpy() and none of the above: the array it returns is used.
+Shapes are 4-D, [B, H, N, D] (layout 'bhnd', the default) or [B, N, H, D] ('bnhd', permuted here
+as a view: no copy). Strides may be anything >= 0 with the last (D) stride 1.
+"""
+import sys
+
+from . import _lib
+
+_TYPESTR = {"f4": _lib.F32, "f2": _lib.F16}
+_TORCH_DTYPES = {"torch.float32": _lib.F32, "torch.float16": _lib.F16,
+                 "torch.bfloat16": _lib.BF16, "torch.float": _lib.F32, "torch.half": _lib.F16}
+LAYOUTS = ("bhnd", "bnhd")
+
+
+class TensorError(ValueError):
+    """A tensor that libattnstat cannot take; the message says which and why."""
+
+
+class Desc(object):
+    """What libattnstat needs about one tensor, plus the object that keeps its memory alive."""
+    __slots__ = ("ptr", "dtype", "mem", "device", "shape", "strides", "stream", "owner")
+
+    def __init__(self, ptr, dtype, mem, device, shape, strides, stream, owner):
+        self.ptr, self.dtype, self.mem, self.device = ptr, dtype, mem, device
+        self.shape, self.strides, self.stream, self.owner = shape, strides, stream, owner
+
+    def fill(self, t):
+        """Writes this description into the ctypes Tensor t."""
+        t.data = self.ptr
+        t.dtype = self.dtype
+        t.mem = self.mem
+        t.device = self.device
+        t.reserved = 0
+        for i in range(4):
+            t.shape[i] = self.shape[i]
+            t.strides[i] = self.strides[i]
+
+
+def _is_torch_like(x):
+    return (callable(getattr(x, "data_ptr", None)) and callable(getattr(x, "stride", None))
+            and hasattr(x, "dtype") and hasattr(x, "shape"))
+
+
+def _torch_current_stream(device):
+    """The current stream's handle of a CUDA device, when PyTorch is already imported (a tensor of
+    it is in hand, so it is); None otherwise. Never imports anything."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return int(cuda.current_stream(device).cuda_stream)
+    except Exception:
+        return None
+
+
+def _from_torch(x, name):
+    dtype = _TORCH_DTYPES.get(str(x.dtype))
+    if dtype is None:
+        raise TensorError("%s has dtype %s: attnstat takes torch.float32, torch.float16 or "
+                          "torch.bfloat16" % (name, x.dtype))
+    dev = getattr(x, "device", None)
+    kind = getattr(dev, "type", None)
+    if kind is None:
+        kind = "cuda" if getattr(x, "is_cuda", False) else "cpu"
+    if kind == "cpu":
+        mem, index, stream = _lib.MEM_HOST, 0, None
+    elif kind == "cuda":
+        index = getattr(dev, "index", None)
+        index = -1 if index is None else int(index)
+        mem, stream = _lib.MEM_CUDA, _torch_current_stream(index if index >= 0 else None)
+    else:
+        raise TensorError("%s is on device %r: attnstat takes CPU or CUDA tensors" % (name, kind))
+    shape = tuple(int(s) for s in x.shape)
+    strides = tuple(int(s) for s in x.stride())
+    return Desc(int(x.data_ptr()), dtype, mem, index, shape, strides, stream, x)
+
+
+def _typestr_dtype(typestr, x, name):
+    ts = str(typestr)
+    if len(ts) >= 3 and ts[0] in "<=|" and ts[1:] in _TYPESTR:
+        return _TYPESTR[ts[1:]]
+    if ts in ("<V2", "|V2") and getattr(getattr(x, "dtype", None), "name", "") == "bfloat16":
+        return _lib.BF16
+    raise TensorError("%s has typestr %r: attnstat takes little-endian float32 ('<f4'), float16 "
+                      "('<f2') or bfloat16" % (name, ts))
+
+
+def _from_interface(x, iface, mem, name):
+    shape = tuple(int(s) for s in iface["shape"])
+    dtype = _typestr_dtype(iface["typestr"], x, name)
+    size = _lib.DTYPE_SIZES[dtype]
+    data = iface.get("data")
+    if not isinstance(data, tuple) or not data:
+        raise TensorError("%s exposes its data as a buffer object, not a pointer: pass a NumPy "
+                          "array" % name)
+    if iface.get("mask") is not None:
+        raise TensorError("%s is a masked array: attnstat takes plain arrays" % name)
+    ptr = int(data[0])
+    bstrides = iface.get("strides")
+    if bstrides is None:  # C-contiguous
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        strides = tuple(reversed(strides))
+    else:
+        strides = []
+        for i, b in enumerate(bstrides):
+            b = int(b)
+            if b % size:
+                raise TensorError("%s stride %d is %d bytes, not a multiple of the %d-byte "
+                                  "element" % (name, i, b, size))
+            strides.append(b // size)
+        strides = tuple(strides)
+    device, stream = 0, None
+    if mem == _lib.MEM_CUDA:
+        device = _cuda_device_of(x)
+        s = iface.get("stream")
+        stream = int(s) if s is not None else None
+    return Desc(ptr, dtype, mem, device, shape, strides, stream, x)
+
+
+def _cuda_device_of(x):
+    """The CUDA ordinal of an object with __cuda_array_interface__, or -1 when it does not say
+    (the interface itself does not carry it)."""
+    dev = getattr(x, "device", None)
+    for attr in ("index", "id"):  # PyTorch, CuPy
+        v = getattr(dev, attr, None)
+        if isinstance(v, int):
+            return v
+    return -1
+
+
+def describe(x, name="tensor", layout="bhnd"):
+    """Desc of x as a [B, H, N, D] tensor, or TensorError."""
+    if layout not in LAYOUTS:
+        raise TensorError("layout is %r: must be 'bhnd' ([B, H, N, D]) or 'bnhd' ([B, N, H, D])"
+                          % (layout,))
+    if x is None:
+        raise TensorError("%s is None" % name)
+    if _is_torch_like(x):
+        d = _from_torch(x, name)
+    else:
+        d = None
+        iface = None
+        try:
+            iface = x.__cuda_array_interface__
+        except AttributeError:
+            pass
+        except Exception as e:  # e.g. a library that refuses the interface for this tensor
+            raise TensorError("%s: __cuda_array_interface__ failed: %s" % (name, e))
+        if iface is not None:
+            d = _from_interface(x, iface, _lib.MEM_CUDA, name)
+        else:
+            try:
+                iface = x.__array_interface__
+            except AttributeError:
+                iface = None
+            if iface is not None:
+                d = _from_interface(x, iface, _lib.MEM_HOST, name)
+            elif callable(getattr(x, "numpy", None)):
+                arr = x.numpy()
+                d = describe(arr, name, "bhnd")
+                d.owner = (x, arr)
+            else:
+                raise TensorError(
+                    "%s (%s) is not a tensor attnstat can read: pass a NumPy array, a PyTorch "
+                    "tensor or an object with __array_interface__ / __cuda_array_interface__"
+                    % (name, type(x).__name__))
+    if len(d.shape) != 4 or len(d.strides) != 4:
+        raise TensorError("%s has %d dimensions (shape %s): attnstat takes 4-D tensors, [B, H, N, D] "
+                          "or [B, N, H, D] with layout='bnhd'" % (name, len(d.shape), list(d.shape)))
+    if layout == "bnhd":
+        d.shape = (d.shape[0], d.shape[2], d.shape[1], d.shape[3])
+        d.strides = (d.strides[0], d.strides[2], d.strides[1], d.strides[3])
+    for i, s in enumerate(d.strides):
+        if s < 0:
+            raise TensorError("%s has a negative stride in dimension %d (%d): flip it with a "
+                              "copy first" % (name, i, s))
+    if d.strides[3] != 1 and d.shape[3] != 1:
+        raise TensorError("%s is not contiguous in its last dimension (D stride %d): make it "
+                          "contiguous first" % (name, d.strides[3]))
+    if d.shape[3] == 1:
+        d.strides = d.strides[:3] + (1,)
+    return d

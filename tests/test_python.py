@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""test_python.py — tests of the Python binding (client/python/attnstat).
+
+Offline: tensor descriptions (NumPy, PyTorch-like and CUDA-interface objects, both layouts), the
+ctypes mirrors against a C compiler's sizes and offsets (tests/abi_sizes.c), argument errors with
+the library's messages (against a bare listening socket), and attnstat.torch.monitor against a
+fake `torch` module (NumPy-backed tensors), so no PyTorch is needed.
+End to end (when attnstatd is built): a real daemon on a temporary socket and database; pushes of
+float32 / float16 arrays in both layouts; the stored per-head statistics equal a float64 two-pass
+computation done here; drops while the daemon is stopped; status; alerts.
+
+Environment: ATTNSTAT_LIB (libattnstat.so), ATTNSTAT_DAEMON (attnstatd), ATTNSTAT_CC (a C
+compiler), ATTNSTAT_INCLUDE (include/). Without NumPy it exits 77 (skipped).
+"""
+import ctypes
+import glob
+import math
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import types
+import unittest
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: NumPy is not installed for %s (Debian: apt-get install python3-numpy)"
+          % sys.executable)
+    sys.exit(77)
+
+import attnstat  # noqa: E402
+import attnstat.torch  # noqa: E402
+from attnstat import _lib, _tensor  # noqa: E402
+
+RNG = np.random.default_rng()  # fresh data every run
+
+
+def _find_lib():
+    try:
+        return _lib.load()
+    except _lib.LibraryNotFound:
+        if os.environ.get("ATTNSTAT_LIB"):
+            raise
+        return None
+
+
+LIB = _find_lib()
+
+
+def _find_daemon():
+    p = os.environ.get("ATTNSTAT_DAEMON")
+    if p:
+        return p
+    found = sorted(glob.glob(os.path.join(ROOT, "build*", "daemon", "attnstatd")),
+                   key=os.path.getmtime, reverse=True)
+    return found[0] if found else None
+
+
+DAEMON = _find_daemon()
+
+
+def need_lib(test):
+    return unittest.skipIf(LIB is None, "libattnstat.so is not built (set ATTNSTAT_LIB)")(test)
+
+
+def randn(*shape, dtype=np.float32, scale=1.0):
+    a = RNG.standard_normal(shape) * scale
+    while not np.any(a):
+        a = RNG.standard_normal(shape) * scale
+    return a.astype(dtype)
+
+
+# ---- the float64 reference ------------------------------------------------------------------------
+def reference_stats(q, k, causal=False, scale=None):
+    """Per-head statistics of q [B, Hq, Nq, D], k [B, Hkv, Nk, D], in float64, two passes per row:
+    the row max first, then the probabilities; H = -sum p log p. Returns a list (one per head) of
+    dicts with entropy_mean / min / max, max_logit and rows."""
+    q = q.astype(np.float64)
+    k = k.astype(np.float64)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    sc = 1.0 / math.sqrt(D) if not scale else float(np.float32(scale))
+    out = []
+    for h in range(Hq):
+        kh = h // (Hq // Hkv)
+        ents, maxl = [], -np.inf
+        for b in range(B):
+            s = sc * (q[b, h] @ k[b, kh].T)  # [Nq, Nk]
+            for i in range(Nq):
+                row = s[i, : i + (Nk - Nq) + 1] if causal else s[i]
+                if row.size == 0:
+                    continue
+                m = row.max()
+                p = np.exp(row - m)
+                p /= p.sum()
+                nz = p[p > 0]
+                ents.append(float(-(nz * np.log(nz)).sum()))
+                maxl = max(maxl, float(m))
+        out.append({"entropy_mean": float(np.mean(ents)), "entropy_min": float(np.min(ents)),
+                    "entropy_max": float(np.max(ents)), "max_logit": maxl, "rows": len(ents)})
+    return out
+
+
+class TestReference(unittest.TestCase):
+    """The reference itself, on cases with known answers."""
+
+    def test_uniform_and_peaked(self):
+        D, N = 8, 5
+        q = np.zeros((1, 1, N, D))
+        q[..., 0] = 1e-9
+        k = randn(1, 1, N, D)
+        r = reference_stats(q, k)[0]
+        self.assertAlmostEqual(r["entropy_mean"], math.log(N), places=6)
+        q = np.zeros((1, 1, 1, D))
+        q[0, 0, 0, 0] = 1000.0
+        k = np.zeros((1, 1, 3, D))
+        k[0, 0, 0, 0] = 1.0
+        self.assertLess(reference_stats(q, k)[0]["entropy_mean"], 1e-12)
+
+
+# ---- tensor descriptions (no library needed) ------------------------------------------------------
+class FakeDtype(object):
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return "torch." + self.name
+
+
+class FakeDevice(object):
+    def __init__(self, type_="cpu", index=None):
+        self.type, self.index = type_, index
+
+
+_NP_OF = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
+
+
+class FakeTensor(object):
+    """A NumPy-backed stand-in for torch.Tensor: data_ptr(), stride() in elements, shape, dtype,
+    device, is_cuda, unsqueeze(), and nothing of the array interfaces."""
+
+    def __init__(self, arr, dtype_name=None, device=None):
+        self._a = arr
+        self.dtype = FakeDtype(dtype_name or str(arr.dtype))
+        self.device = device or FakeDevice()
+        self.is_cuda = self.device.type == "cuda"
+
+    @property
+    def shape(self):
+        return tuple(self._a.shape)
+
+    def data_ptr(self):
+        return self._a.ctypes.data
+
+    def stride(self):
+        return tuple(s // self._a.itemsize for s in self._a.strides)
+
+    def dim(self):
+        return self._a.ndim
+
+    def unsqueeze(self, d):
+        return FakeTensor(np.expand_dims(self._a, d), self.dtype.name, self.device)
+
+    def transpose(self, a, b):
+        return FakeTensor(np.swapaxes(self._a, a, b), self.dtype.name, self.device)
+
+    def numpy(self):
+        return self._a
+
+
+class CudaLike(object):
+    """Looks like device memory through __cuda_array_interface__ (never dereferenced here)."""
+
+    def __init__(self, shape, typestr="<f2", ptr=0x7F0000001000, strides=None, device=0):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3, "stream": 1}
+        self.device = types.SimpleNamespace(id=device)
+
+
+class TestDescribe(unittest.TestCase):
+    def test_numpy_both_layouts_and_dtypes(self):
+        for dt, code in ((np.float32, _lib.F32), (np.float16, _lib.F16)):
+            a = randn(2, 3, 5, 8, dtype=dt)
+            d = _tensor.describe(a, "q")
+            self.assertEqual((d.dtype, d.mem, d.ptr), (code, _lib.MEM_HOST, a.ctypes.data))
+            self.assertEqual(d.shape, (2, 3, 5, 8))
+            self.assertEqual(d.strides, (120, 40, 8, 1))
+            d = _tensor.describe(a, "q", layout="bnhd")  # read as [B, N=3, H=5, D]
+            self.assertEqual(d.shape, (2, 5, 3, 8))
+            self.assertEqual(d.strides, (120, 8, 40, 1))
+
+    def test_strided_views(self):
+        a = randn(2, 4, 6, 16)
+        v = a[:, 1:3, ::2, :8]
+        d = _tensor.describe(v, "k")
+        self.assertEqual(d.shape, (2, 2, 3, 8))
+        self.assertEqual(d.strides, (384, 96, 32, 1))
+        self.assertEqual(d.ptr, v.ctypes.data)
+        b = np.broadcast_to(randn(1, 1, 4, 8), (3, 2, 4, 8))  # zero strides are fine
+        self.assertEqual(_tensor.describe(b).strides, (0, 0, 8, 1))
+
+    def test_rejections(self):
+        a = randn(2, 3, 4, 8)
+        cases = [
+            (a.astype(np.float64), "typestr"),
+            (a.astype(">f4"), "typestr"),
+            (a[0], "4-D"),
+            (a[..., ::2], "contiguous"),
+            (a[:, :, ::-1], "negative"),
+            ([1.0, 2.0], "not a tensor"),
+        ]
+        for x, needle in cases:
+            with self.assertRaises(_tensor.TensorError) as cm:
+                _tensor.describe(x, "q")
+            self.assertIn(needle, str(cm.exception))
+        raw = np.frombuffer(bytearray(4 * 2 * 3 * 5 * 8 + 2), dtype=np.uint8)[2:].view(np.float32)
+        odd = np.lib.stride_tricks.as_strided(raw, shape=(2, 3, 4, 8), strides=(482, 160, 32, 4))
+        with self.assertRaises(_tensor.TensorError) as cm:
+            _tensor.describe(odd, "q")
+        self.assertIn("not a multiple", str(cm.exception))
+        with self.assertRaises(_tensor.TensorError):
+            _tensor.describe(a, "q", layout="nhd")
+
+    def test_torch_like(self):
+        a = randn(2, 5, 3, 8)  # stored [B, N, H, D]
+        t = FakeTensor(a).transpose(1, 2)  # a [B, H, N, D] view, as models hold them
+        d = _tensor.describe(t, "q")
+        self.assertEqual((d.shape, d.strides), ((2, 3, 5, 8), (120, 8, 24, 1)))
+        self.assertEqual((d.dtype, d.mem), (_lib.F32, _lib.MEM_HOST))
+        bf = FakeTensor(np.zeros((1, 2, 3, 4), np.uint16), "bfloat16")
+        self.assertEqual(_tensor.describe(bf).dtype, _lib.BF16)
+        g = FakeTensor(randn(1, 2, 3, 4, dtype=np.float16), device=FakeDevice("cuda", 3))
+        d = _tensor.describe(g)
+        self.assertEqual((d.mem, d.device, d.dtype), (_lib.MEM_CUDA, 3, _lib.F16))
+        with self.assertRaises(_tensor.TensorError):
+            _tensor.describe(FakeTensor(randn(1, 2, 3, 4, dtype=np.float64)))
+        with self.assertRaises(_tensor.TensorError):
+            _tensor.describe(FakeTensor(randn(1, 2, 3, 4), device=FakeDevice("mps", 0)))
+
+    def test_cuda_interface(self):
+        c = CudaLike((2, 4, 16, 64), "<f2", device=1)
+        d = _tensor.describe(c, "q")
+        self.assertEqual((d.mem, d.device, d.dtype, d.stream), (_lib.MEM_CUDA, 1, _lib.F16, 1))
+        self.assertEqual(d.strides, (4 * 16 * 64, 16 * 64, 64, 1))
+        c = CudaLike((2, 16, 4, 64), "<f4", strides=(4 * 4 * 16 * 64, 4 * 64 * 4, 4 * 64, 4))
+        d = _tensor.describe(c, "q", layout="bnhd")
+        self.assertEqual(d.shape, (2, 4, 16, 64))
+        self.assertEqual(d.strides, (4 * 16 * 64, 64, 4 * 64, 1))
+
+    def test_numpy_method_fallback(self):
+        a = randn(1, 2, 3, 4)
+
+        class HasNumpy(object):
+            def numpy(self):
+                return a
+
+        d = _tensor.describe(HasNumpy())
+        self.assertEqual(d.ptr, a.ctypes.data)
+        self.assertIs(d.owner[1], a)
+
+
+class TestImports(unittest.TestCase):
+    def test_imports_nothing_third_party(self):
+        code = ("import sys, attnstat, attnstat.torch; "
+                "bad = [m for m in ('numpy', 'torch', 'cupy') if m in sys.modules]; "
+                "sys.exit(1 if bad else 0)")
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+        r = subprocess.run([sys.executable, "-c", code], env=env)
+        self.assertEqual(r.returncode, 0, "importing attnstat imported numpy/torch/cupy")
+
+    def test_library_not_found_lists_places(self):
+        code = "import attnstat; attnstat.Client()"
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"),
+                   ATTNSTAT_LIB="/nonexistent/libattnstat.so")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("/nonexistent/libattnstat.so does not exist", r.stderr)
+        self.assertIn("ATTNSTAT_LIB", r.stderr)
+
+
+# ---- ABI -------------------------------------------------------------------------------------------
+@need_lib
+class TestABI(unittest.TestCase):
+    def test_struct_layouts_match_c(self):
+        cc = os.environ.get("ATTNSTAT_CC") or "cc"
+        inc = os.environ.get("ATTNSTAT_INCLUDE") or os.path.join(ROOT, "include")
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "abi_sizes")
+            try:
+                subprocess.run([cc, "-std=c11", "-I", inc, os.path.join(HERE, "abi_sizes.c"),
+                                "-o", exe], check=True, capture_output=True, text=True)
+            except FileNotFoundError:
+                self.skipTest("no C compiler (%s): set ATTNSTAT_CC" % cc)
+            except subprocess.CalledProcessError as e:
+                self.fail("abi_sizes.c does not compile against %s:\n%s" % (inc, e.stderr))
+            out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+        seen = {}
+        for line in out.splitlines():
+            sname, field, off, size = line.split()
+            seen.setdefault(sname, {})[field] = (int(off), int(size))
+        self.assertEqual(set(seen), set(_lib.C_NAMES))
+        for sname, cls in _lib.C_NAMES.items():
+            c = seen[sname]
+            self.assertEqual(ctypes.sizeof(cls), c["-"][1], "sizeof(%s)" % sname)
+            py_fields = [f for f, _ in cls._fields_]
+            self.assertEqual(sorted(py_fields), sorted(f for f in c if f != "-"), sname)
+            for f in py_fields:
+                desc = getattr(cls, f)
+                self.assertEqual((desc.offset, desc.size), c[f], "%s.%s" % (sname, f))
+
+
+# ---- argument errors (a bare listening socket: no daemon) ------------------------------------------
+@need_lib
+class TestArguments(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "bare.sock")
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(4)
+        self.c = attnstat.Client(socket=self.path, hello=False, lib=LIB)
+
+    def tearDown(self):
+        self.c.close()
+        self.srv.close()
+        self.dir.cleanup()
+
+    def assertPushError(self, code, needle, *args, **kw):
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            self.c.push(*args, **kw)
+        self.assertEqual(cm.exception.code, code, str(cm.exception))
+        self.assertIn(needle, str(cm.exception))
+        return cm.exception
+
+    def test_bad_arguments_raise_with_the_message(self):
+        q, k = randn(2, 4, 8, 16), randn(2, 4, 8, 16)
+        E = _lib.EINVAL
+        self.assertPushError(E, "not a multiple of k heads", 0, 0, q, randn(2, 3, 8, 16))
+        self.assertPushError(E, "different dtypes", 0, 0, q, k.astype(np.float16))
+        self.assertPushError(E, "batch sizes differ", 0, 0, q, randn(1, 4, 8, 16))
+        self.assertPushError(E, "head dimensions differ", 0, 0, q, randn(2, 4, 8, 8))
+        self.assertPushError(E, "contradicts", 0, 0, q, k, causal=True, window=(4, 2))
+        self.assertPushError(E, "exclusive", 0, 0, q, k, sample_every=2, sample_rows=3)
+        self.assertPushError(E, "must start at 0", 0, 0, q[:1], k[:1], cu_seqlens_q=[0, 3, 7],
+                             cu_seqlens_k=[0, 4, 8])
+        self.assertPushError(E, "go together", 0, 0, q, k, cu_seqlens_q=[0, 8])
+        self.assertPushError(E, "4-D", 0, 0, q[0], k)
+        self.assertPushError(E, "typestr", 0, 0, q.astype(np.float64), k)
+        self.assertPushError(E, "not both", 0, 0, q, k, window=(1, 1), window_left=2)
+        self.assertPushError(E, "finite", 0, 0, q, k, scale=float("nan"))
+        self.assertPushError(E, "layer", 0, -1, q, k)
+        e = self.assertPushError(_lib.ESTATE, "hello", 0, 0, q, k)  # valid, but no hello yet
+        self.assertEqual(e.code_name, "ESTATE")
+
+    def test_cuda_tensors_are_not_supported_yet(self):
+        q, k = CudaLike((1, 2, 8, 16)), CudaLike((1, 2, 8, 16))
+        e = self.assertPushError(_lib.ENOTSUP, "CUDA", 0, 0, q, k)
+        self.assertIn("GPU path", str(e))
+        self.assertEqual(self.c.stats()["held"], 0)
+
+    def test_bad_thresholds(self):
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            attnstat.Client(socket=self.path, thresholds={"entropy_flor": 0.1}, lib=LIB)
+        self.assertIn("unknown threshold", str(cm.exception))
+
+    def test_connect_error(self):
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            attnstat.Client(socket=self.path + ".nope", lib=LIB)
+        self.assertEqual(cm.exception.code, _lib.ECONNECT)
+        self.assertIn(self.path + ".nope", str(cm.exception))
+
+    def test_closed_client(self):
+        self.c.close()
+        self.c.close()
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            self.c.push(0, 0, randn(1, 1, 2, 4), randn(1, 1, 2, 4))
+        self.assertIn("closed", str(cm.exception))
+
+
+# ---- monitor, against a fake torch ----------------------------------------------------------------
+def _np_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+    q, k, v = query._a.astype(np.float64), key._a.astype(np.float64), value._a.astype(np.float64)
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
+    s = (q @ np.swapaxes(k, -1, -2)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return FakeTensor((p @ v).astype(query._a.dtype))
+
+
+class FakeHandle(object):
+    def __init__(self, hooks, fn):
+        self.hooks, self.fn = hooks, fn
+
+    def remove(self):
+        self.hooks.remove(self.fn)
+
+
+class FakeModule(object):
+    def __init__(self):
+        self._pre_hooks = []
+
+    def register_forward_pre_hook(self, fn):
+        self._pre_hooks.append(fn)
+        return FakeHandle(self._pre_hooks, fn)
+
+    def __call__(self, *args):
+        for h in list(self._pre_hooks):
+            h(self, args)
+        return self.forward(*args)
+
+
+class FakeModel(FakeModule):
+    """n_layers attention calls per forward, through F.scaled_dot_product_attention looked up at
+    call time (as nn.Module code does)."""
+
+    def __init__(self, F, n_layers=3, heads=4, kv_heads=4, causal=True):
+        FakeModule.__init__(self)
+        self.F, self.n_layers, self.heads, self.kv_heads, self.causal = (F, n_layers, heads,
+                                                                         kv_heads, causal)
+
+    def forward(self, x):
+        for _ in range(self.n_layers):
+            q = FakeTensor(randn(2, self.heads, 6, 8))
+            k = FakeTensor(randn(2, self.kv_heads, 6, 8))
+            v = FakeTensor(randn(2, self.kv_heads, 6, 8))
+            x = self.F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                                    enable_gqa=self.kv_heads != self.heads)
+        return x
+
+
+class RecordingClient(object):
+    def __init__(self, fail=None):
+        self.calls = []
+        self.fail = fail
+
+    def push(self, step, layer, q, k, **kw):
+        if self.fail is not None:
+            raise self.fail
+        _tensor.describe(q, "q")
+        _tensor.describe(k, "k")
+        self.calls.append((step, layer, tuple(q.shape), tuple(k.shape), kw))
+        return True
+
+
+class TestMonitor(unittest.TestCase):
+    def setUp(self):
+        self.saved = {m: sys.modules.get(m) for m in ("torch", "torch.nn", "torch.nn.functional")}
+        torch = types.ModuleType("torch")
+        torch.nn = types.ModuleType("torch.nn")
+        F = types.ModuleType("torch.nn.functional")
+        F.scaled_dot_product_attention = _np_sdpa
+        torch.nn.functional = F
+        torch.compiler = types.SimpleNamespace(is_compiling=lambda: False)
+        sys.modules.update({"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": F})
+        self.F = F
+
+    def tearDown(self):
+        for m, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(m, None)
+            else:
+                sys.modules[m] = v
+
+    def test_patches_and_restores(self):
+        c = RecordingClient()
+        with attnstat.torch.monitor(c) as mon:
+            self.assertIsNot(self.F.scaled_dot_product_attention, _np_sdpa)
+            self.assertIs(self.F.scaled_dot_product_attention.__wrapped__, _np_sdpa)
+            self.assertIn("active", repr(mon))
+        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
+        with self.assertRaises(KeyError):
+            with attnstat.torch.monitor(c):
+                raise KeyError("boom")
+        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
+
+    def test_wrapper_returns_the_original_result(self):
+        q, k, v = (FakeTensor(randn(1, 2, 5, 4)) for _ in range(3))
+        want = _np_sdpa(q, k, v, is_causal=True)._a
+        with attnstat.torch.monitor(RecordingClient()):
+            got = self.F.scaled_dot_product_attention(q, k, v, is_causal=True)._a
+        np.testing.assert_array_equal(got, want)
+
+    def test_layers_steps_and_every(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=3)
+        with attnstat.torch.monitor(c, every=2, sample_rows=16, seed=5) as mon:
+            for _ in range(5):  # steps 0..4; 0, 2, 4 pushed
+                model(None)
+                mon.step()
+        self.assertEqual([(s, l) for s, l, *_ in c.calls],
+                         [(s, l) for s in (0, 2, 4) for l in range(3)])
+        self.assertEqual(mon.calls, 15)
+        self.assertEqual(mon.pushed, 9)
+        kw = c.calls[0][4]
+        self.assertTrue(kw["causal"])
+        self.assertEqual((kw["sample_rows"], kw["seed"], kw["scale"]), (16, 5, 0.0))
+
+    def test_model_hook_counts_steps(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=2)
+        with attnstat.torch.monitor(c, every=3, model=model, start_step=10) as mon:
+            for _ in range(7):  # steps 10..16; 12 and 15 pushed
+                model(None)
+        self.assertEqual(model._pre_hooks, [])  # the hook is removed on exit
+        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(12, 0), (12, 1), (15, 0), (15, 1)])
+        self.assertEqual(mon.current_step, 16)
+
+    def test_gqa_scale_mask_and_3d(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=1, heads=8, kv_heads=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                model(None)
+                mon.new_forward()
+                q3 = FakeTensor(randn(3, 5, 8))
+                self.F.scaled_dot_product_attention(q3, q3, q3, scale=0.25)
+                q = FakeTensor(randn(1, 2, 4, 8))
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=FakeTensor(randn(4, 4)))
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=FakeTensor(randn(4, 4)))
+        self.assertEqual(c.calls[0][2:4], ((2, 8, 6, 8), (2, 2, 6, 8)))
+        self.assertEqual(c.calls[1][:4], (0, 0, (3, 1, 5, 8), (3, 1, 5, 8)))
+        self.assertEqual(c.calls[1][4]["scale"], 0.25)
+        self.assertEqual(mon.skipped, 2)
+        self.assertEqual(len([x for x in w if "attn_mask" in str(x.message)]), 1)
+
+    def test_push_failures_never_stop_training(self):
+        err = attnstat.AttnstatError(_lib.EINVAL, "something odd")
+        model = FakeModel(self.F, n_layers=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient(fail=err), model=model) as mon:
+                model(None)
+                model(None)
+        self.assertEqual(mon.errors, 4)
+        self.assertEqual(len(w), 1)
+        with self.assertRaises(attnstat.AttnstatError):
+            with attnstat.torch.monitor(RecordingClient(fail=err), model=model, strict=True):
+                model(None)
+        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
+
+    def test_extra_modules_and_later_wrappers(self):
+        other = types.ModuleType("some_model_code")
+        other.scaled_dot_product_attention = _np_sdpa
+        c = RecordingClient()
+        with attnstat.torch.monitor(c, modules=[other]):
+            q = FakeTensor(randn(1, 2, 4, 8))
+            other.scaled_dot_product_attention(q, q, q)
+            theirs = lambda *a, **kw: None  # noqa: E731  someone wraps after us
+            self.F.scaled_dot_product_attention = theirs
+        self.assertIs(other.scaled_dot_product_attention, _np_sdpa)
+        self.assertIs(self.F.scaled_dot_product_attention, theirs)  # not clobbered
+        self.assertEqual(len(c.calls), 1)
+
+    def test_layers_filter(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=4)
+        with attnstat.torch.monitor(c, model=model, layers={1, 3}):
+            model(None)
+        self.assertEqual([l for _, l, *_ in c.calls], [1, 3])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
