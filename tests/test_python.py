@@ -58,9 +58,8 @@ LIB = _find_lib()
 
 
 def _find_daemon():
-    p = os.environ.get("ATTNSTAT_DAEMON")
-    if p:
-        return p
+    if "ATTNSTAT_DAEMON" in os.environ:  # set, even empty (the build has no daemon): no search
+        return os.environ["ATTNSTAT_DAEMON"] or None
     found = sorted(glob.glob(os.path.join(ROOT, "build*", "daemon", "attnstatd")),
                    key=os.path.getmtime, reverse=True)
     return found[0] if found else None
