@@ -7,8 +7,8 @@
  * - Every SQLite return code is checked. A failure is turned into a store_error that says what was
  *   being done, sqlite3_errmsg() and the extended code, captured before anything else touches the
  *   connection (a rollback would overwrite the message).
- * - The batch is an ordinary deferred-write transaction begun with BEGIN IMMEDIATE by the first
- *   write; store_commit() ends it. A write failure rolls it back. SQLite itself may roll a
+ * - The batch is one transaction, begun with BEGIN IMMEDIATE by the first write (so it holds the
+ *   write lock from the start and never fails half-way on a lock upgrade); store_commit() ends it. A write failure rolls it back. SQLite itself may roll a
  *   transaction back on some errors (out of memory, I/O, full disk); after any failure the handle
  *   checks sqlite3_get_autocommit() so its idea of the batch never drifts from SQLite's.
  * - The runs table carries a per-run summary (sample count, step range, last time) updated by each

@@ -918,20 +918,27 @@ START_TEST(test_kill9)
         close(fds[0]);
         next = reported[nrep - 1] + 1;
 
-        st = store_open(dbpath, 0, &err); /* recovers the WAL */
-        ck_assert_msg(st != NULL, "reopen after kill: %s", err.msg);
-        ck_assert_msg(store_integrity_check(st, &err) == STORE_OK, "%s", err.msg);
-        for (int i = 0; i < nrep; i++) {
-            int64_t bb = reported[i];
-            samples_vec v = {0};
-            ck_assert_int_eq(store_grid(st, run, bb, NULL, collect_sample, &v, &err), STORE_OK);
-            int layers = bb == 0 ? 1 : 1 + (int)(bb % KILL_LAYERS);
-            ck_assert_msg(v.n == layers * KILL_HEADS, "batch %" PRId64 ": %d of %d samples", bb,
-                          v.n, layers * KILL_HEADS);
-            for (int k = 0; k < v.n; k++)
-                ck_assert(v.v[k].stats.entropy_mean ==
-                          kill_value(bb, v.v[k].layer, v.v[k].head));
-            free(v.v);
+        /* a post-mortem first: the read-only handle of the CLI, on the WAL the crash left, then
+         * the writer's reopen, which recovers it */
+        for (int pass = 0; pass < 2; pass++) {
+            st = pass == 0 ? store_open_readonly(dbpath, 0, &err) : store_open(dbpath, 0, &err);
+            ck_assert_msg(st != NULL, "reopen after kill (pass %d): %s", pass, err.msg);
+            ck_assert_msg(store_integrity_check(st, &err) == STORE_OK, "%s", err.msg);
+            for (int i = 0; i < nrep; i++) {
+                int64_t bb = reported[i];
+                samples_vec v = {0};
+                ck_assert_int_eq(store_grid(st, run, bb, NULL, collect_sample, &v, &err),
+                                 STORE_OK);
+                int layers = bb == 0 ? 1 : 1 + (int)(bb % KILL_LAYERS);
+                ck_assert_msg(v.n == layers * KILL_HEADS, "batch %" PRId64 ": %d of %d samples",
+                              bb, v.n, layers * KILL_HEADS);
+                for (int k = 0; k < v.n; k++)
+                    ck_assert(v.v[k].stats.entropy_mean ==
+                              kill_value(bb, v.v[k].layer, v.v[k].head));
+                free(v.v);
+            }
+            if (pass == 0)
+                store_close(st);
         }
         /* the summary kept in runs agrees with the table: no half batch anywhere */
         int64_t n = 0;
