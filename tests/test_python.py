@@ -80,33 +80,39 @@ def randn(*shape, dtype=np.float32, scale=1.0):
 
 
 # ---- the float64 reference ------------------------------------------------------------------------
-def reference_stats(q, k, causal=False, scale=None):
+def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None):
     """Per-head statistics of q [B, Hq, Nq, D], k [B, Hkv, Nk, D], in float64, two passes per row:
-    the row max first, then the probabilities; H = -sum p log p. Returns a list (one per head) of
-    dicts with entropy_mean / min / max, max_logit and rows."""
+    the row max first, then the probabilities; H = -sum p log p. Causal masks are bottom-right
+    aligned; cu_q / cu_k (B = 1) split N into packed sequences. Returns one dict per head:
+    rows, entropy_mean / min / max, max_logit."""
     q = q.astype(np.float64)
     k = k.astype(np.float64)
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     sc = 1.0 / math.sqrt(D) if not scale else float(np.float32(scale))
+    if cu_q is None:
+        cu_q, cu_k = [0, Nq], [0, Nk]
     out = []
     for h in range(Hq):
         kh = h // (Hq // Hkv)
         ents, maxl = [], -np.inf
         for b in range(B):
-            s = sc * (q[b, h] @ k[b, kh].T)  # [Nq, Nk]
-            for i in range(Nq):
-                row = s[i, : i + (Nk - Nq) + 1] if causal else s[i]
-                if row.size == 0:
-                    continue
-                m = row.max()
-                p = np.exp(row - m)
-                p /= p.sum()
-                nz = p[p > 0]
-                ents.append(float(-(nz * np.log(nz)).sum()))
-                maxl = max(maxl, float(m))
-        out.append({"entropy_mean": float(np.mean(ents)), "entropy_min": float(np.min(ents)),
-                    "entropy_max": float(np.max(ents)), "max_logit": maxl, "rows": len(ents)})
+            for (q0, q1), (k0, k1) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
+                s = sc * (q[b, h, q0:q1] @ k[b, kh, k0:k1].T)  # [nq, nk]
+                nq, nk = q1 - q0, k1 - k0
+                for i in range(nq):
+                    row = s[i, : max(0, i + (nk - nq) + 1)] if causal else s[i]
+                    if row.size == 0:
+                        continue  # no visible key: no distribution
+                    m = row.max()
+                    p = np.exp(row - m)
+                    p /= p.sum()
+                    nz = p[p > 0]
+                    ents.append(float(-(nz * np.log(nz)).sum()))
+                    maxl = max(maxl, float(m))
+        out.append({"rows": len(ents), "entropy_mean": float(np.mean(ents)),
+                    "entropy_min": float(np.min(ents)), "entropy_max": float(np.max(ents)),
+                    "max_logit": maxl})
     return out
 
 
@@ -572,6 +578,260 @@ class TestMonitor(unittest.TestCase):
         with attnstat.torch.monitor(c, model=model, layers={1, 3}):
             model(None)
         self.assertEqual([l for _, l, *_ in c.calls], [1, 3])
+
+
+# ---- end to end: a real attnstatd ------------------------------------------------------------------
+class Daemon(object):
+    """attnstatd on a temporary socket and database, for the life of a test class."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="attnstat-py-")
+        self.socket = os.path.join(self.dir.name, "d.sock")
+        self.db = os.path.join(self.dir.name, "d.db")
+        self.log = open(os.path.join(self.dir.name, "d.log"), "w+")
+        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--db", self.db],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("attnstatd exited with %s:\n%s" % (self.proc.returncode,
+                                                                       self.log_text()))
+            if os.path.exists(self.socket):
+                try:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.connect(self.socket)
+                    s.close()
+                    break
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("attnstatd did not listen on %s within 20 s:\n%s"
+                                   % (self.socket, self.log_text()))
+            time.sleep(0.02)
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()[-4000:]
+
+    def client(self, run, **kw):
+        return attnstat.Client(socket=self.socket, run=run, lib=LIB, **kw)
+
+    def query(self, sql, *args):
+        db = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True, timeout=10)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    def samples(self, run, step, layer):
+        """{head: row dict} of the stored samples of (run, step, layer)."""
+        cols = ("head", "rows", "rows_empty", "nonfinite_rows", "entropy_mean", "entropy_min",
+                "entropy_max", "max_logit", "sampled")
+        rows = self.query("SELECT %s FROM samples JOIN runs ON runs.id = samples.run_id "
+                          "WHERE runs.name = ? AND samples.step = ? AND samples.layer = ? "
+                          "ORDER BY head" % ", ".join("samples." + c for c in cols),
+                          run, step, layer)
+        return {r[0]: dict(zip(cols, r)) for r in rows}
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        self.dir.cleanup()
+
+
+def need_daemon(cls):
+    return unittest.skipIf(LIB is None or not DAEMON,
+                           "attnstatd or libattnstat.so is not built (ATTNSTAT_DAEMON)")(cls)
+
+
+class DaemonCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def run_name(self):
+        return "%s-%d" % (self.id().rsplit(".", 1)[-1], os.getpid())
+
+    def assertClose(self, got, want, rel, what):
+        self.assertIsNotNone(got, what)
+        self.assertLessEqual(abs(got - want), rel * max(abs(want), 1e-3),
+                             "%s: daemon %r, reference %r" % (what, got, want))
+
+    def check_stored(self, run, step, layer, ref, rel):
+        got = self.d.samples(run, step, layer)
+        self.assertEqual(sorted(got), list(range(len(ref))), "heads stored for layer %d" % layer)
+        for h, r in enumerate(ref):
+            g = got[h]
+            self.assertEqual(g["rows"], r["rows"], "rows of head %d" % h)
+            self.assertEqual(g["nonfinite_rows"], 0)
+            for f in ("entropy_mean", "entropy_min", "entropy_max", "max_logit"):
+                self.assertClose(g[f], r[f], rel, "layer %d head %d %s" % (layer, h, f))
+
+
+@need_daemon
+class TestEndToEnd(DaemonCase):
+    def test_entropy_matches_float64_reference(self):
+        run = self.run_name()
+        # (dtype, layout, causal, B, Hq, Hkv, Nq, Nk, D, scale)
+        cases = [
+            (np.float32, "bhnd", False, 2, 4, 4, 33, 33, 16, None),
+            (np.float32, "bnhd", True, 2, 6, 2, 17, 40, 32, None),
+            (np.float16, "bhnd", True, 1, 4, 1, 29, 29, 64, None),
+            (np.float16, "bnhd", False, 3, 2, 2, 8, 70, 16, 0.3),
+            (np.float32, "bhnd", True, 2, 8, 4, 64, 64, 8, 0.7),
+        ]
+        refs = []
+        with self.d.client(run, config={"test": "python"}) as c:
+            self.assertGreater(c.run_id, 0)
+            for layer, (dt, layout, causal, B, Hq, Hkv, Nq, Nk, D, scale) in enumerate(cases):
+                q = randn(B, Hq, Nq, D, dtype=dt, scale=1.5)
+                k = randn(B, Hkv, Nk, D, dtype=dt, scale=1.5)
+                refs.append(reference_stats(q, k, causal=causal, scale=scale))
+                if layout == "bnhd":  # hand them over as [B, N, H, D] arrays
+                    q = np.ascontiguousarray(q.transpose(0, 2, 1, 3))
+                    k = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+                self.assertTrue(c.push(7, layer, q, k, causal=causal, scale=scale or 0.0,
+                                       layout=layout))
+            self.assertTrue(c.flush(30))
+            st = c.stats()
+            self.assertEqual((st["pushed"], st["acked"], st["rejected"]), (5, 5, 0), st)
+        for layer, (dt, *_rest) in enumerate(cases):
+            self.check_stored(run, 7, layer, refs[layer], 1e-6)
+
+    def test_strided_views_and_packed_sequences(self):
+        run = self.run_name()
+        base_q, base_k = randn(2, 6, 40, 24), randn(2, 6, 50, 24)
+        q, k = base_q[:, ::2, 3:31, 4:20], base_k[:, 1:4, ::2, 4:20]  # views, nothing copied
+        self.assertFalse(q.flags.c_contiguous)
+        ref_views = reference_stats(q, k, causal=True)
+        pq, pk = randn(1, 3, 30, 16), randn(1, 3, 45, 16)
+        cu_q, cu_k = [0, 10, 10, 30], [0, 15, 20, 45]  # the middle sequence has no query row
+        ref_packed = reference_stats(pq, pk, causal=True, cu_q=cu_q, cu_k=cu_k)
+        with self.d.client(run) as c:
+            self.assertTrue(c.push(1, 0, q, k, causal=True))
+            self.assertTrue(c.push(1, 1, pq, pk, causal=True, cu_seqlens_q=np.array(cu_q),
+                                   cu_seqlens_k=cu_k))
+            self.assertTrue(c.flush(30))
+        self.check_stored(run, 1, 0, ref_views, 1e-6)
+        self.check_stored(run, 1, 1, ref_packed, 1e-6)
+
+    def test_results_callback_matches_store(self):
+        run = self.run_name()
+        got = []
+        with self.d.client(run) as c:
+            c.on_result(lambda seq, step, layer, heads: got.append((step, layer, heads)))
+            q, k = randn(1, 3, 12, 16), randn(1, 3, 12, 16)
+            self.assertTrue(c.push(4, 2, q, k, want_results=True))
+            self.assertTrue(c.flush(30))
+        self.assertEqual(len(got), 1)
+        step, layer, heads = got[0]
+        self.assertEqual((step, layer, len(heads)), (4, 2, 3))
+        stored = self.d.samples(run, 4, 2)
+        for h in heads:
+            self.assertEqual(h["entropy_mean"], stored[h["head"]]["entropy_mean"])
+
+    def test_status(self):
+        with self.d.client(self.run_name()) as c:
+            st = c.status()
+        self.assertTrue(st["daemon_version"])
+        self.assertGreaterEqual(st["clients"], 1)
+        self.assertIsInstance(st["workers"], list)
+        self.assertIsInstance(st["client_list"], list)
+        self.assertIn(self.run_name(), [x["run"] for x in st["client_list"]])
+
+    def test_alerts_reach_the_callback(self):
+        run = self.run_name()
+        alerts = []
+        th = {"logit_ceiling": 5.0, "raise_after": 1, "clear_after": 1}
+        with self.d.client(run, thresholds=th) as c:
+            c.on_alert(alerts.append)
+            q = randn(1, 2, 8, 16, scale=4.0)
+            self.assertTrue(c.push(3, 0, q, q.copy()))  # q . q: logits far over 5
+            self.assertTrue(c.flush(30))
+            deadline = time.monotonic() + 10
+            ceiling = []
+            while len(ceiling) < 2 and time.monotonic() < deadline:  # one per head
+                c.poll(100)
+                ceiling = [a for a in alerts if a.rule == "logit_ceiling"]
+        # (the entropy floor fires too: q . q makes every row attend to its own key)
+        self.assertEqual(sorted(a.head for a in ceiling), [0, 1], alerts)
+        a = ceiling[0]
+        self.assertEqual((a.state, a.run, a.step, a.layer), ("raised", run, 3, 0))
+        self.assertGreater(a.value, a.threshold)
+        self.assertEqual(a.threshold, 5.0)
+
+    def test_callback_errors_are_raised_after_the_call(self):
+        with self.d.client(self.run_name()) as c:
+            def bad(*args):
+                raise ZeroDivisionError("from a callback")
+            c.on_result(bad)
+            c.push(0, 0, randn(1, 1, 4, 8), randn(1, 1, 4, 8), want_results=True)
+            with self.assertRaises(ZeroDivisionError):
+                c.flush(30)
+
+    def test_monitor_pushes_through_data_ptr(self):
+        """attnstat.torch.monitor with a real client, over a fake torch (NumPy-backed tensors)."""
+        run = self.run_name()
+        fake = TestMonitor("test_layers_filter")
+        fake.setUp()
+        try:
+            F = fake.F
+            qs = [randn(2, 4, 10, 16) for _ in range(2)]
+            ks = [randn(2, 2, 10, 16) for _ in range(2)]
+            with self.d.client(run) as c:
+                with attnstat.torch.monitor(c, every=1, strict=True) as mon:
+                    for step in range(2):
+                        for layer in range(2):
+                            q, k = FakeTensor(qs[layer]), FakeTensor(ks[layer])
+                            F.scaled_dot_product_attention(q, k, k, is_causal=True,
+                                                           enable_gqa=True)
+                        mon.step()
+                self.assertTrue(c.flush(30))
+            self.assertEqual(mon.pushed, 4)
+        finally:
+            fake.tearDown()
+        for step in range(2):
+            for layer in range(2):
+                self.check_stored(run, step, layer,
+                                  reference_stats(qs[layer], ks[layer], causal=True), 1e-6)
+
+
+@need_daemon
+class TestDrops(DaemonCase):
+    def test_pushes_drop_while_the_daemon_is_stopped(self):
+        run = self.run_name()
+        q, k = randn(1, 4, 256, 64), randn(1, 4, 256, 64)  # 256 KiB each
+        with self.d.client(run, ring_bytes=2 << 20) as c:
+            self.assertTrue(c.push(0, 0, q, k))
+            self.assertTrue(c.flush(30))
+            os.kill(self.d.proc.pid, signal.SIGSTOP)
+            try:
+                results = [c.push(1, layer, q, k) for layer in range(40)]
+            finally:
+                os.kill(self.d.proc.pid, signal.SIGCONT)
+            self.assertIn(False, results)
+            self.assertTrue(results[0])
+            self.assertTrue(c.flush(60))
+            st = c.stats()
+        sent = results.count(True)
+        self.assertEqual(st["pushed"], 41)
+        self.assertEqual(st["dropped_local"], 40 - sent)
+        self.assertGreater(st["dropped_ring"] + st["dropped_queue"], 0)
+        self.assertEqual(st["acked"] + st["dropped_daemon"] + st["rejected"], sent + 1)
+        self.assertEqual(st["in_flight"], 0)
 
 
 if __name__ == "__main__":
