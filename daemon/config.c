@@ -1,0 +1,376 @@
+/* config.c — the settings table of attnstatd and its two front ends, flags and config file.
+ *
+ * Each row of cfg_table says where a setting lands in the cfg struct, its type, its default, its
+ * bounds and one line of help. Parsing a value checks it against the row's bounds, so nothing
+ * downstream re-checks ranges; an error names the setting, the value and the accepted range (and,
+ * from a file, the file and line). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CFG_VERSION ATTNSTAT_DAEMON_VERSION
+
+typedef enum { CFG_STR, CFG_U64, CFG_DBL, CFG_LEVEL } cfg_type;
+
+typedef struct {
+    const char *name;
+    cfg_type type;
+    size_t offset;
+    const char *def;      /* default as text; NULL for computed defaults (socket, db) */
+    double min, max;      /* bounds for numbers (inclusive) */
+    const char *help;
+} cfg_entry;
+
+#define F(field) offsetof(cfg, field)
+#define T(field) offsetof(cfg, thresholds.field)
+
+static const cfg_entry cfg_table[] = {
+    {"socket", CFG_STR, F(socket_path), NULL, 0, 0,
+     "Unix socket to listen on (default $XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else "
+     "/run/attnstat/attnstatd.sock)"},
+    {"db", CFG_STR, F(db_path), NULL, 0, 0,
+     "SQLite database (default $XDG_STATE_HOME/attnstat/attnstat.db, else "
+     "/var/lib/attnstat/attnstat.db)"},
+    {"allow_group", CFG_STR, F(allow_group), "", 0, 0,
+     "group whose members may connect besides the daemon's own uid and root"},
+    {"alert_exec", CFG_STR, F(alert_exec), "", 0, 0,
+     "shell command run on every alert transition, the alert in ATTNSTAT_* env vars"},
+    {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none"},
+    {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error"},
+    {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes"},
+    {"max_clients", CFG_U64, F(max_clients), "64", 1, 65536, "connections served at once"},
+    {"max_buffers", CFG_U64, F(max_buffers), "64", 1, 65536,
+     "registered buffers and events per connection"},
+    {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
+     "largest registered buffer in bytes"},
+    {"queue_depth", CFG_U64, F(queue_depth), "64", 1, 1 << 20,
+     "pushes queued or computing per worker; a push finding it full is dropped"},
+    {"client_inflight", CFG_U64, F(client_inflight), "32", 1, 1 << 20,
+     "pushes queued or computing per connection; more are dropped (fairness between clients)"},
+    {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,
+     "unsent bytes per connection before results/alerts to it are dropped and reading pauses"},
+    {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,
+     "longest time finished results wait to be committed together in one transaction"},
+    {"max_push_work", CFG_U64, F(max_push_work), "17179869184", 1, 1125899906842624.0,
+     "largest push: batch x heads x sampled rows x keys x head_dim multiply-adds"},
+    {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
+     "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
+    {"entropy_floor", CFG_DBL, T(entropy_floor), "0.1", 0, 1,
+     "alert when a head's normalised entropy mean is under this"},
+    {"entropy_drop", CFG_DBL, T(entropy_drop), "0.5", 0.000001, 0.999999,
+     "alert when a head's entropy mean falls by this fraction of its EMA baseline"},
+    {"ema_alpha", CFG_DBL, T(ema_alpha), "0.05", 0.000001, 1,
+     "EMA baseline smoothing (weight of a new sample)"},
+    {"ema_warmup", CFG_U64, T(ema_warmup), "20", 1, 1000000,
+     "samples folded into the baseline before the entropy-drop rule judges"},
+    {"logit_ceiling", CFG_DBL, T(logit_ceiling), "100", 0.000001, 1e30,
+     "alert when a head's max logit is over this (QK-Clip tau)"},
+    {"raise_after", CFG_U64, T(raise_after), "3", 1, 1000000, "consecutive bad samples to raise"},
+    {"clear_after", CFG_U64, T(clear_after), "5", 1, 1000000, "consecutive good samples to clear"},
+    {"collapse_threshold", CFG_DBL, T(collapse_threshold), "0.1", 0.000001, 1,
+     "per-row normalised entropy under which a row counts as collapsed"},
+};
+
+#define CFG_N (sizeof cfg_table / sizeof cfg_table[0])
+
+static const cfg_entry *cfg_find(const char *key)
+{
+    char norm[64];
+    size_t n = strlen(key);
+    if (n >= sizeof norm)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = key[i] == '-' ? '_' : key[i];
+    for (size_t i = 0; i < CFG_N; i++)
+        if (strcmp(cfg_table[i].name, norm) == 0)
+            return &cfg_table[i];
+    return NULL;
+}
+
+static int set_str(char **slot, const char *value, char *err, size_t errlen, const char *name)
+{
+    char *dup = strdup(value);
+    if (!dup) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    free(*slot);
+    *slot = dup;
+    return 0;
+}
+
+int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    const cfg_entry *e = cfg_find(key);
+    if (!e) {
+        snprintf(err, errlen, "unknown setting '%s' (see --help)", key);
+        return -1;
+    }
+    char *base = (char *)c + e->offset;
+    switch (e->type) {
+    case CFG_STR:
+        return set_str((char **)base, value, err, errlen, e->name);
+    case CFG_LEVEL:
+        if (log_parse_level(value, (log_level *)base) != 0) {
+            snprintf(err, errlen, "%s: '%s' is not a level (debug, info, warn, error)", e->name, value);
+            return -1;
+        }
+        return 0;
+    case CFG_U64: {
+        char *end;
+        errno = 0;
+        if (!isdigit((unsigned char)value[0])) {
+            snprintf(err, errlen, "%s: '%s' is not a non-negative integer", e->name, value);
+            return -1;
+        }
+        unsigned long long v = strtoull(value, &end, 10);
+        if (errno || *end != '\0') {
+            snprintf(err, errlen, "%s: '%s' is not a non-negative integer", e->name, value);
+            return -1;
+        }
+        if ((double)v < e->min || (double)v > e->max) {
+            snprintf(err, errlen, "%s: %llu is out of range [%.0f, %.0f]", e->name, v, e->min, e->max);
+            return -1;
+        }
+        *(uint64_t *)base = v;
+        return 0;
+    }
+    case CFG_DBL: {
+        char *end;
+        errno = 0;
+        double v = strtod(value, &end);
+        if (errno || end == value || *end != '\0' || !isfinite(v)) {
+            snprintf(err, errlen, "%s: '%s' is not a number", e->name, value);
+            return -1;
+        }
+        if (v < e->min || v > e->max) {
+            snprintf(err, errlen, "%s: %g is out of range [%g, %g]", e->name, v, e->min, e->max);
+            return -1;
+        }
+        *(double *)base = v;
+        return 0;
+    }
+    }
+    snprintf(err, errlen, "%s: bad table entry", e->name);
+    return -1;
+}
+
+static char *default_path(const char *env, const char *sub, const char *fallback)
+{
+    const char *dir = getenv(env);
+    char buf[4096];
+    if (dir && dir[0] == '/')
+        snprintf(buf, sizeof buf, "%s/attnstat/%s", dir, sub);
+    else
+        snprintf(buf, sizeof buf, "%s", fallback);
+    return strdup(buf);
+}
+
+int cfg_init(cfg *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < CFG_N; i++) {
+        if (!cfg_table[i].def)
+            continue;
+        if (cfg_set(c, cfg_table[i].name, cfg_table[i].def, err, errlen) != 0) {
+            cfg_free(c);
+            return -1;
+        }
+    }
+    c->socket_path = default_path("XDG_RUNTIME_DIR", "attnstatd.sock", "/run/attnstat/attnstatd.sock");
+    c->db_path = default_path("XDG_STATE_HOME", "attnstat.db", "/var/lib/attnstat/attnstat.db");
+    if (!c->socket_path || !c->db_path) {
+        snprintf(err, errlen, "out of memory");
+        cfg_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void cfg_free(cfg *c)
+{
+    for (size_t i = 0; i < CFG_N; i++) {
+        if (cfg_table[i].type == CFG_STR) {
+            char **slot = (char **)((char *)c + cfg_table[i].offset);
+            free(*slot);
+            *slot = NULL;
+        }
+    }
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096], msg[512];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n') {
+            snprintf(err, errlen, "%s:%d: line is longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected 'key = value', got '%s'", path, lineno, s);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        if (cfg_set(c, key, value, msg, sizeof msg) != 0) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "config file %s: read error", path);
+        rc = -1;
+    }
+    fclose(f);
+    return rc;
+}
+
+void cfg_print_help(const char *argv0, void *fp)
+{
+    FILE *f = fp;
+    fprintf(f, "usage: %s [--config FILE] [--SETTING VALUE]...\n\n"
+               "attnstatd %s: receives Q/K tensors from training processes, stores per-head attention\n"
+               "entropy and max-logit statistics in SQLite and raises alerts.\n\n"
+               "Every setting is a flag (--max-frame 65536 or --max-frame=65536) and a config-file\n"
+               "line (max_frame = 65536). Flags override the file.\n\n",
+            argv0, CFG_VERSION);
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry *e = &cfg_table[i];
+        char opt[64];
+        snprintf(opt, sizeof opt, "--%s", e->name);
+        for (char *p = opt + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        fprintf(f, "  %-22s %s\n", opt, e->help);
+        if (e->type == CFG_U64 || e->type == CFG_DBL)
+            fprintf(f, "  %-22s default %s, range [%g, %g]\n", "", e->def, e->min, e->max);
+        else if (e->def && e->def[0])
+            fprintf(f, "  %-22s default %s\n", "", e->def);
+    }
+    fprintf(f, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--config FILE", "read settings from FILE",
+            "--help", "print this help", "--version", "print the version");
+}
+
+int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
+{
+    /* The config file first, wherever --config appears, so that flags override it. */
+    for (int i = 1; i < argc; i++) {
+        const char *path = NULL;
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--config needs a file name");
+                return -1;
+            }
+            path = argv[++i];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            path = argv[i] + 9;
+        }
+        if (path && cfg_load_file(c, path, err, errlen) != 0)
+            return -1;
+    }
+    char msg[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cfg_print_help(argv[0], stdout);
+            return 1;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("attnstatd %s\n", CFG_VERSION);
+            return 1;
+        }
+        if (strcmp(a, "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--config=", 9) == 0)
+            continue;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (settings are --name value)", a);
+            return -1;
+        }
+        char key[64];
+        const char *value;
+        const char *eq = strchr(a + 2, '=');
+        size_t klen = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (klen >= sizeof key) {
+            snprintf(err, errlen, "unknown flag '%s' (see --help)", a);
+            return -1;
+        }
+        memcpy(key, a + 2, klen);
+        key[klen] = '\0';
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (!cfg_find(key)) {
+                snprintf(err, errlen, "unknown flag '%s' (see --help)", a);
+                return -1;
+            }
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "%s needs a value", a);
+                return -1;
+            }
+            value = argv[++i];
+        }
+        if (cfg_set(c, key, value, msg, sizeof msg) != 0) {
+            snprintf(err, errlen, "--%s", msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void cfg_log(const cfg *c)
+{
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry *e = &cfg_table[i];
+        const char *base = (const char *)c + e->offset;
+        switch (e->type) {
+        case CFG_STR:
+            LOG_DEBUG("config", "%s = %s", e->name, *(char *const *)base);
+            break;
+        case CFG_U64:
+            LOG_DEBUG("config", "%s = %llu", e->name, (unsigned long long)*(const uint64_t *)base);
+            break;
+        case CFG_DBL:
+            LOG_DEBUG("config", "%s = %g", e->name, *(const double *)base);
+            break;
+        case CFG_LEVEL:
+            LOG_DEBUG("config", "%s = %d", e->name, (int)*(const log_level *)base);
+            break;
+        }
+    }
+}

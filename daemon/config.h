@@ -1,0 +1,66 @@
+/* config.h — every setting of attnstatd, in one table (config.c): name, default, bounds, help.
+ * The same table serves the command line (`--name value` or `--name=value`, '-' or '_' alike)
+ * and the optional config file (`--config FILE`: `key = value` lines, '#' comments).
+ * Precedence: defaults < config file < flags. */
+#ifndef ATTNSTAT_CONFIG_H
+#define ATTNSTAT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define ATTNSTAT_DAEMON_VERSION "0.1.0"
+
+/* Alert thresholds (defaults for every run; a Hello may override each one). */
+typedef struct {
+    double entropy_floor;      /* normalised entropy mean under this is bad */
+    double entropy_drop;       /* entropy mean under (1 - drop) * EMA baseline is bad */
+    double ema_alpha;          /* EMA baseline smoothing */
+    uint64_t ema_warmup;       /* samples before the entropy-drop rule judges */
+    double logit_ceiling;      /* max logit over this is bad */
+    uint64_t raise_after;      /* consecutive bad samples to raise */
+    uint64_t clear_after;      /* consecutive good samples to clear */
+    double collapse_threshold; /* per-row normalised entropy counted as collapsed */
+} cfg_thresholds;
+
+typedef struct {
+    char *socket_path;      /* Unix socket to listen on */
+    char *db_path;          /* SQLite database */
+    char *allow_group;      /* peers of another uid in this group are allowed ("" = none) */
+    char *alert_exec;       /* command run (sh -c) on every alert transition ("" = none) */
+    char *default_run;      /* run name when a Hello has none */
+    log_level log_level;
+    uint64_t max_frame;     /* bytes per frame */
+    uint64_t max_clients;
+    uint64_t max_buffers;   /* registered buffers + events per client */
+    uint64_t max_buffer_bytes;
+    uint64_t queue_depth;   /* per worker: queued + running pushes */
+    uint64_t client_inflight; /* per client: pushes queued or computing */
+    uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
+    uint64_t commit_ms;     /* longest wait to batch results into one transaction */
+    uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push */
+    uint64_t metrics_port;  /* Prometheus text on 127.0.0.1:port; 0 = off */
+    cfg_thresholds thresholds;
+} cfg;
+
+/* Fills c with the defaults (socket and db under $XDG_RUNTIME_DIR / $XDG_STATE_HOME when set). */
+int cfg_init(cfg *c, char *err, size_t errlen);
+void cfg_free(cfg *c);
+
+/* Parses argv (and the --config file it names). Returns 0; 1 when --help or --version was
+ * printed (the caller exits 0); -1 with err set on a bad flag, value or file line. */
+int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Applies one key = value (key as in the table). Returns 0 or -1 with err set. */
+int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* Loads a config file. Returns 0 or -1 with err naming the file and line. */
+int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen);
+
+/* Writes the table (name, default, bounds, help) to f. */
+void cfg_print_help(const char *argv0, void *f);
+/* Logs every setting at info level. */
+void cfg_log(const cfg *c);
+
+#endif /* ATTNSTAT_CONFIG_H */

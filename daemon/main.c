@@ -1,0 +1,31 @@
+/* main.c — attnstatd's entry point: settings from the config table (flags, --config file), then
+ * the server loop until SIGINT/SIGTERM. Exit status 0 after a clean shutdown, 1 when start-up
+ * failed (the log says why), 2 on a bad command line or config file. */
+#include <stdio.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+
+int main(int argc, char **argv)
+{
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    cfg c;
+    char err[600];
+    if (cfg_init(&c, err, sizeof err) != 0) {
+        fprintf(stderr, "attnstatd: %s\n", err);
+        return 2;
+    }
+    int rc = cfg_parse_args(&c, argc, argv, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "attnstatd: %s\n", err);
+        cfg_free(&c);
+        return rc < 0 ? 2 : 0;
+    }
+    log_set_level(c.log_level);
+    cfg_log(&c);
+    rc = server_run(&c);
+    cfg_free(&c);
+    return rc;
+}

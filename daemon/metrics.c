@@ -1,0 +1,252 @@
+/* metrics.c — counters, the push-rate ring, and a minimal HTTP responder for Prometheus scrapes:
+ * every request on --metrics-port gets the current text and the connection is closed
+ * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t metrics_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+void metrics_init(metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    m->start_ms = metrics_now_ms();
+    m->start_ns = mono_ns();
+}
+
+void metrics_count_push(metrics *m)
+{
+    m->pushes++;
+    uint64_t sec = mono_ns() / 1000000000ull;
+    int i = (int)(sec % METRICS_RATE_WINDOW);
+    if (m->rate_second[i] != sec) {
+        m->rate_second[i] = sec;
+        m->rate_bucket[i] = 0;
+    }
+    m->rate_bucket[i]++;
+}
+
+double metrics_push_rate(const metrics *m)
+{
+    uint64_t sec = mono_ns() / 1000000000ull, n = 0;
+    for (int i = 0; i < METRICS_RATE_WINDOW; i++)
+        if (m->rate_second[i] + METRICS_RATE_WINDOW > sec)
+            n += m->rate_bucket[i];
+    return (double)n / METRICS_RATE_WINDOW;
+}
+
+double metrics_uptime_s(const metrics *m)
+{
+    return (double)(mono_ns() - m->start_ns) / 1e9;
+}
+
+/* ---- HTTP ----------------------------------------------------------------------------------- */
+
+#define HTTP_REQ_MAX 4096
+#define HTTP_BODY_MAX (256 * 1024)
+
+typedef struct scrape scrape;
+
+struct metrics_http {
+    uv_tcp_t listener;
+    metrics_render_fn render;
+    void *ctx;
+    scrape *conns;
+    int stopping;
+    int open_handles;
+};
+
+struct scrape {
+    uv_tcp_t tcp;
+    metrics_http *h;
+    scrape *prev, *next;
+    char req[HTTP_REQ_MAX];
+    size_t len;
+    int closing, answered;
+    uv_write_t wr;
+    char *out;
+};
+
+static void http_maybe_free(metrics_http *h)
+{
+    if (h->stopping && h->open_handles == 0)
+        free(h);
+}
+
+static void scrape_closed(uv_handle_t *hd)
+{
+    scrape *s = hd->data;
+    metrics_http *h = s->h;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        h->conns = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    free(s->out);
+    free(s);
+    h->open_handles--;
+    http_maybe_free(h);
+}
+
+static void scrape_close(scrape *s)
+{
+    if (s->closing)
+        return;
+    s->closing = 1;
+    uv_close((uv_handle_t *)&s->tcp, scrape_closed);
+}
+
+static void scrape_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    scrape *s = hd->data;
+    buf->base = s->req + s->len;
+    buf->len = sizeof s->req - s->len;
+}
+
+static void scrape_written(uv_write_t *req, int status)
+{
+    (void)status;
+    scrape_close(req->data);
+}
+
+static void scrape_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    scrape *s = st->data;
+    if (nread < 0) {
+        scrape_close(s);
+        return;
+    }
+    s->len += (size_t)nread;
+    int complete = s->len >= sizeof s->req || (s->len >= 4 && memmem(s->req, s->len, "\r\n\r\n", 4)) ||
+                   (s->len >= 2 && memmem(s->req, s->len, "\n\n", 2));
+    if (!complete || s->answered)
+        return;
+    s->answered = 1;
+    uv_read_stop(st);
+    char *body = malloc(HTTP_BODY_MAX);
+    s->out = malloc(HTTP_BODY_MAX + 256);
+    if (!body || !s->out) {
+        free(body);
+        scrape_close(s);
+        return;
+    }
+    size_t blen = s->h->render(s->h->ctx, body, HTTP_BODY_MAX);
+    int hlen = snprintf(s->out, 256,
+                        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                        blen);
+    memcpy(s->out + hlen, body, blen);
+    free(body);
+    uv_buf_t b = uv_buf_init(s->out, (unsigned)((size_t)hlen + blen));
+    s->wr.data = s;
+    int rc = uv_write(&s->wr, st, &b, 1, scrape_written);
+    if (rc != 0) {
+        LOG_WARN("metrics", "writing a scrape reply: %s", uv_strerror(rc));
+        scrape_close(s);
+    }
+}
+
+static void http_accept(uv_stream_t *server, int status)
+{
+    metrics_http *h = server->data;
+    if (status < 0) {
+        LOG_WARN("metrics", "accept on the metrics port failed: %s", uv_strerror(status));
+        return;
+    }
+    scrape *s = calloc(1, sizeof *s);
+    if (!s) {
+        LOG_WARN("metrics", "out of memory accepting a scrape");
+        return;
+    }
+    s->h = h;
+    int rc = uv_tcp_init(server->loop, &s->tcp);
+    if (rc != 0) {
+        LOG_WARN("metrics", "uv_tcp_init: %s", uv_strerror(rc));
+        free(s);
+        return;
+    }
+    s->tcp.data = s;
+    h->open_handles++;
+    s->next = h->conns;
+    if (h->conns)
+        h->conns->prev = s;
+    h->conns = s;
+    rc = uv_accept(server, (uv_stream_t *)&s->tcp);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)&s->tcp, scrape_alloc, scrape_read);
+    if (rc != 0) {
+        LOG_WARN("metrics", "accepting a scrape: %s", uv_strerror(rc));
+        scrape_close(s);
+    }
+}
+
+static void http_listener_closed(uv_handle_t *hd)
+{
+    metrics_http *h = hd->data;
+    h->open_handles--;
+    http_maybe_free(h);
+}
+
+metrics_http *metrics_http_start(uv_loop_t *loop, int port, metrics_render_fn render, void *ctx,
+                                 char *err, size_t errlen)
+{
+    metrics_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->render = render;
+    h->ctx = ctx;
+    int rc = uv_tcp_init(loop, &h->listener);
+    if (rc != 0) {
+        snprintf(err, errlen, "uv_tcp_init: %s", uv_strerror(rc));
+        free(h);
+        return NULL;
+    }
+    h->listener.data = h;
+    h->open_handles = 1;
+    struct sockaddr_in addr;
+    rc = uv_ip4_addr("127.0.0.1", port, &addr);
+    if (rc == 0)
+        rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&h->listener, 16, http_accept);
+    if (rc != 0) {
+        snprintf(err, errlen, "metrics port 127.0.0.1:%d: %s (choose another --metrics-port or 0)",
+                 port, uv_strerror(rc));
+        h->stopping = 1;
+        uv_close((uv_handle_t *)&h->listener, http_listener_closed);
+        return NULL;
+    }
+    return h;
+}
+
+void metrics_http_stop(metrics_http *h)
+{
+    if (!h || h->stopping)
+        return;
+    h->stopping = 1;
+    for (scrape *s = h->conns; s; s = s->next)
+        scrape_close(s);
+    uv_close((uv_handle_t *)&h->listener, http_listener_closed);
+}

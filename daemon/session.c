@@ -1,0 +1,576 @@
+/* session.c — per-client protocol handling (see session.h): Hello, RegisterBuffer / Forget with
+ * their shared-memory mappings, Subscribe, Status, and Push up to its submission to a worker.
+ * Every reply to a bad message is an Error (or, for a Push, an Ack) naming what was wrong; the
+ * connection stays usable. */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pipeline.h"
+#include "server.h"
+
+struct session_map {
+    int refs;                /* the registration + each push reading it */
+    int fd;                  /* kept open: workers fstat it to notice a shrunk segment */
+    void *addr;
+    uint64_t size;
+    char name[256];
+};
+
+struct session_buf {
+    uint32_t id;
+    session_map *map;
+    validate_buffer vb;
+};
+
+static void map_unref(session_map *m)
+{
+    if (--m->refs > 0)
+        return;
+    if (munmap(m->addr, m->size) != 0)
+        LOG_ERROR("session", "munmap of shm %s: %s", m->name, strerror(errno));
+    if (close(m->fd) != 0)
+        LOG_ERROR("session", "close of shm %s: %s", m->name, strerror(errno));
+    LOG_DEBUG("session", "unmapped shm %s (%llu bytes)", m->name, (unsigned long long)m->size);
+    free(m);
+}
+
+static void session_unref(session *s)
+{
+    if (--s->refs > 0)
+        return;
+    for (uint32_t i = 0; i < s->nbufs; i++)
+        map_unref(s->bufs[i].map);
+    free(s->bufs);
+    free(s);
+}
+
+session *session_new(server *srv, conn *c)
+{
+    session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->srv = srv;
+    s->c = c;
+    s->refs = 1;
+    s->conn_id = c->id;
+    s->pid = (int32_t)c->pid;
+    s->th = srv->cfg->thresholds;
+    return s;
+}
+
+void session_detach(session *s)
+{
+    if (!s)
+        return;
+    s->c = NULL;
+    for (uint32_t i = 0; i < s->nbufs; i++)
+        map_unref(s->bufs[i].map);
+    s->nbufs = 0;
+    if (s->inflight)
+        LOG_INFO("session", "client %llu gone with %u pushes in flight: they finish and are stored",
+                 (unsigned long long)s->conn_id, s->inflight);
+    session_unref(s);
+}
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+static void send_error(session *s, Attnstat__Code code, int has_ref, uint64_t ref, const char *fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
+
+static void send_error(session *s, Attnstat__Code code, int has_ref, uint64_t ref, const char *fmt,
+                       ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    LOG_DEBUG("session", "client %llu: error %d: %s", (unsigned long long)s->conn_id, (int)code, msg);
+    if (s->c)
+        server_send_error(s->c, code, msg, has_ref, ref);
+}
+
+static void ack_now(session *s, uint64_t seq, Attnstat__Code code, const char *msg)
+{
+    if (!s->c)
+        return;
+    Attnstat__Ack ack = ATTNSTAT__ACK__INIT;
+    ack.seq = seq;
+    ack.code = code;
+    ack.message = (char *)msg;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+    env.ack = &ack;
+    server_send(s->c, &env, 1);
+}
+
+void session_send_ack(session_push *p, Attnstat__Code code, const char *msg,
+                      Attnstat__HeadStats **heads, size_t nheads)
+{
+    session *s = p->s;
+    if (!s->c)
+        return;
+    Attnstat__Ack ack = ATTNSTAT__ACK__INIT;
+    ack.seq = p->seq;
+    ack.code = code;
+    ack.message = msg && msg[0] ? (char *)msg : NULL;
+    ack.heads = heads;
+    ack.n_heads = nheads;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+    env.ack = &ack;
+    if (server_send(s->c, &env, 1) != 0 && heads) {
+        /* Over max_frame with its results: acknowledge without them. */
+        ack.heads = NULL;
+        ack.n_heads = 0;
+        ack.message = "stored; per-head results omitted: they do not fit in max_frame";
+        server_send(s->c, &env, 1);
+    }
+}
+
+/* ---- Hello ---------------------------------------------------------------------------------- */
+
+static int valid_text(const char *t, size_t max)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)t[i] < 0x20 || t[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+static void on_hello(session *s, const Attnstat__Hello *h)
+{
+    server *srv = s->srv;
+    if (h->protocol_version != FRAME_PROTOCOL_VERSION) {
+        send_error(s, ATTNSTAT__CODE__VERSION, 0, 0,
+                   "protocol version %u is not supported: this daemon speaks version %u",
+                   h->protocol_version, FRAME_PROTOCOL_VERSION);
+        return;
+    }
+    if (s->hello) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                   "Hello was already received on this connection (run '%s'); open a new connection "
+                   "for another run", s->run);
+        return;
+    }
+    const char *run = h->run && h->run[0] ? h->run : srv->cfg->default_run;
+    if (!valid_text(run, SESSION_RUN_MAX - 1)) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                   "run name must be 1..%d bytes of printable text", SESSION_RUN_MAX - 1);
+        return;
+    }
+    if (h->has_rank && h->rank < 0) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "rank %d must be >= 0", h->rank);
+        return;
+    }
+    if (h->host && strlen(h->host) > 255) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "host is longer than 255 bytes");
+        return;
+    }
+    char msg[256];
+    if (validate_thresholds(h->thresholds, msg, sizeof msg) != 0) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "%s", msg);
+        return;
+    }
+    cfg_thresholds th = srv->cfg->thresholds;
+    const Attnstat__Thresholds *t = h->thresholds;
+    if (t) {
+        if (t->has_entropy_floor)
+            th.entropy_floor = t->entropy_floor;
+        if (t->has_entropy_drop)
+            th.entropy_drop = t->entropy_drop;
+        if (t->has_ema_alpha)
+            th.ema_alpha = t->ema_alpha;
+        if (t->has_logit_ceiling)
+            th.logit_ceiling = t->logit_ceiling;
+        if (t->has_raise_after)
+            th.raise_after = t->raise_after;
+        if (t->has_clear_after)
+            th.clear_after = t->clear_after;
+        if (t->has_collapse_threshold)
+            th.collapse_threshold = t->collapse_threshold;
+    }
+    char thjson[512], aerr[256];
+    if (pipeline_check_thresholds(srv->pipe, t, thjson, sizeof thjson, aerr, sizeof aerr) != 0) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "thresholds: %s", aerr);
+        return;
+    }
+    /* The computation's parameter travels with the rules' thresholds. */
+    size_t jl = strlen(thjson);
+    if (jl > 0 && thjson[jl - 1] == '}')
+        snprintf(thjson + jl - 1, sizeof thjson - (jl - 1), ",\"collapse_threshold\":%.17g}",
+                 th.collapse_threshold);
+    store_run_info info = {
+        .name = run,
+        .rank = h->has_rank ? h->rank : 0,
+        .host = h->host,
+        .pid = h->has_pid ? h->pid : (s->c ? s->c->pid : 0),
+        .time_ms = 0,
+        .config = h->config,
+        .thresholds = thjson,
+    };
+    int64_t run_id = 0;
+    store_error se = {0, ""};
+    store_status st = store_run_begin(srv->db, &info, &run_id, &se);
+    if (st != STORE_OK) {
+        LOG_ERROR("session", "client %llu: registering run '%s': %s", (unsigned long long)s->conn_id,
+                  run, se.msg);
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not register run '%s': %s",
+                   run, se.msg);
+        return;
+    }
+    s->hello = 1;
+    s->run_id = run_id;
+    snprintf(s->run, sizeof s->run, "%s", run);
+    s->rank = info.rank;
+    if (h->has_pid)
+        s->pid = h->pid;
+    s->th = th;
+    if (pipeline_set_run(srv->pipe, run_id, t, aerr, sizeof aerr) != 0)
+        LOG_ERROR("session", "run %lld: thresholds refused by the alert engine: %s", (long long)run_id,
+                  aerr);
+    LOG_INFO("session", "client %llu: hello run '%s' (id %lld) rank %d pid %d host %s",
+             (unsigned long long)s->conn_id, s->run, (long long)run_id, s->rank, (int)s->pid,
+             h->host ? h->host : "-");
+
+    Attnstat__HelloReply rep = ATTNSTAT__HELLO_REPLY__INIT;
+    rep.protocol_version = FRAME_PROTOCOL_VERSION;
+    rep.run_id = run_id;
+    rep.max_frame = (uint32_t)srv->cfg->max_frame;
+    rep.queue_capacity = (uint32_t)srv->cfg->queue_depth;
+    rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
+    env.hello_reply = &rep;
+    if (s->c)
+        server_send(s->c, &env, 1);
+}
+
+/* ---- buffers -------------------------------------------------------------------------------- */
+
+static struct session_buf *find_buf(session *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nbufs; i++)
+        if (s->bufs[i].id == id)
+            return &s->bufs[i];
+    return NULL;
+}
+
+static const validate_buffer *lookup_buf(void *ctx, uint32_t id)
+{
+    struct session_buf *b = find_buf(ctx, id);
+    return b ? &b->vb : NULL;
+}
+
+static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
+{
+    const cfg *c = s->srv->cfg;
+    if (!s->hello) {
+        send_error(s, ATTNSTAT__CODE__NO_HELLO, 1, rb->id, "RegisterBuffer %u before Hello", rb->id);
+        return;
+    }
+    if (rb->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
+        send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, rb->id,
+                   "buffer %u: CUDA_IPC buffers need a GPU worker, and this daemon has none", rb->id);
+        return;
+    }
+    if (rb->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer %u: kind %d is not a buffer kind (HOST_SHM=1, CUDA_IPC=2)", rb->id,
+                   (int)rb->kind);
+        return;
+    }
+    if (find_buf(s, rb->id)) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer id %u is already registered on this connection (Forget it first)", rb->id);
+        return;
+    }
+    if (s->nbufs >= c->max_buffers) {
+        send_error(s, ATTNSTAT__CODE__BUSY, 1, rb->id,
+                   "buffer %u: this connection already has %u buffers (max_buffers)", rb->id, s->nbufs);
+        return;
+    }
+    if (rb->size == 0 || rb->size > c->max_buffer_bytes) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer %u: size %llu must be in [1, %llu] (max_buffer_bytes)", rb->id,
+                   (unsigned long long)rb->size, (unsigned long long)c->max_buffer_bytes);
+        return;
+    }
+    char msg[300];
+    if (validate_shm_name(rb->shm_name, msg, sizeof msg) != 0) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id, "buffer %u: %s", rb->id, msg);
+        return;
+    }
+    int fd = shm_open(rb->shm_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id, "buffer %u: shm_open(%s): %s", rb->id,
+                   rb->shm_name, strerror(errno));
+        return;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, rb->id, "buffer %u: fstat(%s): %s", rb->id,
+                   rb->shm_name, strerror(errno));
+        close(fd);
+        return;
+    }
+    uid_t peer = s->c ? s->c->uid : 0;
+    if (peer != 0 && sb.st_uid != peer) {
+        send_error(s, ATTNSTAT__CODE__PERMISSION, 1, rb->id,
+                   "buffer %u: shm %s belongs to uid %u, not to the connecting uid %u", rb->id,
+                   rb->shm_name, (unsigned)sb.st_uid, (unsigned)peer);
+        close(fd);
+        return;
+    }
+    if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < rb->size) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer %u: shm %s is %lld bytes, smaller than the registered size %llu", rb->id,
+                   rb->shm_name, (long long)sb.st_size, (unsigned long long)rb->size);
+        close(fd);
+        return;
+    }
+    void *addr = mmap(NULL, rb->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, rb->id, "buffer %u: mmap of %s (%llu bytes): %s",
+                   rb->id, rb->shm_name, (unsigned long long)rb->size, strerror(errno));
+        close(fd);
+        return;
+    }
+    session_map *m = calloc(1, sizeof *m);
+    if (s->nbufs == s->capbufs) {
+        uint32_t ncap = s->capbufs ? s->capbufs * 2 : 8;
+        struct session_buf *nb = m ? realloc(s->bufs, ncap * sizeof *nb) : NULL;
+        if (nb) {
+            s->bufs = nb;
+            s->capbufs = ncap;
+        } else {
+            free(m);
+            m = NULL;
+        }
+    }
+    if (!m) {
+        munmap(addr, rb->size);
+        close(fd);
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, rb->id, "buffer %u: out of memory", rb->id);
+        return;
+    }
+    m->refs = 1;
+    m->fd = fd;
+    m->addr = addr;
+    m->size = rb->size;
+    snprintf(m->name, sizeof m->name, "%s", rb->shm_name);
+    struct session_buf *b = &s->bufs[s->nbufs++];
+    b->id = rb->id;
+    b->map = m;
+    b->vb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
+    b->vb.size = rb->size;
+    b->vb.base = addr;
+    LOG_DEBUG("session", "client %llu: buffer %u = shm %s, %llu bytes", (unsigned long long)s->conn_id,
+              rb->id, rb->shm_name, (unsigned long long)rb->size);
+}
+
+static void on_forget(session *s, const Attnstat__Forget *f)
+{
+    if (!s->hello) {
+        send_error(s, ATTNSTAT__CODE__NO_HELLO, 0, 0, "Forget before Hello");
+        return;
+    }
+    if (f->has_buffer_id) {
+        struct session_buf *b = find_buf(s, f->buffer_id);
+        if (!b) {
+            send_error(s, ATTNSTAT__CODE__UNKNOWN_BUFFER, 1, f->buffer_id,
+                       "Forget: buffer %u is not registered", f->buffer_id);
+        } else {
+            map_unref(b->map);
+            *b = s->bufs[--s->nbufs];
+        }
+    }
+    if (f->has_event_id)
+        send_error(s, ATTNSTAT__CODE__UNKNOWN_BUFFER, 1, f->event_id,
+                   "Forget: event %u is not registered", f->event_id);
+    if (!f->has_buffer_id && !f->has_event_id)
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "Forget names neither buffer_id nor event_id");
+}
+
+/* ---- Push ----------------------------------------------------------------------------------- */
+
+void session_push_unmap(session_push *p)
+{
+    for (int i = 0; i < p->nmaps; i++)
+        map_unref(p->maps[i]);
+    p->nmaps = 0;
+}
+
+void session_push_free(session_push *p)
+{
+    session_push_unmap(p);
+    validate_plan_free(&p->plan);
+    free(p->job.heads);
+    session *s = p->s;
+    s->inflight--;
+    free(p);
+    session_unref(s);
+}
+
+static void on_push(session *s, const Attnstat__Push *push)
+{
+    server *srv = s->srv;
+    const cfg *c = srv->cfg;
+    metrics_count_push(&srv->m);
+    s->pushes++;
+    if (!s->hello) {
+        srv->m.rejected++;
+        s->rejected++;
+        ack_now(s, push->seq, ATTNSTAT__CODE__NO_HELLO, "Push before Hello");
+        return;
+    }
+    if (srv->stopping) {
+        srv->m.dropped++;
+        s->dropped++;
+        ack_now(s, push->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
+        return;
+    }
+    validate_limits lim = {.max_push_work = c->max_push_work,
+                           .collapse_threshold = (float)s->th.collapse_threshold};
+    session_push *p = calloc(1, sizeof *p);
+    if (!p) {
+        srv->m.failed++;
+        ack_now(s, push->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    char msg[512];
+    Attnstat__Code code = validate_push(push, lookup_buf, s, &lim, &p->plan, msg, sizeof msg);
+    if (code != ATTNSTAT__CODE__OK) {
+        free(p);
+        srv->m.rejected++;
+        s->rejected++;
+        LOG_DEBUG("session", "client %llu: push %llu rejected: %s", (unsigned long long)s->conn_id,
+                  (unsigned long long)push->seq, msg);
+        ack_now(s, push->seq, code, msg);
+        return;
+    }
+    if (s->inflight >= c->client_inflight) {
+        validate_plan_free(&p->plan);
+        free(p);
+        srv->m.dropped++;
+        s->dropped++;
+        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes in flight "
+                 "(client_inflight)", s->inflight);
+        ack_now(s, push->seq, ATTNSTAT__CODE__DROPPED, msg);
+        return;
+    }
+    p->job.prob = p->plan.prob;
+    p->job.heads = calloc((size_t)p->plan.prob.heads_q, sizeof(stats_head));
+    if (!p->job.heads) {
+        validate_plan_free(&p->plan);
+        free(p);
+        srv->m.failed++;
+        ack_now(s, push->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    p->s = s;
+    s->refs++;
+    s->inflight++;
+    p->seq = push->seq;
+    p->step = push->step;
+    p->layer = push->layer;
+    p->want_results = push->want_results;
+    p->received_ns = worker_now_ns();
+    p->time_ms = (int64_t)metrics_now_ms();
+    for (int i = 0; i < p->plan.ntensors; i++) {
+        session_map *m = find_buf(s, p->plan.buffer_id[i])->map;
+        int j = 0;
+        while (j < p->nmaps && p->maps[j] != m)
+            j++;
+        if (j == p->nmaps) {
+            p->maps[p->nmaps++] = m;
+            m->refs++;
+            p->job.guard_fd[j] = m->fd;
+            p->job.guard_bytes[j] = 0;
+            p->job.nguards = p->nmaps;
+        }
+        if (p->plan.need_bytes[i] > p->job.guard_bytes[j])
+            p->job.guard_bytes[j] = p->plan.need_bytes[i];
+    }
+    /* Routing: host buffers go to the CPU worker; device buffers will go to their device's. */
+    if (worker_submit(srv->cpu, &p->job) != 0) {
+        srv->m.dropped++;
+        s->dropped++;
+        worker_stats ws;
+        worker_pool_stats(srv->pool, 0, &ws);
+        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not computed",
+                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        ack_now(s, push->seq, ATTNSTAT__CODE__DROPPED, msg);
+        session_push_free(p);
+        return;
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+void session_handle(session *s, const Attnstat__Envelope *env)
+{
+    switch (env->msg_case) {
+    case ATTNSTAT__ENVELOPE__MSG_HELLO:
+        on_hello(s, env->hello);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER:
+        on_register_buffer(s, env->register_buffer);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_REGISTER_EVENT:
+        if (!s->hello)
+            send_error(s, ATTNSTAT__CODE__NO_HELLO, 1, env->register_event->id,
+                       "RegisterEvent %u before Hello", env->register_event->id);
+        else
+            send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, env->register_event->id,
+                       "event %u: CUDA events need a GPU worker, and this daemon has none",
+                       env->register_event->id);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_FORGET:
+        on_forget(s, env->forget);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_PUSH:
+        on_push(s, env->push);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE:
+        if (s->c) {
+            s->c->sub_alerts = env->subscribe->alerts;
+            s->c->sub_results = env->subscribe->results;
+            LOG_INFO("session", "client %llu subscribed (alerts %d, results %d)",
+                     (unsigned long long)s->conn_id, s->c->sub_alerts, s->c->sub_results);
+        }
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_STATUS:
+        if (s->c)
+            pipeline_send_status(s->srv->pipe, s->c);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY:
+    case ATTNSTAT__ENVELOPE__MSG_RELEASE:
+    case ATTNSTAT__ENVELOPE__MSG_ACK:
+    case ATTNSTAT__ENVELOPE__MSG_ALERT:
+    case ATTNSTAT__ENVELOPE__MSG_RESULT:
+    case ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY:
+    case ATTNSTAT__ENVELOPE__MSG_ERROR:
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                   "message type %d is sent by the daemon, not to it", (int)env->msg_case);
+        break;
+    default:
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                   "unknown or empty message (no known field of Envelope is set): this daemon speaks "
+                   "protocol version %u", FRAME_PROTOCOL_VERSION);
+        break;
+    }
+}

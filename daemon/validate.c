@@ -1,0 +1,324 @@
+/* validate.c — Push validation (see validate.h). Checks run in the order a person would fix them:
+ * the buffer exists, the tensor description is well formed, it fits in its buffer, q and k agree,
+ * packed offsets are consistent, then options (via stats_validate) and the work limit. */
+#include "validate.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((format(printf, 4, 5))) static Attnstat__Code fail(Attnstat__Code code, char *msg,
+                                                                  size_t msglen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msglen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static const char *const dim_names[4] = {"B", "H", "N", "D"};
+
+typedef struct {
+    const validate_buffer *buf;
+    int64_t shape[4], stride[4];
+    uint64_t need;          /* offset + bytes spanned */
+    stats_dtype dtype;
+} tensor_info;
+
+static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *t,
+                                   validate_lookup_fn lookup, void *ctx, tensor_info *ti, char *msg,
+                                   size_t msglen)
+{
+    ti->buf = lookup(ctx, t->buffer_id);
+    if (!ti->buf)
+        return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
+                    "%s.buffer_id %u is not a registered buffer (RegisterBuffer it first)", name,
+                    t->buffer_id);
+    if (ti->buf->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM)
+        return fail(ATTNSTAT__CODE__UNSUPPORTED, msg, msglen,
+                    "%s.buffer_id %u: only HOST_SHM buffers can be computed by this daemon", name,
+                    t->buffer_id);
+    if ((int)t->dtype < 0 || (int)t->dtype > 2)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "%s.dtype %d is not a dtype (F32=0, F16=1, BF16=2)", name, (int)t->dtype);
+    ti->dtype = (stats_dtype)t->dtype;
+    if (t->n_shape != 4)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "%s.shape has %zu dimensions; expected 4: [B, H, N, D]", name, t->n_shape);
+    if (t->n_strides != 4)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "%s.strides has %zu entries; expected 4 element strides for [B, H, N, D]", name,
+                    t->n_strides);
+    for (int i = 0; i < 4; i++) {
+        uint64_t v = t->shape[i];
+        uint64_t max = i == 1 ? VALIDATE_MAX_HEADS : i == 3 ? STATS_MAX_HEAD_DIM : VALIDATE_MAX_DIM;
+        if (v == 0 || v > max)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "%s.shape[%d] (%s) is %llu; it must be in [1, %llu]", name, i, dim_names[i],
+                        (unsigned long long)v, (unsigned long long)max);
+        if (t->strides[i] > (uint64_t)INT64_MAX)
+            return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+                        "%s.strides[%d] (%s) is %llu, past any buffer", name, i, dim_names[i],
+                        (unsigned long long)t->strides[i]);
+        ti->shape[i] = (int64_t)v;
+        ti->stride[i] = (int64_t)t->strides[i];
+    }
+    if (ti->stride[3] != 1)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "%s.strides[3] is %lld; the head dimension D must be contiguous (stride 1)", name,
+                    (long long)ti->stride[3]);
+    uint64_t esize = stats_dtype_size(ti->dtype);
+    if (t->offset % esize != 0)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "%s.offset %llu is not a multiple of the %s element size (%llu bytes)", name,
+                    (unsigned long long)t->offset, stats_dtype_name(ti->dtype),
+                    (unsigned long long)esize);
+    int64_t ext = stats_tensor_extent(ti->shape[0], ti->shape[1], ti->shape[2], ti->shape[3],
+                                      ti->stride[0], ti->stride[1], ti->stride[2]);
+    uint64_t bytes, end;
+    if (ext < 0 || __builtin_mul_overflow((uint64_t)ext, esize, &bytes) ||
+        __builtin_add_overflow(t->offset, bytes, &end))
+        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+                    "%s: shape [%lld,%lld,%lld,%lld] with strides [%lld,%lld,%lld,1] at offset %llu "
+                    "overflows 64-bit offsets",
+                    name, (long long)ti->shape[0], (long long)ti->shape[1], (long long)ti->shape[2],
+                    (long long)ti->shape[3], (long long)ti->stride[0], (long long)ti->stride[1],
+                    (long long)ti->stride[2], (unsigned long long)t->offset);
+    if (end > ti->buf->size)
+        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+                    "%s: offset %llu + %llu bytes spanned by shape [%lld,%lld,%lld,%lld] with strides "
+                    "[%lld,%lld,%lld,1] reads up to byte %llu, past the end of buffer %u (%llu bytes)",
+                    name, (unsigned long long)t->offset, (unsigned long long)bytes,
+                    (long long)ti->shape[0], (long long)ti->shape[1], (long long)ti->shape[2],
+                    (long long)ti->shape[3], (long long)ti->stride[0], (long long)ti->stride[1],
+                    (long long)ti->stride[2], (unsigned long long)end, t->buffer_id,
+                    (unsigned long long)ti->buf->size);
+    ti->need = end;
+    return ATTNSTAT__CODE__OK;
+}
+
+static int32_t *copy_seqlens(const int32_t *src, size_t n)
+{
+    int32_t *dst = malloc(n * sizeof *dst);
+    if (dst)
+        memcpy(dst, src, n * sizeof *dst);
+    return dst;
+}
+
+void validate_plan_free(validate_plan *plan)
+{
+    free(plan->cu_q);
+    free(plan->cu_k);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* Saturating a * b for the work estimate. */
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn lookup, void *ctx,
+                             const validate_limits *lim, validate_plan *plan, char *msg,
+                             size_t msglen)
+{
+    memset(plan, 0, sizeof *plan);
+    if (!push->q || !push->k)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "push needs both q and k");
+    tensor_info q, k, v;
+    Attnstat__Code code = check_tensor("q", push->q, lookup, ctx, &q, msg, msglen);
+    if (code != ATTNSTAT__CODE__OK)
+        return code;
+    code = check_tensor("k", push->k, lookup, ctx, &k, msg, msglen);
+    if (code != ATTNSTAT__CODE__OK)
+        return code;
+    if (push->v) {
+        code = check_tensor("v", push->v, lookup, ctx, &v, msg, msglen);
+        if (code != ATTNSTAT__CODE__OK)
+            return code;
+        if (v.dtype != q.dtype)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "v.dtype %s differs from q.dtype %s", stats_dtype_name(v.dtype),
+                        stats_dtype_name(q.dtype));
+    }
+    if (k.dtype != q.dtype)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "k.dtype %s differs from q.dtype %s (both must have one dtype)",
+                    stats_dtype_name(k.dtype), stats_dtype_name(q.dtype));
+    if (k.shape[3] != q.shape[3])
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "k.shape[3] (D) is %lld but q.shape[3] is %lld", (long long)k.shape[3],
+                    (long long)q.shape[3]);
+    if (q.shape[1] % k.shape[1] != 0)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "q heads (%lld) are not a multiple of k heads (%lld)", (long long)q.shape[1],
+                    (long long)k.shape[1]);
+
+    int packed = push->n_cu_seqlens_q > 0 || push->n_cu_seqlens_k > 0;
+    int64_t batch = q.shape[0];
+    if (packed) {
+        if (push->n_cu_seqlens_q != push->n_cu_seqlens_k)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "cu_seqlens_q has %zu entries and cu_seqlens_k %zu; both need B + 1",
+                        push->n_cu_seqlens_q, push->n_cu_seqlens_k);
+        if (push->n_cu_seqlens_q < 2 || push->n_cu_seqlens_q > VALIDATE_MAX_SEQS + 1)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "cu_seqlens_q has %zu entries; it needs 2 .. %d (B + 1)",
+                        push->n_cu_seqlens_q, VALIDATE_MAX_SEQS + 1);
+        if (q.shape[0] != 1 || k.shape[0] != 1)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "packed sequences (cu_seqlens) need q.shape[0] = k.shape[0] = 1, not %lld "
+                        "and %lld", (long long)q.shape[0], (long long)k.shape[0]);
+        batch = (int64_t)push->n_cu_seqlens_q - 1;
+        stats_error se;
+        if (stats_validate_seqlens(push->cu_seqlens_q, (int32_t)batch, (int32_t)q.shape[2],
+                                   "cu_seqlens_q", &se) != STATS_OK ||
+            stats_validate_seqlens(push->cu_seqlens_k, (int32_t)batch, (int32_t)k.shape[2],
+                                   "cu_seqlens_k", &se) != STATS_OK)
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "%s", se.msg);
+    } else if (k.shape[0] != q.shape[0]) {
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "k.shape[0] (B) is %lld but q.shape[0] is %lld", (long long)k.shape[0],
+                    (long long)q.shape[0]);
+    }
+    if (push->has_event_id)
+        return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
+                    "event_id %u is not a registered event (host buffers need no event)",
+                    push->event_id);
+    if (push->sample_every > INT32_MAX || push->sample_rows > INT32_MAX)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "sample_every (%u) and sample_rows (%u) must be under 2^31", push->sample_every,
+                    push->sample_rows);
+
+    stats_problem *p = &plan->prob;
+    stats_problem_init(p);
+    p->batch = (int32_t)batch;
+    p->heads_q = (int32_t)q.shape[1];
+    p->heads_kv = (int32_t)k.shape[1];
+    p->len_q = (int32_t)q.shape[2];
+    p->len_k = (int32_t)k.shape[2];
+    p->head_dim = (int32_t)q.shape[3];
+    p->dtype = q.dtype;
+    p->q.ptr = (const char *)q.buf->base + push->q->offset;
+    p->q.stride_b = q.stride[0];
+    p->q.stride_h = q.stride[1];
+    p->q.stride_n = q.stride[2];
+    p->k.ptr = (const char *)k.buf->base + push->k->offset;
+    p->k.stride_b = k.stride[0];
+    p->k.stride_h = k.stride[1];
+    p->k.stride_n = k.stride[2];
+    p->scale = push->scale;
+    p->softcap = push->softcap;
+    p->causal = push->causal ? 1 : 0;
+    p->window_left = push->window_left;
+    p->window_right = push->window_right;
+    p->sample_every = (int32_t)push->sample_every;
+    p->sample_rows = (int32_t)push->sample_rows;
+    p->sample_seed = push->sample_seed;
+    p->collapse_threshold = lim->collapse_threshold;
+    stats_error se;
+    if (stats_validate(p, &se) != STATS_OK)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "%s", se.msg);
+
+    /* Work: sampled query rows x visible-key bound x heads x D. */
+    uint64_t work = 0;
+    if (packed) {
+        for (int64_t s = 0; s < batch; s++) {
+            int32_t lq = push->cu_seqlens_q[s + 1] - push->cu_seqlens_q[s];
+            int32_t lk = push->cu_seqlens_k[s + 1] - push->cu_seqlens_k[s];
+            work = sat_add(work, sat_mul((uint64_t)stats_sampled_count(p, lq), (uint64_t)lk));
+        }
+    } else {
+        work = sat_mul((uint64_t)batch,
+                       sat_mul((uint64_t)stats_sampled_count(p, p->len_q), (uint64_t)p->len_k));
+    }
+    work = sat_mul(work, sat_mul((uint64_t)p->heads_q, (uint64_t)p->head_dim));
+    if (work > lim->max_push_work)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "push is too large: %llu multiply-adds (B x Hq x sampled rows x Nk x D) is over "
+                    "max_push_work %llu; sample fewer rows (sample_rows / sample_every)",
+                    (unsigned long long)work, (unsigned long long)lim->max_push_work);
+    plan->work = work;
+
+    if (packed) {
+        plan->cu_q = copy_seqlens(push->cu_seqlens_q, push->n_cu_seqlens_q);
+        plan->cu_k = copy_seqlens(push->cu_seqlens_k, push->n_cu_seqlens_k);
+        if (!plan->cu_q || !plan->cu_k) {
+            validate_plan_free(plan);
+            return fail(ATTNSTAT__CODE__INTERNAL, msg, msglen, "out of memory copying cu_seqlens");
+        }
+        p->cu_seqlens_q = plan->cu_q;
+        p->cu_seqlens_k = plan->cu_k;
+    }
+    plan->buffer_id[0] = push->q->buffer_id;
+    plan->need_bytes[0] = q.need;
+    plan->buffer_id[1] = push->k->buffer_id;
+    plan->need_bytes[1] = k.need;
+    plan->ntensors = 2;
+    if (push->v) {
+        plan->buffer_id[2] = push->v->buffer_id;
+        plan->need_bytes[2] = v.need;
+        plan->ntensors = 3;
+    }
+    return ATTNSTAT__CODE__OK;
+}
+
+int validate_shm_name(const char *name, char *msg, size_t msglen)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 2 || n > 255 || name[0] != '/' || strchr(name + 1, '/')) {
+        snprintf(msg, msglen, "shm_name '%s' must be '/name': a leading '/', 1..254 more bytes, no "
+                 "other '/'", name ? name : "");
+        return -1;
+    }
+    return 0;
+}
+
+static int check_unit(const char *field, int has, double v, char *msg, size_t msglen)
+{
+    if (has && !(v >= 0.0 && v <= 1.0)) {
+        snprintf(msg, msglen, "thresholds.%s %g must be in [0, 1]", field, v);
+        return -1;
+    }
+    return 0;
+}
+
+int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
+{
+    if (!t)
+        return 0;
+    if (check_unit("entropy_floor", t->has_entropy_floor, t->entropy_floor, msg, msglen) ||
+        check_unit("entropy_drop", t->has_entropy_drop, t->entropy_drop, msg, msglen) ||
+        check_unit("ema_alpha", t->has_ema_alpha, t->ema_alpha, msg, msglen) ||
+        check_unit("collapse_threshold", t->has_collapse_threshold, t->collapse_threshold, msg,
+                   msglen))
+        return -1;
+    if (t->has_collapse_threshold && t->collapse_threshold == 0.0) {
+        snprintf(msg, msglen, "thresholds.collapse_threshold must be over 0");
+        return -1;
+    }
+    if (t->has_logit_ceiling && !(isfinite(t->logit_ceiling) && t->logit_ceiling > 0.0)) {
+        snprintf(msg, msglen, "thresholds.logit_ceiling %g must be finite and positive",
+                 t->logit_ceiling);
+        return -1;
+    }
+    if (t->has_raise_after && (t->raise_after < 1 || t->raise_after > 1000000)) {
+        snprintf(msg, msglen, "thresholds.raise_after %u must be in [1, 1000000]", t->raise_after);
+        return -1;
+    }
+    if (t->has_clear_after && (t->clear_after < 1 || t->clear_after > 1000000)) {
+        snprintf(msg, msglen, "thresholds.clear_after %u must be in [1, 1000000]", t->clear_after);
+        return -1;
+    }
+    return 0;
+}

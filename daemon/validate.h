@@ -1,0 +1,60 @@
+/* validate.h — checks every field of a Push before anything reads tensor memory, and turns a valid
+ * Push into a stats_problem whose tensors point into the registered buffers.
+ *
+ * Guarantee: when validate_push() returns OK, every element the stats backend can read for q and
+ * k (and v, when given) lies inside its registered buffer: [offset, offset + extent * dtype size)
+ * within [0, size), computed with overflow checks from the shape and strides. Otherwise it returns
+ * the Ack code (UNKNOWN_BUFFER, OUT_OF_BOUNDS, BAD_REQUEST, UNSUPPORTED) and a message naming the
+ * field. Pure: no allocation except the cu_seqlens copies, no I/O. */
+#ifndef ATTNSTAT_VALIDATE_H
+#define ATTNSTAT_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnstat.pb-c.h"
+#include "stats.h"
+
+/* Limits on one push, beyond what the buffers' sizes imply. */
+#define VALIDATE_MAX_HEADS 4096      /* Hq, Hkv: bounds the per-push result (Ack, store batch) */
+#define VALIDATE_MAX_DIM 0x7fffffffu /* B, N: the stats API counts in int32 */
+#define VALIDATE_MAX_SEQS 65536      /* packed sequences */
+
+/* What validation needs to know about a registered buffer. */
+typedef struct {
+    int kind;            /* ATTNSTAT__BUFFER_KIND__HOST_SHM, ... */
+    uint64_t size;       /* bytes */
+    const void *base;    /* readable mapping of [0, size) (host buffers) */
+} validate_buffer;
+
+/* Looks a buffer id up in the client's registrations; NULL when not registered. */
+typedef const validate_buffer *(*validate_lookup_fn)(void *ctx, uint32_t id);
+
+typedef struct {
+    uint64_t max_push_work;     /* B * Hq * sampled rows * Nk * D */
+    float collapse_threshold;   /* goes into the problem */
+} validate_limits;
+
+typedef struct {
+    stats_problem prob;              /* ready for stats_cpu (tensors resolved) */
+    int32_t *cu_q, *cu_k;            /* copies owned by the plan (prob points at them) */
+    uint32_t buffer_id[3];           /* q, k, v */
+    uint64_t need_bytes[3];          /* bytes of each buffer the tensor reaches (offset + span) */
+    int ntensors;                    /* 2, or 3 with v */
+    uint64_t work;                   /* multiply-adds */
+} validate_plan;
+
+/* Returns ATTNSTAT__CODE__OK with *plan filled (free with validate_plan_free), or an error code
+ * with msg set (plan left empty). */
+Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn lookup, void *ctx,
+                             const validate_limits *lim, validate_plan *plan, char *msg,
+                             size_t msglen);
+void validate_plan_free(validate_plan *plan);
+
+/* Checks a shm segment name: "/name", 2..255 bytes, no other '/'. Returns 0 or -1 with msg set. */
+int validate_shm_name(const char *name, char *msg, size_t msglen);
+
+/* Checks Hello thresholds (each field that is set). Returns 0 or -1 with msg naming the field. */
+int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen);
+
+#endif /* ATTNSTAT_VALIDATE_H */

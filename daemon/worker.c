@@ -1,0 +1,362 @@
+/* worker.c — compute threads with bounded queues (see worker.h).
+ *
+ * Each worker: a mutex-protected FIFO of at most `capacity` jobs (counting the running one), a
+ * thread that pops, computes, and pushes the job onto the pool's done list, then wakes the loop
+ * with uv_async_send (which coalesces: one callback may see many jobs). The loop's async callback
+ * takes the whole done list under the lock and calls the done callback for each job outside it.
+ *
+ * A client may truncate a shared-memory segment it registered while a worker reads it; the read
+ * then raises SIGBUS. The worker arms a per-thread jump buffer around the compute call, and the
+ * SIGBUS handler jumps back to it, failing that one job; a SIGBUS anywhere else keeps its default
+ * action. Before computing, each guarded fd is also checked with fstat so the usual case (a segment
+ * already shrunk) never faults at all. */
+#include "worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "log.h"
+
+#define BUSY_BUCKETS 6
+#define BUSY_BUCKET_NS 10000000000ull /* 10 s */
+
+struct worker {
+    worker_pool *pool;
+    char name[64];
+    uint32_t capacity;
+    worker_compute_fn compute;
+    void *wctx;
+    pthread_t thread;
+    int started;
+    /* under pool->lock */
+    worker_job *head, *tail;
+    uint32_t depth;          /* queued + running */
+    int stop;
+    pthread_cond_t cond;
+    uint64_t processed, dropped;
+    uint64_t busy_ns[BUSY_BUCKETS];
+    uint64_t busy_epoch[BUSY_BUCKETS];
+};
+
+struct worker_pool {
+    uv_loop_t *loop;
+    uv_async_t async;
+    worker_done_fn done;
+    void *ctx;
+    pthread_mutex_t lock;
+    worker_job *done_head, *done_tail; /* under lock */
+    worker *workers[16];
+    int nworkers;
+    int closing;
+};
+
+static __thread sigjmp_buf *worker_guard_jmp;
+
+static void worker_sigbus(int sig, siginfo_t *info, void *uctx)
+{
+    (void)info;
+    (void)uctx;
+    if (worker_guard_jmp)
+        siglongjmp(*worker_guard_jmp, 1);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+uint64_t worker_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static stats_status cpu_compute(void *wctx, worker_job *job)
+{
+    (void)wctx;
+    return stats_cpu(&job->prob, job->heads, NULL, NULL, &job->err);
+}
+
+static int guards_ok(worker_job *job)
+{
+    for (int i = 0; i < job->nguards; i++) {
+        struct stat sb;
+        if (fstat(job->guard_fd[i], &sb) != 0) {
+            snprintf(job->err.msg, sizeof job->err.msg, "fstat of a registered buffer failed: %s",
+                     strerror(errno));
+            return 0;
+        }
+        if ((uint64_t)sb.st_size < job->guard_bytes[i]) {
+            snprintf(job->err.msg, sizeof job->err.msg,
+                     "a registered shared-memory segment shrank to %lld bytes; this push needs %llu "
+                     "(do not truncate a registered segment)",
+                     (long long)sb.st_size, (unsigned long long)job->guard_bytes[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void run_job(worker *w, worker_job *job)
+{
+    job->started_ns = worker_now_ns();
+    job->err.msg[0] = '\0';
+    if (!guards_ok(job)) {
+        job->status = STATS_EINVAL;
+    } else {
+        sigjmp_buf jb;
+        if (sigsetjmp(jb, 1) == 0) {
+            worker_guard_jmp = &jb;
+            job->status = w->compute(w->wctx, job);
+            worker_guard_jmp = NULL;
+        } else {
+            worker_guard_jmp = NULL;
+            job->status = STATS_EINVAL;
+            snprintf(job->err.msg, sizeof job->err.msg,
+                     "reading a registered shared-memory segment faulted (SIGBUS): the segment was "
+                     "truncated while in use");
+        }
+    }
+    job->done_ns = worker_now_ns();
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    worker_pool *p = w->pool;
+    sigset_t set;
+    sigfillset(&set);
+    sigdelset(&set, SIGBUS);
+    sigdelset(&set, SIGSEGV);
+    sigdelset(&set, SIGFPE);
+    sigdelset(&set, SIGILL);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!w->head && !w->stop)
+            pthread_cond_wait(&w->cond, &p->lock);
+        if (!w->head)
+            break; /* stop requested and the queue is empty */
+        worker_job *job = w->head;
+        w->head = job->next;
+        if (!w->head)
+            w->tail = NULL;
+        job->next = NULL;
+        pthread_mutex_unlock(&p->lock);
+
+        run_job(w, job);
+
+        pthread_mutex_lock(&p->lock);
+        uint64_t epoch = job->done_ns / BUSY_BUCKET_NS;
+        int b = (int)(epoch % BUSY_BUCKETS);
+        if (w->busy_epoch[b] != epoch) {
+            w->busy_epoch[b] = epoch;
+            w->busy_ns[b] = 0;
+        }
+        w->busy_ns[b] += job->done_ns - job->started_ns;
+        w->processed++;
+        w->depth--;
+        if (p->done_tail)
+            p->done_tail->next = job;
+        else
+            p->done_head = job;
+        p->done_tail = job;
+        pthread_mutex_unlock(&p->lock);
+        uv_async_send(&p->async); /* thread-safe; the only uv call made off the loop thread */
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static void pool_deliver(worker_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    worker_job *list = p->done_head;
+    p->done_head = p->done_tail = NULL;
+    pthread_mutex_unlock(&p->lock);
+    while (list) {
+        worker_job *job = list;
+        list = job->next;
+        job->next = NULL;
+        p->done(p->ctx, job);
+    }
+}
+
+static void pool_async_cb(uv_async_t *h)
+{
+    pool_deliver(h->data);
+}
+
+worker_pool *worker_pool_create(uv_loop_t *loop, worker_done_fn done, void *ctx, char *err,
+                                size_t errlen)
+{
+    worker_pool *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory creating the worker pool");
+        return NULL;
+    }
+    p->loop = loop;
+    p->done = done;
+    p->ctx = ctx;
+    int rc = pthread_mutex_init(&p->lock, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_mutex_init: %s", strerror(rc));
+        free(p);
+        return NULL;
+    }
+    rc = uv_async_init(loop, &p->async, pool_async_cb);
+    if (rc != 0) {
+        snprintf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return NULL;
+    }
+    p->async.data = p;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = worker_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) != 0)
+        LOG_WARN("worker", "cannot install the SIGBUS guard (%s): a client truncating a registered "
+                 "segment mid-push could crash the daemon", strerror(errno));
+    return p;
+}
+
+worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
+                        worker_compute_fn compute, void *wctx, char *err, size_t errlen)
+{
+    if (p->nworkers == (int)(sizeof p->workers / sizeof p->workers[0])) {
+        snprintf(err, errlen, "too many workers (at most %zu)", sizeof p->workers / sizeof p->workers[0]);
+        return NULL;
+    }
+    worker *w = calloc(1, sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "out of memory creating worker %s", name);
+        return NULL;
+    }
+    w->pool = p;
+    snprintf(w->name, sizeof w->name, "%s", name);
+    w->capacity = capacity ? capacity : 1;
+    w->compute = compute ? compute : cpu_compute;
+    w->wctx = wctx;
+    int rc = pthread_cond_init(&w->cond, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_cond_init: %s", strerror(rc));
+        free(w);
+        return NULL;
+    }
+    rc = pthread_create(&w->thread, NULL, worker_main, w);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start worker thread %s: %s", name, strerror(rc));
+        pthread_cond_destroy(&w->cond);
+        free(w);
+        return NULL;
+    }
+    w->started = 1;
+    p->workers[p->nworkers++] = w;
+    return w;
+}
+
+int worker_submit(worker *w, worker_job *job)
+{
+    worker_pool *p = w->pool;
+    pthread_mutex_lock(&p->lock);
+    if (p->closing || w->depth >= w->capacity) {
+        w->dropped++;
+        pthread_mutex_unlock(&p->lock);
+        return -1;
+    }
+    job->next = NULL;
+    job->worker = w;
+    job->queued_ns = worker_now_ns();
+    if (w->tail)
+        w->tail->next = job;
+    else
+        w->head = job;
+    w->tail = job;
+    w->depth++;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+uint32_t worker_pool_busy(const worker_pool *p)
+{
+    worker_pool *mp = (worker_pool *)p;
+    uint32_t n = 0;
+    pthread_mutex_lock(&mp->lock);
+    for (int i = 0; i < p->nworkers; i++)
+        n += p->workers[i]->depth;
+    if (p->done_head)
+        n++; /* finished but not yet delivered */
+    pthread_mutex_unlock(&mp->lock);
+    return n;
+}
+
+int worker_pool_count(const worker_pool *p)
+{
+    return p->nworkers;
+}
+
+void worker_pool_stats(worker_pool *p, int i, worker_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (i < 0 || i >= p->nworkers)
+        return;
+    worker *w = p->workers[i];
+    uint64_t now = worker_now_ns(), epoch = now / BUSY_BUCKET_NS, busy = 0;
+    pthread_mutex_lock(&p->lock);
+    out->name = w->name;
+    out->queue_depth = w->depth;
+    out->capacity = w->capacity;
+    out->processed = w->processed;
+    out->dropped = w->dropped;
+    for (int b = 0; b < BUSY_BUCKETS; b++)
+        if (w->busy_epoch[b] + BUSY_BUCKETS > epoch)
+            busy += w->busy_ns[b];
+    pthread_mutex_unlock(&p->lock);
+    out->busy_frac = (double)busy / (double)(BUSY_BUCKETS * BUSY_BUCKET_NS);
+    if (out->busy_frac > 1.0)
+        out->busy_frac = 1.0;
+}
+
+static void pool_closed(uv_handle_t *h)
+{
+    worker_pool *p = h->data;
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+void worker_pool_close(worker_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->closing = 1;
+    for (int i = 0; i < p->nworkers; i++) {
+        p->workers[i]->stop = 1;
+        pthread_cond_signal(&p->workers[i]->cond);
+    }
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->nworkers; i++) {
+        worker *w = p->workers[i];
+        if (w->started) {
+            int rc = pthread_join(w->thread, NULL);
+            if (rc != 0)
+                LOG_ERROR("worker", "joining worker %s: %s", w->name, strerror(rc));
+        }
+        pthread_cond_destroy(&w->cond);
+        free(w);
+        p->workers[i] = NULL;
+    }
+    p->nworkers = 0;
+    pool_deliver(p);
+    uv_close((uv_handle_t *)&p->async, pool_closed);
+}

@@ -1,0 +1,84 @@
+/* worker.h — compute workers: each owns a thread and a bounded queue of jobs, and hands finished
+ * jobs back to the loop thread through one uv_async shared by the pool.
+ *
+ * The pool does not know what a device is. A worker is a name, a capacity and a compute function
+ * (with its own context): the CPU worker computes with stats_cpu(); a GPU worker (one per device,
+ * later) plugs in its own function and context (CUDA context, low-priority stream, cached IPC
+ * handles) and is chosen by the submitter from the push's buffer kind and device. Everything else
+ * (queueing, back-pressure, completion, shutdown, counters) is shared.
+ *
+ * Threads. worker_submit(), worker_pool_* and the done callback run on the loop thread; the compute
+ * function runs on the worker's thread and touches only its job. A job's memory belongs to the
+ * submitter; the worker reads job->prob's tensors, writes job->heads / status / err, and never
+ * touches the job after handing it back. */
+#ifndef ATTNSTAT_WORKER_H
+#define ATTNSTAT_WORKER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "stats.h"
+
+#define WORKER_MAX_GUARDS 3
+
+typedef struct worker_job worker_job;
+struct worker_job {
+    worker_job *next;        /* queue link (owned by the pool while queued) */
+    stats_problem prob;      /* tensors resolved to readable memory */
+    stats_head *heads;       /* [prob.heads_q], written by the worker */
+    /* Memory guards: before computing, the worker checks that each fd still has at least `bytes`
+     * bytes (a client may shrink its shm segment), and a SIGBUS while computing fails the job
+     * instead of killing the daemon. */
+    int guard_fd[WORKER_MAX_GUARDS];
+    uint64_t guard_bytes[WORKER_MAX_GUARDS];
+    int nguards;
+    /* Results. */
+    stats_status status;
+    stats_error err;
+    uint64_t queued_ns, started_ns, done_ns; /* monotonic clock */
+    struct worker *worker;   /* where it ran */
+};
+
+typedef struct worker worker;
+typedef struct worker_pool worker_pool;
+
+/* Computes one job on the worker's thread: fills job->heads, returns the status (err on failure). */
+typedef stats_status (*worker_compute_fn)(void *wctx, worker_job *job);
+/* Called on the loop thread for every finished job, in completion order. */
+typedef void (*worker_done_fn)(void *ctx, worker_job *job);
+
+typedef struct {
+    const char *name;
+    uint32_t queue_depth;    /* queued + running */
+    uint32_t capacity;
+    uint64_t processed;
+    uint64_t dropped;
+    double busy_frac;        /* share of the last minute spent computing (approximate) */
+} worker_stats;
+
+/* Creates the pool and its async handle on loop. Returns NULL with err set on failure. */
+worker_pool *worker_pool_create(uv_loop_t *loop, worker_done_fn done, void *ctx, char *err,
+                                size_t errlen);
+
+/* Adds a worker and starts its thread. compute NULL means the CPU backend. */
+worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
+                        worker_compute_fn compute, void *wctx, char *err, size_t errlen);
+
+/* Queues a job. Returns 0, or -1 when the worker's queue is full (the job is untouched; the
+ * worker's drop counter goes up) or the pool is stopping. */
+int worker_submit(worker *w, worker_job *job);
+
+/* Jobs queued or running in every worker of the pool. */
+uint32_t worker_pool_busy(const worker_pool *p);
+
+int worker_pool_count(const worker_pool *p);
+void worker_pool_stats(worker_pool *p, int i, worker_stats *out);
+
+/* Stops the threads (each finishes its queue first), delivers every finished job to the done
+ * callback, then closes the async handle; the pool is freed in its close callback. Call once,
+ * from the loop thread, when no more jobs will be submitted. */
+void worker_pool_close(worker_pool *p);
+
+uint64_t worker_now_ns(void);
+
+#endif /* ATTNSTAT_WORKER_H */

@@ -1,0 +1,213 @@
+/* test_daemon_ingest.c — end to end through a real attnstatd: host tensors in shared memory are
+ * pushed, and the per-head rows the daemon stores (read back with sqlite3 right after each Ack,
+ * so the Ack proves durability) equal stats_cpu() on the same data computed here; results in the
+ * Ack equal them too. Also: Status, and SIGTERM with pushes in flight (every one acknowledged,
+ * exit status 0, socket removed, database intact). */
+#include "daemon_harness.h"
+
+typedef struct {
+    dh_daemon d;
+    dh_conn c;
+    dh_shm shm;
+} fixture;
+
+/* Compares the stored row of (run, layer, head, step) with the reference. */
+static void check_row(sqlite3 *db, int64_t run, uint32_t layer, int head, int64_t step,
+                      const stats_head *ref)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, entropy_std, "
+             "entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled "
+             "FROM samples WHERE run_id=%lld AND layer=%u AND head=%d AND step=%lld",
+             (long long)run, layer, head, (long long)step);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_msg(sqlite3_step(st) == SQLITE_ROW,
+                  "no stored row for layer %u head %d step %lld right after its Ack", layer, head,
+                  (long long)step);
+    ck_assert_int_eq(sqlite3_column_int64(st, 0), ref->rows);
+    ck_assert_int_eq(sqlite3_column_int64(st, 1), ref->rows_norm);
+    ck_assert_int_eq(sqlite3_column_int64(st, 2), ref->rows_empty);
+    ck_assert_int_eq(sqlite3_column_int64(st, 3), ref->nonfinite_rows);
+    const double want[7] = {ref->entropy_mean, ref->entropy_std, ref->entropy_min, ref->entropy_max,
+                            ref->entropy_norm_mean, ref->collapsed_frac, ref->max_logit};
+    for (int i = 0; i < 7; i++) {
+        double got = sqlite3_column_type(st, 4 + i) == SQLITE_NULL ? NAN
+                                                                    : sqlite3_column_double(st, 4 + i);
+        ck_assert_msg(dh_close_enough(got, want[i]),
+                      "layer %u head %d step %lld column %d: stored %.17g, reference %.17g", layer,
+                      head, (long long)step, 4 + i, got, want[i]);
+    }
+    ck_assert_int_eq(sqlite3_column_int(st, 11), ref->sampled);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+}
+
+START_TEST(test_push_stored_equals_reference)
+{
+    dh_rng rng = dh_rng_new("push_stored_equals_reference");
+    fixture f;
+    dh_dir_init(&f.d);
+    dh_start(&f.d, (const char *)NULL);
+    dh_connect(&f.c, &f.d);
+    int64_t run_id;
+    dh_hello(&f.c, "ingest", 0, &run_id);
+
+    /* q [2, 4, 48, 32] bf16 and k [2, 2, 56, 32] (GQA 2:1, Nk > Nq, bottom-right causal). */
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__BF16, 2, 4, 48, 32);
+    uint64_t qbytes = dh_tensor_elems(&q) * 2;
+    dh_tensor_contig(&k, 1, qbytes + 64, ATTNSTAT__DTYPE__BF16, 2, 2, 56, 32);
+    uint64_t size = k.offset + dh_tensor_elems(&k) * 2;
+    dh_shm_create(&f.shm, "ingest", size);
+    dh_register(&f.c, 1, f.shm.name, size);
+
+    sqlite3 *db = dh_db_open(&f.d);
+    uint64_t seq = 0;
+    for (int step = 0; step < 6; step++) {
+        for (uint32_t layer = 0; layer < 3; layer++) {
+            seq++;
+            double qs = 0.5 + (double)(step * 3 + layer); /* sharper and sharper attention */
+            dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, qs);
+            dh_fill(&rng, (char *)f.shm.ptr + k.offset, dh_tensor_elems(&k), k.dtype, 1.0);
+            int causal = (step + (int)layer) % 2;
+            uint32_t sample = step == 5 ? 16 : 0;
+            dh_push(&f.c, seq, step * 10, layer, &q, &k, causal, sample, 1);
+
+            /* The reference, computed here on the same bytes. */
+            stats_problem p;
+            dh_problem(&p, &q, f.shm.ptr, &k, f.shm.ptr);
+            p.causal = causal;
+            if (sample) {
+                p.sample_rows = (int32_t)sample;
+                p.sample_seed = 0x5eed + (uint64_t)(step * 10);
+            }
+            stats_head ref[4];
+            stats_error err;
+            ck_assert_int_eq(stats_cpu(&p, ref, NULL, NULL, &err), STATS_OK);
+
+            /* Release, then Ack(OK) with heads; the rows are already committed. */
+            int released = 0;
+            Attnstat__Envelope *e;
+            for (;;) {
+                e = dh_recv(&f.c, 30000);
+                ck_assert_msg(e != NULL, "no Ack for push %llu", (unsigned long long)seq);
+                if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_RELEASE) {
+                    ck_assert_uint_eq(e->release->seq, seq);
+                    released = 1;
+                    attnstat__envelope__free_unpacked(e, NULL);
+                    continue;
+                }
+                break;
+            }
+            ck_assert_int_eq(e->msg_case, ATTNSTAT__ENVELOPE__MSG_ACK);
+            ck_assert_msg(e->ack->code == ATTNSTAT__CODE__OK, "push %llu: code %d: %s",
+                          (unsigned long long)seq, e->ack->code,
+                          e->ack->message ? e->ack->message : "");
+            ck_assert(released);
+            ck_assert_uint_eq(e->ack->n_heads, 4);
+            for (int h = 0; h < 4; h++) {
+                Attnstat__HeadStats *hs = e->ack->heads[h];
+                ck_assert_uint_eq(hs->head, (uint32_t)h);
+                ck_assert_uint_eq(hs->rows, (uint64_t)ref[h].rows);
+                ck_assert(dh_close_enough(hs->entropy_mean, ref[h].entropy_mean));
+                ck_assert(dh_close_enough(hs->max_logit, ref[h].max_logit));
+                ck_assert(dh_close_enough(hs->entropy_norm_mean, ref[h].entropy_norm_mean));
+                ck_assert_int_eq(hs->sampled, ref[h].sampled);
+                ck_assert(ref[h].rows > 0 && ref[h].entropy_mean > 0.0);
+                check_row(db, run_id, layer, h, step * 10, &ref[h]);
+            }
+            attnstat__envelope__free_unpacked(e, NULL);
+        }
+    }
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM samples"), 6 * 3 * 4);
+    sqlite3_close(db);
+
+    Attnstat__Envelope *st = dh_status(&f.c);
+    ck_assert_uint_eq(st->status_reply->clients, 1);
+    ck_assert_uint_eq(st->status_reply->pushes, seq);
+    ck_assert_uint_eq(st->status_reply->pushes_done, seq);
+    ck_assert_uint_eq(st->status_reply->samples_stored, seq * 4);
+    ck_assert_uint_eq(st->status_reply->n_workers, 1);
+    ck_assert_str_eq(st->status_reply->workers[0]->name, "cpu");
+    ck_assert_uint_eq(st->status_reply->n_client_list, 1);
+    ck_assert_str_eq(st->status_reply->client_list[0]->run, "ingest");
+    ck_assert_uint_eq(st->status_reply->client_list[0]->uid, (uint32_t)getuid());
+    attnstat__envelope__free_unpacked(st, NULL);
+
+    dh_close(&f.c);
+    ck_assert_int_eq(dh_stop(&f.d), 0);
+    dh_shm_destroy(&f.shm);
+    dh_cleanup(&f.d, 0);
+}
+END_TEST
+
+START_TEST(test_sigterm_drains_queue)
+{
+    dh_rng rng = dh_rng_new("sigterm_drains_queue");
+    fixture f;
+    dh_dir_init(&f.d);
+    dh_start(&f.d, "--queue-depth", "64", (const char *)NULL);
+    dh_connect(&f.c, &f.d);
+    int64_t run_id;
+    dh_hello(&f.c, "drain", 0, &run_id);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 7, 0, ATTNSTAT__DTYPE__F32, 1, 8, 256, 64);
+    dh_tensor_contig(&k, 7, 0, ATTNSTAT__DTYPE__F32, 1, 8, 256, 64);
+    uint64_t size = dh_tensor_elems(&q) * 4;
+    dh_shm_create(&f.shm, "drain", size);
+    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
+    dh_register(&f.c, 7, f.shm.name, size);
+    enum { N = 24 };
+    for (uint64_t s = 1; s <= N; s++)
+        dh_push(&f.c, s, (int64_t)s, 0, &q, &k, 1, 0, 0);
+    /* Make sure the daemon has read them all (Status is answered after the pushes before it). */
+    Attnstat__Envelope *st = dh_status(&f.c);
+    ck_assert_uint_eq(st->status_reply->pushes, N);
+    attnstat__envelope__free_unpacked(st, NULL);
+    kill(f.d.pid, SIGTERM);
+    int ok = 0;
+    for (uint64_t s = 1; s <= N; s++) {
+        char msg[256];
+        int code = dh_wait_ack(&f.c, s, msg, sizeof msg, 30000);
+        ok += code == ATTNSTAT__CODE__OK;
+        ck_assert_msg(code == ATTNSTAT__CODE__OK || code == ATTNSTAT__CODE__DROPPED,
+                      "push %llu: code %d %s", (unsigned long long)s, code, msg);
+    }
+    ck_assert_msg(dh_wait_closed(&f.c, 30000), "the daemon did not close the connection");
+    int stw = dh_wait(&f.d, 30000);
+    ck_assert_msg(stw != -1 && WIFEXITED(stw) && WEXITSTATUS(stw) == 0, "exit status %d", stw);
+    struct stat sb;
+    ck_assert_msg(stat(f.d.sock, &sb) != 0, "the socket file is still there after shutdown");
+    sqlite3 *db = dh_db_open(&f.d);
+    char txt[64];
+    dh_db_text(db, "PRAGMA integrity_check", txt, sizeof txt);
+    ck_assert_str_eq(txt, "ok");
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(DISTINCT step) FROM samples"), ok);
+    sqlite3_close(db);
+    dh_close(&f.c);
+    dh_shm_destroy(&f.shm);
+    dh_cleanup(&f.d, 0);
+}
+END_TEST
+
+static Suite *daemon_ingest_suite(void)
+{
+    Suite *s = suite_create("daemon_ingest");
+    TCase *tc = tcase_create("ingest");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_push_stored_equals_reference);
+    tcase_add_test(tc, test_sigterm_drains_queue);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(daemon_ingest_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
