@@ -80,10 +80,11 @@ def randn(*shape, dtype=np.float32, scale=1.0):
 
 
 # ---- the float64 reference ------------------------------------------------------------------------
-def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None):
+def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=1):
     """Per-head statistics of q [B, Hq, Nq, D], k [B, Hkv, Nk, D], in float64, two passes per row:
     the row max first, then the probabilities; H = -sum p log p. Causal masks are bottom-right
-    aligned; cu_q / cu_k (B = 1) split N into packed sequences. Returns one dict per head:
+    aligned; cu_q / cu_k (B = 1) split N into packed sequences; every=k keeps rows 0, k, 2k...
+    of each sequence. Returns one dict per head:
     rows, entropy_mean / min / max, max_logit."""
     q = q.astype(np.float64)
     k = k.astype(np.float64)
@@ -100,7 +101,7 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None):
             for (q0, q1), (k0, k1) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
                 s = sc * (q[b, h, q0:q1] @ k[b, kh, k0:k1].T)  # [nq, nk]
                 nq, nk = q1 - q0, k1 - k0
-                for i in range(nq):
+                for i in range(0, nq, every):
                     row = s[i, : max(0, i + (nk - nq) + 1)] if causal else s[i]
                     if row.size == 0:
                         continue  # no visible key: no distribution
@@ -372,6 +373,56 @@ class TestArguments(unittest.TestCase):
         e = self.assertPushError(_lib.ENOTSUP, "CUDA", 0, 0, q, k)
         self.assertIn("GPU path", str(e))
         self.assertEqual(self.c.stats()["held"], 0)
+
+    def test_gpu_tensors_are_held_until_released(self):
+        """The holding logic of the GPU path, against a stand-in for the library calls that the
+        GPU path adds (attnstat_push_ex with the push's seq, a release callback)."""
+        real = self.c._lib
+        state = {"seq": 0, "in_flight": 0}
+
+        class Stub(object):
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def attnstat_push(self, c, o, q, k, v):
+                state["in_flight"] += 1
+                return _lib.OK
+
+            def attnstat_push_ex(self, c, o, q, k, v, seq):
+                state["seq"] += 1
+                seq._obj.value = state["seq"]
+                return _lib.OK
+
+            def attnstat_stats(self, c, out):
+                real.attnstat_stats(c, out)
+                out._obj.in_flight = state["in_flight"]
+
+            def attnstat_poll(self, c, ms):
+                return _lib.OK
+
+        q, k = CudaLike((1, 2, 8, 16)), CudaLike((1, 2, 8, 16))
+        # Without per-push notifications: held until nothing is in flight.
+        self.c._lib, self.c._push_ex = Stub(), None
+        self.assertTrue(self.c.push(0, 0, q, k))
+        self.assertTrue(self.c.push(0, 1, q, k))
+        self.assertEqual(self.c.stats()["held"], 2)
+        self.c.poll()
+        self.assertEqual(self.c.stats()["held"], 2)
+        state["in_flight"] = 0
+        self.c.poll()
+        self.assertEqual(self.c.stats()["held"], 0)
+        # With attnstat_push_ex and a release callback: held per seq, freed by its Release.
+        stub = Stub()
+        self.c._lib, self.c._push_ex, self.c._release_cb = stub, stub.attnstat_push_ex, True
+        self.assertTrue(self.c.push(0, 0, q, k))
+        self.assertTrue(self.c.push(0, 1, q, k))
+        self.assertEqual(sorted(self.c._held), [1, 2])
+        self.c._on_release_c(None, 1)
+        self.assertEqual(sorted(self.c._held), [2])
+        self.assertIs(self.c._held[2][0], q)
+        self.c._lib = real
+        self.c.close()
+        self.assertEqual(self.c._held, {})
 
     def test_bad_thresholds(self):
         with self.assertRaises(attnstat.AttnstatError) as cm:
@@ -727,6 +778,18 @@ class TestEndToEnd(DaemonCase):
             self.assertTrue(c.flush(30))
         self.check_stored(run, 1, 0, ref_views, 1e-6)
         self.check_stored(run, 1, 1, ref_packed, 1e-6)
+
+    def test_row_sampling(self):
+        run = self.run_name()
+        q, k = randn(2, 3, 37, 16), randn(2, 3, 37, 16)
+        with self.d.client(run) as c:
+            self.assertTrue(c.push(2, 0, q, k, causal=True, sample_every=4))
+            self.assertTrue(c.push(2, 1, q, k, sample_rows=5, seed=RNG.integers(1 << 62)))
+            self.assertTrue(c.flush(30))
+        self.check_stored(run, 2, 0, reference_stats(q, k, causal=True, every=4), 1e-6)
+        got = self.d.samples(run, 2, 1)
+        self.assertEqual([got[h]["rows"] for h in range(3)], [2 * 5] * 3)
+        self.assertTrue(all(got[h]["sampled"] for h in range(3)))
 
     def test_results_callback_matches_store(self):
         run = self.run_name()
