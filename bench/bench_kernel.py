@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""bench_kernel.py — the CUDA statistics kernel (libattnstat_cuda.so, through ctypes) against
+PyTorch on the same tensors, in one process.
+
+For each bf16 shape (B, Hq, Hkv, N, D, causal):
+  1. check: our per-row entropy / max logit and per-head means against PyTorch in float64, every
+     row of every head (tolerances of tests/test_stats_cuda.c); a failure stops the bench;
+  2. time (CUDA events, median; inputs rotated among sets larger than L2 together):
+       ours  stats_cuda_run_async, per-head statistics only (what the daemon asks for)
+       sdpa  F.scaled_dot_product_attention, flash backend, same q, k (and a v)
+       mat   the same statistics with the softmax materialised in float32 (chunked over heads)
+  3. print the table: speed-ups, our Q.K^T TFLOP/s, and the share of the floor
+     (Q.K^T FLOPs of the visible pairs at the bf16 matrix peak measured here).
+Run through bench/bench_kernel.sh, which builds the library first.
+"""
+import ctypes
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("stride_b", ctypes.c_int64),
+                ("stride_h", ctypes.c_int64), ("stride_n", ctypes.c_int64)]
+
+
+class Problem(ctypes.Structure):
+    _fields_ = [("batch", ctypes.c_int32), ("heads_q", ctypes.c_int32),
+                ("heads_kv", ctypes.c_int32), ("len_q", ctypes.c_int32),
+                ("len_k", ctypes.c_int32), ("head_dim", ctypes.c_int32),
+                ("dtype", ctypes.c_int), ("q", Tensor), ("k", Tensor),
+                ("scale", ctypes.c_float), ("softcap", ctypes.c_float),
+                ("causal", ctypes.c_int32), ("window_left", ctypes.c_int32),
+                ("window_right", ctypes.c_int32), ("cu_seqlens_q", ctypes.c_void_p),
+                ("cu_seqlens_k", ctypes.c_void_p), ("sample_every", ctypes.c_int32),
+                ("sample_rows", ctypes.c_int32), ("sample_seed", ctypes.c_uint64),
+                ("collapse_threshold", ctypes.c_float)]
+
+
+class Head(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_int64), ("rows_norm", ctypes.c_int64),
+                ("rows_empty", ctypes.c_int64), ("nonfinite_rows", ctypes.c_int64),
+                ("entropy_mean", ctypes.c_double), ("entropy_std", ctypes.c_double),
+                ("entropy_min", ctypes.c_double), ("entropy_max", ctypes.c_double),
+                ("entropy_norm_mean", ctypes.c_double), ("collapsed_frac", ctypes.c_double),
+                ("max_logit", ctypes.c_double), ("sampled", ctypes.c_int32)]
+
+
+class Err(ctypes.Structure):
+    _fields_ = [("msg", ctypes.c_char * 256)]
+
+
+assert ctypes.sizeof(Problem) == 160 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
+
+BF16 = 2
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    lib.stats_cuda_create.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(Err)]
+    lib.stats_cuda_create.restype = ctypes.c_int
+    for name in ("stats_cuda_run", "stats_cuda_run_async"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(Err)]
+        fn.restype = ctypes.c_int
+    lib.stats_cuda_reserve.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.POINTER(Err)]
+    lib.stats_cuda_reserve.restype = ctypes.c_int
+    lib.stats_cuda_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
+    lib.stats_cuda_kernel_name.restype = ctypes.c_char_p
+    return lib
+
+
+def make_problem(q, k, causal, every=0):
+    """q: [B, Hq, N, D], k: [B, Hkv, N, D] torch bf16 tensors (any strides, D contiguous)."""
+    p = Problem()
+    p.batch, p.heads_q, p.len_q, p.head_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+    p.heads_kv, p.len_k = k.shape[1], k.shape[2]
+    p.dtype = BF16
+    p.q = Tensor(q.data_ptr(), q.stride(0), q.stride(1), q.stride(2))
+    p.k = Tensor(k.data_ptr(), k.stride(0), k.stride(1), k.stride(2))
+    p.causal = 1 if causal else 0
+    p.window_left = p.window_right = -1
+    p.sample_every = every
+    return p
+
+
+class Ours:
+    def __init__(self, lib):
+        self.lib = lib
+        self.ctx = ctypes.c_void_p()
+        err = Err()
+        if lib.stats_cuda_create(torch.cuda.current_device(), ctypes.byref(self.ctx), ctypes.byref(err)):
+            sys.exit("stats_cuda_create: " + err.msg.decode())
+        self.heads_dev = None
+
+    def run(self, p, row_h=None, row_m=None, sync=True):
+        err = Err()
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        if sync:
+            heads = (Head * p.heads_q)()
+            st = self.lib.stats_cuda_run(self.ctx, ctypes.byref(p), stream, ctypes.cast(heads, ctypes.c_void_p),
+                                         row_h.data_ptr() if row_h is not None else None,
+                                         row_m.data_ptr() if row_m is not None else None, ctypes.byref(err))
+            if st:
+                sys.exit("stats_cuda_run: " + err.msg.decode())
+            return heads
+        st = self.lib.stats_cuda_run_async(self.ctx, ctypes.byref(p), stream, self.heads_dev.data_ptr(),
+                                           None, None, ctypes.byref(err))
+        if st:
+            sys.exit("stats_cuda_run_async: " + err.msg.decode())
+        return None
+
+
+def ref_rows_f64(q, k, causal, scale):
+    """Every row's entropy and max logit in float64: [B, Hq, N] each."""
+    B, Hq, N, D = q.shape
+    group = Hq // k.shape[1]
+    H = torch.empty(B, Hq, N, dtype=torch.float64, device=q.device)
+    M = torch.empty_like(H)
+    chunk = max(1, (1 << 28) // k.shape[2])  # rows per piece: ~2 GiB of float64 logits
+    for b in range(B):
+        for h in range(Hq):
+            kk = k[b, h // group].double()
+            for r0 in range(0, N, chunk):
+                r1 = min(N, r0 + chunk)
+                s = (q[b, h, r0:r1].double() @ kk.T) * scale
+                if causal:
+                    off = k.shape[2] - N
+                    i = torch.arange(r0, r1, device=q.device)[:, None]
+                    j = torch.arange(k.shape[2], device=q.device)[None, :]
+                    s.masked_fill_(j > i + off, float("-inf"))
+                lp = torch.log_softmax(s, dim=-1)
+                H[b, h, r0:r1] = -(lp.exp() * torch.where(torch.isinf(lp), torch.zeros_like(lp), lp)).sum(-1)
+                M[b, h, r0:r1] = s.max(-1).values
+                del s, lp
+    return H, M
+
+
+def torch_materialised_stats(q, k, causal, scale):
+    """What one does without attnstat: materialise the softmax (float32), reduce per head."""
+    B, Hq, N, D = q.shape
+    group = Hq // k.shape[1]
+    per = max(1, (1 << 31) // (N * k.shape[2] * 4 * 3))  # heads per chunk: ~2 GiB of float32 x3
+    means, maxes = [], []
+    mask = None
+    if causal:
+        mask = torch.ones(N, k.shape[2], dtype=torch.bool, device=q.device).tril(k.shape[2] - N)
+    for b in range(B):
+        for h0 in range(0, Hq, per):
+            h1 = min(Hq, h0 + per)
+            kk = k[b].repeat_interleave(group, dim=0)[h0:h1] if group > 1 else k[b, h0:h1]
+            s = torch.matmul(q[b, h0:h1], kk.transpose(-1, -2)).float() * scale
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            lp = torch.log_softmax(s, dim=-1)
+            ent = -(lp.exp() * lp.nan_to_num(neginf=0.0)).sum(-1)
+            means.append(ent.mean(-1))
+            maxes.append(s.amax(dim=(-1, -2)))
+    return torch.cat(means), torch.cat(maxes)
+
+
+def time_events(fn, sets, iters, warmup=3):
+    for i in range(warmup):
+        fn(sets[i % len(sets)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        fn(sets[i % len(sets)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def matmul_peak():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = time_events(lambda _: torch.matmul(a, b), [None], 30, warmup=5)
+    return 2 * 8192 ** 3 / (ms * 1e-3) / 1e12
+
+
+def main():
+    libpath = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build-cuda", "kernels", "libattnstat_cuda.so")
+    lib = load_lib(libpath)
+    torch.manual_seed(int(os.environ.get("ATTNSTAT_BENCH_SEED", "1234")))
+    dev = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        driver = "?"
+    peak = matmul_peak()
+    print(f"GPU {dev.name}, {dev.multi_processor_count} SMs, driver {driver}, torch {torch.__version__}, "
+          f"CUDA {torch.version.cuda}; bf16 matmul peak measured {peak:.0f} TFLOP/s")
+    ours = Ours(lib)
+    shapes = [  # B, Hq, Hkv, N, D, causal, sample_every
+        (2, 32, 32, 4096, 128, False, 0),
+        (2, 32, 32, 4096, 128, True, 0),
+        (4, 32, 32, 2048, 128, True, 0),
+        (8, 32, 32, 1024, 128, True, 0),
+        (1, 16, 16, 8192, 64, True, 0),
+        (1, 32, 32, 16384, 128, True, 0),
+        (2, 32, 8, 4096, 128, True, 0),
+        (2, 32, 32, 4096, 128, False, 8),
+        (2, 32, 32, 4096, 128, True, 8),
+    ]
+    only = os.environ.get("ATTNSTAT_BENCH_ONLY")
+    if only:
+        shapes = [shapes[int(i)] for i in only.split(",")]
+    rows = []
+    base_ms = {}
+    for (B, Hq, Hkv, N, D, causal, every) in shapes:
+        scale = 1.0 / math.sqrt(D)
+        set_bytes = 2 * (B * Hq * N * D * 2) + B * Hkv * N * D * 2
+        nsets = max(2, min(8, math.ceil(3 * 50e6 / set_bytes)))
+        sets = []
+        for _ in range(nsets):
+            q = torch.randn(B, Hq, N, D, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
+            sets.append((q, k, v, make_problem(q, k, causal, every)))
+        ours.heads_dev = torch.empty(Hq * ctypes.sizeof(Head), dtype=torch.uint8, device="cuda")
+        err = Err()
+        lib.stats_cuda_reserve(ours.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
+        kname = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(sets[0][3])).decode()
+        tag = f"({B},{Hq}{'/' + str(Hkv) if Hkv != Hq else ''},{N},{D}) {'causal' if causal else 'full'}" + \
+              (f" every {every}" if every else "")
+
+        # 1. check against float64 (every row)
+        q, k, v, p = sets[0]
+        rh = torch.full((B, Hq, N), float("nan"), device="cuda")
+        rm = torch.full((B, Hq, N), float("nan"), device="cuda")
+        heads = ours.run(p, rh, rm)
+        H, M = ref_rows_f64(q, k, causal, scale)
+        if every:
+            sel = torch.zeros(N, dtype=torch.bool, device="cuda")
+            sel[::every] = True
+            H, M, rh, rm = H[:, :, sel], M[:, :, sel], rh[:, :, sel], rm[:, :, sel]
+        dh = (rh.double() - H).abs().max().item()
+        dm = ((rm.double() - M).abs() / M.abs().clamp(min=1.0)).max().item()
+        ref_mean = H.mean(dim=(0, 2))
+        got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
+        dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
+        ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
+        print(f"check {tag:40s} {kname}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
+              f"max rel dmean {dmean:.2e}: {'ok' if ok else 'FAILED'}", flush=True)
+        if not ok:
+            sys.exit("bench: our output disagrees with PyTorch float64; not timing")
+        del H, M, rh, rm
+
+        # 2. time
+        iters = 50
+        t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
+        t_sdpa = t_mat = float("nan")
+        if not every:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            gqa = Hkv != Hq
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                try:
+                    t_sdpa = time_events(lambda s: F.scaled_dot_product_attention(
+                        s[0], s[1], s[2], is_causal=causal, enable_gqa=gqa), sets, iters)
+                except RuntimeError as e:  # flash without GQA support: expand K/V first
+                    print(f"  sdpa flash: {str(e).splitlines()[0]}; timing it on expanded K/V")
+                    ex = [(s[0], s[1].repeat_interleave(Hq // Hkv, 1), s[2].repeat_interleave(Hq // Hkv, 1))
+                          for s in sets[:2]]
+                    t_sdpa = time_events(lambda s: F.scaled_dot_product_attention(
+                        s[0], s[1], s[2], is_causal=causal), ex, iters)
+            t_mat = time_events(lambda s: torch_materialised_stats(s[0], s[1], causal, scale), sets, 5, warmup=1)
+            base_ms[(B, Hq, Hkv, N, D, causal)] = t_ours
+        pairs = N * (N + 1) / 2 if causal else N * N
+        if every:
+            pairs = sum((i + 1) if causal else N for i in range(0, N, every))
+        flops = 2.0 * D * pairs * B * Hq
+        tflops = flops / (t_ours * 1e-3) / 1e12
+        floor_ms = flops / (peak * 1e12) * 1e3
+        rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal))))
+        print(f"time  {tag:40s} ours {t_ours:.4f} ms  sdpa {t_sdpa:.4f} ms  materialised {t_mat:.2f} ms",
+              flush=True)
+        del sets, q, k, v
+        torch.cuda.empty_cache()
+
+    print()
+    print(f"| shape (B,H,N,D) bf16 | ours ms | SDPA flash ms | materialised ms | x SDPA | x mat | "
+          f"TFLOP/s | floor ms | share of floor |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tag, t, ts, tm, tf, fl, base in rows:
+        xs = f"{ts / t:.2f}" if ts == ts else "-"
+        xm = f"{tm / t:.1f}" if tm == tm else "-"
+        extra = f" ({t / base:.3f} of unsampled)" if base and "every" in tag else ""
+        print(f"| {tag}{extra} | {t:.3f} | {ts:.3f} | {tm:.2f} | {xs} | {xm} | {tf:.0f} | {fl:.3f} | "
+              f"{100 * fl / t:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+# cuda.cmake — the CUDA backend (stats_cuda.cu), included by kernels/CMakeLists.txt when the build
+# has CUDA. Machine code for Hopper (sm_90a) and Ampere (sm_80), plus compute_80 PTX so that newer
+# GPUs can JIT it. The objects go into attnstat_kernels (a C library: consumers link with the C
+# compiler and the static CUDA runtime, no device link step) and into the shared library
+# libattnstat_cuda.so that bench/bench_kernel.py loads with ctypes.
+set(ATTNSTAT_CUDA_GENCODE
+  "-gencode=arch=compute_90a,code=sm_90a"
+  "-gencode=arch=compute_80,code=sm_80"
+  "-gencode=arch=compute_80,code=compute_80"
+  CACHE STRING "nvcc -gencode flags for the attnstat kernels")
+
+add_library(attnstat_cuda_obj OBJECT stats_cuda.cu)
+target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings)
+target_compile_options(attnstat_cuda_obj PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:${ATTNSTAT_CUDA_GENCODE} -Xptxas=-warn-spills>)
+set_target_properties(attnstat_cuda_obj PROPERTIES POSITION_INDEPENDENT_CODE ON
+  CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+
+# Consumers are C programs: link them with the C compiler (nvcc as the linker would reject host
+# flags such as -fsanitize=...). No device link is needed: nothing is built with -rdc.
+set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES 0 PARENT_SCOPE)
+set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES 0)
+target_sources(attnstat_kernels PRIVATE $<TARGET_OBJECTS:attnstat_cuda_obj>)
+target_compile_definitions(attnstat_kernels PUBLIC ATTNSTAT_HAVE_CUDA=1)
+target_link_libraries(attnstat_kernels PUBLIC CUDA::cudart_static)
+
+# For the PyTorch comparison (bench/bench_kernel.py): built on request only.
+add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_OBJECTS:attnstat_cuda_obj>)
+target_include_directories(attnstat_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(attnstat_cuda PRIVATE attnstat_warnings CUDA::cudart_static m)

@@ -1,0 +1,1156 @@
+/* stats_cuda.cu — the CUDA backend of stats.h (API in stats_cuda.h).
+ *
+ * Kernels, in launch order:
+ *   fill_rows      sampled runs only: per-row outputs set to "not computed" (STATS_ROW_SKIPPED, -inf)
+ *   packed_offsets packed runs only: first block index of each sequence (one block, a scan)
+ *   stats_mma      Q.K^T on the tensor cores (mma.sync m16n8k16, bf16/f16 in, f32 out), one CTA per
+ *                  (head, sequence, block of BM sampled rows); K streams through shared memory in
+ *                  tiles of 64 keys (cp.async, 3 stages); each warp keeps its rows' Q fragments in
+ *                  registers, computes its 16*MT x 64 logits per tile and folds them into
+ *                  (M, l, W) per row; the CTA then reduces its rows into one partial.
+ *   stats_generic  the same results on CUDA cores for any dtype, head_dim and stride (one warp per row)
+ *   reduce_heads   one block per head: the partials, in a fixed order, into a stats_head
+ *
+ * The math, per row, in base 2 (u = log2(e) * (s - m), m the true running max):
+ *   l = sum 2^u,  W = sum 2^u * u,  H = ln2 * (log2 l - W / l) nats,
+ *   when the max grows by d = M_old - M_new < 0, a = 2^d:  W <- a*W + a*d*l,  l <- a*l
+ * guarded when M_old = -inf (l = W = 0 then; d*l would be -inf*0). Masked keys are selected out,
+ * never fed through -inf, so that a NaN or Inf logit is still noticed: +Inf makes M infinite, NaN
+ * makes l NaN, -Inf (with a finite max) makes 2^u * u = 0 * -inf = NaN in W. A row is non-finite
+ * exactly when M, l or W is, which matches stats_cpu()'s "some visible logit is not finite".
+ * The max is taken over the raw dot products: scaling and softcap are increasing, so the max of
+ * the logits is the logit of the max dot product. */
+#include "stats_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small device helpers --------------------------------------------------------------- */
+
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+#define LN2_D 0.6931471805599453
+
+static __device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* tanh(y) = 1 - 2 / (1 + e^(2y)); absolute error ~1e-7, exact limits at +-inf, NaN stays NaN. */
+static __device__ __forceinline__ float tanh_fast(float y)
+{
+    float e = ex2(y * (2.0f * LOG2E_F));
+    return 1.0f - __fdividef(2.0f, 1.0f + e);
+}
+
+static __device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte asynchronous copy global -> shared; bytes < 16 are read, the rest zero-filled. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(bytes));
+}
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+template <bool F16>
+static __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                                unsigned b1)
+{
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ float load_elem(const void *base, long long off, int dtype)
+{
+    if (dtype == STATS_F32)
+        return ((const float *)base)[off];
+    unsigned short bits = ((const unsigned short *)base)[off];
+    if (dtype == STATS_BF16)
+        return __uint_as_float((unsigned)bits << 16);
+    /* f16 -> f32 */
+    float f;
+    asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+/* ---- problem description on the device -------------------------------------------------- */
+
+struct kparams {
+    const char *q, *k;                     /* base pointers */
+    long long qsb, qsh, qsn, ksb, ksh, ksn; /* element strides */
+    int batch, hq, group, len_q, len_k, d, dtype, esize;
+    int packed;
+    const int *cu_q, *cu_k;
+    const int *blk_off; /* packed: [batch + 1] first block of each sequence */
+    int nblk;           /* not packed: blocks per sequence */
+    int blocks_per_head;
+    int rows_per_cta;
+    float c;      /* no softcap: scale * log2(e) */
+    float sc, cl; /* softcap: scale / cap, cap * log2(e) */
+    int softcap;
+    int causal, wl, wr;
+    int sample_every, sample_rows;
+    unsigned long long seed;
+    float collapse;
+    float *row_h, *row_m;
+    int sampled;
+};
+
+/* Partial statistics of one CTA's rows. */
+struct part {
+    int rows, rows_norm, rows_empty, nonfinite, collapsed, pad;
+    double sum, sumsq, sum_norm;
+    float hmin, hmax, mmax, pad2;
+};
+
+struct seqinfo {
+    int seq, blk, q0, lq, k0, lk, nsamp, tb;
+};
+
+static __device__ __forceinline__ int sampled_count_dev(const kparams &p, int lq)
+{
+    if (lq <= 0)
+        return 0;
+    if (p.sample_rows > 0)
+        return p.sample_rows < lq ? p.sample_rows : lq;
+    if (p.sample_every > 1)
+        return (int)(((long long)lq + p.sample_every - 1) / p.sample_every);
+    return lq;
+}
+
+static __device__ __forceinline__ int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Which (sequence, block) CTA x of a head works on; false when x is past the last block. */
+static __device__ bool cta_sequence(const kparams &p, int x, seqinfo *s)
+{
+    if (!p.packed) {
+        s->seq = x / p.nblk;
+        s->blk = x % p.nblk;
+        if (s->seq >= p.batch)
+            return false;
+        s->q0 = 0, s->lq = p.len_q, s->k0 = 0, s->lk = p.len_k, s->tb = s->seq;
+    } else {
+        if (x >= p.blk_off[p.batch])
+            return false;
+        int lo = 0, hi = p.batch - 1; /* last sequence whose first block is <= x */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (p.blk_off[mid] <= x)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        s->seq = lo;
+        s->blk = x - p.blk_off[lo];
+        int q0 = clampi(p.cu_q[lo], 0, p.len_q), q1 = clampi(p.cu_q[lo + 1], q0, p.len_q);
+        int k0 = clampi(p.cu_k[lo], 0, p.len_k), k1 = clampi(p.cu_k[lo + 1], k0, p.len_k);
+        s->q0 = q0, s->lq = q1 - q0, s->k0 = k0, s->lk = k1 - k0, s->tb = 0;
+    }
+    s->nsamp = sampled_count_dev(p, s->lq);
+    return true;
+}
+
+/* Visible keys [lo, hi] of row i (lo > hi: none). */
+static __device__ __forceinline__ void visible_range(const kparams &p, int i, int lq, int lk,
+                                                     int *lo_out, int *hi_out)
+{
+    long long o = (long long)lk - lq, lo = 0, hi = (long long)lk - 1, a = i + o;
+    if (p.causal && a < hi)
+        hi = a;
+    if (p.wr >= 0 && a + p.wr < hi)
+        hi = a + p.wr;
+    if (p.wl >= 0 && a - p.wl > lo)
+        lo = a - p.wl;
+    if (lo > hi)
+        lo = 1, hi = 0;
+    *lo_out = (int)lo;
+    *hi_out = (int)hi;
+}
+
+static __device__ __forceinline__ void part_init(part &a)
+{
+    a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
+    a.sum = a.sumsq = a.sum_norm = 0.0;
+    a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
+}
+
+static __device__ __forceinline__ void part_merge(part &a, const part &b)
+{
+    a.rows += b.rows, a.rows_norm += b.rows_norm, a.rows_empty += b.rows_empty;
+    a.nonfinite += b.nonfinite, a.collapsed += b.collapsed;
+    a.sum += b.sum, a.sumsq += b.sumsq, a.sum_norm += b.sum_norm;
+    a.hmin = fminf(a.hmin, b.hmin), a.hmax = fmaxf(a.hmax, b.hmax), a.mmax = fmaxf(a.mmax, b.mmax);
+}
+
+static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
+{
+    part b;
+    b.rows = __shfl_xor_sync(0xffffffffu, a.rows, lane_mask);
+    b.rows_norm = __shfl_xor_sync(0xffffffffu, a.rows_norm, lane_mask);
+    b.rows_empty = __shfl_xor_sync(0xffffffffu, a.rows_empty, lane_mask);
+    b.nonfinite = __shfl_xor_sync(0xffffffffu, a.nonfinite, lane_mask);
+    b.collapsed = __shfl_xor_sync(0xffffffffu, a.collapsed, lane_mask);
+    b.sum = __shfl_xor_sync(0xffffffffu, a.sum, lane_mask);
+    b.sumsq = __shfl_xor_sync(0xffffffffu, a.sumsq, lane_mask);
+    b.sum_norm = __shfl_xor_sync(0xffffffffu, a.sum_norm, lane_mask);
+    b.hmin = __shfl_xor_sync(0xffffffffu, a.hmin, lane_mask);
+    b.hmax = __shfl_xor_sync(0xffffffffu, a.hmax, lane_mask);
+    b.mmax = __shfl_xor_sync(0xffffffffu, a.mmax, lane_mask);
+    part_merge(a, b);
+}
+
+/* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
+ * and folds the row into a. ro: index of the row in the per-row outputs. */
+static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
+                                                float M, float l, float W)
+{
+    if (nvis <= 0) {
+        a.rows_empty++;
+        if (p.row_h)
+            p.row_h[ro] = STATS_ROW_SKIPPED;
+        if (p.row_m)
+            p.row_m[ro] = -INFINITY;
+        return;
+    }
+    bool finite = isfinite(M) && isfinite(l) && isfinite(W) && l > 0.0f;
+    if (!finite) {
+        a.nonfinite++;
+        if (p.row_h)
+            p.row_h[ro] = NAN;
+        if (p.row_m)
+            p.row_m[ro] = NAN;
+        return;
+    }
+    float h = LN2_F * (log2f(l) - W / l);
+    h = h > 0.0f ? h : 0.0f;
+    float m = M * LN2_F;
+    if (p.row_h)
+        p.row_h[ro] = h;
+    if (p.row_m)
+        p.row_m[ro] = m;
+    double hd = h;
+    a.rows++;
+    a.sum += hd;
+    a.sumsq += hd * hd;
+    a.hmin = fminf(a.hmin, h);
+    a.hmax = fmaxf(a.hmax, h);
+    a.mmax = fmaxf(a.mmax, m);
+    if (nvis >= 2) {
+        double hn = hd / log((double)nvis);
+        a.rows_norm++;
+        a.sum_norm += hn;
+        if (hn < (double)p.collapse)
+            a.collapsed++;
+    }
+}
+
+/* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
+ * a fixed order, so the result never depends on scheduling. */
+static __device__ void block_store_part(part &a, part *out)
+{
+    __shared__ part s_warp[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int m = 1; m < 32; m <<= 1)
+        part_shfl_merge(a, m);
+    if (lane == 0)
+        s_warp[warp] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        part t = s_warp[0];
+        for (int w = 1; w < nw; w++)
+            part_merge(t, s_warp[w]);
+        *out = t;
+    }
+}
+
+/* ---- fill / packed offsets ---------------------------------------------------------------- */
+
+__global__ void fill_rows_kernel(float *row_h, float *row_m, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        if (row_h)
+            row_h[i] = STATS_ROW_SKIPPED;
+        if (row_m)
+            row_m[i] = -INFINITY;
+    }
+}
+
+/* blk_off[s] = sum over sequences t < s of ceil(sampled rows of t / rows_per_cta). One block. */
+__global__ void packed_offsets_kernel(kparams p, int *blk_off)
+{
+    __shared__ int s_sum[1024];
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int per = (p.batch + nt - 1) / nt, s0 = t * per;
+    int local = 0;
+    for (int s = s0; s < s0 + per && s < p.batch; s++) {
+        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
+        int n = sampled_count_dev(p, q1 - q0);
+        local += (n + p.rows_per_cta - 1) / p.rows_per_cta;
+    }
+    s_sum[t] = local;
+    __syncthreads();
+    if (t == 0) { /* exclusive scan over threads; nt is small */
+        int run = 0;
+        for (int i = 0; i < nt; i++) {
+            int v = s_sum[i];
+            s_sum[i] = run;
+            run += v;
+        }
+        blk_off[p.batch] = run;
+    }
+    __syncthreads();
+    int run = s_sum[t];
+    for (int s = s0; s < s0 + per && s < p.batch; s++) {
+        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
+        int n = sampled_count_dev(p, q1 - q0);
+        blk_off[s] = run;
+        run += (n + p.rows_per_cta - 1) / p.rows_per_cta;
+    }
+}
+
+/* ---- the tensor-core kernel ---------------------------------------------------------------- */
+
+enum { MMA_WARPS = 8, MMA_BN = 64, MMA_STAGES = 3 };
+
+template <int DP, int MT> struct mma_shape {
+    static constexpr int BM = MMA_WARPS * 16 * MT; /* sampled rows per CTA */
+    static constexpr int LD = DP + 8;              /* smem row pitch in elements: no ldmatrix conflicts */
+    static constexpr size_t smem_bytes =
+        (size_t)(BM + MMA_STAGES * MMA_BN) * LD * 2 + (size_t)BM * sizeof(int);
+};
+
+/* Load one tile of BN keys (rows j0 .. j0+BN-1 of the sequence) into a stage; zero past lk / d. */
+template <int DP>
+static __device__ __forceinline__ void load_k_tile(const kparams &p, const char *krow0,
+                                                   unsigned short *dst, int j0, int lk)
+{
+    constexpr int CH = DP / 8, LD = DP + 8;
+    for (int idx = threadIdx.x; idx < MMA_BN * CH; idx += MMA_WARPS * 32) {
+        int r = idx / CH, c = idx - r * CH;
+        int j = j0 + r;
+        int bytes = 0;
+        const char *src = p.k;
+        if (j < lk) {
+            int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = krow0 + ((long long)j * p.ksn + c * 8) * 2;
+        }
+        cp_async16(dst + r * LD + c * 8, src, bytes);
+    }
+}
+
+/* One tile of logits s[mt][nt][4] (m16n8 accumulator layout) folded into the row states. */
+template <int MT, bool CAP, bool MASK>
+static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][MMA_BN / 8][4],
+                                                 float (&M)[MT][2], float (&l)[MT][2][2],
+                                                 float (&W)[MT][2][2], const int (&lo)[MT][2],
+                                                 const int (&hi)[MT][2], int j0, int tq)
+{
+    constexpr int NT = MMA_BN / 8;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            if (MASK) {
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int j = j0 + nt * 8 + 2 * tq + e;
+                        if (j < lo[mt][hr] || j > hi[mt][hr])
+                            s[mt][nt][2 * hr + e] = -INFINITY;
+                    }
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float Mt = CAP ? p.cl * tanhf(mx * p.sc) : mx * p.c;
+            const float Mo = M[mt][hr], Mn = fmaxf(Mo, Mt);
+            if (Mn != Mo) {
+                const float d = Mo - Mn, a = ex2(d);
+                const float ad = Mo > -INFINITY ? a * d : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    W[mt][hr][e] = fmaf(a, W[mt][hr][e], ad * l[mt][hr][e]);
+                    l[mt][hr][e] *= a;
+                }
+                M[mt][hr] = Mn;
+            }
+            const float negM = -Mn;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float v = s[mt][nt][2 * hr + e];
+                    float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
+                    float pe;
+                    if (MASK) {
+                        const int j = j0 + nt * 8 + 2 * tq + e;
+                        const bool vis = j >= lo[mt][hr] && j <= hi[mt][hr];
+                        pe = vis ? ex2(u) : 0.0f;
+                        u = vis ? u : 0.0f;
+                    } else {
+                        pe = ex2(u);
+                    }
+                    l[mt][hr][e] += pe;
+                    W[mt][hr][e] = fmaf(pe, u, W[mt][hr][e]);
+                }
+        }
+    }
+}
+
+/* grid (blocks_per_head, Hq), block 256. q: [B, Hq, Nq, D] by strides, k: [B, Hkv, Nk, D];
+ * CTA (x, h) takes sampled rows [blk*BM, blk*BM + BM) of its sequence. */
+template <int DP, int MT, bool F16>
+__global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kparams p, part *parts)
+{
+    using S = mma_shape<DP, MT>;
+    constexpr int BM = S::BM, LD = S::LD, KS = DP / 16, NT = MMA_BN / 8, CH = DP / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned short *sq = (unsigned short *)smem;
+    unsigned short *sk = sq + BM * LD;
+    int *s_row = (int *)(sk + MMA_STAGES * MMA_BN * LD);
+    __shared__ int s_range[2];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int h = blockIdx.y, x = blockIdx.x;
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    if (!cta_sequence(p, x, &si)) {
+        if (tid == 0)
+            parts[(long long)h * p.blocks_per_head + x] = acc;
+        return;
+    }
+    const int kvh = h / p.group;
+    const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
+                               (long long)si.q0 * p.qsn) * 2;
+    const char *krow0 = p.k + ((long long)si.tb * p.ksb + (long long)kvh * p.ksh +
+                               (long long)si.k0 * p.ksn) * 2;
+
+    if (tid == 0)
+        s_range[0] = 0x7fffffff, s_range[1] = -1;
+    for (int r = tid; r < BM; r += MMA_WARPS * 32) {
+        int j = si.blk * BM + r;
+        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+                                                            p.sample_every, p.sample_rows, p.seed)
+                                : -1;
+    }
+    __syncthreads();
+    for (int r = tid; r < BM; r += MMA_WARPS * 32) {
+        if (s_row[r] >= 0) {
+            int lo, hi;
+            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            if (lo <= hi) {
+                atomicMin(&s_range[0], lo);
+                atomicMax(&s_range[1], hi);
+            }
+        }
+    }
+    /* Q rows of this CTA -> shared memory (zero for absent rows and past d). */
+    for (int idx = tid; idx < BM * CH; idx += MMA_WARPS * 32) {
+        int r = idx / CH, c = idx - r * CH;
+        int i = s_row[r], bytes = 0;
+        const char *src = p.q;
+        if (i >= 0) {
+            int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+        }
+        cp_async16(sq + r * LD + c * 8, src, bytes);
+    }
+    cp_async_commit();
+    __syncthreads(); /* s_range final */
+    const int t_first = s_range[1] >= 0 ? s_range[0] / MMA_BN : 0;
+    const int t_last = s_range[1] >= 0 ? s_range[1] / MMA_BN : -1;
+    for (int st = 0; st < MMA_STAGES - 1; st++) {
+        if (t_first + st <= t_last)
+            load_k_tile<DP>(p, krow0, sk + st * MMA_BN * LD, (t_first + st) * MMA_BN, si.lk);
+        cp_async_commit();
+    }
+
+    /* This thread's rows: local row = warp*16*MT + mt*16 + hr*8 + g. */
+    int lo[MT][2], hi[MT][2];
+    int wlo_min = 0x7fffffff, wlo_max = -1, whi_min = 0x7fffffff, whi_max = -1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
+            lo[mt][hr] = 1, hi[mt][hr] = 0;
+            if (i >= 0)
+                visible_range(p, i, si.lq, si.lk, &lo[mt][hr], &hi[mt][hr]);
+            if (lo[mt][hr] <= hi[mt][hr]) {
+                wlo_min = min(wlo_min, lo[mt][hr]), wlo_max = max(wlo_max, lo[mt][hr]);
+                whi_min = min(whi_min, hi[mt][hr]), whi_max = max(whi_max, hi[mt][hr]);
+            }
+        }
+    for (int m = 4; m < 32; m <<= 1) {
+        wlo_min = min(wlo_min, __shfl_xor_sync(0xffffffffu, wlo_min, m));
+        wlo_max = max(wlo_max, __shfl_xor_sync(0xffffffffu, wlo_max, m));
+        whi_min = min(whi_min, __shfl_xor_sync(0xffffffffu, whi_min, m));
+        whi_max = max(whi_max, __shfl_xor_sync(0xffffffffu, whi_max, m));
+    }
+
+    cp_async_wait<MMA_STAGES - 1>(); /* Q has landed */
+    __syncthreads();
+    unsigned qf[MT][KS][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            ldmatrix_x4(qf[mt][ks], sq + (warp * 16 * MT + mt * 16 + (lane & 15)) * LD + ks * 16 +
+                                        (lane >> 4) * 8);
+
+    float M[MT][2], l[MT][2][2], W[MT][2][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            M[mt][hr] = -INFINITY;
+            l[mt][hr][0] = l[mt][hr][1] = W[mt][hr][0] = W[mt][hr][1] = 0.0f;
+        }
+
+    /* ldmatrix addressing for K: lanes 0-7 keys 0-7 col 0, 8-15 keys 0-7 col 8,
+     * 16-23 keys 8-15 col 0, 24-31 keys 8-15 col 8 (two n8 tiles per x4). */
+    const int kb_row = (lane & 7) + ((lane >> 4) << 3), kb_col = ((lane >> 3) & 1) * 8;
+
+    for (int t = t_first; t <= t_last; t++) {
+        const int it = t - t_first;
+        cp_async_wait<MMA_STAGES - 2>();
+        __syncthreads();
+        if (t + MMA_STAGES - 1 <= t_last)
+            load_k_tile<DP>(p, krow0, sk + ((it + MMA_STAGES - 1) % MMA_STAGES) * MMA_BN * LD,
+                            (t + MMA_STAGES - 1) * MMA_BN, si.lk);
+        cp_async_commit();
+
+        const int j0 = t * MMA_BN, j1 = j0 + MMA_BN - 1;
+        if (j0 > whi_max || j1 < wlo_min)
+            continue; /* no row of this warp sees this tile */
+        const unsigned short *kt = sk + (it % MMA_STAGES) * MMA_BN * LD;
+
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                unsigned b[4];
+                ldmatrix_x4(b, kt + (np * 16 + kb_row) * LD + ks * 16 + kb_col);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816<F16>(s[mt][2 * np], qf[mt][ks], b[0], b[1]);
+                    mma16816<F16>(s[mt][2 * np + 1], qf[mt][ks], b[2], b[3]);
+                }
+            }
+        }
+        const bool full = j0 >= wlo_max && j1 <= whi_min;
+        if (p.softcap) {
+            if (full)
+                fold_tile<MT, true, false>(p, s, M, l, W, lo, hi, j0, tq);
+            else
+                fold_tile<MT, true, true>(p, s, M, l, W, lo, hi, j0, tq);
+        } else {
+            if (full)
+                fold_tile<MT, false, false>(p, s, M, l, W, lo, hi, j0, tq);
+            else
+                fold_tile<MT, false, true>(p, s, M, l, W, lo, hi, j0, tq);
+        }
+    }
+    cp_async_wait<0>();
+
+    /* Rows: sum the four lanes of each quad, lane tq == 0 finishes the row. */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            float lr = l[mt][hr][0] + l[mt][hr][1], wr = W[mt][hr][0] + W[mt][hr][1];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            wr += __shfl_xor_sync(0xffffffffu, wr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            wr += __shfl_xor_sync(0xffffffffu, wr, 2);
+            int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
+            if (tq == 0 && i >= 0) {
+                long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr);
+            }
+        }
+    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+}
+
+/* ---- the CUDA-core kernel ------------------------------------------------------------------ */
+
+enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
+
+/* Merge base-2 row state (M2, l2, W2) into (M, l, W). */
+static __device__ __forceinline__ void state_merge(float &M, float &l, float &W, float M2, float l2,
+                                                   float W2)
+{
+    if (!(l2 != 0.0f || W2 != 0.0f))
+        return; /* empty side (l2 == 0 and W2 == 0) */
+    if (!(l != 0.0f || W != 0.0f)) {
+        M = M2, l = l2, W = W2;
+        return;
+    }
+    float Mn = fmaxf(M, M2);
+    float d1 = M - Mn, d2 = M2 - Mn;
+    float a1 = M == Mn ? 1.0f : ex2(d1), a2 = M2 == Mn ? 1.0f : ex2(d2);
+    float t1 = M == Mn ? 0.0f : a1 * d1, t2 = M2 == Mn ? 0.0f : a2 * d2;
+    W = a1 * W + t1 * l + a2 * W2 + t2 * l2;
+    l = a1 * l + a2 * l2;
+    M = Mn;
+}
+
+/* grid (blocks_per_head, Hq), block 256; each warp takes GEN_ROWS_PER_WARP sampled rows, each lane
+ * every 32nd visible key. Any dtype, head_dim and stride. */
+__global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
+{
+    __shared__ float s_q[GEN_WARPS][STATS_MAX_HEAD_DIM];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y, x = blockIdx.x;
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    const bool have = cta_sequence(p, x, &si);
+    const int kvh = h / p.group;
+    for (int rr = 0; have && rr < GEN_ROWS_PER_WARP; rr++) {
+        int j = si.blk * GEN_BM + warp * GEN_ROWS_PER_WARP + rr;
+        if (j >= si.nsamp)
+            break;
+        int i = (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq, p.sample_every,
+                                         p.sample_rows, p.seed);
+        int lo, hi;
+        visible_range(p, i, si.lq, si.lk, &lo, &hi);
+        long long qoff = (long long)si.tb * p.qsb + (long long)h * p.qsh + (long long)(si.q0 + i) * p.qsn;
+        __syncwarp();
+        for (int e = lane; e < p.d; e += 32)
+            s_q[warp][e] = load_elem(p.q, qoff + e, p.dtype);
+        __syncwarp();
+        float M = -INFINITY, l = 0.0f, W = 0.0f;
+        long long kbase = (long long)si.tb * p.ksb + (long long)kvh * p.ksh;
+        for (int kj = lo + lane; kj <= hi; kj += 32) {
+            long long koff = kbase + (long long)(si.k0 + kj) * p.ksn;
+            float dot = 0.0f;
+            for (int e = 0; e < p.d; e++)
+                dot = fmaf(s_q[warp][e], load_elem(p.k, koff + e, p.dtype), dot);
+            float xv = p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+            if (xv > M) {
+                if (M > -INFINITY) {
+                    float dd = M - xv, a = ex2(dd);
+                    W = a * W + a * dd * l;
+                    l = a * l;
+                }
+                M = xv;
+            }
+            float u = xv - M, pe = ex2(u);
+            l += pe;
+            W = fmaf(pe, u, W);
+        }
+        for (int m = 1; m < 32; m <<= 1) {
+            float M2 = __shfl_xor_sync(0xffffffffu, M, m), l2 = __shfl_xor_sync(0xffffffffu, l, m);
+            float W2 = __shfl_xor_sync(0xffffffffu, W, m);
+            state_merge(M, l, W, M2, l2, W2);
+        }
+        if (lane == 0) {
+            long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done(p, acc, ro, hi - lo + 1, M, l, W);
+        }
+    }
+    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+}
+
+/* ---- per-head reduction ---------------------------------------------------------------------- */
+
+/* grid Hq, block 256: parts [Hq][nparts] -> heads [Hq]. */
+__global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, stats_head *heads)
+{
+    const int h = blockIdx.x;
+    part a;
+    part_init(a);
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        part_merge(a, parts[(long long)h * nparts + i]);
+    __shared__ part s_tot;
+    block_store_part(a, &s_tot);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const part t = s_tot;
+        stats_head o = {};
+        o.rows = t.rows, o.rows_norm = t.rows_norm, o.rows_empty = t.rows_empty;
+        o.nonfinite_rows = t.nonfinite, o.sampled = sampled;
+        o.max_logit = t.rows > 0 ? (double)t.mmax : -INFINITY;
+        if (t.rows > 0) {
+            double n = (double)t.rows, mean = t.sum / n, var = t.sumsq / n - mean * mean;
+            o.entropy_mean = mean;
+            o.entropy_std = sqrt(var > 0.0 ? var : 0.0);
+            o.entropy_min = t.hmin;
+            o.entropy_max = t.hmax;
+        } else {
+            o.entropy_mean = o.entropy_std = o.entropy_min = o.entropy_max = NAN;
+        }
+        if (t.rows_norm > 0) {
+            o.entropy_norm_mean = t.sum_norm / (double)t.rows_norm;
+            o.collapsed_frac = (double)t.collapsed / (double)t.rows_norm;
+        } else {
+            o.entropy_norm_mean = NAN;
+            o.collapsed_frac = 0.0;
+        }
+        heads[h] = o;
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------- */
+
+enum { N_VARIANTS = 5 };
+
+struct stats_cuda {
+    int device;
+    int sm_count;
+    int variant_ok[N_VARIANTS]; /* fits the device's shared memory */
+    stats_cuda_path path;
+    void *ws;          /* device workspace */
+    size_t ws_bytes;
+    stats_head *host;  /* pinned staging for stats_cuda_run */
+    size_t host_heads;
+};
+
+__attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err, stats_status st,
+                                                               const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+#define CUDA_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return fail(err, STATS_EDEVICE, "stats_cuda: %s failed: %s (%s, code %d)", what,       \
+                        cudaGetErrorString(e_), cudaGetErrorName(e_), (int)e_);                    \
+    } while (0)
+
+typedef void (*mma_kernel_fn)(const kparams, part *);
+
+struct mma_variant {
+    int dp, mt;
+    mma_kernel_fn bf16, f16;
+    size_t smem;
+};
+
+#define MMA_VARIANT(DP, MT)                                                                        \
+    { DP, MT, stats_mma_kernel<DP, MT, false>, stats_mma_kernel<DP, MT, true>,                     \
+      mma_shape<DP, MT>::smem_bytes }
+
+static const mma_variant k_variants[] = {
+    MMA_VARIANT(32, 2), MMA_VARIANT(64, 2), MMA_VARIANT(96, 2), MMA_VARIANT(128, 2),
+    MMA_VARIANT(256, 1),
+};
+
+static_assert(sizeof k_variants / sizeof k_variants[0] == N_VARIANTS, "variant table");
+
+static const mma_variant *pick_variant(const stats_cuda *ctx, int d)
+{
+    for (int i = 0; i < N_VARIANTS; i++)
+        if (d <= k_variants[i].dp)
+            return ctx->variant_ok[i] ? &k_variants[i] : NULL;
+    return NULL;
+}
+
+/* Tensor-core path possible: 2-byte dtype, 16-byte aligned bases, strides multiple of 8. */
+static bool mma_ok(const stats_cuda *ctx, const stats_problem *p)
+{
+    if (p->dtype != STATS_BF16 && p->dtype != STATS_F16)
+        return false;
+    if (((uintptr_t)p->q.ptr & 15) || ((uintptr_t)p->k.ptr & 15))
+        return false;
+    const int64_t s[6] = {p->q.stride_b, p->q.stride_h, p->q.stride_n,
+                          p->k.stride_b, p->k.stride_h, p->k.stride_n};
+    for (int i = 0; i < 6; i++)
+        if (s[i] % 8)
+            return false;
+    return pick_variant(ctx, p->head_dim) != NULL;
+}
+
+extern "C" int stats_cuda_built(void)
+{
+    return 1;
+}
+
+extern "C" int stats_cuda_device_count(void)
+{
+    int n = 0, usable = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess &&
+            major >= 8)
+            usable++;
+    }
+    return usable;
+}
+
+extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    if (!out)
+        return fail(err, STATS_EINVAL, "stats_cuda_create: out is NULL");
+    *out = NULL;
+    int n = 0;
+    CUDA_TRY(cudaGetDeviceCount(&n), "cudaGetDeviceCount (is the NVIDIA driver loaded?)");
+    if (device < 0 || device >= n)
+        return fail(err, STATS_EINVAL, "stats_cuda_create: device %d does not exist (%d visible)",
+                    device, n);
+    CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
+    int major = 0, sms = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute(compute capability)");
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessor count)");
+    if (major < 8)
+        return fail(err, STATS_ENOTSUP,
+                    "stats_cuda_create: device %d has compute capability %d.x; the kernels need 8.0 "
+                    "or newer (Ampere, Hopper); use the CPU backend", device, major);
+    int smem_optin = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(shared memory per block)");
+    int ok[N_VARIANTS];
+    for (int i = 0; i < N_VARIANTS; i++) {
+        ok[i] = k_variants[i].smem + 1024 <= (size_t)smem_optin; /* + static shared memory */
+        if (!ok[i])
+            continue; /* that head_dim takes the CUDA-core path on this device */
+        CUDA_TRY(cudaFuncSetAttribute(k_variants[i].bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)k_variants[i].smem),
+                 "cudaFuncSetAttribute(shared memory) for the bf16 kernel");
+        CUDA_TRY(cudaFuncSetAttribute(k_variants[i].f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)k_variants[i].smem),
+                 "cudaFuncSetAttribute(shared memory) for the f16 kernel");
+    }
+    stats_cuda *c = (stats_cuda *)calloc(1, sizeof *c);
+    if (!c)
+        return fail(err, STATS_ENOMEM, "stats_cuda_create: out of host memory");
+    c->device = device;
+    c->sm_count = sms;
+    c->path = STATS_CUDA_PATH_AUTO;
+    memcpy(c->variant_ok, ok, sizeof ok);
+    *out = c;
+    return STATS_OK;
+}
+
+extern "C" void stats_cuda_destroy(stats_cuda *ctx)
+{
+    if (!ctx)
+        return;
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(ctx->device);
+    if (ctx->ws)
+        cudaFree(ctx->ws);
+    if (ctx->host)
+        cudaFreeHost(ctx->host);
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    free(ctx);
+}
+
+extern "C" void stats_cuda_set_path(stats_cuda *ctx, stats_cuda_path path)
+{
+    if (ctx)
+        ctx->path = path;
+}
+
+/* Launch plan of one problem. */
+struct plan {
+    const mma_variant *v; /* NULL: CUDA-core kernel */
+    int rows_per_cta, nblk, blocks_per_head;
+    size_t parts_off, off_off, heads_off, bytes;
+};
+
+static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, plan *pl,
+                              stats_error *err)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->v = ctx->path == STATS_CUDA_PATH_AUTO && mma_ok(ctx, p) ? pick_variant(ctx, p->head_dim)
+                                                                 : NULL;
+    pl->rows_per_cta = pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
+    const int packed = p->cu_seqlens_q != NULL;
+    long long bph;
+    if (!packed) {
+        long long ns = stats_sampled_count(p, p->len_q);
+        pl->nblk = (int)((ns + pl->rows_per_cta - 1) / pl->rows_per_cta);
+        if (pl->nblk < 1)
+            pl->nblk = 1;
+        bph = (long long)pl->nblk * p->batch;
+    } else {
+        bph = ((long long)p->len_q + pl->rows_per_cta - 1) / pl->rows_per_cta + p->batch;
+    }
+    if (bph > 0x7fffffffLL)
+        return fail(err, STATS_EINVAL, "stats_cuda: %lld blocks per head is over the grid limit",
+                    bph);
+    if (p->heads_q > 65535)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads_q %d is over the grid limit 65535",
+                    p->heads_q);
+    pl->blocks_per_head = (int)bph;
+    size_t o = 0;
+    pl->parts_off = o;
+    o += sizeof(part) * (size_t)bph * (size_t)p->heads_q;
+    o = (o + 255) & ~(size_t)255;
+    pl->off_off = o;
+    o += sizeof(int) * (size_t)(packed ? p->batch + 1 : 1);
+    o = (o + 255) & ~(size_t)255;
+    pl->heads_off = o;
+    o += sizeof(stats_head) * (size_t)p->heads_q;
+    pl->bytes = o;
+    return STATS_OK;
+}
+
+static stats_status grow(stats_cuda *ctx, size_t bytes, void *stream, stats_error *err)
+{
+    if (bytes <= ctx->ws_bytes)
+        return STATS_OK;
+    if (ctx->ws) {
+        /* the previous call on this stream may still read the old workspace */
+        CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize before growing");
+        CUDA_TRY(cudaFree(ctx->ws), "cudaFree(workspace)");
+        ctx->ws = NULL;
+        ctx->ws_bytes = 0;
+    }
+    size_t want = bytes + bytes / 4;
+    cudaError_t e = cudaMalloc(&ctx->ws, want);
+    if (e != cudaSuccess) {
+        ctx->ws = NULL;
+        cudaGetLastError();
+        return fail(err, e == cudaErrorMemoryAllocation ? STATS_ENOMEM : STATS_EDEVICE,
+                    "stats_cuda: cudaMalloc of a %zu-byte workspace failed: %s", want,
+                    cudaGetErrorString(e));
+    }
+    ctx->ws_bytes = want;
+    return STATS_OK;
+}
+
+static stats_status check_problem(stats_cuda *ctx, const stats_problem *p, stats_error *err)
+{
+    if (!ctx)
+        return fail(err, STATS_EINVAL, "stats_cuda: context is NULL");
+    stats_status st = stats_validate(p, err);
+    if (st != STATS_OK)
+        return st;
+    return STATS_OK;
+}
+
+extern "C" stats_status stats_cuda_reserve(stats_cuda *ctx, const stats_problem *p, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    if (!ctx || !p)
+        return fail(err, STATS_EINVAL, "stats_cuda_reserve: context or problem is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    /* the plan is largest on the CUDA-core path (fewer rows per block) */
+    stats_cuda tmp = *ctx;
+    tmp.path = STATS_CUDA_PATH_GENERIC;
+    plan pl;
+    stats_status st = make_plan(&tmp, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, NULL, err);
+    if (st != STATS_OK)
+        return st;
+    if (ctx->host_heads < (size_t)p->heads_q) {
+        if (ctx->host)
+            CUDA_TRY(cudaFreeHost(ctx->host), "cudaFreeHost");
+        ctx->host = NULL;
+        ctx->host_heads = 0;
+        CUDA_TRY(cudaMallocHost((void **)&ctx->host, sizeof(stats_head) * (size_t)p->heads_q),
+                 "cudaMallocHost(per-head staging)");
+        ctx->host_heads = (size_t)p->heads_q;
+    }
+    return STATS_OK;
+}
+
+extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats_problem *p)
+{
+    static const char *names[2][5] = {
+        {"mma.sync bf16 d32", "mma.sync bf16 d64", "mma.sync bf16 d96", "mma.sync bf16 d128",
+         "mma.sync bf16 d256"},
+        {"mma.sync f16 d32", "mma.sync f16 d64", "mma.sync f16 d96", "mma.sync f16 d128",
+         "mma.sync f16 d256"}};
+    if (!ctx || !p)
+        return "none";
+    if (ctx->path == STATS_CUDA_PATH_AUTO && mma_ok(ctx, p)) {
+        const mma_variant *v = pick_variant(ctx, p->head_dim);
+        return names[p->dtype == STATS_F16][v - k_variants];
+    }
+    return p->dtype == STATS_F32 ? "cuda-core f32" : p->dtype == STATS_F16 ? "cuda-core f16"
+                                                                           : "cuda-core bf16";
+}
+
+extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void *stream,
+                                             stats_head *heads_dev, float *row_entropy,
+                                             float *row_maxlogit, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    stats_status st = check_problem(ctx, p, err);
+    if (st != STATS_OK)
+        return st;
+    if (!heads_dev)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    cudaStream_t s = (cudaStream_t)stream;
+    plan pl;
+    st = make_plan(ctx, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, stream, err);
+    if (st != STATS_OK)
+        return st;
+
+    const int packed = p->cu_seqlens_q != NULL;
+    kparams k;
+    memset(&k, 0, sizeof k);
+    k.q = (const char *)p->q.ptr, k.k = (const char *)p->k.ptr;
+    k.qsb = p->q.stride_b, k.qsh = p->q.stride_h, k.qsn = p->q.stride_n;
+    k.ksb = p->k.stride_b, k.ksh = p->k.stride_h, k.ksn = p->k.stride_n;
+    k.batch = p->batch, k.hq = p->heads_q, k.group = p->heads_q / p->heads_kv;
+    k.len_q = p->len_q, k.len_k = p->len_k, k.d = p->head_dim, k.dtype = (int)p->dtype;
+    k.esize = (int)stats_dtype_size(p->dtype);
+    k.packed = packed;
+    k.cu_q = p->cu_seqlens_q, k.cu_k = p->cu_seqlens_k;
+    k.blk_off = (const int *)((char *)ctx->ws + pl.off_off);
+    k.nblk = pl.nblk;
+    k.blocks_per_head = pl.blocks_per_head;
+    k.rows_per_cta = pl.rows_per_cta;
+    const float scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    k.c = scale * LOG2E_F;
+    k.softcap = p->softcap > 0.0f;
+    k.sc = k.softcap ? scale / p->softcap : 0.0f;
+    k.cl = k.softcap ? p->softcap * LOG2E_F : 0.0f;
+    k.causal = p->causal, k.wl = p->window_left, k.wr = p->window_right;
+    k.sample_every = p->sample_every, k.sample_rows = p->sample_rows, k.seed = p->sample_seed;
+    k.collapse = p->collapse_threshold > 0.0f ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
+    k.row_h = row_entropy, k.row_m = row_maxlogit;
+    k.sampled = p->sample_every > 1 || p->sample_rows > 0;
+    part *parts = (part *)((char *)ctx->ws + pl.parts_off);
+    stats_head *heads_ws = (stats_head *)heads_dev;
+
+    if (k.sampled && (row_entropy || row_maxlogit)) {
+        long long n = (long long)(packed ? 1 : p->batch) * p->heads_q * p->len_q;
+        long long blocks = (n + 255) / 256;
+        if (blocks > (long long)ctx->sm_count * 8)
+            blocks = (long long)ctx->sm_count * 8;
+        fill_rows_kernel<<<(unsigned)blocks, 256, 0, s>>>(row_entropy, row_maxlogit, n);
+        CUDA_TRY(cudaGetLastError(), "launch of fill_rows_kernel");
+    }
+    if (packed) {
+        int threads = p->batch < 1024 ? ((p->batch + 31) / 32) * 32 : 1024;
+        packed_offsets_kernel<<<1, threads, 0, s>>>(k, (int *)((char *)ctx->ws + pl.off_off));
+        CUDA_TRY(cudaGetLastError(), "launch of packed_offsets_kernel");
+    }
+    dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
+    if (pl.v) {
+        mma_kernel_fn fn = p->dtype == STATS_F16 ? pl.v->f16 : pl.v->bf16;
+        fn<<<grid, MMA_WARPS * 32, pl.v->smem, s>>>(k, parts);
+        CUDA_TRY(cudaGetLastError(), "launch of stats_mma_kernel");
+    } else {
+        stats_generic_kernel<<<grid, GEN_WARPS * 32, 0, s>>>(k, parts);
+        CUDA_TRY(cudaGetLastError(), "launch of stats_generic_kernel");
+    }
+    reduce_heads_kernel<<<p->heads_q, 256, 0, s>>>(parts, pl.blocks_per_head, k.sampled, heads_ws);
+    CUDA_TRY(cudaGetLastError(), "launch of reduce_heads_kernel");
+    return STATS_OK;
+}
+
+extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, void *stream,
+                                       stats_head *heads, float *row_entropy, float *row_maxlogit,
+                                       stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    stats_status st = check_problem(ctx, p, err);
+    if (st != STATS_OK)
+        return st;
+    if (!heads)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    plan pl;
+    st = make_plan(ctx, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, stream, err);
+    if (st != STATS_OK)
+        return st;
+    if (ctx->host_heads < (size_t)p->heads_q) {
+        if (ctx->host) {
+            CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+            CUDA_TRY(cudaFreeHost(ctx->host), "cudaFreeHost");
+        }
+        ctx->host = NULL;
+        ctx->host_heads = 0;
+        CUDA_TRY(cudaMallocHost((void **)&ctx->host, sizeof(stats_head) * (size_t)p->heads_q),
+                 "cudaMallocHost(per-head staging)");
+        ctx->host_heads = (size_t)p->heads_q;
+    }
+    stats_head *heads_ws = (stats_head *)((char *)ctx->ws + pl.heads_off);
+    st = stats_cuda_run_async(ctx, p, stream, heads_ws, row_entropy, row_maxlogit, err);
+    if (st != STATS_OK)
+        return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    CUDA_TRY(cudaMemcpyAsync(ctx->host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
+                             cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync(per-head statistics to the host)");
+    CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize (a kernel may have faulted)");
+    memcpy(heads, ctx->host, sizeof(stats_head) * (size_t)p->heads_q);
+    return STATS_OK;
+}

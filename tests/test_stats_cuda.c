@@ -1,0 +1,443 @@
+/* test_stats_cuda.c — the CUDA backend (kernels/stats_cuda.cu) against the CPU reference
+ * (stats_cpu) on fresh random data, one problem per configuration below, plus the error paths.
+ *
+ * Seed: printed at start; set ATTNSTAT_TEST_SEED to replay a run. Without a usable GPU the suite
+ * prints why and exits 77 (ctest: skipped).
+ *
+ * Tolerances (float32 on the device against double on the host):
+ *   per-row entropy      |gpu - cpu| <= 1e-3 nats
+ *   per-row max logit    |gpu - cpu| <= 1e-5 * max(|cpu|, 1)   (relative, absolute under 1)
+ *   per-head means       |gpu - cpu| <= 1e-4 * |cpu| + 1e-6 nats (entropy and normalised entropy)
+ *   entropy min/max/std  |gpu - cpu| <= 1e-3 nats;  max logit as per row
+ *   row counts exact; collapsed fraction may differ by one row sitting on the threshold.
+ * Skipped rows must be exactly STATS_ROW_SKIPPED / -inf, non-finite rows NaN / NaN; every output
+ * is poisoned before each run so that an unwritten element fails. */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stats.h"
+#include "stats_cuda.h"
+
+static uint64_t g_seed;
+static stats_cuda *g_ctx;
+
+/* ---- random numbers and dtype conversion ------------------------------------------------ */
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(rng *r) /* (0, 1) */
+{
+    return ((double)(rng_next(r) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double rng_gauss(rng *r)
+{
+    return sqrt(-2.0 * log(rng_unit(r))) * cos(6.283185307179586 * rng_unit(r));
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffU) > 0x7f800000U)
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffU + ((x >> 16) & 1U)) >> 16);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000U, man = x & 0x7fffffU;
+    int32_t exp = (int32_t)((x >> 23) & 0xffU);
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00U | (man ? 0x200U : 0U));
+    int32_t e = exp - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00U);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000U;
+        uint32_t shift = (uint32_t)(14 - e), h = man >> shift, rem = man & ((1U << shift) - 1U),
+                 half = 1U << (shift - 1U);
+        if (rem > half || (rem == half && (h & 1U)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fffU;
+    if (rem > 0x1000U || (rem == 0x1000U && (h & 1U)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static void store(void *base, size_t idx, stats_dtype dt, float v)
+{
+    if (dt == STATS_F32)
+        ((float *)base)[idx] = v;
+    else if (dt == STATS_BF16)
+        ((uint16_t *)base)[idx] = f32_to_bf16(v);
+    else
+        ((uint16_t *)base)[idx] = f32_to_f16(v);
+}
+
+/* ---- configurations ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int b, hq, hkv, nq, nk, d;
+    stats_dtype dt;
+    int bnhd;    /* memory [B, N, H, D] instead of [B, H, N, D] */
+    int pad;     /* extra elements after each row of D (8: aligned, 3: forces the CUDA-core path) */
+    int causal, wl, wr;
+    float softcap, scale;
+    int packed;  /* lq/lk hold the b sequence lengths */
+    int lq[6], lk[6];
+    int every, nsample;
+    double amp;  /* standard deviation of Q (K has 1): logits ~ amp */
+    int nonfinite; /* plant NaN and +-Inf in Q and K */
+    int heads_only; /* no per-row outputs */
+    int generic;   /* force the CUDA-core path */
+    float collapse;
+} cfg;
+
+#define BF STATS_BF16
+#define FH STATS_F16
+#define FS STATS_F32
+static const cfg k_cfgs[] = {
+    {.name = "bf16 d128 full", .b = 2, .hq = 4, .hkv = 4, .nq = 256, .nk = 256, .d = 128, .dt = BF, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 causal odd N, [B,N,H,D]", .b = 2, .hq = 3, .hkv = 3, .nq = 333, .nk = 333, .d = 128, .dt = BF, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f16 d64 causal Nq<Nk (bottom-right)", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 301, .d = 64, .dt = FH, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d64 causal Nq>Nk: empty rows", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 177, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 causal sliding window 50", .b = 1, .hq = 4, .hkv = 4, .nq = 517, .nk = 517, .d = 128, .dt = BF, .causal = 1, .wl = 50, .wr = 0},
+    {.name = "bf16 d128 window (31, 17) not causal, padded rows", .b = 2, .hq = 2, .hkv = 2, .nq = 190, .nk = 250, .d = 128, .dt = BF, .pad = 8, .wl = 31, .wr = 17},
+    {.name = "bf16 d128 softcap 30, logits ~60", .b = 2, .hq = 2, .hkv = 2, .nq = 160, .nk = 160, .d = 128, .dt = BF, .wl = -1, .wr = -1, .softcap = 30.0f, .amp = 60.0},
+    {.name = "bf16 d128 GQA 8/2 causal", .b = 2, .hq = 8, .hkv = 2, .nq = 270, .nk = 270, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 packed causal (an empty sequence)", .b = 4, .hq = 2, .hkv = 2, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {100, 0, 257, 31}, .lk = {100, 5, 257, 31}},
+    {.name = "bf16 d64 packed Nk!=Nq, sequence without keys", .b = 3, .hq = 2, .hkv = 1, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {70, 40, 300}, .lk = {90, 0, 280}},
+    {.name = "bf16 d128 causal sample every 8", .b = 2, .hq = 2, .hkv = 2, .nq = 611, .nk = 611, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .every = 8},
+    {.name = "bf16 d128 causal 37 random rows", .b = 2, .hq = 2, .hkv = 2, .nq = 400, .nk = 400, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nsample = 37},
+    {.name = "bf16 d64 large logits ~1e3", .b = 1, .hq = 4, .hkv = 4, .nq = 300, .nk = 300, .d = 64, .dt = BF, .wl = -1, .wr = -1, .amp = 300.0},
+    {.name = "f16 d128 causal large logits ~1e3", .b = 1, .hq = 2, .hkv = 2, .nq = 260, .nk = 260, .d = 128, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .amp = 300.0},
+    {.name = "bf16 d128 causal NaN/Inf planted", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nonfinite = 1},
+    {.name = "f16 d64 softcap 20 NaN/Inf planted", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 220, .d = 64, .dt = FH, .wl = -1, .wr = -1, .softcap = 20.0f, .amp = 10.0, .nonfinite = 1},
+    {.name = "bf16 d32 causal", .b = 2, .hq = 3, .hkv = 3, .nq = 300, .nk = 300, .d = 32, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d80 causal [B,N,H,D]", .b = 1, .hq = 4, .hkv = 2, .nq = 290, .nk = 290, .d = 80, .dt = BF, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f16 d96 full Nk=1000", .b = 1, .hq = 2, .hkv = 2, .nq = 100, .nk = 1000, .d = 96, .dt = FH, .wl = -1, .wr = -1},
+    {.name = "bf16 d256 causal", .b = 1, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 256, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f32 d64 causal (CUDA-core path)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 150, .d = 64, .dt = FS, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d33 odd stride (CUDA-core path)", .b = 1, .hq = 2, .hkv = 2, .nq = 120, .nk = 140, .d = 33, .dt = BF, .pad = 3, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 causal forced CUDA-core path", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .generic = 1},
+    {.name = "bf16 d128 heads only, collapse 0.5", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .heads_only = 1, .collapse = 0.5f, .amp = 4.0},
+    {.name = "bf16 d64 packed GQA window sampled", .b = 3, .hq = 4, .hkv = 2, .d = 64, .dt = BF, .causal = 1, .wl = 64, .wr = 0, .packed = 1, .lq = {333, 17, 129}, .lk = {333, 17, 129}, .every = 3},
+    {.name = "bf16 d128 causal N=1500 (many blocks and tiles), scale 0.05", .b = 1, .hq = 2, .hkv = 1, .nq = 1500, .nk = 1500, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .scale = 0.05f},
+    {.name = "f16 d64 one visible key per row (window 0)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FH, .causal = 1, .wl = 0, .wr = 0},
+};
+#define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
+
+/* ---- one run ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    double max_row_h, max_row_m, max_mean;
+    int64_t rows;
+} errs;
+
+#define CK_CUDA(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                 \
+    } while (0)
+
+static int close_rel(double got, double ref, double rel, double abs_tol)
+{
+    if (isnan(ref))
+        return isnan(got);
+    if (isinf(ref))
+        return got == ref;
+    return fabs(got - ref) <= rel * fabs(ref) + abs_tol;
+}
+
+static void run_cfg(const cfg *c, int iter)
+{
+    rng r = {g_seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(iter + 1))};
+    const int packed = c->packed;
+    int32_t cuq[8] = {0}, cuk[8] = {0};
+    int nq = c->nq, nk = c->nk, pb = c->b;
+    if (packed) {
+        for (int s = 0; s < c->b; s++) {
+            cuq[s + 1] = cuq[s] + c->lq[s];
+            cuk[s + 1] = cuk[s] + c->lk[s];
+        }
+        nq = cuq[c->b], nk = cuk[c->b], pb = 1;
+    }
+    const size_t es = stats_dtype_size(c->dt);
+    const int64_t row = c->d + c->pad;
+    stats_problem p;
+    stats_problem_init(&p);
+    p.batch = c->b, p.heads_q = c->hq, p.heads_kv = c->hkv, p.len_q = nq, p.len_k = nk;
+    p.head_dim = c->d, p.dtype = c->dt;
+    if (c->bnhd) {
+        p.q.stride_h = row, p.q.stride_n = row * c->hq, p.q.stride_b = p.q.stride_n * nq;
+        p.k.stride_h = row, p.k.stride_n = row * c->hkv, p.k.stride_b = p.k.stride_n * nk;
+    } else {
+        p.q.stride_n = row, p.q.stride_h = row * nq, p.q.stride_b = p.q.stride_h * c->hq;
+        p.k.stride_n = row, p.k.stride_h = row * nk, p.k.stride_b = p.k.stride_h * c->hkv;
+    }
+    p.causal = c->causal, p.window_left = c->wl, p.window_right = c->wr;
+    p.softcap = c->softcap, p.scale = c->scale;
+    p.sample_every = c->every, p.sample_rows = c->nsample, p.sample_seed = rng_next(&r);
+    p.collapse_threshold = c->collapse;
+
+    const size_t nq_el = (size_t)pb * c->hq * nq * row, nk_el = (size_t)pb * c->hkv * nk * row;
+    void *hq = malloc(nq_el * es), *hk = malloc(nk_el * es);
+    ck_assert(hq && hk);
+    const double amp = c->amp > 0 ? c->amp : 1.0;
+    for (size_t i = 0; i < nq_el; i++)
+        store(hq, i, c->dt, (float)(amp * rng_gauss(&r)));
+    for (size_t i = 0; i < nk_el; i++)
+        store(hk, i, c->dt, (float)rng_gauss(&r));
+    if (c->nonfinite) {
+        const float bad[3] = {NAN, INFINITY, -INFINITY};
+        for (int t = 0; t < 6; t++) { /* a few Q elements and a few K elements */
+            size_t iq = (size_t)(rng_next(&r) % nq_el), ik = (size_t)(rng_next(&r) % nk_el);
+            store(hq, iq, c->dt, bad[t % 3]);
+            store(hk, ik, c->dt, bad[(t + 1) % 3]);
+        }
+    }
+    p.q.ptr = hq, p.k.ptr = hk;
+    if (packed)
+        p.cu_seqlens_q = cuq, p.cu_seqlens_k = cuk;
+
+    /* reference */
+    const int64_t nrows = (int64_t)pb * c->hq * nq;
+    stats_head *ref = calloc((size_t)c->hq, sizeof *ref), *got = malloc(sizeof *got * (size_t)c->hq);
+    float *rh = malloc(sizeof(float) * (size_t)nrows), *rm = malloc(sizeof(float) * (size_t)nrows);
+    float *gh = malloc(sizeof(float) * (size_t)nrows), *gm = malloc(sizeof(float) * (size_t)nrows);
+    ck_assert(ref && got && rh && rm && gh && gm);
+    stats_error err;
+    stats_status st = stats_cpu(&p, ref, rh, rm, &err);
+    ck_assert_msg(st == STATS_OK, "%s: stats_cpu: %s", c->name, err.msg);
+
+    /* device copies */
+    void *dq = NULL, *dk = NULL;
+    int32_t *dcuq = NULL, *dcuk = NULL;
+    float *dh = NULL, *dm = NULL;
+    CK_CUDA(cudaMalloc(&dq, nq_el * es));
+    CK_CUDA(cudaMalloc(&dk, nk_el * es));
+    CK_CUDA(cudaMemcpy(dq, hq, nq_el * es, cudaMemcpyHostToDevice));
+    CK_CUDA(cudaMemcpy(dk, hk, nk_el * es, cudaMemcpyHostToDevice));
+    if (packed) {
+        CK_CUDA(cudaMalloc((void **)&dcuq, sizeof cuq));
+        CK_CUDA(cudaMalloc((void **)&dcuk, sizeof cuk));
+        CK_CUDA(cudaMemcpy(dcuq, cuq, sizeof cuq, cudaMemcpyHostToDevice));
+        CK_CUDA(cudaMemcpy(dcuk, cuk, sizeof cuk, cudaMemcpyHostToDevice));
+    }
+    if (!c->heads_only) {
+        CK_CUDA(cudaMalloc((void **)&dh, sizeof(float) * (size_t)nrows));
+        CK_CUDA(cudaMalloc((void **)&dm, sizeof(float) * (size_t)nrows));
+        CK_CUDA(cudaMemset(dh, 0x4b, sizeof(float) * (size_t)nrows)); /* poison: 1.3e7 */
+        CK_CUDA(cudaMemset(dm, 0x4b, sizeof(float) * (size_t)nrows));
+    }
+    stats_problem pd = p;
+    pd.q.ptr = dq, pd.k.ptr = dk;
+    pd.cu_seqlens_q = dcuq, pd.cu_seqlens_k = dcuk;
+    memset(got, 0xa5, sizeof *got * (size_t)c->hq);
+
+    stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : STATS_CUDA_PATH_AUTO);
+    const char *kname = stats_cuda_kernel_name(g_ctx, &pd);
+    cudaStream_t stream;
+    CK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    st = stats_cuda_run(g_ctx, &pd, stream, got, dh, dm, &err);
+    ck_assert_msg(st == STATS_OK, "%s: stats_cuda_run: %s", c->name, err.msg);
+    stats_cuda_set_path(g_ctx, STATS_CUDA_PATH_AUTO);
+    if (!c->heads_only) {
+        CK_CUDA(cudaMemcpy(gh, dh, sizeof(float) * (size_t)nrows, cudaMemcpyDeviceToHost));
+        CK_CUDA(cudaMemcpy(gm, dm, sizeof(float) * (size_t)nrows, cudaMemcpyDeviceToHost));
+    }
+
+    errs e = {0, 0, 0, 0};
+    int bad_rows = 0;
+    for (int64_t i = 0; !c->heads_only && i < nrows; i++) {
+        int ok_h, ok_m;
+        if (isnan(rh[i]) || rh[i] == STATS_ROW_SKIPPED)
+            ok_h = isnan(rh[i]) ? isnan(gh[i]) : gh[i] == STATS_ROW_SKIPPED;
+        else {
+            double d = fabs((double)gh[i] - rh[i]);
+            e.max_row_h = d > e.max_row_h ? d : e.max_row_h;
+            ok_h = d <= 1e-3;
+        }
+        if (isnan(rm[i]) || isinf(rm[i]))
+            ok_m = isnan(rm[i]) ? isnan(gm[i]) : gm[i] == rm[i];
+        else {
+            double d = fabs((double)gm[i] - rm[i]), sc = fabs(rm[i]) > 1.0 ? fabs(rm[i]) : 1.0;
+            e.max_row_m = d / sc > e.max_row_m ? d / sc : e.max_row_m;
+            ok_m = d <= 1e-5 * sc;
+        }
+        if (!(ok_h && ok_m) && bad_rows++ < 8)
+            fprintf(stderr, "  %s: row %lld: entropy %.7g (cpu %.7g), max logit %.9g (cpu %.9g)\n",
+                    c->name, (long long)i, (double)gh[i], (double)rh[i], (double)gm[i], (double)rm[i]);
+    }
+    int bad_heads = 0;
+    for (int h = 0; h < c->hq; h++) {
+        const stats_head *a = &got[h], *b = &ref[h];
+        e.rows += b->rows;
+        double dmean = fabs(a->entropy_mean - b->entropy_mean);
+        if (!isnan(b->entropy_mean) && dmean / (fabs(b->entropy_mean) + 1e-300) > e.max_mean)
+            e.max_mean = dmean / (fabs(b->entropy_mean) + 1e-300);
+        int ok = a->rows == b->rows && a->rows_norm == b->rows_norm &&
+                 a->rows_empty == b->rows_empty && a->nonfinite_rows == b->nonfinite_rows &&
+                 a->sampled == b->sampled &&
+                 close_rel(a->entropy_mean, b->entropy_mean, 1e-4, 1e-6) &&
+                 close_rel(a->entropy_norm_mean, b->entropy_norm_mean, 1e-4, 1e-6) &&
+                 close_rel(a->entropy_std, b->entropy_std, 0, 1e-3) &&
+                 close_rel(a->entropy_min, b->entropy_min, 0, 1e-3) &&
+                 close_rel(a->entropy_max, b->entropy_max, 0, 1e-3) &&
+                 close_rel(a->max_logit, b->max_logit, 1e-5, fabs(b->max_logit) < 1 ? 1e-5 : 0) &&
+                 fabs(a->collapsed_frac - b->collapsed_frac) * (double)(b->rows_norm > 0 ? b->rows_norm : 1) <=
+                     1.0 + 1e-9;
+        if (!ok) {
+            bad_heads++;
+            fprintf(stderr,
+                    "  %s: head %d: rows %lld/%lld norm %lld/%lld empty %lld/%lld nonfinite %lld/%lld "
+                    "sampled %d/%d\n    mean %.9g/%.9g norm %.9g/%.9g std %.6g/%.6g min %.6g/%.6g "
+                    "max %.6g/%.6g maxlogit %.9g/%.9g collapsed %.6g/%.6g\n",
+                    c->name, h, (long long)a->rows, (long long)b->rows, (long long)a->rows_norm,
+                    (long long)b->rows_norm, (long long)a->rows_empty, (long long)b->rows_empty,
+                    (long long)a->nonfinite_rows, (long long)b->nonfinite_rows, a->sampled, b->sampled,
+                    a->entropy_mean, b->entropy_mean, a->entropy_norm_mean, b->entropy_norm_mean,
+                    a->entropy_std, b->entropy_std, a->entropy_min, b->entropy_min, a->entropy_max,
+                    b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac);
+        }
+    }
+    printf("  [%2d] %-58s %-20s rows %6lld  max|dH| %.2e  max rel dmaxlogit %.2e  max rel dmean %.2e%s\n",
+           iter, c->name, kname, (long long)e.rows, e.max_row_h, e.max_row_m, e.max_mean,
+           bad_rows || bad_heads ? "  FAIL" : "");
+    fflush(stdout);
+
+    CK_CUDA(cudaStreamDestroy(stream));
+    cudaFree(dq), cudaFree(dk), cudaFree(dcuq), cudaFree(dcuk), cudaFree(dh), cudaFree(dm);
+    free(hq), free(hk), free(ref), free(got), free(rh), free(rm), free(gh), free(gm);
+    ck_assert_msg(bad_rows == 0, "%s: %d rows out of tolerance (seed %llu)", c->name, bad_rows,
+                  (unsigned long long)g_seed);
+    ck_assert_msg(bad_heads == 0, "%s: %d heads out of tolerance (seed %llu)", c->name, bad_heads,
+                  (unsigned long long)g_seed);
+}
+
+START_TEST(test_against_cpu)
+{
+    run_cfg(&k_cfgs[_i], _i);
+}
+END_TEST
+
+/* The async variant leaves the heads on the device; same numbers as the synchronous one. */
+START_TEST(test_async_matches_sync)
+{
+    cfg c = k_cfgs[1];
+    rng r = {g_seed ^ 0xabcdefULL};
+    const int n = c.nq, d = c.d, h = c.hq;
+    stats_problem p;
+    stats_problem_init(&p);
+    p.batch = 1, p.heads_q = h, p.heads_kv = h, p.len_q = n, p.len_k = n, p.head_dim = d;
+    p.dtype = STATS_BF16, p.causal = 1;
+    p.q.stride_n = p.k.stride_n = d, p.q.stride_h = p.k.stride_h = (int64_t)d * n;
+    p.q.stride_b = p.k.stride_b = (int64_t)d * n * h;
+    size_t el = (size_t)h * n * d;
+    uint16_t *buf = malloc(el * 2);
+    ck_assert(buf);
+    void *dq, *dk;
+    CK_CUDA(cudaMalloc(&dq, el * 2));
+    CK_CUDA(cudaMalloc(&dk, el * 2));
+    for (size_t i = 0; i < el; i++)
+        buf[i] = f32_to_bf16((float)rng_gauss(&r));
+    CK_CUDA(cudaMemcpy(dq, buf, el * 2, cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < el; i++)
+        buf[i] = f32_to_bf16((float)rng_gauss(&r));
+    CK_CUDA(cudaMemcpy(dk, buf, el * 2, cudaMemcpyHostToDevice));
+    p.q.ptr = dq, p.k.ptr = dk;
+    stats_head *a = malloc(sizeof *a * (size_t)h), *b = malloc(sizeof *b * (size_t)h), *dh;
+    CK_CUDA(cudaMalloc((void **)&dh, sizeof *dh * (size_t)h));
+    stats_error err;
+    ck_assert_msg(stats_cuda_run(g_ctx, &p, NULL, a, NULL, NULL, &err) == STATS_OK, "%s", err.msg);
+    ck_assert_msg(stats_cuda_run_async(g_ctx, &p, NULL, dh, NULL, NULL, &err) == STATS_OK, "%s", err.msg);
+    CK_CUDA(cudaMemcpy(b, dh, sizeof *b * (size_t)h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < h; i++) { /* a fixed reduction order: bit-identical */
+        ck_assert(a[i].rows == b[i].rows);
+        ck_assert(a[i].entropy_mean == b[i].entropy_mean);
+        ck_assert(a[i].max_logit == b[i].max_logit);
+    }
+    cudaFree(dq), cudaFree(dk), cudaFree(dh);
+    free(buf), free(a), free(b);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    stats_error err;
+    stats_cuda *c = NULL;
+    ck_assert_int_eq(stats_cuda_create(1 << 20, &c, &err), STATS_EINVAL);
+    ck_assert(c == NULL);
+    ck_assert(strlen(err.msg) > 0);
+    stats_problem p;
+    stats_problem_init(&p);
+    stats_head h;
+    ck_assert_int_eq(stats_cuda_run(g_ctx, &p, NULL, &h, NULL, NULL, &err), STATS_EINVAL);
+    ck_assert(strstr(err.msg, "sizes") != NULL);
+    ck_assert_int_eq(stats_cuda_run(NULL, &p, NULL, &h, NULL, NULL, &err), STATS_EINVAL);
+    ck_assert(stats_cuda_built() == 1);
+}
+END_TEST
+
+int main(void)
+{
+    const char *env = getenv("ATTNSTAT_TEST_SEED");
+    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    printf("test_stats_cuda: seed %llu (set ATTNSTAT_TEST_SEED=%llu to replay)\n",
+           (unsigned long long)g_seed, (unsigned long long)g_seed);
+    if (!stats_cuda_built()) {
+        printf("test_stats_cuda: SKIPPED: this build has no CUDA backend\n");
+        return 77;
+    }
+    if (stats_cuda_device_count() == 0) {
+        printf("test_stats_cuda: SKIPPED: no CUDA device of compute capability >= 8.0 is visible "
+               "(no GPU or no driver); the GPU suite runs on a machine with one\n");
+        return 77;
+    }
+    stats_error err;
+    if (stats_cuda_create(0, &g_ctx, &err) != STATS_OK) {
+        printf("test_stats_cuda: FAILED to create the CUDA context: %s\n", err.msg);
+        return 1;
+    }
+    Suite *s = suite_create("stats_cuda");
+    TCase *tc = tcase_create("against_cpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
+    tcase_add_test(tc, test_async_matches_sync);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    /* one process: a CUDA context does not survive fork() */
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    stats_cuda_destroy(g_ctx);
+    printf("test_stats_cuda: %d configurations, seed %llu: %s\n", N_CFGS, (unsigned long long)g_seed,
+           failed ? "FAILED" : "passed");
+    return failed ? 1 : 0;
+}
