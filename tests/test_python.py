@@ -424,6 +424,22 @@ class TestArguments(unittest.TestCase):
         self.c.close()
         self.assertEqual(self.c._held, {})
 
+    def test_forked_child_leaves_the_connection_alone(self):
+        q = randn(1, 1, 4, 8)
+        pid = os.fork()
+        if pid == 0:  # the child: its pushes fail clearly, its close() touches nothing
+            code = 1
+            try:
+                self.c.push(0, 0, q, q)
+            except attnstat.AttnstatError as e:
+                code = 0 if (e.code == _lib.ESTATE and "fork" in str(e)) else 2
+            self.c.close()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertFalse(self.c.closed)
+        self.assertPushError(_lib.ESTATE, "hello", 0, 0, q, q)  # still ours, still connected
+
     def test_bad_thresholds(self):
         with self.assertRaises(attnstat.AttnstatError) as cm:
             attnstat.Client(socket=self.path, thresholds={"entropy_flor": 0.1}, lib=LIB)

@@ -76,7 +76,8 @@ class Client(object):
     timeout_s: for connect and hello. lib: a path to libattnstat.so or an already loaded CDLL.
     hello=False connects without introducing a run (for status() and subscribe() only).
 
-    A Client may be used from several threads: every call holds the client's lock. Callbacks run
+    A Client may be used from several threads: every call holds the client's lock. It belongs to
+    the process that made it: a forked child gets errors from it and must make its own. Callbacks run
     inside push(), poll(), flush() and status() on the calling thread and must not call the client.
     """ % ", ".join(_THRESHOLD_FIELDS)
 
@@ -93,6 +94,7 @@ class Client(object):
         self._held = {}          # seq -> objects kept alive for the daemon (GPU path)
         self._held_unseq = []    # the same, when the library cannot say which push they belong to
         self._warned_closed = False
+        self._pid = os.getpid()
         if lib is None or isinstance(lib, (str, bytes, os.PathLike)):
             lib = _lib.load(lib)
         elif not hasattr(lib, "_attnstat_path"):
@@ -444,7 +446,7 @@ class Client(object):
             if self._in_callback:
                 raise AttnstatError(_lib.ESTATE, "close() from inside a callback")
             c, self._c = self._c, None
-            if c:
+            if c and os.getpid() == self._pid:  # a forked child leaves its parent's alone
                 self._lib.attnstat_close(c)
             self._held.clear()
             del self._held_unseq[:]
@@ -458,7 +460,7 @@ class Client(object):
 
     def __del__(self):
         try:
-            if getattr(self, "_c", None):
+            if getattr(self, "_c", None) and os.getpid() == self._pid:
                 self._lib.attnstat_close(self._c)
                 self._c = None
         except Exception:
@@ -472,6 +474,10 @@ class Client(object):
     def _handle(self):
         if self._c is None:
             raise AttnstatError(_lib.ESTATE, "the client is closed")
+        if os.getpid() != self._pid:
+            raise AttnstatError(_lib.ESTATE, "this client belongs to process %d (this is %d, a "
+                                "fork): create a Client in each process that pushes"
+                                % (self._pid, os.getpid()))
         return self._c
 
     def _enter(self):
