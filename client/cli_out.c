@@ -1,0 +1,398 @@
+/* cli_out.c — table / JSON / CSV records, sparklines and the heatmap of the attnstat CLI
+ * (see cli_out.h). */
+#include "cli_out.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- Records ---------------------------------------------------------------------------------- */
+void out_begin(out_set *o, out_format fmt, FILE *f, const out_col *cols, int ncols)
+{
+    memset(o, 0, sizeof *o);
+    o->fmt = fmt;
+    o->f = f;
+    o->cols = cols;
+    o->ncols = ncols;
+}
+
+size_t out_rows(const out_set *o)
+{
+    return o->nrows;
+}
+
+void out_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void out_csv_string(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* Shortest text that reads back as the same double. */
+static void out_exact(char *buf, size_t len, double d)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d)
+            return;
+    }
+}
+
+static char *out_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+static void out_table_cell(char *buf, size_t len, const out_col *c, const out_val *v)
+{
+    switch (v->kind) {
+    case OUT_STR: snprintf(buf, len, "%s", v->s && *v->s ? v->s : "-"); break;
+    case OUT_INT: snprintf(buf, len, "%lld", (long long)v->i); break;
+    case OUT_NUM:
+        if (isnan(v->d))
+            snprintf(buf, len, "-");
+        else if (isinf(v->d))
+            snprintf(buf, len, "%sinf", v->d < 0 ? "-" : "");
+        else
+            snprintf(buf, len, "%.*f", c->prec, v->d);
+        break;
+    }
+}
+
+void out_add(out_set *o, const out_val *vals)
+{
+    char buf[512];
+    if (o->fmt == OUT_JSON) {
+        fputc('{', o->f);
+        for (int i = 0; i < o->ncols; i++) {
+            if (i)
+                fputs(", ", o->f);
+            out_json_string(o->f, o->cols[i].key);
+            fputs(": ", o->f);
+            const out_val *v = &vals[i];
+            if (v->kind == OUT_STR) {
+                if (v->s)
+                    out_json_string(o->f, v->s);
+                else
+                    fputs("null", o->f);
+            } else if (v->kind == OUT_INT) {
+                fprintf(o->f, "%lld", (long long)v->i);
+            } else if (!isfinite(v->d)) {
+                fputs("null", o->f);
+            } else {
+                out_exact(buf, sizeof buf, v->d);
+                fputs(buf, o->f);
+            }
+        }
+        fputs("}\n", o->f);
+        o->nrows++;
+        return;
+    }
+    if (o->fmt == OUT_CSV) {
+        if (!o->header_done) {
+            for (int i = 0; i < o->ncols; i++)
+                fprintf(o->f, "%s%s", i ? "," : "", o->cols[i].key);
+            fputc('\n', o->f);
+            o->header_done = 1;
+        }
+        for (int i = 0; i < o->ncols; i++) {
+            if (i)
+                fputc(',', o->f);
+            const out_val *v = &vals[i];
+            if (v->kind == OUT_STR) {
+                if (v->s)
+                    out_csv_string(o->f, v->s);
+            } else if (v->kind == OUT_INT) {
+                fprintf(o->f, "%lld", (long long)v->i);
+            } else if (isnan(v->d)) {
+                fputs("nan", o->f);
+            } else if (isinf(v->d)) {
+                fputs(v->d < 0 ? "-inf" : "inf", o->f);
+            } else {
+                out_exact(buf, sizeof buf, v->d);
+                fputs(buf, o->f);
+            }
+        }
+        fputc('\n', o->f);
+        o->nrows++;
+        return;
+    }
+    if (o->nrows == o->cap) {
+        size_t ncap = o->cap ? o->cap * 2 : 64;
+        char **nc = realloc(o->cells, ncap * (size_t)o->ncols * sizeof *nc);
+        if (!nc) {
+            o->failed = 1;
+            return;
+        }
+        o->cells = nc;
+        o->cap = ncap;
+    }
+    char **row = &o->cells[o->nrows * (size_t)o->ncols];
+    for (int i = 0; i < o->ncols; i++) {
+        out_table_cell(buf, sizeof buf, &o->cols[i], &vals[i]);
+        row[i] = out_strdup(buf);
+        if (!row[i])
+            o->failed = 1;
+    }
+    o->nrows++;
+}
+
+/* Display width of UTF-8 text: one column per code point. */
+static size_t out_width(const char *s)
+{
+    size_t w = 0;
+    for (; *s; s++)
+        w += ((unsigned char)*s & 0xC0) != 0x80;
+    return w;
+}
+
+static void out_pad(FILE *f, size_t n)
+{
+    while (n--)
+        fputc(' ', f);
+}
+
+int out_end(out_set *o)
+{
+    if (o->fmt == OUT_TABLE && o->nrows > 0) {
+        size_t *w = calloc((size_t)o->ncols, sizeof *w);
+        if (!w) {
+            o->failed = 1;
+        } else {
+            for (int c = 0; c < o->ncols; c++) {
+                if (!o->cols[c].in_table)
+                    continue;
+                w[c] = out_width(o->cols[c].label ? o->cols[c].label : o->cols[c].key);
+                for (size_t r = 0; r < o->nrows; r++) {
+                    const char *s = o->cells[r * (size_t)o->ncols + (size_t)c];
+                    size_t sw = s ? out_width(s) : 0;
+                    if (sw > w[c])
+                        w[c] = sw;
+                }
+            }
+            for (long r = -1; r < (long)o->nrows; r++) {
+                int first = 1;
+                for (int c = 0; c < o->ncols; c++) {
+                    if (!o->cols[c].in_table)
+                        continue;
+                    const char *s = r < 0 ? (o->cols[c].label ? o->cols[c].label : o->cols[c].key)
+                                          : o->cells[(size_t)r * (size_t)o->ncols + (size_t)c];
+                    if (!s)
+                        s = "";
+                    int right = o->cols[c].kind != OUT_STR;
+                    size_t sw = out_width(s);
+                    if (!first)
+                        fputs("  ", o->f);
+                    if (right)
+                        out_pad(o->f, w[c] - sw);
+                    fputs(s, o->f);
+                    int last = 1;
+                    for (int k = c + 1; k < o->ncols; k++)
+                        last &= !o->cols[k].in_table;
+                    if (!right && !last)
+                        out_pad(o->f, w[c] - sw);
+                    first = 0;
+                }
+                fputc('\n', o->f);
+            }
+            free(w);
+        }
+    }
+    for (size_t i = 0; i < o->nrows * (size_t)o->ncols && o->cells; i++)
+        free(o->cells[i]);
+    free(o->cells);
+    int rc = o->failed ? -1 : 0;
+    memset(o, 0, sizeof *o);
+    return rc;
+}
+
+/* ---- Sparklines and times --------------------------------------------------------------------- */
+static const char *const out_spark[8] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+
+void out_sparkline(FILE *f, const double *v, size_t n, size_t width)
+{
+    if (n == 0 || width == 0)
+        return;
+    size_t cells = n < width ? n : width;
+    double *b = malloc(cells * sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < cells; i++) { /* bucket i covers [i*n/cells, (i+1)*n/cells) */
+        size_t s = i * n / cells, e = (i + 1) * n / cells;
+        double sum = 0;
+        size_t cnt = 0;
+        for (size_t j = s; j < e; j++)
+            if (!isnan(v[j]) && !isinf(v[j])) {
+                sum += v[j];
+                cnt++;
+            }
+        b[i] = cnt ? sum / (double)cnt : NAN;
+    }
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < cells; i++)
+        if (!isnan(b[i])) {
+            lo = b[i] < lo ? b[i] : lo;
+            hi = b[i] > hi ? b[i] : hi;
+        }
+    for (size_t i = 0; i < cells; i++) {
+        if (isnan(b[i])) {
+            fputc(' ', f);
+            continue;
+        }
+        int k = hi > lo ? (int)((b[i] - lo) / (hi - lo) * 7.0 + 0.5) : 3;
+        fputs(out_spark[k < 0 ? 0 : k > 7 ? 7 : k], f);
+    }
+    free(b);
+}
+
+void out_time(char *buf, size_t len, int64_t ms)
+{
+    if (ms <= 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!localtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, len, "%lld", (long long)ms);
+}
+
+/* ---- Heatmap ---------------------------------------------------------------------------------- */
+static const char *const out_shade[5] = {" ", "░", "▒", "▓", "█"};
+/* 256-colour ramp from red (bad) through yellow to green (good). */
+static const int out_ramp[11] = {196, 202, 208, 214, 220, 226, 190, 154, 118, 82, 46};
+
+static double out_unit(const out_heatmap *hm, double v)
+{
+    double t = hm->hi > hm->lo ? (v - hm->lo) / (hm->hi - hm->lo) : 0.5;
+    return t < 0 ? 0 : t > 1 ? 1 : t;
+}
+
+static int out_colour(const out_heatmap *hm, double v)
+{
+    double g = out_unit(hm, v);
+    if (!hm->high_is_good)
+        g = 1 - g;
+    return out_ramp[(int)(g * 10 + 0.5)];
+}
+
+static const char *out_glyph(const out_heatmap *hm, double v)
+{
+    int k = (int)(out_unit(hm, v) * 5);
+    return out_shade[k > 4 ? 4 : k];
+}
+
+static void out_value4(char *buf, size_t len, double v)
+{
+    double a = fabs(v);
+    if (isnan(v))
+        snprintf(buf, len, "  - ");
+    else if (a < 10)
+        snprintf(buf, len, "%4.2f", v);
+    else if (a < 100)
+        snprintf(buf, len, "%4.1f", v);
+    else if (a < 10000)
+        snprintf(buf, len, "%4.0f", v);
+    else
+        snprintf(buf, len, "%4.0e", v);
+    buf[4] = '\0';
+}
+
+void out_heatmap_print(FILE *f, const out_heatmap *hm)
+{
+    const int cellw = hm->show_values ? 6 : 2;
+    if (hm->title)
+        fprintf(f, "%s\n", hm->title);
+    fprintf(f, "%-8s", "");
+    for (int h = 0; h < hm->heads; h++) {
+        char lab[16];
+        snprintf(lab, sizeof lab, "h%d", h);
+        if (hm->show_values)
+            fprintf(f, "%*s ", cellw - 1, lab);
+        else
+            fprintf(f, "%-2s", h % 4 == 0 ? lab : "");
+    }
+    fputc('\n', f);
+    for (int l = 0; l < hm->layers; l++) {
+        fprintf(f, "layer %-2d", l);
+        for (int h = 0; h < hm->heads; h++) {
+            double v = hm->values[(size_t)l * (size_t)hm->heads + (size_t)h];
+            char val[16];
+            out_value4(val, sizeof val, v);
+            if (isnan(v)) {
+                fprintf(f, hm->show_values ? " %s " : "%s", hm->show_values ? val : "··");
+                continue;
+            }
+            if (hm->color) {
+                int col = out_colour(hm, v);
+                if (hm->show_values)
+                    fprintf(f, "\x1b[48;5;%dm\x1b[38;5;16m %s \x1b[0m", col, val);
+                else
+                    fprintf(f, "\x1b[48;5;%dm  \x1b[0m", col);
+            } else {
+                const char *g = out_glyph(hm, v);
+                if (hm->show_values)
+                    fprintf(f, "%s%s%s ", g, g, val);
+                else
+                    fprintf(f, "%s%s", g, g);
+            }
+        }
+        fputc('\n', f);
+    }
+    /* Legend */
+    char lo[32], hi[32];
+    snprintf(lo, sizeof lo, "%.3g", hm->lo);
+    snprintf(hi, sizeof hi, "%.3g", hm->hi);
+    const char *bad = hm->high_is_good ? "low" : "high";
+    if (hm->color) {
+        fprintf(f, "legend: %s ", lo);
+        for (int i = 0; i <= 10; i++) {
+            double v = hm->lo + (hm->hi - hm->lo) * i / 10.0;
+            fprintf(f, "\x1b[48;5;%dm \x1b[0m", out_colour(hm, v));
+        }
+        fprintf(f, " %s %s   (red = %s %s = %s)\n", hi, hm->metric, bad, hm->metric,
+                hm->high_is_good ? "collapsing" : "logits growing");
+    } else {
+        fprintf(f, "legend (%s):", hm->metric);
+        for (int k = 0; k < 5; k++) {
+            double a = hm->lo + (hm->hi - hm->lo) * k / 5.0;
+            fprintf(f, "  '%s' %s%.3g", out_shade[k], k == 0 ? "<" : ">=", k == 0 ? a + (hm->hi - hm->lo) / 5.0 : a);
+        }
+        fprintf(f, "  '··' no data   (%s = %s)\n", bad,
+                hm->high_is_good ? "collapsing" : "logits growing");
+    }
+}

@@ -1,0 +1,80 @@
+/* cli_out.h — output of the attnstat CLI: records of typed values printed as an aligned table,
+ * as JSON (one object per line) or as CSV from one column description; sparklines and the
+ * terminal heatmap of the layer x head grid. Writes to a FILE; keeps no global state. */
+#ifndef ATTNSTAT_CLI_OUT_H
+#define ATTNSTAT_CLI_OUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { OUT_TABLE, OUT_JSON, OUT_CSV } out_format;
+
+typedef enum { OUT_STR, OUT_INT, OUT_NUM } out_kind;
+
+typedef struct {
+    const char *key;    /* JSON key and CSV header */
+    const char *label;  /* table header (NULL: key) */
+    out_kind kind;
+    int prec;           /* digits after the point for OUT_NUM in tables */
+    int in_table;       /* 0: only in JSON and CSV */
+} out_col;
+
+typedef struct {
+    out_kind kind;
+    const char *s;      /* OUT_STR (copied when added); NULL prints as null / empty / "-" */
+    int64_t i;
+    double d;           /* NaN and infinities: null in JSON, "nan"/"inf" in CSV, "-" in tables */
+} out_val;
+
+/* A set of records with the same columns. Table output is buffered (to align the columns); JSON
+ * and CSV go out as each record is added. */
+typedef struct {
+    out_format fmt;
+    FILE *f;
+    const out_col *cols;
+    int ncols;
+    char **cells;       /* table: nrows x ncols formatted strings */
+    size_t nrows, cap;
+    int header_done;
+    int failed;         /* an allocation failed: output is incomplete */
+} out_set;
+
+void out_begin(out_set *o, out_format fmt, FILE *f, const out_col *cols, int ncols);
+void out_add(out_set *o, const out_val *vals);
+/* Prints the table (when the format is a table) and frees everything. Returns 0, or -1 when an
+ * allocation failed along the way. */
+int out_end(out_set *o);
+size_t out_rows(const out_set *o);
+
+static inline out_val out_s(const char *s) { return (out_val){.kind = OUT_STR, .s = s}; }
+static inline out_val out_i(int64_t i) { return (out_val){.kind = OUT_INT, .i = i}; }
+static inline out_val out_d(double d) { return (out_val){.kind = OUT_NUM, .d = d}; }
+
+/* JSON string escaping into f, with the quotes. */
+void out_json_string(FILE *f, const char *s);
+
+/* Writes a sparkline of n values (NaN: a gap) scaled between their min and max, at most width
+ * cells (values are averaged into buckets when there are more). */
+void out_sparkline(FILE *f, const double *v, size_t n, size_t width);
+
+/* Local time "YYYY-MM-DD HH:MM:SS" of a Unix time in milliseconds ("-" for 0). */
+void out_time(char *buf, size_t len, int64_t ms);
+
+/* The heatmap of a layer x head grid. values[l * heads + h], NaN for a missing cell.
+ * lo..hi is the colour scale; high_is_good picks the direction (entropy: high is healthy; max
+ * logit: high is dangerous). color: 256-colour ANSI cells; otherwise shade characters. */
+typedef struct {
+    const char *title;
+    const char *metric;
+    int layers, heads;
+    const double *values;
+    double lo, hi;
+    int high_is_good;
+    int color;
+    int show_values;    /* print the value in each cell */
+} out_heatmap;
+
+void out_heatmap_print(FILE *f, const out_heatmap *hm);
+
+#endif /* ATTNSTAT_CLI_OUT_H */
