@@ -1,0 +1,387 @@
+/* test_daemon_badinput.c — bad input of every kind against a real attnstatd: each gets its clear
+ * error (Error or Ack code, and a message naming the field), framing errors close only the
+ * offending connection, message errors leave it usable, and a second well-behaved client is still
+ * served afterwards. */
+#include "daemon_harness.h"
+
+typedef struct {
+    dh_daemon d;
+    dh_shm shm;
+    dh_rng rng;
+} world;
+
+static world W;
+
+static void setup(void)
+{
+    W.rng = dh_rng_new("badinput");
+    dh_dir_init(&W.d);
+    dh_start(&W.d, "--max-buffers", "4", "--max-push-work", "100000000", (const char *)NULL);
+    dh_shm_create(&W.shm, "bad", 1 << 20);
+    dh_fill(&W.rng, W.shm.ptr, (1 << 20) / 4, ATTNSTAT__DTYPE__F32, 1.0);
+}
+
+static void teardown(void)
+{
+    dh_shm_destroy(&W.shm);
+    int code = W.d.pid > 0 ? dh_stop(&W.d) : 0;
+    dh_cleanup(&W.d, code != 0);
+    ck_assert_msg(code == 0, "attnstatd exit status %d after SIGTERM", code);
+}
+
+/* A good client: hello, register, push, Ack OK with results. */
+static void good_client_served(const char *run)
+{
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    dh_hello(&c, run, 0, NULL);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_push(&c, 1, 1, 0, &q, &k, 1, 0, 1);
+    char msg[256];
+    int code = dh_wait_ack(&c, 1, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__OK, "good client's push: code %d: %s", code, msg);
+    dh_close(&c);
+}
+
+/* Sends raw bytes; expects Error(FRAME) then the connection closed. */
+static void expect_frame_error(const void *bytes, size_t n, const char *needle)
+{
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    ck_assert_int_eq(dh_write_all(c.fd, bytes, n), 0);
+    Attnstat__Envelope *e = dh_recv(&c, 20000);
+    ck_assert_msg(e != NULL, "no Error for a framing error");
+    ck_assert_int_eq(e->msg_case, ATTNSTAT__ENVELOPE__MSG_ERROR);
+    ck_assert_int_eq(e->error->code, ATTNSTAT__CODE__FRAME);
+    ck_assert_msg(strstr(e->error->message, needle), "message '%s' lacks '%s'", e->error->message,
+                  needle);
+    attnstat__envelope__free_unpacked(e, NULL);
+    ck_assert_msg(dh_wait_closed(&c, 20000), "connection not closed after a framing error");
+    dh_close(&c);
+}
+
+START_TEST(test_framing_errors_close_only_that_connection)
+{
+    uint8_t garbage[64];
+    for (size_t i = 0; i < sizeof garbage; i++)
+        garbage[i] = (uint8_t)(dh_next(&W.rng) | 0x80);
+    garbage[3] = 0xff; /* a length far over the maximum */
+    expect_frame_error(garbage, sizeof garbage, "over the limit");
+
+    const uint8_t zero[8] = {0, 0, 0, 0, 1, 2, 3, 4};
+    expect_frame_error(zero, sizeof zero, "zero");
+
+    uint32_t over = (1u << 20) + 1; /* default max_frame + 1 */
+    uint8_t hdr[4] = {(uint8_t)over, (uint8_t)(over >> 8), (uint8_t)(over >> 16), (uint8_t)(over >> 24)};
+    expect_frame_error(hdr, sizeof hdr, "over the limit");
+
+    const uint8_t undecodable[12] = {8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    expect_frame_error(undecodable, sizeof undecodable, "not a valid Envelope");
+
+    /* A truncated frame, then the client goes away: nothing to answer, the daemon carries on. */
+    dh_conn t;
+    dh_connect(&t, &W.d);
+    const uint8_t partial[10] = {100, 0, 0, 0, 0x0a, 0x02, 0x08, 0x01, 0, 0};
+    ck_assert_int_eq(dh_write_all(t.fd, partial, sizeof partial), 0);
+    dh_sleep_ms(50);
+    dh_close(&t);
+
+    good_client_served("after-framing");
+}
+END_TEST
+
+static Attnstat__Envelope *expect_error(dh_conn *c, Attnstat__Code code, const char *needle)
+{
+    Attnstat__Envelope *e = dh_expect(c, ATTNSTAT__ENVELOPE__MSG_ERROR, 20000);
+    ck_assert_msg(e != NULL, "no Error (expected code %d, '%s')", code, needle);
+    ck_assert_msg(e->error->code == code, "Error code %d, expected %d: %s", e->error->code, code,
+                  e->error->message);
+    ck_assert_msg(strstr(e->error->message, needle), "message '%s' lacks '%s'", e->error->message,
+                  needle);
+    return e;
+}
+
+START_TEST(test_message_errors_keep_connection)
+{
+    dh_conn c;
+    dh_connect(&c, &W.d);
+
+    /* An Envelope with only an unknown field (number 99, varint 1): no known message. */
+    const uint8_t unknown[7] = {3, 0, 0, 0, 0x98, 0x06, 0x01};
+    ck_assert_int_eq(dh_write_all(c.fd, unknown, sizeof unknown), 0);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "unknown"), NULL);
+
+    /* A daemon-to-client message sent to the daemon. */
+    Attnstat__Release rel = ATTNSTAT__RELEASE__INIT;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
+    env.release = &rel;
+    ck_assert_int_eq(dh_send(&c, &env), 0);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "sent by the daemon"),
+                                      NULL);
+
+    /* A newer protocol version. */
+    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
+    h.protocol_version = FRAME_PROTOCOL_VERSION + 1;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
+    env.hello = &h;
+    ck_assert_int_eq(dh_send(&c, &env), 0);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__VERSION, "version"), NULL);
+
+    /* Push and RegisterBuffer before Hello. */
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_push(&c, 100, 0, 0, &q, &k, 0, 0, 0);
+    char msg[512];
+    ck_assert_int_eq(dh_wait_ack(&c, 100, msg, sizeof msg, 20000), ATTNSTAT__CODE__NO_HELLO);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__NO_HELLO, "before Hello"), NULL);
+
+    /* Bad thresholds in a Hello, then a good Hello on the same connection. */
+    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
+    th.has_entropy_floor = 1;
+    th.entropy_floor = 7.0;
+    h.protocol_version = FRAME_PROTOCOL_VERSION;
+    h.thresholds = &th;
+    ck_assert_int_eq(dh_send(&c, &env), 0);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "entropy_floor"),
+                                      NULL);
+    dh_hello(&c, "bad-msgs", 0, NULL);
+
+    /* Buffers: missing segment, larger than the segment, duplicate id, CUDA, too many. */
+    dh_register(&c, 9, "/attnstat-test-no-such-segment", 4096);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "shm_open"), NULL);
+    dh_register(&c, 9, "no-slash", 4096);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "shm_name"), NULL);
+    dh_register(&c, 9, W.shm.name, W.shm.size * 2);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "smaller than"),
+                                      NULL);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "already registered"),
+                                      NULL);
+    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
+    rb.id = 5;
+    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+    rb.size = 4096;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
+    env.register_buffer = &rb;
+    ck_assert_int_eq(dh_send(&c, &env), 0);
+    Attnstat__Envelope *e = expect_error(&c, ATTNSTAT__CODE__UNSUPPORTED, "CUDA_IPC");
+    ck_assert(e->error->has_ref && e->error->ref == 5);
+    attnstat__envelope__free_unpacked(e, NULL);
+    for (uint32_t id = 2; id <= 4; id++)
+        dh_register(&c, id, W.shm.name, W.shm.size); /* max_buffers is 4 */
+    dh_register(&c, 6, W.shm.name, W.shm.size);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BUSY, "max_buffers"), NULL);
+    Attnstat__Forget fg = ATTNSTAT__FORGET__INIT;
+    fg.has_buffer_id = 1;
+    fg.buffer_id = 77;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_FORGET;
+    env.forget = &fg;
+    ck_assert_int_eq(dh_send(&c, &env), 0);
+    attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__UNKNOWN_BUFFER, "77"), NULL);
+
+    /* Still usable: a good push on this very connection. */
+    dh_push(&c, 101, 1, 0, &q, &k, 0, 0, 0);
+    ck_assert_int_eq(dh_wait_ack(&c, 101, msg, sizeof msg, 30000), ATTNSTAT__CODE__OK);
+    dh_close(&c);
+    good_client_served("after-messages");
+}
+END_TEST
+
+typedef struct {
+    const char *what;
+    void (*mutate)(dh_tensor *q, dh_tensor *k, Attnstat__Push *p);
+    Attnstat__Code code;
+    const char *needle;
+} bad_push;
+
+static int32_t cu_bad[3] = {0, 20, 10};
+static int32_t cu_ok[3] = {0, 8, 16};
+
+static void m_unknown_buf(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->buffer_id = 42; }
+static void m_shape_past(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->shape[2] = 1 << 20; q->strides[1] = q->shape[2] * q->shape[3]; q->strides[0] = q->strides[1] * 2; }
+static void m_stride_past(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->strides[2] = 1 << 20; }
+static void m_offset_past(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->offset = (1 << 20) - 64; }
+static void m_overflow(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->strides[1] = 1ull << 62; }
+static void m_stride_huge(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->strides[0] = UINT64_MAX; }
+static void m_dtype_mismatch(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->dtype = ATTNSTAT__DTYPE__BF16; }
+static void m_dtype_unknown(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->dtype = (Attnstat__Dtype)9; }
+static void m_heads_absurd(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->shape[1] = 1000000; q->strides[1] = 0; }
+static void m_dim_absurd(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)p; q->shape[3] = k->shape[3] = 1024; }
+static void m_zero_dim(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->shape[2] = 0; }
+static void m_work(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)p; q->shape[2] = k->shape[2] = 100000; q->strides[2] = k->strides[2] = 0; q->strides[1] = k->strides[1] = 0; q->strides[0] = k->strides[0] = 0; }
+static void m_heads_div(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)p; q->shape[1] = 3; k->shape[1] = 2; }
+static void m_d_mismatch(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->shape[3] = 4; }
+static void m_b_mismatch(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->shape[0] = 2; }
+static void m_stride_d(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->strides[3] = 2; }
+static void m_misaligned(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)k; (void)p; q->offset = 2; }
+static void m_causal_window(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->has_causal = 1; p->causal = 1; p->has_window_right = 1; p->window_right = 4; }
+static void m_scale(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->has_scale = 1; p->scale = -1.0f; }
+static void m_seqlens(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->n_cu_seqlens_q = 3; p->cu_seqlens_q = cu_bad; p->n_cu_seqlens_k = 3; p->cu_seqlens_k = cu_ok; }
+static void m_seqlens_one(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->n_cu_seqlens_q = 3; p->cu_seqlens_q = cu_ok; }
+static void m_sampling(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->has_sample_every = 1; p->sample_every = 2; p->has_sample_rows = 1; p->sample_rows = 4; }
+static void m_event(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->has_event_id = 1; p->event_id = 3; }
+
+static const bad_push bad_pushes[] = {
+    {"unknown buffer", m_unknown_buf, ATTNSTAT__CODE__UNKNOWN_BUFFER, "q.buffer_id 42"},
+    {"shape past the buffer", m_shape_past, ATTNSTAT__CODE__OUT_OF_BOUNDS, "past the end of buffer"},
+    {"stride past the buffer", m_stride_past, ATTNSTAT__CODE__OUT_OF_BOUNDS, "k: offset"},
+    {"offset past the buffer", m_offset_past, ATTNSTAT__CODE__OUT_OF_BOUNDS, "q: offset"},
+    {"offset overflow", m_overflow, ATTNSTAT__CODE__OUT_OF_BOUNDS, "overflows"},
+    {"stride over int64", m_stride_huge, ATTNSTAT__CODE__OUT_OF_BOUNDS, "q.strides[0]"},
+    {"dtype mismatch", m_dtype_mismatch, ATTNSTAT__CODE__BAD_REQUEST, "k.dtype bf16 differs"},
+    {"unknown dtype", m_dtype_unknown, ATTNSTAT__CODE__BAD_REQUEST, "q.dtype 9"},
+    {"absurd heads", m_heads_absurd, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[1]"},
+    {"absurd head dim", m_dim_absurd, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[3]"},
+    {"zero dimension", m_zero_dim, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[2]"},
+    {"too much work", m_work, ATTNSTAT__CODE__BAD_REQUEST, "max_push_work"},
+    {"heads not divisible", m_heads_div, ATTNSTAT__CODE__BAD_REQUEST, "not a multiple"},
+    {"D mismatch", m_d_mismatch, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[3]"},
+    {"B mismatch", m_b_mismatch, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[0]"},
+    {"D not contiguous", m_stride_d, ATTNSTAT__CODE__BAD_REQUEST, "q.strides[3]"},
+    {"misaligned offset", m_misaligned, ATTNSTAT__CODE__BAD_REQUEST, "q.offset 2"},
+    {"causal with window_right", m_causal_window, ATTNSTAT__CODE__BAD_REQUEST, "window_right"},
+    {"negative scale", m_scale, ATTNSTAT__CODE__BAD_REQUEST, "scale"},
+    {"bad cu_seqlens", m_seqlens, ATTNSTAT__CODE__BAD_REQUEST, "cu_seqlens_q"},
+    {"one cu_seqlens", m_seqlens_one, ATTNSTAT__CODE__BAD_REQUEST, "cu_seqlens_k"},
+    {"two samplings", m_sampling, ATTNSTAT__CODE__BAD_REQUEST, "sample"},
+    {"unknown event", m_event, ATTNSTAT__CODE__UNKNOWN_BUFFER, "event_id 3"},
+};
+
+START_TEST(test_bad_pushes_get_their_code)
+{
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    dh_hello(&c, "bad-pushes", 0, NULL);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    size_t nbad = sizeof bad_pushes / sizeof bad_pushes[0];
+    for (size_t i = 0; i < nbad; i++) {
+        dh_tensor q, k;
+        dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+        dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+        Attnstat__TensorRef qr, kr;
+        Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+        bad_pushes[i].mutate(&q, &k, &p);
+        dh_tensor_ref(&qr, &q);
+        dh_tensor_ref(&kr, &k);
+        p.seq = 1000 + i;
+        p.step = (int64_t)i;
+        p.q = &qr;
+        p.k = &kr;
+        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+        env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
+        env.push = &p;
+        ck_assert_int_eq(dh_send(&c, &env), 0);
+        char msg[512];
+        int code = dh_wait_ack(&c, p.seq, msg, sizeof msg, 20000);
+        ck_assert_msg(code == (int)bad_pushes[i].code, "%s: code %d, expected %d (%s)",
+                      bad_pushes[i].what, code, bad_pushes[i].code, msg);
+        ck_assert_msg(strstr(msg, bad_pushes[i].needle), "%s: message '%s' lacks '%s'",
+                      bad_pushes[i].what, msg, bad_pushes[i].needle);
+    }
+    /* Same connection, a good push. */
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_push(&c, 1, 1, 0, &q, &k, 0, 0, 0);
+    char msg[256];
+    ck_assert_int_eq(dh_wait_ack(&c, 1, msg, sizeof msg, 30000), ATTNSTAT__CODE__OK);
+    Attnstat__Envelope *st = dh_status(&c);
+    ck_assert_uint_eq(st->status_reply->rejected, nbad);
+    ck_assert_uint_eq(st->status_reply->pushes_done, 1);
+    attnstat__envelope__free_unpacked(st, NULL);
+    dh_close(&c);
+    good_client_served("after-pushes");
+
+    /* Nothing of the rejected pushes reached the store. */
+    sqlite3 *db = dh_db_open(&W.d);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM samples"), 2 * 2);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_shrunk_segment_fails_the_push_only)
+{
+    /* A client truncates its registered segment: the push fails with a message, no crash. */
+    dh_shm s;
+    dh_shm_create(&s, "shrink", 1 << 16);
+    dh_fill(&W.rng, s.ptr, (1 << 16) / 4, ATTNSTAT__DTYPE__F32, 1.0);
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    dh_hello(&c, "shrink", 0, NULL);
+    dh_register(&c, 1, s.name, s.size);
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL); /* the registration is done */
+    int fd = shm_open(s.name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 1024), 0);
+    close(fd);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 64, 32);
+    dh_tensor_contig(&k, 1, 32768, ATTNSTAT__DTYPE__F32, 1, 2, 64, 32);
+    dh_push(&c, 1, 1, 0, &q, &k, 0, 0, 0);
+    char msg[512];
+    int code = dh_wait_ack(&c, 1, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__BAD_REQUEST && strstr(msg, "shrank"), "code %d: %s", code,
+                  msg);
+    dh_close(&c);
+    munmap(s.ptr, s.size);
+    s.ptr = NULL;
+    dh_shm_destroy(&s);
+    good_client_served("after-shrink");
+}
+END_TEST
+
+START_TEST(test_max_clients)
+{
+    /* A daemon of its own with room for two clients. */
+    dh_daemon d2;
+    dh_dir_init(&d2);
+    dh_start(&d2, "--max-clients", "2", (const char *)NULL);
+    dh_conn a, b, c;
+    dh_connect(&a, &d2);
+    dh_hello(&a, "one", 0, NULL);
+    dh_connect(&b, &d2);
+    dh_hello(&b, "two", 0, NULL);
+    dh_connect(&c, &d2);
+    Attnstat__Envelope *e = dh_recv(&c, 20000);
+    ck_assert_msg(e && e->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR && e->error->code == ATTNSTAT__CODE__BUSY,
+                  "third client not refused with BUSY");
+    attnstat__envelope__free_unpacked(e, NULL);
+    ck_assert(dh_wait_closed(&c, 20000));
+    dh_close(&c);
+    dh_close(&a);
+    dh_close(&b);
+    ck_assert_int_eq(dh_stop(&d2), 0);
+    dh_cleanup(&d2, 0);
+}
+END_TEST
+
+static Suite *badinput_suite(void)
+{
+    Suite *s = suite_create("daemon_badinput");
+    TCase *tc = tcase_create("badinput");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_framing_errors_close_only_that_connection);
+    tcase_add_test(tc, test_message_errors_keep_connection);
+    tcase_add_test(tc, test_bad_pushes_get_their_code);
+    tcase_add_test(tc, test_shrunk_segment_fails_the_push_only);
+    tcase_add_test(tc, test_max_clients);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(badinput_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
