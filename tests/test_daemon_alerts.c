@@ -1,0 +1,201 @@
+/* test_daemon_alerts.c — alerts end to end through a real attnstatd: a head whose attention
+ * collapses onto one key (normalised entropy near 0, logits over the ceiling) raises
+ * ENTROPY_FLOOR and LOGIT_CEILING after raise_after bad samples and clears them after clear_after
+ * good ones (hysteresis); NaN in Q raises NONFINITE at once. Each transition reaches a Subscribe'd
+ * connection (Alert), the alerts table, and the --alert-exec command's environment. The run's
+ * thresholds come from its Hello and override the daemon's configuration. */
+#include "daemon_harness.h"
+
+enum { H = 2, N = 32, D = 16 };
+
+/* good: small random q (flat attention); bad: head 1's query rows are 5x a key row each. */
+static void fill_step(dh_rng *rng, float *q, const float *k, int bad, int nan)
+{
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < N; i++)
+            for (int d = 0; d < D; d++) {
+                float *dst = &q[(h * N + i) * D + d];
+                if (bad && h == 1)
+                    *dst = 5.0f * k[(0 * N + (i * 7) % N) * D + d]; /* K has one head */
+                else
+                    *dst = (float)(0.05 * dh_gauss(rng));
+            }
+    if (nan)
+        q[3] = NAN; /* head 0, row 0 */
+}
+
+typedef struct {
+    int rule, state, head;
+    int64_t step;
+} seen_alert;
+
+START_TEST(test_alerts_raise_and_clear)
+{
+    dh_rng rng = dh_rng_new("alerts_raise_and_clear");
+    dh_daemon d;
+    dh_dir_init(&d);
+    char exec_cmd[512], exec_log[300];
+    snprintf(exec_log, sizeof exec_log, "%s/exec.log", d.dir);
+    snprintf(exec_cmd, sizeof exec_cmd,
+             "echo \"$ATTNSTAT_RUN $ATTNSTAT_LAYER $ATTNSTAT_HEAD $ATTNSTAT_STEP $ATTNSTAT_RULE "
+             "$ATTNSTAT_STATE $ATTNSTAT_VALUE $ATTNSTAT_THRESHOLD\" >> %s", exec_log);
+    /* The configured ceiling is high: only the run's own (5) makes the logits bad. */
+    dh_start(&d, "--logit-ceiling", "1000", "--alert-exec", exec_cmd, (const char *)NULL);
+
+    dh_conn sub;
+    dh_connect(&sub, &d);
+    Attnstat__Subscribe sb = ATTNSTAT__SUBSCRIBE__INIT;
+    sb.has_alerts = 1;
+    sb.alerts = 1;
+    sb.has_results = 1;
+    sb.results = 1;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
+    env.subscribe = &sb;
+    ck_assert_int_eq(dh_send(&sub, &env), 0);
+    attnstat__envelope__free_unpacked(dh_status(&sub), NULL); /* subscription in place */
+
+    dh_conn c;
+    dh_connect(&c, &d);
+    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
+    th.has_logit_ceiling = 1;
+    th.logit_ceiling = 5.0;
+    th.has_raise_after = 1;
+    th.raise_after = 2;
+    th.has_clear_after = 1;
+    th.clear_after = 2;
+    int64_t run_id;
+    dh_hello_th(&c, "alerting", 0, &th, &run_id);
+
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, H, N, D);
+    uint64_t qbytes = dh_tensor_elems(&q) * 4;
+    dh_tensor_contig(&k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
+    dh_shm shm;
+    dh_shm_create(&shm, "alerts", qbytes + dh_tensor_elems(&k) * 4);
+    float *qp = shm.ptr, *kp = (float *)((char *)shm.ptr + qbytes);
+    dh_register(&c, 1, shm.name, shm.size);
+
+    /* steps 0-2 good, 3-5 bad (raise at 4), 6-8 good (clear at 7), 9 NaN (NONFINITE now). */
+    for (int step = 0; step < 10; step++) {
+        dh_fill(&rng, kp, dh_tensor_elems(&k), k.dtype, 1.0);
+        fill_step(&rng, qp, kp, step >= 3 && step <= 5, step == 9);
+        dh_push(&c, (uint64_t)step + 1, step, 2, &q, &k, 0, 0, 0);
+        char msg[256];
+        int code = dh_wait_ack(&c, (uint64_t)step + 1, msg, sizeof msg, 30000);
+        ck_assert_msg(code == ATTNSTAT__CODE__OK, "step %d: code %d %s", step, code, msg);
+    }
+
+    /* The subscriber's view: Results for every push, and exactly these Alerts. */
+    seen_alert want[] = {
+        {ATTNSTAT__ALERT_RULE__ENTROPY_FLOOR, ATTNSTAT__ALERT_STATE__RAISED, 1, 4},
+        {ATTNSTAT__ALERT_RULE__LOGIT_CEILING, ATTNSTAT__ALERT_STATE__RAISED, 1, 4},
+        {ATTNSTAT__ALERT_RULE__ENTROPY_FLOOR, ATTNSTAT__ALERT_STATE__CLEARED, 1, 7},
+        {ATTNSTAT__ALERT_RULE__LOGIT_CEILING, ATTNSTAT__ALERT_STATE__CLEARED, 1, 7},
+        {ATTNSTAT__ALERT_RULE__NONFINITE, ATTNSTAT__ALERT_STATE__RAISED, 0, 9},
+    };
+    size_t nwant = sizeof want / sizeof want[0], got = 0;
+    int results = 0;
+    while (got < nwant || results < 10) {
+        Attnstat__Envelope *e = dh_recv(&sub, 20000);
+        ck_assert_msg(e != NULL, "subscriber: %zu of %zu alerts and %d of 10 results arrived", got,
+                      nwant, results);
+        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_RESULT) {
+            ck_assert_str_eq(e->result->run, "alerting");
+            ck_assert_uint_eq(e->result->layer, 2);
+            ck_assert_uint_eq(e->result->n_heads, H);
+            results++;
+        } else if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ALERT) {
+            Attnstat__Alert *a = e->alert;
+            ck_assert_msg(got < nwant, "unexpected extra alert rule %d state %d head %u step %lld",
+                          a->rule, a->state, a->head, (long long)a->step);
+            ck_assert_str_eq(a->run, "alerting");
+            ck_assert_int_eq(a->run_id, run_id);
+            ck_assert_uint_eq(a->layer, 2);
+            ck_assert_msg((int)a->rule == want[got].rule && (int)a->state == want[got].state &&
+                              (int)a->head == want[got].head && a->step == want[got].step,
+                          "alert %zu: rule %d state %d head %u step %lld; expected rule %d state %d "
+                          "head %d step %lld",
+                          got, a->rule, a->state, a->head, (long long)a->step, want[got].rule,
+                          want[got].state, want[got].head, (long long)want[got].step);
+            if (a->rule == ATTNSTAT__ALERT_RULE__LOGIT_CEILING && a->state == ATTNSTAT__ALERT_STATE__RAISED) {
+                ck_assert(a->has_threshold && a->threshold == 5.0);
+                ck_assert(a->has_value && a->value > 5.0);
+            }
+            got++;
+        }
+        attnstat__envelope__free_unpacked(e, NULL);
+    }
+
+    /* The alerts table. */
+    sqlite3 *db = dh_db_open(&d);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM alerts WHERE run_id=%lld", (long long)run_id);
+    ck_assert_int_eq(dh_db_int(db, sql), (int64_t)nwant);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule='logit_ceiling' AND "
+                                   "state='raised' AND step=4 AND head=1 AND layer=2 AND threshold=5"),
+                     1);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule='entropy_floor' AND "
+                                   "state='cleared' AND step=7 AND head=1"),
+                     1);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule='nonfinite' AND "
+                                   "state='raised' AND step=9 AND head=0"),
+                     1);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM alerts WHERE head=0 AND rule!='nonfinite'"), 0);
+    sqlite3_close(db);
+
+    Attnstat__Envelope *st = dh_status(&sub);
+    ck_assert_uint_eq(st->status_reply->alerts_active, 1); /* NONFINITE on head 0 */
+    attnstat__envelope__free_unpacked(st, NULL);
+
+    /* The exec sink: one line per transition, with the alert in its environment. */
+    int64_t deadline = dh_now_ms() + 20000;
+    int lines = 0;
+    char buf[4096] = "";
+    while (dh_now_ms() < deadline) {
+        FILE *f = fopen(exec_log, "r");
+        lines = 0;
+        buf[0] = '\0';
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = '\0';
+            fclose(f);
+            for (size_t i = 0; i < n; i++)
+                lines += buf[i] == '\n';
+        }
+        if (lines >= (int)nwant)
+            break;
+        dh_sleep_ms(50);
+    }
+    ck_assert_msg(lines == (int)nwant, "alert_exec ran %d times, expected %zu:\n%s", lines, nwant, buf);
+    ck_assert_msg(strstr(buf, "alerting 2 1 4 logit_ceiling raised "), "exec log:\n%s", buf);
+    ck_assert_msg(strstr(buf, "alerting 2 1 7 entropy_floor cleared "), "exec log:\n%s", buf);
+    ck_assert_msg(strstr(buf, "alerting 2 0 9 nonfinite raised "), "exec log:\n%s", buf);
+
+    dh_close(&c);
+    dh_close(&sub);
+    dh_shm_destroy(&shm);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
+static Suite *alerts_suite(void)
+{
+    Suite *s = suite_create("daemon_alerts");
+    TCase *tc = tcase_create("alerts");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_alerts_raise_and_clear);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(alerts_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
