@@ -752,7 +752,7 @@ static const out_col cli_alert_cols[] = {
     {"head", NULL, OUT_INT, 0, 1},        {"step", NULL, OUT_INT, 0, 1},
     {"rule", NULL, OUT_STR, 0, 1},        {"state", NULL, OUT_STR, 0, 1},
     {"value", NULL, OUT_NUM, 4, 1},       {"threshold", NULL, OUT_NUM, 4, 1},
-    {"message", NULL, OUT_STR, 0, 1},
+    {"message", NULL, OUT_STR, 0, 0},
 };
 
 typedef struct {
