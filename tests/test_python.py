@@ -13,7 +13,6 @@ Environment: ATTNSTAT_LIB (libattnstat.so), ATTNSTAT_DAEMON (attnstatd), ATTNSTA
 compiler), ATTNSTAT_INCLUDE (include/). Without NumPy it exits 77 (skipped).
 """
 import ctypes
-import glob
 import math
 import os
 import signal
@@ -60,9 +59,12 @@ LIB = _find_lib()
 def _find_daemon():
     if "ATTNSTAT_DAEMON" in os.environ:  # set, even empty (the build has no daemon): no search
         return os.environ["ATTNSTAT_DAEMON"] or None
-    found = sorted(glob.glob(os.path.join(ROOT, "build*", "daemon", "attnstatd")),
-                   key=os.path.getmtime, reverse=True)
-    return found[0] if found else None
+    if LIB is not None:  # the daemon of the library's own build tree
+        p = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(LIB._attnstat_path))),
+                         "daemon", "attnstatd")
+        if os.path.exists(p):
+            return p
+    return None
 
 
 DAEMON = _find_daemon()
@@ -911,6 +913,32 @@ class TestDrops(DaemonCase):
         self.assertGreater(st["dropped_ring"] + st["dropped_queue"], 0)
         self.assertEqual(st["acked"] + st["dropped_daemon"] + st["rejected"], sent + 1)
         self.assertEqual(st["in_flight"], 0)
+
+
+@need_daemon
+class TestDaemonGone(DaemonCase):
+    def test_pushes_return_false_when_the_daemon_dies(self):
+        q = randn(1, 2, 8, 16)
+        with self.d.client(self.run_name()) as c:
+            self.assertTrue(c.push(0, 0, q, q))
+            self.assertTrue(c.flush(30))
+            self.d.proc.kill()
+            self.d.proc.wait()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                results = []
+                deadline = time.monotonic() + 10
+                while (not results or results[-1]) and time.monotonic() < deadline:
+                    results.append(c.push(1, len(results), q, q))
+                    time.sleep(0.01)
+                for _ in range(3):
+                    self.assertFalse(c.push(2, 0, q, q))
+            self.assertFalse(results[-1], "pushes still succeed after the daemon died")
+            self.assertEqual(len([x for x in w if "closed" in str(x.message)]), 1)
+            self.assertGreater(c.stats()["dropped_local"], 0)
+            with self.assertRaises(attnstat.AttnstatError) as cm:
+                c.flush(5)
+            self.assertEqual(cm.exception.code, _lib.ECLOSED)
 
 
 if __name__ == "__main__":

@@ -244,6 +244,16 @@ class LibraryNotFound(OSError):
     pass
 
 
+def _sanitized(lib_path):
+    cache = os.path.join(os.path.dirname(os.path.dirname(lib_path)), "CMakeCache.txt")
+    try:
+        with open(cache) as f:
+            return any(line.startswith("ATTNSTAT_SANITIZE:") and line.strip().endswith("=ON")
+                       for line in f)
+    except OSError:
+        return False
+
+
 def candidates():
     """Where load() looks, in order: [(description, path or None)]."""
     out = []
@@ -253,7 +263,9 @@ def candidates():
     # client/python/attnstat/ -> the source tree's root, where build*/ directories live.
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
     pattern = os.path.join(root, "build*", "client", "libattnstat.so")
-    built = sorted(glob.glob(pattern), key=lambda p: os.path.getmtime(p), reverse=True)
+    # The newest first, sanitized builds last (their library needs the sanitizer runtimes
+    # preloaded into the interpreter).
+    built = sorted(glob.glob(pattern), key=lambda p: (_sanitized(p), -os.path.getmtime(p)))
     if built:
         for p in built:
             out.append(("build tree", p))
