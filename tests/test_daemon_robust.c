@@ -1,0 +1,333 @@
+/* test_daemon_robust.c — attnstatd under failures, with a real daemon:
+ *  - a client SIGKILLed mid-stream loses nothing it was acknowledged for, and the daemon frees it
+ *    (Status no longer lists it; its shared memory is no longer mapped in the daemon);
+ *  - the daemon SIGKILLed mid-ingest leaves PRAGMA integrity_check = ok and every acknowledged
+ *    sample present after a restart;
+ *  - a client that pushes and never reads cannot stall another client. */
+#include "daemon_harness.h"
+
+#include <sys/resource.h>
+
+enum { RH = 4, RN = 64, RD = 32, WINDOW = 8 };
+
+/* Pushes `count` pushes (steps 0..count-1, layers 0..1) with up to WINDOW in flight; for every
+ * Ack(OK) writes its step to out_fd (when >= 0) and counts it. Stops early on EOF. Returns the
+ * number of OK acks. Never asserts (may run in a forked child). */
+static int pump(dh_conn *c, dh_tensor *q, dh_tensor *k, int count, int out_fd, int64_t *acked,
+                int max_acked)
+{
+    int inflight = 0, ok = 0;
+    uint64_t seq = 0;
+    for (int i = 0; i < count || inflight > 0;) {
+        if (i < count && inflight < WINDOW) {
+            Attnstat__TensorRef qr, kr;
+            dh_tensor_ref(&qr, q);
+            dh_tensor_ref(&kr, k);
+            Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+            p.seq = ++seq;
+            p.step = i / 2;
+            p.layer = (uint32_t)(i % 2);
+            p.q = &qr;
+            p.k = &kr;
+            p.has_causal = 1;
+            p.causal = 1;
+            Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+            env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
+            env.push = &p;
+            size_t len;
+            uint8_t *buf = frame_pack(&env, 1u << 20, &len);
+            int rc = buf ? dh_write_all(c->fd, buf, len) : -1;
+            free(buf);
+            if (rc != 0)
+                return ok;
+            inflight++;
+            i++;
+            continue;
+        }
+        Attnstat__Envelope *e = dh_recv(c, 30000);
+        if (!e)
+            return ok;
+        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK) {
+            inflight--;
+            if (e->ack->code == ATTNSTAT__CODE__OK) {
+                int64_t step_layer = (int64_t)((e->ack->seq - 1) / 2) * 2 + (int64_t)((e->ack->seq - 1) % 2);
+                if (out_fd >= 0 && write(out_fd, &step_layer, sizeof step_layer) != sizeof step_layer)
+                    return ok;
+                if (acked && ok < max_acked)
+                    acked[ok] = step_layer;
+                ok++;
+            }
+        }
+        attnstat__envelope__free_unpacked(e, NULL);
+    }
+    return ok;
+}
+
+static void make_tensors(dh_rng *rng, dh_shm *shm, const char *tag, dh_tensor *q, dh_tensor *k)
+{
+    dh_tensor_contig(q, 1, 0, ATTNSTAT__DTYPE__BF16, 1, RH, RN, RD);
+    uint64_t qb = dh_tensor_elems(q) * 2;
+    dh_tensor_contig(k, 1, qb, ATTNSTAT__DTYPE__BF16, 1, RH, RN, RD);
+    dh_shm_create(shm, tag, qb * 2);
+    dh_fill(rng, shm->ptr, dh_tensor_elems(q) * 2, q->dtype, 1.0);
+}
+
+/* Every (step, layer) in acked has its RH heads stored for run `run`. */
+static void check_acked_present(sqlite3 *db, const char *run, const int64_t *acked, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM samples JOIN runs ON runs.id = samples.run_id WHERE "
+                 "runs.name='%s' AND step=%lld AND layer=%lld",
+                 run, (long long)(acked[i] / 2), (long long)(acked[i] % 2));
+        ck_assert_msg(dh_db_int(db, sql) == RH, "acknowledged step %lld layer %lld is missing",
+                      (long long)(acked[i] / 2), (long long)(acked[i] % 2));
+    }
+}
+
+static int daemon_maps(pid_t pid, const char *shm_name)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        found |= strstr(line, shm_name + 1) != NULL;
+    fclose(f);
+    return found;
+}
+
+START_TEST(test_client_killed_mid_stream)
+{
+    dh_rng rng = dh_rng_new("client_killed_mid_stream");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, (const char *)NULL);
+    dh_shm shm;
+    dh_tensor q, k;
+    make_tensors(&rng, &shm, "victim", &q, &k);
+
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        close(pfd[0]);
+        dh_conn c;
+        dh_connect(&c, &d);
+        dh_hello(&c, "victim", 0, NULL);
+        dh_register(&c, 1, shm.name, shm.size);
+        pump(&c, &q, &k, 1000000, pfd[1], NULL, 0);
+        _exit(0);
+    }
+    close(pfd[1]);
+    int64_t acked[100000];
+    int n = 0;
+    while (n < 40) {
+        ssize_t r = read(pfd[0], &acked[n], sizeof acked[n]);
+        ck_assert_msg(r == sizeof acked[n], "the pushing child stopped early");
+        n++;
+    }
+    /* The daemon maps the child's segment while the child is alive. */
+    ck_assert_int_eq(daemon_maps(d.pid, shm.name), 1);
+    kill(child, SIGKILL);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    for (;;) {
+        ssize_t r = read(pfd[0], &acked[n], sizeof acked[n]);
+        if (r != sizeof acked[n] || n + 1 >= 100000)
+            break;
+        n++;
+    }
+    close(pfd[0]);
+    fprintf(stderr, "client_killed_mid_stream: %d pushes acknowledged before the kill\n", n);
+
+    /* The daemon forgets the client: not in Status, its segment unmapped. */
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t deadline = dh_now_ms() + 20000;
+    for (;;) {
+        Attnstat__Envelope *e = dh_status(&c);
+        unsigned clients = e->status_reply->clients;
+        attnstat__envelope__free_unpacked(e, NULL);
+        if (clients == 1 && daemon_maps(d.pid, shm.name) == 0)
+            break;
+        ck_assert_msg(dh_now_ms() < deadline,
+                      "20 s after the kill: %u clients, segment mapped: %d", clients,
+                      daemon_maps(d.pid, shm.name));
+        dh_sleep_ms(50);
+    }
+    sqlite3 *db = dh_db_open(&d);
+    check_acked_present(db, "victim", acked, n);
+    sqlite3_close(db);
+
+    /* And serves the next client. */
+    dh_hello(&c, "next", 0, NULL);
+    dh_shm shm2;
+    dh_tensor q2, k2;
+    make_tensors(&rng, &shm2, "next", &q2, &k2);
+    dh_register(&c, 1, shm2.name, shm2.size);
+    ck_assert_int_eq(pump(&c, &q2, &k2, 10, -1, NULL, 0), 10);
+    dh_close(&c);
+    dh_shm_destroy(&shm2);
+    dh_shm_destroy(&shm);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
+START_TEST(test_daemon_killed_mid_ingest)
+{
+    dh_rng rng = dh_rng_new("daemon_killed_mid_ingest");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, (const char *)NULL);
+    dh_shm shm;
+    dh_tensor q, k;
+    make_tensors(&rng, &shm, "crash", &q, &k);
+
+    /* A child kills the daemon once the client has seen 60 acks; the client keeps pushing. */
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    dh_conn c;
+    dh_connect(&c, &d);
+    dh_hello(&c, "crash", 0, NULL);
+    dh_register(&c, 1, shm.name, shm.size);
+    pid_t killer = fork();
+    ck_assert_int_ge(killer, 0);
+    if (killer == 0) {
+        close(pfd[1]);
+        int64_t v;
+        for (int i = 0; i < 60; i++)
+            if (read(pfd[0], &v, sizeof v) != sizeof v)
+                _exit(1);
+        kill(d.pid, SIGKILL);
+        _exit(0);
+    }
+    close(pfd[0]);
+    static int64_t acked[1000000];
+    int n = pump(&c, &q, &k, 1000000, pfd[1], acked, 1000000);
+    close(pfd[1]);
+    int st;
+    ck_assert_int_eq(waitpid(killer, &st, 0), killer);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_int_ge(n, 60);
+    st = dh_wait(&d, 20000);
+    ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "daemon status %d", st);
+    dh_close(&c);
+    fprintf(stderr, "daemon_killed_mid_ingest: %d pushes acknowledged before SIGKILL\n", n);
+
+    /* Restart on the same database: it opens (recovers), and everything acknowledged is there. */
+    dh_start(&d, (const char *)NULL);
+    sqlite3 *db = dh_db_open(&d);
+    char txt[64];
+    dh_db_text(db, "PRAGMA integrity_check", txt, sizeof txt);
+    ck_assert_str_eq(txt, "ok");
+    check_acked_present(db, "crash", acked, n);
+    sqlite3_close(db);
+    dh_shm_destroy(&shm);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
+START_TEST(test_stuck_client_cannot_stall_others)
+{
+    dh_rng rng = dh_rng_new("stuck_client");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--out-queue-bytes", "65536", (const char *)NULL);
+
+    /* The stuck client: subscribes to every result, pushes with want_results, never reads. */
+    enum { SH = 64 };
+    dh_shm big;
+    dh_tensor bq, bk;
+    dh_tensor_contig(&bq, 1, 0, ATTNSTAT__DTYPE__F32, 1, SH, 8, 8);
+    dh_tensor_contig(&bk, 1, 0, ATTNSTAT__DTYPE__F32, 1, SH, 8, 8);
+    dh_shm_create(&big, "stuck", dh_tensor_elems(&bq) * 4);
+    dh_fill(&rng, big.ptr, dh_tensor_elems(&bq), bq.dtype, 1.0);
+    dh_conn a;
+    dh_connect(&a, &d);
+    dh_hello(&a, "stuck", 0, NULL);
+    dh_register(&a, 1, big.name, big.size);
+    Attnstat__Subscribe sb = ATTNSTAT__SUBSCRIBE__INIT;
+    sb.has_results = 1;
+    sb.results = 1;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
+    env.subscribe = &sb;
+    ck_assert_int_eq(dh_send(&a, &env), 0);
+    int sent = 0;
+    for (uint64_t s = 1; s <= 20000; s++) {
+        Attnstat__TensorRef qr, kr;
+        dh_tensor_ref(&qr, &bq);
+        dh_tensor_ref(&kr, &bk);
+        Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+        p.seq = s;
+        p.step = (int64_t)s;
+        p.q = &qr;
+        p.k = &kr;
+        p.has_want_results = 1;
+        p.want_results = 1;
+        env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
+        env.push = &p;
+        size_t len;
+        uint8_t *buf = frame_pack(&env, 1u << 20, &len);
+        ssize_t w = send(a.fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        free(buf);
+        if (w != (ssize_t)len)
+            break; /* its send buffer is full: the daemon stopped reading it */
+        sent++;
+    }
+    fprintf(stderr, "stuck_client: the stuck client got %d pushes out\n", sent);
+
+    /* Another client is served promptly, every push acknowledged OK. */
+    dh_shm shm;
+    dh_tensor q, k;
+    make_tensors(&rng, &shm, "other", &q, &k);
+    dh_conn b;
+    dh_connect(&b, &d);
+    dh_hello(&b, "other", 0, NULL);
+    dh_register(&b, 1, shm.name, shm.size);
+    int64_t t0 = dh_now_ms();
+    ck_assert_int_eq(pump(&b, &q, &k, 40, -1, NULL, 0), 40);
+    fprintf(stderr, "stuck_client: 40 pushes of the other client took %lld ms\n",
+            (long long)(dh_now_ms() - t0));
+    Attnstat__Envelope *st = dh_status(&b);
+    ck_assert_uint_ge(st->status_reply->pushes_done, 40);
+    attnstat__envelope__free_unpacked(st, NULL);
+    dh_close(&b);
+    dh_close(&a);
+    dh_shm_destroy(&shm);
+    dh_shm_destroy(&big);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
+static Suite *robust_suite(void)
+{
+    Suite *s = suite_create("daemon_robust");
+    TCase *tc = tcase_create("robust");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_client_killed_mid_stream);
+    tcase_add_test(tc, test_daemon_killed_mid_ingest);
+    tcase_add_test(tc, test_stuck_client_cannot_stall_others);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(robust_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
