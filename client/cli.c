@@ -973,10 +973,9 @@ static void cli_print_alert(void *user, const attnstat_alert *al)
         printf("}\n");
     } else {
         printf("%s  %-7s  %-13s  run %s rank %d  layer %u head %u  step %lld  value %.4g "
-               "threshold %.4g%s%s\n",
+               "threshold %.4g\n",
                t, attnstat_state_name(al->state), attnstat_rule_name(al->rule), al->run, al->rank,
-               al->layer, al->head, (long long)al->step, al->value, al->threshold,
-               al->message[0] ? "  " : "", al->message);
+               al->layer, al->head, (long long)al->step, al->value, al->threshold);
     }
     fflush(stdout);
 }

@@ -310,10 +310,20 @@ static int out_colour(const out_heatmap *hm, double v)
     return out_ramp[(int)(g * 10 + 0.5)];
 }
 
+/* Shade by how alarming a value is: blank for healthy, a full block for the worst, whatever the
+ * direction of the metric, so trouble is what the eye lands on. */
+static int out_level(const out_heatmap *hm, double v)
+{
+    double b = out_unit(hm, v);
+    if (hm->high_is_good)
+        b = 1 - b;
+    int k = (int)(b * 5);
+    return k > 4 ? 4 : k;
+}
+
 static const char *out_glyph(const out_heatmap *hm, double v)
 {
-    int k = (int)(out_unit(hm, v) * 5);
-    return out_shade[k > 4 ? 4 : k];
+    return out_shade[out_level(hm, v)];
 }
 
 static void out_value4(char *buf, size_t len, double v)
@@ -388,9 +398,14 @@ void out_heatmap_print(FILE *f, const out_heatmap *hm)
                 hm->high_is_good ? "collapsing" : "logits growing");
     } else {
         fprintf(f, "legend (%s):", hm->metric);
-        for (int k = 0; k < 5; k++) {
-            double a = hm->lo + (hm->hi - hm->lo) * k / 5.0;
-            fprintf(f, "  '%s' %s%.3g", out_shade[k], k == 0 ? "<" : ">=", k == 0 ? a + (hm->hi - hm->lo) / 5.0 : a);
+        double span = (hm->hi - hm->lo) / 5.0;
+        for (int k = 4; k >= 0; k--) { /* most alarming first */
+            if (hm->high_is_good) /* level k covers values [hi - (k+1) span, hi - k span) */
+                fprintf(f, "  '%s' %s%.3g", out_shade[k], k == 4 ? "<" : ">=",
+                        k == 4 ? hm->hi - 4 * span : hm->hi - (k + 1) * span);
+            else
+                fprintf(f, "  '%s' %s%.3g", out_shade[k], k == 0 ? "<" : ">=",
+                        k == 0 ? hm->lo + span : hm->lo + k * span);
         }
         fprintf(f, "  '··' no data   (%s = %s)\n", bad,
                 hm->high_is_good ? "collapsing" : "logits growing");
