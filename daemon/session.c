@@ -409,6 +409,10 @@ static void on_forget(session *s, const Attnstat__Forget *f)
 
 void session_push_unmap(session_push *p)
 {
+    if (p->computing) {
+        p->computing = 0;
+        p->s->computing--;
+    }
     for (int i = 0; i < p->nmaps; i++)
         map_unref(p->maps[i]);
     p->nmaps = 0;
@@ -462,13 +466,13 @@ static void on_push(session *s, const Attnstat__Push *push)
         ack_now(s, push->seq, code, msg);
         return;
     }
-    if (s->inflight >= c->client_inflight) {
+    if (s->computing >= c->client_inflight) {
         validate_plan_free(&p->plan);
         free(p);
         srv->m.dropped++;
         s->dropped++;
-        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes in flight "
-                 "(client_inflight)", s->inflight);
+        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
+                 "computing (client_inflight)", s->computing);
         ack_now(s, push->seq, ATTNSTAT__CODE__DROPPED, msg);
         return;
     }
@@ -517,6 +521,8 @@ static void on_push(session *s, const Attnstat__Push *push)
         session_push_free(p);
         return;
     }
+    p->computing = 1;
+    s->computing++;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------- */

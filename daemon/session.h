@@ -36,7 +36,8 @@ struct session {
     cfg_thresholds th;       /* effective thresholds: config overridden by the Hello */
     struct session_buf *bufs;
     uint32_t nbufs, capbufs;
-    uint32_t inflight;
+    uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
+    uint32_t computing;      /* of those, queued or computing in a worker (client_inflight) */
     uint64_t pushes, dropped, rejected;
 };
 
@@ -52,6 +53,7 @@ struct session_push {
     int want_results;
     session_map *maps[3];
     int nmaps;
+    int computing;           /* counted in s->computing */
     validate_plan plan;
     uint64_t received_ns;
     int64_t time_ms;
