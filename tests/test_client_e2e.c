@@ -1,0 +1,649 @@
+/* test_client_e2e.c — libattnstat and the attnstat CLI against a real attnstatd started from the
+ * build tree on a temporary socket and database:
+ *   - random Q/K of every dtype and layout (padded, [B,N,H,D], GQA, causal, sampled) pushed through
+ *     libattnstat, flushed, then read back with `attnstat heads/trend --format json`: every value
+ *     equals stats_cpu() on the same tensors, computed here;
+ *   - the CLI's runs/trend/heads/alerts in table, json and csv; alerts raised and cleared through
+ *     per-run thresholds in the hello; --active;
+ *   - `attnstat status` and `attnstat watch` against the live daemon;
+ *   - CLI errors: unknown run (lists the known ones), missing database, usage errors — exit codes;
+ *   - a SIGSTOP'd daemon: pushes keep returning (OK or DROPPED) and the drops are counted; after
+ *     SIGCONT every push sent is answered.
+ * Fresh random data each run; the seed is printed (ATTNSTAT_TEST_SEED repeats a run). No timing
+ * assertions. */
+#include "daemon_harness.h"
+#include "stats_testutil.h"
+
+#include "attnstat.h"
+
+#ifndef ATTNSTAT_CLI_PATH
+#error "ATTNSTAT_CLI_PATH must name the attnstat binary"
+#endif
+
+/* ---- Running the CLI ---------------------------------------------------------------------------*/
+typedef struct {
+    int status;      /* exit status, or -1 when it did not exit normally */
+    char *out, *err; /* NUL-terminated, malloc'd */
+} cli_result;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Runs the CLI with args (NULL-terminated) and NO_COLOR unset unless told; waits for it. */
+static cli_result run_cli_v(const dh_daemon *d, const char *const *args)
+{
+    char outp[400], errp[400];
+    snprintf(outp, sizeof outp, "%s/cli.out", d->dir);
+    snprintf(errp, sizeof errp, "%s/cli.err", d->dir);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = ATTNSTAT_CLI_PATH;
+    for (int i = 0; args[i] && n < 63; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0)
+            _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    cli_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(outp), slurp(errp)};
+    return r;
+}
+
+#define run_cli(d, ...) run_cli_v((d), (const char *const[]){__VA_ARGS__, NULL})
+
+static void cli_free(cli_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* The number after "key": in a JSON line (NaN for null or absent). */
+static double json_num(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(line, pat);
+    if (!p)
+        return NAN;
+    p += strlen(pat);
+    if (!strncmp(p, "null", 4))
+        return NAN;
+    return strtod(p, NULL);
+}
+
+static int json_has(const char *line, const char *key, const char *strval)
+{
+    char pat[160];
+    snprintf(pat, sizeof pat, "\"%s\": \"%s\"", key, strval);
+    return strstr(line, pat) != NULL;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* ---- A client on the test daemon ---------------------------------------------------------------*/
+static attnstat_client *connect_hello(const dh_daemon *d, const char *run, const attnstat_thresholds *th,
+                                      uint64_t ring, uint64_t queue)
+{
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = d->sock;
+    o.ring_bytes = ring;
+    o.queue_bytes = queue;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    ck_assert_msg(attnstat_connect_ex(&o, &c, &err) == ATTNSTAT_OK, "connect: %s", err.msg);
+    ck_assert_msg(attnstat_hello(c, run, 0, th, "{\"test\": true}") == ATTNSTAT_OK, "hello: %s",
+                  attnstat_last_error(c));
+    return c;
+}
+
+static attnstat_tensor as_tensor(const tu_tensor *t)
+{
+    attnstat_tensor a;
+    memset(&a, 0, sizeof a);
+    a.data = t->mem;
+    a.dtype = (int32_t)t->dtype;
+    a.mem = ATTNSTAT_MEM_HOST;
+    a.shape[0] = t->b, a.shape[1] = t->h, a.shape[2] = t->n, a.shape[3] = t->d;
+    a.strides[0] = t->sb, a.strides[1] = t->sh, a.strides[2] = t->sn, a.strides[3] = 1;
+    return a;
+}
+
+static void close_enough(double got, double want, const char *what, int layer, int head,
+                         long long step, uint64_t seed)
+{
+    if (isnan(want) && isnan(got))
+        return;
+    if (isinf(want) && got == want)
+        return;
+    ck_assert_msg(fabs(got - want) <= 1e-12 * fmax(1.0, fabs(want)),
+                  "seed %llu: %s of layer %d head %d step %lld: CLI says %.17g, stats_cpu %.17g",
+                  (unsigned long long)seed, what, layer, head, step, got, want);
+}
+
+/* ---- Values through the whole pipeline ---------------------------------------------------------*/
+START_TEST(test_values_equal_reference)
+{
+    uint64_t seed = tu_seed();
+    tu_rng rng = {seed};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    attnstat_client *c = connect_hello(&d, "values", NULL, 16u << 20, 0);
+
+    enum { PUSHES = 12 };
+    stats_head want[PUSHES][8];
+    int nheads[PUSHES];
+    for (int p = 0; p < PUSHES; p++) {
+        stats_dtype dt = (stats_dtype)(tu_next(&rng) % 3);
+        int64_t b = 1 + (int64_t)(tu_next(&rng) % 2), hkv = 1 + (int64_t)(tu_next(&rng) % 4);
+        int64_t hq = hkv * (1 + (int64_t)(tu_next(&rng) % 2));
+        int64_t nq = 8 + (int64_t)(tu_next(&rng) % 57), nk = nq + (int64_t)(tu_next(&rng) % 9);
+        int64_t dd = 16 << (tu_next(&rng) % 3);
+        tu_tensor q, k;
+        tu_alloc(&q, b, hq, nq, dd, dt, (tu_layout)(tu_next(&rng) % 3));
+        tu_alloc(&k, b, hkv, nk, dd, dt, (tu_layout)(tu_next(&rng) % 3));
+        double amp = 0.5 + 2.5 * tu_uniform(&rng);
+        tu_fill_gauss(&q, &rng, amp);
+        tu_fill_gauss(&k, &rng, amp);
+
+        attnstat_push_opts o;
+        attnstat_push_opts_init(&o);
+        o.step = p / 2;
+        o.layer = (uint32_t)(p % 2);
+        o.causal = (int32_t)(tu_next(&rng) % 2);
+        if (p == 5)
+            o.sample_every = 3;
+        if (p == 7) {
+            o.sample_rows = 5;
+            o.sample_seed = tu_next(&rng);
+        }
+        if (p == 9)
+            o.window_left = 4;
+        attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
+        ck_assert_msg(attnstat_push(c, &o, &aq, &ak, NULL) == ATTNSTAT_OK, "push %d: %s", p,
+                      attnstat_last_error(c));
+
+        stats_problem pr;
+        stats_problem_init(&pr);
+        pr.batch = (int32_t)b, pr.heads_q = (int32_t)hq, pr.heads_kv = (int32_t)hkv;
+        pr.len_q = (int32_t)nq, pr.len_k = (int32_t)nk, pr.head_dim = (int32_t)dd, pr.dtype = dt;
+        pr.q = tu_view(&q);
+        pr.k = tu_view(&k);
+        pr.causal = o.causal;
+        pr.window_left = o.window_left;
+        pr.sample_every = (int32_t)o.sample_every;
+        pr.sample_rows = (int32_t)o.sample_rows;
+        pr.sample_seed = o.sample_seed;
+        stats_error se;
+        ck_assert_msg(stats_cpu(&pr, want[p], NULL, NULL, &se) == STATS_OK, "%s", se.msg);
+        nheads[p] = (int)hq;
+        /* pushes must not depend on the caller's memory after they return */
+        tu_free(&q);
+        tu_free(&k);
+    }
+    ck_assert_msg(attnstat_flush(c, 120000) == ATTNSTAT_OK, "flush: %s", attnstat_last_error(c));
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.acked, PUSHES);
+    ck_assert_uint_eq(st.rejected + st.dropped_daemon + st.dropped_local, 0);
+    ck_assert_uint_eq(st.ring_used, 0);
+    attnstat_close(c);
+
+    /* heads: one step at a time, both layers */
+    for (int step = 0; step < PUSHES / 2; step++) {
+        char s[16];
+        snprintf(s, sizeof s, "%d", step);
+        cli_result r = run_cli(&d, "--db", d.db, "heads", "--run", "values", "--step", s,
+                               "--format", "json");
+        ck_assert_msg(r.status == 0, "heads: %s", r.err);
+        int seen = 0;
+        for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
+            int layer = (int)json_num(line, "layer"), head = (int)json_num(line, "head");
+            ck_assert_int_eq((int)json_num(line, "step"), step);
+            ck_assert(json_has(line, "run", "values"));
+            int p = step * 2 + layer;
+            ck_assert_int_lt(head, nheads[p]);
+            const stats_head *w = &want[p][head];
+            ck_assert_int_eq((int64_t)json_num(line, "rows"), w->rows);
+            close_enough(json_num(line, "entropy_mean"), w->entropy_mean, "entropy_mean", layer,
+                         head, step, seed);
+            close_enough(json_num(line, "entropy_norm_mean"), w->entropy_norm_mean,
+                         "entropy_norm_mean", layer, head, step, seed);
+            close_enough(json_num(line, "entropy_min"), w->entropy_min, "entropy_min", layer, head,
+                         step, seed);
+            close_enough(json_num(line, "entropy_max"), w->entropy_max, "entropy_max", layer, head,
+                         step, seed);
+            close_enough(json_num(line, "entropy_std"), w->entropy_std, "entropy_std", layer, head,
+                         step, seed);
+            close_enough(json_num(line, "max_logit"), w->max_logit, "max_logit", layer, head, step,
+                         seed);
+            close_enough(json_num(line, "collapsed_frac"), w->collapsed_frac, "collapsed_frac",
+                         layer, head, step, seed);
+            ck_assert_int_eq((int)json_num(line, "sampled"), w->sampled);
+            seen++;
+        }
+        ck_assert_int_eq(seen, nheads[step * 2] + nheads[step * 2 + 1]);
+        cli_free(&r);
+    }
+    /* trend of layer 1 head 0 over every step, and thinned */
+    cli_result r = run_cli(&d, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head",
+                           "0", "--format", "json");
+    ck_assert_msg(r.status == 0, "trend: %s", r.err);
+    ck_assert_int_eq(count_lines(r.out), PUSHES / 2);
+    int step = 0;
+    for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n"), step++) {
+        ck_assert_int_eq((int)json_num(line, "step"), step);
+        close_enough(json_num(line, "entropy_mean"), want[step * 2 + 1][0].entropy_mean,
+                     "entropy_mean", 1, 0, step, seed);
+        close_enough(json_num(line, "max_logit"), want[step * 2 + 1][0].max_logit, "max_logit", 1,
+                     0, step, seed);
+    }
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head", "0",
+                "--from", "1", "--to", "5", "--every", "2", "--format", "csv");
+    ck_assert_msg(r.status == 0, "trend csv: %s", r.err);
+    ck_assert_int_eq(count_lines(r.out), 1 + 3); /* header, steps 1 3 5 */
+    ck_assert(!strncmp(r.out, "run,run_id,layer,head,step,", 27));
+    ck_assert_ptr_nonnull(strstr(r.out, "\nvalues,1,1,0,3,"));
+    cli_free(&r);
+    ck_assert_int_eq(dh_stop(&d), 0);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
+/* ---- CLI formats, alerts, status, watch --------------------------------------------------------*/
+/* Pushes steps [from, to) of `heads` heads, N=32, D=32, bf16, with Q scaled by amp (large amp:
+ * max logits over any small ceiling; tiny amp: logits near 0). */
+static void push_steps(attnstat_client *c, tu_rng *rng, int from, int to, int layers, double amp)
+{
+    for (int s = from; s < to; s++)
+        for (int l = 0; l < layers; l++) {
+            tu_tensor q, k;
+            tu_alloc(&q, 1, 4, 32, 32, STATS_BF16, TU_BHND);
+            tu_alloc(&k, 1, 4, 32, 32, STATS_BF16, TU_BNHD);
+            tu_fill_gauss(&q, rng, amp);
+            tu_fill_gauss(&k, rng, 1.0);
+            attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
+            attnstat_push_opts o;
+            attnstat_push_opts_init(&o);
+            o.step = s;
+            o.layer = (uint32_t)l;
+            ck_assert_msg(attnstat_push(c, &o, &aq, &ak, NULL) == ATTNSTAT_OK, "%s",
+                          attnstat_last_error(c));
+            tu_free(&q);
+            tu_free(&k);
+        }
+    ck_assert_msg(attnstat_flush(c, 120000) == ATTNSTAT_OK, "%s", attnstat_last_error(c));
+}
+
+/* Display width (code points) of a line. */
+static size_t line_width(const char *s, size_t n)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return w;
+}
+
+/* Every line of the first `lines` of a table has the same width (right-aligned last column). */
+static void assert_aligned(const char *out, int lines)
+{
+    const char *p = out;
+    size_t w0 = 0;
+    for (int i = 0; i < lines && *p; i++) {
+        const char *e = strchr(p, '\n');
+        ck_assert_ptr_nonnull(e);
+        size_t w = line_width(p, (size_t)(e - p));
+        if (i == 0)
+            w0 = w;
+        ck_assert_msg(w == w0, "table line %d is %zu wide, the header %zu:\n%s", i, w, w0, out);
+        p = e + 1;
+    }
+}
+
+START_TEST(test_cli_formats_and_alerts)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+
+    /* `attnstat watch` in the background from the start */
+    char wout[400];
+    snprintf(wout, sizeof wout, "%s/watch.out", d.dir);
+    pid_t wpid = fork();
+    ck_assert_int_ge(wpid, 0);
+    if (wpid == 0) {
+        int fo = open(wout, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0)
+            _exit(126);
+        dup2(fo, 1);
+        dup2(fo, 2);
+        execl(ATTNSTAT_CLI_PATH, ATTNSTAT_CLI_PATH, "--socket", d.sock, "watch", "--format",
+              "json", (char *)NULL);
+        _exit(127);
+    }
+    /* wait until the watcher is connected: the daemon counts it as a client */
+    int64_t deadline = dh_now_ms() + 30000;
+    for (;;) {
+        cli_result s = run_cli(&d, "--socket", d.sock, "status", "--format", "json");
+        ck_assert_msg(s.status == 0, "status: %s", s.err);
+        int clients = (int)json_num(s.out, "clients");
+        cli_free(&s);
+        if (clients >= 1)
+            break;
+        ck_assert_msg(dh_now_ms() < deadline, "attnstat watch never connected");
+        dh_sleep_ms(50);
+    }
+
+    /* A run whose ceiling is 1 and whose rules act on one sample: every push raises at once. */
+    attnstat_thresholds th;
+    attnstat_thresholds_init(&th);
+    th.logit_ceiling = 1.0;
+    th.raise_after = 1;
+    th.clear_after = 1;
+    attnstat_client *c = connect_hello(&d, "alerty", &th, 0, 0);
+    push_steps(c, &rng, 0, 3, 2, 3.0);    /* logits well over 1: raised */
+    push_steps(c, &rng, 3, 4, 2, 0.001);  /* logits ~0: cleared */
+    attnstat_client *c2 = connect_hello(&d, "quiet", NULL, 0, 0);
+    push_steps(c2, &rng, 0, 10, 1, 1.0);
+
+    /* status while both trainers are connected */
+    cli_result r = run_cli(&d, "--socket", d.sock, "status");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "clients"));
+    ck_assert_ptr_nonnull(strstr(r.out, "alerty"));
+    ck_assert_ptr_nonnull(strstr(r.out, "cpu"));
+    cli_free(&r);
+    r = run_cli(&d, "--socket", d.sock, "status", "--format", "json");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_int_ge((int)json_num(r.out, "clients"), 3);
+    ck_assert_int_ge((int)json_num(r.out, "pushes_done"), 18);
+    cli_free(&r);
+    attnstat_close(c);
+    attnstat_close(c2);
+
+    /* runs */
+    r = run_cli(&d, "--db", d.db, "runs");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_int_eq(count_lines(r.out), 3);
+    ck_assert_ptr_nonnull(strstr(r.out, "alerty"));
+    ck_assert_ptr_nonnull(strstr(r.out, "0..9"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "runs", "--format", "json");
+    ck_assert_int_eq(count_lines(r.out), 2);
+    ck_assert(json_has(r.out, "run", "alerty"));
+    ck_assert_ptr_nonnull(strstr(r.out, "\"samples\": 32"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "runs", "--format", "csv");
+    ck_assert_int_eq(count_lines(r.out), 3);
+    ck_assert(!strncmp(r.out, "run_id,run,rank,host,", 21));
+    cli_free(&r);
+
+    /* trend: aligned table, then sparklines */
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "quiet", "--layer", "0", "--head", "2");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    assert_aligned(r.out, 11);
+    ck_assert_ptr_nonnull(strstr(r.out, "entropy_norm "));
+    const char *blocks[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    int sparks = 0;
+    for (int i = 0; i < 8; i++)
+        sparks += strstr(r.out, blocks[i]) != NULL;
+    ck_assert_int_gt(sparks, 0);
+    cli_free(&r);
+
+    /* heads: heatmap with a legend; colour only when asked (stdout is not a tty here) */
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--step", "1");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "layer 0"));
+    ck_assert_ptr_nonnull(strstr(r.out, "layer 1"));
+    ck_assert_ptr_nonnull(strstr(r.out, "legend"));
+    ck_assert_ptr_null(strstr(r.out, "\x1b["));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--metric", "max_logit", "--color",
+                "always");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "\x1b[48;5;"));
+    ck_assert_ptr_nonnull(strstr(r.out, "step 3"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--format", "csv");
+    ck_assert_int_eq(count_lines(r.out), 1 + 8);
+    cli_free(&r);
+
+    /* alerts: 2 layers x 4 heads raised at step 0 and cleared at step 3 */
+    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty", "--format", "json");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    int raised = 0, cleared = 0;
+    for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!json_has(line, "rule", "logit_ceiling"))
+            continue;
+        ck_assert(json_has(line, "run", "alerty"));
+        ck_assert(json_num(line, "threshold") == 1.0);
+        if (json_has(line, "state", "raised")) {
+            raised++;
+            ck_assert_int_eq((int)json_num(line, "step"), 0);
+            ck_assert(json_num(line, "value") > 1.0);
+        } else if (json_has(line, "state", "cleared")) {
+            cleared++;
+            ck_assert_int_eq((int)json_num(line, "step"), 3);
+        }
+        ck_assert(!isnan(json_num(line, "layer")) && !isnan(json_num(line, "head")));
+    }
+    ck_assert_int_eq(raised, 8);
+    ck_assert_int_eq(cleared, 8);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty", "--active", "--format", "json");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_null(strstr(r.out, "logit_ceiling"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "alerts");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "logit_ceiling"));
+    ck_assert_ptr_nonnull(strstr(r.out, "threshold"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "alerts", "--format", "csv");
+    ck_assert(!strncmp(r.out, "id,time,time_ms,run,run_id,layer,head,step,rule,state,value,", 60));
+    cli_free(&r);
+
+    /* watch saw the raises and clears as they happened */
+    deadline = dh_now_ms() + 30000;
+    for (;;) {
+        char *w = slurp(wout);
+        int n = 0;
+        for (const char *p = w; (p = strstr(p, "\"rule\": \"logit_ceiling\"")); p++)
+            n++;
+        free(w);
+        if (n >= 16)
+            break;
+        ck_assert_msg(dh_now_ms() < deadline, "attnstat watch printed %d of 16 alerts", n);
+        dh_sleep_ms(50);
+    }
+    kill(wpid, SIGINT);
+    int st;
+    waitpid(wpid, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "watch exit status %d", st);
+
+    /* history works with the daemon down */
+    ck_assert_int_eq(dh_stop(&d), 0);
+    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "cleared"));
+    cli_free(&r);
+    r = run_cli(&d, "--socket", d.sock, "status");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "cannot connect"));
+    cli_free(&r);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
+/* ---- CLI errors --------------------------------------------------------------------------------*/
+START_TEST(test_cli_errors)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    attnstat_client *c = connect_hello(&d, "known-run", NULL, 0, 0);
+    push_steps(c, &rng, 0, 2, 1, 1.0);
+    attnstat_close(c);
+    ck_assert_int_eq(dh_stop(&d), 0);
+
+    cli_result r = run_cli(&d, "--db", d.db, "trend", "--run", "nope", "--layer", "0");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "no run 'nope'"));
+    ck_assert_ptr_nonnull(strstr(r.err, "known runs: known-run"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "known-run", "--step", "99");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "no samples at step 99"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run", "--layer", "7");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "no layer 7"));
+    cli_free(&r);
+    char missing[400];
+    snprintf(missing, sizeof missing, "%s/none.db", d.dir);
+    r = run_cli(&d, "--db", missing, "runs");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "does not exist"));
+    ck_assert_ptr_nonnull(strstr(r.err, missing));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--layer"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "frobnicate");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "unknown command 'frobnicate'"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "runs", "--bogus");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--bogus"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "runs", "--format", "xml");
+    ck_assert_int_eq(r.status, 2);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run", "--layer", "x");
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--layer wants an integer"));
+    cli_free(&r);
+    const char *cmds[] = {"runs", "trend", "heads", "alerts", "status", "watch"};
+    for (int i = 0; i < 6; i++) {
+        r = run_cli(&d, cmds[i], "--help");
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_ptr_nonnull(strstr(r.out, "usage: attnstat"));
+        ck_assert_ptr_nonnull(strstr(r.out, cmds[i]));
+        cli_free(&r);
+    }
+    r = run_cli(&d, "--help");
+    ck_assert_int_eq(r.status, 0);
+    cli_free(&r);
+    r = run_cli(&d, "--socket", "/nonexistent/attnstatd.sock", "status");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/attnstatd.sock"));
+    cli_free(&r);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
+/* ---- A stopped daemon never blocks a push ------------------------------------------------------*/
+START_TEST(test_push_never_blocks_on_stopped_daemon)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    attnstat_client *c = connect_hello(&d, "stopped", NULL, 4u << 20, 64u << 10);
+    tu_tensor q, k;
+    tu_alloc(&q, 1, 4, 32, 32, STATS_BF16, TU_BHND);
+    tu_alloc(&k, 1, 4, 32, 32, STATS_BF16, TU_BHND);
+    tu_fill_gauss(&q, &rng, 1.0);
+    tu_fill_gauss(&k, &rng, 1.0);
+    attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+
+    ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+    const int n = 20000;
+    int ok = 0, dropped = 0;
+    for (int i = 0; i < n; i++) {
+        o.step = i;
+        attnstat_code rc = attnstat_push(c, &o, &aq, &ak, NULL);
+        ck_assert_msg(rc == ATTNSTAT_OK || rc == ATTNSTAT_DROPPED, "push %d: %d %s", i, rc,
+                      attnstat_last_error(c));
+        ok += rc == ATTNSTAT_OK;
+        dropped += rc == ATTNSTAT_DROPPED;
+    }
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.sent, (uint64_t)ok);
+    ck_assert_uint_eq(st.dropped_local, (uint64_t)dropped);
+    /* A 4 MiB ring holds 256 pushes of 16 KiB: nearly everything was dropped, and counted. */
+    ck_assert_int_le(ok, 256);
+    ck_assert_int_ge(dropped, n - 256);
+    ck_assert_uint_eq(st.dropped_ring + st.dropped_queue, (uint64_t)dropped);
+
+    ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+    ck_assert_msg(attnstat_flush(c, 120000) == ATTNSTAT_OK, "%s", attnstat_last_error(c));
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.acked + st.dropped_daemon + st.rejected, st.sent);
+    ck_assert_uint_eq(st.rejected, 0);
+    ck_assert_uint_eq(st.ring_used, 0);
+    /* and the client is usable again */
+    ck_assert_int_eq(attnstat_push(c, &o, &aq, &ak, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_flush(c, 60000), ATTNSTAT_OK);
+    attnstat_close(c);
+    tu_free(&q);
+    tu_free(&k);
+    ck_assert_int_eq(dh_stop(&d), 0);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("client_e2e");
+    TCase *tc = tcase_create("e2e");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_values_equal_reference);
+    tcase_add_test(tc, test_cli_formats_and_alerts);
+    tcase_add_test(tc, test_cli_errors);
+    tcase_add_test(tc, test_push_never_blocks_on_stopped_daemon);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
