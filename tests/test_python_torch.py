@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""test_python_torch.py — the Python binding with real PyTorch (skipped, exit 77, without it).
+
+Against a real attnstatd (the helpers of test_python.py): CPU tensors that require grad and
+bfloat16 tensors read through data_ptr(); attnstat.torch.monitor on a small model trained for a few
+steps (forward and backward), its stored per-head statistics equal to a float64 computation of the
+same query/key; nn.MultiheadAttention seen through the patched function; CUDA tensors, when a GPU
+is there: a clear ENOTSUP while libattnstat has no GPU path, and monitor(copy_to_host=True).
+"""
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+try:
+    import numpy  # noqa: F401  (the reference of test_python.py)
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    print("SKIP: %s (%s)" % (e, sys.executable))
+    sys.exit(77)
+
+import test_python as tp  # noqa: E402  (exits 77 itself without NumPy)
+import attnstat  # noqa: E402
+import attnstat.torch  # noqa: E402
+from attnstat import _lib  # noqa: E402
+
+torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh data every run
+CUDA = torch.cuda.is_available()
+
+
+def ref(q, k, causal=False, scale=None):
+    return tp.reference_stats(q.detach().cpu().double().numpy(), k.detach().cpu().double().numpy(),
+                              causal=causal, scale=scale)
+
+
+class Attn(torch.nn.Module):
+    """A self-attention layer that calls F.scaled_dot_product_attention the way models do, and
+    keeps what it fed it (for the reference)."""
+
+    def __init__(self, dim, heads, kv_heads):
+        super().__init__()
+        self.h, self.kvh, self.dh = heads, kv_heads, dim // heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.dh)
+        self.seen = []
+
+    def forward(self, x):
+        B, N, _ = x.shape
+        q = self.q(x).view(B, N, self.h, self.dh).transpose(1, 2)        # a [B, H, N, D] view
+        k, v = self.kv(x).view(B, N, 2, self.kvh, self.dh).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        self.seen.append((q.detach().clone(), k.detach().clone()))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=self.kvh != self.h)
+        return x + o.transpose(1, 2).reshape(B, N, -1)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, dim=32, heads=4, kv_heads=2, layers=3):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Attn(dim, heads, kv_heads) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@tp.need_daemon
+class TestTorch(tp.DaemonCase):
+    def test_cpu_tensors_that_require_grad_and_bf16(self):
+        run = self.run_name()
+        q = torch.randn(2, 4, 20, 16, requires_grad=True)
+        k = torch.randn(2, 4, 20, 16, requires_grad=True)
+        qb, kb = torch.randn(1, 2, 9, 32).bfloat16(), torch.randn(1, 2, 9, 32).bfloat16()
+        qh = torch.randn(1, 12, 3, 64).half()  # [B, N, H, D]
+        kh = torch.randn(1, 30, 3, 64).half()
+        with self.d.client(run) as c:
+            self.assertTrue(c.push(0, 0, q, k, causal=True))
+            self.assertTrue(c.push(0, 1, qb, kb, scale=0.2))
+            self.assertTrue(c.push(0, 2, qh, kh, layout="bnhd", causal=True))
+            self.assertTrue(c.flush(30))
+        self.check_stored(run, 0, 0, ref(q, k, causal=True), 1e-6)
+        self.check_stored(run, 0, 1, ref(qb, kb, scale=0.2), 1e-6)
+        self.check_stored(run, 0, 2, ref(qh.transpose(1, 2), kh.transpose(1, 2), causal=True),
+                          1e-6)
+
+    def test_monitor_a_training_loop(self):
+        run = self.run_name()
+        model = Model()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        orig = F.scaled_dot_product_attention
+        with self.d.client(run) as c:
+            with attnstat.torch.monitor(c, every=2, model=model, strict=True) as mon:
+                for _ in range(4):  # steps 0..3: 0 and 2 pushed
+                    x = torch.randn(2, 10, 32)
+                    loss = model(x).square().mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            self.assertIs(F.scaled_dot_product_attention, orig)
+            self.assertTrue(c.flush(30))
+        self.assertEqual((mon.calls, mon.pushed, mon.skipped, mon.errors), (12, 6, 0, 0))
+        for step in (0, 2):
+            for layer, attn in enumerate(model.layers):
+                q, k = attn.seen[step]
+                self.check_stored(run, step, layer, ref(q, k, causal=True), 1e-6)
+        self.assertEqual(self.d.samples(run, 1, 0), {})
+
+    def test_multihead_attention_is_seen(self):
+        run = self.run_name()
+        mha = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+        x = torch.randn(2, 7, 32)
+        with self.d.client(run) as c:
+            with attnstat.torch.monitor(c, strict=True) as mon:
+                mha(x, x, x, need_weights=False)
+            self.assertTrue(c.flush(30))
+        self.assertEqual(mon.pushed, 1)
+        self.assertEqual(sorted(self.d.samples(run, 0, 0)), [0, 1, 2, 3])
+
+    @unittest.skipUnless(CUDA, "no CUDA device")
+    def test_cuda_tensors(self):
+        run = self.run_name()
+        q = torch.randn(1, 2, 16, 32, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, 2, 16, 32, device="cuda", dtype=torch.bfloat16)
+        with self.d.client(run) as c:
+            try:
+                sent = c.push(0, 0, q, k)
+            except attnstat.AttnstatError as e:  # a libattnstat without the GPU path
+                self.assertEqual(e.code, _lib.ENOTSUP)
+                self.assertIn("GPU path", str(e))
+                sent = None
+            if sent is not None:  # the GPU path: held until released
+                self.assertTrue(sent)
+                self.assertTrue(c.flush(30))
+                self.assertEqual(c.stats()["held"], 0)
+                self.check_stored(run, 0, 0, ref(q, k), 1e-6)
+            model = Model().cuda()
+            with attnstat.torch.monitor(c, model=model, copy_to_host=True, strict=True) as mon:
+                model(torch.randn(2, 10, 32, device="cuda"))
+            self.assertTrue(c.flush(30))
+            self.assertEqual(mon.pushed, 3)
+        for layer, attn in enumerate(model.layers):
+            qq, kk = attn.seen[0]
+            self.check_stored(run, 0, layer, ref(qq, kk, causal=True), 1e-6)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
