@@ -121,6 +121,25 @@ class TestTorch(tp.DaemonCase):
         self.assertEqual(mon.pushed, 1)
         self.assertEqual(sorted(self.d.samples(run, 0, 0)), [0, 1, 2, 3])
 
+    def test_compiled_models(self):
+        run = self.run_name()
+        model = Model(layers=2)
+        compiled = torch.compile(model, backend="eager")  # dynamo traces; no C++ toolchain needed
+        x = torch.randn(2, 10, 32)
+        with self.d.client(run) as c:
+            with attnstat.torch.monitor(c, model=model, strict=True) as skip:
+                compiled(x)
+            torch._dynamo.reset()
+            with attnstat.torch.monitor(c, model=model, strict=True, compiled="break",
+                                        start_step=5) as brk:
+                compiled(x)
+            self.assertTrue(c.flush(30))
+        self.assertEqual(skip.pushed, 0)
+        self.assertEqual(brk.pushed, 2)
+        for layer, attn in enumerate(model.layers):
+            q, k = attn.seen[-1]
+            self.check_stored(run, 5, layer, ref(q, k, causal=True), 1e-6)
+
     @unittest.skipUnless(CUDA, "no CUDA device")
     def test_cuda_tensors(self):
         run = self.run_name()

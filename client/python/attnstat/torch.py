@@ -21,7 +21,8 @@ the call within the forward pass, is_causal -> causal, scale -> scale; K with fe
 What is not monitored (counted in .skipped, one warning each kind): calls with an attn_mask
 (masks other than causal cannot be described to the daemon yet), tensors that are not 3-D
 ([B, N, D], taken as one head) or 4-D [B, H, N, D], dtypes other than float32 / float16 / bfloat16,
-calls made while torch.compile traces. Modules that imported the function by name
+calls made while torch.compile traces (compiled='break' monitors compiled code through a graph
+break at each call instead). Modules that imported the function by name
 (`from torch.nn.functional import scaled_dot_product_attention`) do not see the patch: pass them as
 modules=[...] and their attribute is patched too. With activation checkpointing the recomputed
 forward calls again: pass layers=range(n_layers) to keep only the first pass's indices.
@@ -50,11 +51,17 @@ class monitor(object):
     (default: True when model is given). layers: a container of layer indices to push (None:
     all). sample_every, sample_rows, seed, softcap, window, want_results: passed to push().
     modules: further modules whose scaled_dot_product_attention attribute is patched.
+    compiled: what happens inside torch.compile'd code: 'skip' (default: nothing is pushed, the
+    compiled graph is untouched) or 'break' (a graph break around each push, so compiled models
+    are monitored too, at the price of the break; not with fullgraph=True).
     """
 
     def __init__(self, client, every=1, sample_rows=0, sample_every=0, seed=0, model=None,
                  auto_step=None, start_step=0, layers=None, softcap=0.0, window=None,
-                 want_results=False, modules=(), copy_to_host=False, strict=False):
+                 want_results=False, modules=(), copy_to_host=False, strict=False,
+                 compiled="skip"):
+        if compiled not in ("skip", "break"):
+            raise ValueError("compiled is %r: 'skip' or 'break'" % (compiled,))
         if int(every) < 1:
             raise ValueError("every is %r: must be >= 1" % (every,))
         self.client = client
@@ -67,6 +74,7 @@ class monitor(object):
         self.copy_to_host = bool(copy_to_host)
         self.strict = bool(strict)
         self.modules = list(modules)
+        self.compiled = compiled
         self._push_kw = dict(sample_rows=sample_rows, sample_every=sample_every, seed=seed,
                              softcap=softcap, want_results=want_results)
         if window is not None:
@@ -86,6 +94,7 @@ class monitor(object):
         self._active = False
         self._gpu_off = False
         self._torch = None
+        self._observe = self._observe_eager
 
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
@@ -109,6 +118,11 @@ class monitor(object):
         import torch  # only here: the rest of attnstat never imports it
         import torch.nn.functional as F
         self._torch = torch
+        self._observe = self._observe_eager
+        if self.compiled == "break":
+            disable = getattr(getattr(torch, "compiler", None), "disable", None)
+            if disable is not None:  # a graph break: the push runs eagerly, on real tensors
+                self._observe = disable(self._observe_eager)
         targets = [F] + [m for m in self.modules if m is not F]
         wrapper = self._make_wrapper()
         try:
@@ -184,7 +198,7 @@ class monitor(object):
             self._warned.add(kind)
             warnings.warn("attnstat.torch.monitor: " + msg, RuntimeWarning, stacklevel=4)
 
-    def _observe(self, args, kwargs):
+    def _observe_eager(self, args, kwargs):
         if self._compiling():
             return
         with self._lock:
