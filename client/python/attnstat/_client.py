@@ -121,8 +121,11 @@ class Client(object):
 
         # Scratch structs reused by every push (under the lock).
         self._opts = _lib.PushOpts()
+        lib.attnstat_push_opts_init(ctypes.byref(self._opts))  # push() then sets every field
         self._tq, self._tk, self._tv = _lib.Tensor(), _lib.Tensor(), _lib.Tensor()
         self._seq = ctypes.c_uint64()
+        self._refs = (ctypes.byref(self._opts), ctypes.byref(self._tq), ctypes.byref(self._tk),
+                      ctypes.byref(self._tv), ctypes.byref(self._seq))
 
         self._alert_fn = _lib.ALERT_FN(self._on_alert_c)
         self._result_fn = _lib.RESULT_FN(self._on_result_c)
@@ -216,8 +219,7 @@ class Client(object):
 
         with self._lock:
             self._enter()
-            o = self._opts
-            self._lib.attnstat_push_opts_init(ctypes.byref(o))
+            o = self._opts  # every field is set below
             try:
                 o.step = int(step)
                 o.layer = _u32(layer, "layer")
@@ -231,24 +233,25 @@ class Client(object):
                 o.sample_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
                 o.want_results = 1 if want_results else 0
                 o.cuda_stream = int(stream) if stream else None
+                o.cu_seqlens_q = o.cu_seqlens_k = None
+                o.n_seqs = 0
             except (TypeError, ValueError, OverflowError) as e:
                 raise AttnstatError(_lib.EINVAL, str(e))
             if cu is not None:
                 o.cu_seqlens_q, o.cu_seqlens_k, o.n_seqs = cu[:3]
             dq.fill(self._tq)
             dk.fill(self._tk)
-            pv = None
+            ro, rq, rk, rv, rs = self._refs
             if dv is not None:
                 dv.fill(self._tv)
-                pv = ctypes.byref(self._tv)
+            else:
+                rv = None
             c = self._handle()
             if self._push_ex is not None:
                 self._seq.value = 0
-                rc = self._push_ex(c, ctypes.byref(o), ctypes.byref(self._tq),
-                                   ctypes.byref(self._tk), pv, ctypes.byref(self._seq))
+                rc = self._push_ex(c, ro, rq, rk, rv, rs)
             else:
-                rc = self._lib.attnstat_push(c, ctypes.byref(o), ctypes.byref(self._tq),
-                                             ctypes.byref(self._tk), pv)
+                rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
             o.cu_seqlens_q = o.cu_seqlens_k = None
             self._raise_callback_error()
             if rc == _lib.OK:

@@ -15,6 +15,7 @@ import sys
 from . import _lib
 
 _TYPESTR = {"f4": _lib.F32, "f2": _lib.F16}
+_TYPESTR_FAST = {"<f4": _lib.F32, "<f2": _lib.F16}
 _TORCH_DTYPES = {"torch.float32": _lib.F32, "torch.float16": _lib.F16,
                  "torch.bfloat16": _lib.BF16, "torch.float": _lib.F32, "torch.half": _lib.F16}
 LAYOUTS = ("bhnd", "bnhd")
@@ -39,9 +40,8 @@ class Desc(object):
         t.mem = self.mem
         t.device = self.device
         t.reserved = 0
-        for i in range(4):
-            t.shape[i] = self.shape[i]
-            t.strides[i] = self.strides[i]
+        t.shape[:] = self.shape
+        t.strides[:] = self.strides
 
 
 def _is_torch_like(x):
@@ -93,8 +93,10 @@ def _typestr_dtype(typestr, x, name):
 
 
 def _from_interface(x, iface, mem, name):
-    shape = tuple(int(s) for s in iface["shape"])
-    dtype = _typestr_dtype(iface["typestr"], x, name)
+    shape = tuple(iface["shape"])
+    dtype = _TYPESTR_FAST.get(iface["typestr"])
+    if dtype is None:
+        dtype = _typestr_dtype(iface["typestr"], x, name)
     size = _lib.DTYPE_SIZES[dtype]
     data = iface.get("data")
     if not isinstance(data, tuple) or not data:
@@ -105,20 +107,17 @@ def _from_interface(x, iface, mem, name):
     ptr = int(data[0])
     bstrides = iface.get("strides")
     if bstrides is None:  # C-contiguous
-        strides, acc = [], 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= s
-        strides = tuple(reversed(strides))
-    else:
-        strides = []
-        for i, b in enumerate(bstrides):
-            b = int(b)
-            if b % size:
-                raise TensorError("%s stride %d is %d bytes, not a multiple of the %d-byte "
-                                  "element" % (name, i, b, size))
-            strides.append(b // size)
+        n = len(shape)
+        strides = [1] * n
+        for i in range(n - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
         strides = tuple(strides)
+    else:
+        if any(b % size for b in bstrides):
+            i = [b % size != 0 for b in bstrides].index(True)
+            raise TensorError("%s stride %d is %d bytes, not a multiple of the %d-byte "
+                              "element" % (name, i, bstrides[i], size))
+        strides = tuple(b // size for b in bstrides)
     device, stream = 0, None
     if mem == _lib.MEM_CUDA:
         device = _cuda_device_of(x)
@@ -148,21 +147,14 @@ def describe(x, name="tensor", layout="bhnd"):
     if _is_torch_like(x):
         d = _from_torch(x, name)
     else:
-        d = None
-        iface = None
         try:
-            iface = x.__cuda_array_interface__
-        except AttributeError:
-            pass
+            iface = getattr(x, "__cuda_array_interface__", None)
         except Exception as e:  # e.g. a library that refuses the interface for this tensor
             raise TensorError("%s: __cuda_array_interface__ failed: %s" % (name, e))
         if iface is not None:
             d = _from_interface(x, iface, _lib.MEM_CUDA, name)
         else:
-            try:
-                iface = x.__array_interface__
-            except AttributeError:
-                iface = None
+            iface = getattr(x, "__array_interface__", None)
             if iface is not None:
                 d = _from_interface(x, iface, _lib.MEM_HOST, name)
             elif callable(getattr(x, "numpy", None)):
