@@ -1000,10 +1000,18 @@ static int cli_watch(cli_args *a)
         attnstat_close(c);
         return CLI_EXIT_FAIL;
     }
-    if (a->fmt == OUT_TABLE) {
-        printf("watching alerts from %s (Ctrl-C to stop)\n", a->socket);
-        fflush(stdout);
+    /* A Status round trip: once answered, the daemon has handled the Subscribe before it, so
+     * every alert from now on reaches this watcher. Then say so (on stderr: stdout stays data). */
+    attnstat_daemon_status *ds = malloc(sizeof *ds);
+    attnstat_code sc = ds ? attnstat_status(c, ds, a->timeout_ms) : ATTNSTAT_ENOMEM;
+    free(ds);
+    if (sc != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat: subscribing at %s: %s\n", a->socket,
+                sc == ATTNSTAT_ENOMEM ? "out of memory" : attnstat_last_error(c));
+        attnstat_close(c);
+        return CLI_EXIT_FAIL;
     }
+    fprintf(stderr, "watching alerts from %s (Ctrl-C to stop)\n", a->socket);
     int rc = CLI_EXIT_OK;
     while (!cli_stop) {
         if (attnstat_poll(c, 1000) != ATTNSTAT_OK) {

@@ -833,6 +833,10 @@ attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
                            c->shm_name, (unsigned long long)c->ring_bytes, c->st.last_error);
     if (!c->status_env)
         return client_closed(c);
+    /* The daemon has mapped the ring (it maps at registration, and answered the Status behind it):
+     * the name can go now, so a trainer that dies leaves nothing behind in /dev/shm. */
+    if (shm_unlink(c->shm_name) == 0)
+        c->shm_linked = 0;
     c->hello_done = 1;
     return ATTNSTAT_OK;
 }

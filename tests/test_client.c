@@ -555,6 +555,10 @@ START_TEST(test_push_bytes_exact)
     ck_assert_msg(attnstat_hello(c, "unit", 3, &th, "{\"lr\": 0.1}") == ATTNSTAT_OK, "%s",
                   attnstat_last_error(c));
     ck_assert_int_eq(attnstat_run_id(c), 42);
+    /* the peer mapped the ring at registration: its name is already gone from /dev/shm */
+    ck_assert(p.shm_name[0] == '/');
+    ck_assert_int_lt(shm_open(p.shm_name, O_RDONLY, 0), 0);
+    ck_assert_int_eq(errno, ENOENT);
     ck_assert_int_eq(attnstat_hello(c, "unit", 3, NULL, NULL), ATTNSTAT_ESTATE);
     ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "already"));
     for (int it = 0; it < 300; it++) {

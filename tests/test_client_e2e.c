@@ -353,17 +353,18 @@ START_TEST(test_cli_formats_and_alerts)
               "json", (char *)NULL);
         _exit(127);
     }
-    /* wait until the watcher is connected: the daemon counts it as a client */
-    int64_t deadline = dh_now_ms() + 30000;
+    /* wait until the watcher says it is subscribed (it confirms with a round trip first) */
+    int64_t deadline = dh_now_ms() + 60000;
     for (;;) {
-        cli_result s = run_cli(&d, "--socket", d.sock, "status", "--format", "json");
-        ck_assert_msg(s.status == 0, "status: %s", s.err);
-        int clients = (int)json_num(s.out, "clients");
-        cli_free(&s);
-        if (clients >= 1)
+        char *w = slurp(wout);
+        int ready = strstr(w, "watching alerts from") != NULL;
+        free(w);
+        if (ready)
             break;
-        ck_assert_msg(dh_now_ms() < deadline, "attnstat watch never connected");
-        dh_sleep_ms(50);
+        int st;
+        ck_assert_msg(waitpid(wpid, &st, WNOHANG) == 0, "attnstat watch exited early");
+        ck_assert_msg(dh_now_ms() < deadline, "attnstat watch never subscribed");
+        dh_sleep_ms(20);
     }
 
     /* A run whose ceiling is 1 and whose rules act on one sample: every push raises at once. */
@@ -476,7 +477,7 @@ START_TEST(test_cli_formats_and_alerts)
     cli_free(&r);
 
     /* watch saw the raises and clears as they happened */
-    deadline = dh_now_ms() + 30000;
+    deadline = dh_now_ms() + 60000;
     for (;;) {
         char *w = slurp(wout);
         int n = 0;
