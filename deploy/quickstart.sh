@@ -21,8 +21,16 @@ bash deploy/install-deps.sh
 echo "ok"
 
 say "build ($build)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$jobs" --target attnstatd attnstat_cli attnstat_synth | tail -n 1
+buildlog=$(mktemp "${TMPDIR:-/tmp}/attnstat-build.XXXXXX")
+if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+       cmake --build "$build" -j "$jobs" --target attnstatd attnstat_cli attnstat_synth; } \
+     >"$buildlog" 2>&1; then
+  echo "quickstart: the build failed; the end of its output ($buildlog):" >&2
+  tail -n 40 "$buildlog" >&2
+  exit 1
+fi
+tail -n 1 "$buildlog"
+rm -f "$buildlog"
 
 daemon="$build/daemon/attnstatd"
 cli="$build/client/attnstat"
