@@ -168,7 +168,9 @@ void attnstat_thresholds_init(attnstat_thresholds *t);
 /* Introduces this process to the daemon and registers the shared-memory ring. Waits (up to the
  * connect timeout) for the daemon's answers: it is a start-up call, not a per-step one.
  * run: the run name (NULL: the daemon's default); rank: the process's rank; thresholds and
- * config_json (free text stored with the run) may be NULL. Must be called once, before any push. */
+ * config_json (free text stored with the run) may be NULL. Must be called once, before any push.
+ * Once the daemon has mapped the ring, its name is removed from /dev/shm: a process that dies
+ * leaves nothing behind. */
 attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
                              const attnstat_thresholds *thresholds, const char *config_json);
 
@@ -320,7 +322,7 @@ const char *attnstat_last_error(const attnstat_client *c);
 int attnstat_fd(const attnstat_client *c);
 
 /* Sends what can be sent without waiting, then closes the connection and frees everything
- * (the ring is unmapped and unlinked). Pushes not yet acknowledged are abandoned: call
+ * (the ring is unmapped; its name is removed if hello did not get that far). Pushes not yet acknowledged are abandoned: call
  * attnstat_flush() first to wait for them. c may be NULL. */
 void attnstat_close(attnstat_client *c);
 
