@@ -623,6 +623,329 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
 }
 
+/* ---- the Hopper kernel (wgmma, sm_90a) -------------------------------------------------------- */
+
+/* D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A in registers (each warp its 16 rows, in the
+ * mma.m16n8k16 A layout), B in shared memory (K-major, described by desc); d is this warp's
+ * 16 x 64 slice in the m16n8 accumulator layout. Asynchronous: wgmma_wait() before reading d. */
+template <bool F16>
+static __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], const unsigned (&a)[4],
+                                                       unsigned long long desc, int accumulate)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (F16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void wgmma_wait(float (&d)[8][4])
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %32;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "n"(N) : "memory");
+#endif
+}
+/* Keeps the compiler from moving reads or writes of an accumulator across this point. */
+__device__ __forceinline__ void reg_fence(float (&d)[8][4])
+{
+    asm volatile(""
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 :
+                 : "memory");
+}
+
+__device__ __forceinline__ void fence_proxy_async(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+enum { WG_N = 3, WG_BN = 64, WG_STAGES = 4 };
+
+template <int DP> struct wg_shape {
+    static constexpr int BM = WG_N * 64;        /* sampled rows per CTA: 64 per warpgroup */
+    static constexpr int LDQ = DP + 8;          /* Q pitch (ldmatrix, no conflicts) */
+    static constexpr int KTILE = WG_BN * DP;    /* elements of one K stage */
+    static constexpr size_t smem_bytes =
+        (size_t)WG_STAGES * KTILE * 2 + (size_t)BM * LDQ * 2 + (size_t)BM * sizeof(int);
+};
+
+/* One tile of BN keys in the no-swizzle K-major core-matrix layout that wgmma reads: the 16-byte
+ * chunk c of key n lies at byte ((n / 8) * CH + c) * 128 + (n % 8) * 16. A warp writes 512
+ * contiguous bytes and reads 8 keys x 64 contiguous bytes. Zero past lk and past d. */
+template <int DP>
+static __device__ __forceinline__ void load_k_tile_cm(const kparams &p, const char *krow0,
+                                                      unsigned short *dst, int j0, int lk)
+{
+    constexpr int CH = DP / 8;
+    for (int idx = threadIdx.x; idx < WG_BN * CH; idx += WG_N * 128) {
+        const int n = ((idx >> 3) / CH) * 8 + (idx & 7), c = (idx >> 3) % CH;
+        const int j = j0 + n;
+        int bytes = 0;
+        const char *src = p.k;
+        if (j < lk) {
+            int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = krow0 + ((long long)j * p.ksn + c * 8) * 2;
+        }
+        cp_async16((char *)dst + ((n >> 3) * CH + c) * 128 + (n & 7) * 16, src, bytes);
+    }
+}
+
+/* Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between core
+ * matrices along K), stride byte offset (between groups of 8 rows), all in 16-byte units. */
+__device__ __forceinline__ unsigned long long wg_desc(const void *p, unsigned lbo, unsigned sbo)
+{
+    return (unsigned long long)((smem_u32(p) & 0x3ffffU) >> 4) |
+           ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32);
+}
+
+/* grid (blocks_per_head, Hq), block 384 (3 warpgroups of 64 rows). As stats_mma_kernel, with
+ * Q.K^T issued asynchronously on wgmma: the logits of tile t+1 are computed while the warps fold
+ * tile t (two accumulator sets), and K goes through 4 stages, 2 tiles ahead. */
+template <int DP, bool F16>
+__global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparams p, part *parts)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = wg_shape<DP>;
+    constexpr int BM = S::BM, LDQ = S::LDQ, KS = DP / 16, CH = DP / 8, NTH = WG_N * 128;
+    extern __shared__ __align__(128) unsigned char wg_smem[];
+    unsigned short *sk = (unsigned short *)wg_smem;
+    unsigned short *sq = sk + WG_STAGES * S::KTILE;
+    int *s_row = (int *)(sq + BM * LDQ);
+    __shared__ int s_range[2], s_wg[WG_N][2];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int wg = warp >> 2;
+    const int h = blockIdx.y, x = blockIdx.x;
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    if (!cta_sequence(p, x, &si)) {
+        if (tid == 0)
+            parts[(long long)h * p.blocks_per_head + x] = acc;
+        return;
+    }
+    const int kvh = h / p.group;
+    const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
+                               (long long)si.q0 * p.qsn) * 2;
+    const char *krow0 = p.k + ((long long)si.tb * p.ksb + (long long)kvh * p.ksh +
+                               (long long)si.k0 * p.ksn) * 2;
+
+    if (tid == 0)
+        s_range[0] = 0x7fffffff, s_range[1] = -1;
+    if (tid < WG_N)
+        s_wg[tid][0] = 0x7fffffff, s_wg[tid][1] = -1;
+    for (int r = tid; r < BM; r += NTH) {
+        int j = si.blk * BM + r;
+        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+                                                            p.sample_every, p.sample_rows, p.seed)
+                                : -1;
+    }
+    __syncthreads();
+    for (int r = tid; r < BM; r += NTH) {
+        if (s_row[r] >= 0) {
+            int lo, hi;
+            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            if (lo <= hi) {
+                atomicMin(&s_range[0], lo);
+                atomicMax(&s_range[1], hi);
+            }
+        }
+    }
+    for (int idx = tid; idx < BM * CH; idx += NTH) {
+        int r = idx / CH, c = idx - r * CH;
+        int i = s_row[r], bytes = 0;
+        const char *src = p.q;
+        if (i >= 0) {
+            int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+        }
+        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+    }
+    cp_async_commit();
+
+    /* this thread's rows: warp*16 + hr*8 + g */
+    int lo[1][2], hi[1][2];
+    int wlo_min = 0x7fffffff, wlo_max = -1, whi_min = 0x7fffffff, whi_max = -1;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int i = s_row[warp * 16 + hr * 8 + g];
+        lo[0][hr] = 1, hi[0][hr] = 0;
+        if (i >= 0)
+            visible_range(p, i, si.lq, si.lk, &lo[0][hr], &hi[0][hr]);
+        if (lo[0][hr] <= hi[0][hr]) {
+            wlo_min = min(wlo_min, lo[0][hr]), wlo_max = max(wlo_max, lo[0][hr]);
+            whi_min = min(whi_min, hi[0][hr]), whi_max = max(whi_max, hi[0][hr]);
+        }
+    }
+    for (int m = 4; m < 32; m <<= 1) {
+        wlo_min = min(wlo_min, __shfl_xor_sync(0xffffffffu, wlo_min, m));
+        wlo_max = max(wlo_max, __shfl_xor_sync(0xffffffffu, wlo_max, m));
+        whi_min = min(whi_min, __shfl_xor_sync(0xffffffffu, whi_min, m));
+        whi_max = max(whi_max, __shfl_xor_sync(0xffffffffu, whi_max, m));
+    }
+    if (lane == 0 && whi_max >= 0) {
+        atomicMin(&s_wg[wg][0], wlo_min);
+        atomicMax(&s_wg[wg][1], whi_max);
+    }
+    __syncthreads(); /* s_range, s_wg final */
+    const int t_first = s_range[1] >= 0 ? s_range[0] / WG_BN : 0;
+    const int t_last = s_range[1] >= 0 ? s_range[1] / WG_BN : -1;
+    const int ntiles = (t_last - t_first + 2) & ~1, t_end = t_first + ntiles - 1;
+    for (int st = 0; st < 2; st++) {
+        if (t_first + st <= t_end)
+            load_k_tile_cm<DP>(p, krow0, sk + st * S::KTILE, (t_first + st) * WG_BN, si.lk);
+        cp_async_commit();
+    }
+    cp_async_wait<2>(); /* Q has landed */
+    __syncthreads();
+    unsigned qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+        ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+
+    float M[1][2], l[1][2][2], W[1][2][2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        M[0][hr] = -INFINITY;
+        l[0][hr][0] = l[0][hr][1] = W[0][hr][0] = W[0][hr][1] = 0.0f;
+    }
+    float sa[1][8][4], sb[1][8][4];
+
+    auto fold = [&](float (&s)[1][8][4], int t) {
+        const int j0 = t * WG_BN, j1 = j0 + WG_BN - 1;
+        if (j0 > whi_max || j1 < wlo_min)
+            return; /* no row of this warp sees the tile */
+        const bool full = j0 >= wlo_max && j1 <= whi_min;
+        if (p.softcap) {
+            if (full)
+                fold_tile<1, true, false>(p, s, M, l, W, lo, hi, j0, tq);
+            else
+                fold_tile<1, true, true>(p, s, M, l, W, lo, hi, j0, tq);
+        } else {
+            if (full)
+                fold_tile<1, false, false>(p, s, M, l, W, lo, hi, j0, tq);
+            else
+                fold_tile<1, false, true>(p, s, M, l, W, lo, hi, j0, tq);
+        }
+    };
+    /* issue tile it into cur, then fold tile it-1 (in prev) while the tensor cores work */
+    auto step = [&](int it, float (&cur)[1][8][4], float (&prev)[1][8][4]) {
+        const int t = t_first + it;
+        cp_async_wait<1>();
+        fence_proxy_async(); /* cp.async data -> visible to the tensor cores (async proxy) */
+        __syncthreads();
+        if (t + 2 <= t_end)
+            load_k_tile_cm<DP>(p, krow0, sk + ((it + 2) % WG_STAGES) * S::KTILE, (t + 2) * WG_BN,
+                               si.lk);
+        cp_async_commit();
+        /* issued for every tile of the CTA's range (a warpgroup-dependent skip would make the
+         * compiler serialise the wgmma); the fold skips what its rows do not see */
+        const unsigned short *kt = sk + (it % WG_STAGES) * S::KTILE;
+        reg_fence(cur[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            wgmma_m64n64k16<F16>(cur[0], qf[ks], wg_desc(kt + ks * 128, 128, CH * 128), ks > 0);
+        wgmma_commit();
+        reg_fence(cur[0]);
+        wgmma_wait<1>(prev[0]);
+        reg_fence(prev[0]);
+        if (it > 0)
+            fold(prev, t - 1);
+    };
+    /* Tiles in pairs, with no branch around a wgmma: a wgmma or wait on a path the compiler cannot
+     * prove uniform makes it serialise them all. An odd count gets one more tile past the range,
+     * which every warp's fold skips. */
+    for (int it = 0; it < ntiles; it += 2) {
+        step(it, sa, sb);
+        step(it + 1, sb, sa);
+        /* nothing in flight across the loop's back edge (else the compiler serialises every
+         * wgmma); sb's tile ran while the warps folded sa's, so this wait is short */
+        wgmma_wait<0>(sb[0]);
+        reg_fence(sb[0]);
+    }
+    wgmma_wait<0>(sa[0]);
+    wgmma_wait<0>(sb[0]);
+    if (ntiles > 0)
+        fold(sb, t_end); /* an even count: the last tile is in sb */
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float lr = l[0][hr][0] + l[0][hr][1], wr = W[0][hr][0] + W[0][hr][1];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        wr += __shfl_xor_sync(0xffffffffu, wr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        wr += __shfl_xor_sync(0xffffffffu, wr, 2);
+        int i = s_row[warp * 16 + hr * 8 + g];
+        if (tq == 0 && i >= 0) {
+            long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr);
+        }
+    }
+    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+#endif
+}
+
 /* ---- the CUDA-core kernel ------------------------------------------------------------------ */
 
 enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
@@ -750,6 +1073,8 @@ enum { N_VARIANTS = 5 };
 struct stats_cuda {
     int device;
     int sm_count;
+    int cc_major;
+    int wg_ok;                  /* the Hopper kernels can run here */
     int variant_ok[N_VARIANTS]; /* fits the device's shared memory */
     stats_cuda_path path;
     void *ws;          /* device workspace */
@@ -796,6 +1121,27 @@ static const mma_variant k_variants[] = {
 };
 
 static_assert(sizeof k_variants / sizeof k_variants[0] == N_VARIANTS, "variant table");
+
+struct wg_variant {
+    int dp;
+    mma_kernel_fn bf16, f16;
+    size_t smem;
+};
+
+#define WG_VARIANT(DP)                                                                             \
+    { DP, stats_wgmma_kernel<DP, false>, stats_wgmma_kernel<DP, true>, wg_shape<DP>::smem_bytes }
+
+static const wg_variant k_wg_variants[] = {WG_VARIANT(64), WG_VARIANT(128)};
+
+static const wg_variant *pick_wg(const stats_cuda *ctx, const stats_problem *p)
+{
+    if (ctx->path != STATS_CUDA_PATH_AUTO || !ctx->wg_ok || p->head_dim <= 32)
+        return NULL;
+    for (size_t i = 0; i < sizeof k_wg_variants / sizeof k_wg_variants[0]; i++)
+        if (p->head_dim <= k_wg_variants[i].dp)
+            return &k_wg_variants[i];
+    return NULL;
+}
 
 static const mma_variant *pick_variant(const stats_cuda *ctx, int d)
 {
@@ -885,6 +1231,22 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->sm_count = sms;
     c->path = STATS_CUDA_PATH_AUTO;
     memcpy(c->variant_ok, ok, sizeof ok);
+    c->cc_major = major;
+    c->wg_ok = 0;
+    if (major == 9) { /* the sm_90a binary: Hopper only */
+        c->wg_ok = 1;
+        for (size_t i = 0; i < sizeof k_wg_variants / sizeof k_wg_variants[0]; i++) {
+            const wg_variant *w = &k_wg_variants[i];
+            cudaError_t e1 = cudaFuncSetAttribute(w->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)w->smem);
+            cudaError_t e2 = cudaFuncSetAttribute(w->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)w->smem);
+            if (e1 != cudaSuccess || e2 != cudaSuccess || w->smem + 1024 > (size_t)smem_optin) {
+                cudaGetLastError();
+                c->wg_ok = 0; /* mma.sync serves every head_dim then */
+            }
+        }
+    }
     *out = c;
     return STATS_OK;
 }
@@ -913,7 +1275,8 @@ extern "C" void stats_cuda_set_path(stats_cuda *ctx, stats_cuda_path path)
 
 /* Launch plan of one problem. */
 struct plan {
-    const mma_variant *v; /* NULL: CUDA-core kernel */
+    const wg_variant *w;  /* Hopper kernel, or NULL */
+    const mma_variant *v; /* mma.sync kernel, or NULL; both NULL: CUDA-core kernel */
     int rows_per_cta, nblk, blocks_per_head;
     size_t parts_off, off_off, heads_off, bytes;
 };
@@ -922,9 +1285,10 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
                               stats_error *err)
 {
     memset(pl, 0, sizeof *pl);
-    pl->v = ctx->path == STATS_CUDA_PATH_AUTO && mma_ok(ctx, p) ? pick_variant(ctx, p->head_dim)
-                                                                 : NULL;
-    pl->rows_per_cta = pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
+    const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && mma_ok(ctx, p);
+    pl->w = tc ? pick_wg(ctx, p) : NULL;
+    pl->v = tc && !pl->w ? pick_variant(ctx, p->head_dim) : NULL;
+    pl->rows_per_cta = pl->w ? WG_N * 64 : pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
     const int packed = p->cu_seqlens_q != NULL;
     long long bph;
     if (!packed) {
@@ -1028,7 +1392,12 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
          "mma.sync f16 d256"}};
     if (!ctx || !p)
         return "none";
-    if (ctx->path == STATS_CUDA_PATH_AUTO && mma_ok(ctx, p)) {
+    static const char *wg_names[2][2] = {{"wgmma bf16 d64", "wgmma bf16 d128"},
+                                         {"wgmma f16 d64", "wgmma f16 d128"}};
+    if (ctx->path != STATS_CUDA_PATH_GENERIC && mma_ok(ctx, p)) {
+        const wg_variant *w = pick_wg(ctx, p);
+        if (w)
+            return wg_names[p->dtype == STATS_F16][w - k_wg_variants];
         const mma_variant *v = pick_variant(ctx, p->head_dim);
         return names[p->dtype == STATS_F16][v - k_variants];
     }
@@ -1099,7 +1468,11 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         CUDA_TRY(cudaGetLastError(), "launch of packed_offsets_kernel");
     }
     dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
-    if (pl.v) {
+    if (pl.w) {
+        mma_kernel_fn fn = p->dtype == STATS_F16 ? pl.w->f16 : pl.w->bf16;
+        fn<<<grid, WG_N * 128, pl.w->smem, s>>>(k, parts);
+        CUDA_TRY(cudaGetLastError(), "launch of stats_wgmma_kernel");
+    } else if (pl.v) {
         mma_kernel_fn fn = p->dtype == STATS_F16 ? pl.v->f16 : pl.v->bf16;
         fn<<<grid, MMA_WARPS * 32, pl.v->smem, s>>>(k, parts);
         CUDA_TRY(cudaGetLastError(), "launch of stats_mma_kernel");

@@ -12,9 +12,10 @@
  * What is computed: exactly stats_cpu()'s stats_head and per-row outputs (stats.h), in float32 on
  * the device with the shifted accumulator of DESIGN.md and the true row max, reduced per head in a
  * fixed order (the results do not depend on scheduling). Q.K^T runs on the tensor cores
- * (mma.sync, bf16/f16 in, f32 accumulation) when dtype is bf16 or f16, the data are 16-byte
- * aligned and the strides are multiples of 8 elements; everything else (f32 inputs, odd strides)
- * takes a CUDA-core path that gives the same results more slowly.
+ * (bf16/f16 in, f32 accumulation) when dtype is bf16 or f16, the data are 16-byte aligned and the
+ * strides are multiples of 8 elements: wgmma on Hopper for head_dim 33..128, mma.sync otherwise
+ * (and on Ampere); everything else (f32 inputs, odd strides) takes a CUDA-core path that gives the
+ * same results more slowly.
  *
  * Device pointers: p->q.ptr, p->k.ptr, p->cu_seqlens_q/k, row_entropy, row_maxlogit, heads_dev.
  * Packed offsets are read on the device only: the caller validates them on the host first
@@ -38,6 +39,7 @@ typedef struct stats_cuda stats_cuda;
 typedef enum {
     STATS_CUDA_PATH_AUTO = 0,    /* tensor cores when the problem allows it, else CUDA cores */
     STATS_CUDA_PATH_GENERIC = 1, /* always the CUDA-core path (slow; a cross-check) */
+    STATS_CUDA_PATH_MMA_SYNC = 2, /* tensor cores through mma.sync only, also on Hopper (no wgmma) */
 } stats_cuda_path;
 
 /* 1 when this build has the CUDA backend, 0 otherwise. */
