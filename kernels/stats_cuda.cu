@@ -714,7 +714,9 @@ __device__ __forceinline__ void fence_proxy_async(void)
 #endif
 }
 
-enum { WG_N = 3, WG_BN = 64, WG_STAGES = 4 };
+/* K stages: PF tiles are in flight ahead of the one being multiplied, and the stage of the tile
+ * being folded is not overwritten (STAGES = PF + 2). */
+enum { WG_N = 3, WG_BN = 64, WG_STAGES = 4, WG_PF = WG_STAGES - 2 };
 
 template <int DP> struct wg_shape {
     static constexpr int BM = WG_N * 64;        /* sampled rows per CTA: 64 per warpgroup */
@@ -757,7 +759,7 @@ __device__ __forceinline__ unsigned long long wg_desc(const void *p, unsigned lb
 
 /* grid (blocks_per_head, Hq), block 384 (3 warpgroups of 64 rows). As stats_mma_kernel, with
  * Q.K^T issued asynchronously on wgmma: the logits of tile t+1 are computed while the warps fold
- * tile t (two accumulator sets), and K goes through 4 stages, 2 tiles ahead. */
+ * tile t (two accumulator sets), and K goes through WG_STAGES stages, WG_PF tiles ahead. */
 template <int DP, bool F16>
 __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparams p, part *parts)
 {
@@ -850,12 +852,12 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
     const int t_first = s_range[1] >= 0 ? s_range[0] / WG_BN : 0;
     const int t_last = s_range[1] >= 0 ? s_range[1] / WG_BN : -1;
     const int ntiles = (t_last - t_first + 2) & ~1, t_end = t_first + ntiles - 1;
-    for (int st = 0; st < 2; st++) {
+    for (int st = 0; st < WG_PF; st++) {
         if (t_first + st <= t_end)
             load_k_tile_cm<DP>(p, krow0, sk + st * S::KTILE, (t_first + st) * WG_BN, si.lk);
         cp_async_commit();
     }
-    cp_async_wait<2>(); /* Q has landed */
+    cp_async_wait<WG_PF>(); /* Q has landed */
     __syncthreads();
     unsigned qf[KS][4];
 #pragma unroll
@@ -890,12 +892,12 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
     /* issue tile it into cur, then fold tile it-1 (in prev) while the tensor cores work */
     auto step = [&](int it, float (&cur)[1][8][4], float (&prev)[1][8][4]) {
         const int t = t_first + it;
-        cp_async_wait<1>();
+        cp_async_wait<WG_PF - 1>();
         fence_proxy_async(); /* cp.async data -> visible to the tensor cores (async proxy) */
         __syncthreads();
-        if (t + 2 <= t_end)
-            load_k_tile_cm<DP>(p, krow0, sk + ((it + 2) % WG_STAGES) * S::KTILE, (t + 2) * WG_BN,
-                               si.lk);
+        if (t + WG_PF <= t_end)
+            load_k_tile_cm<DP>(p, krow0, sk + ((it + WG_PF) % WG_STAGES) * S::KTILE,
+                               (t + WG_PF) * WG_BN, si.lk);
         cp_async_commit();
         /* issued for every tile of the CTA's range (a warpgroup-dependent skip would make the
          * compiler serialise the wgmma); the fold skips what its rows do not see */
