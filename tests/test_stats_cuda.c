@@ -173,7 +173,7 @@ static int close_rel(double got, double ref, double rel, double abs_tol)
     return fabs(got - ref) <= rel * fabs(ref) + abs_tol;
 }
 
-/* path: the kernel family to use (AUTO picks wgmma on Hopper; MMA_SYNC checks the other one) */
+/* path: the kernel family to use (WGMMA: the Hopper kernel where it applies; MMA_SYNC the other) */
 static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 {
     rng r = {g_seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(iter + 1))};
@@ -342,6 +342,13 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 
 START_TEST(test_against_cpu)
 {
+    /* the Hopper kernel where the GPU has it (AUTO would pick mma.sync for these small grids) */
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_WGMMA);
+}
+END_TEST
+
+START_TEST(test_auto_against_cpu)
+{
     run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_AUTO);
 }
 END_TEST
@@ -435,6 +442,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
     tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
+    tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
     tcase_add_test(tc, test_async_matches_sync);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
