@@ -6,7 +6,12 @@
  * free ring space), the tensors are copied into a ring block, and the Push frame is written with
  * MSG_DONTWAIT. What the socket does not take goes to a bounded outgoing queue, flushed on every
  * later call. A push that finds no ring block, no in-flight slot or no queue room is dropped and
- * counted: nothing here ever waits except hello, status and flush, which say so. */
+ * counted: nothing here ever waits except hello, status and flush, which say so.
+ *
+ * CUDA tensors go through libgpu.c (zero-copy by IPC handle, or staged on the device); the push's
+ * in-flight slot keeps what it holds (event, staging block, exported allocations) until the
+ * daemon's Release, a non-OK Ack or the loss of the connection, which also call the release
+ * callback once for pushes that referenced the caller's memory. */
 #include "attnstat.h"
 
 #include <errno.h>
@@ -26,6 +31,7 @@
 
 #include "frame.h"
 #include "libgather.h"
+#include "libgpu.h"
 #include "libring.h"
 
 #define CLIENT_RING_DEFAULT (64ull << 20)
@@ -39,6 +45,9 @@ typedef struct {
     uint64_t seq; /* 0: free slot */
     int64_t step;
     uint32_t layer;
+    uint8_t held;      /* the daemon reads the caller's memory (zero-copy CUDA) */
+    uint8_t released;  /* Release (or its equivalent) handled */
+    gpu_hold gh;       /* GPU resources of the push */
 } client_inflight;
 
 struct attnstat_client {
@@ -82,6 +91,11 @@ struct attnstat_client {
     void *result_user;
     attnstat_ack_fn ack_fn;
     void *ack_user;
+    attnstat_release_fn release_fn;
+    void *release_user;
+
+    gpu_state *gpu;          /* made at the first CUDA push */
+    int released_all;        /* the connection is lost and every push was released */
 };
 
 /* ---- Small helpers ---------------------------------------------------------------------------- */
@@ -489,10 +503,52 @@ static void client_deliver_results(attnstat_client *c, uint64_t seq, int64_t ste
     free(r);
 }
 
+/* The daemon no longer reads push f's memory: GPU resources back to their pools, and the release
+ * callback for pushes that referenced the caller's memory. Once per push. */
+static void client_release_slot(attnstat_client *c, client_inflight *f)
+{
+    if (f->released)
+        return;
+    f->released = 1;
+    if (f->gh.dev >= 0) {
+        gpu_release(c->gpu, f->seq, &f->gh);
+        f->gh.dev = -1;
+    }
+    if (f->held) {
+        f->held = 0;
+        c->st.releases_pending--;
+        if (c->release_fn)
+            c->release_fn(c->release_user, f->seq);
+    }
+}
+
+static client_inflight *client_slot(attnstat_client *c, uint64_t seq)
+{
+    client_inflight *f = c->inflight ? &c->inflight[seq & (CLIENT_MAX_INFLIGHT - 1)] : NULL;
+    return f && seq != 0 && f->seq == seq ? f : NULL;
+}
+
 static void client_free_seq(attnstat_client *c, uint64_t seq)
 {
-    if (ring_release(&c->ring, seq) == 0)
+    client_inflight *f = client_slot(c, seq);
+    int counted = ring_release(&c->ring, seq) == 0;
+    if (f && !f->released) {
+        counted |= f->gh.dev >= 0;
+        client_release_slot(c, f);
+    }
+    if (counted)
         c->st.released++;
+}
+
+/* The connection is gone: nothing will be read any more; every push is released (once). */
+static void client_release_all(attnstat_client *c)
+{
+    if (!c->closed || c->released_all || !c->inflight)
+        return;
+    c->released_all = 1;
+    for (uint32_t i = 0; i < CLIENT_MAX_INFLIGHT; i++)
+        if (c->inflight[i].seq != 0)
+            client_release_slot(c, &c->inflight[i]);
 }
 
 static void client_on_ack(attnstat_client *c, const Attnstat__Ack *a)
@@ -505,6 +561,7 @@ static void client_on_ack(attnstat_client *c, const Attnstat__Ack *a)
     }
     int64_t step = f->step;
     uint32_t layer = f->layer;
+    client_release_slot(c, f); /* a non-OK Ack releases; after a Release this does nothing */
     f->seq = 0;
     c->st.in_flight--;
     /* A non-OK Ack releases without a Release; an OK Ack after its Release frees nothing. */
@@ -582,6 +639,8 @@ static int client_handle(attnstat_client *c, Attnstat__Envelope *env)
         c->wait_error = env->error->code ? (int)env->error->code : -1;
         c->wait_error_has_ref = env->error->has_ref;
         c->wait_error_ref = env->error->ref;
+        if (env->error->has_ref)
+            gpu_on_refused(c->gpu, env->error->ref, env->error->message);
         return 0;
     default:
         return 0; /* messages meant for the daemon, or from a newer protocol: ignored */
@@ -738,9 +797,23 @@ static int client_have_status(const attnstat_client *c)
 attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
                              const attnstat_thresholds *th, const char *config_json)
 {
+    return attnstat_hello_ex(c, run, rank, th, config_json, NULL, 0);
+}
+
+attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t rank,
+                                const attnstat_thresholds *th, const char *config_json,
+                                const char *const *device_uuids, int32_t n_devices)
+{
     if (!c)
         return ATTNSTAT_EINVAL;
     c->err[0] = '\0';
+    if (n_devices < 0 || n_devices > 64 || (n_devices > 0 && !device_uuids))
+        return client_fail(c, ATTNSTAT_EINVAL, "n_devices is %d: must be 0..64, with device_uuids "
+                           "given when > 0", n_devices);
+    for (int32_t i = 0; i < n_devices; i++)
+        if (!device_uuids[i] || strlen(device_uuids[i]) == 0 || strlen(device_uuids[i]) > 63)
+            return client_fail(c, ATTNSTAT_EINVAL, "device_uuids[%d] must be a UUID such as "
+                               "\"GPU-xxxxxxxx-...\" (attnstat_cuda_device_uuid)", i);
     if (c->hello_sent)
         return client_fail(c, ATTNSTAT_ESTATE, "attnstat_hello was already called on this client");
     if (c->closed)
@@ -784,6 +857,8 @@ attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
     h.host = host;
     h.thresholds = th ? &t : NULL;
     h.config = (char *)config_json;
+    h.n_device_uuids = (size_t)n_devices;
+    h.device_uuids = (char **)device_uuids;
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
     env.hello = &h;
@@ -852,10 +927,7 @@ static attnstat_code client_check_tensor(attnstat_client *c, const attnstat_tens
 {
     if (!t)
         return client_fail(c, ATTNSTAT_EINVAL, "%s is NULL", name);
-    if (t->mem == ATTNSTAT_MEM_CUDA)
-        return client_fail(c, ATTNSTAT_ENOTSUP,
-                           "%s is CUDA memory: this libattnstat has only the host path", name);
-    if (t->mem != ATTNSTAT_MEM_HOST)
+    if (t->mem != ATTNSTAT_MEM_HOST && t->mem != ATTNSTAT_MEM_CUDA)
         return client_fail(c, ATTNSTAT_EINVAL, "%s has an unknown memory kind %d", name, t->mem);
     if (attnstat_dtype_size((attnstat_dtype)t->dtype) == 0)
         return client_fail(c, ATTNSTAT_EINVAL, "%s has an unknown dtype %d (f32=0, f16=1, bf16=2)",
@@ -889,6 +961,12 @@ static attnstat_code client_check_push(attnstat_client *c, const attnstat_push_o
         return rc;
     if (v && (rc = client_check_tensor(c, v, "v")))
         return rc;
+    if (k->mem != q->mem || (v && v->mem != q->mem))
+        return client_fail(c, ATTNSTAT_ENOTSUP,
+                           "q is %s memory but %s is %s memory: the tensors of one push must be all "
+                           "in CUDA memory or all in host memory",
+                           q->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host", k->mem != q->mem ? "k" : "v",
+                           q->mem == ATTNSTAT_MEM_CUDA ? "host" : "CUDA");
     if (q->dtype != k->dtype)
         return client_fail(c, ATTNSTAT_EINVAL, "q and k have different dtypes (%d and %d)",
                            q->dtype, k->dtype);
@@ -974,16 +1052,72 @@ static uint64_t client_align(uint64_t n)
     return (n + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN;
 }
 
+/* The Push fields that come from the options. */
+static void client_fill_push(Attnstat__Push *p, const attnstat_push_opts *o, uint64_t seq)
+{
+    p->seq = seq;
+    p->step = o->step;
+    p->layer = o->layer;
+    p->has_causal = o->causal != 0;
+    p->causal = o->causal != 0;
+    p->has_window_left = o->window_left >= 0;
+    p->window_left = o->window_left;
+    p->has_window_right = o->window_right >= 0;
+    p->window_right = o->window_right;
+    p->has_softcap = o->softcap != 0;
+    p->softcap = o->softcap;
+    p->has_scale = o->scale != 0;
+    p->scale = o->scale;
+    if (o->cu_seqlens_q) {
+        p->n_cu_seqlens_q = p->n_cu_seqlens_k = (size_t)o->n_seqs + 1;
+        p->cu_seqlens_q = (int32_t *)o->cu_seqlens_q;
+        p->cu_seqlens_k = (int32_t *)o->cu_seqlens_k;
+    }
+    p->has_sample_every = o->sample_every > 1;
+    p->sample_every = o->sample_every;
+    p->has_sample_rows = o->sample_rows > 0;
+    p->sample_rows = o->sample_rows;
+    p->has_sample_seed = o->sample_rows > 0;
+    p->sample_seed = o->sample_seed;
+    p->has_want_results = o->want_results != 0;
+    p->want_results = o->want_results != 0;
+}
+
+static attnstat_code client_emit(void *ctx, const Attnstat__Envelope *env)
+{
+    return client_send(ctx, env, 0);
+}
+
+static attnstat_code client_push_cuda(attnstat_client *c, const attnstat_push_opts *o,
+                                      const attnstat_tensor *const *ts, int nt, uint64_t seq,
+                                      client_inflight *slot, uint64_t *seq_out);
+
 attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
                             const attnstat_tensor *q, const attnstat_tensor *k,
                             const attnstat_tensor *v)
 {
+    return attnstat_push_ex(c, o, q, k, v, NULL);
+}
+
+attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
+                               const attnstat_tensor *q, const attnstat_tensor *k,
+                               const attnstat_tensor *v, uint64_t *seq_out)
+{
+    if (seq_out)
+        *seq_out = 0;
     if (!c)
         return ATTNSTAT_EINVAL;
     c->err[0] = '\0';
     attnstat_code rc = client_check_push(c, o, q, k, v);
     if (rc != ATTNSTAT_OK)
         return rc;
+    int cuda = q->mem == ATTNSTAT_MEM_CUDA;
+    if (cuda) {
+        if (!c->gpu && gpu_built())
+            c->gpu = gpu_new();
+        if ((rc = gpu_available(c->gpu, c->err, sizeof c->err)) != ATTNSTAT_OK)
+            return rc;
+    }
     if (!c->hello_done)
         return client_fail(c, ATTNSTAT_ESTATE, "push before a successful attnstat_hello");
     c->st.pushed++;
@@ -993,7 +1127,8 @@ attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
     }
     if (c->closed) {
         c->st.dropped_local++;
-        return ATTNSTAT_ECLOSED;
+        client_release_all(c);
+        return client_closed(c);
     }
     /* Cheap early test: a queue already over its bound drops before any copy. */
     if (client_oq_len(c) + 1024 > c->oq_limit && client_oq_len(c) > 0)
@@ -1004,6 +1139,8 @@ attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
         return client_drop(c, 0); /* CLIENT_MAX_INFLIGHT pushes unacknowledged */
 
     const attnstat_tensor *ts[3] = {q, k, v};
+    if (cuda)
+        return client_push_cuda(c, o, ts, v ? 3 : 2, seq, slot, seq_out);
     gather_plan plans[3];
     uint64_t offs[3] = {0, 0, 0}, total = 0;
     int nt = v ? 3 : 2;
@@ -1040,35 +1177,10 @@ attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
     for (int i = 0; i < nt; i++)
         client_tensor_ref(&refs[i], shapes[i], strides[i], ts[i], &plans[i], offs[i]);
     Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-    p.seq = seq;
-    p.step = o->step;
-    p.layer = o->layer;
+    client_fill_push(&p, o, seq);
     p.q = &refs[0];
     p.k = &refs[1];
     p.v = v ? &refs[2] : NULL;
-    p.has_causal = o->causal != 0;
-    p.causal = o->causal != 0;
-    p.has_window_left = o->window_left >= 0;
-    p.window_left = o->window_left;
-    p.has_window_right = o->window_right >= 0;
-    p.window_right = o->window_right;
-    p.has_softcap = o->softcap != 0;
-    p.softcap = o->softcap;
-    p.has_scale = o->scale != 0;
-    p.scale = o->scale;
-    if (o->cu_seqlens_q) {
-        p.n_cu_seqlens_q = p.n_cu_seqlens_k = (size_t)o->n_seqs + 1;
-        p.cu_seqlens_q = (int32_t *)o->cu_seqlens_q;
-        p.cu_seqlens_k = (int32_t *)o->cu_seqlens_k;
-    }
-    p.has_sample_every = o->sample_every > 1;
-    p.sample_every = o->sample_every;
-    p.has_sample_rows = o->sample_rows > 0;
-    p.sample_rows = o->sample_rows;
-    p.has_sample_seed = o->sample_rows > 0;
-    p.sample_seed = o->sample_seed;
-    p.has_want_results = o->want_results != 0;
-    p.want_results = o->want_results != 0;
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
     env.push = &p;
@@ -1087,8 +1199,90 @@ attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
     slot->seq = seq;
     slot->step = o->step;
     slot->layer = o->layer;
+    slot->held = 0;
+    slot->released = 0;
+    slot->gh.dev = -1;
     c->st.sent++;
     c->st.in_flight++;
+    return ATTNSTAT_OK;
+}
+
+/* A push of CUDA tensors: libgpu resolves them (zero-copy or staged) and records the event; the
+ * Push names the buffers and the event. */
+static attnstat_code client_push_cuda(attnstat_client *c, const attnstat_push_opts *o,
+                                      const attnstat_tensor *const *ts, int nt, uint64_t seq,
+                                      client_inflight *slot, uint64_t *seq_out)
+{
+    gpu_loc loc[3];
+    gpu_hold gh;
+    uint32_t event_id = 0;
+    int zero_copy = 0;
+    attnstat_code rc = gpu_prepare(c->gpu, ts, nt, o->cuda_stream, seq, client_emit, c, loc,
+                                   &event_id, &gh, &zero_copy, &c->st, c->err, sizeof c->err);
+    if (rc != ATTNSTAT_OK) {
+        if (rc == ATTNSTAT_DROPPED || rc == ATTNSTAT_ECLOSED)
+            c->st.dropped_local++;
+        if (rc == ATTNSTAT_ECLOSED) {
+            client_release_all(c);
+            return client_closed(c);
+        }
+        return rc;
+    }
+    Attnstat__TensorRef refs[3];
+    uint64_t shapes[3][4], strides[3][4];
+    for (int i = 0; i < nt; i++) {
+        attnstat__tensor_ref__init(&refs[i]);
+        refs[i].buffer_id = loc[i].buffer_id;
+        refs[i].offset = loc[i].offset;
+        refs[i].dtype = (Attnstat__Dtype)ts[i]->dtype;
+        for (int j = 0; j < 4; j++) {
+            shapes[i][j] = (uint64_t)ts[i]->shape[j];
+            strides[i][j] = (uint64_t)ts[i]->strides[j];
+        }
+        refs[i].n_shape = refs[i].n_strides = 4;
+        refs[i].shape = shapes[i];
+        refs[i].strides = strides[i];
+    }
+    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+    client_fill_push(&p, o, seq);
+    p.q = &refs[0];
+    p.k = &refs[1];
+    p.v = nt > 2 ? &refs[2] : NULL;
+    p.has_event_id = 1;
+    p.event_id = event_id;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
+    env.push = &p;
+    rc = client_send(c, &env, 1);
+    if (rc != ATTNSTAT_OK) {
+        gpu_release(c->gpu, seq, &gh);
+        if (zero_copy)
+            c->st.cuda_zero_copy--;
+        else
+            c->st.cuda_staged--;
+        if (rc == ATTNSTAT_DROPPED)
+            return client_drop(c, 0);
+        c->st.dropped_local++;
+        if (rc == ATTNSTAT_ECLOSED) {
+            client_release_all(c);
+            return client_closed(c);
+        }
+        return rc;
+    }
+    c->next_seq++;
+    slot->seq = seq;
+    slot->step = o->step;
+    slot->layer = o->layer;
+    slot->held = (uint8_t)(zero_copy != 0);
+    slot->released = 0;
+    slot->gh = gh;
+    c->st.sent++;
+    c->st.in_flight++;
+    if (zero_copy) {
+        c->st.releases_pending++;
+        if (seq_out)
+            *seq_out = seq;
+    }
     return ATTNSTAT_OK;
 }
 
@@ -1117,6 +1311,34 @@ void attnstat_set_ack_callback(attnstat_client *c, attnstat_ack_fn fn, void *use
     }
 }
 
+void attnstat_set_release_callback(attnstat_client *c, attnstat_release_fn fn, void *user)
+{
+    if (c) {
+        c->release_fn = fn;
+        c->release_user = user;
+    }
+}
+
+const char *attnstat_version(void)
+{
+    return gpu_built() ? ATTNSTAT_VERSION "+cuda" : ATTNSTAT_VERSION;
+}
+
+attnstat_code attnstat_cuda_device_uuid(int32_t device, char *buf, size_t len, attnstat_error *err)
+{
+    char msg[256];
+    if (!buf)
+        return err_fail(err, ATTNSTAT_EINVAL, "attnstat_cuda_device_uuid: buf is NULL");
+    attnstat_code rc = gpu_device_uuid(device, buf, len, msg, sizeof msg);
+    if (rc != ATTNSTAT_OK)
+        return err_fail(err, rc, "%s", msg);
+    if (err) {
+        err->code = 0;
+        err->msg[0] = '\0';
+    }
+    return ATTNSTAT_OK;
+}
+
 attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results)
 {
     if (!c)
@@ -1138,8 +1360,10 @@ attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms)
 {
     if (!c)
         return ATTNSTAT_EINVAL;
-    if (client_wait_once(c, timeout_ms) != 0)
+    if (client_wait_once(c, timeout_ms) != 0) {
+        client_release_all(c);
         return client_closed(c);
+    }
     return ATTNSTAT_OK;
 }
 
@@ -1151,6 +1375,7 @@ attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms)
     for (;;) {
         if (c->closed) {
             client_pump_in(c);
+            client_release_all(c);
         {
             char why[sizeof c->err];
             snprintf(why, sizeof why, "%s", c->err[0] ? c->err : "connection closed");
@@ -1176,6 +1401,7 @@ void attnstat_stats(const attnstat_client *c, attnstat_counters *out)
     *out = c->st;
     out->ring_used = c->inflight ? ring_used(&c->ring) : 0;
     out->queue_bytes = client_oq_len(c);
+    out->cuda_buffers = gpu_buffers(c->gpu);
 }
 
 attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, int timeout_ms)
@@ -1202,6 +1428,7 @@ attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, i
     int64_t deadline = client_now_ms() + c->timeout_ms;
     while (!client_have_status(c)) {
         if (c->closed) {
+            client_release_all(c);
             rc = client_closed(c);
             break;
         }
@@ -1282,6 +1509,7 @@ void attnstat_close(attnstat_client *c)
     if (c->status_env)
         attnstat__envelope__free_unpacked(c->status_env, NULL);
     ring_destroy(&c->ring);
+    gpu_free(c->gpu);
     frame_reader_free(&c->rd);
     free(c->oq);
     free(c->inflight);

@@ -32,8 +32,9 @@
  *
  * ABI. Structs are plain C with fixed-width fields so that a ctypes binding can mirror them;
  * initialise each with its *_init() function before filling it in. Tensors carry a memory kind:
- * ATTNSTAT_MEM_HOST is supported now; ATTNSTAT_MEM_CUDA is reserved for the GPU path and returns
- * ATTNSTAT_ENOTSUP until it exists. */
+ * ATTNSTAT_MEM_HOST (copied into the shared-memory ring) or ATTNSTAT_MEM_CUDA (device memory, see
+ * "GPU path" below; ATTNSTAT_ENOTSUP when the library was built without CUDA or the machine has
+ * no CUDA driver). Fields added later go at the end of a struct; functions are only added. */
 #ifndef ATTNSTAT_H
 #define ATTNSTAT_H
 
@@ -80,7 +81,7 @@ typedef enum {
 
 typedef enum {
     ATTNSTAT_MEM_HOST = 0,  /* ordinary process memory */
-    ATTNSTAT_MEM_CUDA = 1,  /* device memory (reserved for the GPU path) */
+    ATTNSTAT_MEM_CUDA = 1,  /* device memory (the GPU path) */
 } attnstat_memkind;
 
 /* A 4-D tensor [B, H, N, D]: element [b,h,n,d] at
@@ -92,7 +93,8 @@ typedef struct {
     const void *data;
     int32_t dtype;          /* attnstat_dtype */
     int32_t mem;            /* attnstat_memkind */
-    int32_t device;         /* CUDA device ordinal (ATTNSTAT_MEM_CUDA); ignored for host memory */
+    int32_t device;         /* CUDA device ordinal (ATTNSTAT_MEM_CUDA), -1: taken from the pointer;
+                               ignored for host memory */
     int32_t reserved;
     int64_t shape[4];
     int64_t strides[4];
@@ -122,7 +124,9 @@ typedef struct {
     const int32_t *cu_seqlens_k;
     int32_t n_seqs;
     int32_t want_results;    /* 1: the daemon includes per-head results in the Ack (result callback) */
-    void *cuda_stream;       /* reserved for the GPU path: the stream the tensors were written on */
+    void *cuda_stream;       /* CUDA tensors: the stream (cudaStream_t) they were written on; NULL or
+                                1: the legacy default stream, 2: the per-thread default stream
+                                (the values of __cuda_array_interface__) */
 } attnstat_push_opts;
 
 /* Defaults: everything 0/NULL except window_left = window_right = -1. */
@@ -207,6 +211,13 @@ typedef struct {
     int32_t last_code;        /* protocol code of the last rejection or Error, 0 when none */
     int32_t reserved;
     char last_error[256];     /* its message */
+    /* GPU path (CUDA tensors) */
+    uint64_t cuda_zero_copy;  /* pushes sent by IPC handle of the caller's own memory */
+    uint64_t cuda_staged;     /* pushes copied into the device staging ring first */
+    uint64_t dropped_staging; /* dropped here: no room in the device staging ring (in dropped_local) */
+    uint64_t dropped_events;  /* dropped here: every interprocess event in use (in dropped_local) */
+    uint64_t cuda_buffers;    /* device allocations exported to the daemon (live) */
+    uint64_t releases_pending;/* pushes whose memory the daemon may still read */
 } attnstat_counters;
 
 /* Copies the client's counters into out. */
@@ -325,6 +336,47 @@ int attnstat_fd(const attnstat_client *c);
  * (the ring is unmapped; its name is removed if hello did not get that far). Pushes not yet acknowledged are abandoned: call
  * attnstat_flush() first to wait for them. c may be NULL. */
 void attnstat_close(attnstat_client *c);
+
+/* ---- GPU path ------------------------------------------------------------------------------ *
+ * CUDA tensors (mem = ATTNSTAT_MEM_CUDA) are handed over without a copy when their allocation can
+ * be shared with cudaIpcGetMemHandle (cudaMalloc, PyTorch's default caching allocator): the
+ * allocation is exported once (the daemon keeps it open), and each push records an interprocess
+ * event on opts->cuda_stream after which the daemon reads the tensors. The caller must then keep
+ * the tensors' memory unchanged until the push is released: attnstat_push_ex() tells which pushes
+ * these are, and the release callback says when. Memory that cannot be exported that way
+ * (PyTorch's expandable_segments, other cuMemMap pools) is copied on the caller's stream into a
+ * device staging ring (ATTNSTAT_CUDA_STAGING_BYTES, default 64 MiB per device); when the ring is
+ * full the push is dropped and counted. A push never synchronises the device and never waits for
+ * the daemon. The library links the CUDA runtime statically and reaches the driver only at the
+ * first CUDA call: it loads on machines without a GPU driver. */
+
+/* The library's version (ATTNSTAT_VERSION), with "+cuda" appended when it has the GPU path. */
+const char *attnstat_version(void);
+
+/* Writes the UUID of CUDA device `device` as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-...") into
+ * buf. ATTNSTAT_ENOTSUP without CUDA (err says why), ATTNSTAT_EINVAL for a bad ordinal. */
+attnstat_code attnstat_cuda_device_uuid(int32_t device, char *buf, size_t len, attnstat_error *err);
+
+/* attnstat_hello that also names the GPUs (by UUID) this process will push from, so that the
+ * daemon starts their workers now rather than at the first push. device_uuids may be NULL when
+ * n_devices is 0. A device first used later is announced with its first buffer. */
+attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t rank,
+                                const attnstat_thresholds *thresholds, const char *config_json,
+                                const char *const *device_uuids, int32_t n_devices);
+
+/* attnstat_push, and *seq_out (may be NULL) = the push's sequence number when the library still
+ * references the caller's memory after returning (zero-copy CUDA push), 0 otherwise (host
+ * tensors, staged CUDA tensors, or a push that was not sent). */
+attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *opts,
+                               const attnstat_tensor *q, const attnstat_tensor *k,
+                               const attnstat_tensor *v, uint64_t *seq_out);
+
+/* Called exactly once for every non-zero seq of attnstat_push_ex() when the daemon no longer reads
+ * that push's memory (its Release, a non-OK Ack, or the connection being lost), from inside
+ * attnstat_poll / attnstat_push / attnstat_flush / attnstat_status. attnstat_close() abandons
+ * what is still pending without calling it. */
+typedef void (*attnstat_release_fn)(void *user, uint64_t seq);
+void attnstat_set_release_callback(attnstat_client *c, attnstat_release_fn fn, void *user);
 
 #ifdef __cplusplus
 }
