@@ -416,8 +416,10 @@ void pipeline_job_done(void *ctx, worker_job *job)
         snprintf(msg, sizeof msg, "not computed: %s", job->err.msg);
         LOG_WARN("worker", "push %llu of run '%s' failed: %s", (unsigned long long)p->seq, p->s->run,
                  job->err.msg);
-        finish_push(pl, p, job->status == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST
-                                                       : ATTNSTAT__CODE__INTERNAL, msg);
+        Attnstat__Code code = job->fail_code ? (Attnstat__Code)job->fail_code
+                              : job->status == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST
+                                                            : ATTNSTAT__CODE__INTERNAL;
+        finish_push(pl, p, code, msg);
         server_maybe_finish(srv);
         return;
     }

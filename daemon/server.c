@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -515,13 +516,63 @@ static void close_handle(uv_handle_t *h, uv_close_cb cb)
         uv_close(h, cb);
 }
 
+int server_gpu_find(const server *s, const char *uuid)
+{
+    if (!uuid)
+        return -1;
+    for (int i = 0; i < s->ngpus; i++)
+        if (strcasecmp(s->gpus[i].uuid, uuid) == 0)
+            return i;
+    return -1;
+}
+
+worker *server_gpu_worker(server *s, int idx, char *err, size_t errlen)
+{
+    if (idx < 0 || idx >= s->ngpus) {
+        snprintf(err, errlen, "no such local device");
+        return NULL;
+    }
+    if (s->gpu_w[idx])
+        return s->gpu_w[idx];
+    const gpu_devinfo *d = &s->gpus[idx];
+    gpu_ctx *g = gpu_ctx_new(d->ordinal, d->uuid);
+    if (!g) {
+        snprintf(err, errlen, "out of memory for the worker of %s", d->uuid);
+        return NULL;
+    }
+    char werr[256];
+    worker *w = worker_pool_add(s->pool, d->uuid, (uint32_t)s->cfg->queue_depth, gpu_compute, g,
+                                werr, sizeof werr);
+    if (!w) {
+        free(g);
+        snprintf(err, errlen, "cannot start the worker of %s: %s", d->uuid, werr);
+        return NULL;
+    }
+    gpu_ctx_set_worker(g, w);
+    if (worker_run_on(w, gpu_ctx_start, g) != 0)
+        LOG_ERROR("gpu", "cannot start the CUDA set-up of %s", d->uuid);
+    s->gpu_w[idx] = w;
+    s->gpu_c[idx] = g;
+    LOG_INFO("gpu", "serving device %d (%s, %s), queue %llu", d->ordinal, d->name, d->uuid,
+             (unsigned long long)s->cfg->queue_depth);
+    return w;
+}
+
 static void start_teardown(server *s)
 {
     if (s->torn_down)
         return;
     s->torn_down = 1;
     LOG_INFO("server", "stopping workers and closing");
+    for (int i = 0; i < s->ngpus; i++)
+        if (s->gpu_w[i] && worker_run_on(s->gpu_w[i], gpu_ctx_stop, s->gpu_c[i]) != 0)
+            LOG_WARN("gpu", "cannot stop the CUDA context of %s cleanly", s->gpus[i].uuid);
     worker_pool_close(s->pool); /* delivers whatever finished; the pipeline commits it */
+    for (int i = 0; i < s->ngpus; i++) {
+        free(s->gpu_c[i]);
+        s->gpu_c[i] = NULL;
+        s->gpu_w[i] = NULL;
+    }
     s->pool_closed = 1;
     pipeline_close(s->pipe);
     close_handle((uv_handle_t *)&s->sig_int, noop_closed);
@@ -690,6 +741,13 @@ int server_run(const cfg *c)
         goto out_store;
     }
     s->cpu = worker_pool_add(s->pool, "cpu", (uint32_t)c->queue_depth, NULL, NULL, err, sizeof err);
+    s->ngpus = gpu_enumerate(s->gpus, GPU_MAX_LOCAL, s->gpu_why, sizeof s->gpu_why);
+    if (s->ngpus == 0)
+        LOG_INFO("gpu", "no GPU workers: %s; CUDA_IPC buffers are refused (host tensors work)",
+                 s->gpu_why);
+    for (int i = 0; i < s->ngpus; i++)
+        LOG_INFO("gpu", "device %d: %s, compute capability %d.%d, %s", s->gpus[i].ordinal,
+                 s->gpus[i].name, s->gpus[i].cc_major, s->gpus[i].cc_minor, s->gpus[i].uuid);
 
     uv_signal_init(&loop, &s->sig_int);
     uv_signal_init(&loop, &s->sig_term);

@@ -17,6 +17,7 @@
 #include "attnstat.pb-c.h"
 #include "config.h"
 #include "frame.h"
+#include "gpu.h"
 #include "metrics.h"
 #include "store.h"
 #include "worker.h"
@@ -57,7 +58,12 @@ struct server {
     uv_timer_t tick;         /* once a second: housekeeping */
     int listening;
     worker_pool *pool;
-    worker *cpu;             /* the CPU worker; GPU workers are added per device later */
+    worker *cpu;             /* the CPU worker */
+    gpu_devinfo gpus[GPU_MAX_LOCAL]; /* local devices, found at start-up */
+    int ngpus;
+    char gpu_why[256];       /* why there are none */
+    worker *gpu_w[GPU_MAX_LOCAL];    /* a device's worker, started when a client first names it */
+    gpu_ctx *gpu_c[GPU_MAX_LOCAL];
     store *db;
     pipeline *pipe;
     metrics m;
@@ -88,6 +94,11 @@ void server_send_error(conn *c, Attnstat__Code code, const char *msg, int has_re
 
 /* Closes c (idempotent). why is logged. */
 void server_close_conn(conn *c, const char *why);
+
+/* The index in s->gpus of the local device with this UUID, or -1. */
+int server_gpu_find(const server *s, const char *uuid);
+/* The worker of local device idx, started now when it has none. NULL with err set on failure. */
+worker *server_gpu_worker(server *s, int idx, char *err, size_t errlen);
 
 /* Called by the pipeline when the last in-flight push finished (shutdown waits for that). */
 void server_maybe_finish(server *s);

@@ -28,9 +28,28 @@ struct session_map {
 
 struct session_buf {
     uint32_t id;
-    session_map *map;
+    session_map *map;        /* HOST_SHM */
+    gpu_mem *gm;             /* CUDA_IPC */
     validate_buffer vb;
 };
+
+struct session_event {
+    uint32_t id;
+    int device;              /* index in srv->gpus */
+    gpu_event *ev;
+};
+
+#define SESSION_MAX_EVENTS 4096
+
+static void map_unref(session_map *m);
+
+static void buf_unref(struct session_buf *b)
+{
+    if (b->map)
+        map_unref(b->map);
+    if (b->gm)
+        gpu_mem_unref(b->gm);
+}
 
 static void map_unref(session_map *m)
 {
@@ -49,8 +68,11 @@ static void session_unref(session *s)
     if (--s->refs > 0)
         return;
     for (uint32_t i = 0; i < s->nbufs; i++)
-        map_unref(s->bufs[i].map);
+        buf_unref(&s->bufs[i]);
+    for (uint32_t i = 0; i < s->nevs; i++)
+        gpu_event_unref(s->evs[i].ev);
     free(s->bufs);
+    free(s->evs);
     free(s);
 }
 
@@ -73,9 +95,13 @@ void session_detach(session *s)
     if (!s)
         return;
     s->c = NULL;
+    __atomic_store_n(&s->gone, 1, __ATOMIC_RELEASE);
     for (uint32_t i = 0; i < s->nbufs; i++)
-        map_unref(s->bufs[i].map);
+        buf_unref(&s->bufs[i]);
     s->nbufs = 0;
+    for (uint32_t i = 0; i < s->nevs; i++)
+        gpu_event_unref(s->evs[i].ev);
+    s->nevs = 0;
     if (s->inflight)
         LOG_INFO("session", "client %llu gone with %u pushes in flight: they finish and are stored",
                  (unsigned long long)s->conn_id, s->inflight);
@@ -246,8 +272,34 @@ static void on_hello(session *s, const Attnstat__Hello *h)
              (unsigned long long)s->conn_id, s->run, (long long)run_id, s->rank, (int)s->pid,
              h->host ? h->host : "-");
 
+    /* The GPUs named: those of this host get a worker now (its context takes a while). */
+    char *served[GPU_MAX_LOCAL];
+    size_t nserved = 0;
+    for (size_t i = 0; i < h->n_device_uuids && i < 64; i++) {
+        const char *u = h->device_uuids[i];
+        int d = server_gpu_find(srv, u);
+        char gerr[300];
+        if (d < 0) {
+            LOG_WARN("session", "client %llu names device %s, which is not a usable GPU of this "
+                     "host%s%s: its CUDA tensors will be refused", (unsigned long long)s->conn_id,
+                     u ? u : "?", srv->ngpus ? "" : ": ", srv->ngpus ? "" : srv->gpu_why);
+            continue;
+        }
+        if (!server_gpu_worker(srv, d, gerr, sizeof gerr)) {
+            LOG_ERROR("session", "client %llu: %s", (unsigned long long)s->conn_id, gerr);
+            continue;
+        }
+        int dup = 0;
+        for (size_t j = 0; j < nserved; j++)
+            dup |= served[j] == srv->gpus[d].uuid;
+        if (!dup && nserved < GPU_MAX_LOCAL)
+            served[nserved++] = srv->gpus[d].uuid;
+    }
+
     Attnstat__HelloReply rep = ATTNSTAT__HELLO_REPLY__INIT;
     rep.protocol_version = FRAME_PROTOCOL_VERSION;
+    rep.n_served_devices = nserved;
+    rep.served_devices = served;
     rep.run_id = run_id;
     rep.max_frame = (uint32_t)srv->cfg->max_frame;
     rep.queue_capacity = (uint32_t)srv->cfg->queue_depth;
@@ -275,6 +327,141 @@ static const validate_buffer *lookup_buf(void *ctx, uint32_t id)
     return b ? &b->vb : NULL;
 }
 
+/* The local device (index) a CUDA registration names, its worker started; -1 with an Error sent. */
+static int cuda_device_for(session *s, const char *what, uint32_t id, const char *uuid)
+{
+    server *srv = s->srv;
+    if (srv->ngpus == 0) {
+        send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, id,
+                   "%s %u: CUDA_IPC needs a GPU worker and this daemon has none (%s); push host "
+                   "tensors, or run attnstatd on the GPU's host with a CUDA build", what, id,
+                   srv->gpu_why);
+        return -1;
+    }
+    if (!uuid || !uuid[0]) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, id, "%s %u: device_uuid is missing", what, id);
+        return -1;
+    }
+    int d = server_gpu_find(srv, uuid);
+    if (d < 0) {
+        char local[GPU_MAX_LOCAL * 48] = "";
+        for (int i = 0; i < srv->ngpus; i++)
+            snprintf(local + strlen(local), sizeof local - strlen(local), "%s%s", i ? ", " : "",
+                     srv->gpus[i].uuid);
+        send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, id,
+                   "%s %u: device %s is not a GPU this daemon serves (it has: %s)", what, id, uuid,
+                   local);
+        return -1;
+    }
+    char err[300];
+    if (!server_gpu_worker(srv, d, err, sizeof err)) {
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, id, "%s %u: %s", what, id, err);
+        return -1;
+    }
+    return d;
+}
+
+static int grow_bufs(session *s)
+{
+    if (s->nbufs < s->capbufs)
+        return 0;
+    uint32_t ncap = s->capbufs ? s->capbufs * 2 : 8;
+    struct session_buf *nb = realloc(s->bufs, ncap * sizeof *nb);
+    if (!nb)
+        return -1;
+    s->bufs = nb;
+    s->capbufs = ncap;
+    return 0;
+}
+
+/* RegisterBuffer CUDA_IPC (checked so far: Hello, unique id, count, size). The handle is opened
+ * later, on the device's worker thread, at the first push that reads it. */
+static void register_cuda_buffer(session *s, const Attnstat__RegisterBuffer *rb)
+{
+    int d = cuda_device_for(s, "buffer", rb->id, rb->device_uuid);
+    if (d < 0)
+        return;
+    if (!rb->has_ipc_handle || rb->ipc_handle.len != GPU_IPC_HANDLE_BYTES) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer %u: a CUDA_IPC buffer needs ipc_handle of %d bytes (cudaIpcMemHandle_t), "
+                   "not %zu", rb->id, GPU_IPC_HANDLE_BYTES,
+                   rb->has_ipc_handle ? rb->ipc_handle.len : (size_t)0);
+        return;
+    }
+    gpu_mem *m = gpu_mem_new(s->srv->gpu_c[d], rb->ipc_handle.data, rb->size);
+    if (!m || grow_bufs(s) != 0) {
+        if (m)
+            gpu_mem_unref(m);
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, rb->id, "buffer %u: out of memory", rb->id);
+        return;
+    }
+    struct session_buf *b = &s->bufs[s->nbufs++];
+    b->id = rb->id;
+    b->map = NULL;
+    b->gm = m;
+    b->vb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+    b->vb.size = rb->size;
+    b->vb.base = NULL;
+    b->vb.device = d;
+    LOG_DEBUG("session", "client %llu: buffer %u = CUDA IPC on %s, %llu bytes",
+              (unsigned long long)s->conn_id, rb->id, s->srv->gpus[d].uuid,
+              (unsigned long long)rb->size);
+}
+
+static struct session_event *find_event(session *s, uint32_t id)
+{
+    for (uint32_t i = 0; i < s->nevs; i++)
+        if (s->evs[i].id == id)
+            return &s->evs[i];
+    return NULL;
+}
+
+static void on_register_event(session *s, const Attnstat__RegisterEvent *re)
+{
+    if (!s->hello) {
+        send_error(s, ATTNSTAT__CODE__NO_HELLO, 1, re->id, "RegisterEvent %u before Hello", re->id);
+        return;
+    }
+    if (find_event(s, re->id)) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, re->id,
+                   "event id %u is already registered on this connection (Forget it first)", re->id);
+        return;
+    }
+    if (s->nevs >= SESSION_MAX_EVENTS) {
+        send_error(s, ATTNSTAT__CODE__BUSY, 1, re->id, "event %u: this connection already has %u "
+                   "events", re->id, s->nevs);
+        return;
+    }
+    int d = cuda_device_for(s, "event", re->id, re->device_uuid);
+    if (d < 0)
+        return;
+    if (re->ipc_handle.len != GPU_IPC_HANDLE_BYTES) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, re->id,
+                   "event %u: ipc_handle must be %d bytes (cudaIpcEventHandle_t), not %zu", re->id,
+                   GPU_IPC_HANDLE_BYTES, re->ipc_handle.len);
+        return;
+    }
+    if (s->nevs == s->capevs) {
+        uint32_t ncap = s->capevs ? s->capevs * 2 : 32;
+        struct session_event *ne = realloc(s->evs, ncap * sizeof *ne);
+        if (!ne) {
+            send_error(s, ATTNSTAT__CODE__INTERNAL, 1, re->id, "event %u: out of memory", re->id);
+            return;
+        }
+        s->evs = ne;
+        s->capevs = ncap;
+    }
+    gpu_event *e = gpu_event_new(s->srv->gpu_c[d], re->ipc_handle.data);
+    if (!e) {
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, re->id, "event %u: out of memory", re->id);
+        return;
+    }
+    struct session_event *se = &s->evs[s->nevs++];
+    se->id = re->id;
+    se->device = d;
+    se->ev = e;
+}
+
 static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
 {
     const cfg *c = s->srv->cfg;
@@ -282,12 +469,7 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
         send_error(s, ATTNSTAT__CODE__NO_HELLO, 1, rb->id, "RegisterBuffer %u before Hello", rb->id);
         return;
     }
-    if (rb->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
-        send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, rb->id,
-                   "buffer %u: CUDA_IPC buffers need a GPU worker, and this daemon has none", rb->id);
-        return;
-    }
-    if (rb->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM) {
+    if (rb->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM && rb->kind != ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
                    "buffer %u: kind %d is not a buffer kind (HOST_SHM=1, CUDA_IPC=2)", rb->id,
                    (int)rb->kind);
@@ -307,6 +489,10 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
                    "buffer %u: size %llu must be in [1, %llu] (max_buffer_bytes)", rb->id,
                    (unsigned long long)rb->size, (unsigned long long)c->max_buffer_bytes);
+        return;
+    }
+    if (rb->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
+        register_cuda_buffer(s, rb);
         return;
     }
     char msg[300];
@@ -375,9 +561,11 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
     struct session_buf *b = &s->bufs[s->nbufs++];
     b->id = rb->id;
     b->map = m;
+    b->gm = NULL;
     b->vb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
     b->vb.size = rb->size;
     b->vb.base = addr;
+    b->vb.device = -1;
     LOG_DEBUG("session", "client %llu: buffer %u = shm %s, %llu bytes", (unsigned long long)s->conn_id,
               rb->id, rb->shm_name, (unsigned long long)rb->size);
 }
@@ -394,13 +582,20 @@ static void on_forget(session *s, const Attnstat__Forget *f)
             send_error(s, ATTNSTAT__CODE__UNKNOWN_BUFFER, 1, f->buffer_id,
                        "Forget: buffer %u is not registered", f->buffer_id);
         } else {
-            map_unref(b->map);
+            buf_unref(b);
             *b = s->bufs[--s->nbufs];
         }
     }
-    if (f->has_event_id)
-        send_error(s, ATTNSTAT__CODE__UNKNOWN_BUFFER, 1, f->event_id,
-                   "Forget: event %u is not registered", f->event_id);
+    if (f->has_event_id) {
+        struct session_event *e = find_event(s, f->event_id);
+        if (!e) {
+            send_error(s, ATTNSTAT__CODE__UNKNOWN_BUFFER, 1, f->event_id,
+                       "Forget: event %u is not registered", f->event_id);
+        } else {
+            gpu_event_unref(e->ev);
+            *e = s->evs[--s->nevs];
+        }
+    }
     if (!f->has_buffer_id && !f->has_event_id)
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "Forget names neither buffer_id nor event_id");
 }
@@ -416,6 +611,12 @@ void session_push_unmap(session_push *p)
     for (int i = 0; i < p->nmaps; i++)
         map_unref(p->maps[i]);
     p->nmaps = 0;
+    for (int i = 0; i < p->gref.n; i++)
+        gpu_mem_unref(p->gref.mem[i]);
+    p->gref.n = 0;
+    if (p->gref.ev)
+        gpu_event_unref(p->gref.ev);
+    p->gref.ev = NULL;
 }
 
 void session_push_free(session_push *p)
@@ -494,7 +695,43 @@ static void on_push(session *s, const Attnstat__Push *push)
     p->want_results = push->want_results;
     p->received_ns = worker_now_ns();
     p->time_ms = (int64_t)metrics_now_ms();
-    for (int i = 0; i < p->plan.ntensors; i++) {
+    worker *target = srv->cpu;
+    if (p->plan.kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
+        int d = p->plan.device;
+        struct session_event *ev = push->has_event_id ? find_event(s, push->event_id) : NULL;
+        const char *bad = NULL;
+        if (push->has_event_id && !ev)
+            bad = "is not a registered event (RegisterEvent it first)";
+        else if (ev && ev->device != d)
+            bad = "is on another device than the push's tensors";
+        if (bad || !srv->gpu_w[d]) {
+            Attnstat__Code code2 = bad ? ATTNSTAT__CODE__UNKNOWN_BUFFER : ATTNSTAT__CODE__INTERNAL;
+            if (bad)
+                snprintf(msg, sizeof msg, "event_id %u %s", push->event_id, bad);
+            else
+                snprintf(msg, sizeof msg, "device %s has no worker", srv->gpus[d].uuid);
+            srv->m.rejected++;
+            s->rejected++;
+            ack_now(s, push->seq, code2, msg);
+            session_push_free(p);
+            return;
+        }
+        target = srv->gpu_w[d];
+        for (int i = 0; i < p->plan.ntensors; i++) {
+            p->gref.mem[i] = find_buf(s, p->plan.buffer_id[i])->gm;
+            gpu_mem_ref(p->gref.mem[i]);
+            p->gref.off[i] = p->plan.offset[i];
+            p->gref.need[i] = p->plan.need_bytes[i];
+        }
+        p->gref.n = p->plan.ntensors;
+        if (ev) {
+            p->gref.ev = ev->ev;
+            gpu_event_ref(ev->ev);
+        }
+        p->gref.client_gone = &s->gone;
+        p->job.ext = &p->gref;
+    }
+    for (int i = 0; i < p->plan.ntensors && target == srv->cpu; i++) {
         session_map *m = find_buf(s, p->plan.buffer_id[i])->map;
         int j = 0;
         while (j < p->nmaps && p->maps[j] != m)
@@ -509,12 +746,12 @@ static void on_push(session *s, const Attnstat__Push *push)
         if (p->plan.need_bytes[i] > p->job.guard_bytes[j])
             p->job.guard_bytes[j] = p->plan.need_bytes[i];
     }
-    /* Routing: host buffers go to the CPU worker; device buffers will go to their device's. */
-    if (worker_submit(srv->cpu, &p->job) != 0) {
+    /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
+    if (worker_submit(target, &p->job) != 0) {
         srv->m.dropped++;
         s->dropped++;
         worker_stats ws;
-        worker_pool_stats(srv->pool, 0, &ws);
+        worker_stats_of(target, &ws);
         snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not computed",
                  ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
         ack_now(s, push->seq, ATTNSTAT__CODE__DROPPED, msg);
@@ -541,9 +778,7 @@ void session_handle(session *s, const Attnstat__Envelope *env)
             send_error(s, ATTNSTAT__CODE__NO_HELLO, 1, env->register_event->id,
                        "RegisterEvent %u before Hello", env->register_event->id);
         else
-            send_error(s, ATTNSTAT__CODE__UNSUPPORTED, 1, env->register_event->id,
-                       "event %u: CUDA events need a GPU worker, and this daemon has none",
-                       env->register_event->id);
+            on_register_event(s, env->register_event);
         break;
     case ATTNSTAT__ENVELOPE__MSG_FORGET:
         on_forget(s, env->forget);

@@ -12,6 +12,7 @@
 
 #include "attnstat.pb-c.h"
 #include "config.h"
+#include "gpu.h"
 #include "stats.h"
 #include "validate.h"
 #include "worker.h"
@@ -36,6 +37,9 @@ struct session {
     cfg_thresholds th;       /* effective thresholds: config overridden by the Hello */
     struct session_buf *bufs;
     uint32_t nbufs, capbufs;
+    struct session_event *evs;   /* CUDA IPC events */
+    uint32_t nevs, capevs;
+    int gone;                /* the connection closed (read atomically by GPU workers) */
     uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
     uint32_t computing;      /* of those, queued or computing in a worker (client_inflight) */
     uint64_t pushes, dropped, rejected;
@@ -53,6 +57,7 @@ struct session_push {
     int want_results;
     session_map *maps[3];
     int nmaps;
+    gpu_refs gref;           /* device pushes: buffers and event, referenced until unmapped */
     int computing;           /* counted in s->computing */
     validate_plan plan;
     uint64_t received_ns;

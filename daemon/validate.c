@@ -37,10 +37,11 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
         return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
                     "%s.buffer_id %u is not a registered buffer (RegisterBuffer it first)", name,
                     t->buffer_id);
-    if (ti->buf->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM)
+    if (ti->buf->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM &&
+        ti->buf->kind != ATTNSTAT__BUFFER_KIND__CUDA_IPC)
         return fail(ATTNSTAT__CODE__UNSUPPORTED, msg, msglen,
-                    "%s.buffer_id %u: only HOST_SHM buffers can be computed by this daemon", name,
-                    t->buffer_id);
+                    "%s.buffer_id %u: buffer kind %d cannot be computed by this daemon", name,
+                    t->buffer_id, ti->buf->kind);
     if ((int)t->dtype < 0 || (int)t->dtype > 2)
         return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
                     "%s.dtype %d is not a dtype (F32=0, F16=1, BF16=2)", name, (int)t->dtype);
@@ -151,6 +152,18 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                         "v.dtype %s differs from q.dtype %s", stats_dtype_name(v.dtype),
                         stats_dtype_name(q.dtype));
     }
+    const tensor_info *all[3] = {&q, &k, push->v ? &v : NULL};
+    for (int i = 1; i < 3; i++)
+        if (all[i] && (all[i]->buf->kind != q.buf->kind || all[i]->buf->device != q.buf->device))
+            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                        "%s is in a %s buffer (device %d) but q in a %s buffer (device %d): the "
+                        "tensors of one push live in one kind of memory, on one device",
+                        i == 1 ? "k" : "v",
+                        all[i]->buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC ? "CUDA_IPC" : "HOST_SHM",
+                        all[i]->buf->device,
+                        q.buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC ? "CUDA_IPC" : "HOST_SHM",
+                        q.buf->device);
+    int cuda = q.buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC;
     if (k.dtype != q.dtype)
         return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
                     "k.dtype %s differs from q.dtype %s (both must have one dtype)",
@@ -191,7 +204,7 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                     "k.shape[0] (B) is %lld but q.shape[0] is %lld", (long long)k.shape[0],
                     (long long)q.shape[0]);
     }
-    if (push->has_event_id)
+    if (push->has_event_id && !cuda)
         return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
                     "event_id %u is not a registered event (host buffers need no event)",
                     push->event_id);
@@ -209,11 +222,13 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     p->len_k = (int32_t)k.shape[2];
     p->head_dim = (int32_t)q.shape[3];
     p->dtype = q.dtype;
-    p->q.ptr = (const char *)q.buf->base + push->q->offset;
+    /* Device memory is not mapped here: a placeholder until the GPU worker opens the buffer. */
+    static const char device_placeholder[1];
+    p->q.ptr = cuda ? (const void *)device_placeholder : (const char *)q.buf->base + push->q->offset;
     p->q.stride_b = q.stride[0];
     p->q.stride_h = q.stride[1];
     p->q.stride_n = q.stride[2];
-    p->k.ptr = (const char *)k.buf->base + push->k->offset;
+    p->k.ptr = cuda ? (const void *)device_placeholder : (const char *)k.buf->base + push->k->offset;
     p->k.stride_b = k.stride[0];
     p->k.stride_h = k.stride[1];
     p->k.stride_n = k.stride[2];
@@ -262,14 +277,35 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     }
     plan->buffer_id[0] = push->q->buffer_id;
     plan->need_bytes[0] = q.need;
+    plan->offset[0] = push->q->offset;
     plan->buffer_id[1] = push->k->buffer_id;
     plan->need_bytes[1] = k.need;
+    plan->offset[1] = push->k->offset;
     plan->ntensors = 2;
     if (push->v) {
         plan->buffer_id[2] = push->v->buffer_id;
         plan->need_bytes[2] = v.need;
+        plan->offset[2] = push->v->offset;
         plan->ntensors = 3;
     }
+    plan->kind = q.buf->kind;
+    plan->device = cuda ? q.buf->device : -1;
+    return ATTNSTAT__CODE__OK;
+}
+
+Attnstat__Code validate_device_span(const char *name, uint64_t need, uint64_t registered,
+                                    uint64_t real, char *msg, size_t msglen)
+{
+    if (need > registered)
+        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+                    "%s reads up to byte %llu, past the registered size %llu of its buffer", name,
+                    (unsigned long long)need, (unsigned long long)registered);
+    if (need > real)
+        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+                    "%s reads up to byte %llu, past the end of the device allocation it names "
+                    "(%llu bytes when opened; the buffer was registered as %llu bytes)", name,
+                    (unsigned long long)need, (unsigned long long)real,
+                    (unsigned long long)registered);
     return ATTNSTAT__CODE__OK;
 }
 

@@ -23,8 +23,9 @@
 /* What validation needs to know about a registered buffer. */
 typedef struct {
     int kind;            /* ATTNSTAT__BUFFER_KIND__HOST_SHM, ... */
-    uint64_t size;       /* bytes */
-    const void *base;    /* readable mapping of [0, size) (host buffers) */
+    uint64_t size;       /* bytes (registered) */
+    const void *base;    /* readable mapping of [0, size) (host buffers); NULL for device buffers */
+    int device;          /* CUDA_IPC: the daemon's index of the buffer's device; -1 for host */
 } validate_buffer;
 
 /* Looks a buffer id up in the client's registrations; NULL when not registered. */
@@ -40,6 +41,9 @@ typedef struct {
     int32_t *cu_q, *cu_k;            /* copies owned by the plan (prob points at them) */
     uint32_t buffer_id[3];           /* q, k, v */
     uint64_t need_bytes[3];          /* bytes of each buffer the tensor reaches (offset + span) */
+    uint64_t offset[3];              /* each tensor's byte offset in its buffer */
+    int kind;                        /* of every buffer of the push (one kind per push) */
+    int device;                      /* CUDA_IPC: the device index of every buffer; -1 for host */
     int ntensors;                    /* 2, or 3 with v */
     uint64_t work;                   /* multiply-adds */
 } validate_plan;
@@ -50,6 +54,13 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                              const validate_limits *lim, validate_plan *plan, char *msg,
                              size_t msglen);
 void validate_plan_free(validate_plan *plan);
+
+/* Device buffers: the problem's q/k pointers are placeholders until the GPU worker has opened the
+ * buffers; it then checks each tensor again against the allocation it really opened:
+ * need (offset + span) must lie within both the registered size and real, the size of the opened
+ * allocation (cuMemGetAddressRange). Returns OK or OUT_OF_BOUNDS with msg naming the tensor. */
+Attnstat__Code validate_device_span(const char *name, uint64_t need, uint64_t registered,
+                                    uint64_t real, char *msg, size_t msglen);
 
 /* Checks a shm segment name: "/name", 2..255 bytes, no other '/'. Returns 0 or -1 with msg set. */
 int validate_shm_name(const char *name, char *msg, size_t msglen);

@@ -27,6 +27,12 @@
 #define BUSY_BUCKETS 6
 #define BUSY_BUCKET_NS 10000000000ull /* 10 s */
 
+typedef struct worker_task {
+    struct worker_task *next;
+    void (*fn)(void *arg);
+    void *arg;
+} worker_task;
+
 struct worker {
     worker_pool *pool;
     char name[64];
@@ -37,6 +43,7 @@ struct worker {
     int started;
     /* under pool->lock */
     worker_job *head, *tail;
+    worker_task *task_head, *task_tail;
     uint32_t depth;          /* queued + running */
     int stop;
     pthread_cond_t cond;
@@ -139,8 +146,19 @@ static void *worker_main(void *arg)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!w->head && !w->stop)
+        while (!w->head && !w->task_head && !w->stop)
             pthread_cond_wait(&w->cond, &p->lock);
+        if (w->task_head) {
+            worker_task *t = w->task_head;
+            w->task_head = t->next;
+            if (!w->task_head)
+                w->task_tail = NULL;
+            pthread_mutex_unlock(&p->lock);
+            t->fn(t->arg);
+            free(t);
+            pthread_mutex_lock(&p->lock);
+            continue;
+        }
         if (!w->head)
             break; /* stop requested and the queue is empty */
         worker_job *job = w->head;
@@ -266,6 +284,31 @@ worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
     return w;
 }
 
+int worker_run_on(worker *w, void (*fn)(void *arg), void *arg)
+{
+    worker_pool *p = w->pool;
+    worker_task *t = malloc(sizeof *t);
+    if (!t)
+        return -1;
+    t->next = NULL;
+    t->fn = fn;
+    t->arg = arg;
+    pthread_mutex_lock(&p->lock);
+    if (w->stop) {
+        pthread_mutex_unlock(&p->lock);
+        free(t);
+        return -1;
+    }
+    if (w->task_tail)
+        w->task_tail->next = t;
+    else
+        w->task_head = t;
+    w->task_tail = t;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
 int worker_submit(worker *w, worker_job *job)
 {
     worker_pool *p = w->pool;
@@ -327,6 +370,17 @@ void worker_pool_stats(worker_pool *p, int i, worker_stats *out)
     out->busy_frac = (double)busy / (double)(BUSY_BUCKETS * BUSY_BUCKET_NS);
     if (out->busy_frac > 1.0)
         out->busy_frac = 1.0;
+}
+
+void worker_stats_of(worker *w, worker_stats *out)
+{
+    worker_pool *p = w->pool;
+    for (int i = 0; i < p->nworkers; i++)
+        if (p->workers[i] == w) {
+            worker_pool_stats(p, i, out);
+            return;
+        }
+    memset(out, 0, sizeof *out);
 }
 
 static void pool_closed(uv_handle_t *h)

@@ -32,8 +32,10 @@ struct worker_job {
     int guard_fd[WORKER_MAX_GUARDS];
     uint64_t guard_bytes[WORKER_MAX_GUARDS];
     int nguards;
+    void *ext;               /* the compute function's own per-job data (GPU: gpu_refs) */
     /* Results. */
     stats_status status;
+    int fail_code;           /* non-zero: the Ack code of a failure (else derived from status) */
     stats_error err;
     uint64_t queued_ns, started_ns, done_ns; /* monotonic clock */
     struct worker *worker;   /* where it ran */
@@ -63,6 +65,14 @@ worker_pool *worker_pool_create(uv_loop_t *loop, worker_done_fn done, void *ctx,
 /* Adds a worker and starts its thread. compute NULL means the CPU backend. */
 worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
                         worker_compute_fn compute, void *wctx, char *err, size_t errlen);
+
+/* Runs fn(arg) on w's thread before its next job (device set-up, closing IPC handles: work that
+ * must happen on the thread that owns the device context). Not counted against the capacity and
+ * not delivered to the done callback. Returns 0, or -1 when the pool is stopping (fn not run). */
+int worker_run_on(worker *w, void (*fn)(void *arg), void *arg);
+
+/* Stats of one worker (the pool index of w is not needed). */
+void worker_stats_of(worker *w, worker_stats *out);
 
 /* Queues a job. Returns 0, or -1 when the worker's queue is full (the job is untouched; the
  * worker's drop counter goes up) or the pool is stopping. */

@@ -47,6 +47,9 @@ int main(void)
     F(attnstat_counters, ring_bytes); F(attnstat_counters, ring_used);
     F(attnstat_counters, queue_bytes); F(attnstat_counters, last_code);
     F(attnstat_counters, reserved); F(attnstat_counters, last_error);
+    F(attnstat_counters, cuda_zero_copy); F(attnstat_counters, cuda_staged);
+    F(attnstat_counters, dropped_staging); F(attnstat_counters, dropped_events);
+    F(attnstat_counters, cuda_buffers); F(attnstat_counters, releases_pending);
 
     S(attnstat_alert);
     F(attnstat_alert, run); F(attnstat_alert, message); F(attnstat_alert, run_id);

@@ -370,10 +370,19 @@ class TestArguments(unittest.TestCase):
         e = self.assertPushError(_lib.ESTATE, "hello", 0, 0, q, k)  # valid, but no hello yet
         self.assertEqual(e.code_name, "ESTATE")
 
-    def test_cuda_tensors_are_not_supported_yet(self):
+    def test_cuda_tensors_without_a_gpu_path(self):
+        """Without CUDA in the library or a usable device, CUDA tensors are ENOTSUP with a message
+        that says so (checked before the hello); with one, the missing hello is what is wrong."""
         q, k = CudaLike((1, 2, 8, 16)), CudaLike((1, 2, 8, 16))
-        e = self.assertPushError(_lib.ENOTSUP, "CUDA", 0, 0, q, k)
-        self.assertIn("GPU path", str(e))
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            self.c.push(0, 0, q, k)
+        e = cm.exception
+        if e.code == _lib.ESTATE:
+            self.assertIn(b"+cuda", LIB.attnstat_version())
+        else:
+            self.assertEqual(e.code, _lib.ENOTSUP, str(e))
+            self.assertIn("CUDA", str(e))
+            self.assertIn("GPU path", str(e))
         self.assertEqual(self.c.stats()["held"], 0)
 
     def test_gpu_tensors_are_held_until_released(self):

@@ -6,7 +6,9 @@ attention entropy and max-logit statistics, stores their history and raises aler
         client.push(step, layer, q, k, causal=True)   # q, k: [B, H, N, D]; never waits
         client.flush()
 
-An unmodified PyTorch model (every call to torch.nn.functional.scaled_dot_product_attention):
+CUDA tensors (PyTorch, CuPy) are handed to the daemon without a copy (CUDA IPC) and without
+synchronising the device. An unmodified PyTorch model (every call to
+torch.nn.functional.scaled_dot_product_attention):
 
     import attnstat.torch
     with attnstat.torch.monitor(client, every=10, model=model):

@@ -3,6 +3,7 @@ import ctypes
 import json
 import math
 import os
+import sys
 import threading
 import warnings
 
@@ -75,6 +76,14 @@ class Client(object):
     the run. ring_bytes, queue_bytes: sizes of the shared-memory ring and the outgoing queue.
     timeout_s: for connect and hello. lib: a path to libattnstat.so or an already loaded CDLL.
     hello=False connects without introducing a run (for status() and subscribe() only).
+    devices: the GPUs this process will push CUDA tensors from, named in the hello so that the
+    daemon starts their workers at once: CUDA ordinals, torch.device objects or UUID strings
+    ("GPU-..."). Default: PyTorch's current device when PyTorch has already initialised CUDA,
+    else none (a device first used later is announced with its first tensors).
+
+    CUDA tensors are handed over without a copy (CUDA IPC) and kept alive by this object until
+    the daemon has read them; an event recorded on the tensor's current stream (or stream=)
+    orders the daemon's reads after the writes, so a push never synchronises the device.
 
     A Client may be used from several threads: every call holds the client's lock. It belongs to
     the process that made it: a forked child gets errors from it and must make its own. Callbacks run
@@ -82,7 +91,8 @@ class Client(object):
     """ % ", ".join(_THRESHOLD_FIELDS)
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
-                 ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True):
+                 ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
+                 devices=None):
         self._c = None
         self._lock = threading.RLock()
         self._in_callback = False
@@ -141,15 +151,60 @@ class Client(object):
 
         self.run = run
         self.rank = int(rank)
+        self.devices = []
         if hello:
             try:
-                self._hello(run, rank, thresholds, config)
+                self._hello(run, rank, thresholds, config, devices)
             except BaseException:
                 self.close()
                 raise
 
     # ---- setup ----------------------------------------------------------------------------------
-    def _hello(self, run, rank, thresholds, config):
+    def _device_uuids(self, devices):
+        """UUID strings (bytes) of devices; see the class's documentation."""
+        if devices is None:
+            torch = sys.modules.get("torch")
+            cuda = getattr(torch, "cuda", None)
+            try:
+                if cuda is not None and cuda.is_available() and cuda.is_initialized():
+                    devices = [cuda.current_device()]
+            except Exception:
+                devices = None
+            if not devices:
+                return []
+        elif isinstance(devices, (int, str, bytes)) or hasattr(devices, "type"):
+            devices = [devices]
+        uuid_of = _lib.optional(self._lib, "attnstat_cuda_device_uuid")
+        out = []
+        for d in devices:
+            if isinstance(d, bytes):
+                d = d.decode()
+            if isinstance(d, str) and d.upper().startswith("GPU-"):
+                out.append(d.encode())
+                continue
+            if hasattr(d, "type"):  # torch.device
+                if d.type != "cuda":
+                    raise AttnstatError(_lib.EINVAL, "devices: %r is not a CUDA device" % (d,))
+                d = d.index if d.index is not None else 0
+            if isinstance(d, str) and d.startswith("cuda"):
+                d = int(d.partition(":")[2] or 0)
+            try:
+                ordinal = int(d)
+            except (TypeError, ValueError):
+                raise AttnstatError(_lib.EINVAL, "devices: %r is neither a CUDA ordinal nor a UUID "
+                                    "('GPU-...')" % (d,))
+            if uuid_of is None:
+                raise AttnstatError(_lib.ENOTSUP, "this libattnstat cannot name CUDA devices "
+                                    "(no attnstat_cuda_device_uuid): an older library")
+            buf = ctypes.create_string_buffer(64)
+            err = _lib.Error()
+            rc = uuid_of(ordinal, buf, len(buf), ctypes.byref(err))
+            if rc != _lib.OK:
+                raise AttnstatError(rc, _s(err.msg))
+            out.append(buf.value)
+        return out
+
+    def _hello(self, run, rank, thresholds, config, devices=None):
         th = None
         if thresholds:
             th = _lib.Thresholds()
@@ -168,9 +223,21 @@ class Client(object):
             config = json.dumps(config, sort_keys=True, default=str)
         cfg = config.encode() if isinstance(config, str) else config
         runb = run.encode() if isinstance(run, str) else run
-        rc = self._lib.attnstat_hello(self._c, runb, int(rank),
-                                      ctypes.byref(th) if th is not None else None, cfg)
+        try:
+            uuids = self._device_uuids(devices)
+        except AttnstatError:
+            if devices is not None:
+                raise
+            uuids = []  # the automatic choice is only a head start: never an error
+        thp = ctypes.byref(th) if th is not None else None
+        hello_ex = _lib.optional(self._lib, "attnstat_hello_ex")
+        if uuids and hello_ex is not None:
+            arr = (ctypes.c_char_p * len(uuids))(*uuids)
+            rc = hello_ex(self._c, runb, int(rank), thp, cfg, arr, len(uuids))
+        else:
+            rc = self._lib.attnstat_hello(self._c, runb, int(rank), thp, cfg)
         self._check(rc)
+        self.devices = [u.decode() for u in uuids]
 
     # ---- pushing --------------------------------------------------------------------------------
     def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
@@ -269,7 +336,8 @@ class Client(object):
                 return False
             if rc == _lib.ENOTSUP and gpu:
                 raise AttnstatError(rc, self._last_error() + " (CUDA tensors need a libattnstat "
-                                    "with the GPU path; copy the tensors to the host meanwhile)")
+                                    "with the GPU path and a usable CUDA device; copy the tensors "
+                                    "to the host meanwhile)")
             raise AttnstatError(rc, self._last_error())
 
     def _hold(self, objs):

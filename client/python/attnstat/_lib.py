@@ -125,6 +125,12 @@ class Counters(ctypes.Structure):
         ("last_code", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
         ("last_error", ctypes.c_char * 256),
+        ("cuda_zero_copy", ctypes.c_uint64),
+        ("cuda_staged", ctypes.c_uint64),
+        ("dropped_staging", ctypes.c_uint64),
+        ("dropped_events", ctypes.c_uint64),
+        ("cuda_buffers", ctypes.c_uint64),
+        ("releases_pending", ctypes.c_uint64),
     ]
 
 
@@ -235,7 +241,7 @@ RESULT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_in
                              ctypes.c_uint32, ctypes.POINTER(HeadResult), ctypes.c_size_t)
 ACK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_uint32,
                           ctypes.c_int32, ctypes.c_char_p)
-# Planned GPU-path addition: called when the daemon no longer reads the caller's memory of seq.
+# GPU path: called when the daemon no longer reads the caller's memory of seq.
 RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64)
 
 
@@ -348,10 +354,16 @@ def _declare(lib):
     _fn(lib, "attnstat_last_error", ctypes.c_char_p, [c])
     _fn(lib, "attnstat_fd", ctypes.c_int, [c])
     _fn(lib, "attnstat_close", None, [c])
-    # GPU path (planned): the push's seq, and a notification when its memory may be reused.
+    # GPU path: the push's seq, and a notification when its memory may be reused.
     _fn(lib, "attnstat_push_ex", code,
         [c, P(PushOpts), P(Tensor), P(Tensor), P(Tensor), P(ctypes.c_uint64)], required=False)
     _fn(lib, "attnstat_set_release_callback", None, [c, RELEASE_FN, ctypes.c_void_p],
+        required=False)
+    _fn(lib, "attnstat_version", ctypes.c_char_p, [], required=False)
+    _fn(lib, "attnstat_cuda_device_uuid", code,
+        [i32, ctypes.c_char_p, ctypes.c_size_t, P(Error)], required=False)
+    _fn(lib, "attnstat_hello_ex", code,
+        [c, ctypes.c_char_p, i32, P(Thresholds), ctypes.c_char_p, P(ctypes.c_char_p), i32],
         required=False)
 
 

@@ -28,9 +28,11 @@ modules=[...] and their attribute is patched too. With activation checkpointing 
 forward calls again: pass layers=range(n_layers) to keep only the first pass's indices.
 
 Telemetry never stops training: a failed push is counted in .errors and warned about once (pass
-strict=True to raise instead). CUDA tensors need libattnstat's GPU path; until it exists, pass
-copy_to_host=True to copy sampled tensors to the host (that synchronises the device) or they are
-skipped after one warning.
+strict=True to raise instead). CUDA tensors go to the daemon without a copy and without a device
+synchronisation (libattnstat's GPU path: CUDA IPC, an event on the current stream); the client
+keeps them alive until the daemon has read them. Where the library has no GPU path (built without
+CUDA), CUDA calls are skipped after one warning, or copied to the host with copy_to_host=True
+(that synchronises the device).
 """
 import threading
 import warnings

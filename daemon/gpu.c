@@ -1,0 +1,510 @@
+/* gpu.c — GPU workers (see gpu.h). */
+#include "gpu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "validate.h"
+
+#ifdef ATTNSTAT_HAVE_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "stats_cuda.h"
+
+#define GPU_EVENT_WAIT_NS (30ull * 1000000000ull) /* a client's stream that never gets there */
+
+typedef CUresult (*gpu_addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static gpu_addr_range_fn gpu_addr_range; /* set once by gpu_enumerate, before any worker */
+
+struct gpu_ctx {
+    int ordinal;
+    char uuid[48];
+    worker *w;
+    /* worker thread only */
+    int ready;
+    char err[400];
+    stats_cuda *sc;
+    cudaStream_t stream;
+    int32_t *cu_dev;          /* packed offsets, device copy */
+    size_t cu_cap;            /* int32 entries */
+};
+
+struct gpu_mem {
+    gpu_ctx *g;
+    int refs;                 /* loop thread */
+    uint8_t handle[GPU_IPC_HANDLE_BYTES];
+    uint64_t size;            /* registered */
+    /* worker thread */
+    void *ptr;                /* opened mapping, NULL until the first push */
+    uint64_t real;            /* the allocation's size from the opened pointer */
+    int failed;
+    char err[300];
+};
+
+struct gpu_event {
+    gpu_ctx *g;
+    int refs;
+    uint8_t handle[GPU_IPC_HANDLE_BYTES];
+    cudaEvent_t ev;
+    int opened, failed;
+    char err[300];
+};
+
+int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, whylen, "no usable CUDA driver or device (cudaGetDeviceCount: %s)",
+                 cudaGetErrorString(e));
+        return 0;
+    }
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        snprintf(why, whylen, "the CUDA driver's cuMemGetAddressRange is not available (%s, query "
+                 "result %d): update the NVIDIA driver", cudaGetErrorString(e), (int)q);
+        return 0;
+    }
+    gpu_addr_range = (gpu_addr_range_fn)fn;
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++) {
+        struct cudaDeviceProp prop;
+        e = cudaGetDeviceProperties(&prop, i);
+        if (e != cudaSuccess) {
+            LOG_WARN("gpu", "device %d: cudaGetDeviceProperties: %s (skipped)", i,
+                     cudaGetErrorString(e));
+            continue;
+        }
+        const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+        gpu_devinfo *d = &out[k];
+        d->ordinal = i;
+        snprintf(d->uuid, sizeof d->uuid,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                 u[14], u[15]);
+        snprintf(d->name, sizeof d->name, "%s", prop.name);
+        d->cc_major = prop.major;
+        d->cc_minor = prop.minor;
+        if (prop.major < 8) {
+            LOG_WARN("gpu", "device %d (%s, %s) has compute capability %d.%d; the kernels need 8.0: "
+                     "not served", i, d->name, d->uuid, prop.major, prop.minor);
+            continue;
+        }
+        k++;
+    }
+    if (k == 0)
+        snprintf(why, whylen, "no CUDA device of compute capability 8.0 or newer");
+    return k;
+}
+
+gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
+{
+    gpu_ctx *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->ordinal = ordinal;
+    snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+    snprintf(g->err, sizeof g->err, "the worker of %s is still starting", uuid);
+    return g;
+}
+
+void gpu_ctx_set_worker(gpu_ctx *g, worker *w)
+{
+    g->w = w;
+}
+
+void gpu_ctx_start(void *arg)
+{
+    gpu_ctx *g = arg;
+    cudaError_t e = cudaSetDevice(g->ordinal);
+    if (e != cudaSuccess) {
+        snprintf(g->err, sizeof g->err, "cudaSetDevice(%d) for %s: %s", g->ordinal, g->uuid,
+                 cudaGetErrorString(e));
+        LOG_ERROR("gpu", "%s", g->err);
+        return;
+    }
+    stats_error se;
+    if (stats_cuda_create(g->ordinal, &g->sc, &se) != STATS_OK) {
+        snprintf(g->err, sizeof g->err, "CUDA statistics context on %s: %s", g->uuid, se.msg);
+        LOG_ERROR("gpu", "%s", g->err);
+        return;
+    }
+    int least = 0, greatest = 0;
+    e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, least);
+    if (e != cudaSuccess) {
+        snprintf(g->err, sizeof g->err, "low-priority stream on %s: %s", g->uuid,
+                 cudaGetErrorString(e));
+        LOG_ERROR("gpu", "%s", g->err);
+        stats_cuda_destroy(g->sc);
+        g->sc = NULL;
+        return;
+    }
+    g->ready = 1;
+    g->err[0] = '\0';
+    LOG_INFO("gpu", "worker for device %d (%s) ready: stream priority %d (lowest)", g->ordinal,
+             g->uuid, least);
+}
+
+void gpu_ctx_stop(void *arg)
+{
+    gpu_ctx *g = arg;
+    if (!g->ready)
+        return;
+    g->ready = 0;
+    snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
+    if (g->cu_dev)
+        cudaFree(g->cu_dev);
+    g->cu_dev = NULL;
+    cudaStreamDestroy(g->stream);
+    stats_cuda_destroy(g->sc);
+    g->sc = NULL;
+}
+
+/* ---- client objects (refs on the loop thread, CUDA calls on the worker thread) ---------------- */
+gpu_mem *gpu_mem_new(gpu_ctx *g, const uint8_t *handle, uint64_t size)
+{
+    gpu_mem *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->g = g;
+    m->refs = 1;
+    memcpy(m->handle, handle, GPU_IPC_HANDLE_BYTES);
+    m->size = size;
+    return m;
+}
+
+gpu_ctx *gpu_mem_ctx(const gpu_mem *m)
+{
+    return m->g;
+}
+
+gpu_ctx *gpu_event_ctx(const gpu_event *e)
+{
+    return e->g;
+}
+
+void gpu_mem_ref(gpu_mem *m)
+{
+    m->refs++;
+}
+
+static void gpu_mem_close(void *arg)
+{
+    gpu_mem *m = arg;
+    if (m->ptr) {
+        cudaError_t e = cudaIpcCloseMemHandle(m->ptr);
+        if (e != cudaSuccess)
+            LOG_WARN("gpu", "cudaIpcCloseMemHandle on %s: %s", m->g->uuid, cudaGetErrorString(e));
+        else
+            LOG_DEBUG("gpu", "closed an IPC allocation of %llu bytes on %s",
+                      (unsigned long long)m->real, m->g->uuid);
+    }
+    free(m);
+}
+
+void gpu_mem_unref(gpu_mem *m)
+{
+    if (--m->refs > 0)
+        return;
+    if (!m->ptr || worker_run_on(m->g->w, gpu_mem_close, m) != 0)
+        free(m); /* never opened, or the worker has stopped (the process is ending) */
+}
+
+gpu_event *gpu_event_new(gpu_ctx *g, const uint8_t *handle)
+{
+    gpu_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->g = g;
+    e->refs = 1;
+    memcpy(e->handle, handle, GPU_IPC_HANDLE_BYTES);
+    return e;
+}
+
+void gpu_event_ref(gpu_event *e)
+{
+    e->refs++;
+}
+
+static void gpu_event_close(void *arg)
+{
+    gpu_event *e = arg;
+    if (e->opened)
+        cudaEventDestroy(e->ev);
+    free(e);
+}
+
+void gpu_event_unref(gpu_event *e)
+{
+    if (--e->refs > 0)
+        return;
+    if (!e->opened || worker_run_on(e->g->w, gpu_event_close, e) != 0)
+        free(e);
+}
+
+/* ---- the compute function --------------------------------------------------------------------- */
+static stats_status job_fail(worker_job *job, int code, stats_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static stats_status job_fail(worker_job *job, int code, stats_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(job->err.msg, sizeof job->err.msg, fmt, ap);
+    va_end(ap);
+    job->fail_code = code;
+    return st;
+}
+
+static int gpu_mem_open(gpu_mem *m)
+{
+    if (m->ptr)
+        return 0;
+    if (m->failed)
+        return -1;
+    cudaIpcMemHandle_t h;
+    memcpy(h.reserved, m->handle, sizeof h.reserved);
+    cudaError_t e = cudaIpcOpenMemHandle(&m->ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        m->ptr = NULL;
+        m->failed = 1;
+        snprintf(m->err, sizeof m->err, "cudaIpcOpenMemHandle on %s: %s (was the buffer exported "
+                 "on this device, by a live process?)", m->g->uuid, cudaGetErrorString(e));
+        return -1;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = gpu_addr_range(&base, &size, (CUdeviceptr)(uintptr_t)m->ptr);
+    if (r != CUDA_SUCCESS || (uintptr_t)base != (uintptr_t)m->ptr) {
+        cudaIpcCloseMemHandle(m->ptr);
+        m->ptr = NULL;
+        m->failed = 1;
+        snprintf(m->err, sizeof m->err, "cuMemGetAddressRange of an opened IPC allocation on %s "
+                 "failed (CUDA error %d)", m->g->uuid, (int)r);
+        return -1;
+    }
+    m->real = size;
+    return 0;
+}
+
+static int gpu_event_open(gpu_event *e)
+{
+    if (e->opened)
+        return 0;
+    if (e->failed)
+        return -1;
+    cudaIpcEventHandle_t h;
+    memcpy(h.reserved, e->handle, sizeof h.reserved);
+    cudaError_t r = cudaIpcOpenEventHandle(&e->ev, h);
+    if (r != cudaSuccess) {
+        e->failed = 1;
+        snprintf(e->err, sizeof e->err, "cudaIpcOpenEventHandle on %s: %s", e->g->uuid,
+                 cudaGetErrorString(r));
+        return -1;
+    }
+    e->opened = 1;
+    return 0;
+}
+
+static uint64_t gpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits on the host until the client's stream passed the event (bounded; gives up when the client
+ * disconnects), then orders the worker's stream after it. */
+static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, worker_job *job)
+{
+    uint64_t t0 = gpu_now_ns();
+    long sleep_ns = 2000;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev->ev);
+        if (e == cudaSuccess)
+            break;
+        if (e != cudaErrorNotReady)
+            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                            "waiting for the client's event: %s", cudaGetErrorString(e));
+        if (gone && __atomic_load_n(gone, __ATOMIC_ACQUIRE))
+            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                            "the client disconnected before its stream reached the push's event");
+        if (gpu_now_ns() - t0 > GPU_EVENT_WAIT_NS)
+            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                            "the client's stream did not reach the push's event within %llu s",
+                            GPU_EVENT_WAIT_NS / 1000000000ull);
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 500000)
+            sleep_ns *= 2;
+    }
+    cudaError_t e = cudaStreamWaitEvent(g->stream, ev->ev, 0);
+    if (e != cudaSuccess)
+        return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "cudaStreamWaitEvent: %s",
+                        cudaGetErrorString(e));
+    return STATS_OK;
+}
+
+stats_status gpu_compute(void *arg, worker_job *job)
+{
+    gpu_ctx *g = arg;
+    gpu_refs *r = job->ext;
+    static const char *const names[3] = {"q", "k", "v"};
+    if (!g->ready)
+        return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "%s", g->err);
+    const void *ptr[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < r->n; i++) {
+        gpu_mem *m = r->mem[i];
+        if (gpu_mem_open(m) != 0)
+            return job_fail(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", names[i],
+                            m->err);
+        char msg[256];
+        if (validate_device_span(names[i], r->need[i], m->size, m->real, msg, sizeof msg) !=
+            ATTNSTAT__CODE__OK)
+            return job_fail(job, ATTNSTAT__CODE__OUT_OF_BOUNDS, STATS_EINVAL, "%s", msg);
+        ptr[i] = (const char *)m->ptr + r->off[i];
+    }
+    stats_problem p = job->prob;
+    p.q.ptr = ptr[0];
+    p.k.ptr = ptr[1];
+    if (p.cu_seqlens_q) {
+        size_t n = (size_t)p.batch + 1;
+        if (g->cu_cap < 2 * n) {
+            if (g->cu_dev)
+                cudaFree(g->cu_dev);
+            g->cu_dev = NULL;
+            g->cu_cap = 0;
+            cudaError_t e = cudaMalloc((void **)&g->cu_dev, 2 * n * sizeof(int32_t));
+            if (e != cudaSuccess)
+                return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                                "cudaMalloc for packed offsets: %s", cudaGetErrorString(e));
+            g->cu_cap = 2 * n;
+        }
+        cudaError_t e = cudaMemcpyAsync(g->cu_dev, p.cu_seqlens_q, n * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, g->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(g->cu_dev + n, p.cu_seqlens_k, n * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, g->stream);
+        if (e != cudaSuccess)
+            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                            "copying packed offsets to the device: %s", cudaGetErrorString(e));
+        p.cu_seqlens_q = g->cu_dev;
+        p.cu_seqlens_k = g->cu_dev + n;
+    }
+    if (r->ev) {
+        if (gpu_event_open(r->ev) != 0)
+            return job_fail(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
+        stats_status st = gpu_wait_event(g, r->ev, r->client_gone, job);
+        if (st != STATS_OK)
+            return st;
+    }
+    stats_status st = stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
+    if (st != STATS_OK) {
+        job->fail_code = st == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST : ATTNSTAT__CODE__INTERNAL;
+        cudaError_t e = cudaGetLastError(); /* clears a sticky-free error for the next job */
+        (void)e;
+    }
+    return st;
+}
+
+#else /* no CUDA in this build */
+
+struct gpu_ctx {
+    int unused;
+};
+struct gpu_mem {
+    int unused;
+};
+struct gpu_event {
+    int unused;
+};
+
+int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen)
+{
+    (void)out, (void)max;
+    snprintf(why, whylen, "attnstatd was built without CUDA");
+    return 0;
+}
+
+gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
+{
+    (void)ordinal, (void)uuid;
+    return NULL;
+}
+
+void gpu_ctx_set_worker(gpu_ctx *g, worker *w)
+{
+    (void)g, (void)w;
+}
+
+void gpu_ctx_start(void *g)
+{
+    (void)g;
+}
+
+void gpu_ctx_stop(void *g)
+{
+    (void)g;
+}
+
+stats_status gpu_compute(void *g, worker_job *job)
+{
+    (void)g;
+    snprintf(job->err.msg, sizeof job->err.msg, "attnstatd was built without CUDA");
+    return STATS_ENOTSUP;
+}
+
+gpu_mem *gpu_mem_new(gpu_ctx *g, const uint8_t *handle, uint64_t size)
+{
+    (void)g, (void)handle, (void)size;
+    return NULL;
+}
+
+void gpu_mem_ref(gpu_mem *m)
+{
+    (void)m;
+}
+
+void gpu_mem_unref(gpu_mem *m)
+{
+    (void)m;
+}
+
+gpu_event *gpu_event_new(gpu_ctx *g, const uint8_t *handle)
+{
+    (void)g, (void)handle;
+    return NULL;
+}
+
+void gpu_event_ref(gpu_event *e)
+{
+    (void)e;
+}
+
+void gpu_event_unref(gpu_event *e)
+{
+    (void)e;
+}
+
+gpu_ctx *gpu_mem_ctx(const gpu_mem *m)
+{
+    (void)m;
+    return NULL;
+}
+
+gpu_ctx *gpu_event_ctx(const gpu_event *e)
+{
+    (void)e;
+    return NULL;
+}
+
+#endif

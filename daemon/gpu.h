@@ -1,0 +1,73 @@
+/* gpu.h — attnstatd's GPU workers: one per local device that a client names (by UUID), each a
+ * worker of the pool (worker.h) whose compute function runs the CUDA statistics kernel
+ * (kernels/stats_cuda.h) on the device's own context and low-priority stream.
+ *
+ * The CUDA objects of a client — IPC memory handles (gpu_mem) and IPC events (gpu_event) — are
+ * created on the loop thread as plain descriptions, opened lazily on the worker thread of their
+ * device at the first push that uses them, and closed on that thread once the loop thread drops
+ * the last reference (the client went, or Forgot it, and no push using it is in flight).
+ *
+ * Before the kernel reads a byte, each tensor's span is checked against the opened allocation's
+ * real size (cuMemGetAddressRange on the opened pointer, through the runtime's driver entry point),
+ * not only against the size the client registered. The worker waits for the push's event on the
+ * host with a bound (polling, so a client that dies or stalls cannot hold the device's worker
+ * forever), then orders its stream after it.
+ *
+ * Without CUDA in the build, or without a usable device, gpu_enumerate() finds nothing and the
+ * daemon refuses CUDA_IPC buffers with UNSUPPORTED. */
+#ifndef ATTNSTAT_DAEMON_GPU_H
+#define ATTNSTAT_DAEMON_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+#include "worker.h"
+
+#define GPU_MAX_LOCAL 16
+#define GPU_IPC_HANDLE_BYTES 64
+
+typedef struct {
+    int ordinal;
+    char uuid[48];           /* "GPU-xxxxxxxx-..." as nvidia-smi prints it */
+    char name[256];
+    int cc_major, cc_minor;
+} gpu_devinfo;
+
+typedef struct gpu_ctx gpu_ctx;      /* a device worker's context (the compute function's wctx) */
+typedef struct gpu_mem gpu_mem;
+typedef struct gpu_event gpu_event;
+
+/* What a GPU job reads: set by the session on the loop thread, read by the worker. */
+typedef struct {
+    gpu_mem *mem[3];         /* q, k, v (v may repeat q's or k's buffer) */
+    uint64_t off[3];         /* byte offset of each tensor in its buffer */
+    uint64_t need[3];        /* offset + bytes spanned */
+    int n;
+    gpu_event *ev;           /* NULL: no event (the client says its data are ready) */
+    const int *client_gone;  /* set (atomically) when the client disconnects */
+} gpu_refs;
+
+/* Local devices usable by the kernels (compute capability >= 8.0), found once at start-up.
+ * Returns how many (0 without CUDA or a driver: why says so). */
+int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen);
+
+/* A worker context for device ordinal; its CUDA set-up runs on the worker thread through
+ * gpu_ctx_start() (post it with worker_run_on right after adding the worker). */
+gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid);
+void gpu_ctx_set_worker(gpu_ctx *g, worker *w);
+void gpu_ctx_start(void *g);         /* worker thread: device, stats context, low-priority stream */
+void gpu_ctx_stop(void *g);          /* worker thread: closes everything; the ctx stays allocated */
+stats_status gpu_compute(void *g, worker_job *job);  /* worker_compute_fn; job->ext is gpu_refs */
+
+/* Loop thread. size: the registered size; handle: GPU_IPC_HANDLE_BYTES bytes. NULL on no memory. */
+gpu_mem *gpu_mem_new(gpu_ctx *g, const uint8_t *handle, uint64_t size);
+void gpu_mem_ref(gpu_mem *m);
+void gpu_mem_unref(gpu_mem *m);      /* the last reference: closed and freed on the worker thread */
+gpu_event *gpu_event_new(gpu_ctx *g, const uint8_t *handle);
+void gpu_event_ref(gpu_event *e);
+void gpu_event_unref(gpu_event *e);
+gpu_ctx *gpu_mem_ctx(const gpu_mem *m);
+gpu_ctx *gpu_event_ctx(const gpu_event *e);
+
+#endif /* ATTNSTAT_DAEMON_GPU_H */
