@@ -156,7 +156,8 @@ class TestTorch(tp.DaemonCase):
                 self.assertTrue(sent)
                 self.assertTrue(c.flush(30))
                 self.assertEqual(c.stats()["held"], 0)
-                self.check_stored(run, 0, 0, ref(q, k), 1e-6)
+                # computed by the CUDA kernel (float32): tests/gpu checks it at its tolerances
+                self.check_stored(run, 0, 0, ref(q, k), 1e-3)
             model = Model().cuda()
             with attnstat.torch.monitor(c, model=model, copy_to_host=True, strict=True) as mon:
                 model(torch.randn(2, 10, 32, device="cuda"))

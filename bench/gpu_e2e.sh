@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# gpu_e2e.sh — on a GPU machine: builds what the GPU path needs, runs the GPU tests (tests/gpu), the
+# example GPT (healthy and collapsing runs, alerts, heads) and the step-time overhead bench, and
+# writes logs to OUTDIR (default ./gpu-e2e-out). Summary on stdout, last.
+#   ATTNSTAT_GENCODE   nvcc -gencode flags (default: sm_90a only, for a quick Hopper build)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-gpu-e2e-out}}
+mkdir -p "$out"
+b=build-gpu-e2e
+gencode=${ATTNSTAT_GENCODE:--gencode=arch=compute_90a,code=sm_90a}
+t0=$(date +%s)
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  git log -1 --format='commit %H %s' 2>/dev/null || true
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+} > "$out/env.txt" 2>&1
+cmake -S . -B $b -G Ninja -DATTNSTAT_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      "-DATTNSTAT_CUDA_GENCODE=$gencode" > "$out/build.log" 2>&1 &&
+  cmake --build $b -j "$(nproc)" --target attnstatd attnstat_shared attnstat_cli gpu_raw_push \
+      >> "$out/build.log" 2>&1
+build_rc=$?
+echo "build rc $build_rc in $(( $(date +%s) - t0 )) s" | tee -a "$out/build.log"
+[ $build_rc -eq 0 ] || { tail -30 "$out/build.log"; exit 1; }
+export ATTNSTAT_LIB=$PWD/$b/client/libattnstat.so ATTNSTAT_DAEMON=$PWD/$b/daemon/attnstatd
+export ATTNSTAT_RAW_PUSH=$PWD/$b/tests/gpu_raw_push ATTNSTAT_GPU_OUT=$out PYTHONUNBUFFERED=1
+
+# 1. GPU tests
+timeout 300 python3 tests/gpu/test_gpu.py > "$out/test_gpu.log" 2>&1
+test_rc=$?
+echo "test_gpu rc $test_rc at $(( $(date +%s) - t0 )) s" >> "$out/test_gpu.log"
+
+# 2. the example: healthy and collapsing runs on one daemon, then the CLI's view
+ex=$(mktemp -d)
+$ATTNSTAT_DAEMON --socket "$ex/s" --db "$ex/db" > "$out/example.log" 2>&1 &
+dpid=$!
+for i in $(seq 100); do [ -S "$ex/s" ] && break; sleep 0.1; done
+{
+  echo "== healthy: lr 6e-4, warm-up 100, every 10th step"
+  timeout 150 python3 examples/gpt.py --socket "$ex/s" --run healthy --steps 400 --verbose
+  echo "== collapse: lr 3e-2, no warm-up, no clipping, every 10th step"
+  timeout 150 python3 examples/gpt.py --socket "$ex/s" --run collapse --steps 400 --lr 3e-2 \
+      --warmup 0 --clip 0 --verbose
+  cli="$b/client/attnstat --db $ex/db --color never"
+  echo "== attnstat runs"; $cli runs
+  echo "== attnstat alerts --run healthy"; $cli alerts --run healthy | head -20
+  echo "== attnstat alerts --run collapse"; $cli alerts --run collapse | head -40
+  echo "== attnstat heads --run healthy"; $cli heads --run healthy
+  echo "== attnstat heads --run collapse"; $cli heads --run collapse
+  echo "== attnstat trend --run collapse --layer 0"; $cli trend --run collapse --layer 0 | head -50
+  echo "== bench: step time off / every 10th / every step"
+  timeout 200 python3 examples/gpt.py --socket "$ex/s" --run bench --bench --steps 1200
+} > "$out/example_out.log" 2>&1
+kill -TERM $dpid; wait $dpid
+echo "== summary ($(( $(date +%s) - t0 )) s)"
+cat "$out/env.txt"
+grep -E "^(test_|Ran|OK|FAILED|push CPU)|Error|error:" "$out/test_gpu.log" | head -40
+grep -E '^\{' "$out/example_out.log" | cut -c1-600
+grep -E "raised" "$out/example_out.log" | head -5

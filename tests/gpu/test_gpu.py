@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""GPU end to end: attnstatd and training processes (tests/gpu/gpu_trainer.py), each a process of
+its own, on a real CUDA device. Exits 77 (skipped) without PyTorch, without a usable GPU, or when
+libattnstat / attnstatd have no GPU path.
+
+What is checked
+  - values: the daemon's per-head statistics of pushed CUDA tensors (zero-copy path) equal a
+    float64 PyTorch computation on the same tensors: entropy mean within 1e-4 relative (+1e-6),
+    entropy min / max (single rows) within 1e-3 nats, max logit within 1e-5 relative. Per-row
+    values never leave the daemon, so the per-row bound is checked through min and max.
+  - the same through the staged path (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True);
+  - a push neither synchronises the device nor waits: it returns while a long kernel still runs
+    on its stream; its CPU time (p50, p99) is measured and recorded;
+  - a trainer SIGKILLed mid-run: the daemon closes its handles and serves the next trainer;
+  - a raw-frame client that lies about offsets and buffer sizes is refused (gpu_raw_push);
+  - two trainers at once on one daemon.
+Environment: ATTNSTAT_LIB, ATTNSTAT_DAEMON, ATTNSTAT_RAW_PUSH (set by ctest); ATTNSTAT_GPU_OUT: a
+directory where the measurements (nosync.json) and the daemon's log are copied.
+"""
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+except Exception:  # noqa: BLE001
+    print("skipped: no PyTorch")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("skipped: no usable CUDA device")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+from attnstat import _lib  # noqa: E402
+
+LIB = _lib.load()
+if b"+cuda" not in (LIB.attnstat_version() or b""):
+    print("skipped: %s has no GPU path" % LIB._attnstat_path)
+    sys.exit(77)
+DAEMON = os.environ.get("ATTNSTAT_DAEMON") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.realpath(LIB._attnstat_path))), "daemon", "attnstatd")
+RAW = os.environ.get("ATTNSTAT_RAW_PUSH")
+TRAINER = os.path.join(HERE, "gpu_trainer.py")
+OUT = os.environ.get("ATTNSTAT_GPU_OUT")
+
+
+class Daemon(object):
+    def __init__(self, d):
+        self.dir = d
+        self.socket = os.path.join(d, "a.sock")
+        self.db = os.path.join(d, "a.db")
+        self.logpath = os.path.join(d, "attnstatd.log")
+        self.log = open(self.logpath, "w")
+        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--db", self.db,
+                                      "--log-level", "debug"], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("attnstatd exited:\n" + self.text())
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(self.socket)
+                s.close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("attnstatd did not listen:\n" + self.text())
+                time.sleep(0.05)
+
+    def text(self):
+        self.log.flush()
+        with open(self.logpath) as f:
+            return f.read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        if OUT:
+            os.makedirs(OUT, exist_ok=True)
+            with open(os.path.join(OUT, "attnstatd.log"), "a") as f:
+                f.write(self.text_final())
+
+    def text_final(self):
+        with open(self.logpath) as f:
+            return f.read()
+
+
+def trainer(mode, sock, out, *extra, env=None, check=True, timeout=240):
+    e = dict(os.environ)
+    e.update(env or {})
+    e["PYTHONUNBUFFERED"] = "1"
+    r = subprocess.run([sys.executable, TRAINER, mode, sock, out] + list(extra), env=e,
+                       capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError("trainer %s failed (%d):\n%s\n%s" % (mode, r.returncode, r.stdout,
+                                                                   r.stderr))
+    return r
+
+
+def reference(c):
+    """float64 per-head statistics: {head: (mean, min, max, max_logit, rows)}."""
+    q, k = c["q"].double(), c["k"].double()
+    hq, hk = q.shape[1], k.shape[1]
+    k = k.repeat_interleave(hq // hk, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if c.get("cu"):
+        cu = c["cu"]
+        segs = [(0, cu[i], cu[i + 1], cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+    else:
+        segs = [(b, 0, q.shape[2], 0, k.shape[2]) for b in range(q.shape[0])]
+    ent = [[] for _ in range(hq)]
+    mx = [[] for _ in range(hq)]
+    for b, q0, q1, k0, k1 in segs:
+        s = scale * torch.matmul(q[b, :, q0:q1], k[b, :, k0:k1].transpose(-1, -2))
+        lq, lk = q1 - q0, k1 - k0
+        if c["causal"]:
+            i = torch.arange(lq).view(-1, 1)
+            j = torch.arange(lk).view(1, -1)
+            s = s.masked_fill(~(j <= i + (lk - lq)), float("-inf"))
+        m = s.max(dim=-1).values
+        t = s - m.unsqueeze(-1)
+        p = torch.exp(t)
+        l = p.sum(-1)
+        w = torch.where(torch.isfinite(t), p * t, torch.zeros_like(t)).sum(-1)
+        h = torch.log(l) - w / l
+        ok = torch.isfinite(m)
+        for hh in range(hq):
+            ent[hh].append(h[hh][ok[hh]].clamp_min(0))
+            mx[hh].append(m[hh][ok[hh]])
+    out = {}
+    for hh in range(hq):
+        e = torch.cat(ent[hh])
+        out[hh] = (e.mean().item(), e.min().item(), e.max().item(), torch.cat(mx[hh]).max().item(),
+                   e.numel())
+    return out
+
+
+def compare(tc, data):
+    bad = []
+    for i, c in enumerate(data["cases"]):
+        got = {h["head"]: h for h in data["results"].get(i, [])}
+        tc.assertEqual(len(got), c["q"].shape[1], "case %s: heads in the result" % c["name"])
+        for hh, (mean, mn, mxe, ml, rows) in reference(c).items():
+            g = got[hh]
+            checks = [("rows", g["rows"], rows, 0, 0),
+                      ("entropy_mean", g["entropy_mean"], mean, 1e-4, 1e-6),
+                      ("entropy_min", g["entropy_min"], mn, 0, 1e-3),
+                      ("entropy_max", g["entropy_max"], mxe, 0, 1e-3),
+                      ("max_logit", g["max_logit"], ml, 1e-5, 1e-5 if abs(ml) < 1 else 0)]
+            for name, a, b, rel, ab in checks:
+                if not abs(a - b) <= rel * abs(b) + ab:
+                    bad.append("%s head %d %s: daemon %.9g, float64 %.9g" % (c["name"], hh, name,
+                                                                             a, b))
+    tc.assertEqual(bad, [], "\n".join(bad))
+
+
+class TestGPU(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="attnstat-gpu-")
+        cls.d = Daemon(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.close()
+        cls.tmp.cleanup()
+
+    def values(self, name, env=None):
+        out = os.path.join(self.tmp.name, name + ".pt")
+        r = trainer("values", self.d.socket, out, "--run", name, env=env)
+        data = torch.load(out, weights_only=False)
+        st = data["stats"]
+        self.assertEqual(st["acked"], len(data["cases"]), r.stdout + r.stderr)
+        self.assertEqual(st["rejected"], 0)
+        self.assertEqual(st["held"], 0, "tensors still held after flush")
+        self.assertEqual(st["releases_pending"], 0)
+        compare(self, data)
+        return data, r
+
+    def test_1_zero_copy_values(self):
+        data, r = self.values("zero-copy")
+        st = data["stats"]
+        self.assertEqual(st["cuda_zero_copy"], len(data["cases"]), r.stdout)
+        self.assertEqual(st["cuda_staged"], 0)
+        self.assertGreater(data["held_after_push"], 0, "zero-copy pushes hold their tensors")
+        self.assertEqual(len(data["devices"]), 1, "the hello named the current device")
+
+    def test_2_staged_values(self):
+        data, r = self.values("staged", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        st = data["stats"]
+        self.assertEqual(st["cuda_staged"], len(data["cases"]), r.stdout)
+        self.assertEqual(st["cuda_zero_copy"], 0)
+        self.assertEqual(data["held_after_push"], 0, "staged pushes hold nothing")
+
+    def test_3_push_does_not_synchronise(self):
+        out = os.path.join(self.tmp.name, "nosync.json")
+        trainer("nosync", self.d.socket, out, "--pushes", "2000")
+        with open(out) as f:
+            res = json.load(f)
+        if OUT:
+            os.makedirs(OUT, exist_ok=True)
+            shutil.copy(out, os.path.join(OUT, "nosync.json"))
+        self.assertTrue(res["push_sent"])
+        self.assertTrue(res["stream_busy_after_push"], res)
+        self.assertLess(res["push_wall_us_behind_long_kernel"], 50000, res)
+        print("push CPU time p50 %.1f us, p99 %.1f us (ctypes call alone %.2f us); Client.push "
+              "p50 %.1f us" % (res["push_cpu_us_p50"], res["push_cpu_us_p99"],
+                               res["ctypes_call_us_p50"], res["client_push_cpu_us_p50"]))
+
+    def test_4_killed_trainer(self):
+        ready = os.path.join(self.tmp.name, "loop.ready")
+        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        p = subprocess.Popen([sys.executable, TRAINER, "loop", self.d.socket, ready, "--run",
+                              "killed"], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ready):
+            if p.poll() is not None:
+                self.fail("loop trainer exited: %s" % p.stdout.read().decode())
+            self.assertLess(time.monotonic(), deadline, "loop trainer never got 20 pushes acked")
+            time.sleep(0.1)
+        time.sleep(0.5)  # pushes in flight when it dies
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        # the daemon closes the dead client's handles and keeps serving
+        deadline = time.monotonic() + 30
+        while "closed an IPC allocation" not in self.d.text():
+            self.assertLess(time.monotonic(), deadline, "no IPC handle closed after the kill:\n"
+                            + self.d.text()[-3000:])
+            time.sleep(0.2)
+        self.assertIsNone(self.d.proc.poll(), "attnstatd died")
+        self.values("after-kill")
+
+    def test_5_raw_frames_past_the_end_are_refused(self):
+        if not RAW or not os.path.exists(RAW):
+            self.skipTest("gpu_raw_push is not built (ATTNSTAT_RAW_PUSH)")
+        r = subprocess.run([RAW, self.d.socket], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("past the end of the device allocation", r.stdout)
+        self.assertIsNone(self.d.proc.poll(), "attnstatd died")
+
+    def test_6_two_trainers(self):
+        outs = [os.path.join(self.tmp.name, "two%d.pt" % i) for i in range(2)]
+        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        ps = [subprocess.Popen([sys.executable, TRAINER, "values", self.d.socket, outs[i], "--run",
+                                "two-%d" % i, "--seed", str(10 + i)], env=e,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+              for i in range(2)]
+        for p in ps:
+            txt = p.communicate(timeout=240)[0].decode()
+            self.assertEqual(p.returncode, 0, txt)
+        for o in outs:
+            data = torch.load(o, weights_only=False)
+            self.assertEqual(data["stats"]["acked"], len(data["cases"]))
+            compare(self, data)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
