@@ -161,7 +161,7 @@ int32_t stats_sampled_count(const stats_problem *p, int32_t seq_len_q)
         return 0;
     if (p->sample_rows > 0)
         return p->sample_rows < seq_len_q ? p->sample_rows : seq_len_q;
-    if (p->sample_every > 1)
-        return (seq_len_q + p->sample_every - 1) / p->sample_every;
+    if (p->sample_every > 1) /* in 64 bits: seq_len_q + sample_every - 1 can pass INT32_MAX */
+        return (int32_t)(((int64_t)seq_len_q + p->sample_every - 1) / p->sample_every);
     return seq_len_q;
 }

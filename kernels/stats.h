@@ -154,6 +154,15 @@ int64_t stats_tensor_extent(int64_t b, int64_t h, int64_t n, int64_t d,
 stats_status stats_cpu(const stats_problem *p, stats_head *heads,
                        float *row_entropy, float *row_maxlogit, stats_error *err);
 
+/* A caller-owned workspace for stats_cpu_ws(): grow-only, so a worker that computes many problems
+ * allocates nothing in the steady state, and a computation abandoned midway (e.g. by a signal)
+ * leaks nothing. Memory is bounded: K is converted 1024 keys at a time, whatever its length. */
+typedef struct stats_cpu_workspace stats_cpu_workspace;
+stats_cpu_workspace *stats_cpu_workspace_new(void);
+void stats_cpu_workspace_free(stats_cpu_workspace *ws);
+stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats_head *heads,
+                          float *row_entropy, float *row_maxlogit, stats_error *err);
+
 /* ---- Row sampling, shared by every backend (plain C; usable from CUDA device code). ----------
  * stats_sample_row(j, n, seed) for j in [0, n) is a permutation of [0, n): a 4-round Feistel
  * network on the smallest even power of two >= n, cycle-walked into [0, n). The first

@@ -96,19 +96,25 @@ static double dot(const double *q, const double *k, int d)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* Online state of one row: running max m, l = sum exp(s - m), w = sum exp(s - m) * (s - m). */
+typedef struct {
+    double m, l, w;
+    int finite;
+} row_state;
+
 typedef struct {
     double entropy, max_logit;
     int64_t visible;
     int finite;
 } row_result;
 
-static void row_stats(const double *q, const double *k, int64_t lo, int64_t hi, int d,
-                      double scale, double softcap, row_result *out)
+/* Folds keys [lo, hi] (indices into k, each a row of d doubles) into the row's state, TILE keys
+ * at a time: one max per tile, one rescale per tile when the max moves. */
+static void row_update(row_state *st, const double *q, const double *k, int64_t lo, int64_t hi,
+                       int d, double scale, double softcap)
 {
-    double m = -INFINITY, l = 0.0, w = 0.0;
     double s[TILE];
-    int finite = 1;
-    for (int64_t j0 = lo; j0 <= hi; j0 += TILE) {
+    for (int64_t j0 = lo; j0 <= hi && st->finite; j0 += TILE) {
         int nt = (int)(hi - j0 + 1 < TILE ? hi - j0 + 1 : TILE);
         double tmax = -INFINITY;
         for (int t = 0; t < nt; t++) {
@@ -116,37 +122,41 @@ static void row_stats(const double *q, const double *k, int64_t lo, int64_t hi, 
             if (softcap > 0.0)
                 x = softcap * tanh(x / softcap);
             if (!isfinite(x))
-                finite = 0;
+                st->finite = 0;
             s[t] = x;
             if (x > tmax)
                 tmax = x;
         }
-        if (!finite)
-            break; /* the row is excluded; nothing more to learn from it */
-        if (tmax > m) {
-            if (l > 0.0) {
-                double dlt = m - tmax, a = exp(dlt);
-                w = a * (w + dlt * l);
-                l = a * l;
+        if (!st->finite)
+            return; /* the row is excluded; nothing more to learn from it */
+        if (tmax > st->m) {
+            if (st->l > 0.0) { /* guarded: on the first tile m = -inf and l = 0 */
+                double dlt = st->m - tmax, a = exp(dlt);
+                st->w = a * (st->w + dlt * st->l);
+                st->l = a * st->l;
             }
-            m = tmax;
+            st->m = tmax;
         }
         for (int t = 0; t < nt; t++) {
-            double tt = s[t] - m, e = exp(tt);
-            l += e;
-            w += e * tt;
+            double tt = s[t] - st->m, e = exp(tt);
+            st->l += e;
+            st->w += e * tt;
         }
     }
-    out->visible = hi - lo + 1;
-    out->finite = finite;
-    if (!finite) {
+}
+
+static void row_finish(const row_state *st, int64_t visible, row_result *out)
+{
+    out->visible = visible;
+    out->finite = st->finite;
+    if (!st->finite) {
         out->entropy = NAN;
         out->max_logit = NAN;
         return;
     }
-    double h = log(l) - w / l;
+    double h = log(st->l) - st->w / st->l;
     out->entropy = h > 0.0 ? h : 0.0;
-    out->max_logit = m;
+    out->max_logit = st->m;
 }
 
 /* ---- per-head accumulation ---------------------------------------------------------------- */
@@ -217,15 +227,80 @@ static void acc_finish(const head_acc *a, int sampled, stats_head *out)
 
 /* ---- the whole problem -------------------------------------------------------------------- */
 
-stats_status stats_cpu(const stats_problem *p, stats_head *heads, float *row_entropy,
-                       float *row_maxlogit, stats_error *err)
+/* Keys are converted to double KCHUNK rows at a time, so memory stays bounded whatever the
+ * length of K; each sampled row keeps its online state across chunks. */
+enum { KCHUNK = 1024 };
+#define MAX_ROW_STATES (1LL << 25) /* 1 GiB of row state per (sequence, KV head) */
+
+struct stats_cpu_workspace {
+    double *kbuf;       /* KCHUNK x STATS_MAX_HEAD_DIM */
+    double *qbuf;       /* STATS_MAX_HEAD_DIM */
+    row_state *rows;    /* group x sampled rows */
+    int64_t rows_cap;
+    head_acc *acc;      /* heads_q */
+    int64_t acc_cap;
+};
+
+stats_cpu_workspace *stats_cpu_workspace_new(void)
+{
+    stats_cpu_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    ws->kbuf = malloc(sizeof(double) * KCHUNK * STATS_MAX_HEAD_DIM);
+    ws->qbuf = malloc(sizeof(double) * STATS_MAX_HEAD_DIM);
+    if (!ws->kbuf || !ws->qbuf) {
+        stats_cpu_workspace_free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+void stats_cpu_workspace_free(stats_cpu_workspace *ws)
+{
+    if (!ws)
+        return;
+    free(ws->kbuf);
+    free(ws->qbuf);
+    free(ws->rows);
+    free(ws->acc);
+    free(ws);
+}
+
+/* Grows *buf to hold n elements of size sz; the workspace stays valid whatever happens. */
+static int grow(void **buf, int64_t *cap, int64_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    void *nb = realloc(*buf, (size_t)n * sz);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = n;
+    return 0;
+}
+
+/* Visible key range [*lo, *hi] of row i (bottom-right offset off); empty when *lo > *hi. */
+static void visible_range(const stats_problem *p, int64_t i, int64_t off, int64_t lk, int64_t *lo,
+                          int64_t *hi)
+{
+    *lo = 0, *hi = lk - 1;
+    if (p->causal && i + off < *hi)
+        *hi = i + off;
+    if (p->window_right >= 0 && i + off + p->window_right < *hi)
+        *hi = i + off + p->window_right;
+    if (p->window_left >= 0 && i + off - p->window_left > *lo)
+        *lo = i + off - p->window_left;
+}
+
+stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats_head *heads,
+                          float *row_entropy, float *row_maxlogit, stats_error *err)
 {
     stats_status st = stats_validate(p, err);
     if (st != STATS_OK)
         return st;
-    if (!heads) {
+    if (!heads || !ws) {
         if (err)
-            snprintf(err->msg, sizeof err->msg, "heads output is NULL");
+            snprintf(err->msg, sizeof err->msg, "%s is NULL", heads ? "workspace" : "heads output");
         return STATS_EINVAL;
     }
     int packed = p->cu_seqlens_q != NULL;
@@ -245,24 +320,28 @@ stats_status stats_cpu(const stats_problem *p, stats_head *heads, float *row_ent
     const int sampled = p->sample_every > 1 || p->sample_rows > 0;
     const int64_t phys_b = packed ? 1 : p->batch;
 
-    int64_t max_lk = 0;
+    int64_t max_ns = 0;
     for (int32_t b = 0; b < p->batch; b++) {
-        int64_t lk = packed ? p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b] : p->len_k;
-        if (lk > max_lk)
-            max_lk = lk;
+        int64_t lq = packed ? p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b] : p->len_q;
+        int64_t ns = stats_sampled_count(p, (int32_t)lq);
+        max_ns = ns > max_ns ? ns : max_ns;
     }
-    double *kbuf = malloc(sizeof(double) * (size_t)(max_lk > 0 ? max_lk : 1) * (size_t)d);
-    double *qbuf = malloc(sizeof(double) * (size_t)d);
-    head_acc *acc = malloc(sizeof(head_acc) * (size_t)p->heads_q);
-    if (!kbuf || !qbuf || !acc) {
-        free(kbuf);
-        free(qbuf);
-        free(acc);
+    if ((int64_t)group * max_ns > MAX_ROW_STATES) {
         if (err)
-            snprintf(err->msg, sizeof err->msg, "out of memory for a %lld x %d key buffer",
-                     (long long)max_lk, d);
+            snprintf(err->msg, sizeof err->msg, "%lld sampled rows per sequence x %d query heads "
+                     "per KV head is over the CPU backend's limit of %lld rows per pass; sample "
+                     "fewer rows", (long long)max_ns, group, (long long)MAX_ROW_STATES);
+        return STATS_EINVAL;
+    }
+    if (grow((void **)&ws->rows, &ws->rows_cap, (int64_t)group * (max_ns > 0 ? max_ns : 1),
+             sizeof(row_state)) ||
+        grow((void **)&ws->acc, &ws->acc_cap, p->heads_q, sizeof(head_acc))) {
+        if (err)
+            snprintf(err->msg, sizeof err->msg, "out of memory for %lld row states",
+                     (long long)group * max_ns);
         return STATS_ENOMEM;
     }
+    head_acc *acc = ws->acc;
     for (int h = 0; h < p->heads_q; h++)
         acc_init(&acc[h]);
 
@@ -281,45 +360,77 @@ stats_status stats_cpu(const stats_problem *p, stats_head *heads, float *row_ent
         int64_t lq = packed ? p->cu_seqlens_q[b + 1] - q0 : p->len_q;
         int64_t lk = packed ? p->cu_seqlens_k[b + 1] - k0 : p->len_k;
         int64_t tb = packed ? 0 : b, off = lk - lq; /* bottom-right alignment */
-        int32_t nsamp = stats_sampled_count(p, (int32_t)lq);
-        int loaded_kvh = -1;
-        for (int h = 0; h < p->heads_q; h++) {
-            int kvh = h / group;
-            if (kvh != loaded_kvh) {
-                for (int64_t j = 0; j < lk; j++)
-                    load_row(kbuf + j * d, elem(&p->k, p->dtype, tb, kvh, k0 + j), d, p->dtype);
-                loaded_kvh = kvh;
-            }
-            for (int32_t sj = 0; sj < nsamp; sj++) {
-                int64_t i = stats_row_of_sample((uint32_t)sj, (uint32_t)lq, p->sample_every,
-                                                p->sample_rows, p->sample_seed);
-                int64_t lo = 0, hi = lk - 1;
-                if (p->causal && i + off < hi)
-                    hi = i + off;
-                if (p->window_right >= 0 && i + off + p->window_right < hi)
-                    hi = i + off + p->window_right;
-                if (p->window_left >= 0 && i + off - p->window_left > lo)
-                    lo = i + off - p->window_left;
-                if (lo > hi) {
-                    acc[h].rows_empty++;
-                    continue;
+        int64_t nsamp = stats_sampled_count(p, (int32_t)lq);
+        if (nsamp == 0)
+            continue; /* no rows: K is not even read */
+        for (int kvh = 0; kvh < p->heads_kv; kvh++) {
+            row_state *rows = ws->rows; /* [g][sj] */
+            for (int64_t r = 0; r < (int64_t)group * nsamp; r++)
+                rows[r] = (row_state){-INFINITY, 0.0, 0.0, 1};
+            for (int64_t c0 = 0; c0 < lk; c0 += KCHUNK) {
+                int64_t c1 = c0 + KCHUNK - 1 < lk - 1 ? c0 + KCHUNK - 1 : lk - 1;
+                int loaded = 0;
+                for (int g = 0; g < group; g++) {
+                    int h = kvh * group + g;
+                    for (int64_t sj = 0; sj < nsamp; sj++) {
+                        row_state *rs = &rows[g * nsamp + sj];
+                        int64_t i = stats_row_of_sample((uint32_t)sj, (uint32_t)lq, p->sample_every,
+                                                        p->sample_rows, p->sample_seed);
+                        int64_t lo, hi;
+                        visible_range(p, i, off, lk, &lo, &hi);
+                        lo = lo > c0 ? lo : c0;
+                        hi = hi < c1 ? hi : c1;
+                        if (lo > hi || !rs->finite)
+                            continue;
+                        if (!loaded) { /* this chunk of K, converted once for the whole group */
+                            for (int64_t j = c0; j <= c1; j++)
+                                load_row(ws->kbuf + (j - c0) * d,
+                                         elem(&p->k, p->dtype, tb, kvh, k0 + j), d, p->dtype);
+                            loaded = 1;
+                        }
+                        load_row(ws->qbuf, elem(&p->q, p->dtype, tb, h, q0 + i), d, p->dtype);
+                        row_update(rs, ws->qbuf, ws->kbuf - c0 * d, lo, hi, d, scale, softcap);
+                    }
                 }
-                load_row(qbuf, elem(&p->q, p->dtype, tb, h, q0 + i), d, p->dtype);
-                row_result r;
-                row_stats(qbuf, kbuf, lo, hi, d, scale, softcap, &r);
-                acc_row(&acc[h], &r, collapse);
-                int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
-                if (row_entropy)
-                    row_entropy[ro] = (float)r.entropy;
-                if (row_maxlogit)
-                    row_maxlogit[ro] = (float)r.max_logit;
+            }
+            for (int g = 0; g < group; g++) {
+                int h = kvh * group + g;
+                for (int64_t sj = 0; sj < nsamp; sj++) {
+                    int64_t i = stats_row_of_sample((uint32_t)sj, (uint32_t)lq, p->sample_every,
+                                                    p->sample_rows, p->sample_seed);
+                    int64_t lo, hi;
+                    visible_range(p, i, off, lk, &lo, &hi);
+                    if (lo > hi) {
+                        acc[h].rows_empty++;
+                        continue;
+                    }
+                    row_result r;
+                    row_finish(&rows[g * nsamp + sj], hi - lo + 1, &r);
+                    acc_row(&acc[h], &r, collapse);
+                    int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
+                    if (row_entropy)
+                        row_entropy[ro] = (float)r.entropy;
+                    if (row_maxlogit)
+                        row_maxlogit[ro] = (float)r.max_logit;
+                }
             }
         }
     }
     for (int h = 0; h < p->heads_q; h++)
         acc_finish(&acc[h], sampled, &heads[h]);
-    free(kbuf);
-    free(qbuf);
-    free(acc);
     return STATS_OK;
+}
+
+stats_status stats_cpu(const stats_problem *p, stats_head *heads, float *row_entropy,
+                       float *row_maxlogit, stats_error *err)
+{
+    stats_cpu_workspace *ws = stats_cpu_workspace_new();
+    if (!ws) {
+        if (err)
+            snprintf(err->msg, sizeof err->msg, "out of memory for the CPU workspace");
+        return STATS_ENOMEM;
+    }
+    stats_status st = stats_cpu_ws(p, ws, heads, row_entropy, row_maxlogit, err);
+    stats_cpu_workspace_free(ws);
+    return st;
 }

@@ -183,6 +183,10 @@ static const cfg shapes[] = {
     {3, 2, 2, 20, 20, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 1, 0, 7, 1, 0},    /* packed + random rows */
     {1, 2, 2, 200, 200, 64, STATS_BF16, TU_BHND, 1, -1, -1, 0, 0, 0, 3, 0, 6, 0.5f}, /* sharp + threshold */
     {1, 1, 1, 1, 300, 256, STATS_F32, TU_PADDED, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0},   /* decode: 1 query */
+    /* keys over several of the backend's 1024-key chunks */
+    {1, 2, 1, 37, 2600, 32, STATS_BF16, TU_BHND, 1, -1, -1, 0, 0, 0, 0, 0, 2, 0},
+    {1, 2, 2, 50, 3100, 64, STATS_F16, TU_BNHD, 1, 1500, -1, 0, 0, 0, 0, 9, 1, 0},
+    {2, 4, 2, 9, 2049, 32, STATS_F32, TU_PADDED, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0},
 };
 
 START_TEST(test_random_shapes)
@@ -482,6 +486,9 @@ START_TEST(test_sampling)
     stats_problem_init(&p);
     p.sample_every = 8;
     ck_assert_int_eq(stats_sampled_count(&p, 100), 13);
+    p.sample_every = INT32_MAX; /* no overflow near the top of the range */
+    ck_assert_int_eq(stats_sampled_count(&p, INT32_MAX), 1);
+    ck_assert_int_eq(stats_sampled_count(&p, INT32_MAX - 5), 1);
     p.sample_every = 0, p.sample_rows = 13;
     ck_assert_int_eq(stats_sampled_count(&p, 100), 13);
     ck_assert_int_eq(stats_sampled_count(&p, 5), 5);
@@ -571,6 +578,30 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
+/* One workspace over problems of growing and shrinking sizes gives what a fresh one gives. */
+START_TEST(test_workspace_reuse)
+{
+    reseed(__LINE__, _i);
+    stats_cpu_workspace *ws = stats_cpu_workspace_new();
+    ck_assert_ptr_nonnull(ws);
+    static const int sizes[][3] = {{4, 30, 40}, {8, 200, 1500}, {2, 5, 7}, {4, 90, 2100}};
+    for (int t = 0; t < 4; t++) {
+        cfg c = {1, sizes[t][0], 2, sizes[t][1], sizes[t][2], 64, STATS_BF16, TU_BHND, 1, -1, -1,
+                 0, 0, 0, 0, 0, 1, 0};
+        run r;
+        run_setup(&r, &c);
+        stats_head *again = malloc(sizeof(stats_head) * (size_t)c.hq);
+        stats_error err;
+        ck_assert_int_eq(stats_cpu_ws(&r.p, ws, again, NULL, NULL, &err), STATS_OK);
+        ck_assert_int_eq(stats_cpu(&r.p, r.heads, NULL, NULL, &err), STATS_OK);
+        ck_assert(memcmp(again, r.heads, sizeof(stats_head) * (size_t)c.hq) == 0);
+        free(again);
+        run_free(&r);
+    }
+    stats_cpu_workspace_free(ws);
+}
+END_TEST
+
 START_TEST(test_extent)
 {
     reseed(__LINE__, _i);
@@ -600,6 +631,7 @@ static Suite *stats_suite(void)
     tcase_add_test(tc, test_sampling);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_extent);
+    tcase_add_test(tc, test_workspace_reuse);
     suite_add_tcase(s, tc);
     return s;
 }
