@@ -150,8 +150,9 @@ void gpu_ctx_start(void *arg)
     }
     g->ready = 1;
     g->err[0] = '\0';
-    LOG_INFO("gpu", "worker for device %d (%s) ready: stream priority %d (lowest)", g->ordinal,
-             g->uuid, least);
+    LOG_INFO("gpu", "worker for device %d (%s) ready: stream priority %d, the lowest (range %d..%d; "
+             "CUDA's default priority is also the lowest)", g->ordinal, g->uuid, least, least,
+             greatest);
 }
 
 void gpu_ctx_stop(void *arg)

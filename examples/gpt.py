@@ -7,9 +7,9 @@
 The model calls torch.nn.functional.scaled_dot_product_attention and knows nothing of attnstat:
 attnstat.torch.monitor intercepts the calls (layer = call index within the forward pass) and pushes
 Q and K of every --every-th step to attnstatd, which computes each head's attention entropy and max
-logit on the GPU and raises alerts. With --bench, the script instead measures the median step time
-with monitoring off, every 10th step and every step, one after the other in one process, and prints
-one JSON line.
+logit on the GPU and raises alerts. With --bench, the script instead measures the step time with
+monitoring off, every 10th step and every step, in interleaved blocks of 30 steps (shuffled order
+each round) in one process, and prints one JSON line (median, mean, 10%-trimmed mean).
 
 The data: sequences from a random sparse Markov chain over --vocab tokens (each token has 4 likely
 successors), so attention has something to learn and the loss has a known floor.
@@ -178,31 +178,50 @@ def main():
                           "acked": st.get("acked"), "client": st}))
         return 0
 
-    # --bench: warm up, then the three settings in turn on the same model, repeated in rounds
-    # (ABC ABC ...) so that drift in clocks or data hits all three alike.
-    train(args, model, opt, data, 30)
+    # --bench: warm up (kernels, the allocator, the daemon's worker, exported buffers), then blocks of
+    # `block` steps in each setting, in a shuffled order every round, so that drift in clocks or in
+    # the machine's load hits all three alike.
+    import random
+    train(args, model, opt, data, 40)
+    with at.monitor(client, every=1, sample_rows=args.sample_rows) as mon:
+        train(args, model, opt, data, 20, mon=mon, start=40)
+    client.flush(timeout_s=60)
+    rnd = random.Random(args.seed)
     per = {"off": [], "every10": [], "every1": []}
-    start = 30
-    n = max(20, args.steps // 6)
-    for _ in range(2):
-        _, t = train(args, model, opt, data, n, start=start)
-        per["off"] += t
-        start += n
-        for key, every in (("every10", 10), ("every1", 1)):
-            with at.monitor(client, every=every, sample_rows=args.sample_rows) as mon:
-                _, t = train(args, model, opt, data, n, mon=mon, start=start)
+    start, block = 60, 30
+    rounds = max(4, args.steps // (3 * block))
+    for _ in range(rounds):
+        order = list(per)
+        rnd.shuffle(order)
+        for key in order:
+            if key == "off":
+                _, t = train(args, model, opt, data, block, start=start)
+            else:
+                with at.monitor(client, every=10 if key == "every10" else 1,
+                                sample_rows=args.sample_rows) as mon:
+                    _, t = train(args, model, opt, data, block, mon=mon, start=start)
             per[key] += t
-            start += n
+            start += block
             client.poll(0)
     client.flush(timeout_s=60)
     st = client.stats()
     client.close()
+
+    def trimmed(v, cut=0.1):
+        v = sorted(v)
+        k = int(len(v) * cut)
+        v = v[k:len(v) - k]
+        return sum(v) / len(v)
     med = {k: 1e3 * sorted(v)[len(v) // 2] for k, v in per.items()}
     mean = {k: 1e3 * sum(v) / len(v) for k, v in per.items()}
-    print(json.dumps({"median_step_ms": med, "mean_step_ms": mean,
-                      "overhead_every10_pct": 100 * (mean["every10"] / mean["off"] - 1),
-                      "overhead_every1_pct": 100 * (mean["every1"] / mean["off"] - 1),
-                      "steps_each": len(per["off"]), "client": st}))
+    tmean = {k: 1e3 * trimmed(v) for k, v in per.items()}
+    print(json.dumps({"median_step_ms": med, "mean_step_ms": mean, "trimmed_mean_step_ms": tmean,
+                      "overhead_pct": {k: {"median": 100 * (med[k] / med["off"] - 1),
+                                           "mean": 100 * (mean[k] / mean["off"] - 1),
+                                           "trimmed_mean": 100 * (tmean[k] / tmean["off"] - 1)}
+                                       for k in ("every10", "every1")},
+                      "steps_each": len(per["off"]), "block": block, "rounds": rounds,
+                      "client": st}))
     return 0
 
 

@@ -69,9 +69,8 @@ class Daemon(object):
             if self.proc.poll() is not None:
                 raise RuntimeError("attnstatd exited:\n" + self.text())
             try:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.connect(self.socket)
-                s.close()
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.connect(self.socket)
                 break
             except OSError:
                 if time.monotonic() > deadline:
