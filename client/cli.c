@@ -21,6 +21,10 @@
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
 #define CLI_DEFAULT_CEILING 100.0
+/* The largest heatmap drawn: layer and head numbers come from the database and go up to
+ * INT32_MAX; a grid past these is refused (json/csv print any sample). */
+#define CLI_MAX_GRID_LAYERS 4096
+#define CLI_MAX_GRID_HEADS 4096
 
 typedef struct {
     const char *db;
@@ -342,9 +346,23 @@ static const char *cli_run_name(const cli_runlist *l, int64_t id)
     return "?";
 }
 
-/* Resolves --run, reporting what was wrong (and the known runs) when it cannot. */
-static int cli_resolve(store *st, const cli_args *a, int64_t *run_id, const char **name)
+/* store_get_run() callback: a copy of the run's name. */
+static int cli_copy_run_name(void *ctx, const store_run *r)
 {
+    char **name = ctx;
+    size_t len = strlen(r->name) + 1;
+    free(*name);
+    *name = malloc(len);
+    if (*name)
+        memcpy(*name, r->name, len);
+    return 0;
+}
+
+/* Resolves --run (a name or an id) to the run's id and its name as stored (malloc'd, for the
+ * caller to free), reporting what was wrong (and the known runs) when it cannot. */
+static int cli_resolve(store *st, const cli_args *a, int64_t *run_id, char **name)
+{
+    *name = NULL;
     if (!a->run) {
         fprintf(stderr, "attnstat: %s needs --run NAME (see attnstat runs)\n", a->cmd);
         return CLI_EXIT_USAGE;
@@ -352,8 +370,17 @@ static int cli_resolve(store *st, const cli_args *a, int64_t *run_id, const char
     store_error err;
     store_status s = store_resolve_run(st, a->run, a->rank, run_id, &err);
     if (s == STORE_OK) {
-        *name = a->run;
-        return CLI_EXIT_OK;
+        /* --run may have been an id: every output names the run by its name. */
+        s = store_get_run(st, *run_id, cli_copy_run_name, name, &err);
+        if (s == STORE_OK && *name)
+            return CLI_EXIT_OK;
+        if (s == STORE_OK)
+            fprintf(stderr, "attnstat: out of memory\n");
+        else
+            fprintf(stderr, "attnstat: cannot read run '%s': %s\n", a->run, err.msg);
+        free(*name);
+        *name = NULL;
+        return CLI_EXIT_FAIL;
     }
     cli_runlist l = {0};
     store_error e2;
@@ -527,6 +554,34 @@ static void cli_spark_line(const char *label, const double *v, size_t n, int pre
                hi);
 }
 
+/* The layer and head counts (highest number + 1) of a set of samples. In 64 bits: layer and head
+ * numbers go up to INT32_MAX. */
+static void cli_extent(const cli_samples *l, int64_t *layers, int64_t *heads)
+{
+    *layers = 0;
+    *heads = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if ((int64_t)l->v[i].layer + 1 > *layers)
+            *layers = (int64_t)l->v[i].layer + 1;
+        if ((int64_t)l->v[i].head + 1 > *heads)
+            *heads = (int64_t)l->v[i].head + 1;
+    }
+}
+
+/* A sample's head and its position in a trend (step order), sorted to group the heads. */
+typedef struct {
+    int32_t head;
+    size_t i;
+} cli_head_pos;
+
+static int cli_by_head(const void *x, const void *y)
+{
+    const cli_head_pos *p = x, *q = y;
+    if (p->head != q->head)
+        return p->head < q->head ? -1 : 1;
+    return p->i < q->i ? -1 : p->i > q->i;
+}
+
 static int cli_trend(const cli_args *a)
 {
     if (!a->layer_set) {
@@ -542,7 +597,7 @@ static int cli_trend(const cli_args *a)
     if (!st)
         return CLI_EXIT_FAIL;
     int64_t run_id;
-    const char *run;
+    char *run;
     int rc = cli_resolve(st, a, &run_id, &run);
     if (rc != CLI_EXIT_OK) {
         store_close(st);
@@ -555,6 +610,7 @@ static int cli_trend(const cli_args *a)
     if (s != STORE_OK || l.failed) {
         fprintf(stderr, "attnstat: cannot read the trend: %s\n", l.failed ? "out of memory" : err.msg);
         free(l.v);
+        free(run);
         store_close(st);
         return CLI_EXIT_FAIL;
     }
@@ -563,22 +619,21 @@ static int cli_trend(const cli_args *a)
         cli_samples g = {0};
         int64_t step_used = 0;
         store_grid(st, run_id, STORE_STEP_LATEST, &step_used, cli_collect_sample, &g, &err);
-        int32_t layers = 0, heads = 0;
-        for (size_t i = 0; i < g.n; i++) {
-            layers = g.v[i].layer + 1 > layers ? g.v[i].layer + 1 : layers;
-            heads = g.v[i].head + 1 > heads ? g.v[i].head + 1 : heads;
-        }
+        int64_t layers, heads;
+        cli_extent(&g, &layers, &heads);
         if (g.n == 0)
-            fprintf(stderr, "attnstat: run '%s' has no samples yet\n", a->run);
+            fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
         else if (a->layer >= layers || a->head >= heads)
-            fprintf(stderr, "attnstat: run '%s' has layers 0..%d and heads 0..%d; no layer %d%s\n",
-                    a->run, layers - 1, heads - 1, a->layer,
+            fprintf(stderr,
+                    "attnstat: run '%s' has layers 0..%lld and heads 0..%lld; no layer %d%s\n",
+                    run, (long long)(layers - 1), (long long)(heads - 1), a->layer,
                     a->head >= 0 ? " with that head" : "");
         else
             fprintf(stderr, "attnstat: run '%s' layer %d has no samples in steps %lld..%lld\n",
-                    a->run, a->layer, (long long)a->from, (long long)a->to);
+                    run, a->layer, (long long)a->from, (long long)a->to);
         free(g.v);
         free(l.v);
+        free(run);
         store_close(st);
         return CLI_EXIT_FAIL;
     }
@@ -588,23 +643,23 @@ static int cli_trend(const cli_args *a)
         cli_sample_out(&o, run, &l.v[i]);
     int oe = out_end(&o);
     if (a->fmt == OUT_TABLE) {
-        int32_t maxh = 0;
-        for (size_t i = 0; i < l.n; i++)
-            maxh = l.v[i].head > maxh ? l.v[i].head : maxh;
         double *en = malloc(l.n * sizeof *en), *ml = malloc(l.n * sizeof *ml);
-        if (en && ml) {
+        cli_head_pos *idx = malloc(l.n * sizeof *idx);
+        if (en && ml && idx) {
             printf("\nrun %s, layer %d, steps %lld..%lld (%zu samples)\n", run, a->layer,
                    (long long)l.v[0].step, (long long)l.v[l.n - 1].step, l.n);
-            for (int32_t h = 0; h <= maxh; h++) {
+            /* One sparkline per head present, in head order (not a loop over 0..max head: head
+             * numbers go up to INT32_MAX). */
+            for (size_t i = 0; i < l.n; i++)
+                idx[i] = (cli_head_pos){l.v[i].head, i};
+            qsort(idx, l.n, sizeof *idx, cli_by_head);
+            for (size_t i = 0; i < l.n;) {
+                int32_t h = idx[i].head;
                 size_t n = 0;
-                for (size_t i = 0; i < l.n; i++)
-                    if (l.v[i].head == h) {
-                        en[n] = l.v[i].stats.entropy_norm_mean;
-                        ml[n] = l.v[i].stats.max_logit;
-                        n++;
-                    }
-                if (n == 0)
-                    continue;
+                for (; i < l.n && idx[i].head == h; i++, n++) {
+                    en[n] = l.v[idx[i].i].stats.entropy_norm_mean;
+                    ml[n] = l.v[idx[i].i].stats.max_logit;
+                }
                 printf("head %d\n", h);
                 cli_spark_line("entropy_norm", en, n, 3);
                 cli_spark_line("max_logit", ml, n, 2);
@@ -612,8 +667,10 @@ static int cli_trend(const cli_args *a)
         }
         free(en);
         free(ml);
+        free(idx);
     }
     free(l.v);
+    free(run);
     store_close(st);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
@@ -642,7 +699,7 @@ static int cli_heads(const cli_args *a)
     if (!st)
         return CLI_EXIT_FAIL;
     int64_t run_id;
-    const char *run;
+    char *run;
     int rc = cli_resolve(st, a, &run_id, &run);
     if (rc != CLI_EXIT_OK) {
         store_close(st);
@@ -655,15 +712,16 @@ static int cli_heads(const cli_args *a)
     if (s != STORE_OK || l.failed || l.n == 0) {
         if (s == STORE_NOTFOUND || (s == STORE_OK && l.n == 0)) {
             if (a->step == STORE_STEP_LATEST)
-                fprintf(stderr, "attnstat: run '%s' has no samples yet\n", a->run);
+                fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
             else
                 fprintf(stderr, "attnstat: run '%s' has no samples at step %lld (see attnstat "
-                        "runs for its step range)\n", a->run, (long long)a->step);
+                        "runs for its step range)\n", run, (long long)a->step);
         } else {
             fprintf(stderr, "attnstat: cannot read the grid: %s\n",
                     l.failed ? "out of memory" : err.msg);
         }
         free(l.v);
+        free(run);
         store_close(st);
         return CLI_EXIT_FAIL;
     }
@@ -675,15 +733,31 @@ static int cli_heads(const cli_args *a)
             cli_sample_out(&o, run, &l.v[i]);
         oe = out_end(&o);
     } else {
-        int32_t layers = 0, heads = 0;
-        for (size_t i = 0; i < l.n; i++) {
-            layers = l.v[i].layer + 1 > layers ? l.v[i].layer + 1 : layers;
-            heads = l.v[i].head + 1 > heads ? l.v[i].head + 1 : heads;
+        int64_t layers, heads;
+        cli_extent(&l, &layers, &heads);
+        if (layers > CLI_MAX_GRID_LAYERS || heads > CLI_MAX_GRID_HEADS) {
+            fprintf(stderr,
+                    "attnstat: run '%s' step %lld has layer numbers up to %lld and head numbers up "
+                    "to %lld: a %lld x %lld heatmap is more than the %d x %d drawn; use --format "
+                    "json or csv for its samples\n",
+                    run, (long long)step, (long long)(layers - 1), (long long)(heads - 1),
+                    (long long)layers, (long long)heads, CLI_MAX_GRID_LAYERS, CLI_MAX_GRID_HEADS);
+            free(l.v);
+            free(run);
+            store_close(st);
+            return CLI_EXIT_FAIL;
         }
         double *grid = malloc((size_t)layers * (size_t)heads * sizeof *grid);
-        if (!grid) {
-            fprintf(stderr, "attnstat: out of memory for a %d x %d grid\n", layers, heads);
+        int tn = snprintf(NULL, 0, "run %s, step %lld: %s per layer x head", run, (long long)step,
+                          a->metric);
+        char *title = tn >= 0 ? malloc((size_t)tn + 1) : NULL;
+        if (!grid || !title) {
+            fprintf(stderr, "attnstat: out of memory for a %lld x %lld grid\n", (long long)layers,
+                    (long long)heads);
+            free(grid);
+            free(title);
             free(l.v);
+            free(run);
             store_close(st);
             return CLI_EXIT_FAIL;
         }
@@ -696,10 +770,10 @@ static int cli_heads(const cli_args *a)
             if (isfinite(v) && v > vmax)
                 vmax = v;
         }
-        char title[256];
-        snprintf(title, sizeof title, "run %s, step %lld: %s per layer x head", run,
+        snprintf(title, (size_t)tn + 1, "run %s, step %lld: %s per layer x head", run,
                  (long long)step, a->metric);
-        out_heatmap hm = {.title = title, .metric = a->metric, .layers = layers, .heads = heads,
+        out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
+                          .heads = (int)heads,
                           .values = grid, .lo = 0, .hi = 1, .high_is_good = 1,
                           .color = cli_use_color(a), .show_values = heads <= 16};
         if (!strcmp(a->metric, "entropy"))
@@ -738,8 +812,10 @@ static int cli_heads(const cli_args *a)
         }
         printf("\n");
         free(grid);
+        free(title);
     }
     free(l.v);
+    free(run);
     store_close(st);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
@@ -788,7 +864,7 @@ static int cli_alerts(const cli_args *a)
     if (!st)
         return CLI_EXIT_FAIL;
     int64_t run_id = 0;
-    const char *run = NULL;
+    char *run = NULL;
     if (a->run) {
         int rc = cli_resolve(st, a, &run_id, &run);
         if (rc != CLI_EXIT_OK) {
@@ -811,11 +887,13 @@ static int cli_alerts(const cli_args *a)
     store_close(st);
     if (s != STORE_OK) {
         fprintf(stderr, "attnstat: cannot read alerts: %s\n", err.msg);
+        free(run);
         return CLI_EXIT_FAIL;
     }
     if (n == 0 && a->fmt == OUT_TABLE)
         printf("no %salerts%s%s\n", a->active ? "active " : "", run ? " for run " : "",
                run ? run : "");
+    free(run);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 

@@ -163,8 +163,13 @@ void out_add(out_set *o, const out_val *vals)
     }
     char **row = &o->cells[o->nrows * (size_t)o->ncols];
     for (int i = 0; i < o->ncols; i++) {
-        out_table_cell(buf, sizeof buf, &o->cols[i], &vals[i]);
-        row[i] = out_strdup(buf);
+        const out_val *v = &vals[i];
+        if (v->kind == OUT_STR && v->s && *v->s) { /* whole, however long */
+            row[i] = out_strdup(v->s);
+        } else {
+            out_table_cell(buf, sizeof buf, &o->cols[i], v);
+            row[i] = out_strdup(buf);
+        }
         if (!row[i])
             o->failed = 1;
     }
@@ -291,6 +296,54 @@ void out_time(char *buf, size_t len, int64_t ms)
         snprintf(buf, len, "%lld", (long long)ms);
 }
 
+/* ---- Numbers in fixed-width cells ------------------------------------------------------------- */
+void out_fit(char *buf, size_t len, double v, int width)
+{
+    static const char suffix[] = "kMGTPE";
+    double a = fabs(v);
+    if (isnan(v)) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, len, "%sinf", v < 0 ? "-" : "");
+        return;
+    }
+    /* Plain, with the decimals of three significant digits (at least the integer part). */
+    if (a < 9999.5) {
+        int dec = a < 9.995 ? 2 : a < 99.95 ? 1 : 0;
+        for (; dec >= 0; dec--)
+            if (snprintf(buf, len, "%.*f", dec, v) <= width)
+                return;
+    }
+    /* Scaled by a power of 1000 with its suffix: 12.3k, -12k, 1.23M, 999E. */
+    double s = v;
+    for (int k = 0; k < 6; k++) {
+        s /= 1000.0;
+        double as = fabs(s);
+        if (as >= 999.5)
+            continue;
+        int dec = as < 9.995 ? 2 : as < 99.95 ? 1 : 0;
+        for (; dec >= 0; dec--)
+            if (snprintf(buf, len, "%.*f%c", dec, s, suffix[k]) <= width)
+                return;
+        break;
+    }
+    /* Mantissa and exponent without '+' or leading zeros: 1.2e21, -1e300. */
+    for (int dec = 2; dec >= 0; dec--) {
+        char m[64];
+        snprintf(m, sizeof m, "%.*e", dec, v);
+        char *e = strchr(m, 'e');
+        if (!e)
+            break;
+        int exp = atoi(e + 1);
+        *e = '\0';
+        if (snprintf(buf, len, "%se%d", m, exp) <= width || dec == 0)
+            return; /* at dec 0: the shortest form, even if wider than asked: never cut */
+    }
+    snprintf(buf, len, "%.3g", v);
+}
+
 /* ---- Heatmap ---------------------------------------------------------------------------------- */
 static const char *const out_shade[5] = {" ", "░", "▒", "▓", "█"};
 /* 256-colour ramp from red (bad) through yellow to green (good). */
@@ -326,57 +379,58 @@ static const char *out_glyph(const out_heatmap *hm, double v)
     return out_shade[out_level(hm, v)];
 }
 
-static void out_value4(char *buf, size_t len, double v)
-{
-    double a = fabs(v);
-    if (isnan(v))
-        snprintf(buf, len, "  - ");
-    else if (a < 10)
-        snprintf(buf, len, "%4.2f", v);
-    else if (a < 100)
-        snprintf(buf, len, "%4.1f", v);
-    else if (a < 10000)
-        snprintf(buf, len, "%4.0f", v);
-    else
-        snprintf(buf, len, "%4.0e", v);
-    buf[4] = '\0';
-}
+/* Width of a heatmap cell's value. */
+#define OUT_CELL_VALUE 5
 
 void out_heatmap_print(FILE *f, const out_heatmap *hm)
 {
-    const int cellw = hm->show_values ? 6 : 2;
+    /* Every line is the row label, then one cell per head as wide as its header:
+     *   values, colour:     " " value " "          (the value on the cell's colour)
+     *   values, no colour:  shade shade value " "
+     *   no values:          two columns of colour or shade, a head label over every fourth */
+    const int cellw = !hm->show_values ? 2 : hm->color ? OUT_CELL_VALUE + 2 : OUT_CELL_VALUE + 3;
+    char lab[32];
+    int labw = snprintf(lab, sizeof lab, "layer %d ", hm->layers > 0 ? hm->layers - 1 : 0);
+    if (labw < 8)
+        labw = 8;
     if (hm->title)
         fprintf(f, "%s\n", hm->title);
-    fprintf(f, "%-8s", "");
+    fprintf(f, "%-*s", labw, "");
     for (int h = 0; h < hm->heads; h++) {
-        char lab[16];
         snprintf(lab, sizeof lab, "h%d", h);
-        if (hm->show_values)
+        if (hm->show_values) {
             fprintf(f, "%*s ", cellw - 1, lab);
-        else
-            fprintf(f, "%-2s", h % 4 == 0 ? lab : "");
+        } else if (h % 4 == 0) {
+            /* The label spans the cells up to the next label; it is left out where it does not
+             * fit (never cut). */
+            int span = (hm->heads - h < 4 ? hm->heads - h : 4) * cellw;
+            fprintf(f, "%-*s", span, (int)strlen(lab) <= span ? lab : "");
+        }
     }
     fputc('\n', f);
     for (int l = 0; l < hm->layers; l++) {
-        fprintf(f, "layer %-2d", l);
+        fprintf(f, "layer %-*d", labw - 6, l);
         for (int h = 0; h < hm->heads; h++) {
             double v = hm->values[(size_t)l * (size_t)hm->heads + (size_t)h];
-            char val[16];
-            out_value4(val, sizeof val, v);
+            char val[32];
+            out_fit(val, sizeof val, v, OUT_CELL_VALUE);
             if (isnan(v)) {
-                fprintf(f, hm->show_values ? " %s " : "%s", hm->show_values ? val : "··");
+                if (hm->show_values)
+                    fprintf(f, "%*s ", cellw - 1, val);
+                else
+                    fputs("··", f);
                 continue;
             }
             if (hm->color) {
                 int col = out_colour(hm, v);
                 if (hm->show_values)
-                    fprintf(f, "\x1b[48;5;%dm\x1b[38;5;16m %s \x1b[0m", col, val);
+                    fprintf(f, "\x1b[48;5;%dm\x1b[38;5;16m %*s \x1b[0m", col, OUT_CELL_VALUE, val);
                 else
                     fprintf(f, "\x1b[48;5;%dm  \x1b[0m", col);
             } else {
                 const char *g = out_glyph(hm, v);
                 if (hm->show_values)
-                    fprintf(f, "%s%s%s ", g, g, val);
+                    fprintf(f, "%s%s%*s ", g, g, OUT_CELL_VALUE, val);
                 else
                     fprintf(f, "%s%s", g, g);
             }

@@ -61,6 +61,12 @@ void out_sparkline(FILE *f, const double *v, size_t n, size_t width);
 /* Local time "YYYY-MM-DD HH:MM:SS" of a Unix time in milliseconds ("-" for 0). */
 void out_time(char *buf, size_t len, int64_t ms);
 
+/* v in at most width characters (width >= 4) without cutting it: three significant digits where
+ * they fit ("0.50", "99.9", "-1234"), then a k/M/G/T/P/E suffix ("12.3k", "-12k", "1.23M"), then
+ * a short exponent ("1e21"); NaN "-", infinities "inf" / "-inf". A magnitude that fits no other
+ * way (past 1e99 with a sign, at width 5) gets its shortest form, wider than asked. len >= 32. */
+void out_fit(char *buf, size_t len, double v, int width);
+
 /* The heatmap of a layer x head grid. values[l * heads + h], NaN for a missing cell.
  * lo..hi is the colour scale; high_is_good picks the direction (entropy: high is healthy; max
  * logit: high is dangerous). color: 256-colour ANSI cells; otherwise shade characters. */

@@ -62,6 +62,7 @@ static cli_result run_cli_v(const dh_daemon *d, const char *const *args)
             _exit(126);
         dup2(fo, 1);
         dup2(fe, 2);
+        alarm(120); /* a CLI that hangs dies (SIGALRM: status -1) instead of stalling the suite */
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -508,6 +509,183 @@ START_TEST(test_cli_formats_and_alerts)
 }
 END_TEST
 
+/* ---- Numbers in cells, runs given by id, layer and head numbers up to INT32_MAX ----------------*/
+static void db_exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+}
+
+/* Adds one sample of run_id with max logit ml (and a healthy entropy) at (layer, head, step). */
+static void db_sample(sqlite3 *db, int64_t run_id, int64_t layer, int64_t head, int64_t step,
+                      double ml)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT OR REPLACE INTO samples (run_id, layer, head, step, time, rows, rows_norm, "
+             "rows_empty, nonfinite_rows, entropy_mean, entropy_std, entropy_min, entropy_max, "
+             "entropy_norm_mean, collapsed_frac, max_logit, sampled) VALUES (%lld, %lld, %lld, "
+             "%lld, 1700000000000, 32, 32, 0, 0, 2.5, 0.1, 2.0, 3.0, 0.7, 0.0, %.17g, 32)",
+             (long long)run_id, (long long)layer, (long long)head, (long long)step, ml);
+    db_exec(db, sql);
+}
+
+/* The heatmap's rows (the lines starting "layer ") are all as wide as its header (the line after
+ * the title, which starts "run "). */
+static void assert_heatmap_aligned(const char *out)
+{
+    const char *t = strstr(out, "run ");
+    ck_assert_ptr_nonnull(t);
+    const char *hdr = strchr(t, '\n') + 1;
+    const char *he = strchr(hdr, '\n');
+    ck_assert_ptr_nonnull(he);
+    size_t w0 = line_width(hdr, (size_t)(he - hdr));
+    int rows = 0;
+    for (const char *p = he + 1; !strncmp(p, "layer ", 6); rows++) {
+        const char *e = strchr(p, '\n');
+        ck_assert_ptr_nonnull(e);
+        size_t w = line_width(p, (size_t)(e - p));
+        ck_assert_msg(w == w0, "heatmap row %d is %zu wide, its header %zu:\n%s", rows, w, w0, out);
+        p = e + 1;
+    }
+    ck_assert_int_gt(rows, 0);
+}
+
+START_TEST(test_cli_cells_run_ids_and_huge_numbers)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    const char *names[] = {"logits", "deep", "wide"};
+    for (int i = 0; i < 3; i++) {
+        attnstat_client *c = connect_hello(&d, names[i], NULL, 0, 0);
+        push_steps(c, &rng, 0, 1, 1, 1.0);
+        attnstat_close(c);
+    }
+    ck_assert_int_eq(dh_stop(&d), 0);
+
+    /* Step 1 of each run written straight into the database, with the values wanted. */
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(d.db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    int64_t id[3];
+    for (int i = 0; i < 3; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT id FROM runs WHERE name = '%s'", names[i]);
+        id[i] = dh_db_int(db, sql);
+    }
+    /* logits: max logits that a 4-character cell used to cut (12345 showed as "1e+0") */
+    const double ml[2][4] = {{12345, -12345, -1234, 1234567}, {0.5, 99999, -0.25, 1e21}};
+    for (int l = 0; l < 2; l++)
+        for (int h = 0; h < 4; h++)
+            db_sample(db, id[0], l, h, 1, ml[l][h]);
+    /* deep: layer and head numbers at INT32_MAX next to ordinary ones */
+    for (int h = 0; h < 4; h++)
+        db_sample(db, id[1], 0, h, 1, 5.0 + h);
+    db_sample(db, id[1], 2147483647, 0, 1, 7.0);
+    db_sample(db, id[1], 0, 2147483647, 1, 8.0);
+    /* wide: 20 heads (no values in the cells) over 120 layers (3-digit layer labels) */
+    db_exec(db, "BEGIN");
+    for (int l = 0; l < 120; l += 7)
+        for (int h = 0; h < 20; h++)
+            db_sample(db, id[2], l, h, 1, 1.0 + l + h);
+    db_sample(db, id[2], 119, 19, 1, 3.0);
+    db_exec(db, "COMMIT");
+    /* the runs' summary, which finds the latest step */
+    db_exec(db, "UPDATE runs SET step_max = 1, samples = (SELECT count(*) FROM samples WHERE "
+                "samples.run_id = runs.id)");
+    sqlite3_close(db);
+
+    /* (A) every number whole in the heatmap's cells, the cells aligned under their header */
+    cli_result r = run_cli(&d, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    const char *want[] = {"12.3k", "-12k", "-1234", "1.23M", "0.50", "100k", "-0.25", "1e21"};
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(strstr(r.out, want[i]), "no '%s' in:\n%s", want[i], r.out);
+    for (const char *p = strstr(r.out, "\nlayer "); p; p = strstr(p + 1, "\nlayer ")) {
+        const char *e = strchr(p + 1, '\n');
+        ck_assert_msg(!memmem(p, (size_t)(e - p), "e+", 2), "a cut number in:\n%s", r.out);
+    }
+    assert_heatmap_aligned(r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit", "--color",
+                "always");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(strstr(r.out, want[i]), "no '%s' in:\n%s", want[i], r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "wide", "--metric", "max_logit");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "h16"));
+    ck_assert_ptr_nonnull(strstr(r.out, "layer 119"));
+    assert_heatmap_aligned(r.out);
+    cli_free(&r);
+
+    /* (B) --run given by id: every output names the run */
+    char sid[32];
+    snprintf(sid, sizeof sid, "%lld", (long long)id[0]);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--format", "csv");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_int_eq(count_lines(r.out), 1 + 8);
+    ck_assert_msg(strstr(r.out, "\nlogits,") && !strstr(r.out, "\n1,"), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--format", "json");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(json_has(r.out, "run", "logits"), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", sid);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "run logits, step 1"), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", sid, "--layer", "0", "--format", "json");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(json_has(r.out, "run", "logits") && !strstr(r.out, "\"run\": \"1\""), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", sid, "--layer", "0");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "run logits, layer 0"), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "alerts", "--run", sid);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(strstr(r.out, "no alerts for run logits"), "%s", r.out);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--step", "7");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "run 'logits' has no samples at step 7"), "%s", r.err);
+    cli_free(&r);
+
+    /* (C) layer and head numbers at INT32_MAX: no overflow, a grid that size refused by name */
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "deep");
+    ck_assert_msg(r.status == 1, "status %d: %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "2147483648 x 2147483648 heatmap") && strstr(r.err, "--format") &&
+                      !strstr(r.err, "out of memory"),
+                  "%s", r.err);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "heads", "--run", "deep", "--format", "csv");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_int_eq(count_lines(r.out), 1 + 6);
+    ck_assert_ptr_nonnull(strstr(r.out, ",2147483647,"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "5");
+    ck_assert_int_eq(r.status, 1);
+    /* layer 5 lies within 0..INT32_MAX (it used to read as past a wrapped-around count) */
+    ck_assert_msg(strstr(r.err, "run 'deep' layer 5 has no samples in steps"), "%s", r.err);
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "0", "--from", "1");
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "head 3\n"));
+    ck_assert_ptr_nonnull(strstr(r.out, "head 2147483647\n"));
+    cli_free(&r);
+    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "2147483647");
+    ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
+    ck_assert_ptr_nonnull(strstr(r.out, "head 0\n"));
+    cli_free(&r);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 /* ---- CLI errors --------------------------------------------------------------------------------*/
 START_TEST(test_cli_errors)
 {
@@ -640,6 +818,7 @@ int main(void)
     tcase_add_test(tc, test_values_equal_reference);
     tcase_add_test(tc, test_cli_formats_and_alerts);
     tcase_add_test(tc, test_cli_errors);
+    tcase_add_test(tc, test_cli_cells_run_ids_and_huge_numbers);
     tcase_add_test(tc, test_push_never_blocks_on_stopped_daemon);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
