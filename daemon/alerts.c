@@ -6,8 +6,12 @@
  *   backward-shift deletion, so there are no tombstones and forgetting never allocates.
  * - A slot holds, per rule, the consecutive bad and good counts, whether the rule is raised, and
  *   the transition that raised it; plus the EMA baseline of entropy_mean for ENTROPY_DROP.
- * - Per-run thresholds sit in a small array searched linearly (runs are few: one per training
- *   process), with the last hit remembered.
+ * - Per-run records (thresholds, number of states, refused new heads) sit in a small array searched
+ *   linearly (runs are few: one per training process), with the last hit remembered. A run gets
+ *   one with its first state or its thresholds, and loses it when forgotten.
+ * - Limits: a new head is admitted only while its run holds fewer than max_heads_per_run states
+ *   and the engine fewer than max_heads; otherwise it is refused and counted, before anything is
+ *   allocated.
  * - Every allocation goes through one helper that counts it, which is what alerts_allocations()
  *   reports and the tests watch.
  */
@@ -37,10 +41,17 @@ typedef struct {
 typedef struct {
     int64_t run_id;
     alerts_config cfg;
+    size_t heads;              /* states of this run in the table */
+    uint64_t refused;          /* samples of new heads refused by a limit */
 } run_config;
+
+/* Room for this many runs comes with the engine. */
+#define RUNS_INITIAL 8
 
 struct alerts_engine {
     alerts_config defaults;
+    alerts_limits limits;
+    uint64_t refused;          /* every run's refused new heads, since alerts_new() */
     head_state *slots;
     size_t cap;                /* power of two, or 0 */
     size_t count;
@@ -237,8 +248,54 @@ alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errle
         return NULL;
     }
     e->defaults = c;
+    alerts_limits_default(&e->limits);
     e->allocations = 1;
+    e->runs = counted_alloc(e, RUNS_INITIAL * sizeof *e->runs);
+    if (!e->runs) {
+        free(e);
+        set_err(err, errlen, "alert engine: out of memory");
+        return NULL;
+    }
+    e->runs_cap = RUNS_INITIAL;
     return e;
+}
+
+void alerts_limits_default(alerts_limits *l)
+{
+    l->max_heads_per_run = ALERTS_DEFAULT_MAX_HEADS_PER_RUN;
+    l->max_heads = ALERTS_MAX_HEADS;
+}
+
+alerts_status alerts_limits_check(const alerts_limits *l, char *err, size_t errlen)
+{
+    if (!l) {
+        set_err(err, errlen, "no alert limits given");
+        return ALERTS_EINVAL;
+    }
+    if (l->max_heads_per_run < 1 || l->max_heads_per_run > ALERTS_MAX_HEADS) {
+        set_err(err, errlen, "max_heads_per_run %" PRIu32 " is out of bounds [1, %u]",
+                l->max_heads_per_run, ALERTS_MAX_HEADS);
+        return ALERTS_EINVAL;
+    }
+    if (l->max_heads < 1 || l->max_heads > ALERTS_MAX_HEADS) {
+        set_err(err, errlen, "max_heads %" PRIu32 " is out of bounds [1, %u]", l->max_heads,
+                ALERTS_MAX_HEADS);
+        return ALERTS_EINVAL;
+    }
+    return ALERTS_OK;
+}
+
+alerts_status alerts_set_limits(alerts_engine *e, const alerts_limits *l, char *err, size_t errlen)
+{
+    alerts_status st = alerts_limits_check(l, err, errlen);
+    if (st == ALERTS_OK)
+        e->limits = *l;
+    return st;
+}
+
+void alerts_get_limits(const alerts_engine *e, alerts_limits *out)
+{
+    *out = e->limits;
 }
 
 void alerts_free(alerts_engine *e)
@@ -311,10 +368,16 @@ static size_t cap_for(size_t n)
     return cap;
 }
 
+size_t alerts_table_bytes_max(const alerts_engine *e)
+{
+    size_t cap = cap_for(e->limits.max_heads);
+    return (cap > e->cap ? cap : e->cap) * sizeof(head_state);
+}
+
 alerts_status alerts_reserve(alerts_engine *e, size_t n)
 {
-    if (n > ALERTS_MAX_HEADS)
-        return ALERTS_ENOMEM;
+    if (n > e->limits.max_heads)
+        return ALERTS_ELIMIT;
     return grow(e, cap_for(n));
 }
 
@@ -331,6 +394,28 @@ static run_config *find_run(alerts_engine *e, int64_t run_id)
     return NULL;
 }
 
+/* A new record for run_id (not in runs[] yet), with the default thresholds. NULL: no memory. */
+static run_config *add_run(alerts_engine *e, int64_t run_id)
+{
+    if (e->nruns == e->runs_cap) {
+        size_t ncap = e->runs_cap ? e->runs_cap * 2 : RUNS_INITIAL;
+        run_config *nr = counted_alloc(e, ncap * sizeof *nr);
+        if (!nr)
+            return NULL;
+        if (e->nruns)
+            memcpy(nr, e->runs, e->nruns * sizeof *nr);
+        free(e->runs);
+        e->runs = nr;
+        e->runs_cap = ncap;
+    }
+    run_config *r = &e->runs[e->nruns];
+    memset(r, 0, sizeof *r);
+    r->run_id = run_id;
+    r->cfg = e->defaults;
+    e->last_run = e->nruns++;
+    return r;
+}
+
 alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_overrides *o,
                              char *err, size_t errlen)
 {
@@ -344,21 +429,11 @@ alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_over
         return st;
     run_config *r = find_run(e, run_id);
     if (!r) {
-        if (e->nruns == e->runs_cap) {
-            size_t ncap = e->runs_cap ? e->runs_cap * 2 : 8;
-            run_config *nr = counted_alloc(e, ncap * sizeof *nr);
-            if (!nr) {
-                set_err(err, errlen, "alert engine: out of memory");
-                return ALERTS_ENOMEM;
-            }
-            if (e->nruns)
-                memcpy(nr, e->runs, e->nruns * sizeof *nr);
-            free(e->runs);
-            e->runs = nr;
-            e->runs_cap = ncap;
+        r = add_run(e, run_id);
+        if (!r) {
+            set_err(err, errlen, "alert engine: out of memory");
+            return ALERTS_ENOMEM;
         }
-        r = &e->runs[e->nruns++];
-        r->run_id = run_id;
     }
     r->cfg = c;
     return ALERTS_OK;
@@ -408,28 +483,39 @@ int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head
                    const stats_head *h, alerts_transition out[ALERTS_NRULES])
 {
     if (!e || run_id <= 0 || layer < 0 || head < 0 || !h || !out)
-        return -1;
+        return ALERTS_OBSERVE_ERROR;
     int has_rows = h->rows > 0;
     if (!has_rows && h->nonfinite_rows <= 0)
         return 0; /* says nothing: not even a new state */
 
-    if (e->cap == 0 || (e->count + 1) * 2 > e->cap) {
-        head_state *known = e->cap ? probe(e, run_id, layer, head) : NULL;
-        if (!known || known->run_id == 0) {
-            if (e->count >= ALERTS_MAX_HEADS || grow(e, e->cap ? e->cap * 2 : 64))
-                return -1;
+    head_state *s = e->cap ? probe(e, run_id, layer, head) : NULL;
+    run_config *rc = find_run(e, run_id);
+    if (!s || s->run_id == 0) {
+        /* A new head: within the limits, then room for it, then its run's record. */
+        if (rc && rc->heads >= e->limits.max_heads_per_run) {
+            rc->refused++;
+            e->refused++;
+            return ALERTS_OBSERVE_RUN_FULL;
         }
-    }
-    head_state *s = probe(e, run_id, layer, head);
-    if (s->run_id == 0) {
+        if (e->count >= e->limits.max_heads) {
+            if (rc)
+                rc->refused++;
+            e->refused++;
+            return ALERTS_OBSERVE_FULL;
+        }
+        if ((e->cap == 0 || (e->count + 1) * 2 > e->cap) && grow(e, e->cap ? e->cap * 2 : 64))
+            return ALERTS_OBSERVE_ERROR;
+        if (!rc && !(rc = add_run(e, run_id)))
+            return ALERTS_OBSERVE_ERROR;
+        s = probe(e, run_id, layer, head);
         memset(s, 0, sizeof *s);
         s->run_id = run_id;
         s->layer = layer;
         s->head = head;
         e->count++;
+        rc->heads++;
     }
-    const run_config *rc = find_run(e, run_id);
-    const alerts_config *c = rc ? &rc->cfg : &e->defaults;
+    const alerts_config *c = rc ? &rc->cfg : &e->defaults; /* a kept head's run has a record */
 
     int n = 0;
     alerts_transition t = {.run_id = run_id, .layer = layer, .head = head, .step = step};
@@ -542,6 +628,24 @@ void alerts_forget_run(alerts_engine *e, int64_t run_id)
 size_t alerts_heads(const alerts_engine *e)
 {
     return e->count;
+}
+
+size_t alerts_run_heads(const alerts_engine *e, int64_t run_id)
+{
+    for (size_t i = 0; i < e->nruns; i++)
+        if (e->runs[i].run_id == run_id)
+            return e->runs[i].heads;
+    return 0;
+}
+
+uint64_t alerts_refused(const alerts_engine *e, int64_t run_id)
+{
+    if (run_id <= 0)
+        return e->refused;
+    for (size_t i = 0; i < e->nruns; i++)
+        if (e->runs[i].run_id == run_id)
+            return e->runs[i].refused;
+    return 0;
 }
 
 size_t alerts_allocations(const alerts_engine *e)

@@ -27,7 +27,13 @@
  *
  * Memory: per-head state lives in an open-addressing hash table that grows geometrically when a new
  * (run, layer, head) appears; observing heads already known never allocates (see
- * alerts_allocations()). alerts_reserve() sizes it up front.
+ * alerts_allocations()). alerts_reserve() sizes it up front. A small per-run record (thresholds,
+ * number of states, refusals) is made for a run's first state; room for 8 runs comes with the
+ * engine.
+ * Limits (alerts_limits): one run keeps at most max_heads_per_run states and the engine at most
+ * max_heads, so a client pushing many distinct (layer, head) pairs cannot take the memory, nor the
+ * room, that other runs' alerts need. A new head past a limit is not tracked: alerts_observe()
+ * says so with its own result (not an allocation failure) and counts it (alerts_refused()).
  */
 #ifndef ATTNSTAT_ALERTS_H
 #define ATTNSTAT_ALERTS_H
@@ -109,13 +115,34 @@ typedef struct {
 typedef enum {
     ALERTS_OK = 0,
     ALERTS_EINVAL = 1,   /* bad argument or a threshold out of bounds: the message names it */
-    ALERTS_ENOMEM = 2,   /* an allocation failed, or the head limit was reached */
+    ALERTS_ENOMEM = 2,   /* an allocation failed */
+    ALERTS_ELIMIT = 3,   /* more states than the limits allow (alerts_reserve()) */
 } alerts_status;
 
 typedef struct alerts_engine alerts_engine;
 
-/* Most (run, layer, head) states one engine keeps; beyond it new heads get ALERTS_ENOMEM. */
-#define ALERTS_MAX_HEADS (1u << 24)
+/* Most (run, layer, head) states one engine can keep: the bound of alerts_limits.max_heads. A state
+ * takes about 320 bytes and the table stays at most half full, so the table of 2^18 states is
+ * 2^19 slots, about 160 MiB (about 240 MiB for the moment it doubles); alerts_table_bytes_max()
+ * gives the exact figure. */
+#define ALERTS_MAX_HEADS (1u << 18)
+
+/* Limits of one engine (engine-wide: a run's thresholds cannot change them). Defaults
+ * (alerts_limits_default) and accepted bounds:
+ *   max_heads_per_run  65536             [1, ALERTS_MAX_HEADS]  distinct (layer, head) of one run
+ *   max_heads          ALERTS_MAX_HEADS  [1, ALERTS_MAX_HEADS]  states of every run together */
+typedef struct {
+    uint32_t max_heads_per_run;
+    uint32_t max_heads;
+} alerts_limits;
+
+#define ALERTS_DEFAULT_MAX_HEADS_PER_RUN 65536u
+
+/* alerts_observe() results other than a number of transitions (>= 0). Nothing changed with any of
+ * them. */
+#define ALERTS_OBSERVE_ERROR (-1)    /* a bad argument, or the new head's state could not be allocated */
+#define ALERTS_OBSERVE_RUN_FULL (-2) /* new head of a run holding max_heads_per_run states: not tracked */
+#define ALERTS_OBSERVE_FULL (-3)     /* new head while the engine holds max_heads states: not tracked */
 
 const char *alerts_rule_name(alerts_rule r);   /* "entropy_floor", ...; "unknown" otherwise */
 const char *alerts_state_name(alerts_state s); /* "raised", "cleared" */
@@ -140,12 +167,28 @@ int alerts_config_format(const alerts_config *c, char *buf, size_t n);
  * for 3 samples". Returns what snprintf returns. */
 int alerts_format(const alerts_transition *t, char *buf, size_t n);
 
-/* A new engine whose runs use `defaults` (checked; NULL: alerts_config_default()). NULL with err
- * set on a bad config or out of memory. */
+/* A new engine whose runs use `defaults` (checked; NULL: alerts_config_default()), with the
+ * default limits. NULL with err set on a bad config or out of memory. */
 alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errlen);
 void alerts_free(alerts_engine *e);
 
-/* Make room for n (run, layer, head) states without further growth. */
+void alerts_limits_default(alerts_limits *l);
+
+/* Check both limits against their bounds. ALERTS_EINVAL with a message naming the field, the value
+ * and the bounds. err may be NULL. */
+alerts_status alerts_limits_check(const alerts_limits *l, char *err, size_t errlen);
+
+/* Use the limits l (checked; bad values give ALERTS_EINVAL and change nothing). States already
+ * kept stay, even past a lowered limit; the limits apply to new heads. Never allocates. */
+alerts_status alerts_set_limits(alerts_engine *e, const alerts_limits *l, char *err, size_t errlen);
+void alerts_get_limits(const alerts_engine *e, alerts_limits *out);
+
+/* The most bytes the state table can take under the engine's limits (not counting the moment it
+ * doubles, when the old table, half this size, is alive too). */
+size_t alerts_table_bytes_max(const alerts_engine *e);
+
+/* Make room for n (run, layer, head) states without further growth. ALERTS_ELIMIT when n is more
+ * than max_heads. */
 alerts_status alerts_reserve(alerts_engine *e, size_t n);
 
 /* Per-run thresholds: the engine's defaults with o applied (o NULL: back to the defaults). Takes
@@ -158,8 +201,12 @@ alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_over
 void alerts_run_config(const alerts_engine *e, int64_t run_id, alerts_config *out);
 
 /* Observe one sample. Writes the transitions it causes (at most ALERTS_NRULES, in rule order) to
- * out and returns how many; returns -1 (nothing changed) when the state of a new head cannot be
- * allocated (ALERTS_ENOMEM) or an argument is bad (run_id <= 0, layer < 0, head < 0, h NULL). */
+ * out and returns how many. Otherwise, with nothing changed:
+ *   ALERTS_OBSERVE_ERROR     an argument is bad (run_id <= 0, layer < 0, head < 0, h NULL), or the
+ *                            state of a new head cannot be allocated;
+ *   ALERTS_OBSERVE_RUN_FULL  a new head of a run that has max_heads_per_run states;
+ *   ALERTS_OBSERVE_FULL      a new head while the engine has max_heads states.
+ * The last two are counted (alerts_refused()); heads already kept are observed as ever. */
 int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head, int64_t step,
                    const stats_head *h, alerts_transition out[ALERTS_NRULES]);
 
@@ -174,6 +221,16 @@ void alerts_forget_run(alerts_engine *e, int64_t run_id);
 
 /* Number of (run, layer, head) states kept. */
 size_t alerts_heads(const alerts_engine *e);
+
+/* Number of states kept for one run (run_id > 0). */
+size_t alerts_run_heads(const alerts_engine *e, int64_t run_id);
+
+/* Samples of new heads not tracked because of a limit (ALERTS_OBSERVE_RUN_FULL or
+ * ALERTS_OBSERVE_FULL): of one run (run_id > 0), counted while it has a record (from its first
+ * state or thresholds until it is forgotten: a run refused its very first head by the engine's
+ * limit has none), or of every run since alerts_new() (run_id == 0). A caller can log a limit
+ * once: when observe reports it and this count is 1. */
+uint64_t alerts_refused(const alerts_engine *e, int64_t run_id);
 
 /* Allocations the engine has made since alerts_new() (constant in the steady state). */
 size_t alerts_allocations(const alerts_engine *e);

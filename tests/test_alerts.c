@@ -1,6 +1,7 @@
 /* test_alerts.c — Check suite for daemon/alerts: exact hysteresis of every rule, a spike injected
  * into a stable random series raising only its rule, per-run overrides, samples that say nothing,
- * steady-state observation without allocation, forgetting runs, config bounds.
+ * steady-state observation without allocation, forgetting runs, config bounds, the per-run and
+ * engine limits on states (a run past its cap leaves other runs' alerts alone).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run).
  */
@@ -564,6 +565,183 @@ START_TEST(test_forget_run)
 }
 END_TEST
 
+/* ---- limits -------------------------------------------------------------------------------------- */
+
+/* Raises LOGIT_CEILING on (run, layer, head) after exactly raise_after bad samples and clears it
+ * after exactly clear_after good ones; returns the next step. */
+static int64_t raise_and_clear(alerts_engine *e, int64_t run, int32_t layer, int32_t head,
+                               const alerts_config *c, int64_t step)
+{
+    alerts_transition t[ALERTS_NRULES];
+    for (uint32_t i = 0; i < c->raise_after; i++) {
+        stats_head h = spiked(2.0, ALERTS_LOGIT_CEILING, c);
+        int n = observe(e, run, layer, head, step++, &h, t);
+        ck_assert_int_eq(n, i + 1 == c->raise_after);
+        if (n) {
+            ck_assert_int_eq(t[0].rule, ALERTS_LOGIT_CEILING);
+            ck_assert_int_eq(t[0].state, ALERTS_RAISED);
+        }
+    }
+    ck_assert_uint_ge(alerts_active(e, run, NULL, 0), 1);
+    for (uint32_t i = 0; i < c->clear_after; i++) {
+        stats_head h = healthy(2.0);
+        int n = observe(e, run, layer, head, step++, &h, t);
+        ck_assert_int_eq(n, i + 1 == c->clear_after);
+        if (n)
+            ck_assert_int_eq(t[0].state, ALERTS_CLEARED);
+    }
+    return step;
+}
+
+/* One client pushing more distinct (layer, head) pairs than a run may have, with the default
+ * limits: the heads past the cap are refused with their own result, nothing is allocated for them,
+ * and another run's alerts (and the flooding run's kept heads) work as before. */
+START_TEST(test_run_cap_spares_other_runs)
+{
+    alerts_config c = random_config();
+    alerts_engine *e = new_engine(&c);
+    alerts_limits lim;
+    alerts_get_limits(e, &lim);
+    ck_assert_uint_eq(lim.max_heads_per_run, 65536);
+    ck_assert_uint_eq(lim.max_heads, ALERTS_MAX_HEADS);
+    /* the table's memory stays within a few hundred MB whatever clients push */
+    ck_assert_uint_le(alerts_table_bytes_max(e), (size_t)256 << 20);
+    fprintf(stderr, "  state table at most %zu MiB\n", alerts_table_bytes_max(e) >> 20);
+
+    /* run 2: a victim with its heads known before the flood */
+    int64_t step2 = 0;
+    for (int h = 0; h < 4; h++)
+        step2 = warm(e, 2, 0, h, 2.0, &c, 0);
+    alerts_transition t[ALERTS_NRULES];
+    const uint32_t cap = lim.max_heads_per_run, extra = (uint32_t)rnd_range(1, 3000);
+    for (uint32_t i = 0; i < cap + extra; i++) {
+        stats_head x = healthy(2.0);
+        int n = alerts_observe(e, 1, (int32_t)(i >> 8), (int32_t)(i & 255), 0, &x, t);
+        if (i < cap)
+            ck_assert_int_eq(n, 0);
+        else
+            ck_assert_msg(n == ALERTS_OBSERVE_RUN_FULL, "head %u of run 1: %d", i, n);
+        if (i == cap)
+            ck_assert_uint_eq(alerts_refused(e, 1), 1); /* a caller's cue to log it once */
+    }
+    ck_assert_uint_eq(alerts_run_heads(e, 1), cap);
+    ck_assert_uint_eq(alerts_run_heads(e, 2), 4);
+    ck_assert_uint_eq(alerts_heads(e), (size_t)cap + 4);
+    ck_assert_uint_eq(alerts_refused(e, 1), extra);
+    ck_assert_uint_eq(alerts_refused(e, 2), 0);
+    ck_assert_uint_eq(alerts_refused(e, 0), extra);
+
+    /* refusing allocates nothing, however long it goes on */
+    size_t allocs = alerts_allocations(e);
+    for (uint32_t i = 0; i < 1000; i++) {
+        stats_head x = spiked(2.0, ALERTS_NONFINITE, &c);
+        ck_assert_int_eq(alerts_observe(e, 1, 100000 + (int32_t)i, 0, 1, &x, t),
+                         ALERTS_OBSERVE_RUN_FULL);
+    }
+    ck_assert_uint_eq(alerts_allocations(e), allocs);
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 0);
+
+    /* run 2's heads raise and clear exactly; a head of run 2 new after the flood is admitted */
+    for (int h = 0; h < 4; h++)
+        raise_and_clear(e, 2, 0, h, &c, step2);
+    int64_t s5 = warm(e, 2, 7, 5, 2.0, &c, 0);
+    raise_and_clear(e, 2, 7, 5, &c, s5);
+    ck_assert_uint_eq(alerts_run_heads(e, 2), 5);
+    /* run 3 comes after the flood: its alerts work too */
+    int64_t s3 = warm(e, 3, 1, 1, 2.0, &c, 0);
+    raise_and_clear(e, 3, 1, 1, &c, s3);
+    /* the flooding run's kept heads are still watched */
+    raise_and_clear(e, 1, 0, 0, &c, 1);
+    ck_assert_uint_eq(alerts_refused(e, 2) + alerts_refused(e, 3), 0);
+
+    /* a forgotten run starts again with a fresh allowance */
+    alerts_forget_run(e, 1);
+    ck_assert_uint_eq(alerts_run_heads(e, 1), 0);
+    ck_assert_uint_eq(alerts_refused(e, 1), 0);
+    stats_head x = healthy(2.0);
+    ck_assert_int_eq(observe(e, 1, 999, 0, 0, &x, t), 0);
+    ck_assert_uint_eq(alerts_heads(e), 5 + 1 + 1);
+    alerts_free(e);
+}
+END_TEST
+
+/* Small random limits against a model: every new head is admitted, or refused as its run's (cap
+ * reached) or the engine's (max_heads reached), exactly when the model says. */
+START_TEST(test_limits_against_model)
+{
+    alerts_config c = random_config();
+    alerts_engine *e = new_engine(&c);
+    char err[256] = "";
+    alerts_limits lim = {.max_heads_per_run = (uint32_t)rnd_range(4, 40)};
+    lim.max_heads = (uint32_t)rnd_range(lim.max_heads_per_run + 1, 3 * lim.max_heads_per_run);
+    ck_assert_int_eq(alerts_set_limits(e, &lim, err, sizeof err), ALERTS_OK);
+    enum { RUNS = 4, KEYS = 64 };
+    static unsigned char kept[RUNS + 1][KEYS];
+    memset(kept, 0, sizeof kept);
+    size_t per_run[RUNS + 1] = {0}, total = 0;
+    uint64_t refused[RUNS + 1] = {0}, refused_all = 0;
+    alerts_transition t[ALERTS_NRULES];
+    for (int i = 0; i < 4000; i++) {
+        int r = (int)rnd_range(1, RUNS), k = (int)rnd_range(0, KEYS - 1);
+        stats_head x = healthy(2.0);
+        int n = alerts_observe(e, r, k / 8, k % 8, i, &x, t);
+        int want;
+        if (kept[r][k]) {
+            want = 0;
+        } else if (per_run[r] >= lim.max_heads_per_run) {
+            want = ALERTS_OBSERVE_RUN_FULL;
+        } else if (total >= lim.max_heads) {
+            want = ALERTS_OBSERVE_FULL;
+        } else {
+            want = 0;
+            kept[r][k] = 1;
+            per_run[r]++;
+            total++;
+        }
+        if (want < 0) {
+            refused_all++;
+            if (per_run[r] > 0)
+                refused[r]++; /* counted per run once the run has a record */
+        }
+        ck_assert_msg(n == want, "observe %d (run %d key %d): %d, expected %d", i, r, k, n, want);
+    }
+    ck_assert_uint_eq(alerts_heads(e), total);
+    ck_assert_uint_le(total, lim.max_heads);
+    for (int r = 1; r <= RUNS; r++) {
+        ck_assert_uint_eq(alerts_run_heads(e, r), per_run[r]);
+        ck_assert_uint_le(per_run[r], lim.max_heads_per_run);
+        ck_assert_uint_eq(alerts_refused(e, r), refused[r]);
+    }
+    ck_assert_uint_eq(alerts_refused(e, 0), refused_all);
+
+    /* limits lowered under what is kept: the kept states stay, new heads are refused */
+    alerts_limits low = {.max_heads_per_run = 1, .max_heads = 1};
+    ck_assert_int_eq(alerts_set_limits(e, &low, err, sizeof err), ALERTS_OK);
+    ck_assert_uint_eq(alerts_heads(e), total);
+    stats_head x = healthy(2.0);
+    ck_assert_int_eq(alerts_observe(e, 1, 1000, 0, 0, &x, t), ALERTS_OBSERVE_RUN_FULL);
+    ck_assert_int_eq(alerts_observe(e, RUNS + 1, 0, 0, 0, &x, t), ALERTS_OBSERVE_FULL);
+    ck_assert_int_eq(alerts_reserve(e, 2), ALERTS_ELIMIT);
+
+    /* bounds */
+    alerts_limits bad = {.max_heads_per_run = 0, .max_heads = 10};
+    ck_assert_int_eq(alerts_set_limits(e, &bad, err, sizeof err), ALERTS_EINVAL);
+    ck_assert_msg(strstr(err, "max_heads_per_run 0") && strstr(err, "[1, "), "%s", err);
+    bad = (alerts_limits){.max_heads_per_run = 10, .max_heads = ALERTS_MAX_HEADS + 1};
+    ck_assert_int_eq(alerts_limits_check(&bad, err, sizeof err), ALERTS_EINVAL);
+    ck_assert_msg(strstr(err, "max_heads ") && strstr(err, "out of bounds"), "%s", err);
+    ck_assert_int_eq(alerts_limits_check(NULL, NULL, 0), ALERTS_EINVAL);
+    alerts_limits got;
+    alerts_get_limits(e, &got);
+    ck_assert_uint_eq(got.max_heads_per_run, 1); /* unchanged by the refused ones */
+    ck_assert_uint_eq(got.max_heads, 1);
+    alerts_limits_default(&got);
+    ck_assert_int_eq(alerts_limits_check(&got, NULL, 0), ALERTS_OK);
+    ck_assert_int_eq(alerts_reserve(e, (size_t)ALERTS_MAX_HEADS + 1), ALERTS_ELIMIT);
+    alerts_free(e);
+}
+END_TEST
+
 /* ---- config ------------------------------------------------------------------------------------- */
 
 START_TEST(test_config)
@@ -623,6 +801,8 @@ static Suite *make_alerts_suite(void)
     tcase_add_test(tc, test_many_heads_no_growth);
     tcase_add_test(tc, test_forget_run);
     tcase_add_test(tc, test_config);
+    tcase_add_test(tc, test_run_cap_spares_other_runs);
+    tcase_add_test(tc, test_limits_against_model);
     suite_add_tcase(s, tc);
     return s;
 }
