@@ -60,6 +60,7 @@ class Err(ctypes.Structure):
 assert ctypes.sizeof(Problem) == 160 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
 
 BF16 = 2
+PATH_WG_VARIANT = 16  # STATS_CUDA_PATH_WG_VARIANT (+ v)
 
 
 def load_lib(path):
@@ -219,6 +220,9 @@ def main():
         shapes = [shapes[int(i)] for i in only.split(",")]
     rows = []
     base_ms = {}
+    # ATTNSTAT_BENCH_VARIANTS=0,1,...: also check and time those variants of the Hopper kernel
+    variants = [int(i) for i in os.environ.get("ATTNSTAT_BENCH_VARIANTS", "").split(",") if i != ""]
+    vrows = []
     for (B, Hq, Hkv, N, D, causal, every) in shapes:
         scale = 1.0 / math.sqrt(D)
         set_bytes = 2 * (B * Hq * N * D * 2) + B * Hkv * N * D * 2
@@ -236,27 +240,35 @@ def main():
         tag = f"({B},{Hq}{'/' + str(Hkv) if Hkv != Hq else ''},{N},{D}) {'causal' if causal else 'full'}" + \
               (f" every {every}" if every else "")
 
-        # 1. check against float64 (every row)
+        # 1. check against float64 (every row): the default path, then each variant asked for
         q, k, v, p = sets[0]
-        rh = torch.full((B, Hq, N), float("nan"), device="cuda")
-        rm = torch.full((B, Hq, N), float("nan"), device="cuda")
-        heads = ours.run(p, rh, rm)
         H, M = ref_rows_f64(q, k, causal, scale)
+        sel = None
         if every:
             sel = torch.zeros(N, dtype=torch.bool, device="cuda")
             sel[::every] = True
-            H, M, rh, rm = H[:, :, sel], M[:, :, sel], rh[:, :, sel], rm[:, :, sel]
-        dh = (rh.double() - H).abs().max().item()
-        dm = ((rm.double() - M).abs() / M.abs().clamp(min=1.0)).max().item()
+            H, M = H[:, :, sel], M[:, :, sel]
         ref_mean = H.mean(dim=(0, 2))
-        got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
-        dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
-        ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
-        print(f"check {tag:40s} {kname}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
-              f"max rel dmean {dmean:.2e}: {'ok' if ok else 'FAILED'}", flush=True)
-        if not ok:
-            sys.exit("bench: our output disagrees with PyTorch float64; not timing")
-        del H, M, rh, rm
+        for path in [0] + [PATH_WG_VARIANT + i for i in variants]:
+            lib.stats_cuda_set_path(ours.ctx, path)
+            name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(p)).decode()
+            rh = torch.full((B, Hq, N), float("nan"), device="cuda")
+            rm = torch.full((B, Hq, N), float("nan"), device="cuda")
+            heads = ours.run(p, rh, rm)
+            if sel is not None:
+                rh, rm = rh[:, :, sel], rm[:, :, sel]
+            dh = (rh.double() - H).abs().max().item()
+            dm = ((rm.double() - M).abs() / M.abs().clamp(min=1.0)).max().item()
+            got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
+            dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
+            ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
+            print(f"check {tag:40s} {name}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
+                  f"max rel dmean {dmean:.2e}: {'ok' if ok else 'FAILED'}", flush=True)
+            lib.stats_cuda_set_path(ours.ctx, 0)
+            if not ok:
+                sys.exit("bench: our output disagrees with PyTorch float64; not timing")
+            del rh, rm
+        del H, M
 
         # 2. time
         iters = 50
@@ -264,6 +276,13 @@ def main():
         lib.stats_cuda_set_path(ours.ctx, 2)  # the mma.sync kernel, for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         lib.stats_cuda_set_path(ours.ctx, 0)
+        t_var = []
+        for i in variants:
+            lib.stats_cuda_set_path(ours.ctx, PATH_WG_VARIANT + i)
+            t_var.append(time_events(lambda s: ours.run(s[3], sync=False), sets, iters))
+            lib.stats_cuda_set_path(ours.ctx, 0)
+        if variants:
+            vrows.append((tag, t_ours, t_var))
         t_sdpa = t_mat = float("nan")
         if not every:
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -292,6 +311,12 @@ def main():
         del sets, q, k, v
         torch.cuda.empty_cache()
 
+    if variants:
+        print()
+        print("| shape | default ms | " + " | ".join(f"v{i} ms" for i in variants) + " |")
+        print("|---|---|" + "---|" * len(variants))
+        for tag, t, tv in vrows:
+            print(f"| {tag} | {t:.4f} | " + " | ".join(f"{x:.4f}" for x in tv) + " |")
     print()
     print(f"| shape (B,H,N,D) bf16 | ours ms | SDPA flash ms | materialised ms | x SDPA | x mat | "
           f"TFLOP/s | floor ms | share of floor |")

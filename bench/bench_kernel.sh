@@ -4,6 +4,10 @@
 #   bench/bench_kernel.sh            build libattnstat_cuda.so, check against float64, print the table
 #   bench/bench_kernel.sh test       build and run tests/test_stats_cuda
 #   bench/bench_kernel.sh sanitize   the same test under compute-sanitizer memcheck and racecheck
+#   bench/bench_kernel.sh profile    Nsight Compute on one run of each Hopper-kernel variant
+#                                    (PROFILE_VARIANTS, default 0) of (2,32,4096,128) full
+#   ATTNSTAT_BENCH_VARIANTS=0,1,.. bench/bench_kernel.sh   also check and time those variants
+#   ATTNSTAT_TEST_VARIANTS=1 bench/bench_kernel.sh test     also test every variant
 # BUILD (default build-cuda) names the build directory. When the CMake configure of the whole
 # project fails (a dependency missing on the GPU machine), the kernels and the test are compiled
 # directly with nvcc and cc instead.
@@ -22,7 +26,7 @@ direct_build() {
   cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -c kernels/stats_cpu.c -o "$d/stats_cpu.o"
   local cudalib="-L$CUDA_HOME/lib64 -lcudart_static -lstdc++ -lrt -ldl -lpthread -lm"
   cc -shared -o "$d/libattnstat_cuda.so" "$d/stats_cuda.o" "$d/stats.o" "$d/stats_cpu.o" $cudalib
-  if [ "$mode" != bench ]; then
+  if [ "$mode" = test ] || [ "$mode" = sanitize ] || [ "$mode" = build ]; then
     cc -std=c11 -O2 -D_GNU_SOURCE -Ikernels -I"$CUDA_HOME/include" $(pkg-config --cflags check) \
       tests/test_stats_cuda.c "$d/stats_cuda.o" "$d/stats.o" "$d/stats_cpu.o" \
       $(pkg-config --libs check) $cudalib -o "$d/test_stats_cuda"
@@ -32,13 +36,16 @@ direct_build() {
 }
 
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON >"$BUILD.configure.log" 2>&1; then
-  if [ "$mode" != bench ]; then
-    cmake --build "$BUILD" --target test_stats_cuda attnstat_cuda
-  else
-    cmake --build "$BUILD" --target attnstat_cuda
+  targets=(attnstat_cuda)
+  if [ "$mode" = test ] || [ "$mode" = sanitize ] || [ "$mode" = build ]; then
+    targets+=(test_stats_cuda)
   fi
   LIB="$BUILD/kernels/libattnstat_cuda.so"
   TEST="$BUILD/tests/test_stats_cuda"
+  if ! cmake --build "$BUILD" --target "${targets[@]}"; then
+    echo "bench_kernel.sh: the CMake build failed; building directly" >&2
+    direct_build
+  fi
 else
   echo "bench_kernel.sh: the CMake configure failed (see $BUILD.configure.log); building directly" >&2
   tail -5 "$BUILD.configure.log" >&2 || true
@@ -54,6 +61,18 @@ elif [ "$mode" = sanitize ]; then
     ATTNSTAT_TEST_SEED=$seed timeout "${SANITIZER_TIMEOUT:-900}" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$TEST" 2>&1 | tail -6
   done
+elif [ "$mode" = build ]; then
+  echo "built $LIB and $TEST"
+elif [ "$mode" = profile ]; then
+  rep=${PROFILE_REPORT:-$BUILD/profile}
+  args=(-k regex:stats_wgmma python3 bench/profile_kernel.py "$LIB" "${PROFILE_VARIANTS:-0}" "${PROFILE_SHAPE:-0}")
+  sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
+            --section SchedulerStats --section InstructionStats --section Occupancy)
+  pipes=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+  ncu -f -o "$rep" "${sections[@]}" --metrics "$pipes" "${args[@]}" ||
+    ncu -f -o "$rep" "${sections[@]}" "${args[@]}"
+  ncu -i "$rep.ncu-rep" --page details
+  ncu -i "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv"
 else
   python3 bench/bench_kernel.py "$LIB"
 fi

@@ -49,6 +49,27 @@ static __device__ __forceinline__ float tanh_fast(float y)
     return 1.0f - __fdividef(2.0f, 1.0f + e);
 }
 
+/* 2^x on the FMA pipe, for x <= 0 (the fold's u): x = n + f with n = rint(x), f in [-1/2, 1/2],
+ * 2^f by a degree-5 polynomial (coefficients fitted here for minimax relative error on [-1/2, 1/2];
+ * max relative error 2.1e-7 in float32 Horner), 2^n added to the exponent bits. x is clamped at
+ * -126 (the result is then < 2^-125, a denormal: negligible next to l >= 1) so that the exponent
+ * never wraps; NaN also becomes -126 here, which is fine because the fold keeps the unclamped u
+ * for W (W = NaN then, so the row is still reported non-finite). Moves work off MUFU. */
+static __device__ __forceinline__ float ex2_poly(float x)
+{
+    x = fmaxf(x, -126.0f);
+    const float t = __fadd_rn(x, 12582912.0f); /* 1.5 * 2^23: round to an integer in the low bits */
+    const float n = __fsub_rn(t, 12582912.0f);
+    const float f = __fsub_rn(x, n);
+    float q = 1.327647245e-03f;
+    q = fmaf(q, f, 9.675540961e-03f);
+    q = fmaf(q, f, 5.550713092e-02f);
+    q = fmaf(q, f, 2.402212024e-01f);
+    q = fmaf(q, f, 6.931469440e-01f);
+    q = fmaf(q, f, 1.000000119e+00f);
+    return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
+}
+
 static __device__ __forceinline__ unsigned smem_u32(const void *p)
 {
     return (unsigned)__cvta_generic_to_shared(p);
@@ -377,13 +398,13 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
 }
 
 /* One tile of logits s[mt][nt][4] (m16n8 accumulator layout) folded into the row states. */
-template <int MT, bool CAP, bool MASK>
-static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][MMA_BN / 8][4],
+template <int MT, int NT, bool CAP, bool MASK, int POLY>
+static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][NT][4],
                                                  float (&M)[MT][2], float (&l)[MT][2][2],
                                                  float (&W)[MT][2][2], const int (&lo)[MT][2],
                                                  const int (&hi)[MT][2], int j0, int tq)
 {
-    constexpr int NT = MMA_BN / 8;
+    /* POLY of every 4 n8 column blocks take ex2_poly (FMA pipe), the rest MUFU */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -424,13 +445,14 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     const float v = s[mt][nt][2 * hr + e];
                     float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
                     float pe;
+                    const bool poly = (nt & 3) < POLY;
                     if (MASK) {
                         const int j = j0 + nt * 8 + 2 * tq + e;
                         const bool vis = j >= lo[mt][hr] && j <= hi[mt][hr];
-                        pe = vis ? ex2(u) : 0.0f;
+                        pe = vis ? (poly ? ex2_poly(u) : ex2(u)) : 0.0f;
                         u = vis ? u : 0.0f;
                     } else {
-                        pe = ex2(u);
+                        pe = poly ? ex2_poly(u) : ex2(u);
                     }
                     l[mt][hr][e] += pe;
                     W[mt][hr][e] = fmaf(pe, u, W[mt][hr][e]);
@@ -592,14 +614,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
         const bool full = j0 >= wlo_max && j1 <= whi_min;
         if (p.softcap) {
             if (full)
-                fold_tile<MT, true, false>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, true, false, 0>(p, s, M, l, W, lo, hi, j0, tq);
             else
-                fold_tile<MT, true, true>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, true, true, 0>(p, s, M, l, W, lo, hi, j0, tq);
         } else {
             if (full)
-                fold_tile<MT, false, false>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, false, false, 0>(p, s, M, l, W, lo, hi, j0, tq);
             else
-                fold_tile<MT, false, true>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, false, true, 0>(p, s, M, l, W, lo, hi, j0, tq);
         }
     }
     cp_async_wait<0>();
@@ -625,44 +647,139 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
 
 /* ---- the Hopper kernel (wgmma, sm_90a) -------------------------------------------------------- */
 
-/* D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A in registers (each warp its 16 rows, in the
- * mma.m16n8k16 A layout), B in shared memory (K-major, described by desc); d is this warp's
- * 16 x 64 slice in the m16n8 accumulator layout. Asynchronous: wgmma_wait() before reading d. */
-template <bool F16>
-static __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], const unsigned (&a)[4],
-                                                       unsigned long long desc, int accumulate)
-{
+/* D[64 x N] (+)= A[64 x 16] * B[16 x N], N = 8 * NT. A from registers (RS: each warp its 16 rows in
+ * the mma.m16n8k16 A layout) or from shared memory (SS: described by adesc, K-major core matrices);
+ * B from shared memory (K-major, bdesc); d is this warp's 16 x N slice in the m16n8 accumulator
+ * layout. Asynchronous: wgmma_wait() before reading d. */
+template <int NT, bool SS, bool F16> struct wgmma_op;
+template <> struct wgmma_op<8, false, false> {
+    static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if (F16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-                     "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
-    else
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
                      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
 #endif
-}
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<8, false, true> {
+    static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<8, true, false> {
+    static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "l"(adesc), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<8, true, true> {
+    static __device__ __forceinline__ void run(float (&d)[8][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                     : "l"(adesc), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<16, false, false> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<16, false, true> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<16, true, false> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "l"(adesc), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<16, true, true> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "l"(adesc), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
 
 __device__ __forceinline__ void wgmma_fence(void)
 {
@@ -676,37 +793,63 @@ __device__ __forceinline__ void wgmma_commit(void)
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
-template <int N> static __device__ __forceinline__ void wgmma_wait(float (&d)[8][4])
-{
+/* Wait until at most N groups are in flight; d (the accumulator that must be complete) is marked
+ * as written here so that the compiler reads it only afterwards. reg_fence: the same barrier to the
+ * compiler, with no instruction. */
+template <int N, int NT> struct wgmma_wait_op;
+template <int NT> struct reg_fence_op;
+template <> struct wgmma_wait_op<0, 8> {
+    static __device__ __forceinline__ void run(float (&d)[8][4])
+    {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned %32;\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "n"(N) : "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) : : "memory");
 #endif
-}
-/* Keeps the compiler from moving reads or writes of an accumulator across this point. */
-__device__ __forceinline__ void reg_fence(float (&d)[8][4])
+    }
+};
+template <> struct wgmma_wait_op<1, 8> {
+    static __device__ __forceinline__ void run(float (&d)[8][4])
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) : : "memory");
+#endif
+    }
+};
+template <> struct reg_fence_op<8> {
+    static __device__ __forceinline__ void run(float (&d)[8][4])
+    {
+        asm volatile("" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) : : "memory");
+    }
+};
+template <> struct wgmma_wait_op<0, 16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+#endif
+    }
+};
+template <> struct wgmma_wait_op<1, 16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+#endif
+    }
+};
+template <> struct reg_fence_op<16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+        asm volatile("" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+    }
+};
+template <int N, int NT> static __device__ __forceinline__ void wgmma_wait(float (&d)[NT][4])
 {
-    asm volatile(""
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 :
-                 : "memory");
+    wgmma_wait_op<N, NT>::run(d);
 }
-
+template <int NT> static __device__ __forceinline__ void reg_fence(float (&d)[NT][4])
+{
+    reg_fence_op<NT>::run(d);
+}
 __device__ __forceinline__ void fence_proxy_async(void)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -716,12 +859,14 @@ __device__ __forceinline__ void fence_proxy_async(void)
 
 /* K stages: PF tiles are in flight ahead of the one being multiplied, and the stage of the tile
  * being folded is not overwritten (STAGES = PF + 2). */
-enum { WG_N = 3, WG_BN = 64, WG_STAGES = 4, WG_PF = WG_STAGES - 2 };
+enum { WG_N = 3, WG_STAGES = 4, WG_PF = WG_STAGES - 2 };
 
-template <int DP> struct wg_shape {
-    static constexpr int BM = WG_N * 64;        /* sampled rows per CTA: 64 per warpgroup */
-    static constexpr int LDQ = DP + 8;          /* Q pitch (ldmatrix, no conflicts) */
-    static constexpr int KTILE = WG_BN * DP;    /* elements of one K stage */
+/* BN keys per tile (64 or 128: wgmma m64n64 or m64n128); SS: Q read by wgmma from shared memory
+ * (core-matrix layout, no Q registers), else Q fragments in registers (padded rows, ldmatrix). */
+template <int DP, int NWG, int BN, bool SS> struct wg_shape {
+    static constexpr int BM = NWG * 64;         /* sampled rows per CTA: 64 per warpgroup */
+    static constexpr int LDQ = SS ? DP : DP + 8; /* Q pitch (RS: ldmatrix, no conflicts) */
+    static constexpr int KTILE = BN * DP;       /* elements of one K stage */
     static constexpr size_t smem_bytes =
         (size_t)WG_STAGES * KTILE * 2 + (size_t)BM * LDQ * 2 + (size_t)BM * sizeof(int);
 };
@@ -729,12 +874,12 @@ template <int DP> struct wg_shape {
 /* One tile of BN keys in the no-swizzle K-major core-matrix layout that wgmma reads: the 16-byte
  * chunk c of key n lies at byte ((n / 8) * CH + c) * 128 + (n % 8) * 16. A warp writes 512
  * contiguous bytes and reads 8 keys x 64 contiguous bytes. Zero past lk and past d. */
-template <int DP>
+template <int DP, int BN, int NTH>
 static __device__ __forceinline__ void load_k_tile_cm(const kparams &p, const char *krow0,
                                                       unsigned short *dst, int j0, int lk)
 {
     constexpr int CH = DP / 8;
-    for (int idx = threadIdx.x; idx < WG_BN * CH; idx += WG_N * 128) {
+    for (int idx = threadIdx.x; idx < BN * CH; idx += NTH) {
         const int n = ((idx >> 3) / CH) * 8 + (idx & 7), c = (idx >> 3) % CH;
         const int j = j0 + n;
         int bytes = 0;
@@ -760,11 +905,12 @@ __device__ __forceinline__ unsigned long long wg_desc(const void *p, unsigned lb
 /* grid (blocks_per_head, Hq), block 384 (3 warpgroups of 64 rows). As stats_mma_kernel, with
  * Q.K^T issued asynchronously on wgmma: the logits of tile t+1 are computed while the warps fold
  * tile t (two accumulator sets), and K goes through WG_STAGES stages, WG_PF tiles ahead. */
-template <int DP, bool F16>
-__global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparams p, part *parts)
+template <int DP, bool F16, int NWG, int BN, bool SS, int POLY>
+__global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams p, part *parts)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = wg_shape<DP>;
+    constexpr int NT = BN / 8, WG_BN = BN, WG_N = NWG;
+    using S = wg_shape<DP, NWG, BN, SS>;
     constexpr int BM = S::BM, LDQ = S::LDQ, KS = DP / 16, CH = DP / 8, NTH = WG_N * 128;
     extern __shared__ __align__(128) unsigned char wg_smem[];
     unsigned short *sk = (unsigned short *)wg_smem;
@@ -820,7 +966,10 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
             if (bytes > 0)
                 src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
         }
-        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+        if (SS) /* core matrices, as the K tiles: chunk c of row r at ((r/8)*CH + c)*128 + (r%8)*16 */
+            cp_async16((char *)sq + ((r >> 3) * CH + c) * 128 + (r & 7) * 16, src, bytes);
+        else
+            cp_async16(sq + r * LDQ + c * 8, src, bytes);
     }
     cp_async_commit();
 
@@ -854,15 +1003,21 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
     const int ntiles = (t_last - t_first + 2) & ~1, t_end = t_first + ntiles - 1;
     for (int st = 0; st < WG_PF; st++) {
         if (t_first + st <= t_end)
-            load_k_tile_cm<DP>(p, krow0, sk + st * S::KTILE, (t_first + st) * WG_BN, si.lk);
+            load_k_tile_cm<DP, BN, NTH>(p, krow0, sk + st * S::KTILE, (t_first + st) * WG_BN, si.lk);
         cp_async_commit();
     }
     cp_async_wait<WG_PF>(); /* Q has landed */
     __syncthreads();
-    unsigned qf[KS][4];
+    unsigned qf[SS ? 1 : KS][4];
 #pragma unroll
-    for (int ks = 0; ks < KS; ks++)
-        ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+    for (int ks = 0; ks < (SS ? 1 : KS); ks++) {
+        if (SS)
+            qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u; /* unused */
+        else
+            ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+    }
+    /* SS: this warpgroup's 64 rows start at core-matrix row group wg * 8 */
+    const unsigned short *sq_wg = (const unsigned short *)((const char *)sq + wg * 8 * CH * 128);
 
     float M[1][2], l[1][2][2], W[1][2][2];
 #pragma unroll
@@ -870,33 +1025,33 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
         M[0][hr] = -INFINITY;
         l[0][hr][0] = l[0][hr][1] = W[0][hr][0] = W[0][hr][1] = 0.0f;
     }
-    float sa[1][8][4], sb[1][8][4];
+    float sa[1][NT][4], sb[1][NT][4];
 
-    auto fold = [&](float (&s)[1][8][4], int t) {
+    auto fold = [&](float (&s)[1][NT][4], int t) {
         const int j0 = t * WG_BN, j1 = j0 + WG_BN - 1;
         if (j0 > whi_max || j1 < wlo_min)
             return; /* no row of this warp sees the tile */
         const bool full = j0 >= wlo_max && j1 <= whi_min;
         if (p.softcap) {
             if (full)
-                fold_tile<1, true, false>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<1, NT, true, false, POLY>(p, s, M, l, W, lo, hi, j0, tq);
             else
-                fold_tile<1, true, true>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<1, NT, true, true, POLY>(p, s, M, l, W, lo, hi, j0, tq);
         } else {
             if (full)
-                fold_tile<1, false, false>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<1, NT, false, false, POLY>(p, s, M, l, W, lo, hi, j0, tq);
             else
-                fold_tile<1, false, true>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<1, NT, false, true, POLY>(p, s, M, l, W, lo, hi, j0, tq);
         }
     };
     /* issue tile it into cur, then fold tile it-1 (in prev) while the tensor cores work */
-    auto step = [&](int it, float (&cur)[1][8][4], float (&prev)[1][8][4]) {
+    auto step = [&](int it, float (&cur)[1][NT][4], float (&prev)[1][NT][4]) {
         const int t = t_first + it;
         cp_async_wait<WG_PF - 1>();
         fence_proxy_async(); /* cp.async data -> visible to the tensor cores (async proxy) */
         __syncthreads();
         if (t + WG_PF <= t_end)
-            load_k_tile_cm<DP>(p, krow0, sk + ((it + WG_PF) % WG_STAGES) * S::KTILE,
+            load_k_tile_cm<DP, BN, NTH>(p, krow0, sk + ((it + WG_PF) % WG_STAGES) * S::KTILE,
                                (t + WG_PF) * WG_BN, si.lk);
         cp_async_commit();
         /* issued for every tile of the CTA's range (a warpgroup-dependent skip would make the
@@ -906,7 +1061,9 @@ __global__ void __launch_bounds__(WG_N * 128, 1) stats_wgmma_kernel(const kparam
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
-            wgmma_m64n64k16<F16>(cur[0], qf[ks], wg_desc(kt + ks * 128, 128, CH * 128), ks > 0);
+            wgmma_op<NT, SS, F16>::run(cur[0], qf[SS ? 0 : ks],
+                                       SS ? wg_desc(sq_wg + ks * 128, 128, CH * 128) : 0ull,
+                                       wg_desc(kt + ks * 128, 128, CH * 128), ks > 0);
         wgmma_commit();
         reg_fence(cur[0]);
         wgmma_wait<1>(prev[0]);
@@ -1125,24 +1282,54 @@ static const mma_variant k_variants[] = {
 static_assert(sizeof k_variants / sizeof k_variants[0] == N_VARIANTS, "variant table");
 
 struct wg_variant {
-    int dp;
+    int dp, nwg;
     mma_kernel_fn bf16, f16;
     size_t smem;
+    const char *name_bf16, *name_f16;
 };
 
-#define WG_VARIANT(DP)                                                                             \
-    { DP, stats_wgmma_kernel<DP, false>, stats_wgmma_kernel<DP, true>, wg_shape<DP>::smem_bytes }
+/* The Hopper kernel's variants (BN keys per tile, Q from shared memory or registers, POLY of every
+ * 4 column blocks through the polynomial 2^x): the tests and the bench run each one through
+ * STATS_CUDA_PATH_WG_VARIANT + v; AUTO and STATS_CUDA_PATH_WGMMA take WG_DEFAULT. */
+#define WG_ONE(DP, NWG, BN, SS, POLY, TAG)                                                         \
+    { DP, NWG, stats_wgmma_kernel<DP, false, NWG, BN, SS, POLY>,                                   \
+      stats_wgmma_kernel<DP, true, NWG, BN, SS, POLY>, wg_shape<DP, NWG, BN, SS>::smem_bytes,       \
+      "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG }
+#define WG_VARIANT(NWG, BN, SS, POLY, TAG)                                                         \
+    {WG_ONE(64, NWG, BN, SS, POLY, TAG), WG_ONE(128, NWG, BN, SS, POLY, TAG)}
 
-static const wg_variant k_wg_variants[] = {WG_VARIANT(64), WG_VARIANT(128)};
+enum { WG_NDP = 2, WG_NVAR = 3, WG_DEFAULT = 0 };
+/* Measured on the H100 (bench/kernel_notes.md, v3): v0 is the fastest on every shape. Dropped after
+ * that run: 2 x 64 rows with 128-key tiles and 1/2 or 1/4 of the exps on the polynomial (slower
+ * than v1, itself slower than v0). */
+static const wg_variant k_wg_variants[WG_NVAR][WG_NDP] = {
+    WG_VARIANT(3, 64, false, 0, "3wg n64 rs"),    /* v0: 3 x 64 rows, 64-key tiles, Q in registers */
+    WG_VARIANT(2, 128, true, 0, "2wg n128 ss"),   /* v1: 2 x 64 rows, 128-key tiles, Q in smem */
+    WG_VARIANT(3, 64, false, 1, "3wg n64 rs p1"), /* v2: v0, 1/4 of the exps on the FMA pipe */
+};
+
+extern "C" int stats_cuda_wg_variant_count(void)
+{
+    return WG_NVAR;
+}
+
+extern "C" int stats_cuda_wg_variant_default(void)
+{
+    return WG_DEFAULT;
+}
 
 static const wg_variant *pick_wg(const stats_cuda *ctx, const stats_problem *p)
 {
-    if ((ctx->path != STATS_CUDA_PATH_AUTO && ctx->path != STATS_CUDA_PATH_WGMMA) || !ctx->wg_ok ||
-        p->head_dim <= 32)
+    int v = WG_DEFAULT;
+    if (ctx->path >= STATS_CUDA_PATH_WG_VARIANT && ctx->path < STATS_CUDA_PATH_WG_VARIANT + WG_NVAR)
+        v = (int)ctx->path - STATS_CUDA_PATH_WG_VARIANT;
+    else if (ctx->path != STATS_CUDA_PATH_AUTO && ctx->path != STATS_CUDA_PATH_WGMMA)
         return NULL;
-    for (size_t i = 0; i < sizeof k_wg_variants / sizeof k_wg_variants[0]; i++)
-        if (p->head_dim <= k_wg_variants[i].dp)
-            return &k_wg_variants[i];
+    if (!ctx->wg_ok || p->head_dim <= 32)
+        return NULL;
+    for (int i = 0; i < WG_NDP; i++)
+        if (p->head_dim <= k_wg_variants[v][i].dp)
+            return &k_wg_variants[v][i];
     return NULL;
 }
 
@@ -1238,8 +1425,8 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->wg_ok = 0;
     if (major == 9) { /* the sm_90a binary: Hopper only */
         c->wg_ok = 1;
-        for (size_t i = 0; i < sizeof k_wg_variants / sizeof k_wg_variants[0]; i++) {
-            const wg_variant *w = &k_wg_variants[i];
+        for (int i = 0; i < WG_NVAR * WG_NDP; i++) {
+            const wg_variant *w = &k_wg_variants[i / WG_NDP][i % WG_NDP];
             cudaError_t e1 = cudaFuncSetAttribute(w->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)w->smem);
             cudaError_t e2 = cudaFuncSetAttribute(w->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1295,12 +1482,12 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
          * mma.sync blocks fill them better (measured at every 8th row of (2,32,4096,128):
          * 0.18 ms against 0.21 ms). Under two waves of the wgmma kernel, take mma.sync. */
         long long ns = stats_sampled_count(p, p->len_q);
-        long long ctas = (ns + WG_N * 64 - 1) / (WG_N * 64) * p->batch * p->heads_q;
+        long long ctas = (ns + pl->w->nwg * 64 - 1) / (pl->w->nwg * 64) * p->batch * p->heads_q;
         if (ctas < 2LL * ctx->sm_count && pick_variant(ctx, p->head_dim))
             pl->w = NULL;
     }
     pl->v = tc && !pl->w ? pick_variant(ctx, p->head_dim) : NULL;
-    pl->rows_per_cta = pl->w ? WG_N * 64 : pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
+    pl->rows_per_cta = pl->w ? pl->w->nwg * 64 : pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
     const int packed = p->cu_seqlens_q != NULL;
     long long bph;
     if (!packed) {
@@ -1404,13 +1591,11 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
          "mma.sync f16 d256"}};
     if (!ctx || !p)
         return "none";
-    static const char *wg_names[2][2] = {{"wgmma bf16 d64", "wgmma bf16 d128"},
-                                         {"wgmma f16 d64", "wgmma f16 d128"}};
     plan pl;
     if (make_plan(ctx, p, &pl, NULL) != STATS_OK)
         return "none (invalid problem)";
     if (pl.w)
-        return wg_names[p->dtype == STATS_F16][pl.w - k_wg_variants];
+        return p->dtype == STATS_F16 ? pl.w->name_f16 : pl.w->name_bf16;
     if (pl.v)
         return names[p->dtype == STATS_F16][pl.v - k_variants];
     return p->dtype == STATS_F32 ? "cuda-core f32" : p->dtype == STATS_F16 ? "cuda-core f16"
@@ -1482,7 +1667,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
     if (pl.w) {
         mma_kernel_fn fn = p->dtype == STATS_F16 ? pl.w->f16 : pl.w->bf16;
-        fn<<<grid, WG_N * 128, pl.w->smem, s>>>(k, parts);
+        fn<<<grid, pl.w->nwg * 128, pl.w->smem, s>>>(k, parts);
         CUDA_TRY(cudaGetLastError(), "launch of stats_wgmma_kernel");
     } else if (pl.v) {
         mma_kernel_fn fn = p->dtype == STATS_F16 ? pl.v->f16 : pl.v->bf16;

@@ -42,7 +42,13 @@ typedef enum {
     STATS_CUDA_PATH_MMA_SYNC = 2, /* tensor cores through mma.sync only, also on Hopper (no wgmma) */
     STATS_CUDA_PATH_WGMMA = 3,    /* the Hopper kernel wherever it applies, also for small grids
                                      (AUTO prefers mma.sync's larger blocks there) */
+    STATS_CUDA_PATH_WG_VARIANT = 16, /* + v, v < stats_cuda_wg_variant_count(): variant v of the
+                                        Hopper kernel (tests and bench); else as WGMMA */
 } stats_cuda_path;
+
+/* Number of variants of the Hopper kernel, and the one AUTO and WGMMA use. */
+int stats_cuda_wg_variant_count(void);
+int stats_cuda_wg_variant_default(void);
 
 /* 1 when this build has the CUDA backend, 0 otherwise. */
 int stats_cuda_built(void);

@@ -18,6 +18,16 @@ int stats_cuda_built(void)
     return 0;
 }
 
+int stats_cuda_wg_variant_count(void)
+{
+    return 0;
+}
+
+int stats_cuda_wg_variant_default(void)
+{
+    return 0;
+}
+
 int stats_cuda_device_count(void)
 {
     return 0;

@@ -353,6 +353,14 @@ START_TEST(test_auto_against_cpu)
 }
 END_TEST
 
+/* Every variant of the Hopper kernel (ATTNSTAT_TEST_VARIANTS=1; the default one runs above). */
+START_TEST(test_wg_variants_against_cpu)
+{
+    const int v = _i / N_CFGS, c = _i % N_CFGS;
+    run_cfg(&k_cfgs[c], c, (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + v));
+}
+END_TEST
+
 START_TEST(test_mma_sync_against_cpu)
 {
     run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_MMA_SYNC);
@@ -443,6 +451,9 @@ int main(void)
     tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
     tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
     tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
+    if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)
+        tcase_add_loop_test(tc, test_wg_variants_against_cpu, 0,
+                            N_CFGS * stats_cuda_wg_variant_count());
     tcase_add_test(tc, test_async_matches_sync);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
