@@ -500,7 +500,10 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id, "buffer %u: %s", rb->id, msg);
         return;
     }
-    int fd = shm_open(rb->shm_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    /* O_NONBLOCK: this runs on the loop thread, and opening a FIFO (or a device) a client put in
+     * /dev/shm would otherwise block the whole daemon until a writer shows up. Only a regular
+     * file is accepted, checked right after the open and before anything else reads it. */
+    int fd = shm_open(rb->shm_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id, "buffer %u: shm_open(%s): %s", rb->id,
                    rb->shm_name, strerror(errno));
@@ -513,6 +516,20 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
         close(fd);
         return;
     }
+    if (!S_ISREG(sb.st_mode)) {
+        send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
+                   "buffer %u: shm %s is not a regular file (a shared-memory segment made with "
+                   "shm_open/ftruncate is)", rb->id, rb->shm_name);
+        close(fd);
+        return;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        send_error(s, ATTNSTAT__CODE__INTERNAL, 1, rb->id, "buffer %u: fcntl(%s): %s", rb->id,
+                   rb->shm_name, strerror(errno));
+        close(fd);
+        return;
+    }
     uid_t peer = s->c ? s->c->uid : 0;
     if (peer != 0 && sb.st_uid != peer) {
         send_error(s, ATTNSTAT__CODE__PERMISSION, 1, rb->id,
@@ -521,7 +538,7 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
         close(fd);
         return;
     }
-    if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < rb->size) {
+    if ((uint64_t)sb.st_size < rb->size) {
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id,
                    "buffer %u: shm %s is %lld bytes, smaller than the registered size %llu", rb->id,
                    rb->shm_name, (long long)sb.st_size, (unsigned long long)rb->size);

@@ -362,6 +362,31 @@ START_TEST(test_max_clients)
 }
 END_TEST
 
+START_TEST(test_fifo_in_dev_shm_does_not_block)
+{
+    /* A client makes a FIFO where shm segments live and registers it: opening it must not block
+     * the daemon (nobody ever writes to it); the registration is refused, others are served. */
+    char name[64], path[96];
+    snprintf(name, sizeof name, "/attnstat-test-fifo-%d", (int)getpid());
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    unlink(path);
+    ck_assert_msg(mkfifo(path, 0600) == 0, "mkfifo %s: %s", path, strerror(errno));
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    dh_hello(&c, "fifo", 0, NULL);
+    dh_register(&c, 1, name, 4096);
+    Attnstat__Envelope *e = dh_expect(&c, ATTNSTAT__ENVELOPE__MSG_ERROR, 10000);
+    unlink(path);
+    ck_assert_msg(e != NULL, "no Error for a FIFO registration within 10 s (daemon blocked?)");
+    ck_assert_int_eq(e->error->code, ATTNSTAT__CODE__BAD_REQUEST);
+    ck_assert_msg(strstr(e->error->message, "regular file"), "message: %s", e->error->message);
+    attnstat__envelope__free_unpacked(e, NULL);
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+    dh_close(&c);
+    good_client_served("after-fifo");
+}
+END_TEST
+
 static Suite *badinput_suite(void)
 {
     Suite *s = suite_create("daemon_badinput");
@@ -373,6 +398,7 @@ static Suite *badinput_suite(void)
     tcase_add_test(tc, test_bad_pushes_get_their_code);
     tcase_add_test(tc, test_shrunk_segment_fails_the_push_only);
     tcase_add_test(tc, test_max_clients);
+    tcase_add_test(tc, test_fifo_in_dev_shm_does_not_block);
     suite_add_tcase(s, tc);
     return s;
 }
