@@ -781,7 +781,20 @@ static void on_push(session *s, const Attnstat__Push *push)
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
+static void session_dispatch(session *s, const Attnstat__Envelope *env);
+
 void session_handle(session *s, const Attnstat__Envelope *env)
+{
+    /* Any reply can close the connection (server_send closes one whose queue is far over its cap),
+     * and closing drops the connection's reference: hold one for the whole handler so that the
+     * session outlives it. After such a close, s->c is NULL and the buffers are forgotten, so the
+     * rest of the handler sends nothing and finds nothing. */
+    s->refs++;
+    session_dispatch(s, env);
+    session_unref(s);
+}
+
+static void session_dispatch(session *s, const Attnstat__Envelope *env)
 {
     switch (env->msg_case) {
     case ATTNSTAT__ENVELOPE__MSG_HELLO:

@@ -312,6 +312,73 @@ START_TEST(test_stuck_client_cannot_stall_others)
 }
 END_TEST
 
+/* A client that sends many messages each answered by Errors and never reads: the replies of one
+ * read go past 4x out_queue_bytes in the middle of a handler (Forget of an unknown buffer and an
+ * unknown event: two Errors), which closes the connection there. The daemon must survive it (the
+ * handler must not touch the freed session) and keep serving. */
+START_TEST(test_connection_closed_inside_a_handler)
+{
+    dh_rng rng = dh_rng_new("closed_in_handler");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--out-queue-bytes", "65536", (const char *)NULL);
+    /* Where the close falls (first or second Error of a Forget) depends on the byte counts: a few
+     * leading buffer-only Forgets shift it, so one of these alignments closes between the two. */
+    for (int pre = 0; pre < 6; pre++) {
+        dh_conn a;
+        dh_connect(&a, &d);
+        dh_hello(&a, "flood", 0, NULL);
+        struct timeval tv = {5, 0};
+        ck_assert_int_eq(setsockopt(a.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+        Attnstat__Forget f = ATTNSTAT__FORGET__INIT;
+        f.has_buffer_id = 1;
+        f.buffer_id = 12345;
+        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+        env.msg_case = ATTNSTAT__ENVELOPE__MSG_FORGET;
+        env.forget = &f;
+        size_t l1, l2;
+        uint8_t *single = frame_pack(&env, 1u << 20, &l1);
+        f.has_event_id = 1;
+        f.event_id = 777;
+        uint8_t *both = frame_pack(&env, 1u << 20, &l2);
+        ck_assert(single && both);
+        enum { NFRAMES = 20000 };
+        uint8_t *all = malloc(l1 * (size_t)pre + l2 * NFRAMES);
+        ck_assert_ptr_nonnull(all);
+        size_t tot = 0;
+        for (int i = 0; i < pre; i++, tot += l1)
+            memcpy(all + tot, single, l1);
+        for (int i = 0; i < NFRAMES; i++, tot += l2)
+            memcpy(all + tot, both, l2);
+        free(single);
+        free(both);
+        /* Fails (EPIPE, ECONNRESET, or the send timeout) once the daemon closed or paused us. */
+        (void)dh_write_all(a.fd, all, tot);
+        free(all);
+        ck_assert_msg(dh_wait_closed(&a, 20000), "the flooding connection was not closed");
+        dh_close(&a);
+        int st;
+        ck_assert_msg(waitpid(d.pid, &st, WNOHANG) == 0, "attnstatd died (status %d, alignment %d); "
+                      "see %s", st, pre, d.log);
+    }
+
+    /* Others are still served. */
+    dh_shm shm;
+    dh_tensor q, k;
+    make_tensors(&rng, &shm, "after-flood", &q, &k);
+    dh_conn b;
+    dh_connect(&b, &d);
+    dh_hello(&b, "after-flood", 0, NULL);
+    dh_register(&b, 1, shm.name, shm.size);
+    ck_assert_int_eq(pump(&b, &q, &k, 4, -1, NULL, 0), 4);
+    dh_close(&b);
+    dh_shm_destroy(&shm);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *robust_suite(void)
 {
     Suite *s = suite_create("daemon_robust");
@@ -320,6 +387,7 @@ static Suite *robust_suite(void)
     tcase_add_test(tc, test_client_killed_mid_stream);
     tcase_add_test(tc, test_daemon_killed_mid_ingest);
     tcase_add_test(tc, test_stuck_client_cannot_stall_others);
+    tcase_add_test(tc, test_connection_closed_inside_a_handler);
     suite_add_tcase(s, tc);
     return s;
 }
