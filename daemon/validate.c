@@ -245,24 +245,38 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     if (stats_validate(p, &se) != STATS_OK)
         return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "%s", se.msg);
 
-    /* Work: sampled query rows x visible-key bound x heads x D. */
-    uint64_t work = 0;
+    /* Work, in multiply-adds: for every sequence with sampled rows, its sampled query rows x its
+     * keys x Hq x D (the dot products) plus Hkv x its keys x D (the CPU backend converts that
+     * sequence's K to double once per KV head, whether or not a row sees every key). A sequence
+     * with no sampled row costs nothing: its K is never read. */
+    uint64_t rows_work = 0, k_work = 0;
     if (packed) {
         for (int64_t s = 0; s < batch; s++) {
             int32_t lq = push->cu_seqlens_q[s + 1] - push->cu_seqlens_q[s];
             int32_t lk = push->cu_seqlens_k[s + 1] - push->cu_seqlens_k[s];
-            work = sat_add(work, sat_mul((uint64_t)stats_sampled_count(p, lq), (uint64_t)lk));
+            int32_t ns = stats_sampled_count(p, lq);
+            if (ns <= 0)
+                continue;
+            rows_work = sat_add(rows_work, sat_mul((uint64_t)ns, (uint64_t)lk));
+            k_work = sat_add(k_work, (uint64_t)lk);
         }
     } else {
-        work = sat_mul((uint64_t)batch,
-                       sat_mul((uint64_t)stats_sampled_count(p, p->len_q), (uint64_t)p->len_k));
+        int32_t ns = stats_sampled_count(p, p->len_q);
+        if (ns > 0) {
+            rows_work = sat_mul((uint64_t)batch, sat_mul((uint64_t)ns, (uint64_t)p->len_k));
+            k_work = sat_mul((uint64_t)batch, (uint64_t)p->len_k);
+        }
     }
-    work = sat_mul(work, sat_mul((uint64_t)p->heads_q, (uint64_t)p->head_dim));
+    rows_work = sat_mul(rows_work, sat_mul((uint64_t)p->heads_q, (uint64_t)p->head_dim));
+    k_work = sat_mul(k_work, sat_mul((uint64_t)p->heads_kv, (uint64_t)p->head_dim));
+    uint64_t work = sat_add(rows_work, k_work);
     if (work > lim->max_push_work)
         return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
-                    "push is too large: %llu multiply-adds (B x Hq x sampled rows x Nk x D) is over "
-                    "max_push_work %llu; sample fewer rows (sample_rows / sample_every)",
-                    (unsigned long long)work, (unsigned long long)lim->max_push_work);
+                    "push is too large: %llu multiply-adds (%llu for sampled rows x keys x Hq x D, "
+                    "%llu for converting K: keys x Hkv x D of each sequence with sampled rows) is "
+                    "over max_push_work %llu; sample fewer rows (sample_rows / sample_every) or push "
+                    "fewer keys", (unsigned long long)work, (unsigned long long)rows_work,
+                    (unsigned long long)k_work, (unsigned long long)lim->max_push_work);
     plan->work = work;
 
     if (packed) {
