@@ -39,6 +39,7 @@ struct worker {
     uint32_t capacity;
     worker_compute_fn compute;
     void *wctx;
+    stats_cpu_workspace *ws; /* the CPU worker's: grow-only, used by its thread only */
     pthread_t thread;
     int started;
     /* under pool->lock */
@@ -83,10 +84,27 @@ uint64_t worker_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Row states past this many (32 bytes each) are not kept between jobs: the workspace is dropped
+ * after such a job, so one large push does not pin its memory for the daemon's lifetime. */
+#define WORKER_WS_KEEP_ROWS (1 << 20)
+
+/* The CPU worker computes in a workspace it owns: nothing is allocated per job in the steady
+ * state, and a job abandoned by the SIGBUS guard (siglongjmp out of the kernel) leaks nothing. */
 static stats_status cpu_compute(void *wctx, worker_job *job)
 {
-    (void)wctx;
-    return stats_cpu(&job->prob, job->heads, NULL, NULL, &job->err);
+    worker *w = wctx;
+    if (!w->ws && !(w->ws = stats_cpu_workspace_new())) {
+        snprintf(job->err.msg, sizeof job->err.msg, "out of memory for the CPU workspace");
+        return STATS_ENOMEM;
+    }
+    stats_status st = stats_cpu_ws(&job->prob, w->ws, job->heads, NULL, NULL, &job->err);
+    const stats_problem *p = &job->prob;
+    int64_t group = p->heads_kv > 0 ? p->heads_q / p->heads_kv : 1;
+    if (group * (int64_t)stats_sampled_count(p, p->len_q) > WORKER_WS_KEEP_ROWS) {
+        stats_cpu_workspace_free(w->ws);
+        w->ws = NULL;
+    }
+    return st;
 }
 
 static int guards_ok(worker_job *job)
@@ -265,7 +283,7 @@ worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
     snprintf(w->name, sizeof w->name, "%s", name);
     w->capacity = capacity ? capacity : 1;
     w->compute = compute ? compute : cpu_compute;
-    w->wctx = wctx;
+    w->wctx = compute ? wctx : w;
     int rc = pthread_cond_init(&w->cond, NULL);
     if (rc != 0) {
         snprintf(err, errlen, "pthread_cond_init: %s", strerror(rc));
@@ -407,6 +425,7 @@ void worker_pool_close(worker_pool *p)
                 LOG_ERROR("worker", "joining worker %s: %s", w->name, strerror(rc));
         }
         pthread_cond_destroy(&w->cond);
+        stats_cpu_workspace_free(w->ws);
         free(w);
         p->workers[i] = NULL;
     }

@@ -2,7 +2,8 @@
  * jobs back to the loop thread through one uv_async shared by the pool.
  *
  * The pool does not know what a device is. A worker is a name, a capacity and a compute function
- * (with its own context): the CPU worker computes with stats_cpu(); a GPU worker (one per device,
+ * (with its own context): the CPU worker computes with stats_cpu_ws() in a
+ * grow-only workspace it owns (no allocation per job; nothing leaks when a job faults); a GPU worker (one per device,
  * later) plugs in its own function and context (CUDA context, low-priority stream, cached IPC
  * handles) and is chosen by the submitter from the push's buffer kind and device. Everything else
  * (queueing, back-pressure, completion, shutdown, counters) is shared.
