@@ -333,8 +333,17 @@ void pipeline_flush(pipeline *pl)
     uint64_t t0 = worker_now_ns();
     for (session_push *p = list; p && !failed; p = p->next) {
         int32_t nh = p->job.prob.heads_q;
+        p->code = ATTNSTAT__CODE__OK;
         store_status st = store_add_samples(srv->db, p->s->run_id, p->step, (int32_t)p->layer,
                                             p->job.heads, nh, p->time_ms, &se);
+        if (st == STORE_EINVAL || st == STORE_NOTFOUND) {
+            /* Refused before anything was written: the batch is intact, only this push fails. */
+            p->code = ATTNSTAT__CODE__INTERNAL;
+            snprintf(p->msg, sizeof p->msg, "not stored: %s", se.msg);
+            LOG_ERROR("store", "push %llu of run '%s' not stored: %s", (unsigned long long)p->seq,
+                      p->s->run, se.msg);
+            continue;
+        }
         if (st != STORE_OK) {
             failed = 1;
             snprintf(failmsg, sizeof failmsg, "not stored: %s", se.msg);
@@ -381,7 +390,10 @@ void pipeline_flush(pipeline *pl)
         session_push *p = list;
         list = p->next;
         p->next = NULL;
-        finish_push(pl, p, failed ? ATTNSTAT__CODE__INTERNAL : ATTNSTAT__CODE__OK, failmsg);
+        if (failed)
+            finish_push(pl, p, ATTNSTAT__CODE__INTERNAL, failmsg);
+        else
+            finish_push(pl, p, p->code, p->msg);
     }
     if (!failed)
         for (size_t i = 0; i < nevents; i++)

@@ -136,6 +136,10 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     memset(plan, 0, sizeof *plan);
     if (!push->q || !push->k)
         return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "push needs both q and k");
+    if (push->layer > VALIDATE_MAX_LAYER)
+        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+                    "layer %u is out of range: it must be in [0, %u]", push->layer,
+                    VALIDATE_MAX_LAYER);
     tensor_info q, k, v;
     Attnstat__Code code = check_tensor("q", push->q, lookup, ctx, &q, msg, msglen);
     if (code != ATTNSTAT__CODE__OK)

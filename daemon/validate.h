@@ -19,6 +19,7 @@
 #define VALIDATE_MAX_HEADS 4096      /* Hq, Hkv: bounds the per-push result (Ack, store batch) */
 #define VALIDATE_MAX_DIM 0x7fffffffu /* B, N: the stats API counts in int32 */
 #define VALIDATE_MAX_SEQS 65536      /* packed sequences */
+#define VALIDATE_MAX_LAYER 1048575u  /* Push.layer: the store and the alerts keep it in int32 */
 
 /* What validation needs to know about a registered buffer. */
 typedef struct {

@@ -221,6 +221,7 @@ static void m_work(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)p; q->
 static int32_t cu_kq[3] = {0, 1, 1};
 static int32_t cu_kk[3] = {0, 5000000, 5000000};
 static void m_work_k(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { q->shape[2] = 1; k->shape[2] = 5000000; k->strides[2] = k->strides[1] = k->strides[0] = 0; p->n_cu_seqlens_q = 3; p->cu_seqlens_q = cu_kq; p->n_cu_seqlens_k = 3; p->cu_seqlens_k = cu_kk; }
+static void m_layer(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)k; p->layer = 0x80000000u; }
 static void m_heads_div(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)p; q->shape[1] = 3; k->shape[1] = 2; }
 static void m_d_mismatch(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->shape[3] = 4; }
 static void m_b_mismatch(dh_tensor *q, dh_tensor *k, Attnstat__Push *p) { (void)q; (void)p; k->shape[0] = 2; }
@@ -247,6 +248,7 @@ static const bad_push bad_pushes[] = {
     {"zero dimension", m_zero_dim, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[2]"},
     {"too much work", m_work, ATTNSTAT__CODE__BAD_REQUEST, "max_push_work"},
     {"too much K conversion", m_work_k, ATTNSTAT__CODE__BAD_REQUEST, "converting K"},
+    {"layer past int32", m_layer, ATTNSTAT__CODE__BAD_REQUEST, "layer 2147483648"},
     {"heads not divisible", m_heads_div, ATTNSTAT__CODE__BAD_REQUEST, "not a multiple"},
     {"D mismatch", m_d_mismatch, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[3]"},
     {"B mismatch", m_b_mismatch, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[0]"},

@@ -379,6 +379,47 @@ START_TEST(test_connection_closed_inside_a_handler)
 }
 END_TEST
 
+/* A push that cannot be stored must not take the other pushes of its commit batch down with it:
+ * here a layer past int32 from one client and good pushes from another, committed together. */
+START_TEST(test_bad_push_does_not_poison_the_batch)
+{
+    dh_rng rng = dh_rng_new("poison");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--commit-ms", "300", (const char *)NULL);
+    dh_shm shm;
+    dh_tensor q, k;
+    make_tensors(&rng, &shm, "poison", &q, &k);
+    dh_conn a, b;
+    dh_connect(&a, &d);
+    dh_hello(&a, "bad-layer", 0, NULL);
+    dh_register(&a, 1, shm.name, shm.size);
+    dh_connect(&b, &d);
+    dh_hello(&b, "good", 0, NULL);
+    dh_register(&b, 1, shm.name, shm.size);
+    attnstat__envelope__free_unpacked(dh_status(&a), NULL);
+    attnstat__envelope__free_unpacked(dh_status(&b), NULL);
+    dh_push(&b, 1, 1, 0, &q, &k, 1, 0, 0);
+    dh_push(&a, 1, 1, 0x80000000u, &q, &k, 1, 0, 0);
+    dh_push(&b, 2, 2, 0, &q, &k, 1, 0, 0);
+    char msg[512];
+    int code = dh_wait_ack(&a, 1, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__BAD_REQUEST && strstr(msg, "layer"), "bad layer: code %d: %s",
+                  code, msg);
+    for (uint64_t s = 1; s <= 2; s++) {
+        code = dh_wait_ack(&b, s, msg, sizeof msg, 30000);
+        ck_assert_msg(code == ATTNSTAT__CODE__OK, "good push %llu: code %d: %s", (unsigned long long)s,
+                      code, msg);
+    }
+    dh_close(&a);
+    dh_close(&b);
+    dh_shm_destroy(&shm);
+    int rc = dh_stop(&d);
+    dh_cleanup(&d, rc != 0);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 static Suite *robust_suite(void)
 {
     Suite *s = suite_create("daemon_robust");
@@ -388,6 +429,7 @@ static Suite *robust_suite(void)
     tcase_add_test(tc, test_daemon_killed_mid_ingest);
     tcase_add_test(tc, test_stuck_client_cannot_stall_others);
     tcase_add_test(tc, test_connection_closed_inside_a_handler);
+    tcase_add_test(tc, test_bad_push_does_not_poison_the_batch);
     suite_add_tcase(s, tc);
     return s;
 }
