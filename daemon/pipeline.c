@@ -5,7 +5,8 @@
  * loop iteration, so everything finished in one iteration commits together); a batch of
  * PIPELINE_BATCH_MAX results commits at once. A store failure rolls the whole batch back and every
  * push in it gets Ack(INTERNAL) with the store's message: nothing is acknowledged that is not
- * stored. */
+ * stored. The alert engine sees a batch only once its samples are committed (then the alert rows
+ * follow in a transaction of their own): a rollback never leaves the engine ahead of the store. */
 #include "pipeline.h"
 
 #include <math.h>
@@ -331,6 +332,8 @@ void pipeline_flush(pipeline *pl)
     char failmsg[600] = "";
     uint64_t rows = 0;
     uint64_t t0 = worker_now_ns();
+
+    /* 1. The samples, in one transaction. */
     for (session_push *p = list; p && !failed; p = p->next) {
         int32_t nh = p->job.prob.heads_q;
         p->code = ATTNSTAT__CODE__OK;
@@ -350,27 +353,6 @@ void pipeline_flush(pipeline *pl)
             break;
         }
         rows += (uint64_t)nh;
-        size_t before = nevents;
-        if (feed_alerts(pl, p, &events, &nevents, &capevents) != 0)
-            LOG_ERROR("alerts", "alert engine: out of memory; alerts of this batch may be missing");
-        for (size_t i = before; i < nevents && !failed; i++) {
-            store_alert sa = {
-                .run_id = events[i].t.run_id,
-                .layer = events[i].t.layer,
-                .head = events[i].t.head,
-                .step = events[i].t.step,
-                .rule = alerts_rule_name(events[i].t.rule),
-                .state = events[i].t.state == ALERTS_RAISED ? STORE_ALERT_RAISED : STORE_ALERT_CLEARED,
-                .value = events[i].t.value,
-                .threshold = events[i].t.threshold,
-                .time_ms = events[i].time_ms,
-                .message = events[i].message,
-            };
-            if (store_add_alert(srv->db, &sa, &se) != STORE_OK) {
-                failed = 1;
-                snprintf(failmsg, sizeof failmsg, "not stored: %s", se.msg);
-            }
-        }
     }
     if (!failed && store_commit(srv->db, &se) != STORE_OK) {
         failed = 1;
@@ -383,8 +365,45 @@ void pipeline_flush(pipeline *pl)
     } else {
         srv->m.commits++;
         srv->m.samples_stored += rows;
-        LOG_DEBUG("store", "committed %u pushes (%llu rows, %zu alert transitions) in %.2f ms", n,
-                  (unsigned long long)rows, nevents, (double)(worker_now_ns() - t0) / 1e6);
+        LOG_DEBUG("store", "committed %u pushes (%llu rows) in %.2f ms", n, (unsigned long long)rows,
+                  (double)(worker_now_ns() - t0) / 1e6);
+    }
+
+    /* 2. Only samples that are stored reach the alert engine, so a rolled-back batch leaves every
+     * head's state (streaks, raised alerts) as it was. The transitions are then recorded in a
+     * transaction of their own, right after the samples': an alert row never exists without its
+     * sample. Should that second commit fail, the transitions are still logged, sent to
+     * subscribers and run through alert_exec; only the alerts table misses them (logged). */
+    if (!failed) {
+        for (session_push *p = list; p; p = p->next)
+            if (p->code == ATTNSTAT__CODE__OK &&
+                feed_alerts(pl, p, &events, &nevents, &capevents) != 0)
+                LOG_ERROR("alerts", "alert engine: out of memory; alerts of this batch may be "
+                          "missing");
+        int afailed = 0;
+        for (size_t i = 0; i < nevents && !afailed; i++) {
+            store_alert sa = {
+                .run_id = events[i].t.run_id,
+                .layer = events[i].t.layer,
+                .head = events[i].t.head,
+                .step = events[i].t.step,
+                .rule = alerts_rule_name(events[i].t.rule),
+                .state = events[i].t.state == ALERTS_RAISED ? STORE_ALERT_RAISED : STORE_ALERT_CLEARED,
+                .value = events[i].t.value,
+                .threshold = events[i].t.threshold,
+                .time_ms = events[i].time_ms,
+                .message = events[i].message,
+            };
+            afailed = store_add_alert(srv->db, &sa, &se) != STORE_OK;
+        }
+        if (!afailed && nevents > 0 && store_commit(srv->db, &se) != STORE_OK)
+            afailed = 1;
+        if (afailed) {
+            store_rollback(srv->db);
+            srv->m.commit_failures++;
+            LOG_ERROR("store", "%zu alert transitions not recorded in the alerts table (they are "
+                      "still delivered): %s", nevents, se.msg);
+        }
     }
     while (list) {
         session_push *p = list;
@@ -395,9 +414,8 @@ void pipeline_flush(pipeline *pl)
         else
             finish_push(pl, p, p->code, p->msg);
     }
-    if (!failed)
-        for (size_t i = 0; i < nevents; i++)
-            deliver_alert(pl, &events[i]);
+    for (size_t i = 0; i < nevents; i++)
+        deliver_alert(pl, &events[i]);
     free(events);
     server_maybe_finish(srv);
 }

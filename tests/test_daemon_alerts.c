@@ -181,12 +181,92 @@ START_TEST(test_alerts_raise_and_clear)
 }
 END_TEST
 
+/* A batch that is rolled back must not move the alert engine. The database lives on a small
+ * tmpfs (needs root: skipped otherwise) that a filler file leaves almost full: a bad sample of a
+ * few heads and a push of 4096 heads land in one batch, the big one fails with SQLITE_FULL and the
+ * batch is rolled back. With the filler gone, the next bad sample must raise the alert (and the
+ * alerts table must hold it): the rolled-back sample must not have raised it silently. */
+START_TEST(test_rolled_back_batch_does_not_eat_transitions)
+{
+    char mnt[64] = "/tmp/attnstat-test-full-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(mnt));
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=2m tmpfs %s 2>/dev/null", mnt);
+    if (geteuid() != 0 || system(cmd) != 0) {
+        fprintf(stderr, "rollback_alerts: SKIPPED (needs root to mount a small tmpfs)\n");
+        rmdir(mnt);
+        return;
+    }
+    dh_rng rng = dh_rng_new("rollback_alerts");
+    dh_daemon d;
+    dh_dir_init(&d);
+    snprintf(d.db, sizeof d.db, "%s/attnstat.db", mnt);
+    dh_start(&d, "--commit-ms", "1000", (const char *)NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
+    th.has_logit_ceiling = 1;
+    th.logit_ceiling = 0.000001; /* every sample is bad */
+    th.has_raise_after = 1;
+    th.raise_after = 1;
+    dh_hello_th(&c, "rollback", 0, &th, NULL);
+    enum { BIGH = 4096 };
+    dh_tensor q, k, bq, bk;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, H, N, D);
+    uint64_t qbytes = dh_tensor_elems(&q) * 4;
+    dh_tensor_contig(&k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
+    dh_tensor_contig(&bq, 1, 0, ATTNSTAT__DTYPE__F32, 1, BIGH, 1, D);
+    bq.strides[1] = 0; /* every head reads the same row */
+    dh_tensor_contig(&bk, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
+    dh_shm shm;
+    dh_shm_create(&shm, "rollback", qbytes + dh_tensor_elems(&k) * 4);
+    dh_fill(&rng, shm.ptr, shm.size / 4, ATTNSTAT__DTYPE__F32, 1.0);
+    dh_register(&c, 1, shm.name, shm.size);
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+
+    /* Leave about 64 KiB free. */
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s/filler bs=4k count=2048 2>/dev/null; sync", mnt);
+    if (system(cmd) != 0) { /* dd stops at ENOSPC; that is the point */
+    }
+    snprintf(cmd, sizeof cmd, "truncate -s -64k %s/filler", mnt);
+    ck_assert_int_eq(system(cmd), 0);
+    dh_push(&c, 1, 1, 0, &q, &k, 0, 0, 0);
+    dh_push(&c, 2, 1, 1, &bq, &bk, 0, 0, 0);
+    char msg[512];
+    int code1 = dh_wait_ack(&c, 1, msg, sizeof msg, 60000);
+    int code2 = dh_wait_ack(&c, 2, msg, sizeof msg, 60000);
+    fprintf(stderr, "rollback_alerts: with the disk full: codes %d %d (%s)\n", code1, code2, msg);
+    ck_assert_msg(code1 == ATTNSTAT__CODE__INTERNAL && code2 == ATTNSTAT__CODE__INTERNAL,
+                  "the batch was not rolled back (codes %d, %d): %s", code1, code2, msg);
+    snprintf(cmd, sizeof cmd, "rm -f %s/filler", mnt);
+    ck_assert_int_eq(system(cmd), 0);
+
+    dh_push(&c, 3, 2, 0, &q, &k, 0, 0, 0);
+    int code = dh_wait_ack(&c, 3, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__OK, "push 3: code %d: %s", code, msg);
+    dh_close(&c);
+    dh_shm_destroy(&shm);
+    int rc = dh_stop(&d);
+    sqlite3 *db = dh_db_open(&d);
+    int64_t nalerts = dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule = 'logit_ceiling' AND "
+                                    "state = 'raised' AND layer = 0");
+    sqlite3_close(db);
+    dh_cleanup(&d, rc != 0 || nalerts != H);
+    snprintf(cmd, sizeof cmd, "umount %s && rmdir %s", mnt, mnt);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(nalerts == H, "%lld logit_ceiling alerts raised for layer 0, expected %d",
+                  (long long)nalerts, H);
+}
+END_TEST
+
 static Suite *alerts_suite(void)
 {
     Suite *s = suite_create("daemon_alerts");
     TCase *tc = tcase_create("alerts");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_alerts_raise_and_clear);
+    tcase_add_test(tc, test_rolled_back_batch_does_not_eat_transitions);
     suite_add_tcase(s, tc);
     return s;
 }
