@@ -60,6 +60,9 @@ static const cfg_entry cfg_table[] = {
      "largest push: batch x heads x sampled rows x keys x head_dim multiply-adds"},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
+    {"max_heads_per_run", CFG_U64, F(max_heads_per_run), "65536", 1, 262144,
+     "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
+     "(samples are still stored; logged once per run)"},
     {"entropy_floor", CFG_DBL, T(entropy_floor), "0.1", 0, 1,
      "alert when a head's normalised entropy mean is under this"},
     {"entropy_drop", CFG_DBL, T(entropy_drop), "0.5", 0.000001, 0.999999,

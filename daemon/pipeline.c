@@ -262,6 +262,24 @@ static int feed_alerts(pipeline *pl, const session_push *p, pipeline_alert **ev,
         alerts_transition tr[ALERTS_NRULES];
         int k = alerts_observe(pl->alerts, p->s->run_id, (int32_t)p->layer, h, p->step,
                                &p->job.heads[h], tr);
+        if (k == ALERTS_OBSERVE_RUN_FULL || k == ALERTS_OBSERVE_FULL) {
+            /* A limit, not a failure: the samples are stored, this head is not alerted on. Said
+             * once per run (and, for the engine's limit, again at each power of two). */
+            uint64_t run_n = alerts_refused(pl->alerts, p->s->run_id);
+            uint64_t all_n = alerts_refused(pl->alerts, 0);
+            alerts_limits lim;
+            alerts_get_limits(pl->alerts, &lim);
+            if (k == ALERTS_OBSERVE_RUN_FULL && run_n == 1)
+                LOG_WARN("alerts", "run '%s' has more than %u distinct (layer, head) pairs "
+                         "(max_heads_per_run): new ones, from layer %u head %d on, are stored but "
+                         "not alerted on", p->s->run, lim.max_heads_per_run, p->layer, h);
+            else if (k == ALERTS_OBSERVE_FULL && (run_n == 1 || (all_n & (all_n - 1)) == 0))
+                LOG_WARN("alerts", "the alert engine holds its maximum of %u (layer, head) states: "
+                         "new heads (run '%s' layer %u head %d; %llu refused so far) are stored but "
+                         "not alerted on", lim.max_heads, p->s->run, p->layer, h,
+                         (unsigned long long)all_n);
+            continue;
+        }
         if (k < 0) {
             rc = -1;
             continue;
@@ -546,6 +564,14 @@ pipeline *pipeline_new(server *srv, char *err, size_t errlen)
     to_alerts_config(&srv->cfg->thresholds, &ac);
     pl->alerts = alerts_new(&ac, err, errlen);
     if (!pl->alerts) {
+        free(pl);
+        return NULL;
+    }
+    alerts_limits lim;
+    alerts_limits_default(&lim);
+    lim.max_heads_per_run = (uint32_t)srv->cfg->max_heads_per_run;
+    if (alerts_set_limits(pl->alerts, &lim, err, errlen) != ALERTS_OK) {
+        alerts_free(pl->alerts);
         free(pl);
         return NULL;
     }

@@ -260,6 +260,47 @@ START_TEST(test_rolled_back_batch_does_not_eat_transitions)
 }
 END_TEST
 
+/* A run past max_heads_per_run: its samples are stored and acknowledged, the limit is logged
+ * once for the run (not as an out-of-memory error, not at every batch). */
+START_TEST(test_heads_per_run_limit_logged_once)
+{
+    dh_rng rng = dh_rng_new("heads_limit");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--max-heads-per-run", "4", (const char *)NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    dh_hello(&c, "many-heads", 0, NULL);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 8, N, D);
+    uint64_t qbytes = dh_tensor_elems(&q) * 4;
+    dh_tensor_contig(&k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
+    dh_shm shm;
+    dh_shm_create(&shm, "heads", qbytes + dh_tensor_elems(&k) * 4);
+    dh_fill(&rng, shm.ptr, shm.size / 4, ATTNSTAT__DTYPE__F32, 1.0);
+    dh_register(&c, 1, shm.name, shm.size);
+    char msg[256];
+    for (uint64_t s = 1; s <= 5; s++) {
+        dh_push(&c, s, (int64_t)s, 0, &q, &k, 0, 0, 0);
+        ck_assert_int_eq(dh_wait_ack(&c, s, msg, sizeof msg, 30000), ATTNSTAT__CODE__OK);
+    }
+    dh_close(&c);
+    dh_shm_destroy(&shm);
+    int rc = dh_stop(&d);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "test \"$(grep -c 'pairs (max_heads_per_run)' %s)\" = 1 && "
+             "! grep -q 'out of memory' %s", d.log, d.log);
+    int logged_once = system(cmd) == 0;
+    sqlite3 *db = dh_db_open(&d);
+    ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM samples"), 5 * 8);
+    sqlite3_close(db);
+    dh_cleanup(&d, rc != 0 || !logged_once);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(logged_once, "the per-run limit was not logged exactly once (or logged as out of "
+                  "memory)");
+}
+END_TEST
+
 static Suite *alerts_suite(void)
 {
     Suite *s = suite_create("daemon_alerts");
@@ -267,6 +308,7 @@ static Suite *alerts_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_alerts_raise_and_clear);
     tcase_add_test(tc, test_rolled_back_batch_does_not_eat_transitions);
+    tcase_add_test(tc, test_heads_per_run_limit_logged_once);
     suite_add_tcase(s, tc);
     return s;
 }
