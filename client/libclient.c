@@ -1137,6 +1137,10 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
     client_inflight *slot = &c->inflight[seq & (CLIENT_MAX_INFLIGHT - 1)];
     if (slot->seq != 0)
         return client_drop(c, 0); /* CLIENT_MAX_INFLIGHT pushes unacknowledged */
+    /* From here on the push owns seq whatever happens: a push that fails after allocating ring
+     * space (host or staged device ring) must never leave its seq to the next push, or two blocks
+     * would share it and a Release would find the wrong one. */
+    c->next_seq++;
 
     const attnstat_tensor *ts[3] = {q, k, v};
     if (cuda)
@@ -1187,7 +1191,8 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
 
     rc = client_send(c, &env, 1);
     if (rc != ATTNSTAT_OK) {
-        ring_release(&c->ring, seq);
+        if (ring_abort_last(&c->ring, seq) != 0) /* its space is free again at once */
+            ring_release(&c->ring, seq);
         if (rc == ATTNSTAT_DROPPED)
             return client_drop(c, 0);
         c->st.dropped_local++;
@@ -1195,7 +1200,6 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
             return client_closed(c);
         return rc;
     }
-    c->next_seq++;
     slot->seq = seq;
     slot->step = o->step;
     slot->layer = o->layer;
@@ -1269,7 +1273,6 @@ static attnstat_code client_push_cuda(attnstat_client *c, const attnstat_push_op
         }
         return rc;
     }
-    c->next_seq++;
     slot->seq = seq;
     slot->step = o->step;
     slot->layer = o->layer;

@@ -116,6 +116,36 @@ int ring_release(ring *r, uint64_t seq)
     return 0;
 }
 
+int ring_abort_last(ring *r, uint64_t seq)
+{
+    if (r->count == 0)
+        return -1;
+    ring_block *b = ring_at(r, r->count - 1);
+    if (b->seq != seq || b->freed)
+        return -1;
+    r->live_bytes -= b->len;
+    r->count--;
+    if (r->count == 0) {
+        r->first = 0;
+        r->head = 0;
+    } else {
+        ring_block *prev = ring_at(r, r->count - 1);
+        r->head = prev->off + prev->len;
+    }
+    /* Freed blocks now at the newest end have nothing live after them: drop them too. */
+    while (r->count > 0 && ring_at(r, r->count - 1)->freed) {
+        r->count--;
+        if (r->count == 0) {
+            r->first = 0;
+            r->head = 0;
+        } else {
+            ring_block *prev = ring_at(r, r->count - 1);
+            r->head = prev->off + prev->len;
+        }
+    }
+    return 0;
+}
+
 uint64_t ring_used(const ring *r)
 {
     if (r->count == 0)

@@ -41,6 +41,11 @@ int ring_alloc(ring *r, uint64_t len, uint64_t seq, uint64_t *off);
 /* Frees seq's block. Returns 0, or -1 when seq holds no block (unknown or already freed). */
 int ring_release(ring *r, uint64_t seq);
 
+/* Takes back the newest block when it belongs to seq (a push that failed before it was sent):
+ * its space is free again at once and the head returns where it was. Returns 0, or -1 when the
+ * newest block is not seq's (use ring_release then). */
+int ring_abort_last(ring *r, uint64_t seq);
+
 /* Bytes not available for allocation now: from the oldest live block to the head, including
  * space skipped at the end by a wrap. 0 when empty. */
 uint64_t ring_used(const ring *r);

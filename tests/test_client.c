@@ -98,6 +98,37 @@ END_TEST
 
 /* Random allocations and frees in any order against a byte map of the ring: no two live blocks
  * overlap, every block lies inside the ring, and an empty ring gives back all of its room. */
+/* A block taken back (its push failed before it was sent) frees its space at once, even behind
+ * live blocks, and its seq is never found again. */
+START_TEST(test_ring_abort_last)
+{
+    ring r;
+    uint64_t off;
+    ck_assert_int_eq(ring_init(&r, 1024, 0), 0);
+    ck_assert_int_eq(ring_alloc(&r, 100, 1, &off), 0);
+    ck_assert_int_eq(ring_alloc(&r, 100, 2, &off), 0);
+    ck_assert_uint_eq(off, 128);
+    ck_assert_int_eq(ring_abort_last(&r, 1), -1); /* not the newest */
+    ck_assert_int_eq(ring_abort_last(&r, 2), 0);
+    ck_assert_int_eq(ring_abort_last(&r, 2), -1);
+    ck_assert_int_eq(ring_release(&r, 2), -1);
+    ck_assert_uint_eq(ring_used(&r), 128);
+    ck_assert_uint_eq(ring_blocks(&r), 1);
+    ck_assert_int_eq(ring_alloc(&r, 100, 3, &off), 0);
+    ck_assert_uint_eq(off, 128); /* the space of 2 again */
+    ck_assert_int_eq(ring_alloc(&r, 100, 4, &off), 0);
+    ck_assert_int_eq(ring_release(&r, 3), 0);   /* freed behind 1, ahead of 4 */
+    ck_assert_int_eq(ring_abort_last(&r, 4), 0); /* 3 goes with it: nothing live after 1 */
+    ck_assert_uint_eq(ring_used(&r), 128);
+    ck_assert_uint_eq(ring_blocks(&r), 1);
+    ck_assert_int_eq(ring_release(&r, 1), 0);
+    ck_assert_uint_eq(ring_used(&r), 0);
+    ck_assert_int_eq(ring_alloc(&r, 1024, 5, &off), 0);
+    ck_assert_uint_eq(off, 0);
+    ring_destroy(&r);
+}
+END_TEST
+
 START_TEST(test_ring_random)
 {
     uint64_t s = g_seed ^ 0x1111;
@@ -882,12 +913,57 @@ START_TEST(test_connection_lost)
 }
 END_TEST
 
+/* A push that fails after its ring space was taken (its frame is over the daemon's max_frame)
+ * gives the space back at once and does not hand its seq to the next push: otherwise two ring
+ * blocks share a seq, a Release frees the wrong one and the ring wedges. */
+START_TEST(test_failed_push_gives_its_ring_space_back)
+{
+    peer p;
+    peer_start(&p, PEER_SILENT);
+    attnstat_client *c = connect_small(&p, 64 * 1024, 0);
+    ck_assert_int_eq(attnstat_hello(c, "failed-push", 0, NULL, NULL), ATTNSTAT_OK);
+    uint16_t mem[2 * 64 * 16] = {0};
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 64); /* 6 KiB a push */
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    ck_assert_int_eq(attnstat_push(c, &o, &q, &k, NULL), ATTNSTAT_OK);
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    uint64_t used1 = st.ring_used;
+    /* 1e6 packed sequences of one row each: cu_seqlens alone is over the 1 MiB max_frame. */
+    enum { NS = 1000000 };
+    int32_t *cu = calloc(NS + 1, sizeof *cu);
+    ck_assert_ptr_nonnull(cu);
+    cu[NS] = 1;
+    uint16_t one[16] = {0};
+    attnstat_tensor qb, kb;
+    attnstat_tensor_init(&qb, one, ATTNSTAT_BF16, 1, 1, 1, 16);
+    attnstat_tensor_init(&kb, one, ATTNSTAT_BF16, 1, 1, 1, 16);
+    attnstat_push_opts ob = o;
+    ob.cu_seqlens_q = cu;
+    ob.cu_seqlens_k = cu;
+    ob.n_seqs = NS;
+    ck_assert_int_ne(attnstat_push(c, &ob, &qb, &kb, NULL), ATTNSTAT_OK);
+    free(cu);
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.ring_used, used1);
+    ck_assert_int_eq(attnstat_push(c, &o, &q, &k, NULL), ATTNSTAT_OK);
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.ring_used, 2 * used1);
+    ck_assert_uint_eq(st.in_flight, 2);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
     TCase *tc = tcase_create("ring");
     tcase_add_test(tc, test_ring_basic);
     tcase_add_test(tc, test_ring_random);
+    tcase_add_test(tc, test_ring_abort_last);
     suite_add_tcase(s, tc);
     tc = tcase_create("gather");
     tcase_add_test(tc, test_gather_random);
@@ -902,6 +978,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_daemon_drops_counted);
     tcase_add_test(tc, test_ring_refused);
     tcase_add_test(tc, test_connection_lost);
+    tcase_add_test(tc, test_failed_push_gives_its_ring_space_back);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
