@@ -40,6 +40,7 @@
 #define CLIENT_MAX_INFLIGHT 16384u /* power of two: the in-flight table is indexed by seq */
 #define CLIENT_RING_ID 1u
 #define CLIENT_READ_CHUNK 65536u
+#define CLIENT_READ_FRAME_MAX (64u << 20) /* the daemon's max_frame is at most 64 MiB */
 
 typedef struct {
     uint64_t seq; /* 0: free slot */
@@ -614,6 +615,12 @@ static int client_handle(attnstat_client *c, Attnstat__Envelope *env)
         c->run_id = env->hello_reply->run_id;
         if (env->hello_reply->max_frame >= 256 && env->hello_reply->max_frame < c->max_frame)
             c->max_frame = env->hello_reply->max_frame;
+        /* Replies (StatusReply, Ack with results) may be as large as the daemon's max_frame:
+         * read frames up to that (bounded by the largest max_frame a daemon accepts). */
+        if (env->hello_reply->max_frame > c->rd.max_frame)
+            c->rd.max_frame = env->hello_reply->max_frame < CLIENT_READ_FRAME_MAX
+                                  ? env->hello_reply->max_frame
+                                  : CLIENT_READ_FRAME_MAX;
         return 0;
     case ATTNSTAT__ENVELOPE__MSG_RELEASE:
         client_free_seq(c, env->release->seq);

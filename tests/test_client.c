@@ -337,7 +337,7 @@ START_TEST(test_codes_and_args)
 END_TEST
 
 /* ---- A scripted peer -------------------------------------------------------------------------- */
-enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP };
+enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES };
 
 typedef struct {
     int mode;
@@ -355,7 +355,7 @@ typedef struct {
 static int peer_send(int fd, Attnstat__Envelope *env)
 {
     size_t len;
-    uint8_t *b = frame_pack(env, FRAME_MAX_DEFAULT, &len);
+    uint8_t *b = frame_pack(env, 64u << 20, &len);
     if (!b)
         return -1;
     size_t off = 0;
@@ -437,7 +437,7 @@ static void *peer_main(void *arg)
                 Attnstat__HelloReply hr = ATTNSTAT__HELLO_REPLY__INIT;
                 hr.protocol_version = 1;
                 hr.run_id = 42;
-                hr.max_frame = FRAME_MAX_DEFAULT;
+                hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
                 hr.queue_capacity = 8;
                 out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
                 out.hello_reply = &hr;
@@ -477,6 +477,13 @@ static void *peer_main(void *arg)
                 w.queue_depth = 1;
                 w.queue_capacity = 8;
                 sr.daemon_version = "fake";
+                char *big = NULL;
+                if (p->mode == PEER_BIG_FRAMES) { /* a reply over 1 MiB, under the 8 MiB said */
+                    big = malloc(2u << 20);
+                    memset(big, 'x', (2u << 20) - 1);
+                    big[(2u << 20) - 1] = '\0';
+                    sr.db_path = big;
+                }
                 sr.has_clients = 1;
                 sr.clients = 1;
                 sr.has_pushes = 1;
@@ -486,6 +493,7 @@ static void *peer_main(void *arg)
                 out.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
                 out.status_reply = &sr;
                 peer_send(fd, &out);
+                free(big);
                 if (p->mode == PEER_STOPPED)
                     stopped = 1; /* reads nothing more, like a SIGSTOP'd daemon */
             } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
@@ -957,6 +965,24 @@ START_TEST(test_failed_push_gives_its_ring_space_back)
 }
 END_TEST
 
+/* A daemon whose max_frame is over the default sends frames that large (a StatusReply listing
+ * many clients, an Ack with many heads): the client reads frames up to what its HelloReply said. */
+START_TEST(test_reads_frames_up_to_the_daemons_max_frame)
+{
+    peer p;
+    peer_start(&p, PEER_BIG_FRAMES);
+    attnstat_client *c = connect_small(&p, 64 * 1024, 0);
+    attnstat_code hr = attnstat_hello(c, "big-frames", 0, NULL, NULL);
+    ck_assert_msg(hr == ATTNSTAT_OK, "hello: %d: %s", hr, attnstat_last_error(c));
+    attnstat_daemon_status ds;
+    attnstat_code rc = attnstat_status(c, &ds, 10000);
+    ck_assert_msg(rc == ATTNSTAT_OK, "status: %d: %s", rc, attnstat_last_error(c));
+    ck_assert_int_eq(ds.db_path[0], 'x');
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -979,6 +1005,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_ring_refused);
     tcase_add_test(tc, test_connection_lost);
     tcase_add_test(tc, test_failed_push_gives_its_ring_space_back);
+    tcase_add_test(tc, test_reads_frames_up_to_the_daemons_max_frame);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
