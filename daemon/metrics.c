@@ -1,6 +1,8 @@
 /* metrics.c — counters, the push-rate ring, and a minimal HTTP responder for Prometheus scrapes:
  * every request on --metrics-port gets the current text and the connection is closed
- * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). */
+ * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
+ * connection lives at most HTTP_SCRAPE_TIMEOUT_MS (idle or slow peers are closed), and at most
+ * HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted). */
 #include "metrics.h"
 
 #include <stdio.h>
@@ -61,6 +63,8 @@ double metrics_uptime_s(const metrics *m)
 
 #define HTTP_REQ_MAX 4096
 #define HTTP_BODY_MAX (256 * 1024)
+#define HTTP_SCRAPE_TIMEOUT_MS 5000
+#define HTTP_MAX_SCRAPES 16
 
 typedef struct scrape scrape;
 
@@ -69,12 +73,16 @@ struct metrics_http {
     metrics_render_fn render;
     void *ctx;
     scrape *conns;
+    int nscrapes;            /* scrape connections open (counted until freed) */
+    uint64_t refused;        /* accepted over HTTP_MAX_SCRAPES and closed at once */
     int stopping;
     int open_handles;
 };
 
 struct scrape {
     uv_tcp_t tcp;
+    uv_timer_t timer;        /* bounds the connection's life */
+    int handles;             /* of tcp and timer, not yet closed */
     metrics_http *h;
     scrape *prev, *next;
     char req[HTTP_REQ_MAX];
@@ -94,15 +102,18 @@ static void scrape_closed(uv_handle_t *hd)
 {
     scrape *s = hd->data;
     metrics_http *h = s->h;
+    h->open_handles--;
+    if (--s->handles > 0)
+        return;
     if (s->prev)
         s->prev->next = s->next;
     else
         h->conns = s->next;
     if (s->next)
         s->next->prev = s->prev;
+    h->nscrapes--;
     free(s->out);
     free(s);
-    h->open_handles--;
     http_maybe_free(h);
 }
 
@@ -112,6 +123,15 @@ static void scrape_close(scrape *s)
         return;
     s->closing = 1;
     uv_close((uv_handle_t *)&s->tcp, scrape_closed);
+    uv_close((uv_handle_t *)&s->timer, scrape_closed);
+}
+
+static void scrape_timeout(uv_timer_t *t)
+{
+    scrape *s = t->data;
+    LOG_DEBUG("metrics", "a scrape connection was closed after %d ms without a complete exchange",
+              HTTP_SCRAPE_TIMEOUT_MS);
+    scrape_close(s);
 }
 
 static void scrape_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf)
@@ -185,17 +205,50 @@ static void http_accept(uv_stream_t *server, int status)
         free(s);
         return;
     }
+    rc = uv_timer_init(server->loop, &s->timer);
+    if (rc != 0) {
+        /* The tcp handle is initialised: it must be closed; the timer was not. */
+        LOG_WARN("metrics", "uv_timer_init: %s", uv_strerror(rc));
+        s->tcp.data = s;
+        s->handles = 1;
+        h->open_handles++;
+        s->closing = 1;
+        h->nscrapes++;
+        s->next = h->conns;
+        if (h->conns)
+            h->conns->prev = s;
+        h->conns = s;
+        uv_close((uv_handle_t *)&s->tcp, scrape_closed);
+        return;
+    }
     s->tcp.data = s;
-    h->open_handles++;
+    s->timer.data = s;
+    s->handles = 2;
+    h->open_handles += 2;
+    h->nscrapes++;
     s->next = h->conns;
     if (h->conns)
         h->conns->prev = s;
     h->conns = s;
     rc = uv_accept(server, (uv_stream_t *)&s->tcp);
+    if (rc != 0) {
+        LOG_WARN("metrics", "accepting a scrape: %s", uv_strerror(rc));
+        scrape_close(s);
+        return;
+    }
+    if (h->nscrapes > HTTP_MAX_SCRAPES) {
+        h->refused++;
+        if (h->refused == 1 || h->refused % 1000 == 0)
+            LOG_WARN("metrics", "%d scrape connections are open: closing new ones (%llu so far)",
+                     HTTP_MAX_SCRAPES, (unsigned long long)h->refused);
+        scrape_close(s);
+        return;
+    }
+    rc = uv_timer_start(&s->timer, scrape_timeout, HTTP_SCRAPE_TIMEOUT_MS, 0);
     if (rc == 0)
         rc = uv_read_start((uv_stream_t *)&s->tcp, scrape_alloc, scrape_read);
     if (rc != 0) {
-        LOG_WARN("metrics", "accepting a scrape: %s", uv_strerror(rc));
+        LOG_WARN("metrics", "starting a scrape: %s", uv_strerror(rc));
         scrape_close(s);
     }
 }

@@ -2,7 +2,9 @@
  * a config file sets values (flags override it); a bad value is reported with its file and line
  * and the daemon exits 2; the socket is created with mode 0660; a peer of another uid is served
  * only when its group is allowed (--allow-group; run as root to switch uids, skipped otherwise). */
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 
 #include "daemon_harness.h"
@@ -188,6 +190,98 @@ START_TEST(test_allow_group)
 }
 END_TEST
 
+static int tcp_connect_local(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect 127.0.0.1:%d: %s",
+                  port, strerror(errno));
+    return fd;
+}
+
+/* 1 when the peer closed fd within timeout_ms (bytes read are discarded). */
+static int tcp_closed_within(int fd, int timeout_ms)
+{
+    int64_t deadline = dh_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - dh_now_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, (int)left) <= 0)
+            continue;
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+            return 1;
+    }
+}
+
+/* Scrape connections of the metrics port are bounded: idle ones are closed after a few seconds,
+ * and past the cap new ones are closed at once; a real scrape is then served again. */
+START_TEST(test_metrics_scrapes_bounded)
+{
+    int probe = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(probe, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t al = sizeof a;
+    ck_assert_int_eq(getsockname(probe, (struct sockaddr *)&a, &al), 0);
+    int port = ntohs(a.sin_port);
+    close(probe);
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--metrics-port", portarg, (const char *)NULL);
+
+    enum { IDLE = 40 };
+    int fds[IDLE];
+    for (int i = 0; i < IDLE; i++)
+        fds[i] = tcp_connect_local(port);
+    int closed_at_once = 0;
+    for (int i = 0; i < IDLE; i++)
+        closed_at_once += tcp_closed_within(fds[i], 50);
+    ck_assert_msg(closed_at_once >= IDLE - 16, "only %d of %d idle scrapes closed at once (cap 16)",
+                  closed_at_once, IDLE);
+    int64_t t0 = dh_now_ms();
+    for (int i = 0; i < IDLE; i++) {
+        ck_assert_msg(tcp_closed_within(fds[i], 15000), "idle scrape %d still open after %lld ms", i,
+                      (long long)(dh_now_ms() - t0));
+        close(fds[i]);
+    }
+    int fd = tcp_connect_local(port);
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    ck_assert_int_eq(dh_write_all(fd, req, sizeof req - 1), 0);
+    char buf[65536];
+    size_t n = 0;
+    int64_t deadline = dh_now_ms() + 10000;
+    while (n + 1 < sizeof buf && dh_now_ms() < deadline) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(fd);
+    ck_assert_msg(strstr(buf, "200 OK") && strstr(buf, "attnstat_pushes_total"), "scrape: %.200s",
+                  buf);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("daemon_config");
@@ -195,6 +289,7 @@ static Suite *config_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_config_file_and_errors);
     tcase_add_test(tc, test_allow_group);
+    tcase_add_test(tc, test_metrics_scrapes_bounded);
     suite_add_tcase(s, tc);
     return s;
 }
