@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -312,11 +313,29 @@ static int peer_in_group(pid_t pid, gid_t gid, gid_t want)
     return found;
 }
 
+/* Accept failures come in bursts (libuv retries at every loop turn): logged at most once a
+ * second, with how many were not logged. */
+static void log_accept_failure(server *s, const char *what, int status)
+{
+    s->accept_failures++;
+    uint64_t now = worker_now_ns();
+    if (s->accept_failures > 1 && now - s->accept_logged_ns < 1000000000ull)
+        return;
+    int fds = status == UV_EMFILE || status == UV_ENFILE;
+    LOG_ERROR("server", "%s: %s (%llu failures so far)%s", what, uv_strerror(status),
+              (unsigned long long)s->accept_failures,
+              fds ? ": out of file descriptors; every registered shm buffer holds one: raise the "
+                    "open-file limit (LimitNOFILE in the systemd unit, ulimit -n) or lower "
+                    "max_clients / max_buffers"
+                  : "");
+    s->accept_logged_ns = now;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     server *s = listener->data;
     if (status < 0) {
-        LOG_WARN("server", "accept failed: %s", uv_strerror(status));
+        log_accept_failure(s, "accepting a client failed", status);
         return;
     }
     conn *c = calloc(1, sizeof *c);
@@ -340,7 +359,7 @@ static void on_connection(uv_stream_t *listener, int status)
     s->nconns++;
     rc = uv_accept(listener, (uv_stream_t *)&c->pipe);
     if (rc != 0) {
-        LOG_WARN("server", "uv_accept: %s", uv_strerror(rc));
+        log_accept_failure(s, "uv_accept", rc);
         server_close_conn(c, "accept failed");
         return;
     }
@@ -676,6 +695,37 @@ static void walk_report(uv_handle_t *h, void *arg)
               uv_handle_type_name(uv_handle_get_type(h)), uv_is_closing(h));
 }
 
+/* Every registered shm buffer keeps its fd (the workers fstat it to catch a shrunk segment before
+ * reading), so the daemon needs about max_clients x (max_buffers + 1) descriptors: raise the soft
+ * limit to the hard one, and say so when even that is short. */
+static void raise_fd_limit(const cfg *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        LOG_WARN("server", "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return;
+    }
+    rlim_t old = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            LOG_WARN("server", "cannot raise the open-file limit from %llu to %llu: %s",
+                     (unsigned long long)old, (unsigned long long)rl.rlim_max, strerror(errno));
+            rl.rlim_cur = old;
+        }
+    }
+    unsigned long long need = (unsigned long long)c->max_clients * (c->max_buffers + 1) + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && (unsigned long long)rl.rlim_cur < need)
+        LOG_WARN("server", "open-file limit %llu is under the %llu that max_clients %llu x "
+                 "(max_buffers %llu + 1) may need: registrations past it will be refused (raise "
+                 "LimitNOFILE / ulimit -Hn, or lower max_clients / max_buffers)",
+                 (unsigned long long)rl.rlim_cur, need, (unsigned long long)c->max_clients,
+                 (unsigned long long)c->max_buffers);
+    else
+        LOG_INFO("server", "open-file limit %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+                 (unsigned long long)old);
+}
+
 int server_run(const cfg *c)
 {
     char err[600];
@@ -686,6 +736,7 @@ int server_run(const cfg *c)
     }
     s->cfg = c;
     s->uid = getuid();
+    raise_fd_limit(c);
     metrics_init(&s->m);
     int exit_code = 1;
     uv_loop_t loop;

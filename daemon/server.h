@@ -79,6 +79,8 @@ struct server {
     int torn_down;           /* workers stopped, handles closing */
     int pool_closed;
     int exit_code;
+    uint64_t accept_failures;    /* accept errors (EMFILE...), logged at most once a second */
+    uint64_t accept_logged_ns;
 };
 
 /* Runs the daemon until SIGINT/SIGTERM. Returns the process exit status. */

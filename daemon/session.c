@@ -505,8 +505,18 @@ static void on_register_buffer(session *s, const Attnstat__RegisterBuffer *rb)
      * file is accepted, checked right after the open and before anything else reads it. */
     int fd = shm_open(rb->shm_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
+        int e = errno;
+        if (e == EMFILE || e == ENFILE) {
+            LOG_WARN("session", "client %llu: buffer %u: shm_open(%s): %s (every registered buffer "
+                     "holds a file descriptor: raise the open-file limit, e.g. LimitNOFILE in the "
+                     "systemd unit, or lower max_buffers / max_clients)",
+                     (unsigned long long)s->conn_id, rb->id, rb->shm_name, strerror(e));
+            send_error(s, ATTNSTAT__CODE__BUSY, 1, rb->id, "buffer %u: shm_open(%s): %s (the daemon "
+                       "is out of file descriptors)", rb->id, rb->shm_name, strerror(e));
+            return;
+        }
         send_error(s, ATTNSTAT__CODE__BAD_REQUEST, 1, rb->id, "buffer %u: shm_open(%s): %s", rb->id,
-                   rb->shm_name, strerror(errno));
+                   rb->shm_name, strerror(e));
         return;
     }
     struct stat sb;

@@ -420,6 +420,60 @@ START_TEST(test_bad_push_does_not_poison_the_batch)
 }
 END_TEST
 
+/* Started with a soft open-file limit of 64 (hard limit higher, as with systemd's default 1024 /
+ * 512K): the daemon raises it, so 120 registered buffers (one fd each) are all accepted. */
+START_TEST(test_fd_limit_raised)
+{
+    struct rlimit old;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 1024) {
+        fprintf(stderr, "fd_limit: SKIPPED (hard open-file limit %llu)\n",
+                (unsigned long long)old.rlim_max);
+        return;
+    }
+    dh_daemon d;
+    dh_dir_init(&d);
+    struct rlimit low = old;
+    low.rlim_cur = 64;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    dh_start(&d, (const char *)NULL); /* inherits the low soft limit */
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    dh_shm shm;
+    dh_shm_create(&shm, "fds", 1 << 16);
+    dh_conn c[2];
+    int errors = 0;
+    char first[512] = "";
+    for (int i = 0; i < 2; i++) {
+        dh_connect(&c[i], &d);
+        dh_hello(&c[i], "fds", i, NULL);
+        for (uint32_t id = 1; id <= 60; id++)
+            dh_register(&c[i], id, shm.name, 4096);
+        Attnstat__Status st = ATTNSTAT__STATUS__INIT;
+        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+        env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
+        env.status = &st;
+        ck_assert_int_eq(dh_send(&c[i], &env), 0);
+        for (;;) {
+            Attnstat__Envelope *e = dh_recv(&c[i], 20000);
+            ck_assert_msg(e != NULL, "no StatusReply");
+            int done = e->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
+            if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR && errors++ == 0)
+                snprintf(first, sizeof first, "%s", e->error->message);
+            attnstat__envelope__free_unpacked(e, NULL);
+            if (done)
+                break;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        dh_close(&c[i]);
+    dh_shm_destroy(&shm);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0 || errors != 0);
+    ck_assert_msg(errors == 0, "%d registrations refused; first: %s", errors, first);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *robust_suite(void)
 {
     Suite *s = suite_create("daemon_robust");
@@ -430,6 +484,7 @@ static Suite *robust_suite(void)
     tcase_add_test(tc, test_stuck_client_cannot_stall_others);
     tcase_add_test(tc, test_connection_closed_inside_a_handler);
     tcase_add_test(tc, test_bad_push_does_not_poison_the_batch);
+    tcase_add_test(tc, test_fd_limit_raised);
     suite_add_tcase(s, tc);
     return s;
 }
