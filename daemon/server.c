@@ -588,7 +588,11 @@ static void start_teardown(server *s)
             LOG_WARN("gpu", "cannot stop the CUDA context of %s cleanly", s->gpus[i].uuid);
     worker_pool_close(s->pool); /* delivers whatever finished; the pipeline commits it */
     for (int i = 0; i < s->ngpus; i++) {
-        free(s->gpu_c[i]);
+        if (s->gpu_c[i] && worker_ctx_abandoned(s->gpu_c[i]))
+            LOG_ERROR("gpu", "the worker of %s was left computing: its context is kept",
+                      s->gpus[i].uuid);
+        else
+            free(s->gpu_c[i]);
         s->gpu_c[i] = NULL;
         s->gpu_w[i] = NULL;
     }

@@ -25,6 +25,7 @@
 #include "log.h"
 
 #define BUSY_BUCKETS 6
+#define WORKER_CLOSE_WAIT_MS 5000 /* worker_pool_close waits this long for a running job */
 #define BUSY_BUCKET_NS 10000000000ull /* 10 s */
 
 typedef struct worker_task {
@@ -43,6 +44,9 @@ struct worker {
     pthread_t thread;
     int started;
     /* under pool->lock */
+    worker_job *running;     /* the job being computed, NULL between jobs */
+    uint64_t running_since_ns;
+    int exited;              /* worker_main returned */
     worker_job *head, *tail;
     worker_task *task_head, *task_tail;
     uint32_t depth;          /* queued + running */
@@ -62,8 +66,14 @@ struct worker_pool {
     worker_job *done_head, *done_tail; /* under lock */
     worker *workers[16];
     int nworkers;
-    int closing;
+    int closing;             /* no more jobs: queued ones are handed back uncomputed */
+    int abandoned;           /* a stuck worker was left behind: no thread touches the loop */
+    pthread_cond_t exited_cond; /* signalled when a worker thread exits */
 };
+
+/* Workers left computing at shutdown (see worker_pool_close): kept here so that their memory
+ * (and the job they read) stays valid and reachable until the process exits. */
+static worker *worker_left_behind[16];
 
 static __thread sigjmp_buf *worker_guard_jmp;
 
@@ -184,11 +194,25 @@ static void *worker_main(void *arg)
         if (!w->head)
             w->tail = NULL;
         job->next = NULL;
-        pthread_mutex_unlock(&p->lock);
+        if (p->closing) {
+            /* Shutting down past its grace: queued jobs go back uncomputed. */
+            job->status = STATS_EINVAL;
+            job->fail_code = 0;
+            snprintf(job->err.msg, sizeof job->err.msg,
+                     "the daemon is shutting down: not computed");
+            job->started_ns = job->done_ns = worker_now_ns();
+        } else {
+            w->running = job;
+            w->running_since_ns = worker_now_ns();
+            pthread_mutex_unlock(&p->lock);
 
-        run_job(w, job);
+            run_job(w, job);
 
-        pthread_mutex_lock(&p->lock);
+            pthread_mutex_lock(&p->lock);
+            w->running = NULL;
+            if (p->abandoned)
+                break; /* the pool gave up on this thread: touch nothing of the loop's */
+        }
         uint64_t epoch = job->done_ns / BUSY_BUCKET_NS;
         int b = (int)(epoch % BUSY_BUCKETS);
         if (w->busy_epoch[b] != epoch) {
@@ -203,10 +227,12 @@ static void *worker_main(void *arg)
         else
             p->done_head = job;
         p->done_tail = job;
-        pthread_mutex_unlock(&p->lock);
-        uv_async_send(&p->async); /* thread-safe; the only uv call made off the loop thread */
-        pthread_mutex_lock(&p->lock);
+        /* Thread-safe; the only uv call made off the loop thread. Under the lock, so that it
+         * never races with the pool closing the handle after giving up on this thread. */
+        uv_async_send(&p->async);
     }
+    w->exited = 1;
+    pthread_cond_broadcast(&p->exited_cond);
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
@@ -247,9 +273,17 @@ worker_pool *worker_pool_create(uv_loop_t *loop, worker_done_fn done, void *ctx,
         free(p);
         return NULL;
     }
+    rc = pthread_cond_init(&p->exited_cond, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "pthread_cond_init: %s", strerror(rc));
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return NULL;
+    }
     rc = uv_async_init(loop, &p->async, pool_async_cb);
     if (rc != 0) {
         snprintf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+        pthread_cond_destroy(&p->exited_cond);
         pthread_mutex_destroy(&p->lock);
         free(p);
         return NULL;
@@ -404,21 +438,73 @@ void worker_stats_of(worker *w, worker_stats *out)
 static void pool_closed(uv_handle_t *h)
 {
     worker_pool *p = h->data;
+    if (p->abandoned)
+        return; /* a thread left behind still takes p->lock: p lives until the process exits */
+    pthread_cond_destroy(&p->exited_cond);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
 
+int worker_ctx_abandoned(const void *wctx)
+{
+    for (size_t i = 0; i < sizeof worker_left_behind / sizeof worker_left_behind[0]; i++)
+        if (worker_left_behind[i] && worker_left_behind[i]->wctx == wctx)
+            return 1;
+    return 0;
+}
+
 void worker_pool_close(worker_pool *p)
 {
+    /* Jobs still queued are handed back uncomputed (closing), each thread exits after its running
+     * job, and the loop thread waits for that at most WORKER_CLOSE_WAIT_MS: a job that runs
+     * longer (the CPU kernel cannot be interrupted) is left behind, logged, with its thread, so
+     * that shutdown is bounded. Such a thread only finishes its job, under the pool's lock sees
+     * `abandoned`, and exits without touching anything else; the pool, the worker and the job stay
+     * allocated (reachable from worker_left_behind) until the process exits. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += WORKER_CLOSE_WAIT_MS / 1000;
+    deadline.tv_nsec += (long)(WORKER_CLOSE_WAIT_MS % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&p->lock);
     p->closing = 1;
     for (int i = 0; i < p->nworkers; i++) {
         p->workers[i]->stop = 1;
         pthread_cond_signal(&p->workers[i]->cond);
     }
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < p->nworkers; i++)
+            running += p->workers[i]->started && !p->workers[i]->exited;
+        if (running == 0)
+            break;
+        int rc = pthread_cond_timedwait(&p->exited_cond, &p->lock, &deadline);
+        if (rc == ETIMEDOUT)
+            break;
+    }
+    uint64_t now = worker_now_ns();
+    for (int i = 0; i < p->nworkers; i++) {
+        worker *w = p->workers[i];
+        if (!w->started || w->exited)
+            continue;
+        p->abandoned = 1;
+        LOG_ERROR("worker", "worker %s is still computing a job after %d ms (running for %.1f s): "
+                  "leaving it behind so that the daemon can exit", w->name, WORKER_CLOSE_WAIT_MS,
+                  w->running ? (double)(now - w->running_since_ns) / 1e9 : 0.0);
+        for (size_t j = 0; j < sizeof worker_left_behind / sizeof worker_left_behind[0]; j++)
+            if (!worker_left_behind[j]) {
+                worker_left_behind[j] = w;
+                break;
+            }
+    }
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nworkers; i++) {
         worker *w = p->workers[i];
+        if (w->started && !w->exited)
+            continue; /* left behind: neither joined nor freed */
         if (w->started) {
             int rc = pthread_join(w->thread, NULL);
             if (rc != 0)

@@ -85,10 +85,18 @@ uint32_t worker_pool_busy(const worker_pool *p);
 int worker_pool_count(const worker_pool *p);
 void worker_pool_stats(worker_pool *p, int i, worker_stats *out);
 
-/* Stops the threads (each finishes its queue first), delivers every finished job to the done
- * callback, then closes the async handle; the pool is freed in its close callback. Call once,
- * from the loop thread, when no more jobs will be submitted. */
+/* Stops the threads: jobs still queued are not computed (delivered failed, "shutting down"), each
+ * thread finishes the job it is computing; a thread still computing after 5 s is left behind
+ * (logged; worker_ctx_abandoned() says so; its worker, its job and the pool stay allocated until the
+ * process exits) so that shutdown never hangs on one long job. Then delivers every finished job
+ * to the done callback and closes the async handle; the pool is freed in its close callback. Call
+ * once, from the loop thread, when no more jobs will be submitted (normally once the queues have
+ * drained). */
 void worker_pool_close(worker_pool *p);
+
+/* 1 when worker_pool_close() left behind, still computing, the worker whose compute context is
+ * wctx: that context (e.g. a GPU worker's) must not be freed. */
+int worker_ctx_abandoned(const void *wctx);
 
 uint64_t worker_now_ns(void);
 

@@ -474,6 +474,49 @@ START_TEST(test_fd_limit_raised)
 }
 END_TEST
 
+/* SIGTERM while a very long push computes (and more are queued behind it): the daemon exits in
+ * bounded time (grace, then a few seconds for the running job), saying it left the job behind. */
+START_TEST(test_shutdown_bounded_with_a_long_job)
+{
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--max-push-work", "1000000000000000", (const char *)NULL);
+    enum { LQ = 8192, LK = 65536, LD = 128 };
+    dh_shm shm;
+    dh_shm_create(&shm, "long", 2 * LD * 4);
+    dh_fill(&(dh_rng){42}, shm.ptr, 2 * LD, ATTNSTAT__DTYPE__F32, 1.0);
+    dh_conn c;
+    dh_connect(&c, &d);
+    dh_hello(&c, "long", 0, NULL);
+    dh_register(&c, 1, shm.name, shm.size);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 4, LQ, LD);
+    dh_tensor_contig(&k, 1, LD * 4, ATTNSTAT__DTYPE__F32, 1, 4, LK, LD);
+    q.strides[0] = q.strides[1] = q.strides[2] = 0; /* one row repeated: hours of work, 1 KiB */
+    k.strides[0] = k.strides[1] = k.strides[2] = 0;
+    for (uint64_t s = 1; s <= 3; s++)
+        dh_push(&c, s, (int64_t)s, 0, &q, &k, 0, 0, 0);
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+    dh_sleep_ms(300);
+    int64_t t0 = dh_now_ms();
+    kill(d.pid, SIGTERM);
+    int st = dh_wait(&d, 40000);
+    int64_t took = dh_now_ms() - t0;
+    if (st == -1)
+        kill(d.pid, SIGKILL), dh_wait(&d, 5000);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "grep -q 'leaving it behind' %s", d.log);
+    int logged = system(cmd) == 0;
+    dh_close(&c);
+    dh_shm_destroy(&shm);
+    dh_cleanup(&d, st == -1 || !logged);
+    ck_assert_msg(st != -1, "attnstatd did not exit within 40 s of SIGTERM");
+    fprintf(stderr, "long_job: exited %lld ms after SIGTERM\n", (long long)took);
+    ck_assert_msg(WIFEXITED(st), "attnstatd died of signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    ck_assert_msg(logged, "the log does not say the running job was left behind");
+}
+END_TEST
+
 static Suite *robust_suite(void)
 {
     Suite *s = suite_create("daemon_robust");
@@ -485,6 +528,7 @@ static Suite *robust_suite(void)
     tcase_add_test(tc, test_connection_closed_inside_a_handler);
     tcase_add_test(tc, test_bad_push_does_not_poison_the_batch);
     tcase_add_test(tc, test_fd_limit_raised);
+    tcase_add_test(tc, test_shutdown_bounded_with_a_long_job);
     suite_add_tcase(s, tc);
     return s;
 }
