@@ -65,7 +65,7 @@ elif [ "$mode" = build ]; then
   echo "built $LIB and $TEST"
 elif [ "$mode" = profile ]; then
   rep=${PROFILE_REPORT:-$BUILD/profile}
-  args=(-k regex:stats_wgmma python3 bench/profile_kernel.py "$LIB" "${PROFILE_VARIANTS:-0}" "${PROFILE_SHAPE:-0}")
+  args=(-k regex:stats_wg python3 bench/profile_kernel.py "$LIB" "${PROFILE_VARIANTS:-0}" "${PROFILE_SHAPE:-0}")
   sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
             --section SchedulerStats --section InstructionStats --section Occupancy)
   pipes=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """profile_kernel.py — one run of each asked variant of the Hopper kernel on one shape, for Nsight
-Compute: ncu -k regex:stats_wgmma python3 bench/profile_kernel.py LIB [variants] [shape index].
+Compute: ncu -k regex:stats_wg python3 bench/profile_kernel.py LIB [variants] [shape index].
 Shapes as in bench_kernel.py (0: (2,32,4096,128) full). Variants: comma list (default 0)."""
 import ctypes
 import os

@@ -1,8 +1,9 @@
 /* test_stats_cuda.c — the CUDA backend (kernels/stats_cuda.cu) against the CPU reference
  * (stats_cpu) on fresh random data, one problem per configuration below, plus the error paths.
  *
- * Seed: printed at start; set ATTNSTAT_TEST_SEED to replay a run. Without a usable GPU the suite
- * prints why and exits 77 (ctest: skipped).
+ * Seed: printed at start; set ATTNSTAT_TEST_SEED to replay a run. ATTNSTAT_TEST_VARIANTS=1 also
+ * runs every variant of the Hopper kernel; ATTNSTAT_TEST_WG_ONLY=v runs variant v alone. Without a
+ * usable GPU the suite prints why and exits 77 (ctest: skipped).
  *
  * Tolerances (float32 on the device against double on the host):
  *   per-row entropy      |gpu - cpu| <= 1e-3 nats
@@ -361,6 +362,15 @@ START_TEST(test_wg_variants_against_cpu)
 }
 END_TEST
 
+/* One variant alone (ATTNSTAT_TEST_WG_ONLY=v: e.g. under compute-sanitizer, where every path
+ * would take too long). */
+static int g_wg_only = -1;
+START_TEST(test_wg_only_against_cpu)
+{
+    run_cfg(&k_cfgs[_i], _i, (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + g_wg_only));
+}
+END_TEST
+
 START_TEST(test_mma_sync_against_cpu)
 {
     run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_MMA_SYNC);
@@ -445,17 +455,31 @@ int main(void)
         printf("test_stats_cuda: FAILED to create the CUDA context: %s\n", err.msg);
         return 1;
     }
+    const char *only = getenv("ATTNSTAT_TEST_WG_ONLY");
+    if (only && *only) {
+        g_wg_only = atoi(only);
+        if (g_wg_only < 0 || g_wg_only >= stats_cuda_wg_variant_count()) {
+            printf("test_stats_cuda: ATTNSTAT_TEST_WG_ONLY=%s: the variants are 0..%d\n", only,
+                   stats_cuda_wg_variant_count() - 1);
+            stats_cuda_destroy(g_ctx);
+            return 1;
+        }
+    }
     Suite *s = suite_create("stats_cuda");
     TCase *tc = tcase_create("against_cpu");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
-    tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
-    tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
-    if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)
-        tcase_add_loop_test(tc, test_wg_variants_against_cpu, 0,
-                            N_CFGS * stats_cuda_wg_variant_count());
-    tcase_add_test(tc, test_async_matches_sync);
-    tcase_add_test(tc, test_errors);
+    if (g_wg_only >= 0) {
+        tcase_add_loop_test(tc, test_wg_only_against_cpu, 0, N_CFGS);
+    } else {
+        tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
+        tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
+        tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
+        if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)
+            tcase_add_loop_test(tc, test_wg_variants_against_cpu, 0,
+                                N_CFGS * stats_cuda_wg_variant_count());
+        tcase_add_test(tc, test_async_matches_sync);
+        tcase_add_test(tc, test_errors);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* one process: a CUDA context does not survive fork() */
