@@ -162,10 +162,14 @@ void gpu_ctx_stop(void *arg)
         return;
     g->ready = 0;
     snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
-    if (g->cu_dev)
-        cudaFree(g->cu_dev);
+    cudaError_t e = g->cu_dev ? cudaFree(g->cu_dev) : cudaSuccess;
+    if (e != cudaSuccess)
+        LOG_WARN("gpu", "cudaFree of the packed offsets on %s: %s", g->uuid, cudaGetErrorString(e));
     g->cu_dev = NULL;
-    cudaStreamDestroy(g->stream);
+    g->cu_cap = 0;
+    e = cudaStreamDestroy(g->stream);
+    if (e != cudaSuccess)
+        LOG_WARN("gpu", "cudaStreamDestroy on %s: %s", g->uuid, cudaGetErrorString(e));
     stats_cuda_destroy(g->sc);
     g->sc = NULL;
 }
@@ -216,8 +220,18 @@ void gpu_mem_unref(gpu_mem *m)
 {
     if (--m->refs > 0)
         return;
-    if (!m->ptr || worker_run_on(m->g->w, gpu_mem_close, m) != 0)
-        free(m); /* never opened, or the worker has stopped (the process is ending) */
+    if (!m->ptr) {
+        free(m); /* never opened: nothing of CUDA's to close */
+        return;
+    }
+    /* The handle is closed on the device's worker thread, after the jobs queued before. Refused
+     * only once the worker is stopping (the process is ending: the mapping goes with it) or on
+     * no memory: then the mapping stays open, and that is said. */
+    if (worker_run_on(m->g->w, gpu_mem_close, m) != 0) {
+        LOG_WARN("gpu", "an IPC allocation of %llu bytes on %s is left mapped (its worker is "
+                 "stopping, or memory ran out)", (unsigned long long)m->real, m->g->uuid);
+        free(m);
+    }
 }
 
 gpu_event *gpu_event_new(gpu_ctx *g, const uint8_t *handle)
@@ -239,8 +253,12 @@ void gpu_event_ref(gpu_event *e)
 static void gpu_event_close(void *arg)
 {
     gpu_event *e = arg;
-    if (e->opened)
-        cudaEventDestroy(e->ev);
+    if (e->opened) {
+        cudaError_t r = cudaEventDestroy(e->ev);
+        if (r != cudaSuccess)
+            LOG_WARN("gpu", "cudaEventDestroy of an IPC event on %s: %s", e->g->uuid,
+                     cudaGetErrorString(r));
+    }
     free(e);
 }
 
@@ -248,8 +266,15 @@ void gpu_event_unref(gpu_event *e)
 {
     if (--e->refs > 0)
         return;
-    if (!e->opened || worker_run_on(e->g->w, gpu_event_close, e) != 0)
+    if (!e->opened) {
         free(e);
+        return;
+    }
+    if (worker_run_on(e->g->w, gpu_event_close, e) != 0) {
+        LOG_WARN("gpu", "an IPC event on %s is left open (its worker is stopping, or memory ran "
+                 "out)", e->g->uuid);
+        free(e);
+    }
 }
 
 /* ---- the compute function --------------------------------------------------------------------- */
@@ -286,7 +311,9 @@ static int gpu_mem_open(gpu_mem *m)
     size_t size = 0;
     CUresult r = gpu_addr_range(&base, &size, (CUdeviceptr)(uintptr_t)m->ptr);
     if (r != CUDA_SUCCESS || (uintptr_t)base != (uintptr_t)m->ptr) {
-        cudaIpcCloseMemHandle(m->ptr);
+        cudaError_t ce = cudaIpcCloseMemHandle(m->ptr);
+        if (ce != cudaSuccess)
+            LOG_WARN("gpu", "cudaIpcCloseMemHandle on %s: %s", m->g->uuid, cudaGetErrorString(ce));
         m->ptr = NULL;
         m->failed = 1;
         snprintf(m->err, sizeof m->err, "cuMemGetAddressRange of an opened IPC allocation on %s "
@@ -380,8 +407,12 @@ stats_status gpu_compute(void *arg, worker_job *job)
     if (p.cu_seqlens_q) {
         size_t n = (size_t)p.batch + 1;
         if (g->cu_cap < 2 * n) {
-            if (g->cu_dev)
-                cudaFree(g->cu_dev);
+            if (g->cu_dev) {
+                cudaError_t fe = cudaFree(g->cu_dev);
+                if (fe != cudaSuccess)
+                    LOG_WARN("gpu", "cudaFree of the packed offsets on %s: %s", g->uuid,
+                             cudaGetErrorString(fe));
+            }
             g->cu_dev = NULL;
             g->cu_cap = 0;
             cudaError_t e = cudaMalloc((void **)&g->cu_dev, 2 * n * sizeof(int32_t));

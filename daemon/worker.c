@@ -47,6 +47,7 @@ struct worker {
     worker_job *running;     /* the job being computed, NULL between jobs */
     uint64_t running_since_ns;
     int exited;              /* worker_main returned */
+    int left_behind;         /* worker_pool_close gave up waiting for it */
     worker_job *head, *tail;
     worker_task *task_head, *task_tail;
     uint32_t depth;          /* queued + running */
@@ -491,6 +492,7 @@ void worker_pool_close(worker_pool *p)
         if (!w->started || w->exited)
             continue;
         p->abandoned = 1;
+        w->left_behind = 1;
         LOG_ERROR("worker", "worker %s is still computing a job after %d ms (running for %.1f s): "
                   "leaving it behind so that the daemon can exit", w->name, WORKER_CLOSE_WAIT_MS,
                   w->running ? (double)(now - w->running_since_ns) / 1e9 : 0.0);
@@ -503,19 +505,24 @@ void worker_pool_close(worker_pool *p)
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nworkers; i++) {
         worker *w = p->workers[i];
-        if (w->started && !w->exited)
-            continue; /* left behind: neither joined nor freed */
-        if (w->started) {
+        if (w->started && !w->left_behind) {
             int rc = pthread_join(w->thread, NULL);
             if (rc != 0)
                 LOG_ERROR("worker", "joining worker %s: %s", w->name, strerror(rc));
         }
+    }
+    /* Deliver while the workers are still allocated: the done callback may post to a worker
+     * (a GPU buffer's last reference schedules its close with worker_run_on, refused now). */
+    pool_deliver(p);
+    for (int i = 0; i < p->nworkers; i++) {
+        worker *w = p->workers[i];
+        if (w->left_behind)
+            continue; /* neither joined nor freed: its thread may still run */
         pthread_cond_destroy(&w->cond);
         stats_cpu_workspace_free(w->ws);
         free(w);
         p->workers[i] = NULL;
     }
     p->nworkers = 0;
-    pool_deliver(p);
     uv_close((uv_handle_t *)&p->async, pool_closed);
 }
