@@ -360,7 +360,7 @@ void pipeline_flush(pipeline *pl)
         if (st == STORE_EINVAL || st == STORE_NOTFOUND) {
             /* Refused before anything was written: the batch is intact, only this push fails. */
             p->code = ATTNSTAT__CODE__INTERNAL;
-            snprintf(p->msg, sizeof p->msg, "not stored: %s", se.msg);
+            snprintf(p->msg, sizeof p->msg, "not stored: %.240s", se.msg);
             LOG_ERROR("store", "push %llu of run '%s' not stored: %s", (unsigned long long)p->seq,
                       p->s->run, se.msg);
             continue;
