@@ -1700,15 +1700,15 @@ struct wg_variant {
       wgf_shape<DP, SW, MB>::smem_bytes, "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG }
 #define WGF_VARIANT(SW, MB, TAG) {WGF_ONE(64, SW, MB, TAG), WGF_ONE(128, SW, MB, TAG)}
 
-enum { WG_NDP = 2, WG_NVAR = 4, WG_DEFAULT = 0 };
-/* Measured on the H100 (bench/kernel_notes.md, v3): the stats_wgmma_kernel shape below is the
- * fastest of its template's variants; 2 x 64 rows with 128-key tiles (Q in shared memory) and 1/4
- * of the exps on the polynomial were slower and are no longer instantiated. v1-v3: the fold2
- * kernel (kernel_notes.md, v4). */
+enum { WG_NDP = 2, WG_NVAR = 4, WG_DEFAULT = 2 };
+/* Measured on the H100 (bench/kernel_notes.md): v0 is the fastest shape of stats_wgmma_kernel
+ * (v3 of the notes; 2 x 64 rows with 128-key tiles and Q in shared memory, and 1/4 of the exps on
+ * the polynomial, were slower and are no longer instantiated). v1-v3: the fold2 kernel (v4 of the
+ * notes); v2 is 12-23% faster than v0 on every bench shape and is the default. */
 static const wg_variant k_wg_variants[WG_NVAR][WG_NDP] = {
     WG_VARIANT(3, 64, false, 0, "3wg n64 rs"), /* v0: 3 x 64 rows, 64-key tiles, Q in registers */
     WGF_VARIANT(false, false, "fold2"),        /* v1: v0 with fold_lane and hoisted K addressing */
-    WGF_VARIANT(true, false, "fold2 sw128"),   /* v2: v1, K swizzled and loaded a line per 8 lanes */
+    WGF_VARIANT(true, false, "fold2 sw128"),   /* v2 (default): v1, K swizzled, a line per 8 lanes */
     WGF_VARIANT(true, true, "fold2 sw128 mbar"), /* v3: v2, mbarrier pipeline, no CTA barrier */
 };
 
@@ -1881,15 +1881,10 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     memset(pl, 0, sizeof *pl);
     const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && mma_ok(ctx, p);
     pl->w = tc ? pick_wg(ctx, p) : NULL;
-    if (pl->w && ctx->path == STATS_CUDA_PATH_AUTO && !p->cu_seqlens_q) {
-        /* Small grids (sampled runs, mostly): 192-row blocks leave SMs idle where the 256-row
-         * mma.sync blocks fill them better (measured at every 8th row of (2,32,4096,128):
-         * 0.18 ms against 0.21 ms). Under two waves of the wgmma kernel, take mma.sync. */
-        long long ns = stats_sampled_count(p, p->len_q);
-        long long ctas = (ns + pl->w->nwg * 64 - 1) / (pl->w->nwg * 64) * p->batch * p->heads_q;
-        if (ctas < 2LL * ctx->sm_count && pick_variant(ctx, p->head_dim))
-            pl->w = NULL;
-    }
+    /* Small grids (sampled runs, mostly) take the Hopper kernel too: until v3 of the kernel notes
+     * AUTO switched to mma.sync's 256-row blocks under two waves of the 192-row grid (0.18 ms
+     * against 0.21 ms at every 8th row of (2,32,4096,128)); the fold2 kernel (v2) takes 0.164 ms
+     * there against mma.sync's 0.180 ms, and 0.138 against 0.175 causal (kernel_notes.md, v4). */
     pl->v = tc && !pl->w ? pick_variant(ctx, p->head_dim) : NULL;
     pl->rows_per_cta = pl->w ? pl->w->nwg * 64 : pl->v ? MMA_WARPS * 16 * pl->v->mt : GEN_BM;
     const int packed = p->cu_seqlens_q != NULL;

@@ -40,8 +40,8 @@ typedef enum {
     STATS_CUDA_PATH_AUTO = 0,    /* tensor cores when the problem allows it, else CUDA cores */
     STATS_CUDA_PATH_GENERIC = 1, /* always the CUDA-core path (slow; a cross-check) */
     STATS_CUDA_PATH_MMA_SYNC = 2, /* tensor cores through mma.sync only, also on Hopper (no wgmma) */
-    STATS_CUDA_PATH_WGMMA = 3,    /* the Hopper kernel wherever it applies, also for small grids
-                                     (AUTO prefers mma.sync's larger blocks there) */
+    STATS_CUDA_PATH_WGMMA = 3,    /* the Hopper kernel wherever it applies (AUTO does the same on
+                                     Hopper; this path names it) */
     STATS_CUDA_PATH_WG_VARIANT = 16, /* + v, v < stats_cuda_wg_variant_count(): variant v of the
                                         Hopper kernel (tests and bench); else as WGMMA */
 } stats_cuda_path;
