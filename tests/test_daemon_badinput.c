@@ -168,10 +168,15 @@ START_TEST(test_message_errors_keep_connection)
     rb.id = 5;
     rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
     rb.size = 4096;
+    uint8_t handle[64] = {1, 2, 3};
+    rb.has_ipc_handle = 1, rb.ipc_handle.len = sizeof handle, rb.ipc_handle.data = handle;
+    rb.device_uuid = "GPU-00000000-0000-0000-0000-000000000000"; /* no machine has it */
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
     env.register_buffer = &rb;
     ck_assert_int_eq(dh_send(&c, &env), 0);
-    Attnstat__Envelope *e = expect_error(&c, ATTNSTAT__CODE__UNSUPPORTED, "CUDA_IPC");
+    /* UNSUPPORTED on every machine: without a GPU worker ("CUDA_IPC needs a GPU worker"), or with
+     * GPUs that are not this one ("not a GPU this daemon serves") */
+    Attnstat__Envelope *e = expect_error(&c, ATTNSTAT__CODE__UNSUPPORTED, "buffer 5");
     ck_assert(e->error->has_ref && e->error->ref == 5);
     attnstat__envelope__free_unpacked(e, NULL);
     for (uint32_t id = 2; id <= 4; id++)
