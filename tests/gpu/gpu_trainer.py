@@ -2,7 +2,7 @@
 """A stand-in training process for tests/gpu/test_gpu.py: pushes CUDA tensors to attnstatd through
 the Python binding, in a process of its own.
 
-    gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N]
+    gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N]
         pushes the fixed cases (make_cases) with want_results, waits for every result, saves the
         tensors (host copies), the per-head results and the client's counters to OUT.pt
     gpu_trainer.py loop SOCKET READY_FILE [--run NAME]
@@ -56,7 +56,7 @@ def make_cases(seed, dev):
 
 
 def run_values(args):
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
     torch.cuda.init()
     client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
@@ -189,6 +189,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", type=int, default=0, help="values: the CUDA device to push from")
     ap.add_argument("--pushes", type=int, default=2000)
     args = ap.parse_args()
     {"values": run_values, "loop": run_loop, "nosync": run_nosync}[args.mode](args)

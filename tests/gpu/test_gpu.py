@@ -270,6 +270,33 @@ class TestGPU(unittest.TestCase):
             self.assertEqual(data["stats"]["acked"], len(data["cases"]))
             compare(self, data)
 
+    def test_7_two_gpus_one_daemon(self):
+        """Two trainers on two GPUs, one daemon: a GPU worker per device, values right on both."""
+        if torch.cuda.device_count() < 2:
+            self.skipTest("one GPU: the two-GPU case needs a machine with two")
+        outs = [os.path.join(self.tmp.name, "gpu%d.pt" % i) for i in range(2)]
+        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        ps = [subprocess.Popen([sys.executable, TRAINER, "values", self.d.socket, outs[i], "--run",
+                                "gpu-%d" % i, "--seed", str(20 + i), "--device", str(i)], env=e,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+              for i in range(2)]
+        for p in ps:
+            txt = p.communicate(timeout=240)[0].decode()
+            self.assertEqual(p.returncode, 0, txt)
+        uuids = set()
+        for o in outs:
+            data = torch.load(o, weights_only=False)
+            self.assertEqual(data["stats"]["acked"], len(data["cases"]))
+            self.assertEqual(data["stats"]["cuda_zero_copy"] + data["stats"]["cuda_staged"],
+                             len(data["cases"]))
+            compare(self, data)
+            uuids.update(u.decode() if isinstance(u, bytes) else str(u) for u in data["devices"])
+        self.assertEqual(len(uuids), 2, "the trainers named %s" % sorted(uuids))
+        import attnstat
+        with attnstat.Client(socket=self.d.socket, hello=False) as c:
+            workers = {w["name"] for w in c.status()["workers"]}
+        self.assertTrue(uuids <= workers, "workers %s, devices %s" % (sorted(workers), sorted(uuids)))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
