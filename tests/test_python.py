@@ -435,6 +435,47 @@ class TestArguments(unittest.TestCase):
         self.c.close()
         self.assertEqual(self.c._held, {})
 
+    def _stub_lib(self, on_push=None):
+        """A stand-in for the library calls of the GPU path: attnstat_push_ex gives seqs 1, 2...
+        and runs on_push(seq) first (to play a callback that runs inside the C push)."""
+        real = self.c._lib
+        state = {"seq": 0, "pushes": 0}
+
+        class Stub(object):
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def attnstat_push_ex(self, c, o, q, k, v, seq):
+                state["seq"] += 1
+                state["pushes"] += 1
+                if on_push is not None:
+                    on_push(state["seq"])
+                seq._obj.value = state["seq"]
+                return _lib.OK
+
+            def attnstat_poll(self, c, ms):
+                return _lib.OK
+
+        stub = Stub()
+        self.c._lib, self.c._push_ex, self.c._release_cb = stub, stub.attnstat_push_ex, True
+        self.addCleanup(setattr, self.c, "_lib", real)
+        return state
+
+    def test_callback_error_never_escapes_a_sent_push(self):
+        """A callback that raises inside push(): the push was sent, so it returns True and its GPU
+        tensors are held; the error comes out of the next poll()."""
+        def bad(*args):
+            raise ZeroDivisionError("from a callback")
+        self.c.on_rejected(bad)
+        self._stub_lib(on_push=lambda seq: self.c._on_ack_c(None, 99, 0, 0, 3, b"refused"))
+        q, k = CudaLike((1, 2, 8, 16)), CudaLike((1, 2, 8, 16))
+        self.assertTrue(self.c.push(0, 0, q, k))
+        self.assertEqual(sorted(self.c._held), [1])
+        self.assertIs(self.c._held[1][0], q)
+        with self.assertRaises(ZeroDivisionError):
+            self.c.poll()
+        self.c.poll()  # reported once
+
     def test_forked_child_leaves_the_connection_alone(self):
         q = randn(1, 1, 4, 8)
         pid = os.fork()
@@ -636,6 +677,23 @@ class TestMonitor(unittest.TestCase):
             with attnstat.torch.monitor(RecordingClient(fail=err), model=model, strict=True):
                 model(None)
         self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
+
+    def test_any_push_exception_never_stops_training(self):
+        """Not only AttnstatError: whatever a push raises (a callback's error, say) is counted and
+        warned about once, unless strict."""
+        model = FakeModel(self.F, n_layers=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
+                                        model=model) as mon:
+                model(None)
+                model(None)
+        self.assertEqual(mon.errors, 4)
+        self.assertEqual(len(w), 1)
+        with self.assertRaises(ZeroDivisionError):
+            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
+                                        model=model, strict=True):
+                model(None)
 
     def test_extra_modules_and_later_wrappers(self):
         other = types.ModuleType("some_model_code")

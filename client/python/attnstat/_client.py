@@ -88,6 +88,8 @@ class Client(object):
     A Client may be used from several threads: every call holds the client's lock. It belongs to
     the process that made it: a forked child gets errors from it and must make its own. Callbacks run
     inside push(), poll(), flush() and status() on the calling thread and must not call the client.
+    An exception raised by a callback is re-raised by the next poll(), flush() or status() (the
+    first one only), never by push(): a push that was sent returns True whatever a callback did.
     """ % ", ".join(_THRESHOLD_FIELDS)
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
@@ -319,11 +321,12 @@ class Client(object):
                 rc = self._push_ex(c, ro, rq, rk, rv, rs)
             else:
                 rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
+            if rc == _lib.OK and gpu:  # first: the daemon may read these from now on
+                self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
             o.cu_seqlens_q = o.cu_seqlens_k = None
-            self._raise_callback_error()
+            # An exception from a callback that ran in here stays stored for the next poll(),
+            # flush() or status(): the push itself went through, so it must not raise.
             if rc == _lib.OK:
-                if gpu:
-                    self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
                 return True
             if rc == _lib.DROPPED:
                 return False

@@ -27,9 +27,9 @@ break at each call instead). Modules that imported the function by name
 modules=[...] and their attribute is patched too. With activation checkpointing the recomputed
 forward calls again: pass layers=range(n_layers) to keep only the first pass's indices.
 
-Telemetry never stops training: a failed push is counted in .errors and warned about once (pass
-strict=True to raise instead). CUDA tensors go to the daemon without a copy and without a device
-synchronisation (libattnstat's GPU path: CUDA IPC, an event on the current stream); the client
+Telemetry never stops training: a failed push (any exception from it, a callback's included) is
+counted in .errors and warned about once (pass strict=True to raise instead). CUDA tensors go to
+the daemon without a copy and without a device synchronisation (libattnstat's GPU path: CUDA IPC, an event on the current stream); the client
 keeps them alive until the daemon has read them. Where the library has no GPU path (built without
 CUDA), CUDA calls are skipped after one warning, or copied to the host with copy_to_host=True
 (that synchronises the device).
@@ -240,11 +240,12 @@ class monitor(object):
             sent = self.client.push(step, layer, q, k, causal=bool(a.get("is_causal", False)),
                                     scale=float(scale) if scale is not None else 0.0,
                                     **self._push_kw)
-        except AttnstatError as e:
+        except Exception as e:  # a failing push or callback never stops the forward pass
             if self.strict:
                 raise
             self.errors += 1
-            if e.code == _lib.ENOTSUP and getattr(q, "is_cuda", False):
+            if (isinstance(e, AttnstatError) and e.code == _lib.ENOTSUP
+                    and getattr(q, "is_cuda", False)):
                 self._gpu_off = True
                 self._warn_once("gpu", "%s; CUDA calls are skipped from now on (copy_to_host=True "
                                 "copies them to the host instead)" % e)
