@@ -476,6 +476,31 @@ class TestArguments(unittest.TestCase):
             self.c.poll()
         self.c.poll()  # reported once
 
+    def test_push_never_waits_for_a_busy_client(self):
+        """While another thread holds the client's lock, push() returns False at once and counts
+        the drop (dropped_busy) instead of waiting."""
+        import threading
+        held, release = threading.Event(), threading.Event()
+
+        def holder():
+            with self.c._lock:
+                held.set()
+                release.wait(5)
+
+        t = threading.Thread(target=holder)
+        t.start()
+        try:
+            held.wait(5)
+            threading.Timer(2.0, release.set).start()
+            q = randn(1, 1, 4, 8)
+            t0 = time.monotonic()
+            self.assertFalse(self.c.push(0, 0, q, q))
+            self.assertLess(time.monotonic() - t0, 0.5, "push waited for the lock")
+        finally:
+            release.set()
+            t.join()
+        self.assertEqual(self.c.stats()["dropped_busy"], 1)
+
     def test_forked_child_leaves_the_connection_alone(self):
         q = randn(1, 1, 4, 8)
         pid = os.fork()
@@ -980,6 +1005,36 @@ class TestDrops(DaemonCase):
         self.assertGreater(st["dropped_ring"] + st["dropped_queue"], 0)
         self.assertEqual(st["acked"] + st["dropped_daemon"] + st["rejected"], sent + 1)
         self.assertEqual(st["in_flight"], 0)
+
+
+    def test_flush_in_a_thread_does_not_stall_pushes(self):
+        """A flush() waiting in another thread (the daemon stopped) does not hold the client's lock
+        while it waits: the training thread's pushes return at once."""
+        import threading
+        q = randn(1, 2, 16, 16)
+        with self.d.client(self.run_name()) as c:
+            self.assertTrue(c.flush(30))
+            os.kill(self.d.proc.pid, signal.SIGSTOP)
+            try:
+                self.assertTrue(c.push(0, 0, q, q))  # in flight: flush() has to wait
+                out = []
+                t = threading.Thread(target=lambda: out.append(c.flush(timeout_s=3)))
+                t.start()
+                time.sleep(0.2)
+                slowest = 0.0
+                for layer in range(20):
+                    t0 = time.monotonic()
+                    c.push(1, layer, q, q)
+                    slowest = max(slowest, time.monotonic() - t0)
+                    time.sleep(0.01)
+                self.assertTrue(t.is_alive())
+            finally:
+                os.kill(self.d.proc.pid, signal.SIGCONT)
+            t.join(60)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(out, [True])
+            self.assertLess(slowest, 0.25, "a push waited for the flushing thread")
+            self.assertTrue(c.flush(30))
 
 
 @need_daemon

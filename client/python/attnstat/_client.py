@@ -3,8 +3,10 @@ import ctypes
 import json
 import math
 import os
+import select
 import sys
 import threading
+import time
 import warnings
 
 from . import _lib
@@ -85,7 +87,10 @@ class Client(object):
     the daemon has read them; an event recorded on the tensor's current stream (or stream=)
     orders the daemon's reads after the writes, so a push never synchronises the device.
 
-    A Client may be used from several threads: every call holds the client's lock. It belongs to
+    A Client may be used from several threads: every call holds the client's lock, briefly. push()
+    never waits for it: while another thread is inside the library (status(), or a step of poll(),
+    flush()) a push is dropped and counted (stats()['dropped_busy']); poll() and flush() wait for
+    the socket outside the lock, so pushes from other threads go on meanwhile. It belongs to
     the process that made it: a forked child gets errors from it and must make its own. Callbacks run
     inside push(), poll(), flush() and status() on the calling thread and must not call the client.
     An exception raised by a callback is re-raised by the next poll(), flush() or status() (the
@@ -97,6 +102,8 @@ class Client(object):
                  devices=None):
         self._c = None
         self._lock = threading.RLock()
+        self._count_lock = threading.Lock()  # the Python-side drop counters only
+        self._dropped_busy = 0
         self._in_callback = False
         self._callback_error = None
         self._alert_cbs = []
@@ -286,62 +293,74 @@ class Client(object):
         elif not isinstance(stream, int):
             stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
 
-        with self._lock:
-            self._enter()
-            o = self._opts  # every field is set below
-            try:
-                o.step = int(step)
-                o.layer = _u32(layer, "layer")
-                o.causal = 1 if causal else 0
-                o.window_left = -1 if window_left is None else _i32(window_left, "window_left")
-                o.window_right = -1 if window_right is None else _i32(window_right, "window_right")
-                o.softcap = _float(softcap, "softcap")
-                o.scale = _float(scale, "scale")
-                o.sample_every = _u32(sample_every, "sample_every")
-                o.sample_rows = _u32(sample_rows, "sample_rows")
-                o.sample_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-                o.want_results = 1 if want_results else 0
-                o.cuda_stream = int(stream) if stream else None
-                o.cu_seqlens_q = o.cu_seqlens_k = None
-                o.n_seqs = 0
-            except (TypeError, ValueError, OverflowError) as e:
-                raise AttnstatError(_lib.EINVAL, str(e))
-            if cu is not None:
-                o.cu_seqlens_q, o.cu_seqlens_k, o.n_seqs = cu[:3]
-            dq.fill(self._tq)
-            dk.fill(self._tk)
-            ro, rq, rk, rv, rs = self._refs
-            if dv is not None:
-                dv.fill(self._tv)
-            else:
-                rv = None
-            c = self._handle()
-            if self._push_ex is not None:
-                self._seq.value = 0
-                rc = self._push_ex(c, ro, rq, rk, rv, rs)
-            else:
-                rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
-            if rc == _lib.OK and gpu:  # first: the daemon may read these from now on
-                self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
+        if not self._lock.acquire(blocking=False):  # another thread is in the library: drop
+            with self._count_lock:
+                self._dropped_busy += 1
+            return False
+        try:
+            return self._push_locked(step, layer, causal, window_left, window_right, softcap,
+                                     scale, sample_every, sample_rows, seed, want_results,
+                                     stream, cu, dq, dk, dv, gpu)
+        finally:
+            self._lock.release()
+
+    def _push_locked(self, step, layer, causal, window_left, window_right, softcap, scale,
+                     sample_every, sample_rows, seed, want_results, stream, cu, dq, dk, dv, gpu):
+        self._enter()
+        o = self._opts  # every field is set below
+        try:
+            o.step = int(step)
+            o.layer = _u32(layer, "layer")
+            o.causal = 1 if causal else 0
+            o.window_left = -1 if window_left is None else _i32(window_left, "window_left")
+            o.window_right = -1 if window_right is None else _i32(window_right, "window_right")
+            o.softcap = _float(softcap, "softcap")
+            o.scale = _float(scale, "scale")
+            o.sample_every = _u32(sample_every, "sample_every")
+            o.sample_rows = _u32(sample_rows, "sample_rows")
+            o.sample_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+            o.want_results = 1 if want_results else 0
+            o.cuda_stream = int(stream) if stream else None
             o.cu_seqlens_q = o.cu_seqlens_k = None
-            # An exception from a callback that ran in here stays stored for the next poll(),
-            # flush() or status(): the push itself went through, so it must not raise.
-            if rc == _lib.OK:
-                return True
-            if rc == _lib.DROPPED:
-                return False
-            if rc == _lib.ECLOSED:
-                if not self._warned_closed:
-                    self._warned_closed = True
-                    warnings.warn("attnstat: the connection to attnstatd is closed; pushes are "
-                                  "dropped from now on (%s)" % self._last_error(),
-                                  RuntimeWarning, stacklevel=2)
-                return False
-            if rc == _lib.ENOTSUP and gpu:
-                raise AttnstatError(rc, self._last_error() + " (CUDA tensors need a libattnstat "
-                                    "with the GPU path and a usable CUDA device; copy the tensors "
-                                    "to the host meanwhile)")
-            raise AttnstatError(rc, self._last_error())
+            o.n_seqs = 0
+        except (TypeError, ValueError, OverflowError) as e:
+            raise AttnstatError(_lib.EINVAL, str(e))
+        if cu is not None:
+            o.cu_seqlens_q, o.cu_seqlens_k, o.n_seqs = cu[:3]
+        dq.fill(self._tq)
+        dk.fill(self._tk)
+        ro, rq, rk, rv, rs = self._refs
+        if dv is not None:
+            dv.fill(self._tv)
+        else:
+            rv = None
+        c = self._handle()
+        if self._push_ex is not None:
+            self._seq.value = 0
+            rc = self._push_ex(c, ro, rq, rk, rv, rs)
+        else:
+            rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
+        if rc == _lib.OK and gpu:  # first: the daemon may read these from now on
+            self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
+        o.cu_seqlens_q = o.cu_seqlens_k = None
+        # An exception from a callback that ran in here stays stored for the next poll(),
+        # flush() or status(): the push itself went through, so it must not raise.
+        if rc == _lib.OK:
+            return True
+        if rc == _lib.DROPPED:
+            return False
+        if rc == _lib.ECLOSED:
+            if not self._warned_closed:
+                self._warned_closed = True
+                warnings.warn("attnstat: the connection to attnstatd is closed; pushes are "
+                              "dropped from now on (%s)" % self._last_error(),
+                              RuntimeWarning, stacklevel=3)
+            return False
+        if rc == _lib.ENOTSUP and gpu:
+            raise AttnstatError(rc, self._last_error() + " (CUDA tensors need a libattnstat "
+                                "with the GPU path and a usable CUDA device; copy the tensors "
+                                "to the host meanwhile)")
+        raise AttnstatError(rc, self._last_error())
 
     def _hold(self, objs):
         """Keeps the caller's GPU tensors alive until the daemon no longer reads them."""
@@ -362,48 +381,95 @@ class Client(object):
                 del self._held_unseq[:]
 
     # ---- replies --------------------------------------------------------------------------------
+    _WAIT_SLICE_S = 0.05  # the longest wait without a look at the outgoing queue
+
+    def _io_state(self):
+        """(fd, whether bytes wait to be written); under the lock."""
+        c = self._handle()
+        st = _lib.Counters()
+        self._lib.attnstat_stats(c, ctypes.byref(st))
+        return int(self._lib.attnstat_fd(c)), st.queue_bytes > 0
+
+    def _wait_io(self, fd, want_write, deadline):
+        """Waits, without the lock, until fd is readable (or writable, when bytes are queued), at
+        most until deadline (time.monotonic(); None: no limit) and at most _WAIT_SLICE_S.
+        True when it is readable."""
+        left = self._WAIT_SLICE_S
+        if deadline is not None:
+            left = max(0.0, min(left, deadline - time.monotonic()))
+        try:
+            p = select.poll()
+            p.register(fd, select.POLLIN | (select.POLLOUT if want_write else 0))
+            ev = p.poll(int(math.ceil(left * 1000)))
+        except (OSError, ValueError):  # closed meanwhile: the next step under the lock says so
+            return True
+        return any(e & (select.POLLIN | select.POLLERR | select.POLLHUP) for _, e in ev)
+
     def poll(self, timeout_ms=0):
         """Sends what is queued and processes what arrived (running the callbacks), waiting up to
         timeout_ms (0: not at all; < 0: until something arrives). Raises AttnstatError when the
-        connection is unusable."""
-        with self._lock:
-            self._enter()
-            rc = self._lib.attnstat_poll(self._handle(), int(timeout_ms))
-            self._raise_callback_error()
-            self._drop_unseq_holds()
-            self._check(rc)
+        connection is unusable. The waiting is done outside the client's lock."""
+        timeout_ms = int(timeout_ms)
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
+        while True:
+            with self._lock:
+                self._enter()
+                c = self._handle()
+                rc = self._lib.attnstat_poll(c, 0)
+                done = (rc != _lib.OK or timeout_ms == 0
+                        or (deadline is not None and time.monotonic() >= deadline))
+                if done:
+                    self._raise_callback_error()
+                    self._drop_unseq_holds()
+                    self._check(rc)
+                    return
+                fd, want_write = self._io_state()
+            if self._wait_io(fd, want_write, deadline):
+                timeout_ms = 0  # something arrived: process it, then return
 
     def flush(self, timeout_s=10):
         """Waits until every push sent is acknowledged (stored by the daemon), up to timeout_s
         seconds (None: no limit). True when everything was acknowledged, False when time ran out.
-        Raises AttnstatError when the connection is unusable."""
-        ms = -1 if timeout_s is None else max(0, int(math.ceil(float(timeout_s) * 1000)))
-        with self._lock:
-            self._enter()
-            rc = self._lib.attnstat_flush(self._handle(), ms)
-            self._raise_callback_error()
-            if rc == _lib.ETIMEDOUT:
-                return False
-            self._check(rc)
-            del self._held_unseq[:]
-            return True
+        Raises AttnstatError when the connection is unusable. The waiting is done outside the
+        client's lock, so other threads' pushes go on meanwhile."""
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
+        while True:
+            with self._lock:
+                self._enter()
+                c = self._handle()
+                self._lib.attnstat_poll(c, 0)          # sends, reads, runs the callbacks
+                rc = self._lib.attnstat_flush(c, 0)    # OK, ETIMEDOUT (not yet) or ECLOSED
+                if rc != _lib.ETIMEDOUT or (deadline is not None
+                                            and time.monotonic() >= deadline):
+                    self._raise_callback_error()
+                    if rc == _lib.ETIMEDOUT:
+                        return False
+                    self._check(rc)
+                    del self._held_unseq[:]
+                    return True
+                fd, want_write = self._io_state()
+            self._wait_io(fd, want_write, deadline)
 
     def stats(self):
         """The client's counters as a dict: pushed, sent, acked, dropped_local (dropped_ring,
         dropped_queue), dropped_daemon, rejected, released, in_flight, errors, alerts, ring_bytes,
-        ring_used, queue_bytes, last_code, last_error; plus held (GPU pushes whose tensors this
-        object keeps alive)."""
+        ring_used, queue_bytes, last_code, last_error; plus, from this binding: held (GPU pushes
+        whose tensors this object keeps alive) and dropped_busy (pushes dropped because another
+        thread was inside the library; not in 'pushed' nor 'dropped_local')."""
         with self._lock:
             st = _lib.Counters()
             self._lib.attnstat_stats(self._handle(), ctypes.byref(st))
             d = _struct_dict(st)
             d["held"] = len(self._held) + len(self._held_unseq)
+            with self._count_lock:
+                d["dropped_busy"] = self._dropped_busy
             return d
 
     def status(self, timeout_s=5):
         """The daemon's status as a dict (the fields of attnstat_daemon_status; 'workers' and
         'client_list' are lists of dicts, 'clients' is the number connected). Works without a
-        hello."""
+        hello. It holds the client's lock while it waits for the reply (the library has no
+        non-blocking form of it): pushes from other threads meanwhile are dropped as busy."""
         with self._lock:
             self._enter()
             out = _lib.DaemonStatus()
