@@ -1,4 +1,20 @@
-/* gpu.c — GPU workers (see gpu.h). */
+/* gpu.c — GPU workers (see gpu.h).
+ *
+ * IPC mappings are held only while a push needs them. A client's registration (the handle bytes and
+ * the registered size) lives as long as the client keeps it, but the mapping that
+ * cudaIpcOpenMemHandle creates is closed as soon as no push references the buffer: the exporter's
+ * cudaFree does not return the memory to the device while another process still has it mapped, so
+ * a mapping kept open between pushes would pin memory the trainer freed (PyTorch's empty_cache()
+ * and its OOM-retry would then fail because of us). The trade-off: a push that names a closed
+ * buffer reopens it (about 0.1 ms, plus cuMemGetAddressRange, on this worker thread, never on the
+ * trainer's), and the real-size check runs on each open, so a buffer that the exporter freed and
+ * reallocated smaller is refused rather than read out of bounds.
+ *
+ * Who holds a mapping: `pending` counts the pushes submitted to the worker that name the buffer
+ * (incremented on the loop thread before worker_submit, decremented by the worker when it is done
+ * with the push, or by the loop thread for a push the worker never computed). Whoever brings it to
+ * zero closes the mapping: the worker directly (after its stream has finished reading), the loop
+ * thread by posting a close to the worker, which closes only if no push came in meanwhile. */
 #include "gpu.h"
 
 #include <stdarg.h>
@@ -37,12 +53,14 @@ struct gpu_ctx {
 struct gpu_mem {
     gpu_ctx *g;
     int refs;                 /* loop thread */
+    int pending;              /* atomic: submitted pushes naming it that the worker is not done with */
+    int tasks;                /* atomic: idle closes posted to the worker and not yet run */
     uint8_t handle[GPU_IPC_HANDLE_BYTES];
     uint64_t size;            /* registered */
     /* worker thread */
-    void *ptr;                /* opened mapping, NULL until the first push */
+    void *ptr;                /* opened mapping, NULL while no push needs it */
     uint64_t real;            /* the allocation's size from the opened pointer */
-    int failed;
+    uint64_t opens;           /* how many times it was opened (logged at close) */
     char err[300];
 };
 
@@ -202,35 +220,89 @@ void gpu_mem_ref(gpu_mem *m)
     m->refs++;
 }
 
+/* Worker thread: closes the mapping (the buffer stays registered). The caller made sure that the
+ * worker's stream no longer reads it. */
+static void gpu_mem_unmap(gpu_mem *m)
+{
+    if (!m->ptr)
+        return;
+    cudaError_t e = cudaIpcCloseMemHandle(m->ptr);
+    if (e != cudaSuccess)
+        LOG_WARN("gpu", "cudaIpcCloseMemHandle on %s: %s (the exporter's memory may stay "
+                 "allocated until the daemon exits)", m->g->uuid, cudaGetErrorString(e));
+    else
+        LOG_DEBUG("gpu", "closed an IPC allocation of %llu bytes on %s (opened %llu times)",
+                  (unsigned long long)m->real, m->g->uuid, (unsigned long long)m->opens);
+    m->ptr = NULL;
+}
+
 static void gpu_mem_close(void *arg)
 {
     gpu_mem *m = arg;
-    if (m->ptr) {
-        cudaError_t e = cudaIpcCloseMemHandle(m->ptr);
-        if (e != cudaSuccess)
-            LOG_WARN("gpu", "cudaIpcCloseMemHandle on %s: %s", m->g->uuid, cudaGetErrorString(e));
-        else
-            LOG_DEBUG("gpu", "closed an IPC allocation of %llu bytes on %s",
-                      (unsigned long long)m->real, m->g->uuid);
-    }
+    gpu_mem_unmap(m);
     free(m);
+}
+
+/* Worker thread, posted by the loop thread when a push the worker never computed was the last to
+ * name the buffer. A push submitted since keeps it open (it will close it when done). */
+static void gpu_mem_idle_task(void *arg)
+{
+    gpu_mem *m = arg;
+    if (__atomic_load_n(&m->pending, __ATOMIC_ACQUIRE) == 0)
+        gpu_mem_unmap(m);
+    __atomic_sub_fetch(&m->tasks, 1, __ATOMIC_RELEASE); /* m may be freed from here on */
 }
 
 void gpu_mem_unref(gpu_mem *m)
 {
     if (--m->refs > 0)
         return;
-    if (!m->ptr) {
-        free(m); /* never opened: nothing of CUDA's to close */
+    /* No push holds it (pushes hold references), so only an idle close still queued can touch it. */
+    int tasks = __atomic_load_n(&m->tasks, __ATOMIC_ACQUIRE);
+    if (!m->ptr && tasks == 0) {
+        free(m); /* not mapped: nothing of CUDA's to close */
         return;
     }
-    /* The handle is closed on the device's worker thread, after the jobs queued before. Refused
-     * only once the worker is stopping (the process is ending: the mapping goes with it) or on
-     * no memory: then the mapping stays open, and that is said. */
+    /* Closed and freed on the device's worker thread, after the tasks posted before (an idle close
+     * of this buffer included). Refused only once the worker is stopping (the process is ending:
+     * the mapping goes with it) or on no memory: then the mapping stays open, and that is said. */
     if (worker_run_on(m->g->w, gpu_mem_close, m) != 0) {
-        LOG_WARN("gpu", "an IPC allocation of %llu bytes on %s is left mapped (its worker is "
-                 "stopping, or memory ran out)", (unsigned long long)m->real, m->g->uuid);
-        free(m);
+        if (tasks == 0) {
+            LOG_WARN("gpu", "an IPC allocation of %llu bytes on %s is left mapped (its worker is "
+                     "stopping, or memory ran out)", (unsigned long long)m->real, m->g->uuid);
+            free(m);
+        } else {
+            /* An idle close queued on the worker still names it: it may not be freed here. */
+            LOG_WARN("gpu", "an IPC buffer on %s is left to its worker's queued close (its worker "
+                     "is stopping, or memory ran out)", m->g->uuid);
+        }
+    }
+}
+
+void gpu_refs_hold(gpu_refs *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        __atomic_add_fetch(&r->mem[i]->pending, 1, __ATOMIC_ACQ_REL);
+        r->held[i] = 1;
+    }
+}
+
+void gpu_refs_drop(gpu_refs *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        if (!r->held[i])
+            continue;
+        r->held[i] = 0;
+        gpu_mem *m = r->mem[i];
+        if (__atomic_sub_fetch(&m->pending, 1, __ATOMIC_ACQ_REL) != 0)
+            continue;
+        /* The worker may have kept it mapped for this push: have it closed there. */
+        __atomic_add_fetch(&m->tasks, 1, __ATOMIC_ACQ_REL);
+        if (worker_run_on(m->g->w, gpu_mem_idle_task, m) != 0) {
+            __atomic_sub_fetch(&m->tasks, 1, __ATOMIC_ACQ_REL);
+            LOG_DEBUG("gpu", "an idle IPC buffer on %s stays mapped until it is forgotten (its "
+                      "worker is stopping, or memory ran out)", m->g->uuid);
+        }
     }
 }
 
@@ -295,14 +367,12 @@ static int gpu_mem_open(gpu_mem *m)
 {
     if (m->ptr)
         return 0;
-    if (m->failed)
-        return -1;
+    /* A failure is not remembered: the next push that names the buffer tries again. */
     cudaIpcMemHandle_t h;
     memcpy(h.reserved, m->handle, sizeof h.reserved);
     cudaError_t e = cudaIpcOpenMemHandle(&m->ptr, h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
         m->ptr = NULL;
-        m->failed = 1;
         snprintf(m->err, sizeof m->err, "cudaIpcOpenMemHandle on %s: %s (was the buffer exported "
                  "on this device, by a live process?)", m->g->uuid, cudaGetErrorString(e));
         return -1;
@@ -315,12 +385,12 @@ static int gpu_mem_open(gpu_mem *m)
         if (ce != cudaSuccess)
             LOG_WARN("gpu", "cudaIpcCloseMemHandle on %s: %s", m->g->uuid, cudaGetErrorString(ce));
         m->ptr = NULL;
-        m->failed = 1;
         snprintf(m->err, sizeof m->err, "cuMemGetAddressRange of an opened IPC allocation on %s "
                  "failed (CUDA error %d)", m->g->uuid, (int)r);
         return -1;
     }
     m->real = size;
+    m->opens++;
     return 0;
 }
 
@@ -382,9 +452,8 @@ static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, w
     return STATS_OK;
 }
 
-stats_status gpu_compute(void *arg, worker_job *job)
+static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
 {
-    gpu_ctx *g = arg;
     gpu_refs *r = job->ext;
     static const char *const names[3] = {"q", "k", "v"};
     if (!g->ready)
@@ -445,6 +514,40 @@ stats_status gpu_compute(void *arg, worker_job *job)
         cudaError_t e = cudaGetLastError(); /* clears a sticky-free error for the next job */
         (void)e;
     }
+    return st;
+}
+
+/* Worker thread, after every push (computed or failed): the push lets go of its buffers, and one
+ * that no other submitted push names is unmapped, once the stream has stopped reading it. */
+static void gpu_release_job(gpu_ctx *g, gpu_refs *r)
+{
+    int synced = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (!r->held[i])
+            continue;
+        r->held[i] = 0;
+        gpu_mem *m = r->mem[i];
+        if (__atomic_sub_fetch(&m->pending, 1, __ATOMIC_ACQ_REL) != 0 || !m->ptr)
+            continue;
+        if (!synced && g->ready) {
+            /* A failed push may have left work queued that reads the mapping. */
+            cudaError_t e = cudaStreamSynchronize(g->stream);
+            if (e != cudaSuccess) {
+                LOG_WARN("gpu", "cudaStreamSynchronize before closing IPC mappings on %s: %s",
+                         g->uuid, cudaGetErrorString(e));
+                (void)cudaGetLastError();
+            }
+            synced = 1;
+        }
+        gpu_mem_unmap(m);
+    }
+}
+
+stats_status gpu_compute(void *arg, worker_job *job)
+{
+    gpu_ctx *g = arg;
+    stats_status st = gpu_compute_job(g, job);
+    gpu_release_job(g, job->ext);
     return st;
 }
 
@@ -525,6 +628,16 @@ void gpu_event_ref(gpu_event *e)
 void gpu_event_unref(gpu_event *e)
 {
     (void)e;
+}
+
+void gpu_refs_hold(gpu_refs *r)
+{
+    (void)r;
+}
+
+void gpu_refs_drop(gpu_refs *r)
+{
+    (void)r;
 }
 
 gpu_ctx *gpu_mem_ctx(const gpu_mem *m)

@@ -3,9 +3,11 @@
  * (kernels/stats_cuda.h) on the device's own context and low-priority stream.
  *
  * The CUDA objects of a client — IPC memory handles (gpu_mem) and IPC events (gpu_event) — are
- * created on the loop thread as plain descriptions, opened lazily on the worker thread of their
- * device at the first push that uses them, and closed on that thread once the loop thread drops
- * the last reference (the client went, or Forgot it, and no push using it is in flight).
+ * created on the loop thread as plain descriptions and opened lazily on the worker thread of their
+ * device by the pushes that use them. An IPC memory mapping is closed again on that thread as soon
+ * as no submitted push names the buffer (an importer's open mapping keeps the exporter's freed
+ * memory allocated on the device), and reopened by the next push that does; the registration
+ * stays until the client Forgets it or goes. Events stay open until then.
  *
  * Before the kernel reads a byte, each tensor's span is checked against the opened allocation's
  * real size (cuMemGetAddressRange on the opened pointer, through the runtime's driver entry point),
@@ -44,9 +46,16 @@ typedef struct {
     uint64_t off[3];         /* byte offset of each tensor in its buffer */
     uint64_t need[3];        /* offset + bytes spanned */
     int n;
+    int held[3];             /* the push counts among the pushes that keep mem[i] mapped */
     gpu_event *ev;           /* NULL: no event (the client says its data are ready) */
     const int *client_gone;  /* set (atomically) when the client disconnects */
 } gpu_refs;
+
+/* Loop thread. hold: right before worker_submit (the worker lets go when it is done with the
+ * push); drop: when the push is freed, for a push the worker never computed (refused or handed
+ * back); a buffer no push names any more is then unmapped on its worker. */
+void gpu_refs_hold(gpu_refs *r);
+void gpu_refs_drop(gpu_refs *r);
 
 /* Local devices usable by the kernels (compute capability >= 8.0), found once at start-up.
  * Returns how many (0 without CUDA or a driver: why says so). */

@@ -638,6 +638,7 @@ void session_push_unmap(session_push *p)
     for (int i = 0; i < p->nmaps; i++)
         map_unref(p->maps[i]);
     p->nmaps = 0;
+    gpu_refs_drop(&p->gref);
     for (int i = 0; i < p->gref.n; i++)
         gpu_mem_unref(p->gref.mem[i]);
     p->gref.n = 0;
@@ -774,6 +775,8 @@ static void on_push(session *s, const Attnstat__Push *push)
             p->job.guard_bytes[j] = p->plan.need_bytes[i];
     }
     /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
+    if (target != srv->cpu)
+        gpu_refs_hold(&p->gref); /* keeps its buffers mapped until the worker is done with it */
     if (worker_submit(target, &p->job) != 0) {
         srv->m.dropped++;
         s->dropped++;
