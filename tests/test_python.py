@@ -501,6 +501,46 @@ class TestArguments(unittest.TestCase):
             t.join()
         self.assertEqual(self.c.stats()["dropped_busy"], 1)
 
+    def test_held_gpu_memory_is_detached_and_bounded(self):
+        """What a zero-copy push keeps alive is the tensors' detach() (not their autograd graph),
+        and at most held_bytes_max bytes / held_pushes_max pushes of it: beyond, GPU pushes are
+        dropped (dropped_held) until Releases come back."""
+        class GradTensor(FakeTensor):
+            def detach(self):
+                t = FakeTensor(self._a, self.dtype.name, self.device)
+                t.detached_from = self
+                return t
+
+        c = attnstat.Client(socket=self.path, hello=False, lib=LIB, held_bytes_max=3000,
+                            held_pushes_max=3)
+        self.addCleanup(self.c.close)
+        self.c = c
+        state = self._stub_lib()
+        gpu = FakeDevice("cuda", 0)
+        q = GradTensor(randn(1, 2, 8, 16), device=gpu)             # 1 KiB
+        k = GradTensor(randn(1, 2, 16, 16)[:, :, ::2], device=gpu)  # strided: spans 1984 bytes
+        self.assertTrue(c.push(0, 0, q, k))
+        h = c._held[1]
+        self.assertIsNot(h[0], q)
+        self.assertIs(h[0].detached_from, q)
+        self.assertIs(h[1].detached_from, k)
+        st = c.stats()
+        self.assertEqual((st["held"], st["held_bytes"], st["dropped_held"]), (1, 1024 + 1984, 0))
+        self.assertFalse(c.push(0, 1, q, k))  # over the byte budget: dropped, not sent
+        self.assertEqual(state["pushes"], 1)
+        self.assertEqual(c.stats()["dropped_held"], 1)
+        c._on_release_c(None, 1)
+        self.assertEqual(c.stats()["held_bytes"], 0)
+        small = GradTensor(randn(1, 1, 4, 16), device=gpu)  # 256 bytes
+        for layer in range(3):
+            self.assertTrue(c.push(1, layer, small, small))
+        self.assertFalse(c.push(1, 3, small, small))  # over the count
+        self.assertEqual(c.stats()["dropped_held"], 2)
+        self.assertEqual(c.stats()["held_bytes"], 3 * 512)
+        self.assertTrue(c.push(1, 4, randn(1, 1, 4, 16), randn(1, 1, 4, 16)))  # host: unbounded
+        c.close()
+        self.assertEqual(c._held_bytes, 0)
+
     def test_forked_child_leaves_the_connection_alone(self):
         q = randn(1, 1, 4, 8)
         pid = os.fork()

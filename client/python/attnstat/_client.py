@@ -85,7 +85,11 @@ class Client(object):
 
     CUDA tensors are handed over without a copy (CUDA IPC) and kept alive by this object until
     the daemon has read them; an event recorded on the tensor's current stream (or stream=)
-    orders the daemon's reads after the writes, so a push never synchronises the device.
+    orders the daemon's reads after the writes, so a push never synchronises the device. What is
+    kept is t.detach() where the object has it (the memory, not the autograd graph), and it is
+    bounded: while the pushes held span more than held_bytes_max bytes (default 2 GiB; None: no
+    limit) or number held_pushes_max (default 1024), further GPU pushes are dropped and counted
+    (stats()['dropped_held']); a push is never dropped for its own size while nothing is held.
 
     A Client may be used from several threads: every call holds the client's lock, briefly. push()
     never waits for it: while another thread is inside the library (status(), or a step of poll(),
@@ -99,8 +103,14 @@ class Client(object):
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
                  ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
-                 devices=None):
+                 devices=None, held_bytes_max=2 << 30, held_pushes_max=1024):
         self._c = None
+        self._held_bytes_max = (None if held_bytes_max is None
+                                else _nonneg_int(held_bytes_max, "held_bytes_max"))
+        self._held_pushes_max = (None if held_pushes_max is None
+                                 else _nonneg_int(held_pushes_max, "held_pushes_max"))
+        self._held_bytes = 0     # the spans of the tensors in _held and _held_unseq
+        self._dropped_held = 0
         self._lock = threading.RLock()
         self._count_lock = threading.Lock()  # the Python-side drop counters only
         self._dropped_busy = 0
@@ -298,6 +308,9 @@ class Client(object):
                 self._dropped_busy += 1
             return False
         try:
+            if gpu and self._over_hold_budget(dq, dk, dv):
+                self._dropped_held += 1
+                return False
             return self._push_locked(step, layer, causal, window_left, window_right, softcap,
                                      scale, sample_every, sample_rows, seed, want_results,
                                      stream, cu, dq, dk, dv, gpu)
@@ -341,7 +354,8 @@ class Client(object):
         else:
             rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
         if rc == _lib.OK and gpu:  # first: the daemon may read these from now on
-            self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None))
+            self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None),
+                       self._pending_bytes)
         o.cu_seqlens_q = o.cu_seqlens_k = None
         # An exception from a callback that ran in here stays stored for the next poll(),
         # flush() or status(): the push itself went through, so it must not raise.
@@ -362,15 +376,42 @@ class Client(object):
                                 "to the host meanwhile)")
         raise AttnstatError(rc, self._last_error())
 
-    def _hold(self, objs):
-        """Keeps the caller's GPU tensors alive until the daemon no longer reads them."""
+    def _over_hold_budget(self, dq, dk, dv):
+        """Whether a GPU push of these tensors would hold more than the budget (under the lock);
+        leaves their bytes in _pending_bytes for _hold."""
+        n = _span_bytes(dq) + _span_bytes(dk) + (_span_bytes(dv) if dv is not None else 0)
+        self._pending_bytes = n
+        count = len(self._held) + len(self._held_unseq)
+        if self._held_pushes_max is not None and count >= self._held_pushes_max:
+            return True
+        return (self._held_bytes_max is not None and count > 0
+                and self._held_bytes + n > self._held_bytes_max)
+
+    def _hold(self, objs, nbytes=0):
+        """Keeps the caller's GPU tensors alive until the daemon no longer reads them: their
+        detached views (same memory, no autograd graph)."""
         seq = self._seq.value if self._push_ex is not None else 0
+        if seq == 0 and self._push_ex is not None:
+            return  # the library copied them (staged path): nothing to hold
+        held = _Held(_detached(o) for o in objs)
+        held.nbytes = nbytes
+        self._held_bytes += nbytes
         if seq and self._release_cb:
-            self._held[seq] = objs
-        elif seq == 0 and self._push_ex is not None:
-            pass  # the library copied them (staged path): nothing to hold
+            old = self._held.pop(seq, None)
+            if old is not None:
+                self._held_bytes -= old.nbytes
+            self._held[seq] = held
         else:
-            self._held_unseq.append(objs)
+            self._held_unseq.append(held)
+
+    def _unhold_all(self):
+        self._held.clear()
+        del self._held_unseq[:]
+        self._held_bytes = 0
+
+    def _clear_unseq(self):
+        self._held_bytes -= sum(h.nbytes for h in self._held_unseq)
+        del self._held_unseq[:]
 
     def _drop_unseq_holds(self):
         """Without per-push release notifications: once nothing is in flight, nothing is read."""
@@ -378,7 +419,7 @@ class Client(object):
             st = _lib.Counters()
             self._lib.attnstat_stats(self._c, ctypes.byref(st))
             if st.in_flight == 0:
-                del self._held_unseq[:]
+                self._clear_unseq()
 
     # ---- replies --------------------------------------------------------------------------------
     _WAIT_SLICE_S = 0.05  # the longest wait without a look at the outgoing queue
@@ -445,7 +486,7 @@ class Client(object):
                     if rc == _lib.ETIMEDOUT:
                         return False
                     self._check(rc)
-                    del self._held_unseq[:]
+                    self._clear_unseq()
                     return True
                 fd, want_write = self._io_state()
             self._wait_io(fd, want_write, deadline)
@@ -454,13 +495,17 @@ class Client(object):
         """The client's counters as a dict: pushed, sent, acked, dropped_local (dropped_ring,
         dropped_queue), dropped_daemon, rejected, released, in_flight, errors, alerts, ring_bytes,
         ring_used, queue_bytes, last_code, last_error; plus, from this binding: held (GPU pushes
-        whose tensors this object keeps alive) and dropped_busy (pushes dropped because another
-        thread was inside the library; not in 'pushed' nor 'dropped_local')."""
+        whose tensors this object keeps alive), held_bytes (their spans), dropped_busy (pushes
+        dropped because another thread was inside the library) and dropped_held (GPU pushes
+        dropped because the held budget was spent); these two are in neither 'pushed' nor
+        'dropped_local'."""
         with self._lock:
             st = _lib.Counters()
             self._lib.attnstat_stats(self._handle(), ctypes.byref(st))
             d = _struct_dict(st)
             d["held"] = len(self._held) + len(self._held_unseq)
+            d["held_bytes"] = self._held_bytes
+            d["dropped_held"] = self._dropped_held
             with self._count_lock:
                 d["dropped_busy"] = self._dropped_busy
             return d
@@ -552,7 +597,9 @@ class Client(object):
             self._dispatch(self._ack_cbs, seq, step, layer, code, _s(message))
 
     def _on_release_c(self, user, seq):
-        self._held.pop(seq, None)
+        h = self._held.pop(seq, None)
+        if h is not None:
+            self._held_bytes -= h.nbytes
 
     def _raise_callback_error(self):
         e, self._callback_error = self._callback_error, None
@@ -588,8 +635,7 @@ class Client(object):
             c, self._c = self._c, None
             if c and os.getpid() == self._pid:  # a forked child leaves its parent's alone
                 self._lib.attnstat_close(c)
-            self._held.clear()
-            del self._held_unseq[:]
+            self._unhold_all()
 
     def __enter__(self):
         return self
@@ -632,6 +678,29 @@ class Client(object):
         if rc != _lib.OK:
             msg = self._last_error() or _s(self._lib.attnstat_strerror(rc))
             raise AttnstatError(rc, msg)
+
+
+class _Held(tuple):
+    """The objects one push keeps alive, with .nbytes, the spans of its tensors."""
+    nbytes = 0
+
+
+def _detached(o):
+    """o.detach() where o has it (a tensor: the same memory without its autograd graph), else o."""
+    detach = getattr(o, "detach", None)
+    if callable(detach):
+        try:
+            return detach()
+        except Exception:
+            pass
+    return o
+
+
+def _span_bytes(d):
+    """The bytes from the first to one past the last element of a described tensor."""
+    if any(n == 0 for n in d.shape):
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(d.shape, d.strides))) * _lib.DTYPE_SIZES[d.dtype]
 
 
 def default_socket(lib=None):
