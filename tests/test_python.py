@@ -760,6 +760,23 @@ class TestMonitor(unittest.TestCase):
                                         model=model, strict=True):
                 model(None)
 
+    def test_cuda_graph_capture_is_skipped(self):
+        capturing = [True]
+        sys.modules["torch"].cuda = types.SimpleNamespace(
+            is_available=lambda: True, is_current_stream_capturing=lambda: capturing[0])
+        c = RecordingClient()
+        gpu = FakeDevice("cuda", 0)
+        q = FakeTensor(randn(1, 2, 4, 8), device=gpu)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                self.F.scaled_dot_product_attention(q, q, q)
+                self.F.scaled_dot_product_attention(q, q, q)
+                capturing[0] = False
+                self.F.scaled_dot_product_attention(q, q, q)
+        self.assertEqual((mon.skipped, mon.pushed, len(c.calls)), (2, 1, 1))
+        self.assertEqual(len([x for x in w if "graph" in str(x.message)]), 1)
+
     def test_extra_modules_and_later_wrappers(self):
         other = types.ModuleType("some_model_code")
         other.scaled_dot_product_attention = _np_sdpa

@@ -22,7 +22,8 @@ What is not monitored (counted in .skipped, one warning each kind): calls with a
 (masks other than causal cannot be described to the daemon yet), tensors that are not 3-D
 ([B, N, D], taken as one head) or 4-D [B, H, N, D], dtypes other than float32 / float16 / bfloat16,
 calls made while torch.compile traces (compiled='break' monitors compiled code through a graph
-break at each call instead). Modules that imported the function by name
+break at each call instead), CUDA calls made while a CUDA graph is being captured (a replay of the
+graph does not call the wrapper either). Modules that imported the function by name
 (`from torch.nn.functional import scaled_dot_product_attention`) do not see the patch: pass them as
 modules=[...] and their attribute is patched too. With activation checkpointing the recomputed
 forward calls again: pass layers=range(n_layers) to keep only the first pass's indices.
@@ -195,6 +196,14 @@ class monitor(object):
                     pass
         return False
 
+    def _graph_capturing(self):
+        """Whether the current CUDA stream is capturing a graph (for CUDA tensors only)."""
+        cuda = getattr(self._torch, "cuda", None)
+        try:
+            return bool(cuda.is_available() and cuda.is_current_stream_capturing())
+        except Exception:
+            return False
+
     def _warn_once(self, kind, msg):
         if kind not in self._warned:
             self._warned.add(kind)
@@ -230,6 +239,11 @@ class monitor(object):
                             % q.dtype)
             return
         if getattr(q, "is_cuda", False):
+            if self._graph_capturing():  # no push (event record, IPC, copy) inside a capture
+                self.skipped += 1
+                self._warn_once("graph", "calls made while a CUDA graph is being captured are not "
+                                "monitored")
+                return
             if self.copy_to_host:
                 q, k = q.detach().cpu(), k.detach().cpu()
             elif self._gpu_off:
