@@ -541,6 +541,43 @@ class TestArguments(unittest.TestCase):
         c.close()
         self.assertEqual(c._held_bytes, 0)
 
+    def test_the_last_reference_closes_the_connection(self):
+        """A Client is in no reference cycle: dropping it closes the connection at once, without
+        waiting for the garbage collector."""
+        import gc
+        import weakref
+        first, _ = self.srv.accept()  # setUp's client
+        gc.disable()
+        try:
+            c = attnstat.Client(socket=self.path, hello=False, lib=LIB)
+            c.on_alert(lambda a: None, subscribe=False)
+            conn, _ = self.srv.accept()
+            ref = weakref.ref(c)
+            del c
+            self.assertIsNone(ref(), "the Client outlived its last reference")
+        finally:
+            gc.enable()
+        conn.settimeout(5)
+        try:
+            while conn.recv(4096):
+                pass  # until EOF: the library closed the socket
+        finally:
+            conn.close()
+            first.close()
+
+    def test_clients_left_at_interpreter_exit(self):
+        code = ("import attnstat, threading\n"
+                "c = attnstat.Client(socket=%r, hello=False)\n"
+                "c.me = c\n"                                   # a cycle of the user's own
+                "d = attnstat.Client(socket=%r, hello=False)\n"
+                "threading.Thread(target=c.poll, args=(10000,), daemon=True).start()\n"
+                % (self.path, self.path))
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"),
+                   ATTNSTAT_LIB=LIB._attnstat_path)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+
     def test_forked_child_leaves_the_connection_alone(self):
         q = randn(1, 1, 4, 8)
         pid = os.fork()

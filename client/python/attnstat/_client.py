@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 
 from . import _lib
 from ._tensor import TensorError, describe
@@ -156,10 +157,13 @@ class Client(object):
         self._refs = (ctypes.byref(self._opts), ctypes.byref(self._tq), ctypes.byref(self._tk),
                       ctypes.byref(self._tv), ctypes.byref(self._seq))
 
-        self._alert_fn = _lib.ALERT_FN(self._on_alert_c)
-        self._result_fn = _lib.RESULT_FN(self._on_result_c)
-        self._ack_fn = _lib.ACK_FN(self._on_ack_c)
-        self._release_fn = _lib.RELEASE_FN(self._on_release_c)
+        # The C callbacks reach this object through a weak reference: no reference cycle, so the
+        # connection (and the library's staging memory) goes as soon as the last reference does.
+        me = weakref.ref(self)
+        self._alert_fn = _lib.ALERT_FN(_trampoline(me, "_on_alert_c"))
+        self._result_fn = _lib.RESULT_FN(_trampoline(me, "_on_result_c"))
+        self._ack_fn = _lib.ACK_FN(_trampoline(me, "_on_ack_c"))
+        self._release_fn = _lib.RELEASE_FN(_trampoline(me, "_on_release_c"))
         lib.attnstat_set_alert_callback(handle, self._alert_fn, None)
         lib.attnstat_set_result_callback(handle, self._result_fn, None)
         lib.attnstat_set_ack_callback(handle, self._ack_fn, None)
@@ -644,12 +648,16 @@ class Client(object):
         self.close()
         return False
 
-    def __del__(self):
+    def __del__(self, _getpid=os.getpid):
+        # Runs when the last reference goes (the object is in no cycle of its own) or at
+        # interpreter exit, when module globals may already be gone: nothing here may raise or
+        # wait (attnstat_close only writes what the socket takes at once).
         try:
-            if getattr(self, "_c", None) and os.getpid() == self._pid:
-                self._lib.attnstat_close(self._c)
+            c = self.__dict__.get("_c")
+            if c and _getpid() == self.__dict__.get("_pid"):
                 self._c = None
-        except Exception:
+                self._lib.attnstat_close(c)
+        except BaseException:
             pass
 
     def __repr__(self):
@@ -678,6 +686,15 @@ class Client(object):
         if rc != _lib.OK:
             msg = self._last_error() or _s(self._lib.attnstat_strerror(rc))
             raise AttnstatError(rc, msg)
+
+
+def _trampoline(ref, name):
+    """A C callback that calls ref().<name>(...) while the client lives, and nothing after."""
+    def callback(*args):
+        obj = ref()
+        if obj is not None:
+            getattr(obj, name)(*args)
+    return callback
 
 
 class _Held(tuple):
