@@ -559,6 +559,33 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
     attnstat_code rc = gpu_init(g, err, errlen);
     if (rc != ATTNSTAT_OK)
         return rc;
+    cudaStream_t s = stream == (void *)1   ? cudaStreamLegacy
+                     : stream == (void *)2 ? cudaStreamPerThread
+                                           : (cudaStream_t)stream;
+    /* Under CUDA graph capture the event record and the staging copy would become graph nodes
+     * (the daemon would wait for an event that is never reached), and a first-use call (event
+     * pool, export, staging ring) could invalidate the caller's capture: nothing is touched. */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaError_t before = cudaPeekAtLastError();
+    cudaError_t ce = cudaStreamIsCapturing(s, &cap);
+    if (ce != cudaSuccess && before == cudaSuccess)
+        (void)cudaGetLastError(); /* ours, not the caller's: a later launch check must not see it */
+    if (ce == cudaErrorStreamCaptureImplicit || (ce == cudaSuccess &&
+                                                 cap != cudaStreamCaptureStatusNone)) {
+        /* Implicit: a legacy-stream query while another stream captures in global mode. */
+        snprintf(err, errlen, "push dropped: cuda_stream %p is being captured into a CUDA graph "
+                 "(%s); push outside the captured region, e.g. after replaying the graph",
+                 stream, ce == cudaSuccess ? (cap == cudaStreamCaptureStatusActive
+                                                  ? "capture active"
+                                                  : "capture invalidated")
+                                           : "another stream captures in global mode");
+        return ATTNSTAT_DROPPED;
+    }
+    if (ce != cudaSuccess)
+        return gpu_fail(err, errlen, ATTNSTAT_EINVAL,
+                        "cudaStreamIsCapturing on stream %p: %s (cuda_stream must be a live "
+                        "stream, or NULL/1/2 for the default streams)", stream,
+                        cudaGetErrorString(ce));
     gpu_ptr p[3];
     memset(p, 0, sizeof p);
     for (int i = 0; i < nt; i++) {
@@ -575,9 +602,6 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
     if (rc != ATTNSTAT_OK)
         return rc;
     gpu_dev *v = &g->dev[d];
-    cudaStream_t s = stream == (void *)1   ? cudaStreamLegacy
-                     : stream == (void *)2 ? cudaStreamPerThread
-                                           : (cudaStream_t)stream;
 
     /* An event first: without one the push cannot be ordered, so nothing else is done. */
     if (v->nfree == 0) {

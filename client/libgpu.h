@@ -61,7 +61,8 @@ void gpu_free(gpu_state *g);
  * what is new (through emit), stages what cannot be exported, records an event on stream.
  * Returns ATTNSTAT_OK with loc[], *event_id, *hold and *zero_copy (1: the caller's memory is read
  * by the daemon later) set; ATTNSTAT_DROPPED when the staging ring or the event pool is full
- * (counted in st); or an error (EINVAL, ENOTSUP, EIO) with err set. On anything but OK nothing
+ * (counted in st), or when stream is being captured into a CUDA graph (checked first: then no
+ * other CUDA call is made; the caller counts it in dropped_local); or an error (EINVAL, ENOTSUP, EIO) with err set. On anything but OK nothing
  * is held. */
 attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt, void *stream,
                           uint64_t seq, gpu_emit_fn emit, void *ectx, gpu_loc *loc,
