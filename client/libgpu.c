@@ -546,6 +546,28 @@ typedef struct {
     uint64_t off; /* in the staging ring */
 } gpu_span_iv;
 
+/* Pins cache entry b for the push being prepared (once per entry): a pinned entry is never
+ * evicted, so exporting k cannot take the slot of q's entry of the same push. */
+static void gpu_pin(gpu_state *g, gpu_hold *hold, gpu_buf *b)
+{
+    for (int k = 0; k < hold->nent; k++)
+        if (&g->bufs[hold->ent[k]] == b)
+            return;
+    hold->ent[hold->nent++] = (uint16_t)(b - g->bufs);
+    b->inflight++;
+}
+
+/* Undoes the pins of a push that is not sent. */
+static void gpu_unpin(gpu_state *g, gpu_hold *hold)
+{
+    for (int i = 0; i < hold->nent; i++) {
+        gpu_buf *b = &g->bufs[hold->ent[i]];
+        if (b->inflight > 0 && --b->inflight == 0 && b->dead)
+            memset(b, 0, sizeof *b);
+    }
+    hold->nent = 0;
+}
+
 attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt, void *stream,
                           uint64_t seq, gpu_emit_fn emit, void *ectx, gpu_loc *loc,
                           uint32_t *event_id, gpu_hold *hold, int *zero_copy,
@@ -626,11 +648,14 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
             int st_only = 0;
             ent[i] = gpu_export(g, &p[i], emit, ectx, &st_only, &rc, err, errlen);
             if (!ent[i]) {
+                gpu_unpin(g, hold);
                 if (rc == ATTNSTAT_DROPPED)
                     st->dropped_events++;
                 return rc;
             }
             staged[i] = st_only;
+            if (!st_only)
+                gpu_pin(g, hold, ent[i]);
         }
         nstaged += staged[i];
     }
@@ -638,8 +663,10 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
     int niv = 0;
     if (nstaged) {
         rc = gpu_staging(g, d, emit, ectx, err, errlen);
-        if (rc != ATTNSTAT_OK)
+        if (rc != ATTNSTAT_OK) {
+            gpu_unpin(g, hold);
             return rc;
+        }
         /* Spans of the staged tensors, overlapping ones merged (q, k, v of one fused buffer). */
         for (int i = 0; i < nt; i++) {
             if (!staged[i])
@@ -670,14 +697,17 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
             iv[j].off = total;
             total += (iv[j].hi - iv[j].lo + GPU_STAGE_ALIGN - 1) / GPU_STAGE_ALIGN * GPU_STAGE_ALIGN;
         }
-        if (total > v->stage_bytes)
+        if (total > v->stage_bytes) {
+            gpu_unpin(g, hold);
             return gpu_fail(err, errlen, ATTNSTAT_EINVAL,
                             "the staged tensors need %llu bytes, more than the %llu-byte CUDA "
                             "staging ring (raise ATTNSTAT_CUDA_STAGING_BYTES or sample fewer rows)",
                             (unsigned long long)total, (unsigned long long)v->stage_bytes);
+        }
         uint64_t base = 0;
         int ar = ring_alloc(&v->sring, total, seq, &base);
         if (ar != 0) {
+            gpu_unpin(g, hold);
             if (ar < 0)
                 return gpu_fail(err, errlen, ATTNSTAT_ENOMEM, "out of memory for the staging ring");
             st->dropped_staging++;
@@ -692,6 +722,7 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
                                             iv[j].hi - iv[j].lo, cudaMemcpyDeviceToDevice, s);
             if (e != cudaSuccess) {
                 ring_release(&v->sring, seq);
+                gpu_unpin(g, hold);
                 return gpu_fail(err, errlen, ATTNSTAT_EINVAL,
                                 "cudaMemcpyAsync into the staging ring on stream %p: %s (is the "
                                 "stream on device %d?)", stream, cudaGetErrorString(e), d);
@@ -706,6 +737,7 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
         if (hold->staged)
             ring_release(&v->sring, seq);
         hold->staged = 0;
+        gpu_unpin(g, hold);
         return gpu_fail(err, errlen, ATTNSTAT_EINVAL,
                         "cudaEventRecord on stream %p: %s (cuda_stream must be a stream of device "
                         "%d, or NULL/1/2 for the default streams)", stream, cudaGetErrorString(e),
@@ -723,15 +755,8 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
             loc[i].buffer_id = v->stage_id;
             loc[i].offset = iv[j].off + (p[i].ptr - iv[j].lo);
         } else {
-            loc[i].buffer_id = ent[i]->id;
+            loc[i].buffer_id = ent[i]->id; /* pinned since its export: still this allocation's */
             loc[i].offset = p[i].ptr - ent[i]->base;
-            int k = 0;
-            while (k < hold->nent && &g->bufs[hold->ent[k]] != ent[i])
-                k++;
-            if (k == hold->nent) {
-                hold->ent[hold->nent++] = (uint16_t)(ent[i] - g->bufs);
-                ent[i]->inflight++;
-            }
             *zero_copy = 1;
         }
     }
