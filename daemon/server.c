@@ -743,14 +743,26 @@ int server_run(const cfg *c)
     raise_fd_limit(c);
     metrics_init(&s->m);
     int exit_code = 1;
-    uv_loop_t loop;
-    int rc = uv_loop_init(&loop);
-    if (rc != 0) {
-        LOG_ERROR("server", "uv_loop_init: %s", uv_strerror(rc));
+    /* The loop is on the heap, not on this stack: when shutdown leaves a worker thread behind (see
+     * worker_pool_close), the loop is deliberately kept, neither closed nor freed, so that its
+     * memory and wake-up descriptor stay valid for as long as that thread can exist. The thread
+     * is built never to touch it once abandoned; keeping the loop makes that a second line of
+     * defence rather than the only one, while shutdown still commits and closes the store and
+     * returns normally (an _exit would skip the exit handlers and flushing of everything else). */
+    uv_loop_t *loopp = malloc(sizeof *loopp);
+    if (!loopp) {
+        LOG_ERROR("server", "out of memory for the event loop");
         free(s);
         return 1;
     }
-    s->loop = &loop;
+    int rc = uv_loop_init(loopp);
+    if (rc != 0) {
+        LOG_ERROR("server", "uv_loop_init: %s", uv_strerror(rc));
+        free(loopp);
+        free(s);
+        return 1;
+    }
+    s->loop = loopp;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -783,7 +795,7 @@ int server_run(const cfg *c)
     }
     LOG_INFO("server", "database %s (schema version %d)", c->db_path, store_schema_version());
 
-    s->pool = worker_pool_create(&loop, pipeline_job_done, s, err, sizeof err);
+    s->pool = worker_pool_create(loopp, pipeline_job_done, s, err, sizeof err);
     if (!s->pool) {
         LOG_ERROR("server", "workers: %s", err);
         goto out_store;
@@ -792,7 +804,7 @@ int server_run(const cfg *c)
     if (!s->pipe) {
         LOG_ERROR("server", "pipeline: %s", err);
         worker_pool_close(s->pool);
-        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_run(loopp, UV_RUN_DEFAULT);
         goto out_store;
     }
     s->cpu = worker_pool_add(s->pool, "cpu", (uint32_t)c->queue_depth, NULL, NULL, err, sizeof err);
@@ -804,10 +816,10 @@ int server_run(const cfg *c)
         LOG_INFO("gpu", "device %d: %s, compute capability %d.%d, %s", s->gpus[i].ordinal,
                  s->gpus[i].name, s->gpus[i].cc_major, s->gpus[i].cc_minor, s->gpus[i].uuid);
 
-    uv_signal_init(&loop, &s->sig_int);
-    uv_signal_init(&loop, &s->sig_term);
-    uv_timer_init(&loop, &s->grace_timer);
-    uv_timer_init(&loop, &s->tick);
+    uv_signal_init(loopp, &s->sig_int);
+    uv_signal_init(loopp, &s->sig_term);
+    uv_timer_init(loopp, &s->grace_timer);
+    uv_timer_init(loopp, &s->tick);
     s->sig_int.data = s->sig_term.data = s;
     s->grace_timer.data = s->tick.data = s;
     if (!s->cpu) {
@@ -826,7 +838,7 @@ int server_run(const cfg *c)
         goto out_teardown;
     }
     if (c->metrics_port) {
-        s->metrics_http = metrics_http_start(&loop, (int)c->metrics_port, pipeline_render_metrics, s,
+        s->metrics_http = metrics_http_start(loopp, (int)c->metrics_port, pipeline_render_metrics, s,
                                              err, sizeof err);
         if (!s->metrics_http) {
             LOG_ERROR("server", "%s", err);
@@ -839,7 +851,7 @@ int server_run(const cfg *c)
              ATTNSTAT_DAEMON_VERSION, (int)getpid(), (unsigned long long)c->queue_depth,
              (unsigned long long)c->max_frame);
     exit_code = 0;
-    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_run(loopp, UV_RUN_DEFAULT);
     goto out_store;
 
 out_teardown:
@@ -850,7 +862,7 @@ out_teardown:
         uv_close((uv_handle_t *)&s->listener, listener_closed);
     }
     start_teardown(s);
-    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_run(loopp, UV_RUN_DEFAULT);
 out_store:
     if (s->db) {
         store_error ce = {0, ""};
@@ -861,11 +873,17 @@ out_store:
         store_close(s->db);
     }
 out_loop:
-    rc = uv_loop_close(&loop);
-    if (rc != 0) {
-        LOG_ERROR("server", "the event loop did not close cleanly: %s", uv_strerror(rc));
-        uv_walk(&loop, walk_report, NULL);
-        exit_code = 1;
+    if (worker_any_abandoned()) {
+        LOG_WARN("server", "a worker thread was left behind: the event loop is kept open until "
+                 "the process exits");
+    } else {
+        rc = uv_loop_close(loopp);
+        if (rc != 0) {
+            LOG_ERROR("server", "the event loop did not close cleanly: %s", uv_strerror(rc));
+            uv_walk(loopp, walk_report, NULL);
+            exit_code = 1;
+        }
+        free(loopp);
     }
     if (exit_code == 0)
         LOG_INFO("server", "stopped cleanly");

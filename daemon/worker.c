@@ -173,10 +173,18 @@ static void *worker_main(void *arg)
     sigdelset(&set, SIGILL);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
+    /* Every time this thread (re)takes the lock it first checks `abandoned`: once the pool gave up
+     * on a thread (stuck in a job or in a task such as a CUDA context's start or stop), that thread
+     * leaves at its next look, running no more tasks, handing back no job and never calling
+     * uv_async_send (the handle is closed, its loop may be gone). `abandoned` is set under the lock
+     * before the handle is closed, and uv_async_send is only called under the lock after this
+     * check, so the two cannot race. */
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!w->head && !w->task_head && !w->stop)
+        while (!w->head && !w->task_head && !w->stop && !p->abandoned)
             pthread_cond_wait(&w->cond, &p->lock);
+        if (p->abandoned)
+            break; /* touch nothing of the loop's */
         if (w->task_head) {
             worker_task *t = w->task_head;
             w->task_head = t->next;
@@ -444,6 +452,14 @@ static void pool_closed(uv_handle_t *h)
     pthread_cond_destroy(&p->exited_cond);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+int worker_any_abandoned(void)
+{
+    for (size_t i = 0; i < sizeof worker_left_behind / sizeof worker_left_behind[0]; i++)
+        if (worker_left_behind[i])
+            return 1;
+    return 0;
 }
 
 int worker_ctx_abandoned(const void *wctx)

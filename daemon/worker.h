@@ -98,6 +98,9 @@ void worker_pool_close(worker_pool *p);
  * wctx: that context (e.g. a GPU worker's) must not be freed. */
 int worker_ctx_abandoned(const void *wctx);
 
+/* 1 when any worker was left behind: its thread may still run until the process exits. */
+int worker_any_abandoned(void);
+
 uint64_t worker_now_ns(void);
 
 #endif /* ATTNSTAT_WORKER_H */
