@@ -2116,9 +2116,18 @@ extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, 
     if (st != STATS_OK)
         return st;
     cudaStream_t s = (cudaStream_t)stream;
-    CUDA_TRY(cudaMemcpyAsync(ctx->host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
-                             cudaMemcpyDeviceToHost, s),
-             "cudaMemcpyAsync(per-head statistics to the host)");
+    cudaError_t ce = cudaMemcpyAsync(ctx->host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
+                                     cudaMemcpyDeviceToHost, s);
+    if (ce != cudaSuccess) {
+        /* The kernels are launched: wait for them before returning, so that the caller does not
+         * release the memory they read while they still run. */
+        cudaError_t se = cudaStreamSynchronize(s);
+        return fail(err, STATS_EDEVICE,
+                    "stats_cuda: cudaMemcpyAsync(per-head statistics to the host) failed: %s (%s, "
+                    "code %d); cudaStreamSynchronize after it: %s", cudaGetErrorString(ce),
+                    cudaGetErrorName(ce), (int)ce,
+                    se == cudaSuccess ? "ok" : cudaGetErrorString(se));
+    }
     CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize (a kernel may have faulted)");
     memcpy(heads, ctx->host, sizeof(stats_head) * (size_t)p->heads_q);
     return STATS_OK;
