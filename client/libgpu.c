@@ -49,6 +49,13 @@ typedef struct {
     uint64_t last_use;
 } gpu_buf;
 
+/* A staging block given back while the caller's stream may still be copying into it: freed (and
+ * its event returned to the pool) once the event recorded after the copy has completed. */
+typedef struct {
+    uint64_t seq;
+    int32_t event;
+} gpu_deferred;
+
 typedef struct {
     int ready, failed;
     char err[256];
@@ -57,6 +64,8 @@ typedef struct {
     uint32_t *ev_id;
     int32_t *free_ev;          /* stack of free pool indices */
     int nev, nfree;
+    gpu_deferred *defer;       /* staged blocks whose copy may still be pending (capacity nev) */
+    int ndefer;
     void *stage;
     uint64_t stage_bytes;
     ring sring;
@@ -151,6 +160,7 @@ void gpu_free(gpu_state *g)
         free(v->ev);
         free(v->ev_id);
         free(v->free_ev);
+        free(v->defer);
     }
     free(g);
 }
@@ -250,7 +260,10 @@ static attnstat_code gpu_grow_events(gpu_state *g, int d, gpu_emit_fn emit, void
     int32_t *fr = ids ? realloc(v->free_ev, (size_t)cap * sizeof *fr) : NULL;
     if (fr)
         v->free_ev = fr;
-    if (!ev || !ids || !fr)
+    gpu_deferred *df = fr ? realloc(v->defer, (size_t)cap * sizeof *df) : NULL;
+    if (df)
+        v->defer = df;
+    if (!ev || !ids || !fr || !df)
         return gpu_fail(err, errlen, ATTNSTAT_ENOMEM, "out of memory for the CUDA event pool");
     int saved = 0;
     cudaError_t e = gpu_on_device(d, &saved);
@@ -557,6 +570,50 @@ static void gpu_pin(gpu_state *g, gpu_hold *hold, gpu_buf *b)
     b->inflight++;
 }
 
+/* Frees the deferred staging blocks of device v whose copies have completed (never waits). */
+static void gpu_reap(gpu_dev *v)
+{
+    for (int i = 0; i < v->ndefer;) {
+        gpu_deferred *x = &v->defer[i];
+        cudaError_t e = cudaEventQuery(v->ev[x->event]);
+        if (e == cudaErrorNotReady) {
+            i++;
+            continue;
+        }
+        /* Done, or the event cannot tell (an error of the caller's context): the block cannot be
+         * waited for usefully, so it is freed. */
+        if (e != cudaSuccess)
+            (void)cudaGetLastError();
+        if (v->stage_state == 1)
+            ring_release(&v->sring, x->seq);
+        if (v->nfree < v->nev)
+            v->free_ev[v->nfree++] = x->event;
+        *x = v->defer[--v->ndefer];
+    }
+}
+
+/* Gives back push seq's staging block and event: at once when the copy into the block has
+ * completed, else later (gpu_reap), so that a copy still queued on the caller's stream never
+ * writes into space handed to another push. */
+static void gpu_free_staged(gpu_dev *v, uint64_t seq, int32_t event)
+{
+    if (event >= 0 && v->ndefer < v->nev) {
+        cudaError_t e = cudaEventQuery(v->ev[event]);
+        if (e == cudaErrorNotReady) {
+            v->defer[v->ndefer].seq = seq;
+            v->defer[v->ndefer].event = event;
+            v->ndefer++;
+            return;
+        }
+        if (e != cudaSuccess)
+            (void)cudaGetLastError();
+    }
+    if (v->stage_state == 1)
+        ring_release(&v->sring, seq);
+    if (event >= 0 && v->nfree < v->nev)
+        v->free_ev[v->nfree++] = event;
+}
+
 /* Undoes the pins of a push that is not sent. */
 static void gpu_unpin(gpu_state *g, gpu_hold *hold)
 {
@@ -624,6 +681,7 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
     if (rc != ATTNSTAT_OK)
         return rc;
     gpu_dev *v = &g->dev[d];
+    gpu_reap(v);
 
     /* An event first: without one the push cannot be ordered, so nothing else is done. */
     if (v->nfree == 0) {
@@ -721,7 +779,18 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
             cudaError_t e = cudaMemcpyAsync((char *)v->stage + iv[j].off, (const void *)iv[j].lo,
                                             iv[j].hi - iv[j].lo, cudaMemcpyDeviceToDevice, s);
             if (e != cudaSuccess) {
-                ring_release(&v->sring, seq);
+                /* Copies queued before this one write into the block: mark them with the
+                 * push's event and free the block once they are done. When the stream takes
+                 * no event either, it runs nothing more of ours: free it now. */
+                int32_t evi = v->free_ev[v->nfree - 1];
+                if (j > 0 && cudaEventRecord(v->ev[evi], s) == cudaSuccess) {
+                    v->nfree--;
+                    gpu_free_staged(v, seq, evi);
+                } else {
+                    if (j > 0)
+                        (void)cudaGetLastError();
+                    ring_release(&v->sring, seq);
+                }
                 gpu_unpin(g, hold);
                 return gpu_fail(err, errlen, ATTNSTAT_EINVAL,
                                 "cudaMemcpyAsync into the staging ring on stream %p: %s (is the "
@@ -734,6 +803,8 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
     int32_t evi = v->free_ev[v->nfree - 1];
     cudaError_t e = cudaEventRecord(v->ev[evi], s);
     if (e != cudaSuccess) {
+        /* The stream refuses the event: nothing later of ours can be ordered on it, and the
+         * copies queued into the block cannot be tracked; the block is freed now. */
         if (hold->staged)
             ring_release(&v->sring, seq);
         hold->staged = 0;
@@ -772,10 +843,12 @@ void gpu_release(gpu_state *g, uint64_t seq, const gpu_hold *h)
     if (!g || h->dev < 0)
         return;
     gpu_dev *v = &g->dev[h->dev];
-    if (h->event >= 0 && v->nfree < v->nev)
+    if (h->staged) {
+        gpu_free_staged(v, seq, h->event); /* also the event, once the copy is done */
+    } else if (h->event >= 0 && v->nfree < v->nev) {
         v->free_ev[v->nfree++] = h->event;
-    if (h->staged && v->stage_state == 1)
-        ring_release(&v->sring, seq);
+    }
+    gpu_reap(v);
     for (int i = 0; i < h->nent; i++) {
         gpu_buf *b = &g->bufs[h->ent[i]];
         if (b->inflight > 0 && --b->inflight == 0 && b->dead)

@@ -69,8 +69,10 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
                           uint32_t *event_id, gpu_hold *hold, int *zero_copy,
                           attnstat_counters *st, char *err, size_t errlen);
 
-/* The daemon no longer reads push seq's memory (or the push was never sent): its event and
- * staging block may be reused. */
+/* The daemon no longer reads push seq's memory (or the push was never sent, or was dropped): its
+ * event and staging block may be reused. A staging block goes back to the ring (with its event)
+ * only once the copy into it has completed on the caller's stream (cudaEventQuery, never a wait);
+ * until then it is kept aside and freed by a later call. */
 void gpu_release(gpu_state *g, uint64_t seq, const gpu_hold *h);
 
 /* The daemon refused a registration (an Error whose ref is a buffer or event id of ours): the
