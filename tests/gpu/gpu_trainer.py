@@ -7,6 +7,9 @@ the Python binding, in a process of its own.
         tensors (host copies), the per-head results and the client's counters to OUT.pt
     gpu_trainer.py loop SOCKET READY_FILE [--run NAME]
         pushes forever (zero-copy), touching READY_FILE once 20 pushes were acknowledged
+    gpu_trainer.py memory SOCKET OUT.json
+        a freed 4 GiB allocation the daemon read comes back to the device; a push inside a CUDA
+        graph capture is dropped and the capture still replays
     gpu_trainer.py nosync SOCKET OUT.json [--pushes N]
         checks that a push neither synchronises the device nor waits (a long kernel is still
         running on the stream when it returns), then times attnstat_push_ex's CPU time
@@ -182,9 +185,65 @@ def run_nosync(args):
     print(json.dumps({k: v for k, v in res.items() if k != "stats"}))
 
 
+def run_memory(args):
+    """Memory the trainer frees comes back to the device once the daemon is done with it, and a
+    push inside a CUDA graph capture is dropped without breaking the capture."""
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    torch.cuda.init()
+    client = attnstat.Client(socket=args.socket, run="memory", rank=0, devices=[0])
+    res = {}
+    # warm-up: the daemon's worker and context for this device exist before the measurement
+    w = torch.randn(1, 2, 64, 64, device=dev, dtype=torch.bfloat16)
+    client.push(100, 0, w, w, causal=True)
+    client.flush(timeout_s=60)
+    torch.cuda.synchronize()
+    time.sleep(0.3)
+    free0 = torch.cuda.mem_get_info()[0]
+    size = 4 << 30
+    block = torch.empty(size // 2, dtype=torch.bfloat16, device=dev)  # one 4 GiB allocation
+    block.normal_()
+    q = block[: 8 * 1024 * 64].view(1, 8, 1024, 64)
+    k = block[-8 * 1024 * 64:].view(1, 8, 1024, 64)
+    res["push_sent"] = client.push(0, 0, q, k, causal=True)
+    res["flushed"] = client.flush(timeout_s=60)
+    res["acked"] = client.stats()["acked"] - 1
+    del q, k, block
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    time.sleep(0.5)
+    free1 = torch.cuda.mem_get_info()[0]
+    res["free_before_gib"] = free0 / 2**30
+    res["free_after_gib"] = free1 / 2**30
+    res["memory_returned"] = free1 >= free0 - (256 << 20)
+    # a push from inside a graph capture: dropped, and the captured graph still replays
+    x = torch.randn(1, 4, 256, 64, device=dev, dtype=torch.bfloat16)
+    y = torch.zeros_like(x)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y.copy_(x * 2)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        y.copy_(x * 2)
+        res["push_in_capture"] = client.push(1, 0, x, x, causal=True)
+    x.fill_(1.5)
+    g.replay()
+    torch.cuda.synchronize()
+    res["replay_ok"] = bool((y == 3.0).all().item())
+    st = client.stats()
+    res["dropped_local"] = st["dropped_local"]
+    res["last_error"] = st.get("last_error", "")
+    client.close()
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps(res))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("values", "loop", "nosync"))
+    ap.add_argument("mode", choices=("values", "loop", "nosync", "memory"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -192,7 +251,8 @@ def main():
     ap.add_argument("--device", type=int, default=0, help="values: the CUDA device to push from")
     ap.add_argument("--pushes", type=int, default=2000)
     args = ap.parse_args()
-    {"values": run_values, "loop": run_loop, "nosync": run_nosync}[args.mode](args)
+    {"values": run_values, "loop": run_loop, "nosync": run_nosync,
+     "memory": run_memory}[args.mode](args)
 
 
 if __name__ == "__main__":

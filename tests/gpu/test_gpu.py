@@ -297,6 +297,20 @@ class TestGPU(unittest.TestCase):
             workers = {w["name"] for w in c.status()["workers"]}
         self.assertTrue(uuids <= workers, "workers %s, devices %s" % (sorted(workers), sorted(uuids)))
 
+    def test_8_freed_memory_returns_and_graph_capture(self):
+        out = os.path.join(self.tmp.name, "memory.json")
+        r = trainer("memory", self.d.socket, out)
+        with open(out) as f:
+            res = json.load(f)
+        self.assertTrue(res["push_sent"] and res["flushed"] and res["acked"] == 1, r.stdout)
+        self.assertTrue(res["memory_returned"],
+                        "free %.2f GiB before, %.2f GiB after the trainer freed its 4 GiB: the "
+                        "daemon still maps it" % (res["free_before_gib"], res["free_after_gib"]))
+        self.assertFalse(res["push_in_capture"], "a push inside a graph capture must be dropped")
+        self.assertTrue(res["replay_ok"], "the captured graph no longer replays correctly")
+        self.assertGreaterEqual(res["dropped_local"], 1)
+        self.assertIsNone(self.d.proc.poll(), "attnstatd died")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
