@@ -16,7 +16,7 @@ enum { RH = 4, RN = 64, RD = 32, WINDOW = 8 };
 static int pump(dh_conn *c, dh_tensor *q, dh_tensor *k, int count, int out_fd, int64_t *acked,
                 int max_acked)
 {
-    int inflight = 0, ok = 0;
+    int inflight = 0, ok = 0, refusals = 0;
     uint64_t seq = 0;
     for (int i = 0; i < count || inflight > 0;) {
         if (i < count && inflight < WINDOW) {
@@ -45,8 +45,11 @@ static int pump(dh_conn *c, dh_tensor *q, dh_tensor *k, int count, int out_fd, i
             continue;
         }
         Attnstat__Envelope *e = dh_recv(c, 30000);
-        if (!e)
+        if (!e) {
+            fprintf(stderr, "pump: no reply within 30 s or the connection closed (%d acked OK, "
+                    "%d in flight)\n", ok, inflight);
             return ok;
+        }
         if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK) {
             inflight--;
             if (e->ack->code == ATTNSTAT__CODE__OK) {
@@ -56,6 +59,10 @@ static int pump(dh_conn *c, dh_tensor *q, dh_tensor *k, int count, int out_fd, i
                 if (acked && ok < max_acked)
                     acked[ok] = step_layer;
                 ok++;
+            } else if (refusals++ < 3) { /* the first refusals say why */
+                fprintf(stderr, "pump: push %llu answered %d: %s\n",
+                        (unsigned long long)e->ack->seq, (int)e->ack->code,
+                        e->ack->message ? e->ack->message : "");
             }
         }
         attnstat__envelope__free_unpacked(e, NULL);
