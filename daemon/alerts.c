@@ -567,6 +567,53 @@ int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head
     return n;
 }
 
+alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
+                             alerts_rule rule, int64_t step, double value, double threshold)
+{
+    if (!e || run_id <= 0 || layer < 0 || head < 0 || rule < ALERTS_ENTROPY_FLOOR ||
+        rule > ALERTS_NONFINITE)
+        return ALERTS_EINVAL;
+    if (rule == ALERTS_ENTROPY_DROP && !(isfinite(threshold) && threshold > 0))
+        return ALERTS_EINVAL;
+    head_state *s = e->cap ? probe(e, run_id, layer, head) : NULL;
+    run_config *rc = find_run(e, run_id);
+    if (!s || s->run_id == 0) {
+        if ((rc && rc->heads >= e->limits.max_heads_per_run) || e->count >= e->limits.max_heads)
+            return ALERTS_ELIMIT;
+        if ((e->cap == 0 || (e->count + 1) * 2 > e->cap) && grow(e, e->cap ? e->cap * 2 : 64))
+            return ALERTS_ENOMEM;
+        if (!rc && !(rc = add_run(e, run_id)))
+            return ALERTS_ENOMEM;
+        s = probe(e, run_id, layer, head);
+        memset(s, 0, sizeof *s);
+        s->run_id = run_id;
+        s->layer = layer;
+        s->head = head;
+        e->count++;
+        rc->heads++;
+    }
+    rule_state *r = &s->r[rule - 1];
+    if (r->raised)
+        return ALERTS_OK;
+    if (rule == ALERTS_ENTROPY_DROP) {
+        s->ema = threshold / (1.0 - rc->cfg.entropy_drop);
+        s->ema_n = UINT32_MAX; /* judged at once, whatever ema_warmup the run gets */
+    }
+    r->raised = 1;
+    r->bad = 0;
+    r->good = 0;
+    memset(&r->raise, 0, sizeof r->raise);
+    r->raise.run_id = run_id;
+    r->raise.layer = layer;
+    r->raise.head = head;
+    r->raise.step = step;
+    r->raise.rule = rule;
+    r->raise.state = ALERTS_RAISED;
+    r->raise.value = value;
+    r->raise.threshold = threshold;
+    return ALERTS_OK;
+}
+
 size_t alerts_active(const alerts_engine *e, int64_t run_id, alerts_transition *out, size_t max)
 {
     size_t n = 0;

@@ -210,6 +210,18 @@ void alerts_run_config(const alerts_engine *e, int64_t run_id, alerts_config *ou
 int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head, int64_t step,
                    const stats_head *h, alerts_transition out[ALERTS_NRULES]);
 
+/* Restore an alert that was raised before a restart (the store's active alerts): the state of
+ * (run_id, layer, head) is made when missing, within the limits, and `rule` is marked raised by a
+ * transition at `step` with `value` and `threshold`; its streaks are 0, so it clears after
+ * clear_after good samples (and is not raised again while bad). For ENTROPY_DROP the baseline is
+ * taken back from the threshold ((1 - entropy_drop) * baseline, with the run's thresholds in force
+ * now; set them first) and counts as warmed up; a threshold that is not finite and > 0 gives
+ * ALERTS_EINVAL. A rule already raised is left as it is. Returns ALERTS_OK, ALERTS_EINVAL (a bad
+ * argument), ALERTS_ELIMIT (a new head past max_heads_per_run or max_heads: not restored, not
+ * counted as refused) or ALERTS_ENOMEM. */
+alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
+                             alerts_rule rule, int64_t step, double value, double threshold);
+
 /* The alerts raised now, of one run (run_id > 0) or all (run_id == 0): writes up to max of them
  * to out (in no particular order; each as its raising transition) and returns how many there are.
  * out may be NULL when max == 0. */

@@ -9,6 +9,7 @@
  * follow in a transaction of their own): a rollback never leaves the engine ahead of the store. */
 #include "pipeline.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -552,6 +553,76 @@ int pipeline_set_run(pipeline *pl, int64_t run_id, const Attnstat__Thresholds *t
     return alerts_set_run(pl->alerts, run_id, &o, err, errlen) == ALERTS_OK ? 0 : -1;
 }
 
+/* ---- start-up: the alert engine takes back what the store says is raised --------------------- */
+
+typedef struct {
+    alerts_engine *e;
+    size_t runs, alerts, skipped;
+} restore_ctx;
+
+/* A run's thresholds as pipeline_check_thresholds() wrote them (alerts_config_format(), then
+ * collapse_threshold): restored as that run's thresholds until its next Hello sets them again. */
+static int restore_run_cb(void *ctx, const store_run *run)
+{
+    restore_ctx *rc = ctx;
+    alerts_overrides o;
+    memset(&o, 0, sizeof o);
+    if (!run->thresholds ||
+        sscanf(run->thresholds,
+               "{\"entropy_floor\":%lf,\"entropy_drop\":%lf,\"ema_alpha\":%lf,\"ema_warmup\":%" SCNu32
+               ",\"logit_ceiling\":%lf,\"raise_after\":%" SCNu32 ",\"clear_after\":%" SCNu32,
+               &o.entropy_floor, &o.entropy_drop, &o.ema_alpha, &o.ema_warmup, &o.logit_ceiling,
+               &o.raise_after, &o.clear_after) != 7)
+        return 0;
+    o.has_entropy_floor = o.has_entropy_drop = o.has_ema_alpha = o.has_ema_warmup = 1;
+    o.has_logit_ceiling = o.has_raise_after = o.has_clear_after = 1;
+    char aerr[256];
+    if (alerts_set_run(rc->e, run->id, &o, aerr, sizeof aerr) == ALERTS_OK)
+        rc->runs++;
+    else
+        LOG_WARN("alerts", "run %lld: stored thresholds not restored: %s", (long long)run->id, aerr);
+    return 0;
+}
+
+static int restore_alert_cb(void *ctx, const store_alert *a)
+{
+    restore_ctx *rc = ctx;
+    alerts_rule rule = alerts_rule_from_name(a->rule ? a->rule : "");
+    alerts_status st = rule ? alerts_restore(rc->e, a->run_id, a->layer, a->head, rule, a->step,
+                                             a->value, a->threshold)
+                            : ALERTS_EINVAL;
+    if (st == ALERTS_OK) {
+        rc->alerts++;
+    } else {
+        rc->skipped++;
+        LOG_WARN("alerts", "active alert %s of run %lld layer %d head %d not restored (%s): it "
+                 "stays raised in the alerts table", a->rule ? a->rule : "?", (long long)a->run_id,
+                 (int)a->layer, (int)a->head,
+                 st == ALERTS_ELIMIT ? "over the engine's limits"
+                 : st == ALERTS_ENOMEM ? "out of memory" : "unknown rule or bad value");
+    }
+    return 0;
+}
+
+/* The alerts the store has raised (and not cleared) go back into the engine, so that good samples
+ * after a restart clear them. A failure to read is logged: the daemon runs on without them. */
+static void pipeline_restore_alerts(pipeline *pl)
+{
+    store *db = pl->srv->db;
+    if (!db)
+        return;
+    restore_ctx rc = {.e = pl->alerts};
+    store_error se = {0, ""};
+    if (store_list_runs(db, restore_run_cb, &rc, &se) != STORE_OK)
+        LOG_WARN("alerts", "reading the runs' thresholds: %s", se.msg);
+    se.msg[0] = '\0';
+    if (store_alerts(db, 0, 1, restore_alert_cb, &rc, &se) != STORE_OK)
+        LOG_WARN("alerts", "reading the active alerts: %s (they are not restored)", se.msg);
+    if (rc.alerts || rc.skipped)
+        LOG_INFO("alerts", "restored %zu active alert%s from the store (%zu not restored)",
+                 rc.alerts, rc.alerts == 1 ? "" : "s", rc.skipped);
+}
+
 pipeline *pipeline_new(server *srv, char *err, size_t errlen)
 {
     pipeline *pl = calloc(1, sizeof *pl);
@@ -575,6 +646,7 @@ pipeline *pipeline_new(server *srv, char *err, size_t errlen)
         free(pl);
         return NULL;
     }
+    pipeline_restore_alerts(pl);
     int rc = uv_timer_init(srv->loop, &pl->timer);
     if (rc != 0) {
         snprintf(err, errlen, "uv_timer_init: %s", uv_strerror(rc));

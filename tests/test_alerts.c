@@ -449,6 +449,82 @@ START_TEST(test_drop_baseline)
 }
 END_TEST
 
+/* ---- restore after a restart ---------------------------------------------------------------------- */
+
+START_TEST(test_restore)
+{
+    alerts_config c;
+    alerts_config_default(&c);
+    c.raise_after = 3;
+    c.clear_after = 2;
+    alerts_engine *e = new_engine(&c);
+    alerts_transition t[ALERTS_NRULES], act[8];
+
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, ALERTS_LOGIT_CEILING, 10, 150, 100), ALERTS_OK);
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, ALERTS_LOGIT_CEILING, 11, 160, 100), ALERTS_OK);
+    ck_assert_uint_eq(alerts_heads(e), 1);
+    ck_assert_uint_eq(alerts_run_heads(e, 1), 1);
+    ck_assert_uint_eq(alerts_active(e, 1, act, 8), 1);
+    ck_assert_int_eq(act[0].rule, ALERTS_LOGIT_CEILING);
+    ck_assert_int_eq(act[0].state, ALERTS_RAISED);
+    ck_assert_int_eq(act[0].step, 10); /* a second restore leaves the raised one as it is */
+    ck_assert(act[0].value == 150 && act[0].threshold == 100);
+
+    /* Still bad: not raised again. Then clear_after good samples clear it, once. */
+    stats_head bad = spiked(3.0, ALERTS_LOGIT_CEILING, &c);
+    ck_assert_int_eq(observe(e, 1, 0, 0, 12, &bad, t), 0);
+    stats_head h = healthy(3.0);
+    ck_assert_int_eq(observe(e, 1, 0, 0, 13, &h, t), 0);
+    ck_assert_int_eq(observe(e, 1, 0, 0, 14, &h, t), 1);
+    ck_assert_int_eq(t[0].rule, ALERTS_LOGIT_CEILING);
+    ck_assert_int_eq(t[0].state, ALERTS_CLEARED);
+    ck_assert_uint_eq(t[0].streak, 2);
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 0);
+    ck_assert_int_eq(observe(e, 1, 0, 0, 15, &h, t), 0);
+
+    /* ENTROPY_DROP: the baseline comes back from the threshold and is judged at once. */
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 1, ALERTS_ENTROPY_DROP, 20, 0.3,
+                                    (1 - c.entropy_drop) * 3.0),
+                     ALERTS_OK);
+    stats_head low = healthy(0.3);
+    ck_assert_int_eq(observe(e, 1, 0, 1, 21, &low, t), 0);
+    ck_assert_int_eq(observe(e, 1, 0, 1, 22, &h, t), 0);
+    ck_assert_int_eq(observe(e, 1, 0, 1, 23, &h, t), 1);
+    ck_assert_int_eq(t[0].rule, ALERTS_ENTROPY_DROP);
+    ck_assert_int_eq(t[0].state, ALERTS_CLEARED);
+
+    /* NONFINITE restored; the other rules of that head start fresh. */
+    ck_assert_int_eq(alerts_restore(e, 1, 3, 0, ALERTS_NONFINITE, 30, 4, 0), ALERTS_OK);
+    ck_assert_int_eq(observe(e, 1, 3, 0, 31, &h, t), 0);
+    ck_assert_int_eq(observe(e, 1, 3, 0, 32, &h, t), 1);
+    ck_assert_int_eq(t[0].rule, ALERTS_NONFINITE);
+
+    /* Bad arguments. */
+    ck_assert_int_eq(alerts_restore(e, 0, 0, 0, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, -1, 0, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, 0, -1, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, (alerts_rule)0, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, (alerts_rule)5, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, 9, 9, ALERTS_ENTROPY_DROP, 0, 1, NAN), ALERTS_EINVAL);
+    ck_assert_uint_eq(alerts_heads(e), 3);
+
+    /* Limits: a new head past them is not restored and not counted as refused. */
+    alerts_limits lim;
+    alerts_limits_default(&lim);
+    lim.max_heads_per_run = 1;
+    lim.max_heads = 4;
+    ck_assert_int_eq(alerts_set_limits(e, &lim, NULL, 0), ALERTS_OK);
+    ck_assert_int_eq(alerts_restore(e, 2, 0, 0, ALERTS_ENTROPY_FLOOR, 1, 0.01, 0.1), ALERTS_OK);
+    ck_assert_int_eq(alerts_restore(e, 2, 0, 1, ALERTS_ENTROPY_FLOOR, 1, 0.01, 0.1), ALERTS_ELIMIT);
+    ck_assert_int_eq(alerts_restore(e, 3, 0, 0, ALERTS_ENTROPY_FLOOR, 1, 0.01, 0.1), ALERTS_ELIMIT);
+    ck_assert_int_eq(alerts_restore(e, 2, 0, 0, ALERTS_LOGIT_CEILING, 1, 200, 100), ALERTS_OK);
+    ck_assert_uint_eq(alerts_heads(e), 4);
+    ck_assert_uint_eq(alerts_active(e, 2, NULL, 0), 2);
+    ck_assert_uint_eq(alerts_refused(e, 0), 0);
+    alerts_free(e);
+}
+END_TEST
+
 /* ---- memory ------------------------------------------------------------------------------------- */
 
 START_TEST(test_many_heads_no_growth)
@@ -798,6 +874,7 @@ static Suite *make_alerts_suite(void)
     tcase_add_test(tc, test_per_run_overrides);
     tcase_add_test(tc, test_empty_and_nan_samples);
     tcase_add_test(tc, test_drop_baseline);
+    tcase_add_test(tc, test_restore);
     suite_add_tcase(s, tc);
     tc = tcase_create("engine");
     tcase_add_checked_fixture(tc, setup, NULL);

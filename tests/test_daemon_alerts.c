@@ -181,6 +181,93 @@ START_TEST(test_alerts_raise_and_clear)
 }
 END_TEST
 
+/* Alerts raised before a restart are taken back by the new daemon's engine: good samples after
+ * the restart clear them in the alerts table, and nothing is left active. */
+START_TEST(test_alerts_survive_restart)
+{
+    dh_rng rng = dh_rng_new("alerts_restart");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--logit-ceiling", "1000", (const char *)NULL);
+    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
+    th.has_logit_ceiling = 1;
+    th.logit_ceiling = 5.0;
+    th.has_raise_after = 1;
+    th.raise_after = 1;
+    th.has_clear_after = 1;
+    th.clear_after = 2;
+
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, H, N, D);
+    uint64_t qbytes = dh_tensor_elems(&q) * 4;
+    dh_tensor_contig(&k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
+    dh_shm shm;
+    dh_shm_create(&shm, "restart", qbytes + dh_tensor_elems(&k) * 4);
+    float *qp = shm.ptr, *kp = (float *)((char *)shm.ptr + qbytes);
+    char msg[256];
+
+    /* First daemon: one bad sample raises LOGIT_CEILING (and ENTROPY_FLOOR) on head 1. */
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t run_id = 0, run_id2 = 0;
+    dh_hello_th(&c, "restarting", 3, &th, &run_id);
+    dh_register(&c, 1, shm.name, shm.size);
+    dh_fill(&rng, kp, dh_tensor_elems(&k), k.dtype, 1.0);
+    fill_step(&rng, qp, kp, 1, 0);
+    dh_push(&c, 1, 0, 2, &q, &k, 0, 0, 0);
+    int code = dh_wait_ack(&c, 1, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__OK, "bad push: code %d %s", code, msg);
+    dh_close(&c);
+    int rc1 = dh_stop(&d);
+    ck_assert_int_eq(rc1, 0);
+
+    static const char active_sql[] =
+        "SELECT count(*) FROM alerts a WHERE a.state='raised' AND a.id = (SELECT max(b.id) FROM "
+        "alerts b WHERE b.run_id=a.run_id AND b.layer=a.layer AND b.head=a.head AND b.rule=a.rule)";
+    sqlite3 *db = dh_db_open(&d);
+    int64_t raised = dh_db_int(db, active_sql);
+    ck_assert_int_ge(dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule='logit_ceiling' AND "
+                                   "state='raised' AND head=1 AND layer=2 AND step=0"),
+                     1);
+    sqlite3_close(db);
+    ck_assert_int_ge(raised, 1);
+
+    /* Second daemon on the same database: the same run comes back and its head recovers. */
+    dh_start(&d, "--logit-ceiling", "1000", (const char *)NULL);
+    dh_connect(&c, &d);
+    Attnstat__Envelope *st = dh_status(&c);
+    ck_assert_uint_eq(st->status_reply->alerts_active, (uint32_t)raised); /* restored at start */
+    attnstat__envelope__free_unpacked(st, NULL);
+    dh_hello_th(&c, "restarting", 3, &th, &run_id2);
+    ck_assert_int_eq(run_id2, run_id);
+    dh_register(&c, 1, shm.name, shm.size);
+    for (int step = 1; step <= 2; step++) {
+        dh_fill(&rng, kp, dh_tensor_elems(&k), k.dtype, 1.0);
+        fill_step(&rng, qp, kp, 0, 0);
+        dh_push(&c, (uint64_t)step + 1, step, 2, &q, &k, 0, 0, 0);
+        code = dh_wait_ack(&c, (uint64_t)step + 1, msg, sizeof msg, 30000);
+        ck_assert_msg(code == ATTNSTAT__CODE__OK, "good push %d: code %d %s", step, code, msg);
+    }
+    st = dh_status(&c);
+    uint32_t active_after = st->status_reply->alerts_active;
+    attnstat__envelope__free_unpacked(st, NULL);
+    dh_close(&c);
+    dh_shm_destroy(&shm);
+    int rc2 = dh_stop(&d);
+
+    db = dh_db_open(&d);
+    int64_t active_left = dh_db_int(db, active_sql);
+    int64_t cleared = dh_db_int(db, "SELECT count(*) FROM alerts WHERE rule='logit_ceiling' AND "
+                                    "state='cleared' AND head=1 AND layer=2 AND step=2");
+    sqlite3_close(db);
+    dh_cleanup(&d, rc2 != 0 || active_left != 0 || cleared != 1 || active_after != 0);
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_msg(cleared == 1, "logit_ceiling was not cleared at step 2 after the restart");
+    ck_assert_msg(active_left == 0, "%lld alerts still active in the table", (long long)active_left);
+    ck_assert_uint_eq(active_after, 0);
+}
+END_TEST
+
 /* A batch that is rolled back must not move the alert engine. The database lives on a small
  * tmpfs (needs root: skipped otherwise) that a filler file leaves almost full: a bad sample of a
  * few heads and a push of 4096 heads land in one batch, the big one fails with SQLITE_FULL and the
@@ -307,6 +394,7 @@ static Suite *alerts_suite(void)
     TCase *tc = tcase_create("alerts");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_alerts_raise_and_clear);
+    tcase_add_test(tc, test_alerts_survive_restart);
     tcase_add_test(tc, test_rolled_back_batch_does_not_eat_transitions);
     tcase_add_test(tc, test_heads_per_run_limit_logged_once);
     suite_add_tcase(s, tc);
