@@ -416,6 +416,25 @@ static run_config *add_run(alerts_engine *e, int64_t run_id)
     return r;
 }
 
+/* The state of a new (run, layer, head), zeroed, once the caller has checked the limits; *rc is the
+ * run's record, created when missing. NULL when an allocation fails (nothing is then counted). */
+static head_state *new_head(alerts_engine *e, run_config **rc, int64_t run_id, int32_t layer,
+                            int32_t head)
+{
+    if ((e->cap == 0 || (e->count + 1) * 2 > e->cap) && grow(e, e->cap ? e->cap * 2 : 64))
+        return NULL;
+    if (!*rc && !(*rc = add_run(e, run_id)))
+        return NULL;
+    head_state *s = probe(e, run_id, layer, head);
+    memset(s, 0, sizeof *s);
+    s->run_id = run_id;
+    s->layer = layer;
+    s->head = head;
+    e->count++;
+    (*rc)->heads++;
+    return s;
+}
+
 alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_overrides *o,
                              char *err, size_t errlen)
 {
@@ -503,17 +522,8 @@ int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head
             e->refused++;
             return ALERTS_OBSERVE_FULL;
         }
-        if ((e->cap == 0 || (e->count + 1) * 2 > e->cap) && grow(e, e->cap ? e->cap * 2 : 64))
+        if (!(s = new_head(e, &rc, run_id, layer, head)))
             return ALERTS_OBSERVE_ERROR;
-        if (!rc && !(rc = add_run(e, run_id)))
-            return ALERTS_OBSERVE_ERROR;
-        s = probe(e, run_id, layer, head);
-        memset(s, 0, sizeof *s);
-        s->run_id = run_id;
-        s->layer = layer;
-        s->head = head;
-        e->count++;
-        rc->heads++;
     }
     const alerts_config *c = rc ? &rc->cfg : &e->defaults; /* a kept head's run has a record */
 
@@ -580,17 +590,8 @@ alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, in
     if (!s || s->run_id == 0) {
         if ((rc && rc->heads >= e->limits.max_heads_per_run) || e->count >= e->limits.max_heads)
             return ALERTS_ELIMIT;
-        if ((e->cap == 0 || (e->count + 1) * 2 > e->cap) && grow(e, e->cap ? e->cap * 2 : 64))
+        if (!(s = new_head(e, &rc, run_id, layer, head)))
             return ALERTS_ENOMEM;
-        if (!rc && !(rc = add_run(e, run_id)))
-            return ALERTS_ENOMEM;
-        s = probe(e, run_id, layer, head);
-        memset(s, 0, sizeof *s);
-        s->run_id = run_id;
-        s->layer = layer;
-        s->head = head;
-        e->count++;
-        rc->heads++;
     }
     rule_state *r = &s->r[rule - 1];
     if (r->raised)
