@@ -411,6 +411,21 @@ static int cli_resolve(store *st, const cli_args *a, int64_t *run_id, char **nam
     return CLI_EXIT_FAIL;
 }
 
+/* Opens the database and resolves --run: CLI_EXIT_OK with *st open (close it) and *name to free,
+ * or an exit code with everything closed and the reason printed. */
+static int cli_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
+{
+    *st = cli_open_db(a);
+    if (!*st)
+        return CLI_EXIT_FAIL;
+    int rc = cli_resolve(*st, a, run_id, name);
+    if (rc != CLI_EXIT_OK) {
+        store_close(*st);
+        *st = NULL;
+    }
+    return rc;
+}
+
 /* ---- runs --------------------------------------------------------------------------------------*/
 static const out_col cli_run_cols[] = {
     {"run_id", "id", OUT_INT, 0, 1},       {"run", NULL, OUT_STR, 0, 1},
@@ -593,16 +608,12 @@ static int cli_trend(const cli_args *a)
                 (long long)a->to);
         return CLI_EXIT_USAGE;
     }
-    store *st = cli_open_db(a);
-    if (!st)
-        return CLI_EXIT_FAIL;
+    store *st;
     int64_t run_id;
     char *run;
-    int rc = cli_resolve(st, a, &run_id, &run);
-    if (rc != CLI_EXIT_OK) {
-        store_close(st);
+    int rc = cli_open_run(a, &st, &run_id, &run);
+    if (rc != CLI_EXIT_OK)
         return rc;
-    }
     cli_samples l = {0};
     store_error err;
     store_status s = store_trend(st, run_id, a->layer, a->head, a->from, a->to, a->every,
@@ -695,16 +706,12 @@ static int cli_use_color(const cli_args *a)
 
 static int cli_heads(const cli_args *a)
 {
-    store *st = cli_open_db(a);
-    if (!st)
-        return CLI_EXIT_FAIL;
+    store *st;
     int64_t run_id;
     char *run;
-    int rc = cli_resolve(st, a, &run_id, &run);
-    if (rc != CLI_EXIT_OK) {
-        store_close(st);
+    int rc = cli_open_run(a, &st, &run_id, &run);
+    if (rc != CLI_EXIT_OK)
         return rc;
-    }
     cli_samples l = {0};
     store_error err;
     int64_t step = 0;
