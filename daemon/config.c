@@ -60,6 +60,8 @@ static const cfg_entry cfg_table[] = {
      "largest push: batch x heads x sampled rows x keys x head_dim multiply-adds"},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
+    {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
+     "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)"},
     {"max_heads_per_run", CFG_U64, F(max_heads_per_run), "65536", 1, 262144,
      "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
      "(samples are still stored; logged once per run)"},

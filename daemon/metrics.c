@@ -1,8 +1,8 @@
 /* metrics.c — counters, the push-rate ring, and a minimal HTTP responder for Prometheus scrapes:
  * every request on --metrics-port gets the current text and the connection is closed
  * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
- * connection lives at most HTTP_SCRAPE_TIMEOUT_MS (idle or slow peers are closed), and at most
- * HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted). */
+ * connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are closed), and at
+ * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted). */
 #include "metrics.h"
 
 #include <stdio.h>
@@ -63,7 +63,6 @@ double metrics_uptime_s(const metrics *m)
 
 #define HTTP_REQ_MAX 4096
 #define HTTP_BODY_MAX (256 * 1024)
-#define HTTP_SCRAPE_TIMEOUT_MS 5000
 #define HTTP_MAX_SCRAPES 16
 
 typedef struct scrape scrape;
@@ -72,6 +71,7 @@ struct metrics_http {
     uv_tcp_t listener;
     metrics_render_fn render;
     void *ctx;
+    uint64_t timeout_ms;     /* a scrape connection's whole life */
     scrape *conns;
     int nscrapes;            /* scrape connections open (counted until freed) */
     uint64_t refused;        /* accepted over HTTP_MAX_SCRAPES and closed at once */
@@ -129,8 +129,8 @@ static void scrape_close(scrape *s)
 static void scrape_timeout(uv_timer_t *t)
 {
     scrape *s = t->data;
-    LOG_DEBUG("metrics", "a scrape connection was closed after %d ms without a complete exchange",
-              HTTP_SCRAPE_TIMEOUT_MS);
+    LOG_DEBUG("metrics", "a scrape connection was closed after %llu ms without a complete exchange",
+              (unsigned long long)s->h->timeout_ms);
     scrape_close(s);
 }
 
@@ -244,7 +244,7 @@ static void http_accept(uv_stream_t *server, int status)
         scrape_close(s);
         return;
     }
-    rc = uv_timer_start(&s->timer, scrape_timeout, HTTP_SCRAPE_TIMEOUT_MS, 0);
+    rc = uv_timer_start(&s->timer, scrape_timeout, h->timeout_ms, 0);
     if (rc == 0)
         rc = uv_read_start((uv_stream_t *)&s->tcp, scrape_alloc, scrape_read);
     if (rc != 0) {
@@ -260,8 +260,8 @@ static void http_listener_closed(uv_handle_t *hd)
     http_maybe_free(h);
 }
 
-metrics_http *metrics_http_start(uv_loop_t *loop, int port, metrics_render_fn render, void *ctx,
-                                 char *err, size_t errlen)
+metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
+                                 metrics_render_fn render, void *ctx, char *err, size_t errlen)
 {
     metrics_http *h = calloc(1, sizeof *h);
     if (!h) {
@@ -270,6 +270,7 @@ metrics_http *metrics_http_start(uv_loop_t *loop, int port, metrics_render_fn re
     }
     h->render = render;
     h->ctx = ctx;
+    h->timeout_ms = timeout_ms;
     int rc = uv_tcp_init(loop, &h->listener);
     if (rc != 0) {
         snprintf(err, errlen, "uv_tcp_init: %s", uv_strerror(rc));

@@ -43,9 +43,10 @@ typedef size_t (*metrics_render_fn)(void *ctx, char *buf, size_t cap);
 
 typedef struct metrics_http metrics_http;
 
-/* Listens on 127.0.0.1:port. Returns NULL with err set on failure. */
-metrics_http *metrics_http_start(uv_loop_t *loop, int port, metrics_render_fn render, void *ctx,
-                                 char *err, size_t errlen);
+/* Listens on 127.0.0.1:port; a scrape connection is closed timeout_ms after it was accepted
+ * whatever it did. Returns NULL with err set on failure. */
+metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
+                                 metrics_render_fn render, void *ctx, char *err, size_t errlen);
 /* Closes the listener and every open scrape connection; frees itself in the close callbacks. */
 void metrics_http_stop(metrics_http *h);
 

@@ -838,8 +838,8 @@ int server_run(const cfg *c)
         goto out_teardown;
     }
     if (c->metrics_port) {
-        s->metrics_http = metrics_http_start(loopp, (int)c->metrics_port, pipeline_render_metrics, s,
-                                             err, sizeof err);
+        s->metrics_http = metrics_http_start(loopp, (int)c->metrics_port, c->metrics_timeout_ms,
+                                             pipeline_render_metrics, s, err, sizeof err);
         if (!s->metrics_http) {
             LOG_ERROR("server", "%s", err);
             goto out_teardown;
