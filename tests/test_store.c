@@ -1,4 +1,4 @@
-/* test_store.c — Check suite for daemon/store: schema migrations, exact round trips, trend and
+/* test_store.c — Check suite for the store (schema/): migrations, exact round trips, trend and
  * grid queries, alerts, batch visibility, crash safety under kill -9, error paths, and allocation
  * failure injected into SQLite.
  *
