@@ -1,4 +1,4 @@
-/* store.c — the history database behind store.h, on SQLite.
+/* store.c — the history database behind store.h, store_write.h and store_read.h, on SQLite.
  *
  * How it works
  * - Every statement lives in one table (store_sql[]), is prepared the first time it is needed with
@@ -18,7 +18,8 @@
  * - The struct itself is allocated with sqlite3_malloc(), so the fault-injection test that
  *   replaces SQLite's allocator covers the handle's own allocation too.
  */
-#include "store.h"
+#include "store_read.h"
+#include "store_write.h"
 
 #include <errno.h>
 #include <inttypes.h>

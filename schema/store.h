@@ -1,6 +1,13 @@
 /* store.h — the attnstat history database (SQLite): runs, per-(run, layer, head, step) statistics,
- * and alert transitions. The daemon writes through one read-write handle; the CLI reads through a
- * read-only handle that works whether the daemon is running or not.
+ * and alert transitions. What every user of the store sees: status codes, errors, opening and
+ * closing a handle, and what the store promises. The calls come in two halves on top of this one:
+ *   store_write.h  the daemon's half: begin a run, add samples and alerts to a batch, commit,
+ *                  roll back, count
+ *   store_read.h   the CLI's half (and the daemon's restore at start-up): list, get and resolve
+ *                  runs, trend, grid, alerts, integrity check
+ * The daemon writes through one read-write handle; the CLI reads through a read-only handle that
+ * works whether the daemon is running or not. Includes only <stdint.h>: this header names no
+ * SQLite type and nothing of the daemon or the client.
  *
  * What the store promises
  * - Durability. The database is in WAL mode with synchronous=NORMAL: a batch is durable against a
@@ -24,17 +31,14 @@
  * - Missing values. Statistics that are NaN (a head with rows == 0 has NaN means) are stored as NULL
  *   and read back as NaN. Every other double reads back bit for bit, infinities included (max_logit
  *   is -inf when rows == 0), except that -0.0 reads back as +0.0.
- *
- * Reads deliver rows through callbacks: each row struct and its strings are valid only during the
- * call (copy what you keep). A callback returns 0 to go on, non-zero to stop early (the read then
- * returns STORE_OK). Rows come in a documented order.
+ * - Queries. Reads deliver rows through callbacks, in a fixed order: runs by id; a trend by step,
+ *   then head; a grid by layer, then head; alert transitions by id (order of insertion). A
+ *   read-write handle may read too. Details in store_read.h.
  */
 #ifndef ATTNSTAT_STORE_H
 #define ATTNSTAT_STORE_H
 
 #include <stdint.h>
-
-#include "stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,8 +64,19 @@ typedef struct store store;
 #define STORE_ALERT_RAISED 1
 #define STORE_ALERT_CLEARED 2
 
-/* store_grid(): the latest step of the run. */
-#define STORE_STEP_LATEST INT64_MIN
+/* One alert transition: written by store_add_alert(), read back by store_alerts(). */
+typedef struct {
+    int64_t id;              /* set by the store (reads); ignored by store_add_alert() */
+    int64_t run_id;
+    int32_t layer, head;
+    int64_t step;
+    const char *rule;        /* rule name, e.g. "entropy_floor" (alerts_rule_name()) */
+    int32_t state;           /* STORE_ALERT_RAISED or STORE_ALERT_CLEARED */
+    double value;            /* observed value (NaN: none -> NULL) */
+    double threshold;        /* threshold crossed (NaN: none -> NULL) */
+    int64_t time_ms;         /* 0: now (writes) */
+    const char *message;     /* optional human-readable text */
+} store_alert;
 
 const char *store_status_name(store_status st);
 
@@ -85,134 +100,6 @@ void store_close(store *st);
 
 /* The handle's path, as given to open. */
 const char *store_path(const store *st);
-
-/* ---- Writing (daemon) ---------------------------------------------------------------------- */
-
-typedef struct {
-    const char *name;        /* required, non-empty */
-    int32_t rank;            /* >= 0 */
-    const char *host;        /* optional (NULL) */
-    int64_t pid;             /* 0: unknown */
-    int64_t time_ms;         /* time of the Hello; 0: now */
-    const char *config;      /* optional free text (JSON) */
-    const char *thresholds;  /* optional: the run's effective thresholds as text (JSON) */
-} store_run_info;
-
-/* Begin (or resume) a run and return its id in *run_id.
- * Reconnects: a run is identified by (name, rank). When that pair exists already, its id is
- * reused (the history continues: a trainer resuming from a checkpoint or reconnecting after a
- * daemon restart keeps one trend), host/pid/config/thresholds are replaced by the new values and
- * `started` keeps the first Hello's time. A sample pushed again for a step that is already stored
- * replaces the stored one (see store_add_samples()).
- * The run is durable when this returns: an open batch is committed together with it. */
-store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
-                             store_error *err);
-
-/* Add the statistics of one push (one layer, heads 0 .. nheads-1 of it) to the open batch, with
- * time time_ms (0: now). A (run, layer, head, step) that is already stored is replaced.
- * STORE_NOTFOUND when run_id is not a run; STORE_EINVAL for a negative layer, nheads < 1 or NULL
- * heads; both leave the batch as it was. */
-store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t layer,
-                               const stats_head *heads, int32_t nheads, int64_t time_ms,
-                               store_error *err);
-
-typedef struct {
-    int64_t id;              /* set by the store (reads); ignored by store_add_alert() */
-    int64_t run_id;
-    int32_t layer, head;
-    int64_t step;
-    const char *rule;        /* rule name, e.g. "entropy_floor" (alerts_rule_name()) */
-    int32_t state;           /* STORE_ALERT_RAISED or STORE_ALERT_CLEARED */
-    double value;            /* observed value (NaN: none -> NULL) */
-    double threshold;        /* threshold crossed (NaN: none -> NULL) */
-    int64_t time_ms;         /* 0: now (writes) */
-    const char *message;     /* optional human-readable text */
-} store_alert;
-
-/* Add one alert transition to the open batch. Same error rules as store_add_samples(). */
-store_status store_add_alert(store *st, const store_alert *a, store_error *err);
-
-/* Commit the open batch (no-op STORE_OK when none is open). On failure the batch is rolled back. */
-store_status store_commit(store *st, store_error *err);
-
-/* Roll back the open batch, if any. */
-void store_rollback(store *st);
-
-/* Samples (per-head rows) in the open batch. */
-int64_t store_pending(const store *st);
-
-/* Samples committed through this handle since it was opened (for the daemon's status). */
-int64_t store_samples_written(const store *st);
-
-/* Number of committed sample rows of one run (run_id > 0) or of all runs (run_id == 0). */
-store_status store_count_samples(store *st, int64_t run_id, int64_t *count, store_error *err);
-
-/* ---- Reading (CLI; also usable on a read-write handle) --------------------------------------- */
-
-typedef struct {
-    int64_t id;
-    const char *name;
-    int32_t rank;
-    const char *host;        /* NULL when unknown */
-    int64_t pid;             /* 0 when unknown */
-    int64_t started_ms;      /* first Hello */
-    int64_t last_hello_ms;   /* latest Hello */
-    const char *config;      /* NULL when none */
-    const char *thresholds;  /* NULL when none */
-    int64_t samples;         /* committed sample rows */
-    int64_t step_min, step_max; /* 0 when samples == 0 */
-    int64_t last_time_ms;    /* time of the newest sample; 0 when none */
-} store_run;
-
-typedef struct {
-    int64_t run_id;
-    int32_t layer, head;
-    int64_t step;
-    int64_t time_ms;
-    stats_head stats;
-} store_sample;
-
-typedef int (*store_run_cb)(void *ctx, const store_run *run);
-typedef int (*store_sample_cb)(void *ctx, const store_sample *s);
-typedef int (*store_alert_cb)(void *ctx, const store_alert *a);
-
-/* Every run, ordered by id. */
-store_status store_list_runs(store *st, store_run_cb cb, void *ctx, store_error *err);
-
-/* One run by id. STORE_NOTFOUND when there is none. */
-store_status store_get_run(store *st, int64_t run_id, store_run_cb cb, void *ctx,
-                           store_error *err);
-
-/* Resolve a run given by the user: a decimal id of an existing run, else a run name. A name with
- * several ranks needs rank >= 0 (rank < 0: any rank, STORE_AMBIGUOUS when there are several).
- * STORE_NOTFOUND with a message naming spec when nothing matches. */
-store_status store_resolve_run(store *st, const char *spec, int32_t rank, int64_t *run_id,
-                               store_error *err);
-
-/* Trend of one layer of one run over steps [step_from, step_to] (inclusive), head >= 0 for one
- * head, head < 0 for every head. Thinning: of the distinct steps in the range (that have a sample
- * of the selected head(s)), the first one and then every `every`-th (every <= 1: all).
- * Rows come ordered by step, then head. */
-store_status store_trend(store *st, int64_t run_id, int32_t layer, int32_t head,
-                         int64_t step_from, int64_t step_to, int64_t every,
-                         store_sample_cb cb, void *ctx, store_error *err);
-
-/* Every (layer, head) sample of one step of one run: the grid. step == STORE_STEP_LATEST: the
- * run's highest stored step. The step used is written to *step_used (may be NULL).
- * STORE_NOTFOUND when the run has no sample (or none at that step).
- * Rows come ordered by layer, then head. */
-store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_used,
-                        store_sample_cb cb, void *ctx, store_error *err);
-
-/* Alert transitions of one run (run_id > 0) or of all runs (run_id == 0), ordered by id (time of
- * insertion). active_only: for each (run, layer, head, rule), only its latest transition, and only
- * when that one is a raise. */
-store_status store_alerts(store *st, int64_t run_id, int active_only, store_alert_cb cb,
-                          void *ctx, store_error *err);
-
-/* PRAGMA integrity_check: STORE_OK when it says "ok"; otherwise STORE_ERROR with the first
- * problem in err. */
-store_status store_integrity_check(store *st, store_error *err);
 
 #ifdef __cplusplus
 }

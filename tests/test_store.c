@@ -21,7 +21,8 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
+#include "store_read.h"
+#include "store_write.h"
 
 /* ---- shared helpers ------------------------------------------------------------------------- */
 
