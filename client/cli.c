@@ -15,7 +15,7 @@
 
 #include "attnstat.h"
 #include "cli_out.h"
-#include "store.h"
+#include "store_read.h"
 
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAIL 1

@@ -19,7 +19,8 @@
 #include "frame.h"
 #include "gpu.h"
 #include "metrics.h"
-#include "store.h"
+#include "store_read.h"
+#include "store_write.h"
 #include "worker.h"
 
 typedef struct session session;

@@ -1,4 +1,4 @@
-/* test_store.c — Check suite for daemon/store: schema migrations, exact round trips, trend and
+/* test_store.c — Check suite for the store (schema/): migrations, exact round trips, trend and
  * grid queries, alerts, batch visibility, crash safety under kill -9, error paths, and allocation
  * failure injected into SQLite.
  *
@@ -21,7 +21,8 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
+#include "store_read.h"
+#include "store_write.h"
 
 /* ---- shared helpers ------------------------------------------------------------------------- */
 

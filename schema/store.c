@@ -1,0 +1,481 @@
+/* store.c — the store's core, behind store.h: opening a handle (read-write or read-only), the
+ * schema check and the migrations, the statement table, errors, and closing. The two halves
+ * (store_write.c, store_read.c) build on the helpers it exports through store_internal.h; it calls
+ * neither of them. Includes store_internal.h (store.h, SQLite), the generated store_schema.h and
+ * libc.
+ *
+ * How it works
+ * - Every statement lives in one table (store_sql[]), is prepared the first time it is needed with
+ *   SQLITE_PREPARE_PERSISTENT, kept for the life of the handle, bound by parameter name, and reset
+ *   (bindings cleared) after every use, whatever happened.
+ * - Every SQLite return code is checked. A failure is turned into a store_error that says what was
+ *   being done, sqlite3_errmsg() and the extended code, captured before anything else touches the
+ *   connection (a rollback would overwrite the message).
+ * - The struct itself is allocated with sqlite3_malloc(), so the fault-injection test that
+ *   replaces SQLite's allocator covers the handle's own allocation too.
+ */
+#include "store_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Generated from the schema/ migrations: store_migrations[], STORE_SCHEMA_VERSION. */
+#include "store_schema.h"
+
+/* 'atst': PRAGMA application_id of an attnstat database. */
+#define STORE_APPLICATION_ID 0x61747374
+
+#define RUN_COLS                                                                                   \
+    "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
+    "step_max, last_time"
+#define SAMPLE_COLS                                                                                \
+    "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
+    "entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled"
+#define ALERT_COLS "id, run_id, layer, head, step, rule, state, value, threshold, time, message"
+
+static const char *const store_sql[S_COUNT] = {
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_RUN_UPSERT] =
+        "INSERT INTO runs (name, rank, host, pid, started, last_hello, config, thresholds) "
+        "VALUES (:name, :rank, :host, :pid, :time, :time, :config, :thresholds) "
+        "ON CONFLICT (name, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+        "last_hello = excluded.last_hello, config = excluded.config, "
+        "thresholds = excluded.thresholds RETURNING id",
+    [S_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = :run",
+    [S_SAMPLE_INSERT] =
+        "INSERT INTO samples (" SAMPLE_COLS ") VALUES (:run, :layer, :head, :step, :time, :rows, "
+        ":rows_norm, :rows_empty, :nonfinite_rows, :entropy_mean, :entropy_std, :entropy_min, "
+        ":entropy_max, :entropy_norm_mean, :collapsed_frac, :max_logit, :sampled) "
+        "ON CONFLICT (run_id, layer, head, step) DO NOTHING",
+    [S_SAMPLE_UPDATE] =
+        "UPDATE samples SET time = :time, rows = :rows, rows_norm = :rows_norm, "
+        "rows_empty = :rows_empty, nonfinite_rows = :nonfinite_rows, "
+        "entropy_mean = :entropy_mean, entropy_std = :entropy_std, entropy_min = :entropy_min, "
+        "entropy_max = :entropy_max, entropy_norm_mean = :entropy_norm_mean, "
+        "collapsed_frac = :collapsed_frac, max_logit = :max_logit, sampled = :sampled "
+        "WHERE run_id = :run AND layer = :layer AND head = :head AND step = :step",
+    [S_RUN_SUMMARY] =
+        "UPDATE runs SET samples = samples + :added, "
+        "step_min = min(coalesce(step_min, :step), :step), "
+        "step_max = max(coalesce(step_max, :step), :step), "
+        "last_time = max(coalesce(last_time, :time), :time) WHERE id = :run",
+    [S_ALERT_INSERT] =
+        "INSERT INTO alerts (run_id, layer, head, step, rule, state, value, threshold, time, "
+        "message) VALUES (:run, :layer, :head, :step, :rule, :state, :value, :threshold, :time, "
+        ":message)",
+    [S_RUNS_ALL] = "SELECT " RUN_COLS " FROM runs ORDER BY id",
+    [S_RUN_ONE] = "SELECT " RUN_COLS " FROM runs WHERE id = :run",
+    [S_RUN_BY_NAME] =
+        "SELECT id, rank FROM runs WHERE name = :name AND (:rank < 0 OR rank = :rank) "
+        "ORDER BY rank, id",
+    [S_TREND_HEAD] =
+        "SELECT " SAMPLE_COLS " FROM (SELECT *, row_number() OVER (ORDER BY step) - 1 AS i "
+        "FROM samples WHERE run_id = :run AND layer = :layer AND head = :head "
+        "AND step BETWEEN :from AND :to) WHERE i % :every = 0 ORDER BY step",
+    [S_TREND_LAYER] =
+        "WITH steps AS (SELECT step, row_number() OVER (ORDER BY step) - 1 AS i FROM "
+        "(SELECT DISTINCT step FROM samples WHERE run_id = :run AND layer = :layer "
+        "AND step BETWEEN :from AND :to)) "
+        "SELECT " SAMPLE_COLS " FROM samples WHERE run_id = :run AND layer = :layer "
+        "AND step IN (SELECT step FROM steps WHERE i % :every = 0) ORDER BY step, head",
+    [S_GRID] = "SELECT " SAMPLE_COLS " FROM samples WHERE run_id = :run AND step = :step "
+               "ORDER BY layer, head",
+    [S_ALERTS_ALL] =
+        "SELECT " ALERT_COLS " FROM alerts WHERE (:run = 0 OR run_id = :run) ORDER BY id",
+    [S_ALERTS_ACTIVE] =
+        "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
+        "WHERE (:run = 0 OR run_id = :run) GROUP BY run_id, layer, head, rule) "
+        "AND state = 'raised' ORDER BY id",
+    [S_COUNT_ONE] = "SELECT samples FROM runs WHERE id = :run",
+    [S_COUNT_ALL] = "SELECT coalesce(sum(samples), 0) FROM runs",
+};
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+void store_set_err(store_error *err, int code, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+}
+
+void store_append_err(store_error *err, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    size_t n = strlen(err->msg);
+    if (n + 1 >= sizeof err->msg)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + n, sizeof err->msg - n, fmt, ap);
+    va_end(ap);
+}
+
+/* If SQLite ended the transaction on its own (it does on some errors), forget the batch, and say
+ * so in err. */
+static void note_lost_batch(store *st, store_error *err)
+{
+    if (st->in_batch && sqlite3_get_autocommit(st->db)) {
+        store_append_err(err, "; the open batch of %" PRId64 " samples was rolled back",
+                         st->pending);
+        st->in_batch = 0;
+        st->pending = 0;
+    }
+}
+
+store_status store_db_err(store *st, store_error *err, int rc, const char *fmt, ...)
+{
+    if (err) {
+        char what[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(what, sizeof what, fmt, ap);
+        va_end(ap);
+        int ext = st->db ? sqlite3_extended_errcode(st->db) : rc;
+        if ((ext & 0xff) != (rc & 0xff))
+            ext = rc; /* the connection's code belongs to another call */
+        const char *msg = st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc);
+        store_set_err(err, ext, "%s: %s (SQLite error %d)", what, msg, ext);
+        if ((rc & 0xff) == SQLITE_CANTOPEN && st->db && sqlite3_system_errno(st->db))
+            store_append_err(err, " [%s]", strerror(sqlite3_system_errno(st->db)));
+    }
+    if (st->db)
+        note_lost_batch(st, err);
+    return STORE_ERROR;
+}
+
+const char *store_status_name(store_status s)
+{
+    switch (s) {
+    case STORE_OK: return "ok";
+    case STORE_ERROR: return "database error";
+    case STORE_EINVAL: return "invalid argument";
+    case STORE_NOTFOUND: return "not found";
+    case STORE_AMBIGUOUS: return "ambiguous";
+    case STORE_SCHEMA: return "schema mismatch";
+    }
+    return "unknown status";
+}
+
+int store_schema_version(void)
+{
+    return STORE_SCHEMA_VERSION;
+}
+
+const char *store_path(const store *st)
+{
+    return st->path;
+}
+
+/* ---- statements ----------------------------------------------------------------------------- */
+
+sqlite3_stmt *store_stmt(store *st, int id, store_error *err)
+{
+    if (!st->stmt[id]) {
+        int rc = sqlite3_prepare_v3(st->db, store_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+                                    &st->stmt[id], NULL);
+        if (rc != SQLITE_OK) {
+            store_db_err(st, err, rc, "preparing \"%.120s\"", store_sql[id]);
+            sqlite3_finalize(st->stmt[id]);
+            st->stmt[id] = NULL;
+        }
+    }
+    return st->stmt[id];
+}
+
+/* Run one-off SQL (pragmas, migrations, transactions at open). */
+static store_status exec_sql(store *st, const char *sql, const char *what, store_error *err)
+{
+    int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return store_db_err(st, err, rc, "%s", what);
+    return STORE_OK;
+}
+
+/* One integer from one-off SQL (a pragma). */
+static store_status query_int(store *st, const char *sql, int64_t *out, const char *what,
+                              store_error *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            *out = sqlite3_column_int64(s, 0);
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            *out = 0;
+            rc = SQLITE_OK;
+        }
+    }
+    if (rc != SQLITE_OK) {
+        store_db_err(st, err, rc, "%s", what);
+        sqlite3_finalize(s);
+        return STORE_ERROR;
+    }
+    sqlite3_finalize(s);
+    return STORE_OK;
+}
+
+/* ---- opening --------------------------------------------------------------------------------- */
+
+static void store_free(store *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_close_v2(st->db);
+    sqlite3_free(st);
+}
+
+/* Read user_version and application_id and decide whether this code may use the database.
+ * *version gets user_version. */
+static store_status check_schema(store *st, int64_t *version, store_error *err)
+{
+    int64_t app = 0, objects = 0;
+    if (query_int(st, "PRAGMA user_version", version, "reading the schema version", err) ||
+        query_int(st, "PRAGMA application_id", &app, "reading the application id", err))
+        return STORE_ERROR;
+    if (app != 0 && app != STORE_APPLICATION_ID) {
+        store_set_err(err, 0,
+                      "database '%s' is not an attnstat database (application_id %" PRId64 ")",
+                      st->path, app);
+        return STORE_SCHEMA;
+    }
+    if (*version > STORE_SCHEMA_VERSION) {
+        store_set_err(err, 0,
+                "database '%s' has schema version %" PRId64 ", newer than this attnstat "
+                "understands (%d): use the attnstat that wrote it, or a newer one",
+                st->path, *version, STORE_SCHEMA_VERSION);
+        return STORE_SCHEMA;
+    }
+    if (*version == 0) {
+        if (query_int(st, "SELECT count(*) FROM sqlite_schema", &objects,
+                      "reading the schema", err))
+            return STORE_ERROR;
+        if (objects > 0) {
+            store_set_err(err, 0,
+                    "database '%s' is not an attnstat database (it has tables but no attnstat "
+                    "schema version)", st->path);
+            return STORE_SCHEMA;
+        }
+    }
+    return STORE_OK;
+}
+
+/* Apply migrations user_version+1 .. STORE_SCHEMA_VERSION in one transaction. */
+static store_status migrate(store *st, store_error *err)
+{
+    store_status rs = exec_sql(st, "BEGIN IMMEDIATE", "starting the schema migration", err);
+    if (rs)
+        return rs;
+    int64_t version = 0;
+    rs = check_schema(st, &version, err); /* again, now that no one else can write */
+    for (int64_t v = version + 1; rs == STORE_OK && v <= STORE_SCHEMA_VERSION; v++) {
+        char what[128];
+        snprintf(what, sizeof what, "applying schema migration %s", store_migrations[v - 1].name);
+        rs = exec_sql(st, store_migrations[v - 1].sql, what, err);
+    }
+    if (rs == STORE_OK && version < STORE_SCHEMA_VERSION) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
+                 STORE_SCHEMA_VERSION, STORE_APPLICATION_ID);
+        rs = exec_sql(st, sql, "recording the schema version", err);
+    }
+    if (rs == STORE_OK)
+        rs = exec_sql(st, "COMMIT", "committing the schema migration", err);
+    if (rs != STORE_OK && !sqlite3_get_autocommit(st->db))
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return rs;
+}
+
+static store *open_common(const char *path, int readonly, int busy_ms, store_error *err)
+{
+    if (!path || !*path) {
+        store_set_err(err, 0, "no database path given");
+        return NULL;
+    }
+    int rc = sqlite3_initialize();
+    if (rc != SQLITE_OK) {
+        store_set_err(err, rc, "initialising SQLite: %s (SQLite error %d)", sqlite3_errstr(rc), rc);
+        return NULL;
+    }
+    size_t len = strlen(path);
+    store *st = sqlite3_malloc64(sizeof *st + len + 1);
+    if (!st) {
+        store_set_err(err, SQLITE_NOMEM, "opening database '%s': out of memory", path);
+        return NULL;
+    }
+    memset(st, 0, sizeof *st);
+    memcpy(st->path, path, len + 1);
+    const char *mode = readonly ? "reading" : "writing";
+
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    rc = sqlite3_open_v2(path, &st->db, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, NULL);
+    if (rc != SQLITE_OK) {
+        if (st->db)
+            store_db_err(st, err, rc, "opening database '%s' for %s", path, mode);
+        else
+            store_set_err(err, rc, "opening database '%s' for %s: %s (SQLite error %d)", path, mode,
+                    sqlite3_errstr(rc), rc);
+        store_free(st);
+        return NULL;
+    }
+    st->readonly = readonly;
+    sqlite3_extended_result_codes(st->db, 1);
+    rc = sqlite3_busy_timeout(st->db, busy_ms > 0 ? busy_ms : 5000);
+    if (rc != SQLITE_OK) {
+        store_db_err(st, err, rc, "setting the busy timeout of '%s'", path);
+        store_free(st);
+        return NULL;
+    }
+
+    int64_t version = 0;
+    store_status rs = check_schema(st, &version, err);
+    if (rs == STORE_ERROR && err) {
+        char inner[sizeof err->msg];
+        memcpy(inner, err->msg, sizeof inner);
+        store_set_err(err, err->code, "opening database '%s' for %s: %s", path, mode, inner);
+    }
+    if (rs == STORE_OK && readonly) {
+        if (version == 0) {
+            store_set_err(err, 0, "database '%s' is not an attnstat database (it is empty)", path);
+            rs = STORE_SCHEMA;
+        } else if (version < STORE_SCHEMA_VERSION) {
+            store_set_err(err, 0,
+                    "database '%s' has schema version %" PRId64 ", older than this attnstat's "
+                    "(%d): start attnstatd on it once to migrate it", path, version,
+                    STORE_SCHEMA_VERSION);
+            rs = STORE_SCHEMA;
+        }
+    }
+    if (rs == STORE_OK && !readonly) {
+        if (sqlite3_db_readonly(st->db, "main") == 1) {
+            store_set_err(err, SQLITE_READONLY,
+                          "database '%s' is not writable (check its permissions)", path);
+            rs = STORE_ERROR;
+        }
+    }
+    if (rs == STORE_OK && !readonly) {
+        int64_t dummy = 0;
+        /* journal_mode answers with the mode it ended up in. */
+        sqlite3_stmt *s = NULL;
+        rc = sqlite3_prepare_v2(st->db, "PRAGMA journal_mode = WAL", -1, &s, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            const char *m = (const char *)sqlite3_column_text(s, 0);
+            if (!m || strcmp(m, "wal") != 0) {
+                store_set_err(err, 0,
+                              "database '%s': cannot use WAL mode (journal mode stays '%s')",
+                              path, m ? m : "?");
+                rs = STORE_ERROR;
+            }
+        } else {
+            store_db_err(st, err, rc, "switching '%s' to WAL mode", path);
+            rs = STORE_ERROR;
+        }
+        sqlite3_finalize(s);
+        if (rs == STORE_OK)
+            rs = exec_sql(st, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON",
+                          "setting synchronous=NORMAL and foreign_keys", err);
+        if (rs == STORE_OK)
+            rs = query_int(st, "PRAGMA foreign_keys", &dummy, "checking foreign_keys", err);
+        if (rs == STORE_OK && dummy != 1) {
+            store_set_err(err, 0, "database '%s': this SQLite cannot enforce foreign keys", path);
+            rs = STORE_ERROR;
+        }
+        if (rs == STORE_OK && version < STORE_SCHEMA_VERSION)
+            rs = migrate(st, err);
+    }
+    if (rs == STORE_OK && readonly)
+        rs = exec_sql(st, "PRAGMA query_only = ON", "setting query_only", err);
+    /* Prepared now so that ending a batch never has to allocate to prepare. */
+    for (int i = S_BEGIN; rs == STORE_OK && !readonly && i <= S_ROLLBACK; i++)
+        if (!store_stmt(st, i, err))
+            rs = STORE_ERROR;
+    if (rs != STORE_OK) {
+        store_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+store *store_open(const char *path, int busy_ms, store_error *err)
+{
+    return open_common(path, 0, busy_ms, err);
+}
+
+store *store_open_readonly(const char *path, int busy_ms, store_error *err)
+{
+    return open_common(path, 1, busy_ms, err);
+}
+
+void store_close(store *st)
+{
+    if (!st)
+        return;
+    store_batch_rollback(st);
+    store_free(st);
+}
+
+/* ---- transactions and runs (for both halves) ------------------------------------------------- */
+
+int store_step_simple(store *st, int id, store_error *err)
+{
+    sqlite3_stmt *s = store_stmt(st, id, err);
+    if (!s)
+        return SQLITE_ERROR;
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc != SQLITE_OK)
+        store_db_err(st, err, rc, "%s", store_sql[id]);
+    stmt_done(s);
+    return rc;
+}
+
+void store_batch_rollback(store *st)
+{
+    if (!sqlite3_get_autocommit(st->db)) {
+        /* A failed ROLLBACK leaves nothing to do: SQLite rolls back on close. Use exec, not a
+         * prepared statement: this must work even when preparing failed (out of memory). */
+        if (store_step_simple(st, S_ROLLBACK, NULL) != SQLITE_OK)
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    st->in_batch = 0;
+    st->pending = 0;
+}
+
+store_status store_check_run(store *st, int64_t run_id, store_error *err)
+{
+    if (run_id > 0 && run_id == st->known_run)
+        return STORE_OK;
+    sqlite3_stmt *s = store_stmt(st, S_RUN_EXISTS, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, ":run", run_id));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    stmt_done(s);
+    if (rc == SQLITE_ROW) {
+        st->known_run = run_id;
+        return STORE_OK;
+    }
+    if (rc == SQLITE_DONE) {
+        store_set_err(err, 0, "no run with id %" PRId64 " in '%s'", run_id, st->path);
+        return STORE_NOTFOUND;
+    }
+    return store_db_err(st, err, rc, "looking up run %" PRId64, run_id);
+}

@@ -1,0 +1,108 @@
+/* store.h — the attnstat history database (SQLite): runs, per-(run, layer, head, step) statistics,
+ * and alert transitions. What every user of the store sees: status codes, errors, opening and
+ * closing a handle, and what the store promises. The calls come in two halves on top of this one:
+ *   store_write.h  the daemon's half: begin a run, add samples and alerts to a batch, commit,
+ *                  roll back, count
+ *   store_read.h   the CLI's half (and the daemon's restore at start-up): list, get and resolve
+ *                  runs, trend, grid, alerts, integrity check
+ * The daemon writes through one read-write handle; the CLI reads through a read-only handle that
+ * works whether the daemon is running or not. Includes only <stdint.h>: this header names no
+ * SQLite type and nothing of the daemon or the client.
+ *
+ * What the store promises
+ * - Durability. The database is in WAL mode with synchronous=NORMAL: a batch is durable against a
+ *   crash of the process (kill -9) once store_commit() returned STORE_OK, and the file always passes
+ *   PRAGMA integrity_check. (A power loss can lose the last few commits but never corrupts.)
+ * - Batches. store_add_samples() and store_add_alert() write into the open batch (one transaction,
+ *   begun by the first write); nothing of it is visible to other connections, or survives a crash,
+ *   until store_commit(). The daemon acknowledges a push only after the commit that holds it.
+ *   Any error while a batch is open rolls the whole batch back (store_pending() is then 0): the
+ *   caller answers every push of that batch with an error. Argument errors (bad layer, unknown run)
+ *   are found before anything is written and leave the batch untouched.
+ * - Schema. PRAGMA user_version is the number of the last migration (schema/NNN_*.sql, compiled in)
+ *   that was applied. A read-write open applies the missing ones in one transaction; a database
+ *   whose version is newer than this code is refused, never touched. A read-only open refuses a
+ *   database that is older or newer than the code, or that is not an attnstat database.
+ * - Errors. Every call returns a store_status; on failure err->msg says what was being done and,
+ *   for SQLite failures, the extended result code (err->code) and sqlite3_errmsg(). err may be NULL.
+ *   Nothing here exits or aborts.
+ * - Threads. A handle is used by one thread at a time. Different handles (even in different
+ *   processes) may share one file.
+ * - Missing values. Statistics that are NaN (a head with rows == 0 has NaN means) are stored as NULL
+ *   and read back as NaN. Every other double reads back bit for bit, infinities included (max_logit
+ *   is -inf when rows == 0), except that -0.0 reads back as +0.0.
+ * - Queries. Reads deliver rows through callbacks, in a fixed order: runs by id; a trend by step,
+ *   then head; a grid by layer, then head; alert transitions by id (order of insertion). A
+ *   read-write handle may read too. Details in store_read.h.
+ */
+#ifndef ATTNSTAT_STORE_H
+#define ATTNSTAT_STORE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    STORE_OK = 0,
+    STORE_ERROR = 1,     /* SQLite or I/O failure: err->code holds the extended result code */
+    STORE_EINVAL = 2,    /* a bad argument: the message names it */
+    STORE_NOTFOUND = 3,  /* the run (or step) asked for does not exist */
+    STORE_AMBIGUOUS = 4, /* a run name matches several runs (ranks): ask by id */
+    STORE_SCHEMA = 5,    /* not an attnstat database, or a schema version this code cannot use */
+} store_status;
+
+typedef struct {
+    int code;       /* SQLite extended result code, 0 when the failure was not SQLite's */
+    char msg[512];
+} store_error;
+
+typedef struct store store;
+
+/* Alert state values; they match AlertState in proto/attnstat.proto. */
+#define STORE_ALERT_RAISED 1
+#define STORE_ALERT_CLEARED 2
+
+/* One alert transition: written by store_add_alert(), read back by store_alerts(). */
+typedef struct {
+    int64_t id;              /* set by the store (reads); ignored by store_add_alert() */
+    int64_t run_id;
+    int32_t layer, head;
+    int64_t step;
+    const char *rule;        /* rule name, e.g. "entropy_floor" (alerts_rule_name()) */
+    int32_t state;           /* STORE_ALERT_RAISED or STORE_ALERT_CLEARED */
+    double value;            /* observed value (NaN: none -> NULL) */
+    double threshold;        /* threshold crossed (NaN: none -> NULL) */
+    int64_t time_ms;         /* 0: now (writes) */
+    const char *message;     /* optional human-readable text */
+} store_alert;
+
+const char *store_status_name(store_status st);
+
+/* Schema version this code writes (the number of compiled-in migrations). */
+int store_schema_version(void);
+
+/* ---- Opening ------------------------------------------------------------------------------ */
+
+/* Open (creating it when missing) the database at path for writing, migrate it, and prepare the
+ * statements. Sets WAL, synchronous=NORMAL, foreign keys on, a busy timeout of busy_ms
+ * (0: 5000 ms). Returns NULL with err set on failure. */
+store *store_open(const char *path, int busy_ms, store_error *err);
+
+/* Open an existing database for reading only (the CLI). Never creates, migrates or writes the
+ * database file (SQLite may create the -shm/-wal side files next to it, as every WAL reader does).
+ * Returns NULL with err set when the file is missing, unreadable, corrupt, or of another schema. */
+store *store_open_readonly(const char *path, int busy_ms, store_error *err);
+
+/* Close the handle. An open batch is rolled back (commit first to keep it). NULL is fine. */
+void store_close(store *st);
+
+/* The handle's path, as given to open. */
+const char *store_path(const store *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNSTAT_STORE_H */

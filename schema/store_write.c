@@ -1,0 +1,309 @@
+/* store_write.c — the daemon's half of the store, behind store_write.h: runs begun or resumed,
+ * samples and alert transitions added to the open batch, commit and rollback, counts.
+ * Calls store.c's helpers (store_internal.h) and SQLite; nothing of store_read.c.
+ *
+ * How it works
+ * - The batch is one transaction, begun with BEGIN IMMEDIATE by the first write (so it holds the
+ *   write lock from the start and never fails half-way on a lock upgrade); store_commit() ends it.
+ *   A write failure rolls it back. SQLite itself may roll a transaction back on some errors (out
+ *   of memory, I/O, full disk); after any failure the handle checks sqlite3_get_autocommit() (in
+ *   store_db_err()) so its idea of the batch never drifts from SQLite's.
+ * - The runs table carries a per-run summary (sample count, step range, last time) updated by each
+ *   push in the same transaction, so listing runs and finding the latest step never scan samples.
+ *   A sample is inserted with ON CONFLICT DO NOTHING and updated in place when that inserted
+ *   nothing, which tells new rows from replaced ones and keeps the count exact.
+ */
+#include "store_write.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "store_internal.h"
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- batches and counts ---------------------------------------------------------------------- */
+
+static store_status check_writable(store *st, store_error *err)
+{
+    if (st->readonly) {
+        store_set_err(err, 0, "database '%s' was opened read-only", st->path);
+        return STORE_EINVAL;
+    }
+    return STORE_OK;
+}
+
+static store_status batch_begin(store *st, store_error *err)
+{
+    if (st->in_batch)
+        return STORE_OK;
+    if (!sqlite3_get_autocommit(st->db))
+        store_rollback(st); /* a rollback that failed earlier left a transaction behind */
+    if (store_step_simple(st, S_BEGIN, err) != SQLITE_OK) {
+        store_append_err(err, " (starting a batch in '%s')", st->path);
+        return STORE_ERROR;
+    }
+    st->in_batch = 1;
+    st->pending = 0;
+    return STORE_OK;
+}
+
+void store_rollback(store *st)
+{
+    if (!st)
+        return;
+    store_batch_rollback(st);
+}
+
+/* A write failed: roll back the batch and say so. */
+static store_status batch_fail(store *st, store_error *err)
+{
+    if (st->in_batch) {
+        if (err && !strstr(err->msg, "was rolled back"))
+            store_append_err(err, "; the open batch of %" PRId64 " samples was rolled back",
+                             st->pending);
+        store_rollback(st);
+    }
+    return STORE_ERROR;
+}
+
+store_status store_commit(store *st, store_error *err)
+{
+    if (!st->in_batch)
+        return STORE_OK;
+    if (store_step_simple(st, S_COMMIT, err) != SQLITE_OK) {
+        store_append_err(err, " (committing a batch to '%s')", st->path);
+        return batch_fail(st, err);
+    }
+    st->written += st->pending;
+    st->pending = 0;
+    st->in_batch = 0;
+    return STORE_OK;
+}
+
+int64_t store_pending(const store *st)
+{
+    return st->pending;
+}
+
+int64_t store_samples_written(const store *st)
+{
+    return st->written;
+}
+
+store_status store_count_samples(store *st, int64_t run_id, int64_t *count, store_error *err)
+{
+    sqlite3_stmt *s = store_stmt(st, run_id > 0 ? S_COUNT_ONE : S_COUNT_ALL, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = SQLITE_OK;
+    if (run_id > 0)
+        BIND(bind_i64(s, ":run", run_id));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    store_status rs = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *count = sqlite3_column_int64(s, 0);
+    } else if (rc == SQLITE_DONE) {
+        store_set_err(err, 0, "no run with id %" PRId64 " in '%s'", run_id, st->path);
+        rs = STORE_NOTFOUND;
+    } else {
+        rs = store_db_err(st, err, rc, "counting samples in '%s'", st->path);
+    }
+    stmt_done(s);
+    return rs;
+}
+
+/* ---- writing --------------------------------------------------------------------------------- */
+
+store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
+                             store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (!info || !info->name || !*info->name) {
+        store_set_err(err, 0, "a run needs a non-empty name");
+        return STORE_EINVAL;
+    }
+    if (info->rank < 0) {
+        store_set_err(err, 0, "run '%s': rank %" PRId32 " is negative", info->name, info->rank);
+        return STORE_EINVAL;
+    }
+    if ((rs = batch_begin(st, err)))
+        return rs;
+    sqlite3_stmt *s = store_stmt(st, S_RUN_UPSERT, err);
+    if (!s)
+        return batch_fail(st, err);
+    int rc = SQLITE_OK;
+    BIND(bind_text(s, ":name", info->name));
+    BIND(bind_i64(s, ":rank", info->rank));
+    BIND(bind_text(s, ":host", info->host));
+    BIND(bind_i64(s, ":pid", info->pid));
+    BIND(bind_i64(s, ":time", info->time_ms ? info->time_ms : now_ms()));
+    BIND(bind_text(s, ":config", info->config));
+    BIND(bind_text(s, ":thresholds", info->thresholds));
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            *run_id = sqlite3_column_int64(s, 0);
+            rc = sqlite3_step(s);
+        }
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK) {
+        store_db_err(st, err, rc, "recording run '%s' rank %" PRId32, info->name, info->rank);
+        stmt_done(s);
+        return batch_fail(st, err);
+    }
+    stmt_done(s);
+    return store_commit(st, err);
+}
+
+static int bind_sample(sqlite3_stmt *s, int64_t run_id, int32_t layer, int32_t head,
+                       int64_t step, int64_t time_ms, const stats_head *h)
+{
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, ":run", run_id));
+    BIND(bind_i64(s, ":layer", layer));
+    BIND(bind_i64(s, ":head", head));
+    BIND(bind_i64(s, ":step", step));
+    BIND(bind_i64(s, ":time", time_ms));
+    BIND(bind_i64(s, ":rows", h->rows));
+    BIND(bind_i64(s, ":rows_norm", h->rows_norm));
+    BIND(bind_i64(s, ":rows_empty", h->rows_empty));
+    BIND(bind_i64(s, ":nonfinite_rows", h->nonfinite_rows));
+    BIND(bind_f64(s, ":entropy_mean", h->entropy_mean));
+    BIND(bind_f64(s, ":entropy_std", h->entropy_std));
+    BIND(bind_f64(s, ":entropy_min", h->entropy_min));
+    BIND(bind_f64(s, ":entropy_max", h->entropy_max));
+    BIND(bind_f64(s, ":entropy_norm_mean", h->entropy_norm_mean));
+    BIND(bind_f64(s, ":collapsed_frac", h->collapsed_frac));
+    BIND(bind_f64(s, ":max_logit", h->max_logit));
+    BIND(bind_i64(s, ":sampled", h->sampled));
+    return rc;
+}
+
+store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t layer,
+                               const stats_head *heads, int32_t nheads, int64_t time_ms,
+                               store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (!heads || nheads < 1 || layer < 0) {
+        store_set_err(err, 0, "samples of run %" PRId64 " step %" PRId64 ": need layer >= 0 and at "
+                "least one head (layer %" PRId32 ", %" PRId32 " heads)", run_id, step, layer,
+                nheads);
+        return STORE_EINVAL;
+    }
+    if ((rs = store_check_run(st, run_id, err))) {
+        if (rs == STORE_ERROR)
+            return batch_fail(st, err);
+        return rs;
+    }
+    if ((rs = batch_begin(st, err)))
+        return rs;
+    if (!time_ms)
+        time_ms = now_ms();
+    sqlite3_stmt *ins = store_stmt(st, S_SAMPLE_INSERT, err);
+    sqlite3_stmt *upd = ins ? store_stmt(st, S_SAMPLE_UPDATE, err) : NULL;
+    sqlite3_stmt *sum = upd ? store_stmt(st, S_RUN_SUMMARY, err) : NULL;
+    if (!sum)
+        return batch_fail(st, err);
+    int64_t added = 0;
+    int rc = SQLITE_OK;
+    int32_t h;
+    for (h = 0; h < nheads && rc == SQLITE_OK; h++) {
+        rc = bind_sample(ins, run_id, layer, h, step, time_ms, &heads[h]);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(ins);
+        if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+            if (sqlite3_changes(st->db) > 0) {
+                added++;
+            } else { /* already stored: replace */
+                rc = bind_sample(upd, run_id, layer, h, step, time_ms, &heads[h]);
+                if (rc == SQLITE_OK)
+                    rc = sqlite3_step(upd);
+                if (rc == SQLITE_DONE)
+                    rc = SQLITE_OK;
+                if (rc != SQLITE_OK)
+                    store_db_err(st, err, rc, "replacing sample run %" PRId64 " layer %" PRId32
+                           " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
+                stmt_done(upd);
+            }
+        } else {
+            store_db_err(st, err, rc, "storing sample run %" PRId64 " layer %" PRId32
+                         " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
+        }
+        stmt_done(ins);
+    }
+    if (rc == SQLITE_OK) {
+        BIND(bind_i64(sum, ":added", added));
+        BIND(bind_i64(sum, ":step", step));
+        BIND(bind_i64(sum, ":time", time_ms));
+        BIND(bind_i64(sum, ":run", run_id));
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(sum);
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+        if (rc != SQLITE_OK)
+            store_db_err(st, err, rc, "updating the summary of run %" PRId64, run_id);
+        stmt_done(sum);
+    }
+    if (rc != SQLITE_OK)
+        return batch_fail(st, err);
+    st->pending += nheads;
+    return STORE_OK;
+}
+
+store_status store_add_alert(store *st, const store_alert *a, store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (!a || !a->rule || !*a->rule || a->layer < 0 || a->head < 0 ||
+        (a->state != STORE_ALERT_RAISED && a->state != STORE_ALERT_CLEARED)) {
+        store_set_err(err, 0, "an alert needs a rule name, layer >= 0, head >= 0 and state "
+                      "raised or cleared");
+        return STORE_EINVAL;
+    }
+    if ((rs = store_check_run(st, a->run_id, err))) {
+        if (rs == STORE_ERROR)
+            return batch_fail(st, err);
+        return rs;
+    }
+    if ((rs = batch_begin(st, err)))
+        return rs;
+    sqlite3_stmt *s = store_stmt(st, S_ALERT_INSERT, err);
+    if (!s)
+        return batch_fail(st, err);
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, ":run", a->run_id));
+    BIND(bind_i64(s, ":layer", a->layer));
+    BIND(bind_i64(s, ":head", a->head));
+    BIND(bind_i64(s, ":step", a->step));
+    BIND(bind_text(s, ":rule", a->rule));
+    BIND(bind_text(s, ":state", a->state == STORE_ALERT_RAISED ? "raised" : "cleared"));
+    BIND(bind_f64(s, ":value", a->value));
+    BIND(bind_f64(s, ":threshold", a->threshold));
+    BIND(bind_i64(s, ":time", a->time_ms ? a->time_ms : now_ms()));
+    BIND(bind_text(s, ":message", a->message));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc != SQLITE_OK)
+        store_db_err(st, err, rc, "storing alert %s of run %" PRId64 " layer %" PRId32
+                     " head %" PRId32, a->rule, a->run_id, a->layer, a->head);
+    stmt_done(s);
+    return rc == SQLITE_OK ? STORE_OK : batch_fail(st, err);
+}

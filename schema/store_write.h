@@ -1,0 +1,71 @@
+/* store_write.h — the daemon's half of the store: begin (or resume) a run, add the samples and
+ * alert transitions of pushes to the open batch, commit or roll it back, and count what was
+ * written. Only a handle from store_open() writes: on a read-only handle store_run_begin(),
+ * store_add_samples() and store_add_alert() return STORE_EINVAL. The batch and durability rules
+ * are store.h's.
+ * Includes store.h and kernels/stats.h (stats_head, the statistics of one head).
+ */
+#ifndef ATTNSTAT_STORE_WRITE_H
+#define ATTNSTAT_STORE_WRITE_H
+
+#include <stdint.h>
+
+#include "stats.h"
+#include "store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *name;        /* required, non-empty */
+    int32_t rank;            /* >= 0 */
+    const char *host;        /* optional (NULL) */
+    int64_t pid;             /* 0: unknown */
+    int64_t time_ms;         /* time of the Hello; 0: now */
+    const char *config;      /* optional free text (JSON) */
+    const char *thresholds;  /* optional: the run's effective thresholds as text (JSON) */
+} store_run_info;
+
+/* Begin (or resume) a run and return its id in *run_id.
+ * Reconnects: a run is identified by (name, rank). When that pair exists already, its id is
+ * reused (the history continues: a trainer resuming from a checkpoint or reconnecting after a
+ * daemon restart keeps one trend), host/pid/config/thresholds are replaced by the new values and
+ * `started` keeps the first Hello's time. A sample pushed again for a step that is already stored
+ * replaces the stored one (see store_add_samples()).
+ * The run is durable when this returns: an open batch is committed together with it. */
+store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
+                             store_error *err);
+
+/* Add the statistics of one push (one layer, heads 0 .. nheads-1 of it) to the open batch, with
+ * time time_ms (0: now). A (run, layer, head, step) that is already stored is replaced.
+ * STORE_NOTFOUND when run_id is not a run; STORE_EINVAL for a negative layer, nheads < 1 or NULL
+ * heads; both leave the batch as it was. */
+store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t layer,
+                               const stats_head *heads, int32_t nheads, int64_t time_ms,
+                               store_error *err);
+
+/* Add one alert transition (store_alert, in store.h) to the open batch. Same error rules as
+ * store_add_samples(). */
+store_status store_add_alert(store *st, const store_alert *a, store_error *err);
+
+/* Commit the open batch (no-op STORE_OK when none is open). On failure the batch is rolled back. */
+store_status store_commit(store *st, store_error *err);
+
+/* Roll back the open batch, if any. */
+void store_rollback(store *st);
+
+/* Samples (per-head rows) in the open batch. */
+int64_t store_pending(const store *st);
+
+/* Samples committed through this handle since it was opened (for the daemon's status). */
+int64_t store_samples_written(const store *st);
+
+/* Number of committed sample rows of one run (run_id > 0) or of all runs (run_id == 0). */
+store_status store_count_samples(store *st, int64_t run_id, int64_t *count, store_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNSTAT_STORE_WRITE_H */
