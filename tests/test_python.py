@@ -3,8 +3,8 @@
 
 Offline: tensor descriptions (NumPy, PyTorch-like and CUDA-interface objects, both layouts), the
 ctypes mirrors against a C compiler's sizes and offsets (tests/abi_sizes.c), argument errors with
-the library's messages (against a bare listening socket), and attnstat.torch.monitor against a
-fake `torch` module (NumPy-backed tensors), so no PyTorch is needed.
+the library's messages (against a bare listening socket). attnstat.torch.monitor is tested in
+test_python_monitor.py.
 End to end (when attnstatd is built): a real daemon on a temporary socket and database; pushes of
 float32 / float16 arrays in both layouts; the stored per-head statistics equal a float64 two-pass
 computation done here; drops while the daemon is stopped; status; alerts.
@@ -26,59 +26,12 @@ import types
 import unittest
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
-
-try:
-    import numpy as np
-except ImportError:
-    print("SKIP: NumPy is not installed for %s (Debian: apt-get install python3-numpy)"
-          % sys.executable)
-    sys.exit(77)
+from pyhelpers import (DAEMON, HERE, LIB, RNG, ROOT, FakeDevice, FakeTensor, FakeTorch,  # noqa: E402
+                       need_lib, np, np_sdpa, randn)
 
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib, _tensor  # noqa: E402
-
-RNG = np.random.default_rng()  # fresh data every run
-
-
-def _find_lib():
-    try:
-        return _lib.load()
-    except _lib.LibraryNotFound:
-        if os.environ.get("ATTNSTAT_LIB"):
-            raise
-        return None
-
-
-LIB = _find_lib()
-
-
-def _find_daemon():
-    if "ATTNSTAT_DAEMON" in os.environ:  # set, even empty (the build has no daemon): no search
-        return os.environ["ATTNSTAT_DAEMON"] or None
-    if LIB is not None:  # the daemon of the library's own build tree
-        p = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(LIB._attnstat_path))),
-                         "daemon", "attnstatd")
-        if os.path.exists(p):
-            return p
-    return None
-
-
-DAEMON = _find_daemon()
-
-
-def need_lib(test):
-    return unittest.skipIf(LIB is None, "libattnstat.so is not built (set ATTNSTAT_LIB)")(test)
-
-
-def randn(*shape, dtype=np.float32, scale=1.0):
-    a = RNG.standard_normal(shape) * scale
-    while not np.any(a):
-        a = RNG.standard_normal(shape) * scale
-    return a.astype(dtype)
 
 
 # ---- the float64 reference ------------------------------------------------------------------------
@@ -137,54 +90,6 @@ class TestReference(unittest.TestCase):
 
 
 # ---- tensor descriptions (no library needed) ------------------------------------------------------
-class FakeDtype(object):
-    def __init__(self, name):
-        self.name = name
-
-    def __str__(self):
-        return "torch." + self.name
-
-
-class FakeDevice(object):
-    def __init__(self, type_="cpu", index=None):
-        self.type, self.index = type_, index
-
-
-_NP_OF = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
-
-
-class FakeTensor(object):
-    """A NumPy-backed stand-in for torch.Tensor: data_ptr(), stride() in elements, shape, dtype,
-    device, is_cuda, unsqueeze(), and nothing of the array interfaces."""
-
-    def __init__(self, arr, dtype_name=None, device=None):
-        self._a = arr
-        self.dtype = FakeDtype(dtype_name or str(arr.dtype))
-        self.device = device or FakeDevice()
-        self.is_cuda = self.device.type == "cuda"
-
-    @property
-    def shape(self):
-        return tuple(self._a.shape)
-
-    def data_ptr(self):
-        return self._a.ctypes.data
-
-    def stride(self):
-        return tuple(s // self._a.itemsize for s in self._a.strides)
-
-    def dim(self):
-        return self._a.ndim
-
-    def unsqueeze(self, d):
-        return FakeTensor(np.expand_dims(self._a, d), self.dtype.name, self.device)
-
-    def transpose(self, a, b):
-        return FakeTensor(np.swapaxes(self._a, a, b), self.dtype.name, self.device)
-
-    def numpy(self):
-        return self._a
-
 
 class CudaLike(object):
     """Looks like device memory through __cuda_array_interface__ (never dereferenced here)."""
@@ -613,228 +518,6 @@ class TestArguments(unittest.TestCase):
         self.assertIn("closed", str(cm.exception))
 
 
-# ---- monitor, against a fake torch ----------------------------------------------------------------
-def _np_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-             enable_gqa=False):
-    q, k, v = query._a.astype(np.float64), key._a.astype(np.float64), value._a.astype(np.float64)
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
-        rep = q.shape[-3] // k.shape[-3]
-        k, v = np.repeat(k, rep, axis=-3), np.repeat(v, rep, axis=-3)
-    s = (q @ np.swapaxes(k, -1, -2)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
-    if is_causal:
-        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    return FakeTensor((p @ v).astype(query._a.dtype))
-
-
-class FakeHandle(object):
-    def __init__(self, hooks, fn):
-        self.hooks, self.fn = hooks, fn
-
-    def remove(self):
-        self.hooks.remove(self.fn)
-
-
-class FakeModule(object):
-    def __init__(self):
-        self._pre_hooks = []
-
-    def register_forward_pre_hook(self, fn):
-        self._pre_hooks.append(fn)
-        return FakeHandle(self._pre_hooks, fn)
-
-    def __call__(self, *args):
-        for h in list(self._pre_hooks):
-            h(self, args)
-        return self.forward(*args)
-
-
-class FakeModel(FakeModule):
-    """n_layers attention calls per forward, through F.scaled_dot_product_attention looked up at
-    call time (as nn.Module code does)."""
-
-    def __init__(self, F, n_layers=3, heads=4, kv_heads=4, causal=True):
-        FakeModule.__init__(self)
-        self.F, self.n_layers, self.heads, self.kv_heads, self.causal = (F, n_layers, heads,
-                                                                         kv_heads, causal)
-
-    def forward(self, x):
-        for _ in range(self.n_layers):
-            q = FakeTensor(randn(2, self.heads, 6, 8))
-            k = FakeTensor(randn(2, self.kv_heads, 6, 8))
-            v = FakeTensor(randn(2, self.kv_heads, 6, 8))
-            x = self.F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                                    enable_gqa=self.kv_heads != self.heads)
-        return x
-
-
-class RecordingClient(object):
-    def __init__(self, fail=None):
-        self.calls = []
-        self.fail = fail
-
-    def push(self, step, layer, q, k, **kw):
-        if self.fail is not None:
-            raise self.fail
-        _tensor.describe(q, "q")
-        _tensor.describe(k, "k")
-        self.calls.append((step, layer, tuple(q.shape), tuple(k.shape), kw))
-        return True
-
-
-class TestMonitor(unittest.TestCase):
-    def setUp(self):
-        self.saved = {m: sys.modules.get(m) for m in ("torch", "torch.nn", "torch.nn.functional")}
-        torch = types.ModuleType("torch")
-        torch.nn = types.ModuleType("torch.nn")
-        F = types.ModuleType("torch.nn.functional")
-        F.scaled_dot_product_attention = _np_sdpa
-        torch.nn.functional = F
-        torch.compiler = types.SimpleNamespace(is_compiling=lambda: False)
-        sys.modules.update({"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": F})
-        self.F = F
-
-    def tearDown(self):
-        for m, v in self.saved.items():
-            if v is None:
-                sys.modules.pop(m, None)
-            else:
-                sys.modules[m] = v
-
-    def test_patches_and_restores(self):
-        c = RecordingClient()
-        with attnstat.torch.monitor(c) as mon:
-            self.assertIsNot(self.F.scaled_dot_product_attention, _np_sdpa)
-            self.assertIs(self.F.scaled_dot_product_attention.__wrapped__, _np_sdpa)
-            self.assertIn("active", repr(mon))
-        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
-        with self.assertRaises(KeyError):
-            with attnstat.torch.monitor(c):
-                raise KeyError("boom")
-        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
-
-    def test_wrapper_returns_the_original_result(self):
-        q, k, v = (FakeTensor(randn(1, 2, 5, 4)) for _ in range(3))
-        want = _np_sdpa(q, k, v, is_causal=True)._a
-        with attnstat.torch.monitor(RecordingClient()):
-            got = self.F.scaled_dot_product_attention(q, k, v, is_causal=True)._a
-        np.testing.assert_array_equal(got, want)
-
-    def test_layers_steps_and_every(self):
-        c = RecordingClient()
-        model = FakeModel(self.F, n_layers=3)
-        with attnstat.torch.monitor(c, every=2, sample_rows=16, seed=5) as mon:
-            for _ in range(5):  # steps 0..4; 0, 2, 4 pushed
-                model(None)
-                mon.step()
-        self.assertEqual([(s, l) for s, l, *_ in c.calls],
-                         [(s, l) for s in (0, 2, 4) for l in range(3)])
-        self.assertEqual(mon.calls, 15)
-        self.assertEqual(mon.pushed, 9)
-        kw = c.calls[0][4]
-        self.assertTrue(kw["causal"])
-        self.assertEqual((kw["sample_rows"], kw["seed"], kw["scale"]), (16, 5, 0.0))
-
-    def test_model_hook_counts_steps(self):
-        c = RecordingClient()
-        model = FakeModel(self.F, n_layers=2)
-        with attnstat.torch.monitor(c, every=3, model=model, start_step=10) as mon:
-            for _ in range(7):  # steps 10..16; 12 and 15 pushed
-                model(None)
-        self.assertEqual(model._pre_hooks, [])  # the hook is removed on exit
-        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(12, 0), (12, 1), (15, 0), (15, 1)])
-        self.assertEqual(mon.current_step, 16)
-
-    def test_gqa_scale_mask_and_3d(self):
-        c = RecordingClient()
-        model = FakeModel(self.F, n_layers=1, heads=8, kv_heads=2)
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with attnstat.torch.monitor(c) as mon:
-                model(None)
-                mon.new_forward()
-                q3 = FakeTensor(randn(3, 5, 8))
-                self.F.scaled_dot_product_attention(q3, q3, q3, scale=0.25)
-                q = FakeTensor(randn(1, 2, 4, 8))
-                self.F.scaled_dot_product_attention(q, q, q, attn_mask=FakeTensor(randn(4, 4)))
-                self.F.scaled_dot_product_attention(q, q, q, attn_mask=FakeTensor(randn(4, 4)))
-        self.assertEqual(c.calls[0][2:4], ((2, 8, 6, 8), (2, 2, 6, 8)))
-        self.assertEqual(c.calls[1][:4], (0, 0, (3, 1, 5, 8), (3, 1, 5, 8)))
-        self.assertEqual(c.calls[1][4]["scale"], 0.25)
-        self.assertEqual(mon.skipped, 2)
-        self.assertEqual(len([x for x in w if "attn_mask" in str(x.message)]), 1)
-
-    def test_push_failures_never_stop_training(self):
-        err = attnstat.AttnstatError(_lib.EINVAL, "something odd")
-        model = FakeModel(self.F, n_layers=2)
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with attnstat.torch.monitor(RecordingClient(fail=err), model=model) as mon:
-                model(None)
-                model(None)
-        self.assertEqual(mon.errors, 4)
-        self.assertEqual(len(w), 1)
-        with self.assertRaises(attnstat.AttnstatError):
-            with attnstat.torch.monitor(RecordingClient(fail=err), model=model, strict=True):
-                model(None)
-        self.assertIs(self.F.scaled_dot_product_attention, _np_sdpa)
-
-    def test_any_push_exception_never_stops_training(self):
-        """Not only AttnstatError: whatever a push raises (a callback's error, say) is counted and
-        warned about once, unless strict."""
-        model = FakeModel(self.F, n_layers=2)
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
-                                        model=model) as mon:
-                model(None)
-                model(None)
-        self.assertEqual(mon.errors, 4)
-        self.assertEqual(len(w), 1)
-        with self.assertRaises(ZeroDivisionError):
-            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
-                                        model=model, strict=True):
-                model(None)
-
-    def test_cuda_graph_capture_is_skipped(self):
-        capturing = [True]
-        sys.modules["torch"].cuda = types.SimpleNamespace(
-            is_available=lambda: True, is_current_stream_capturing=lambda: capturing[0])
-        c = RecordingClient()
-        gpu = FakeDevice("cuda", 0)
-        q = FakeTensor(randn(1, 2, 4, 8), device=gpu)
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            with attnstat.torch.monitor(c) as mon:
-                self.F.scaled_dot_product_attention(q, q, q)
-                self.F.scaled_dot_product_attention(q, q, q)
-                capturing[0] = False
-                self.F.scaled_dot_product_attention(q, q, q)
-        self.assertEqual((mon.skipped, mon.pushed, len(c.calls)), (2, 1, 1))
-        self.assertEqual(len([x for x in w if "graph" in str(x.message)]), 1)
-
-    def test_extra_modules_and_later_wrappers(self):
-        other = types.ModuleType("some_model_code")
-        other.scaled_dot_product_attention = _np_sdpa
-        c = RecordingClient()
-        with attnstat.torch.monitor(c, modules=[other]):
-            q = FakeTensor(randn(1, 2, 4, 8))
-            other.scaled_dot_product_attention(q, q, q)
-            theirs = lambda *a, **kw: None  # noqa: E731  someone wraps after us
-            self.F.scaled_dot_product_attention = theirs
-        self.assertIs(other.scaled_dot_product_attention, _np_sdpa)
-        self.assertIs(self.F.scaled_dot_product_attention, theirs)  # not clobbered
-        self.assertEqual(len(c.calls), 1)
-
-    def test_layers_filter(self):
-        c = RecordingClient()
-        model = FakeModel(self.F, n_layers=4)
-        with attnstat.torch.monitor(c, model=model, layers={1, 3}):
-            model(None)
-        self.assertEqual([l for _, l, *_ in c.calls], [1, 3])
-
-
 # ---- end to end: a real attnstatd ------------------------------------------------------------------
 class Daemon(object):
     """attnstatd on a temporary socket and database, for the life of a test class."""
@@ -1052,8 +735,7 @@ class TestEndToEnd(DaemonCase):
     def test_monitor_pushes_through_data_ptr(self):
         """attnstat.torch.monitor with a real client, over a fake torch (NumPy-backed tensors)."""
         run = self.run_name()
-        fake = TestMonitor("test_layers_filter")
-        fake.setUp()
+        fake = FakeTorch(np_sdpa)
         try:
             F = fake.F
             qs = [randn(2, 4, 10, 16) for _ in range(2)]
@@ -1069,7 +751,7 @@ class TestEndToEnd(DaemonCase):
                 self.assertTrue(c.flush(30))
             self.assertEqual(mon.pushed, 4)
         finally:
-            fake.tearDown()
+            fake.restore()
         for step in range(2):
             for layer in range(2):
                 self.check_stored(run, step, layer,

@@ -266,7 +266,7 @@ class Client(object):
     def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
              window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
-             stream=None):
+             stream=None, attn_mask=None, compute_dtype=None):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
@@ -293,6 +293,9 @@ class Client(object):
             except (TypeError, ValueError):
                 raise AttnstatError(_lib.EINVAL, "window is %r: must be a pair (left, right)"
                                     % (window,))
+        if attn_mask is not None or compute_dtype is not None:
+            raise AttnstatError(_lib.ENOTSUP, "attn_mask and compute_dtype need a libattnstat "
+                                "with attnstat_push2 (protocol 2)")
         try:
             dq = describe(q, "q", layout)
             dk = describe(k, "k", layout)

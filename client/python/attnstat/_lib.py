@@ -28,6 +28,13 @@ CODE_NAMES = {
     ETIMEDOUT: "ETIMEDOUT", ESTATE: "ESTATE", ENOTSUP: "ENOTSUP",
 }
 
+# The protocol's Ack/Error codes (proto/attnstat.proto, enum Code): what the daemon answered.
+PROTO_CODE_NAMES = {
+    0: "OK", 1: "DROPPED", 2: "BAD_REQUEST", 3: "UNKNOWN_BUFFER", 4: "OUT_OF_BOUNDS",
+    5: "UNSUPPORTED", 6: "INTERNAL", 7: "VERSION", 8: "PERMISSION", 9: "FRAME", 10: "NO_HELLO",
+    11: "BUSY",
+}
+
 F32 = 0
 F16 = 1
 BF16 = 2

@@ -1,0 +1,17 @@
+"""attnstat.torch: monitoring a PyTorch model's attention with no change to the model.
+
+    import attnstat, attnstat.torch
+    client = attnstat.Client(run="llama-1b", rank=rank)
+    with attnstat.torch.monitor(client, every=10, model=model):
+        train()
+
+monitor (see its documentation in _monitor.py) watches the doors real models reach attention
+through: torch's scaled_dot_product_attention (attn_mask included) and flex_attention
+(BlockMask), FlashAttention's flash_attn_func / flash_attn_varlen_func, and transformers'
+attention interface. _calls.py turns each door's arguments into the one description the daemon
+takes. Nothing here is imported by `import attnstat`; PyTorch is imported when a monitor starts.
+"""
+from ._calls import Call, Skip
+from ._monitor import Monitor, monitor
+
+__all__ = ["monitor", "Monitor", "Call", "Skip"]

@@ -1,0 +1,298 @@
+"""One attention call, described the way the daemon takes it, from each door a model uses.
+
+Every door (torch's scaled_dot_product_attention and flex_attention, FlashAttention's
+flash_attn_func / flash_attn_varlen_func, transformers' attention interface) hands its arguments
+to one of the from_* functions here, which returns a Call (what to push) or a Skip (why the call
+cannot be described exactly: it is then counted and warned about once, never guessed).
+
+Conventions kept from each library:
+  - SDPA: attn_mask broadcastable to [B, H, Nq, Nk]; boolean True = the key takes part, float =
+    added to the logits (-inf excludes); is_causal is top-left aligned in SDPA but the two agree
+    for Nq == Nk, the only case SDPA's training calls use (Nq != Nk with is_causal is skipped).
+  - FlashAttention: [B, N, H, D] tensors (layout 'bnhd'); causal bottom-right aligned;
+    window_size=(left, right), -1 = unbounded; softcap; varlen: [total, H, D] with int32
+    cu_seqlens of every sequence's start (device tensors are passed by reference, no copy).
+  - flex_attention: a BlockMask's mask_mod is evaluated into a dense boolean mask (bounded by
+    mask_bytes_max); a score_mod cannot be described and the call is skipped.
+Nothing here synchronises the device or copies q and k.
+"""
+
+
+class Skip(object):
+    """A call that is not pushed: kind (a short key, one warning per kind) and why (a sentence)."""
+    __slots__ = ("kind", "why")
+
+    def __init__(self, kind, why):
+        self.kind, self.why = kind, why
+
+    def __repr__(self):
+        return "Skip(%s: %s)" % (self.kind, self.why)
+
+
+class Call(object):
+    """What one push carries. q, k: tensors in `layout` ('bhnd' or 'bnhd'); attn_mask: None or a
+    4-D view broadcastable to [B, Hq, Nq, Nk]; cu_seqlens_q/k: None or int32 tensors (packed
+    sequences, B = 1); layer: an explicit layer number (transformers' layer_idx) or None."""
+    __slots__ = ("q", "k", "layout", "causal", "scale", "window", "softcap", "attn_mask",
+                 "cu_seqlens_q", "cu_seqlens_k", "layer")
+
+    def __init__(self, q, k, layout="bhnd", causal=False, scale=None, window=None, softcap=0.0,
+                 attn_mask=None, cu_seqlens_q=None, cu_seqlens_k=None, layer=None):
+        self.q, self.k, self.layout = q, k, layout
+        self.causal, self.scale, self.window, self.softcap = bool(causal), scale, window, softcap
+        self.attn_mask = attn_mask
+        self.cu_seqlens_q, self.cu_seqlens_k = cu_seqlens_q, cu_seqlens_k
+        self.layer = layer
+
+    def push_kwargs(self):
+        """The keyword arguments of Client.push for this call (step, layer, q, k apart)."""
+        kw = {"causal": self.causal, "layout": self.layout,
+              "scale": float(self.scale) if self.scale is not None else 0.0}
+        if self.window is not None:
+            kw["window"] = tuple(self.window)
+        if self.softcap:
+            kw["softcap"] = float(self.softcap)
+        if self.attn_mask is not None:
+            kw["attn_mask"] = self.attn_mask
+        if self.cu_seqlens_q is not None:
+            kw["cu_seqlens_q"] = self.cu_seqlens_q
+            kw["cu_seqlens_k"] = self.cu_seqlens_k
+        return kw
+
+
+_FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
+
+
+def _dims(t):
+    shape = getattr(t, "shape", None)
+    return None if shape is None else len(shape)
+
+
+def _check_qk(q, k, want_dims, what):
+    for name, t in (("query", q), ("key", k)):
+        if t is None or not callable(getattr(t, "data_ptr", None)):
+            return Skip("shape", "%s calls whose %s is not a tensor are not monitored"
+                        % (what, name))
+        if str(t.dtype) not in _FLOATS:
+            return Skip("dtype", "%s calls with %s dtype %s are not monitored (float32, float16 "
+                        "and bfloat16 are)" % (what, name, t.dtype))
+    if _dims(q) not in want_dims or _dims(k) != _dims(q):
+        return Skip("shape", "%s calls whose query/key are not %s-D tensors are not monitored"
+                    % (what, " or ".join(str(d) for d in want_dims)))
+    return None
+
+
+def _mask_4d(m, what):
+    """SDPA's attn_mask as a 4-D view [B|1, H|1, Nq, Nk] (a view: no copy), or a Skip."""
+    if str(getattr(m, "dtype", "")) not in ("torch.bool",) + _FLOATS:
+        return Skip("mask-dtype", "%s calls with an attn_mask of dtype %s are not monitored "
+                    "(bool and float masks are)" % (what, getattr(m, "dtype", type(m).__name__)))
+    nd = _dims(m)
+    if nd is None or nd < 2 or nd > 4:
+        return Skip("mask-shape", "%s calls with a %s-D attn_mask are not monitored" % (what, nd))
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    return m
+
+
+# ---- torch.nn.functional.scaled_dot_product_attention ------------------------------------------
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def from_sdpa(args, kwargs):
+    a = dict(zip(_SDPA_ARGS, args))
+    a.update(kwargs)
+    q, k = a.get("query"), a.get("key")
+    bad = _check_qk(q, k, (3, 4), "scaled_dot_product_attention")
+    if bad is not None:
+        return bad
+    if _dims(q) == 3:  # [B, N, D]: one head
+        q, k = q.unsqueeze(1), k.unsqueeze(1)
+    causal = bool(a.get("is_causal", False))
+    if causal and q.shape[2] != k.shape[2]:
+        return Skip("causal-align", "scaled_dot_product_attention calls with is_causal and "
+                    "Nq != Nk are not monitored (SDPA aligns causal masks top-left there)")
+    mask = a.get("attn_mask")
+    if mask is not None:
+        mask = _mask_4d(mask, "scaled_dot_product_attention")
+        if isinstance(mask, Skip):
+            return mask
+    return Call(q, k, causal=causal, scale=a.get("scale"), attn_mask=mask)
+
+
+# ---- FlashAttention -----------------------------------------------------------------------------
+_FA_ARGS = ("q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap",
+            "alibi_slopes", "deterministic", "return_attn_probs")
+_FA_VARLEN_ARGS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+                   "dropout_p", "softmax_scale", "causal", "window_size", "softcap",
+                   "alibi_slopes", "deterministic", "return_attn_probs", "block_table")
+
+
+def _fa_common(a, what):
+    if a.get("alibi_slopes") is not None:
+        return Skip("alibi", "%s calls with alibi_slopes are not monitored (a per-head bias the "
+                    "daemon cannot describe)" % what)
+    if a.get("block_table") is not None:
+        return Skip("paged", "%s calls with a block_table (paged KV cache) are not monitored"
+                    % what)
+    w = a.get("window_size", (-1, -1))
+    try:
+        wl, wr = (int(w[0]), int(w[1])) if w is not None else (-1, -1)
+    except (TypeError, ValueError, IndexError):
+        return Skip("window", "%s calls with window_size %r are not monitored" % (what, w))
+    window = None if (wl < 0 and wr < 0) else (wl, wr)
+    return dict(causal=bool(a.get("causal", False)), scale=a.get("softmax_scale"),
+                window=window, softcap=float(a.get("softcap", 0.0) or 0.0))
+
+
+def from_flash(args, kwargs):
+    a = dict(zip(_FA_ARGS, args))
+    a.update(kwargs)
+    q, k = a.get("q"), a.get("k")
+    bad = _check_qk(q, k, (4,), "flash_attn_func")
+    if bad is not None:
+        return bad
+    c = _fa_common(a, "flash_attn_func")
+    if isinstance(c, Skip):
+        return c
+    return Call(q, k, layout="bnhd", **c)
+
+
+def from_flash_varlen(args, kwargs):
+    a = dict(zip(_FA_VARLEN_ARGS, args))
+    a.update(kwargs)
+    q, k = a.get("q"), a.get("k")
+    bad = _check_qk(q, k, (3,), "flash_attn_varlen_func")
+    if bad is not None:
+        return bad
+    c = _fa_common(a, "flash_attn_varlen_func")
+    if isinstance(c, Skip):
+        return c
+    cq, ck = a.get("cu_seqlens_q"), a.get("cu_seqlens_k")
+    if cq is None or ck is None:
+        return Skip("varlen", "flash_attn_varlen_func calls without cu_seqlens are not monitored")
+    # [total, H, D] -> [1, total, H, D]: one packed batch, sequences given by cu_seqlens
+    return Call(q.unsqueeze(0), k.unsqueeze(0), layout="bnhd", cu_seqlens_q=cq, cu_seqlens_k=ck,
+                **c)
+
+
+# ---- torch.nn.attention.flex_attention -----------------------------------------------------------
+_FLEX_ARGS = ("query", "key", "value", "score_mod", "block_mask", "scale", "enable_gqa",
+              "return_lse", "kernel_options")
+
+
+def block_mask_dense(bm, B, H, Nq, Nk, device, mask_bytes_max, what="flex_attention"):
+    """A BlockMask's mask_mod evaluated into a boolean [B|1, H|1, Nq, Nk] tensor on the device
+    (create_mask: no synchronisation), or a Skip when it would pass mask_bytes_max."""
+    try:
+        from torch.nn.attention.flex_attention import create_mask
+    except Exception as e:  # pragma: no cover - torch without flex_attention
+        return Skip("flex", "%s: torch.nn.attention.flex_attention.create_mask is missing (%s)"
+                    % (what, e))
+    shape = getattr(bm, "shape", None) or (B, H, Nq, Nk)
+    mb = 1 if int(shape[0]) == 1 else B
+    mh = 1 if int(shape[1]) == 1 else H
+    if mb * mh * Nq * Nk > mask_bytes_max:
+        return Skip("flex-mask-size", "%s calls whose BlockMask would take more than %d bytes as "
+                    "a dense mask are not monitored (mask_bytes_max)" % (what, mask_bytes_max))
+    mod = getattr(bm, "mask_mod", None)
+    if mod is None:
+        return Skip("flex-mask", "%s calls whose BlockMask has no mask_mod are not monitored"
+                    % what)
+    try:
+        return create_mask(mod, mb, mh, Nq, Nk, device=device)
+    except Exception as e:
+        return Skip("flex-mask", "%s: the BlockMask's mask_mod could not be evaluated (%s): "
+                    "not monitored" % (what, e))
+
+
+def from_flex(args, kwargs, mask_bytes_max):
+    a = dict(zip(_FLEX_ARGS, args))
+    a.update(kwargs)
+    q, k = a.get("query"), a.get("key")
+    bad = _check_qk(q, k, (4,), "flex_attention")
+    if bad is not None:
+        return bad
+    if a.get("score_mod") is not None:
+        return Skip("flex-score_mod", "flex_attention calls with a score_mod are not monitored "
+                    "(an arbitrary function of the logits cannot be described)")
+    mask = None
+    bm = a.get("block_mask")
+    if bm is not None:
+        mask = block_mask_dense(bm, int(q.shape[0]), int(q.shape[1]), int(q.shape[2]),
+                                int(k.shape[2]), q.device, mask_bytes_max)
+        if isinstance(mask, Skip):
+            return mask
+    return Call(q, k, scale=a.get("scale"), attn_mask=mask)
+
+
+# ---- transformers' attention interface ----------------------------------------------------------
+def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs, mask_bytes_max):
+    """A call of transformers' attention function `impl` ('sdpa', 'eager', 'flash_attention_2',
+    'flex_attention', ...): query [B, Hq, N, D], key [B, Hkv, N, D] before any repeat_kv."""
+    what = "transformers attention (%s)" % impl
+    bad = _check_qk(query, key, (4,), what)
+    if bad is not None:
+        return bad
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        return Skip("sinks", "%s calls with attention sinks are not monitored" % what)
+    layer = getattr(module, "layer_idx", None)
+    softcap = float(kwargs.get("softcap") or 0.0)
+    nq, nk = int(query.shape[2]), int(key.shape[2])
+    sw = kwargs.get("sliding_window")
+    base = impl.split("|")[-1]
+    if base.startswith("flash_attention"):
+        # transformers' flash path: window_size = (sliding_window - 1,) * 2 when the keys exceed it
+        window = (sw - 1, sw - 1) if sw and nk > sw else None
+        if kwargs.get("cu_seq_lens_q") is not None:  # packed batches (position_ids)
+            cq, ck = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+            if ck is None:
+                ck = cq
+            if int(query.shape[0]) != 1:
+                return Skip("varlen", "%s: packed sequences with batch %d are not monitored"
+                            % (what, int(query.shape[0])))
+            # [1, H, total, D] in transformers' layout: the daemon takes 'bhnd' as it is
+            return Call(query, key, causal=bool(getattr(module, "is_causal", True)), scale=scaling,
+                        window=window, softcap=softcap, cu_seqlens_q=cq, cu_seqlens_k=ck,
+                        layer=layer)
+        mask = None
+        if attention_mask is not None:
+            if _dims(attention_mask) != 2:
+                return Skip("mask-shape", "%s: a %s-D attention_mask is not monitored"
+                            % (what, _dims(attention_mask)))
+            # [B, Nk] padding (1 = token) -> [B, 1, 1, Nk] key padding
+            mask = attention_mask[:, None, None, :].bool()
+        causal = bool(getattr(module, "is_causal", True)) and nq > 1
+        return Call(query, key, causal=causal, scale=scaling, window=window, softcap=softcap,
+                    attn_mask=mask, layer=layer)
+    if base == "flex_attention":
+        if kwargs.get("score_mod") is not None:
+            return Skip("flex-score_mod", "%s calls with a score_mod are not monitored" % what)
+        mask = None
+        if attention_mask is not None:
+            if hasattr(attention_mask, "mask_mod"):
+                mask = block_mask_dense(attention_mask, int(query.shape[0]), int(query.shape[1]),
+                                        nq, nk, query.device, mask_bytes_max, what)
+            else:
+                mask = _mask_4d(attention_mask, what)
+            if isinstance(mask, Skip):
+                return mask
+        return Call(query, key, scale=scaling, softcap=softcap, attn_mask=mask, layer=layer)
+    if base in ("sdpa", "eager"):
+        mask = None
+        if attention_mask is not None:
+            mask = _mask_4d(attention_mask, what)
+            if isinstance(mask, Skip):
+                return mask
+            if int(mask.shape[-1]) != nk:
+                mask = mask[:, :, :, :nk]  # as eager does: the mask cut to the keys
+        is_causal = kwargs.get("is_causal")
+        if is_causal is None:
+            is_causal = getattr(module, "is_causal", True)
+        # as transformers' sdpa: causal only without a mask and with more than one query row
+        causal = base == "sdpa" and bool(is_causal) and mask is None and nq > 1
+        if causal and nq != nk:
+            return Skip("causal-align", "%s: is_causal with Nq != Nk is not monitored" % what)
+        return Call(query, key, causal=causal, scale=scaling, softcap=softcap, attn_mask=mask,
+                    layer=layer)
+    return Skip("impl", "transformers attention implementation %r is not monitored" % impl)

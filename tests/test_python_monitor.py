@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""test_python_monitor.py — attnstat.torch.monitor and its doors, against stand-ins.
+
+No PyTorch is needed: a fake `torch` package (NumPy-backed tensors, tests/pyhelpers.py) carries
+scaled_dot_product_attention; stand-ins with the real signatures play flex_attention (torch 2.5+:
+flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+...), create_mask), FlashAttention (flash_attn_func(q, k, v, dropout_p, softmax_scale, causal,
+window_size, softcap, alibi_slopes, ...), flash_attn_varlen_func(q, k, v, cu_seqlens_q,
+cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)) and transformers (ALL_ATTENTION_FUNCTIONS and a
+model whose config names its attention implementation, modules with layer_idx, a modeling module
+with eager_attention_forward), none of which is installed on the test machines. The same doors
+run against the real libraries on the GPU machine (tests/gpu). A recording client stands for
+attnstat.Client: what each door pushes (shapes, layout, masks, options) is checked, and what it
+cannot describe is skipped, counted and warned about once.
+"""
+import sys
+import types
+import unittest
+import warnings
+
+from pyhelpers import (FakeDevice, FakeTensor, FakeTorch, np, np_sdpa,  # noqa: E402
+                       randn)
+
+import attnstat  # noqa: E402
+import attnstat.torch  # noqa: E402
+from attnstat import _lib, _tensor  # noqa: E402
+
+# Modules the doors look for: absent (or stand-ins) during each test, put back afterwards.
+DOOR_MODULES = ("torch.nn.attention", "torch.nn.attention.flex_attention", "flash_attn",
+                "transformers", "transformers.modeling_utils", "fake_modeling")
+
+
+class FakeHandle(object):
+    def __init__(self, hooks, fn):
+        self.hooks, self.fn = hooks, fn
+
+    def remove(self):
+        self.hooks.remove(self.fn)
+
+
+class FakeModule(object):
+    def __init__(self):
+        self._pre_hooks = []
+
+    def register_forward_pre_hook(self, fn):
+        self._pre_hooks.append(fn)
+        return FakeHandle(self._pre_hooks, fn)
+
+    def __call__(self, *args):
+        for h in list(self._pre_hooks):
+            h(self, args)
+        return self.forward(*args)
+
+
+class FakeModel(FakeModule):
+    """n_layers attention calls per forward, through F.scaled_dot_product_attention looked up at
+    call time (as nn.Module code does)."""
+
+    def __init__(self, F, n_layers=3, heads=4, kv_heads=4, causal=True):
+        FakeModule.__init__(self)
+        self.F, self.n_layers, self.heads, self.kv_heads, self.causal = (F, n_layers, heads,
+                                                                         kv_heads, causal)
+
+    def forward(self, x):
+        for _ in range(self.n_layers):
+            q = FakeTensor(randn(2, self.heads, 6, 8))
+            k = FakeTensor(randn(2, self.kv_heads, 6, 8))
+            v = FakeTensor(randn(2, self.kv_heads, 6, 8))
+            x = self.F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                                    enable_gqa=self.kv_heads != self.heads)
+        return x
+
+
+class RecordingClient(object):
+    def __init__(self, fail=None):
+        self.calls = []
+        self.fail = fail
+
+    def push(self, step, layer, q, k, **kw):
+        if self.fail is not None:
+            raise self.fail
+        _tensor.describe(q, "q")
+        _tensor.describe(k, "k")
+        self.calls.append((step, layer, tuple(q.shape), tuple(k.shape), kw))
+        return True
+
+
+class TestMonitor(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeTorch(np_sdpa, extra=DOOR_MODULES)
+        self.F = self.fake.F
+
+    def tearDown(self):
+        self.fake.restore()
+
+    def test_patches_and_restores(self):
+        c = RecordingClient()
+        with attnstat.torch.monitor(c) as mon:
+            self.assertIsNot(self.F.scaled_dot_product_attention, np_sdpa)
+            self.assertIs(self.F.scaled_dot_product_attention.__wrapped__, np_sdpa)
+            self.assertIn("active", repr(mon))
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
+        with self.assertRaises(KeyError):
+            with attnstat.torch.monitor(c):
+                raise KeyError("boom")
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
+
+    def test_wrapper_returns_the_original_result(self):
+        q, k, v = (FakeTensor(randn(1, 2, 5, 4)) for _ in range(3))
+        want = np_sdpa(q, k, v, is_causal=True)._a
+        with attnstat.torch.monitor(RecordingClient()):
+            got = self.F.scaled_dot_product_attention(q, k, v, is_causal=True)._a
+        np.testing.assert_array_equal(got, want)
+
+    def test_layers_steps_and_every(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=3)
+        with attnstat.torch.monitor(c, every=2, sample_rows=16, seed=5) as mon:
+            for _ in range(5):  # steps 0..4; 0, 2, 4 pushed
+                model(None)
+                mon.step()
+        self.assertEqual([(s, l) for s, l, *_ in c.calls],
+                         [(s, l) for s in (0, 2, 4) for l in range(3)])
+        self.assertEqual(mon.calls, 15)
+        self.assertEqual(mon.pushed, 9)
+        kw = c.calls[0][4]
+        self.assertTrue(kw["causal"])
+        self.assertEqual((kw["sample_rows"], kw["seed"], kw["scale"]), (16, 5, 0.0))
+
+    def test_model_hook_counts_steps(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=2)
+        with attnstat.torch.monitor(c, every=3, model=model, start_step=10) as mon:
+            for _ in range(7):  # steps 10..16; 12 and 15 pushed
+                model(None)
+        self.assertEqual(model._pre_hooks, [])  # the hook is removed on exit
+        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(12, 0), (12, 1), (15, 0), (15, 1)])
+        self.assertEqual(mon.current_step, 16)
+
+    def test_gqa_scale_mask_and_3d(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=1, heads=8, kv_heads=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                model(None)
+                mon.new_forward()
+                q3 = FakeTensor(randn(3, 5, 8))
+                self.F.scaled_dot_product_attention(q3, q3, q3, scale=0.25)
+                q = FakeTensor(randn(1, 2, 4, 8))
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=FakeTensor(randn(4, 4)))
+                bm = FakeTensor(np.tril(np.ones((1, 1, 4, 4), bool)), "bool")
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=bm)
+                im = FakeTensor(np.ones((4, 4), np.int64), "int64")
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=im)
+                self.F.scaled_dot_product_attention(q, q, q, attn_mask=im)
+        self.assertEqual(c.calls[0][2:4], ((2, 8, 6, 8), (2, 2, 6, 8)))
+        self.assertEqual(c.calls[1][:4], (0, 0, (3, 1, 5, 8), (3, 1, 5, 8)))
+        self.assertEqual(c.calls[1][4]["scale"], 0.25)
+        self.assertNotIn("attn_mask", c.calls[1][4])
+        # float and boolean masks are pushed as 4-D views [B|1, H|1, Nq, Nk]; an integer mask is not
+        self.assertEqual(tuple(c.calls[2][4]["attn_mask"].shape), (1, 1, 4, 4))
+        self.assertIs(c.calls[3][4]["attn_mask"], bm)
+        self.assertEqual(len(c.calls), 4)
+        self.assertEqual((mon.skipped, mon.skipped_by), (2, {"mask-dtype": 2}))
+        self.assertEqual(len([x for x in w if "attn_mask" in str(x.message)]), 1)
+
+    def test_push_failures_never_stop_training(self):
+        err = attnstat.AttnstatError(_lib.EINVAL, "something odd")
+        model = FakeModel(self.F, n_layers=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient(fail=err), model=model) as mon:
+                model(None)
+                model(None)
+        self.assertEqual(mon.errors, 4)
+        self.assertEqual(len(w), 1)
+        with self.assertRaises(attnstat.AttnstatError):
+            with attnstat.torch.monitor(RecordingClient(fail=err), model=model, strict=True):
+                model(None)
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
+
+    def test_any_push_exception_never_stops_training(self):
+        """Not only AttnstatError: whatever a push raises (a callback's error, say) is counted and
+        warned about once, unless strict."""
+        model = FakeModel(self.F, n_layers=2)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
+                                        model=model) as mon:
+                model(None)
+                model(None)
+        self.assertEqual(mon.errors, 4)
+        self.assertEqual(len(w), 1)
+        with self.assertRaises(ZeroDivisionError):
+            with attnstat.torch.monitor(RecordingClient(fail=ZeroDivisionError("cb")),
+                                        model=model, strict=True):
+                model(None)
+
+    def test_cuda_graph_capture_is_skipped(self):
+        capturing = [True]
+        sys.modules["torch"].cuda = types.SimpleNamespace(
+            is_available=lambda: True, is_current_stream_capturing=lambda: capturing[0])
+        c = RecordingClient()
+        gpu = FakeDevice("cuda", 0)
+        q = FakeTensor(randn(1, 2, 4, 8), device=gpu)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                self.F.scaled_dot_product_attention(q, q, q)
+                self.F.scaled_dot_product_attention(q, q, q)
+                capturing[0] = False
+                self.F.scaled_dot_product_attention(q, q, q)
+        self.assertEqual((mon.skipped, mon.pushed, len(c.calls)), (2, 1, 1))
+        self.assertEqual(len([x for x in w if "graph" in str(x.message)]), 1)
+
+    def test_extra_modules_and_later_wrappers(self):
+        other = types.ModuleType("some_model_code")
+        other.scaled_dot_product_attention = np_sdpa
+        c = RecordingClient()
+        with attnstat.torch.monitor(c, modules=[other]):
+            q = FakeTensor(randn(1, 2, 4, 8))
+            other.scaled_dot_product_attention(q, q, q)
+            theirs = lambda *a, **kw: None  # noqa: E731  someone wraps after us
+            self.F.scaled_dot_product_attention = theirs
+        self.assertIs(other.scaled_dot_product_attention, np_sdpa)
+        self.assertIs(self.F.scaled_dot_product_attention, theirs)  # not clobbered
+        self.assertEqual(len(c.calls), 1)
+
+    def test_layers_filter(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=4)
+        with attnstat.torch.monitor(c, model=model, layers={1, 3}):
+            model(None)
+        self.assertEqual([l for _, l, *_ in c.calls], [1, 3])
+
+
+
+# ---- stand-ins for the other doors -------------------------------------------------------------
+class FakeBlockMask(object):
+    """torch.nn.attention.flex_attention.BlockMask as the monitor reads it: shape and mask_mod."""
+
+    def __init__(self, mask_mod, B, H, Q, KV):
+        self.mask_mod, self.shape = mask_mod, (B, H, Q, KV)
+
+
+def fake_create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device="cuda"):
+    """create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device): mod_fn(b, h, q_idx, kv_idx) over a grid."""
+    b, h, q, kv = np.meshgrid(np.arange(B), np.arange(H), np.arange(Q_LEN), np.arange(KV_LEN),
+                              indexing="ij")
+    return FakeTensor(np.asarray(mod_fn(b, h, q, kv), bool), "bool")
+
+
+def install_flex():
+    att = types.ModuleType("torch.nn.attention")
+    fa = types.ModuleType("torch.nn.attention.flex_attention")
+
+    def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
+                       enable_gqa=False, return_lse=False, kernel_options=None):
+        return value
+    fa.flex_attention = flex_attention
+    fa.create_mask = fake_create_mask
+    att.flex_attention = fa
+    sys.modules["torch.nn.attention"] = att
+    sys.modules["torch.nn.attention.flex_attention"] = fa
+    sys.modules["torch"].nn.attention = att
+    return fa
+
+
+def install_flash_attn():
+    fl = types.ModuleType("flash_attn")
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                        deterministic=False, return_attn_probs=False):
+        return q
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               dropout_p=0.0, softmax_scale=None, causal=False,
+                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                               deterministic=False, return_attn_probs=False, block_table=None):
+        return q
+    fl.flash_attn_func, fl.flash_attn_varlen_func = flash_attn_func, flash_attn_varlen_func
+    sys.modules["flash_attn"] = fl
+    return fl
+
+
+class FakeHFAttention(FakeModule):
+    """A transformers attention module: layer_idx, is_causal, and a forward that looks its
+    attention function up at call time, as transformers' modeling code does."""
+
+    def __init__(self, model, layer_idx, heads=4, kv_heads=2):
+        FakeModule.__init__(self)
+        self.model, self.layer_idx, self.is_causal = model, layer_idx, True
+        self.heads, self.kv_heads = heads, kv_heads
+
+    def forward(self, mask):
+        q = FakeTensor(randn(2, self.heads, 6, 8))
+        k = FakeTensor(randn(2, self.kv_heads, 6, 8))
+        impl = self.model.config._attn_implementation
+        fn = (sys.modules["fake_modeling"].eager_attention_forward if impl == "eager"
+              else sys.modules["transformers.modeling_utils"].ALL_ATTENTION_FUNCTIONS[impl])
+        return fn(self, q, k, k, mask, dropout=0.0, scaling=0.125)
+
+
+class FakeHFModel(FakeModule):
+    def __init__(self, impl, layer_ids=(5, 7)):
+        FakeModule.__init__(self)
+        self.config = types.SimpleNamespace(_attn_implementation=impl)
+        self.layers = [FakeHFAttention(self, i) for i in layer_ids]
+
+    def modules(self):
+        return [self] + self.layers
+
+    def forward(self, mask):
+        for m in self.layers:
+            m(mask)
+
+
+def install_transformers(F):
+    """transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS (sdpa calls F's SDPA inside, as the
+    real one does) and a modeling module with eager_attention_forward."""
+    tr = types.ModuleType("transformers")
+    mu = types.ModuleType("transformers.modeling_utils")
+
+    def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0,
+                               scaling=None, is_causal=None, **kwargs):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                              scale=scaling, enable_gqa=True), None
+
+    def flash_attention_forward(module, query, key, value, attention_mask, dropout=0.0,
+                                scaling=None, sliding_window=None, softcap=None, **kwargs):
+        return query, None
+    mu.ALL_ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention_forward,
+                                  "flash_attention_2": flash_attention_forward}
+    modeling = types.ModuleType("fake_modeling")
+
+    def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                                **kwargs):
+        return query, None
+    modeling.eager_attention_forward = eager_attention_forward
+    FakeHFAttention.__module__ = "fake_modeling"
+    sys.modules.update({"transformers": tr, "transformers.modeling_utils": mu,
+                        "fake_modeling": modeling})
+    return mu, modeling
+
+
+class RejectingClient(RecordingClient):
+    def on_rejected(self, cb):
+        self.rejected_cb = cb
+        return cb
+
+
+class TestDoors(unittest.TestCase):
+    def setUp(self):
+        self.fake = FakeTorch(np_sdpa, extra=DOOR_MODULES)
+        self.F = self.fake.F
+
+    def tearDown(self):
+        self.fake.restore()
+
+    def test_flex_block_masks_are_evaluated(self):
+        fa = install_flex()
+        orig = fa.flex_attention
+        c = RecordingClient()
+        q = FakeTensor(randn(2, 4, 6, 8))
+        doc = np.array([0, 0, 0, 1, 1, 1])
+
+        def causal(b, h, qi, ki):
+            return qi >= ki
+
+        def document(b, h, qi, ki):
+            return (doc[qi] == doc[ki]) & (qi >= ki)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c, mask_bytes_max=100) as mon:
+                self.assertIn("flex", mon.doors_open)
+                fa.flex_attention(q, q, q, block_mask=FakeBlockMask(causal, 1, 1, 6, 6))
+                fa.flex_attention(q, q, q, block_mask=FakeBlockMask(document, 2, 1, 6, 6),
+                                  scale=0.5)
+                fa.flex_attention(q, q, q)
+                fa.flex_attention(q, q, q, score_mod=lambda s, b, h, qi, ki: s)
+                fa.flex_attention(q, q, q, block_mask=FakeBlockMask(causal, 2, 4, 6, 6))
+        self.assertIs(fa.flex_attention, orig)
+        self.assertEqual(len(c.calls), 3)
+        m0 = c.calls[0][4]["attn_mask"]
+        np.testing.assert_array_equal(m0._a[0, 0], np.tril(np.ones((6, 6), bool)))
+        m1 = c.calls[1][4]["attn_mask"]
+        self.assertEqual(tuple(m1.shape), (2, 1, 6, 6))
+        self.assertFalse(m1._a[0, 0, 4, 1])   # another document
+        self.assertTrue(m1._a[1, 0, 4, 3])
+        self.assertEqual(c.calls[1][4]["scale"], 0.5)
+        self.assertNotIn("attn_mask", c.calls[2][4])
+        self.assertEqual(mon.skipped_by, {"flex-score_mod": 1, "flex-mask-size": 1})
+        self.assertEqual(len([x for x in w if "score_mod" in str(x.message)]), 1)
+
+    def test_flash_attn_both_functions(self):
+        fl = install_flash_attn()
+        c = RecordingClient()
+        q = FakeTensor(randn(2, 6, 4, 8))   # [B, N, H, D]
+        packed = FakeTensor(randn(10, 4, 8))  # [total, H, D]
+        cu = FakeTensor(np.array([0, 4, 10], np.int32), "int32")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                fl.flash_attn_func(q, q, q, 0.0, 0.25, True, (3, 0), 30.0)
+                fl.flash_attn_func(q, q, q, causal=False)
+                fl.flash_attn_varlen_func(packed, packed, packed, cu, cu, 6, 6, causal=True)
+                fl.flash_attn_func(q, q, q, alibi_slopes=FakeTensor(randn(4)))
+        self.assertEqual(len(c.calls), 3)
+        kw = c.calls[0][4]
+        self.assertEqual((kw["layout"], kw["causal"], kw["scale"], kw["window"], kw["softcap"]),
+                         ("bnhd", True, 0.25, (3, 0), 30.0))
+        self.assertNotIn("window", c.calls[1][4])
+        self.assertEqual(c.calls[2][2], (1, 10, 4, 8))
+        self.assertIs(c.calls[2][4]["cu_seqlens_q"], cu)
+        self.assertEqual(mon.skipped_by, {"alibi": 1})
+
+    def _hf(self, impl, mask, n_forward=2, **kw):
+        mu, modeling = install_transformers(self.F)
+        regs = dict(mu.ALL_ATTENTION_FUNCTIONS)
+        eager = modeling.eager_attention_forward
+        c = RecordingClient()
+        model = FakeHFModel(impl)
+        with attnstat.torch.monitor(c, model=model, **kw) as mon:
+            self.assertIn("transformers", mon.doors_open)
+            for _ in range(n_forward):
+                model(mask)
+        self.assertEqual(mu.ALL_ATTENTION_FUNCTIONS, regs)  # restored
+        self.assertIs(modeling.eager_attention_forward, eager)
+        return c, mon
+
+    def test_transformers_sdpa_layer_idx_and_no_double_count(self):
+        mask = FakeTensor(np.tril(np.ones((2, 1, 6, 6), bool)), "bool")
+        c, mon = self._hf("sdpa", mask)
+        # one push per attention call (the inner SDPA door stays quiet), layers from layer_idx
+        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(0, 5), (0, 7), (1, 5), (1, 7)])
+        self.assertEqual(mon.calls, 4)
+        self.assertEqual(c.calls[0][2:4], ((2, 4, 6, 8), (2, 2, 6, 8)))  # GQA as given
+        self.assertIs(c.calls[0][4]["attn_mask"], mask)
+        self.assertFalse(c.calls[0][4]["causal"])
+        self.assertEqual(c.calls[0][4]["scale"], 0.125)
+        c, _ = self._hf("sdpa", None, n_forward=1)
+        self.assertTrue(c.calls[0][4]["causal"])  # no mask: causal, as transformers' sdpa
+
+    def test_transformers_eager_and_flash(self):
+        add = FakeTensor(np.where(np.tril(np.ones((2, 1, 6, 6), bool)), 0.0,
+                                  np.finfo(np.float32).min).astype(np.float32))
+        c, _ = self._hf("eager", add, n_forward=1)
+        self.assertEqual([l for _, l, *_ in c.calls], [5, 7])
+        self.assertEqual(tuple(c.calls[0][4]["attn_mask"].shape), (2, 1, 6, 6))
+        pad = FakeTensor(np.array([[1] * 6, [1] * 4 + [0] * 2], np.int64), "int64")
+        c, _ = self._hf("flash_attention_2", pad, n_forward=1)
+        kw = c.calls[0][4]
+        self.assertTrue(kw["causal"])  # padding [B, N] -> key padding [B, 1, 1, N] + causal
+        np.testing.assert_array_equal(kw["attn_mask"]._a[:, 0, 0, :], pad._a.astype(bool))
+        c, _ = self._hf("flash_attention_2", None, n_forward=1)
+        self.assertTrue(c.calls[0][4]["causal"])
+        self.assertNotIn("attn_mask", c.calls[0][4])
+
+    def test_rejections_are_counted_and_said_once_per_reason(self):
+        c = RejectingClient()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                c.rejected_cb(1, 0, 3, 2, "work 34359738368 is over max_push_work 17179869184")
+                c.rejected_cb(2, 0, 4, 2, "work 34359738369 is over max_push_work 17179869184")
+                c.rejected_cb(3, 1, 0, 1, "dropped: the cpu worker's queue is full (64 of 64)")
+        self.assertEqual(mon.rejected, 3)
+        self.assertEqual(sorted(mon.rejected_by.values()), [1, 2])
+        msgs = [str(x.message) for x in w if "did not store" in str(x.message)]
+        self.assertEqual(len(msgs), 2)
+        self.assertIn("BAD_REQUEST", msgs[0])
+        self.assertIn("34359738368", msgs[0])  # the daemon's own words
+
+    def test_autocast_dtype_is_passed(self):
+        t = sys.modules["torch"]
+        t.is_autocast_enabled = lambda dev: True
+        t.get_autocast_dtype = lambda dev: "torch.bfloat16"
+        c = RecordingClient()
+        q32 = FakeTensor(randn(1, 2, 4, 8))
+        q16 = FakeTensor(randn(1, 2, 4, 8).astype(np.float16))
+        with attnstat.torch.monitor(c):
+            self.F.scaled_dot_product_attention(q32, q32, q32)
+            self.F.scaled_dot_product_attention(q16, q16, q16)
+        with attnstat.torch.monitor(c, compute_dtype=None):
+            self.F.scaled_dot_product_attention(q32, q32, q32)
+        self.assertEqual(c.calls[0][4]["compute_dtype"], "bfloat16")
+        self.assertNotIn("compute_dtype", c.calls[1][4])  # already in a 16-bit dtype
+        self.assertNotIn("compute_dtype", c.calls[2][4])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
