@@ -13,6 +13,7 @@ size_t stats_dtype_size(stats_dtype dt)
     case STATS_F32: return 4;
     case STATS_F16: return 2;
     case STATS_BF16: return 2;
+    case STATS_BOOL: return 1;
     }
     return 0;
 }
@@ -23,6 +24,7 @@ const char *stats_dtype_name(stats_dtype dt)
     case STATS_F32: return "f32";
     case STATS_F16: return "f16";
     case STATS_BF16: return "bf16";
+    case STATS_BOOL: return "bool";
     }
     return "unknown";
 }
@@ -105,8 +107,12 @@ stats_status stats_validate(const stats_problem *p, stats_error *err)
         return fail(err, "head_dim %d is over the maximum %d", p->head_dim, STATS_MAX_HEAD_DIM);
     if (p->heads_q % p->heads_kv != 0)
         return fail(err, "heads_q (%d) is not a multiple of heads_kv (%d)", p->heads_q, p->heads_kv);
-    if (stats_dtype_size(p->dtype) == 0)
-        return fail(err, "unknown dtype %d (expected f32=0, f16=1, bf16=2)", (int)p->dtype);
+    if (p->dtype != STATS_F32 && p->dtype != STATS_F16 && p->dtype != STATS_BF16)
+        return fail(err, "unknown dtype %d for q and k (expected f32=0, f16=1, bf16=2)", (int)p->dtype);
+    if (p->compute_dtype != STATS_F32 && p->compute_dtype != STATS_F16 &&
+        p->compute_dtype != STATS_BF16)
+        return fail(err, "compute_dtype %d is not a precision of the logits (f32=0, f16=1, bf16=2)",
+                    (int)p->compute_dtype);
     int packed = p->cu_seqlens_q != NULL || p->cu_seqlens_k != NULL;
     if (packed && (!p->cu_seqlens_q || !p->cu_seqlens_k))
         return fail(err, "packed sequences need both cu_seqlens_q and cu_seqlens_k");
@@ -133,6 +139,18 @@ stats_status stats_validate(const stats_problem *p, stats_error *err)
     if (p->sample_every > 1 && p->sample_rows > 0)
         return fail(err, "choose one sampling: sample_every=%d and sample_rows=%d are both set",
                     p->sample_every, p->sample_rows);
+    if (p->mask.ptr) {
+        if (packed)
+            return fail(err, "a mask does not combine with packed sequences (cu_seqlens): give "
+                        "the sequences' bounds through cu_seqlens alone");
+        if (stats_dtype_size(p->mask_dtype) == 0)
+            return fail(err, "mask dtype %d is not bool=3, f32=0, f16=1 or bf16=2",
+                        (int)p->mask_dtype);
+        st = check_tensor("mask", &p->mask, p->batch, p->heads_q, p->len_q, p->len_k,
+                          p->mask_dtype, err);
+        if (st != STATS_OK)
+            return st;
+    }
     if (!(p->collapse_threshold == 0.0f ||
           (p->collapse_threshold > 0.0f && p->collapse_threshold <= 1.0f)))
         return fail(err, "collapse_threshold %g must be 0 (default %.2f) or in (0, 1]",

@@ -35,6 +35,23 @@
  *
  * Non-finite logits. A row whose logits include NaN or +-Inf (from NaN/Inf in Q or K) is never
  * folded into a mean: it is counted in `nonfinite_rows` and excluded from every other statistic.
+ *
+ * Masks (scaled_dot_product_attention's conventions). When mask.ptr is set, element [b, h, i, j]
+ * of the mask (i the query row, j the key, positions in Q and K; a dimension of size 1 is
+ * broadcast by giving it stride 0; the key dimension is contiguous) decides key j for row i,
+ * together with causal and the window (a key must pass both):
+ *     STATS_BOOL:               nonzero = the key takes part;
+ *     STATS_F32 / F16 / BF16:   added to the logit (after softcap); -inf, and the dtype's lowest
+ *                               finite value (what frameworks write for "masked"), exclude it.
+ * A finite additive value changes the attention distribution (entropy) but not the reported max
+ * logit, which stays the largest softcap(scale * q.k) over the keys that take part. The visible
+ * keys of a row need not be contiguous; n_i counts them. Masks do not combine with packed
+ * sequences.
+ *
+ * Precision of the logits. compute_dtype is the dtype q and k are rounded to (round to nearest
+ * even) before the dot products, as attention under autocast computes them: STATS_BF16 or
+ * STATS_F16 for float32 tensors that autocast hands to a bf16/f16 attention kernel; STATS_F32
+ * (the default, 0) leaves the values as they are (16-bit tensors are exact in float32).
  */
 #ifndef ATTNSTAT_STATS_H
 #define ATTNSTAT_STATS_H
@@ -58,6 +75,7 @@ typedef enum {
     STATS_F32 = 0,
     STATS_F16 = 1,
     STATS_BF16 = 2,
+    STATS_BOOL = 3,     /* masks only: one byte, nonzero = true */
 } stats_dtype;
 
 /* Error detail for a failed call: a sentence a person can act on. */
@@ -96,6 +114,10 @@ typedef struct {
 
     float collapse_threshold; /* normalised entropy under which a row counts as collapsed;
                                  0: STATS_DEFAULT_COLLAPSE */
+
+    stats_dtype compute_dtype; /* precision of the logits' inputs (see above); 0: STATS_F32 */
+    stats_tensor mask;         /* mask.ptr NULL: none; [B|1, Hq|1, Nq, Nk] (see above) */
+    stats_dtype mask_dtype;    /* STATS_BOOL, or STATS_F32 / F16 / BF16 (additive) */
 } stats_problem;
 
 #define STATS_MAX_HEAD_DIM 256

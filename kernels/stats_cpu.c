@@ -8,6 +8,7 @@
  * guarded on the first tile, where m = -inf and l = 0 (d * l would be -inf * 0 = NaN). */
 #include "stats.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,27 +50,85 @@ static float bf16_to_f32(uint16_t b)
     return f;
 }
 
-/* Reads n contiguous elements of dtype dt at src into dst as doubles. */
-static void load_row(double *dst, const void *src, int n, stats_dtype dt)
+/* x rounded to the nearest bfloat16 (ties to even), as a float; NaN stays NaN. */
+static float round_bf16(float x)
 {
-    switch (dt) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffU) > 0x7f800000U)
+        return x;
+    u += 0x7fffU + ((u >> 16) & 1U);
+    u &= 0xffff0000U;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* x rounded to the nearest float16 value (ties to even), as a float: 11 significant bits, 2^-24
+ * steps under 2^-14, +-inf from 65520 on. */
+static float round_f16(float x)
+{
+    if (!isfinite(x))
+        return x;
+    double a = fabs((double)x), r;
+    if (a >= 65520.0) {
+        r = INFINITY;
+    } else if (a < 0x1p-14) {
+        r = nearbyint(a * 0x1p24) * 0x1p-24;
+    } else {
+        int e;
+        double fr = frexp(a, &e); /* a = fr * 2^e, fr in [0.5, 1) */
+        r = ldexp(nearbyint(fr * 2048.0), e - 11);
+    }
+    return (float)(x < 0 ? -r : r);
+}
+
+/* Reads n contiguous elements of dtype dt at src into dst as doubles, each rounded to the
+ * precision of the logits' inputs (compute). */
+static void load_row(double *dst, const void *src, int n, stats_dtype dt, stats_dtype compute)
+{
+    for (int i = 0; i < n; i++) {
+        float f;
+        switch (dt) {
+        case STATS_F16: f = f16_to_f32(((const uint16_t *)src)[i]); break;
+        case STATS_BF16: f = bf16_to_f32(((const uint16_t *)src)[i]); break;
+        default: f = ((const float *)src)[i]; break;
+        }
+        if (compute == STATS_BF16 && dt != STATS_BF16)
+            f = round_bf16(f);
+        else if (compute == STATS_F16 && dt != STATS_F16)
+            f = round_f16(f);
+        dst[i] = f;
+    }
+}
+
+/* One row of the mask: whether key j takes part and, for an additive mask, its bias. */
+typedef struct {
+    const char *row;    /* element [b, h, i, 0]; NULL: no mask */
+    stats_dtype dtype;
+} row_mask;
+
+static int mask_take(const row_mask *mk, int64_t j, double *bias)
+{
+    *bias = 0.0;
+    switch (mk->dtype) {
+    case STATS_BOOL:
+        return mk->row[j] != 0;
     case STATS_F32: {
-        const float *s = src;
-        for (int i = 0; i < n; i++)
-            dst[i] = s[i];
-        break;
+        float v;
+        memcpy(&v, mk->row + j * 4, 4);
+        if (v == -INFINITY || v <= -FLT_MAX)
+            return 0;
+        *bias = v;
+        return 1;
     }
-    case STATS_F16: {
-        const uint16_t *s = src;
-        for (int i = 0; i < n; i++)
-            dst[i] = f16_to_f32(s[i]);
-        break;
-    }
-    case STATS_BF16: {
-        const uint16_t *s = src;
-        for (int i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(s[i]);
-        break;
+    default: { /* 16-bit: the lowest finite value is 0xfbff (f16) or 0xff7f (bf16) */
+        uint16_t u;
+        memcpy(&u, mk->row + j * 2, 2);
+        int f16 = mk->dtype == STATS_F16;
+        if (u == (f16 ? 0xfc00 : 0xff80) || u == (f16 ? 0xfbff : 0xff7f))
+            return 0;
+        *bias = f16 ? f16_to_f32(u) : bf16_to_f32(u);
+        return 1;
     }
     }
 }
@@ -96,9 +155,11 @@ static double dot(const double *q, const double *k, int d)
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* Online state of one row: running max m, l = sum exp(s - m), w = sum exp(s - m) * (s - m). */
+/* Online state of one row: running max m, l = sum exp(s - m), w = sum exp(s - m) * (s - m), over
+ * the logits s with their mask's bias; mraw the max without it; nvis the keys that took part. */
 typedef struct {
-    double m, l, w;
+    double m, l, w, mraw;
+    int64_t nvis;
     int finite;
 } row_state;
 
@@ -108,27 +169,36 @@ typedef struct {
     int finite;
 } row_result;
 
-/* Folds keys [lo, hi] (indices into k, each a row of d doubles) into the row's state, TILE keys
- * at a time: one max per tile, one rescale per tile when the max moves. */
+/* Folds keys [lo, hi] (indices into k, each a row of d doubles) that the mask lets through into
+ * the row's state, TILE keys at a time: one max per tile, one rescale per tile when it moves. */
 static void row_update(row_state *st, const double *q, const double *k, int64_t lo, int64_t hi,
-                       int d, double scale, double softcap)
+                       int d, double scale, double softcap, const row_mask *mk)
 {
     double s[TILE];
     for (int64_t j0 = lo; j0 <= hi && st->finite; j0 += TILE) {
-        int nt = (int)(hi - j0 + 1 < TILE ? hi - j0 + 1 : TILE);
+        int nt = (int)(hi - j0 + 1 < TILE ? hi - j0 + 1 : TILE), nv = 0;
         double tmax = -INFINITY;
         for (int t = 0; t < nt; t++) {
+            double bias = 0.0;
+            if (mk->row && !mask_take(mk, j0 + t, &bias))
+                continue;
             double x = scale * dot(q, k + (j0 + t) * d, d);
             if (softcap > 0.0)
                 x = softcap * tanh(x / softcap);
+            if (x > st->mraw)
+                st->mraw = x;
+            x += bias;
             if (!isfinite(x))
                 st->finite = 0;
-            s[t] = x;
+            s[nv++] = x;
             if (x > tmax)
                 tmax = x;
         }
+        st->nvis += nv;
         if (!st->finite)
             return; /* the row is excluded; nothing more to learn from it */
+        if (nv == 0)
+            continue;
         if (tmax > st->m) {
             if (st->l > 0.0) { /* guarded: on the first tile m = -inf and l = 0 */
                 double dlt = st->m - tmax, a = exp(dlt);
@@ -137,7 +207,7 @@ static void row_update(row_state *st, const double *q, const double *k, int64_t 
             }
             st->m = tmax;
         }
-        for (int t = 0; t < nt; t++) {
+        for (int t = 0; t < nv; t++) {
             double tt = s[t] - st->m, e = exp(tt);
             st->l += e;
             st->w += e * tt;
@@ -156,7 +226,7 @@ static void row_finish(const row_state *st, int64_t visible, row_result *out)
     }
     double h = log(st->l) - st->w / st->l;
     out->entropy = h > 0.0 ? h : 0.0;
-    out->max_logit = st->m;
+    out->max_logit = st->mraw;
 }
 
 /* ---- per-head accumulation ---------------------------------------------------------------- */
@@ -366,7 +436,7 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
         for (int kvh = 0; kvh < p->heads_kv; kvh++) {
             row_state *rows = ws->rows; /* [g][sj] */
             for (int64_t r = 0; r < (int64_t)group * nsamp; r++)
-                rows[r] = (row_state){-INFINITY, 0.0, 0.0, 1};
+                rows[r] = (row_state){-INFINITY, 0.0, 0.0, -INFINITY, 0, 1};
             for (int64_t c0 = 0; c0 < lk; c0 += KCHUNK) {
                 int64_t c1 = c0 + KCHUNK - 1 < lk - 1 ? c0 + KCHUNK - 1 : lk - 1;
                 int loaded = 0;
@@ -385,11 +455,17 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                         if (!loaded) { /* this chunk of K, converted once for the whole group */
                             for (int64_t j = c0; j <= c1; j++)
                                 load_row(ws->kbuf + (j - c0) * d,
-                                         elem(&p->k, p->dtype, tb, kvh, k0 + j), d, p->dtype);
+                                         elem(&p->k, p->dtype, tb, kvh, k0 + j), d, p->dtype,
+                                         p->compute_dtype);
                             loaded = 1;
                         }
-                        load_row(ws->qbuf, elem(&p->q, p->dtype, tb, h, q0 + i), d, p->dtype);
-                        row_update(rs, ws->qbuf, ws->kbuf - c0 * d, lo, hi, d, scale, softcap);
+                        load_row(ws->qbuf, elem(&p->q, p->dtype, tb, h, q0 + i), d, p->dtype,
+                                 p->compute_dtype);
+                        row_mask mk = {NULL, p->mask_dtype};
+                        if (p->mask.ptr)
+                            mk.row = elem(&p->mask, p->mask_dtype, b, h, i);
+                        row_update(rs, ws->qbuf, ws->kbuf - c0 * d, lo, hi, d, scale, softcap,
+                                   &mk);
                     }
                 }
             }
@@ -400,12 +476,13 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                                                     p->sample_rows, p->sample_seed);
                     int64_t lo, hi;
                     visible_range(p, i, off, lk, &lo, &hi);
-                    if (lo > hi) {
+                    const row_state *rs = &rows[g * nsamp + sj];
+                    if (lo > hi || (rs->finite && rs->nvis == 0)) {
                         acc[h].rows_empty++;
                         continue;
                     }
                     row_result r;
-                    row_finish(&rows[g * nsamp + sj], hi - lo + 1, &r);
+                    row_finish(rs, rs->nvis, &r);
                     acc_row(&acc[h], &r, collapse);
                     int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
                     if (row_entropy)

@@ -6,6 +6,7 @@
 #ifndef ATTNSTAT_STATS_TESTUTIL_H
 #define ATTNSTAT_STATS_TESTUTIL_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -212,6 +213,85 @@ static inline stats_tensor tu_view(const tu_tensor *t)
     return v;
 }
 
+/* ---- masks --------------------------------------------------------------------------------- */
+
+/* A mask [mb, mh, nq, nk] (mb in {1, B}, mh in {1, Hq}: broadcast with stride 0 when 1) as a
+ * backend sees it (mem, element strides, the key dimension contiguous) and as the reference reads
+ * it (take: whether key j takes part; bias: the value added to its logit). */
+typedef struct {
+    int64_t mb, mh, nq, nk;
+    stats_dtype dtype;
+    void *mem;
+    int64_t sb, sh, sn;
+    unsigned char *take;
+    double *bias;
+} tu_mask;
+
+static inline int64_t tu_mask_index(const tu_mask *m, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    return (((m->mb == 1 ? 0 : b) * m->mh + (m->mh == 1 ? 0 : h)) * m->nq + i) * m->nk + j;
+}
+
+static inline void tu_mask_alloc(tu_mask *m, int64_t mb, int64_t mh, int64_t nq, int64_t nk,
+                                 stats_dtype dt)
+{
+    memset(m, 0, sizeof *m);
+    m->mb = mb, m->mh = mh, m->nq = nq, m->nk = nk, m->dtype = dt;
+    m->sn = nk, m->sh = mh == 1 ? 0 : nq * nk, m->sb = mb == 1 ? 0 : mh * nq * nk;
+    int64_t n = mb * mh * nq * nk;
+    m->mem = calloc((size_t)n, stats_dtype_size(dt));
+    m->take = calloc((size_t)n, 1);
+    m->bias = calloc((size_t)n, sizeof(double));
+}
+
+/* Sets element [b, h, i, j]: take or not, and for an additive mask the bias of a key that takes
+ * part (a key that does not is written as -inf, or as the dtype's lowest value when lowest). */
+static inline void tu_mask_set(tu_mask *m, int64_t b, int64_t h, int64_t i, int64_t j, int take,
+                               double bias, int lowest)
+{
+    int64_t x = tu_mask_index(m, b, h, i, j);
+    int64_t off = b * m->sb + h * m->sh + i * m->sn + j;
+    m->take[x] = (unsigned char)(take != 0);
+    switch (m->dtype) {
+    case STATS_BOOL:
+        ((unsigned char *)m->mem)[off] = take ? (unsigned char)(1 + (j % 3)) : 0; /* any nonzero */
+        m->bias[x] = 0.0;
+        break;
+    case STATS_F32: {
+        float v = take ? (float)bias : (lowest ? -FLT_MAX : -INFINITY);
+        ((float *)m->mem)[off] = v;
+        m->bias[x] = take ? v : 0.0;
+        break;
+    }
+    default: {
+        int f16 = m->dtype == STATS_F16;
+        uint16_t v = take ? (f16 ? tu_to_f16((float)bias) : tu_to_bf16((float)bias))
+                          : (uint16_t)(lowest ? (f16 ? 0xfbff : 0xff7f) : (f16 ? 0xfc00 : 0xff80));
+        ((uint16_t *)m->mem)[off] = v;
+        m->bias[x] = take ? (f16 ? tu_from_f16(v) : tu_from_bf16(v)) : 0.0;
+        break;
+    }
+    }
+}
+
+static inline void tu_mask_free(tu_mask *m)
+{
+    free(m->mem);
+    free(m->take);
+    free(m->bias);
+    memset(m, 0, sizeof *m);
+}
+
+/* A value of q or k as the logits see it under compute_dtype (rounded from float32). */
+static inline double tu_compute(double v, stats_dtype in, stats_dtype compute)
+{
+    if (compute == STATS_BF16 && in != STATS_BF16)
+        return tu_from_bf16(tu_to_bf16((float)v));
+    if (compute == STATS_F16 && in != STATS_F16)
+        return tu_from_f16(tu_to_f16((float)v));
+    return v;
+}
+
 /* ---- the independent two-pass computation --------------------------------------------------- */
 
 typedef struct {
@@ -226,9 +306,9 @@ typedef struct {
 } tu_head;
 
 /* Fills rows ([phys_b, Hq, Nq] like the backends' per-row outputs) and heads ([Hq]) for problem p,
- * whose tensors' exact values are q and k. */
-static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor *k, tu_row *rows,
-                                tu_head *heads)
+ * whose tensors' exact values are q and k, and whose mask (may be NULL) is mask. */
+static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_tensor *k,
+                                       const tu_mask *mask, tu_row *rows, tu_head *heads)
 {
     int packed = p->cu_seqlens_q != NULL;
     int64_t phys_b = packed ? 1 : p->batch, nq = p->len_q;
@@ -260,22 +340,31 @@ static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor 
                 const double *qr = tu_at(q, tb, h, q0 + i);
                 int64_t nv = 0;
                 int finite = 1;
+                double raw = -INFINITY; /* the max logit: without the mask's bias */
                 for (int64_t j = 0; j < lk; j++) {
                     int vis = (!p->causal || j <= i + o) &&
                               (p->window_left < 0 || j >= i + o - p->window_left) &&
                               (p->window_right < 0 || j <= i + o + p->window_right);
+                    double bias = 0;
+                    if (vis && mask) {
+                        int64_t x = tu_mask_index(mask, b, h, i, j);
+                        vis = mask->take[x];
+                        bias = mask->bias[x];
+                    }
                     if (!vis)
                         continue;
                     const double *kr = tu_at(k, tb, h / group, k0 + j);
                     double dot = 0;
                     for (int e = 0; e < p->head_dim; e++)
-                        dot += qr[e] * kr[e];
+                        dot += tu_compute(qr[e], q->dtype, p->compute_dtype) *
+                               tu_compute(kr[e], k->dtype, p->compute_dtype);
                     double x = scale * dot;
                     if (p->softcap > 0)
                         x = p->softcap * tanh(x / p->softcap);
                     if (!isfinite(x))
                         finite = 0;
-                    s[nv++] = x;
+                    raw = x > raw ? x : raw;
+                    s[nv++] = x + bias;
                 }
                 r->visible = nv;
                 if (nv == 0) {
@@ -299,7 +388,7 @@ static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor 
                         ent -= pj * log(pj);
                 }
                 r->entropy = ent > 0 ? ent : 0;
-                r->max_logit = m;
+                r->max_logit = raw;
                 r->state = 1;
             }
         }
@@ -345,6 +434,12 @@ static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor 
             hd->min = hd->max = NAN;
     }
     free(s);
+}
+
+static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor *k, tu_row *rows,
+                                tu_head *heads)
+{
+    tu_reference_masked(p, q, k, NULL, rows, heads);
 }
 
 /* |got - want| <= atol + rtol * |want|, NaN only matching NaN. */

@@ -39,6 +39,7 @@ typedef struct {
     tu_row *ref_rows;
     tu_head *ref_heads;
     int64_t nrows;
+    tu_mask mask;             /* used when mask.mem is set (run_mask) */
 } run;
 
 /* cuq/cuk: explicit packed offsets (c->b + 1 entries), or NULL for random lengths */
@@ -106,6 +107,7 @@ static void run_free(run *r)
     free(r->rmax);
     free(r->ref_rows);
     free(r->ref_heads);
+    tu_mask_free(&r->mask);
 }
 
 /* Computes with stats_cpu and the two-pass reference and compares everything. */
@@ -114,7 +116,8 @@ static void run_check(run *r, const char *what)
     stats_error err = {{0}};
     stats_status st = stats_cpu(&r->p, r->heads, r->rent, r->rmax, &err);
     ck_assert_msg(st == STATS_OK, "%s: stats_cpu failed: %s", what, err.msg);
-    tu_reference(&r->p, &r->q, &r->k, r->ref_rows, r->ref_heads);
+    tu_reference_masked(&r->p, &r->q, &r->k, r->mask.mem ? &r->mask : NULL, r->ref_rows,
+                        r->ref_heads);
     for (int64_t i = 0; i < r->nrows; i++) {
         const tu_row *w = &r->ref_rows[i];
         if (w->state == 1) {
@@ -497,6 +500,166 @@ END_TEST
 
 /* ---- bad arguments: an error code and a message, never a crash ------------------------------ */
 
+/* ---- masks and the precision of the logits ------------------------------------------------ */
+
+/* Gives r a mask [mb, mh, Nq, Nk] of dtype dt: keys take part with probability keep_pct %, and
+ * some rows see nothing; additive masks carry finite biases in [-bias, bias] on kept keys and
+ * write excluded ones as -inf or as the dtype's lowest value, alternately. */
+static void run_mask(run *r, int mb, int mh, stats_dtype dt, int keep_pct, double bias)
+{
+    const stats_problem *p = &r->p;
+    tu_mask_alloc(&r->mask, mb, mh, p->len_q, p->len_k, dt);
+    for (int b = 0; b < mb; b++)
+        for (int h = 0; h < mh; h++)
+            for (int i = 0; i < p->len_q; i++) {
+                /* rows that see no key at all: the first of every (b, h) and a few at random */
+                int none = i == 0 || tu_next(&g_rng) % 11 == 0;
+                for (int j = 0; j < p->len_k; j++) {
+                    int take = !none && (int)(tu_next(&g_rng) % 100) < keep_pct;
+                    double v = bias > 0 ? bias * (2.0 * tu_uniform(&g_rng) - 1.0) : 0.0;
+                    tu_mask_set(&r->mask, b, h, i, j, take, v, (int)((i + j) & 1));
+                }
+            }
+    r->p.mask = (stats_tensor){r->mask.mem, r->mask.sb, r->mask.sh, r->mask.sn};
+    r->p.mask_dtype = dt;
+}
+
+/* Masks of every dtype, broadcast over batch and heads or not, alone and with causal and a
+ * window, against the two-pass reference (which reads the mask element by element). */
+START_TEST(test_masks)
+{
+    static const struct {
+        stats_dtype mdt;
+        int bcast_b, bcast_h, keep, causal, wl;
+        double bias;
+        stats_dtype dt;
+    } m[] = {
+        {STATS_BOOL, 0, 1, 70, 0, -1, 0.0, STATS_BF16},  {STATS_BOOL, 1, 0, 35, 1, -1, 0.0, STATS_F32},
+        {STATS_F32, 0, 0, 60, 0, -1, 2.0, STATS_F16},    {STATS_F32, 1, 1, 90, 1, 5, 0.0, STATS_BF16},
+        {STATS_F16, 0, 1, 50, 0, 7, 3.0, STATS_F32},     {STATS_BF16, 0, 1, 80, 1, -1, 1.5, STATS_BF16},
+        {STATS_BOOL, 0, 0, 100, 0, -1, 0.0, STATS_F16},  {STATS_BF16, 1, 1, 20, 0, -1, 0.0, STATS_F32},
+    };
+    reseed(__LINE__, _i);
+    cfg c = {3, 4, 2, 23, 70, 40, m[_i].dt, _i % 2 ? TU_BNHD : TU_BHND, m[_i].causal, m[_i].wl, -1,
+             0, 0, 0, 0, 0, 2.0, 0};
+    run r;
+    run_setup(&r, &c);
+    run_mask(&r, m[_i].bcast_b ? 1 : c.b, m[_i].bcast_h ? 1 : c.hq, m[_i].mdt, m[_i].keep,
+             m[_i].bias);
+    char what[64];
+    snprintf(what, sizeof what, "mask case %d", _i);
+    run_check(&r, what);
+    int64_t empty = 0;
+    for (int h = 0; h < c.hq; h++)
+        empty += r.heads[h].rows_empty;
+    ck_assert_msg(empty > 0, "%s: no row was left without keys", what);
+    run_free(&r);
+}
+END_TEST
+
+/* A mask that lets every key through changes nothing; one that keeps a causal prefix equals
+ * causal; the max logit ignores a finite bias while the entropy does not. */
+START_TEST(test_mask_properties)
+{
+    reseed(__LINE__, _i);
+    cfg c = {2, 4, 4, 17, 17, 32, STATS_F32, TU_BHND, 0, -1, -1, 0, 0, 0, 0, 0, 1.5, 0};
+    run a, b;
+    run_setup(&a, &c);
+    stats_error err;
+    stats_head plain[4], masked[4], causal[4];
+    ck_assert_int_eq(stats_cpu(&a.p, plain, NULL, NULL, &err), STATS_OK);
+    tu_mask_alloc(&a.mask, 1, 1, c.nq, c.nk, STATS_BOOL);
+    for (int i = 0; i < c.nq; i++)
+        for (int j = 0; j < c.nk; j++)
+            tu_mask_set(&a.mask, 0, 0, i, j, 1, 0, 0);
+    a.p.mask = (stats_tensor){a.mask.mem, 0, 0, a.mask.sn};
+    a.p.mask_dtype = STATS_BOOL;
+    ck_assert_int_eq(stats_cpu(&a.p, masked, NULL, NULL, &err), STATS_OK);
+    ck_assert(memcmp(plain, masked, sizeof plain) == 0);
+    for (int i = 0; i < c.nq; i++)
+        for (int j = 0; j < c.nk; j++)
+            tu_mask_set(&a.mask, 0, 0, i, j, j <= i, 0, 0);
+    ck_assert_int_eq(stats_cpu(&a.p, masked, NULL, NULL, &err), STATS_OK);
+    a.p.mask.ptr = NULL, a.p.causal = 1;
+    ck_assert_int_eq(stats_cpu(&a.p, causal, NULL, NULL, &err), STATS_OK);
+    for (int h = 0; h < 4; h++) {
+        ck_assert(tu_close(masked[h].entropy_mean, causal[h].entropy_mean, 1e-12, 1e-12));
+        ck_assert(masked[h].rows_norm == causal[h].rows_norm);
+        ck_assert(masked[h].max_logit == causal[h].max_logit);
+    }
+    /* a constant bias: the same distribution and max logit; a varying one: another entropy */
+    c.causal = 0;
+    run_setup(&b, &c);
+    ck_assert_int_eq(stats_cpu(&b.p, plain, NULL, NULL, &err), STATS_OK);
+    tu_mask_alloc(&b.mask, 1, 1, c.nq, c.nk, STATS_F32);
+    for (int i = 0; i < c.nq; i++)
+        for (int j = 0; j < c.nk; j++)
+            tu_mask_set(&b.mask, 0, 0, i, j, 1, 4.0, 0);
+    b.p.mask = (stats_tensor){b.mask.mem, 0, 0, b.mask.sn};
+    b.p.mask_dtype = STATS_F32;
+    ck_assert_int_eq(stats_cpu(&b.p, masked, NULL, NULL, &err), STATS_OK);
+    for (int h = 0; h < 4; h++) {
+        ck_assert(tu_close(masked[h].entropy_mean, plain[h].entropy_mean, 1e-12, 1e-12));
+        ck_assert(tu_close(masked[h].max_logit, plain[h].max_logit, 1e-12, 1e-12));
+    }
+    for (int i = 0; i < c.nq; i++)
+        for (int j = 0; j < c.nk; j++)
+            tu_mask_set(&b.mask, 0, 0, i, j, 1, j % 2 ? 3.0 : -3.0, 0);
+    ck_assert_int_eq(stats_cpu(&b.p, masked, NULL, NULL, &err), STATS_OK);
+    for (int h = 0; h < 4; h++) {
+        ck_assert(fabs(masked[h].entropy_mean - plain[h].entropy_mean) > 1e-3);
+        ck_assert(tu_close(masked[h].max_logit, plain[h].max_logit, 1e-12, 1e-12));
+    }
+    run_free(&a);
+    run_free(&b);
+}
+END_TEST
+
+/* compute_dtype: float32 tensors computed as bf16 / f16 give exactly what the same values stored
+ * as bf16 / f16 give, and differ from the float32 result; the reference agrees too. */
+START_TEST(test_compute_dtype)
+{
+    reseed(__LINE__, _i);
+    stats_dtype low = _i ? STATS_F16 : STATS_BF16;
+    cfg c = {2, 4, 2, 19, 33, 64, STATS_F32, TU_BNHD, 1, -1, -1, 0, 0, 0, 0, 0, 2.0, 0};
+    run r;
+    run_setup(&r, &c);
+    stats_error err;
+    stats_head full[4], rounded[4], stored[4];
+    ck_assert_int_eq(stats_cpu(&r.p, full, NULL, NULL, &err), STATS_OK);
+    r.p.compute_dtype = low;
+    run_check(&r, low == STATS_BF16 ? "compute bf16" : "compute f16");
+    memcpy(rounded, r.heads, sizeof rounded);
+    /* the same values, rounded and stored as the 16-bit dtype */
+    tu_tensor q2, k2;
+    tu_alloc(&q2, c.b, c.hq, c.nq, c.d, low, TU_BHND);
+    tu_alloc(&k2, c.b, c.hkv, c.nk, c.d, low, TU_BHND);
+    for (int b = 0; b < c.b; b++)
+        for (int n = 0; n < c.nq; n++)
+            for (int e = 0; e < c.d; e++) {
+                for (int h = 0; h < c.hq; h++)
+                    tu_set(&q2, b, h, n, e, tu_at(&r.q, b, h, n)[e]);
+            }
+    for (int b = 0; b < c.b; b++)
+        for (int n = 0; n < c.nk; n++)
+            for (int e = 0; e < c.d; e++)
+                for (int h = 0; h < c.hkv; h++)
+                    tu_set(&k2, b, h, n, e, tu_at(&r.k, b, h, n)[e]);
+    stats_problem p2 = r.p;
+    p2.dtype = low, p2.compute_dtype = STATS_F32;
+    p2.q = tu_view(&q2), p2.k = tu_view(&k2);
+    ck_assert_int_eq(stats_cpu(&p2, stored, NULL, NULL, &err), STATS_OK);
+    ck_assert(memcmp(rounded, stored, sizeof stored) == 0);
+    double diff = 0;
+    for (int h = 0; h < 4; h++)
+        diff += fabs(rounded[h].entropy_mean - full[h].entropy_mean);
+    ck_assert_msg(diff > 1e-9, "rounding to %s changed nothing", stats_dtype_name(low));
+    tu_free(&q2);
+    tu_free(&k2);
+    run_free(&r);
+}
+END_TEST
+
 static void expect_einval(stats_problem *p, const char *needle)
 {
     stats_head heads[8];
@@ -575,6 +738,20 @@ START_TEST(test_bad_arguments)
     expect_einval(&p, "cu_seqlens_k[2] is 2 but the packed tensor has 3 rows");
     p = good, p.cu_seqlens_q = cu_ok, p.cu_seqlens_k = cu_ok;
     ck_assert_int_eq(stats_cpu(&p, heads, NULL, NULL, &err), STATS_OK);
+    unsigned char mask[2 * 3 * 3];
+    memset(mask, 1, sizeof mask);
+    p = good, p.mask = (stats_tensor){mask, 9, 0, 3}, p.mask_dtype = STATS_BOOL;
+    ck_assert_int_eq(stats_cpu(&p, heads, NULL, NULL, &err), STATS_OK);
+    p.cu_seqlens_q = cu_ok, p.cu_seqlens_k = cu_ok;
+    expect_einval(&p, "mask does not combine with packed");
+    p = good, p.mask = (stats_tensor){mask, 9, 0, 3}, p.mask_dtype = (stats_dtype)9;
+    expect_einval(&p, "mask dtype 9");
+    p = good, p.mask = (stats_tensor){mask, 9, -1, 3}, p.mask_dtype = STATS_BOOL;
+    expect_einval(&p, "mask: negative stride");
+    p = good, p.compute_dtype = STATS_BOOL;
+    expect_einval(&p, "compute_dtype 3");
+    p = good, p.dtype = STATS_BOOL;
+    expect_einval(&p, "unknown dtype 3");
 }
 END_TEST
 
@@ -629,6 +806,9 @@ static Suite *stats_suite(void)
     tcase_add_loop_test(tc, test_nonfinite_counted, 0, 3);
     tcase_add_test(tc, test_empty_rows);
     tcase_add_test(tc, test_sampling);
+    tcase_add_loop_test(tc, test_masks, 0, 8);
+    tcase_add_test(tc, test_mask_properties);
+    tcase_add_loop_test(tc, test_compute_dtype, 0, 2);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_extent);
     tcase_add_test(tc, test_workspace_reuse);
