@@ -1,0 +1,180 @@
+"""bench_overhead_llama.py — what monitoring costs a real training step, at attnstatd's defaults.
+
+    python3 bench/bench_overhead_llama.py [--socket PATH] [--layers 16] [--batch 4] [--seq 2048]
+                                          [--block 10] [--rounds 6] [--modes off,every10,every1,...]
+
+A Llama-architecture model of about 1.1 B parameters built from a config with the transformers
+library (Llama-3.2-1B's shape: hidden 2048, 16 layers, 32 query / 8 key-value heads, rotary
+embeddings, RMSNorm, SwiGLU; random weights, nothing downloaded) trains with AdamW under bf16
+autocast on a padded batch (attention_mask with padding at the end of every sequence but the
+first, as fine-tuning batches are): transformers' sdpa attention hands q and k to
+scaled_dot_product_attention as float32 with a boolean [B, 1, N, N] mask. The monitor is
+attnstat.torch.monitor(client, model=model, ...) with the model's own doors.
+
+Modes, in blocks of --block steps, the order shuffled every round so that clock or load drift hits
+all alike: off; every10 (every 10th step); every1 (every step); every1-s8 (every step, every 8th
+query row). Each monitored mode starts with the monitor's state reset. Prints one JSON line per
+mode (median and mean step time, overhead against off, and what the monitor and client counted:
+calls, pushed, skipped, rejected, dropped) and a table. The daemon (--daemon, default the build
+tree's) is started with its defaults on a private socket and database unless --socket names a
+running one. Needs a CUDA GPU, PyTorch and transformers.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+
+def start_daemon(path, workdir):
+    sock, db = os.path.join(workdir, "d.sock"), os.path.join(workdir, "d.db")
+    log = open(os.path.join(workdir, "attnstatd.log"), "w")
+    proc = subprocess.Popen([path, "--socket", sock, "--db", db], stdout=log,
+                            stderr=subprocess.STDOUT)
+    for _ in range(400):
+        if os.path.exists(sock):
+            return proc, sock, db
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError("attnstatd did not start; see %s" % log.name)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default=None)
+    ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "daemon", "attnstatd"))
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--block", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--modes", default="off,every10,every1,every1-s8")
+    ap.add_argument("--impl", default="sdpa")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+
+    import torch
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import attnstat
+    import attnstat.torch as at
+
+    torch.manual_seed(a.seed)
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
+                      num_hidden_layers=a.layers, num_attention_heads=32, num_key_value_heads=8,
+                      max_position_embeddings=max(4096, a.seq), rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, attn_implementation=a.impl)
+    model = LlamaForCausalLM(cfg).cuda()
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device="cuda").manual_seed(a.seed)
+    ids = torch.randint(0, cfg.vocab_size, (8, a.batch, a.seq), device="cuda", generator=gen)
+    mask = torch.ones(a.batch, a.seq, dtype=torch.long, device="cuda")
+    for b in range(1, a.batch):
+        mask[b, a.seq - (a.seq // 8) * b:] = 0  # padding at the end of every sequence but the first
+
+    def step(i):
+        x = ids[i % ids.shape[0]]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=x, attention_mask=mask, labels=x)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    workdir = tempfile.mkdtemp(prefix="attnstat-bench-")
+    proc = None
+    sock = a.socket
+    if sock is None:
+        proc, sock, _ = start_daemon(a.daemon, workdir)
+    client = attnstat.Client(socket=sock, run="bench-llama", rank=0)
+    modes = a.modes.split(",")
+
+    def monitor_for(mode):
+        if mode == "off":
+            return None
+        every = 10 if mode.startswith("every10") else 1
+        kw = {}
+        if mode.endswith("-s8"):
+            kw["sample_every"] = 8
+        return at.monitor(client, every=every, model=model, **kw)
+
+    # warm-up: kernels, the allocator, the daemon's worker and its exported buffers
+    for i in range(a.warmup):
+        step(i)
+    with at.monitor(client, every=1, model=model):
+        for i in range(3):
+            step(i)
+    client.flush(timeout_s=120)
+    torch.cuda.synchronize()
+
+    times = {m: [] for m in modes}
+    counts = {m: {"calls": 0, "pushed": 0, "skipped": 0, "rejected": 0, "dropped": 0,
+                  "errors": 0} for m in modes}
+    rnd = random.Random(a.seed)
+    it = 0
+    for _ in range(a.rounds):
+        order = list(modes)
+        rnd.shuffle(order)
+        for m in order:
+            mon = monitor_for(m)
+            if mon is not None:
+                mon.__enter__()
+            try:
+                for _ in range(a.block):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    step(it)
+                    torch.cuda.synchronize()
+                    times[m].append(time.perf_counter() - t0)
+                    it += 1
+            finally:
+                if mon is not None:
+                    mon.__exit__(None, None, None)
+                    for k in counts[m]:
+                        counts[m][k] += getattr(mon, k)
+            client.poll(0)
+    client.flush(timeout_s=120)
+    st = client.stats()
+    client.close()
+    if proc is not None:
+        proc.terminate()
+        proc.wait(30)
+
+    def med(v):
+        v = sorted(v)
+        return v[len(v) // 2]
+    base_med, base_mean = med(times["off"]), sum(times["off"]) / len(times["off"])
+    dev = torch.cuda.get_device_name()
+    print("# %s, torch %s, transformers %s, %.2f B parameters, B=%d N=%d, %d steps per mode"
+          % (dev, torch.__version__, transformers.__version__, nparams / 1e9, a.batch, a.seq,
+             len(times["off"])))
+    print("%-10s %10s %10s %9s %9s  %s" % ("mode", "median ms", "mean ms", "d median", "d mean",
+                                            "monitor"))
+    for m in modes:
+        v = times[m]
+        md, mn = med(v), sum(v) / len(v)
+        row = {"mode": m, "median_ms": 1e3 * md, "mean_ms": 1e3 * mn,
+               "overhead_median_pct": 100 * (md / base_med - 1),
+               "overhead_mean_pct": 100 * (mn / base_mean - 1), "steps": len(v),
+               "monitor": counts[m]}
+        print(json.dumps(row))
+        print("%-10s %10.2f %10.2f %8.2f%% %8.2f%%  %s" % (m, 1e3 * md, 1e3 * mn,
+                                                         row["overhead_median_pct"],
+                                                         row["overhead_mean_pct"],
+                                                         counts[m] if m != "off" else ""))
+    print(json.dumps({"client": {k: st[k] for k in ("pushed", "acked", "dropped_local",
+                                                    "dropped_daemon", "rejected", "last_error")}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
