@@ -1,6 +1,6 @@
 /* args.h — what main.c hands to the commands of the attnstat CLI: the parsed command line (one
- * struct for every command; a command reads only the fields of the options it accepts) and the
- * exit codes.
+ * struct for every command; a command reads only the fields of the options its table in options.c
+ * gives it: main.c refuses any other) and the exit codes.
  *
  * Stage: a header of the CLI, below main.c, history.c and live.c; includes out.h (the format). */
 #ifndef ATTNSTAT_CLI_ARGS_H
@@ -30,7 +30,11 @@ typedef struct {
     int step_set;          /* 0: the latest step */
     int64_t step;
     const char *metric;
+    const char *rule;      /* NULL: every rule */
     int active;
+    int since_set;
+    int64_t since_ms;      /* Unix time in milliseconds */
+    int64_t newest;        /* 0: all */
     int help;
     int timeout_ms;
 } cli_args;

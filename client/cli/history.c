@@ -590,14 +590,89 @@ static const out_col history_alert_cols[] = {
     {"message", NULL, OUT_STR, 0, 0},
 };
 
+/* The filters of `alerts`: --run goes to the store's query; --rank, --layer, --head, --rule and
+ * --since are applied here, over the rows the store's read API returns, because it has no query
+ * for them yet (the store issue #14 moves these filters into SQL). */
+static int history_run_rank(const history_runlist *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->ids[i] == id)
+            return l->ranks[i];
+    return -1;
+}
+
+static int history_alert_kept(const cli_args *a, const history_runlist *runs,
+                              const store_alert *al)
+{
+    return (!a->layer_set || al->layer == a->layer) && (a->head < 0 || al->head == a->head) &&
+           (!a->rule || (al->rule && !strcmp(al->rule, a->rule))) &&
+           (!a->since_set || al->time_ms >= a->since_ms) &&
+           (a->rank < 0 || history_run_rank(runs, al->run_id) == a->rank);
+}
+
+/* -n N: the newest N alerts kept, oldest first once full (a ring over v[0..n), next the oldest). */
+typedef struct {
+    store_alert *v;
+    size_t n, cap, next;
+    int64_t want;
+    int failed;
+} history_newest;
+
+static char *history_strdup(const char *s, int *failed)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    *failed |= d == NULL;
+    return d;
+}
+
+static void history_newest_add(history_newest *w, const store_alert *al)
+{
+    store_alert *slot;
+    if (w->n < (size_t)w->want) {
+        if (w->n == w->cap) {
+            size_t cap = w->cap ? w->cap * 2 : 16;
+            if (cap > (size_t)w->want)
+                cap = (size_t)w->want;
+            store_alert *nv = realloc(w->v, cap * sizeof *nv);
+            if (!nv) {
+                w->failed = 1;
+                return;
+            }
+            w->v = nv;
+            w->cap = cap;
+        }
+        slot = &w->v[w->n++];
+    } else {
+        slot = &w->v[w->next];
+        w->next = (w->next + 1) % w->n;
+        free((char *)slot->rule);
+        free((char *)slot->message);
+    }
+    *slot = *al;
+    slot->rule = history_strdup(al->rule, &w->failed);
+    slot->message = history_strdup(al->message, &w->failed);
+}
+
+static void history_newest_free(history_newest *w)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        free((char *)w->v[i].rule);
+        free((char *)w->v[i].message);
+    }
+    free(w->v);
+}
+
 typedef struct {
     out_set *o;
     const history_runlist *runs;
+    const cli_args *a;
+    history_newest *newest; /* NULL: every alert kept goes out at once */
 } history_alert_ctx;
 
-static int history_alert_row(void *ctx, const store_alert *al)
+static void history_alert_out(history_alert_ctx *c, const store_alert *al)
 {
-    history_alert_ctx *c = ctx;
     char t[32];
     out_time(t, sizeof t, al->time_ms);
     out_val v[] = {out_i(al->id),
@@ -614,7 +689,38 @@ static int history_alert_row(void *ctx, const store_alert *al)
                    out_d(al->threshold),
                    out_s(al->message)};
     out_add(c->o, v);
+}
+
+static int history_alert_row(void *ctx, const store_alert *al)
+{
+    history_alert_ctx *c = ctx;
+    if (!history_alert_kept(c->a, c->runs, al))
+        return 0;
+    if (c->newest)
+        history_newest_add(c->newest, al);
+    else
+        history_alert_out(c, al);
     return 0;
+}
+
+/* " --rank 1 --layer 3 ..." of the filters given, for the empty-result line. */
+static void history_alert_filters(char *buf, size_t len, const cli_args *a)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    if (a->rank >= 0)
+        n += (size_t)snprintf(buf + n, len - n, " --rank %d", a->rank);
+    if (a->layer_set && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --layer %d", a->layer);
+    if (a->head >= 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --head %d", a->head);
+    if (a->rule && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --rule %s", a->rule);
+    if (a->since_set && n < len) {
+        char t[32];
+        out_time(t, sizeof t, a->since_ms);
+        snprintf(buf + n, len - n, " --since '%s'", t);
+    }
 }
 
 int history_alerts(const cli_args *a)
@@ -637,22 +743,29 @@ int history_alerts(const cli_args *a)
     out_set o;
     out_begin(&o, a->fmt, stdout, history_alert_cols,
               (int)(sizeof history_alert_cols / sizeof history_alert_cols[0]));
-    history_alert_ctx ctx = {&o, &runs};
+    history_newest newest = {.want = a->newest};
+    history_alert_ctx ctx = {&o, &runs, a, a->newest > 0 ? &newest : NULL};
     if (s == STORE_OK)
         s = store_alerts(st, run_id, a->active, history_alert_row, &ctx, &err);
+    for (size_t i = 0; i < newest.n; i++)
+        history_alert_out(&ctx, &newest.v[(newest.next + i) % newest.n]);
     size_t n = out_rows(&o);
     int oe = out_end(&o);
+    history_newest_free(&newest);
     history_runlist_free(&runs);
     store_close(st);
-    if (s != STORE_OK) {
-        fprintf(stderr, "attnstat: cannot read alerts: %s\n", err.msg);
+    if (s != STORE_OK || newest.failed) {
+        fprintf(stderr, "attnstat: cannot read alerts: %s\n",
+                s != STORE_OK ? err.msg : "out of memory");
         free(run);
         return CLI_EXIT_FAIL;
     }
-    if (n == 0 && a->fmt == OUT_TABLE)
-        printf("no %salerts%s%s\n", a->active ? "active " : "", run ? " for run " : "",
-               run ? run : "");
+    if (n == 0 && a->fmt == OUT_TABLE) {
+        char filters[256];
+        history_alert_filters(filters, sizeof filters, a);
+        printf("no %salerts%s%s%s%s\n", a->active ? "active " : "", run ? " for run " : "",
+               run ? run : "", filters[0] ? " matching" : "", filters);
+    }
     free(run);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
-

@@ -1,5 +1,6 @@
 /* live.c — the attnstat CLI's live commands (see live.h): status (the daemon's counters, workers
- * and clients) and watch (alerts printed as they happen).
+ * and clients) and watch (alerts printed as they happen, those of --run, --rank, --rule only
+ * when asked).
  *
  * Stage: a command file of the CLI. Calls libattnstat (connect, status, subscribe, poll) and
  * out.c. */
@@ -141,9 +142,22 @@ static void live_on_signal(int sig)
     live_stop = 1;
 }
 
+/* The daemon streams every alert to a subscriber: --run (a name or an id), --rank and --rule of
+ * `watch` are applied here. */
+static int live_alert_kept(const cli_args *a, const attnstat_alert *al)
+{
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)al->run_id);
+    return (!a->run || !strcmp(al->run, a->run) || !strcmp(id, a->run)) &&
+           (a->rank < 0 || al->rank == a->rank) &&
+           (!a->rule || !strcmp(attnstat_rule_name(al->rule), a->rule));
+}
+
 static void live_print_alert(void *user, const attnstat_alert *al)
 {
     const cli_args *a = user;
+    if (!live_alert_kept(a, al))
+        return;
     char t[32];
     out_time(t, sizeof t, al->time_ms);
     if (a->fmt == OUT_JSON) {
@@ -205,7 +219,15 @@ int live_watch(const cli_args *a)
         attnstat_close(c);
         return CLI_EXIT_FAIL;
     }
-    fprintf(stderr, "watching alerts from %s (Ctrl-C to stop)\n", a->socket);
+    char only[320] = "";
+    if (a->run || a->rank >= 0 || a->rule) {
+        char rank[32] = "";
+        if (a->rank >= 0)
+            snprintf(rank, sizeof rank, " rank %d", a->rank);
+        snprintf(only, sizeof only, ", only%s%s%s%s%s", a->run ? " run " : "", a->run ? a->run : "",
+                 rank, a->rule ? " rule " : "", a->rule ? a->rule : "");
+    }
+    fprintf(stderr, "watching alerts from %s%s (Ctrl-C to stop)\n", a->socket, only);
     int rc = CLI_EXIT_OK;
     while (!live_stop) {
         if (attnstat_poll(c, 1000) != ATTNSTAT_OK) {

@@ -8,7 +8,8 @@
 #include "args.h"
 
 int live_status(const cli_args *a);
-/* Until SIGINT or SIGTERM (exit 0) or the daemon going away (exit 1). */
+/* Prints the alerts that --run, --rank and --rule keep, until SIGINT or SIGTERM (exit 0) or the
+ * daemon going away (exit 1). */
 int live_watch(const cli_args *a);
 
 #endif /* ATTNSTAT_CLI_LIVE_H */
