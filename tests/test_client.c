@@ -1,8 +1,8 @@
-/* test_client.c — unit tests of libattnstat that need no attnstatd: the ring allocator, the compact
- * copy of strided tensors, argument checking and error codes, and the client's conversation with a
- * scripted peer (a thread in this test that speaks the wire protocol) — byte-exact ring contents,
- * drops counted when the ring or the outgoing queue is full, pushes that return while the peer
- * reads nothing, a refused ring, a lost connection.
+/* test_client.c — unit tests of libattnstat that need no attnstatd: argument checking and error
+ * codes, and the client's conversation with a scripted peer (a thread in this test that speaks the
+ * wire protocol) — byte-exact ring contents, drops counted when the ring or the outgoing queue is
+ * full, pushes that return while the peer reads nothing, a refused ring, a lost connection.
+ * The ring allocator and the compact copy have their own suite (test_client_ring.c).
  * Random data; the seed is printed (set ATTNSTAT_TEST_SEED to repeat a run). */
 #include <check.h>
 #include <errno.h>
@@ -22,268 +22,10 @@
 #include <unistd.h>
 
 #include "attnstat.h"
+#include "client_testutil.h"
 #include "frame.h"
-#include "libgather.h"
-#include "libring.h"
 
 static uint64_t g_seed;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-    return rng_next(s) % n;
-}
-
-static void fill_random(void *p, size_t n, uint64_t *s)
-{
-    uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        b[i] = (uint8_t)rng_next(s);
-}
-
-/* ---- Ring ------------------------------------------------------------------------------------- */
-START_TEST(test_ring_basic)
-{
-    ring r;
-    ck_assert_int_eq(ring_init(&r, 0, 0), -1);
-    ck_assert_int_eq(ring_init(&r, 1024, 0), 0);
-    uint64_t off;
-    ck_assert_int_eq(ring_alloc(&r, 0, 1, &off), -1);
-    ck_assert_int_eq(ring_alloc(&r, 2048, 1, &off), -1);
-    ck_assert_int_eq(ring_alloc(&r, 100, 1, &off), 0);
-    ck_assert_uint_eq(off, 0);
-    ck_assert_int_eq(ring_alloc(&r, 500, 2, &off), 0);
-    ck_assert_uint_eq(off, 128); /* 100 rounded up to the 64-byte alignment */
-    ck_assert_int_eq(ring_alloc(&r, 384, 3, &off), 0);
-    ck_assert_uint_eq(off, 640);
-    ck_assert_int_eq(ring_alloc(&r, 64, 4, &off), 1); /* the end is reached, the start is held */
-    /* Out-of-order free: 2 freed first reclaims nothing until 1 goes. */
-    ck_assert_int_eq(ring_release(&r, 2), 0);
-    ck_assert_int_eq(ring_release(&r, 2), -1);
-    ck_assert_int_eq(ring_release(&r, 99), -1);
-    ck_assert_int_eq(ring_alloc(&r, 64, 4, &off), 1);
-    ck_assert_int_eq(ring_release(&r, 1), 0);
-    ck_assert_uint_eq(ring_used(&r), 1024 - 640);
-    /* Wrap: the end has no room for 200, the start has 640 free. */
-    ck_assert_int_eq(ring_alloc(&r, 200, 5, &off), 0);
-    ck_assert_uint_eq(off, 0);
-    ck_assert_uint_eq(ring_used(&r), 1024 - 640 + 256);
-    ck_assert_int_eq(ring_alloc(&r, 384, 6, &off), 0);
-    ck_assert_uint_eq(off, 256);
-    ck_assert_int_eq(ring_alloc(&r, 1, 7, &off), 1); /* head meets tail */
-    ck_assert_int_eq(ring_release(&r, 3), 0);
-    ck_assert_int_eq(ring_release(&r, 5), 0);
-    ck_assert_int_eq(ring_release(&r, 6), 0);
-    ck_assert_uint_eq(ring_used(&r), 0);
-    ck_assert_uint_eq(ring_blocks(&r), 0);
-    ck_assert_int_eq(ring_alloc(&r, 1024, 8, &off), 0); /* whole ring after emptying */
-    ck_assert_uint_eq(off, 0);
-    ring_destroy(&r);
-
-    ck_assert_int_eq(ring_init(&r, 1 << 20, 3), 0); /* block limit */
-    for (uint64_t s = 1; s <= 3; s++)
-        ck_assert_int_eq(ring_alloc(&r, 10, s, &off), 0);
-    ck_assert_int_eq(ring_alloc(&r, 10, 4, &off), 1);
-    ring_destroy(&r);
-}
-END_TEST
-
-/* Random allocations and frees in any order against a byte map of the ring: no two live blocks
- * overlap, every block lies inside the ring, and an empty ring gives back all of its room. */
-/* A block taken back (its push failed before it was sent) frees its space at once, even behind
- * live blocks, and its seq is never found again. */
-START_TEST(test_ring_abort_last)
-{
-    ring r;
-    uint64_t off;
-    ck_assert_int_eq(ring_init(&r, 1024, 0), 0);
-    ck_assert_int_eq(ring_alloc(&r, 100, 1, &off), 0);
-    ck_assert_int_eq(ring_alloc(&r, 100, 2, &off), 0);
-    ck_assert_uint_eq(off, 128);
-    ck_assert_int_eq(ring_abort_last(&r, 1), -1); /* not the newest */
-    ck_assert_int_eq(ring_abort_last(&r, 2), 0);
-    ck_assert_int_eq(ring_abort_last(&r, 2), -1);
-    ck_assert_int_eq(ring_release(&r, 2), -1);
-    ck_assert_uint_eq(ring_used(&r), 128);
-    ck_assert_uint_eq(ring_blocks(&r), 1);
-    ck_assert_int_eq(ring_alloc(&r, 100, 3, &off), 0);
-    ck_assert_uint_eq(off, 128); /* the space of 2 again */
-    ck_assert_int_eq(ring_alloc(&r, 100, 4, &off), 0);
-    ck_assert_int_eq(ring_release(&r, 3), 0);   /* freed behind 1, ahead of 4 */
-    ck_assert_int_eq(ring_abort_last(&r, 4), 0); /* 3 goes with it: nothing live after 1 */
-    ck_assert_uint_eq(ring_used(&r), 128);
-    ck_assert_uint_eq(ring_blocks(&r), 1);
-    ck_assert_int_eq(ring_release(&r, 1), 0);
-    ck_assert_uint_eq(ring_used(&r), 0);
-    ck_assert_int_eq(ring_alloc(&r, 1024, 5, &off), 0);
-    ck_assert_uint_eq(off, 0);
-    ring_destroy(&r);
-}
-END_TEST
-
-START_TEST(test_ring_random)
-{
-    uint64_t s = g_seed ^ 0x1111;
-    const uint64_t size = 4096 + rng_below(&s, 8192);
-    ring r;
-    ck_assert_int_eq(ring_init(&r, size, 0), 0);
-    uint8_t *owner = calloc(size, 1);
-    uint64_t live_seq[256], live_off[256], live_len[256];
-    int nlive = 0;
-    uint64_t seq = 1, allocs = 0, fulls = 0;
-    for (int it = 0; it < 200000; it++) {
-        if (nlive < 256 && (nlive == 0 || rng_below(&s, 100) < 55)) {
-            uint64_t len = 1 + rng_below(&s, size / 4);
-            uint64_t off;
-            int rc = ring_alloc(&r, len, seq, &off);
-            ck_assert_int_ge(rc, 0);
-            if (rc == 1) {
-                fulls++;
-                seq++;
-                continue;
-            }
-            allocs++;
-            ck_assert_uint_le(off + len, size);
-            ck_assert_uint_eq(off % RING_ALIGN, 0);
-            int twice = 0;
-            for (uint64_t i = off; i < off + len; i++) {
-                twice |= owner[i];
-                owner[i] = 1;
-            }
-            ck_assert_msg(!twice, "seed %llu: block [%llu, +%llu) overlaps a live block",
-                          (unsigned long long)g_seed, (unsigned long long)off,
-                          (unsigned long long)len);
-            live_seq[nlive] = seq;
-            live_off[nlive] = off;
-            live_len[nlive] = len;
-            nlive++;
-            seq++;
-        } else {
-            int k = (int)rng_below(&s, (uint64_t)nlive);
-            ck_assert_int_eq(ring_release(&r, live_seq[k]), 0);
-            memset(owner + live_off[k], 0, live_len[k]);
-            live_seq[k] = live_seq[nlive - 1];
-            live_off[k] = live_off[nlive - 1];
-            live_len[k] = live_len[nlive - 1];
-            nlive--;
-        }
-        ck_assert_uint_le(ring_used(&r), size);
-    }
-    ck_assert_uint_gt(allocs, 1000);
-    ck_assert_uint_gt(fulls, 0);
-    while (nlive > 0)
-        ck_assert_int_eq(ring_release(&r, live_seq[--nlive]), 0);
-    ck_assert_uint_eq(ring_used(&r), 0);
-    uint64_t off;
-    ck_assert_int_eq(ring_alloc(&r, size, seq, &off), 0);
-    free(owner);
-    ring_destroy(&r);
-}
-END_TEST
-
-/* ---- Gather ----------------------------------------------------------------------------------- */
-/* A random tensor layout: dense in a random dimension order, or padded, or sliced, or broadcast. */
-typedef struct {
-    int64_t shape[4], strides[4];
-    size_t esize;
-    int64_t span; /* elements the source must hold */
-} layout;
-
-static void random_layout(uint64_t *s, layout *l)
-{
-    static const size_t es[3] = {4, 2, 2};
-    l->esize = es[rng_below(s, 3)];
-    for (int i = 0; i < 4; i++)
-        l->shape[i] = 1 + (int64_t)rng_below(s, i == 3 ? 24 : 5);
-    int perm[3] = {0, 1, 2};
-    for (int i = 2; i > 0; i--) {
-        int j = (int)rng_below(s, (uint64_t)i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    int kind = (int)rng_below(s, 4);
-    int64_t acc = l->shape[3] + (kind == 1 ? 1 + (int64_t)rng_below(s, 3) : 0); /* padded rows */
-    l->strides[3] = 1;
-    for (int i = 0; i < 3; i++) {
-        int d = perm[i];
-        l->strides[d] = acc;
-        acc *= l->shape[d] + (kind == 2 ? (int64_t)rng_below(s, 2) : 0); /* sliced dims */
-    }
-    if (kind == 3) /* broadcast one dimension */
-        l->strides[rng_below(s, 3)] = 0;
-    l->span = 1;
-    for (int i = 0; i < 4; i++)
-        l->span += (l->shape[i] - 1) * l->strides[i];
-}
-
-START_TEST(test_gather_random)
-{
-    uint64_t s = g_seed ^ 0x2222;
-    int dense_seen = 0, gathered_seen = 0;
-    for (int it = 0; it < 2000; it++) {
-        layout l;
-        random_layout(&s, &l);
-        uint8_t *src = malloc((size_t)l.span * l.esize);
-        fill_random(src, (size_t)l.span * l.esize, &s);
-        gather_plan plan;
-        ck_assert_int_eq(gather_make_plan(l.shape, l.strides, l.esize, &plan), 0);
-        uint64_t n = l.shape[0] * l.shape[1] * l.shape[2] * l.shape[3];
-        ck_assert_uint_eq(plan.bytes, n * l.esize);
-        uint8_t *dst = malloc(plan.bytes + 64);
-        memset(dst, 0xA5, plan.bytes + 64);
-        gather_copy(dst, src, l.shape, l.strides, l.esize, &plan);
-        dense_seen += plan.dense;
-        gathered_seen += !plan.dense;
-        /* Every element [b,h,n,d] read through the plan's strides is the source's element. */
-        for (int64_t b = 0; b < l.shape[0]; b++)
-            for (int64_t h = 0; h < l.shape[1]; h++)
-                for (int64_t r = 0; r < l.shape[2]; r++)
-                    for (int64_t d = 0; d < l.shape[3]; d++) {
-                        int64_t so = b * l.strides[0] + h * l.strides[1] + r * l.strides[2] + d;
-                        int64_t dof = b * plan.strides[0] + h * plan.strides[1] +
-                                      r * plan.strides[2] + d;
-                        if (dof >= (int64_t)n ||
-                            memcmp(src + so * (int64_t)l.esize, dst + dof * (int64_t)l.esize,
-                                   l.esize) != 0)
-                            ck_abort_msg("seed %llu iteration %d: element [%lld,%lld,%lld,%lld]",
-                                         (unsigned long long)g_seed, it, (long long)b,
-                                         (long long)h, (long long)r, (long long)d);
-                    }
-        for (int i = 0; i < 64; i++) /* nothing written past the compact copy */
-            ck_assert_uint_eq(dst[plan.bytes + (uint64_t)i], 0xA5);
-        free(src);
-        free(dst);
-    }
-    ck_assert_int_gt(dense_seen, 0);
-    ck_assert_int_gt(gathered_seen, 0);
-}
-END_TEST
-
-START_TEST(test_gather_dense_detection)
-{
-    gather_plan p;
-    int64_t shape[4] = {2, 3, 5, 8};
-    int64_t bhnd[4] = {120, 40, 8, 1}, bnhd[4] = {120, 8, 24, 1}, padded[4] = {150, 50, 10, 1};
-    ck_assert_int_eq(gather_make_plan(shape, bhnd, 2, &p), 0);
-    ck_assert_int_eq(p.dense, 1);
-    ck_assert_int_eq(gather_make_plan(shape, bnhd, 2, &p), 0);
-    ck_assert_int_eq(p.dense, 1);
-    ck_assert_int_eq(p.strides[1], 8); /* kept as given */
-    ck_assert_int_eq(gather_make_plan(shape, padded, 2, &p), 0);
-    ck_assert_int_eq(p.dense, 0);
-    ck_assert_int_eq(p.strides[0], 120);
-    int64_t huge[4] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
-    ck_assert_int_eq(gather_make_plan(huge, bhnd, 4, &p), -1);
-}
-END_TEST
 
 /* ---- Arguments and codes ---------------------------------------------------------------------- */
 START_TEST(test_codes_and_args)
@@ -986,16 +728,7 @@ END_TEST
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
-    TCase *tc = tcase_create("ring");
-    tcase_add_test(tc, test_ring_basic);
-    tcase_add_test(tc, test_ring_random);
-    tcase_add_test(tc, test_ring_abort_last);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("gather");
-    tcase_add_test(tc, test_gather_random);
-    tcase_add_test(tc, test_gather_dense_detection);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("api");
+    TCase *tc = tcase_create("api");
     tcase_add_test(tc, test_codes_and_args);
     tcase_add_test(tc, test_push_bad_args);
     tcase_add_test(tc, test_push_bytes_exact);
@@ -1013,13 +746,6 @@ static Suite *client_suite(void)
 
 int main(void)
 {
-    const char *env = getenv("ATTNSTAT_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-    printf("test_client: seed %llu (ATTNSTAT_TEST_SEED=%llu repeats this run)\n",
-           (unsigned long long)g_seed, (unsigned long long)g_seed);
-    SRunner *sr = srunner_create(client_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    g_seed = client_test_seed("test_client");
+    return client_test_run(client_suite());
 }

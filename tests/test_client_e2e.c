@@ -15,129 +15,7 @@
 #include "stats_testutil.h"
 
 #include "attnstat.h"
-
-#ifndef ATTNSTAT_CLI_PATH
-#error "ATTNSTAT_CLI_PATH must name the attnstat binary"
-#endif
-
-/* ---- Running the CLI ---------------------------------------------------------------------------*/
-typedef struct {
-    int status;      /* exit status, or -1 when it did not exit normally */
-    char *out, *err; /* NUL-terminated, malloc'd */
-} cli_result;
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return calloc(1, 1);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    b[got] = '\0';
-    fclose(f);
-    return b;
-}
-
-/* Runs the CLI with args (NULL-terminated) and NO_COLOR unset unless told; waits for it. */
-static cli_result run_cli_v(const dh_daemon *d, const char *const *args)
-{
-    char outp[400], errp[400];
-    snprintf(outp, sizeof outp, "%s/cli.out", d->dir);
-    snprintf(errp, sizeof errp, "%s/cli.err", d->dir);
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = ATTNSTAT_CLI_PATH;
-    for (int i = 0; args[i] && n < 63; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0)
-            _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        alarm(120); /* a CLI that hangs dies (SIGALRM: status -1) instead of stalling the suite */
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    cli_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(outp), slurp(errp)};
-    return r;
-}
-
-#define run_cli(d, ...) run_cli_v((d), (const char *const[]){__VA_ARGS__, NULL})
-
-static void cli_free(cli_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-/* The number after "key": in a JSON line (NaN for null or absent). */
-static double json_num(const char *line, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(line, pat);
-    if (!p)
-        return NAN;
-    p += strlen(pat);
-    if (!strncmp(p, "null", 4))
-        return NAN;
-    return strtod(p, NULL);
-}
-
-static int json_has(const char *line, const char *key, const char *strval)
-{
-    char pat[160];
-    snprintf(pat, sizeof pat, "\"%s\": \"%s\"", key, strval);
-    return strstr(line, pat) != NULL;
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
-/* ---- A client on the test daemon ---------------------------------------------------------------*/
-static attnstat_client *connect_hello(const dh_daemon *d, const char *run, const attnstat_thresholds *th,
-                                      uint64_t ring, uint64_t queue)
-{
-    attnstat_connect_opts o;
-    attnstat_connect_opts_init(&o);
-    o.socket_path = d->sock;
-    o.ring_bytes = ring;
-    o.queue_bytes = queue;
-    attnstat_client *c = NULL;
-    attnstat_error err;
-    ck_assert_msg(attnstat_connect_ex(&o, &c, &err) == ATTNSTAT_OK, "connect: %s", err.msg);
-    ck_assert_msg(attnstat_hello(c, run, 0, th, "{\"test\": true}") == ATTNSTAT_OK, "hello: %s",
-                  attnstat_last_error(c));
-    return c;
-}
-
-static attnstat_tensor as_tensor(const tu_tensor *t)
-{
-    attnstat_tensor a;
-    memset(&a, 0, sizeof a);
-    a.data = t->mem;
-    a.dtype = (int32_t)t->dtype;
-    a.mem = ATTNSTAT_MEM_HOST;
-    a.shape[0] = t->b, a.shape[1] = t->h, a.shape[2] = t->n, a.shape[3] = t->d;
-    a.strides[0] = t->sb, a.strides[1] = t->sh, a.strides[2] = t->sn, a.strides[3] = 1;
-    return a;
-}
+#include "cli_harness.h"
 
 static void close_enough(double got, double want, const char *what, int layer, int head,
                          long long step, uint64_t seed)
@@ -159,7 +37,7 @@ START_TEST(test_values_equal_reference)
     dh_daemon d;
     dh_dir_init(&d);
     dh_start(&d, NULL);
-    attnstat_client *c = connect_hello(&d, "values", NULL, 16u << 20, 0);
+    attnstat_client *c = cli_trainer(d.sock, "values", 0, NULL, 16u << 20, 0);
 
     enum { PUSHES = 12 };
     stats_head want[PUSHES][8];
@@ -190,7 +68,7 @@ START_TEST(test_values_equal_reference)
         }
         if (p == 9)
             o.window_left = 4;
-        attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
+        attnstat_tensor aq = cli_tensor(&q), ak = cli_tensor(&k);
         ck_assert_msg(attnstat_push(c, &o, &aq, &ak, NULL) == ATTNSTAT_OK, "push %d: %s", p,
                       attnstat_last_error(c));
 
@@ -224,89 +102,65 @@ START_TEST(test_values_equal_reference)
     for (int step = 0; step < PUSHES / 2; step++) {
         char s[16];
         snprintf(s, sizeof s, "%d", step);
-        cli_result r = run_cli(&d, "--db", d.db, "heads", "--run", "values", "--step", s,
+        cli_result r = cli_run(d.dir, "--db", d.db, "heads", "--run", "values", "--step", s,
                                "--format", "json");
         ck_assert_msg(r.status == 0, "heads: %s", r.err);
         int seen = 0;
         for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
-            int layer = (int)json_num(line, "layer"), head = (int)json_num(line, "head");
-            ck_assert_int_eq((int)json_num(line, "step"), step);
-            ck_assert(json_has(line, "run", "values"));
+            int layer = (int)cli_json_num(line, "layer"), head = (int)cli_json_num(line, "head");
+            ck_assert_int_eq((int)cli_json_num(line, "step"), step);
+            ck_assert(cli_json_has(line, "run", "values"));
             int p = step * 2 + layer;
             ck_assert_int_lt(head, nheads[p]);
             const stats_head *w = &want[p][head];
-            ck_assert_int_eq((int64_t)json_num(line, "rows"), w->rows);
-            close_enough(json_num(line, "entropy_mean"), w->entropy_mean, "entropy_mean", layer,
+            ck_assert_int_eq((int64_t)cli_json_num(line, "rows"), w->rows);
+            close_enough(cli_json_num(line, "entropy_mean"), w->entropy_mean, "entropy_mean", layer,
                          head, step, seed);
-            close_enough(json_num(line, "entropy_norm_mean"), w->entropy_norm_mean,
+            close_enough(cli_json_num(line, "entropy_norm_mean"), w->entropy_norm_mean,
                          "entropy_norm_mean", layer, head, step, seed);
-            close_enough(json_num(line, "entropy_min"), w->entropy_min, "entropy_min", layer, head,
+            close_enough(cli_json_num(line, "entropy_min"), w->entropy_min, "entropy_min", layer, head,
                          step, seed);
-            close_enough(json_num(line, "entropy_max"), w->entropy_max, "entropy_max", layer, head,
+            close_enough(cli_json_num(line, "entropy_max"), w->entropy_max, "entropy_max", layer, head,
                          step, seed);
-            close_enough(json_num(line, "entropy_std"), w->entropy_std, "entropy_std", layer, head,
+            close_enough(cli_json_num(line, "entropy_std"), w->entropy_std, "entropy_std", layer, head,
                          step, seed);
-            close_enough(json_num(line, "max_logit"), w->max_logit, "max_logit", layer, head, step,
+            close_enough(cli_json_num(line, "max_logit"), w->max_logit, "max_logit", layer, head, step,
                          seed);
-            close_enough(json_num(line, "collapsed_frac"), w->collapsed_frac, "collapsed_frac",
+            close_enough(cli_json_num(line, "collapsed_frac"), w->collapsed_frac, "collapsed_frac",
                          layer, head, step, seed);
-            ck_assert_int_eq((int)json_num(line, "sampled"), w->sampled);
+            ck_assert_int_eq((int)cli_json_num(line, "sampled"), w->sampled);
             seen++;
         }
         ck_assert_int_eq(seen, nheads[step * 2] + nheads[step * 2 + 1]);
-        cli_free(&r);
+        cli_result_free(&r);
     }
     /* trend of layer 1 head 0 over every step, and thinned */
-    cli_result r = run_cli(&d, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head",
+    cli_result r = cli_run(d.dir, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head",
                            "0", "--format", "json");
     ck_assert_msg(r.status == 0, "trend: %s", r.err);
-    ck_assert_int_eq(count_lines(r.out), PUSHES / 2);
+    ck_assert_int_eq(cli_count_lines(r.out), PUSHES / 2);
     int step = 0;
     for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n"), step++) {
-        ck_assert_int_eq((int)json_num(line, "step"), step);
-        close_enough(json_num(line, "entropy_mean"), want[step * 2 + 1][0].entropy_mean,
+        ck_assert_int_eq((int)cli_json_num(line, "step"), step);
+        close_enough(cli_json_num(line, "entropy_mean"), want[step * 2 + 1][0].entropy_mean,
                      "entropy_mean", 1, 0, step, seed);
-        close_enough(json_num(line, "max_logit"), want[step * 2 + 1][0].max_logit, "max_logit", 1,
+        close_enough(cli_json_num(line, "max_logit"), want[step * 2 + 1][0].max_logit, "max_logit", 1,
                      0, step, seed);
     }
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head", "0",
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "values", "--layer", "1", "--head", "0",
                 "--from", "1", "--to", "5", "--every", "2", "--format", "csv");
     ck_assert_msg(r.status == 0, "trend csv: %s", r.err);
-    ck_assert_int_eq(count_lines(r.out), 1 + 3); /* header, steps 1 3 5 */
+    ck_assert_int_eq(cli_count_lines(r.out), 1 + 3); /* header, steps 1 3 5 */
     ck_assert(!strncmp(r.out, "run,run_id,layer,head,step,", 27));
     ck_assert_ptr_nonnull(strstr(r.out, "\nvalues,1,1,0,3,"));
-    cli_free(&r);
+    cli_result_free(&r);
     ck_assert_int_eq(dh_stop(&d), 0);
     dh_cleanup(&d, 0);
 }
 END_TEST
 
 /* ---- CLI formats, alerts, status, watch --------------------------------------------------------*/
-/* Pushes steps [from, to) of `heads` heads, N=32, D=32, bf16, with Q scaled by amp (large amp:
- * max logits over any small ceiling; tiny amp: logits near 0). */
-static void push_steps(attnstat_client *c, tu_rng *rng, int from, int to, int layers, double amp)
-{
-    for (int s = from; s < to; s++)
-        for (int l = 0; l < layers; l++) {
-            tu_tensor q, k;
-            tu_alloc(&q, 1, 4, 32, 32, STATS_BF16, TU_BHND);
-            tu_alloc(&k, 1, 4, 32, 32, STATS_BF16, TU_BNHD);
-            tu_fill_gauss(&q, rng, amp);
-            tu_fill_gauss(&k, rng, 1.0);
-            attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
-            attnstat_push_opts o;
-            attnstat_push_opts_init(&o);
-            o.step = s;
-            o.layer = (uint32_t)l;
-            ck_assert_msg(attnstat_push(c, &o, &aq, &ak, NULL) == ATTNSTAT_OK, "%s",
-                          attnstat_last_error(c));
-            tu_free(&q);
-            tu_free(&k);
-        }
-    ck_assert_msg(attnstat_flush(c, 120000) == ATTNSTAT_OK, "%s", attnstat_last_error(c));
-}
-
 /* Display width (code points) of a line. */
 static size_t line_width(const char *s, size_t n)
 {
@@ -350,14 +204,14 @@ START_TEST(test_cli_formats_and_alerts)
             _exit(126);
         dup2(fo, 1);
         dup2(fo, 2);
-        execl(ATTNSTAT_CLI_PATH, ATTNSTAT_CLI_PATH, "--socket", d.sock, "watch", "--format",
-              "json", (char *)NULL);
+        execl(cli_binary(), cli_binary(), "--socket", d.sock, "watch", "--format", "json",
+              (char *)NULL);
         _exit(127);
     }
     /* wait until the watcher says it is subscribed (it confirms with a round trip first) */
     int64_t deadline = dh_now_ms() + 60000;
     for (;;) {
-        char *w = slurp(wout);
+        char *w = cli_slurp(wout);
         int ready = strstr(w, "watching alerts from") != NULL;
         free(w);
         if (ready)
@@ -374,46 +228,46 @@ START_TEST(test_cli_formats_and_alerts)
     th.logit_ceiling = 1.0;
     th.raise_after = 1;
     th.clear_after = 1;
-    attnstat_client *c = connect_hello(&d, "alerty", &th, 0, 0);
-    push_steps(c, &rng, 0, 3, 2, 3.0);    /* logits well over 1: raised */
-    push_steps(c, &rng, 3, 4, 2, 0.001);  /* logits ~0: cleared */
-    attnstat_client *c2 = connect_hello(&d, "quiet", NULL, 0, 0);
-    push_steps(c2, &rng, 0, 10, 1, 1.0);
+    attnstat_client *c = cli_trainer(d.sock, "alerty", 0, &th, 0, 0);
+    cli_push_steps(c, &rng, 0, 3, 2, 3.0);    /* logits well over 1: raised */
+    cli_push_steps(c, &rng, 3, 4, 2, 0.001);  /* logits ~0: cleared */
+    attnstat_client *c2 = cli_trainer(d.sock, "quiet", 0, NULL, 0, 0);
+    cli_push_steps(c2, &rng, 0, 10, 1, 1.0);
 
     /* status while both trainers are connected */
-    cli_result r = run_cli(&d, "--socket", d.sock, "status");
+    cli_result r = cli_run(d.dir, "--socket", d.sock, "status");
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "clients"));
     ck_assert_ptr_nonnull(strstr(r.out, "alerty"));
     ck_assert_ptr_nonnull(strstr(r.out, "cpu"));
-    cli_free(&r);
-    r = run_cli(&d, "--socket", d.sock, "status", "--format", "json");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--socket", d.sock, "status", "--format", "json");
     ck_assert_int_eq(r.status, 0);
-    ck_assert_int_ge((int)json_num(r.out, "clients"), 3);
-    ck_assert_int_ge((int)json_num(r.out, "pushes_done"), 18);
-    cli_free(&r);
+    ck_assert_int_ge((int)cli_json_num(r.out, "clients"), 3);
+    ck_assert_int_ge((int)cli_json_num(r.out, "pushes_done"), 18);
+    cli_result_free(&r);
     attnstat_close(c);
     attnstat_close(c2);
 
     /* runs */
-    r = run_cli(&d, "--db", d.db, "runs");
+    r = cli_run(d.dir, "--db", d.db, "runs");
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_int_eq(count_lines(r.out), 3);
+    ck_assert_int_eq(cli_count_lines(r.out), 3);
     ck_assert_ptr_nonnull(strstr(r.out, "alerty"));
     ck_assert_ptr_nonnull(strstr(r.out, "0..9"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "runs", "--format", "json");
-    ck_assert_int_eq(count_lines(r.out), 2);
-    ck_assert(json_has(r.out, "run", "alerty"));
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "runs", "--format", "json");
+    ck_assert_int_eq(cli_count_lines(r.out), 2);
+    ck_assert(cli_json_has(r.out, "run", "alerty"));
     ck_assert_ptr_nonnull(strstr(r.out, "\"samples\": 32"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "runs", "--format", "csv");
-    ck_assert_int_eq(count_lines(r.out), 3);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "runs", "--format", "csv");
+    ck_assert_int_eq(cli_count_lines(r.out), 3);
     ck_assert(!strncmp(r.out, "run_id,run,rank,host,", 21));
-    cli_free(&r);
+    cli_result_free(&r);
 
     /* trend: aligned table, then sparklines */
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "quiet", "--layer", "0", "--head", "2");
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "quiet", "--layer", "0", "--head", "2");
     ck_assert_msg(r.status == 0, "%s", r.err);
     assert_aligned(r.out, 11);
     ck_assert_ptr_nonnull(strstr(r.out, "entropy_norm "));
@@ -422,65 +276,65 @@ START_TEST(test_cli_formats_and_alerts)
     for (int i = 0; i < 8; i++)
         sparks += strstr(r.out, blocks[i]) != NULL;
     ck_assert_int_gt(sparks, 0);
-    cli_free(&r);
+    cli_result_free(&r);
 
     /* heads: heatmap with a legend; colour only when asked (stdout is not a tty here) */
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--step", "1");
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "alerty", "--step", "1");
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "layer 0"));
     ck_assert_ptr_nonnull(strstr(r.out, "layer 1"));
     ck_assert_ptr_nonnull(strstr(r.out, "legend"));
     ck_assert_ptr_null(strstr(r.out, "\x1b["));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--metric", "max_logit", "--color",
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "alerty", "--metric", "max_logit", "--color",
                 "always");
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "\x1b[48;5;"));
     ck_assert_ptr_nonnull(strstr(r.out, "step 3"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "alerty", "--format", "csv");
-    ck_assert_int_eq(count_lines(r.out), 1 + 8);
-    cli_free(&r);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "alerty", "--format", "csv");
+    ck_assert_int_eq(cli_count_lines(r.out), 1 + 8);
+    cli_result_free(&r);
 
     /* alerts: 2 layers x 4 heads raised at step 0 and cleared at step 3 */
-    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty", "--format", "json");
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--run", "alerty", "--format", "json");
     ck_assert_msg(r.status == 0, "%s", r.err);
     int raised = 0, cleared = 0;
     for (char *line = strtok(r.out, "\n"); line; line = strtok(NULL, "\n")) {
-        if (!json_has(line, "rule", "logit_ceiling"))
+        if (!cli_json_has(line, "rule", "logit_ceiling"))
             continue;
-        ck_assert(json_has(line, "run", "alerty"));
-        ck_assert(json_num(line, "threshold") == 1.0);
-        if (json_has(line, "state", "raised")) {
+        ck_assert(cli_json_has(line, "run", "alerty"));
+        ck_assert(cli_json_num(line, "threshold") == 1.0);
+        if (cli_json_has(line, "state", "raised")) {
             raised++;
-            ck_assert_int_eq((int)json_num(line, "step"), 0);
-            ck_assert(json_num(line, "value") > 1.0);
-        } else if (json_has(line, "state", "cleared")) {
+            ck_assert_int_eq((int)cli_json_num(line, "step"), 0);
+            ck_assert(cli_json_num(line, "value") > 1.0);
+        } else if (cli_json_has(line, "state", "cleared")) {
             cleared++;
-            ck_assert_int_eq((int)json_num(line, "step"), 3);
+            ck_assert_int_eq((int)cli_json_num(line, "step"), 3);
         }
-        ck_assert(!isnan(json_num(line, "layer")) && !isnan(json_num(line, "head")));
+        ck_assert(!isnan(cli_json_num(line, "layer")) && !isnan(cli_json_num(line, "head")));
     }
     ck_assert_int_eq(raised, 8);
     ck_assert_int_eq(cleared, 8);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty", "--active", "--format", "json");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--run", "alerty", "--active", "--format", "json");
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_null(strstr(r.out, "logit_ceiling"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "alerts");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "alerts");
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "logit_ceiling"));
     ck_assert_ptr_nonnull(strstr(r.out, "threshold"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "alerts", "--format", "csv");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--format", "csv");
     ck_assert(!strncmp(r.out, "id,time,time_ms,run,run_id,layer,head,step,rule,state,value,", 60));
-    cli_free(&r);
+    cli_result_free(&r);
 
     /* watch saw the raises and clears as they happened */
     deadline = dh_now_ms() + 60000;
     for (;;) {
-        char *w = slurp(wout);
+        char *w = cli_slurp(wout);
         int n = 0;
         for (const char *p = w; (p = strstr(p, "\"rule\": \"logit_ceiling\"")); p++)
             n++;
@@ -497,14 +351,14 @@ START_TEST(test_cli_formats_and_alerts)
 
     /* history works with the daemon down */
     ck_assert_int_eq(dh_stop(&d), 0);
-    r = run_cli(&d, "--db", d.db, "alerts", "--run", "alerty");
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--run", "alerty");
     ck_assert_int_eq(r.status, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "cleared"));
-    cli_free(&r);
-    r = run_cli(&d, "--socket", d.sock, "status");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--socket", d.sock, "status");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "cannot connect"));
-    cli_free(&r);
+    cli_result_free(&r);
     dh_cleanup(&d, 0);
 }
 END_TEST
@@ -560,22 +414,15 @@ START_TEST(test_cli_cells_run_ids_and_huge_numbers)
     dh_start(&d, NULL);
     const char *names[] = {"logits", "deep", "wide"};
     for (int i = 0; i < 3; i++) {
-        attnstat_client *c = connect_hello(&d, names[i], NULL, 0, 0);
-        push_steps(c, &rng, 0, 1, 1, 1.0);
+        attnstat_client *c = cli_trainer(d.sock, names[i], 0, NULL, 0, 0);
+        cli_push_steps(c, &rng, 0, 1, 1, 1.0);
         attnstat_close(c);
     }
     ck_assert_int_eq(dh_stop(&d), 0);
 
     /* Step 1 of each run written straight into the database, with the values wanted. */
-    sqlite3 *db = NULL;
-    ck_assert_int_eq(sqlite3_open_v2(d.db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
     int64_t id[3];
-    for (int i = 0; i < 3; i++) {
-        char sql[128];
-        snprintf(sql, sizeof sql, "SELECT id FROM runs WHERE name = '%s'", names[i]);
-        id[i] = dh_db_int(db, sql);
-    }
+    sqlite3 *db = cli_db_runs(d.db, names, 3, id);
     /* logits: max logits that a 4-character cell used to cut (12345 showed as "1e+0") */
     const double ml[2][4] = {{12345, -12345, -1234, 1234567}, {0.5, 99999, -0.25, 1e21}};
     for (int l = 0; l < 2; l++)
@@ -599,7 +446,7 @@ START_TEST(test_cli_cells_run_ids_and_huge_numbers)
     sqlite3_close(db);
 
     /* (A) every number whole in the heatmap's cells, the cells aligned under their header */
-    cli_result r = run_cli(&d, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit");
+    cli_result r = cli_run(d.dir, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit");
     ck_assert_msg(r.status == 0, "%s", r.err);
     const char *want[] = {"12.3k", "-12k", "-1234", "1.23M", "0.50", "100k", "-0.25", "1e21"};
     for (int i = 0; i < 8; i++)
@@ -609,79 +456,79 @@ START_TEST(test_cli_cells_run_ids_and_huge_numbers)
         ck_assert_msg(!memmem(p, (size_t)(e - p), "e+", 2), "a cut number in:\n%s", r.out);
     }
     assert_heatmap_aligned(r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit", "--color",
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "logits", "--metric", "max_logit", "--color",
                 "always");
     ck_assert_msg(r.status == 0, "%s", r.err);
     for (int i = 0; i < 8; i++)
         ck_assert_msg(strstr(r.out, want[i]), "no '%s' in:\n%s", want[i], r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "wide", "--metric", "max_logit");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "wide", "--metric", "max_logit");
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "h16"));
     ck_assert_ptr_nonnull(strstr(r.out, "layer 119"));
     assert_heatmap_aligned(r.out);
-    cli_free(&r);
+    cli_result_free(&r);
 
     /* (B) --run given by id: every output names the run */
     char sid[32];
     snprintf(sid, sizeof sid, "%lld", (long long)id[0]);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--format", "csv");
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", sid, "--format", "csv");
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_int_eq(count_lines(r.out), 1 + 8);
+    ck_assert_int_eq(cli_count_lines(r.out), 1 + 8);
     ck_assert_msg(strstr(r.out, "\nlogits,") && !strstr(r.out, "\n1,"), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--format", "json");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", sid, "--format", "json");
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_msg(json_has(r.out, "run", "logits"), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", sid);
+    ck_assert_msg(cli_json_has(r.out, "run", "logits"), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", sid);
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(strstr(r.out, "run logits, step 1"), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", sid, "--layer", "0", "--format", "json");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", sid, "--layer", "0", "--format", "json");
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_msg(json_has(r.out, "run", "logits") && !strstr(r.out, "\"run\": \"1\""), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", sid, "--layer", "0");
+    ck_assert_msg(cli_json_has(r.out, "run", "logits") && !strstr(r.out, "\"run\": \"1\""), "%s", r.out);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", sid, "--layer", "0");
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(strstr(r.out, "run logits, layer 0"), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "alerts", "--run", sid);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--run", sid);
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(strstr(r.out, "no alerts for run logits"), "%s", r.out);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", sid, "--step", "7");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", sid, "--step", "7");
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "run 'logits' has no samples at step 7"), "%s", r.err);
-    cli_free(&r);
+    cli_result_free(&r);
 
     /* (C) layer and head numbers at INT32_MAX: no overflow, a grid that size refused by name */
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "deep");
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "deep");
     ck_assert_msg(r.status == 1, "status %d: %s", r.status, r.err);
     ck_assert_msg(strstr(r.err, "2147483648 x 2147483648 heatmap") && strstr(r.err, "--format") &&
                       !strstr(r.err, "out of memory"),
                   "%s", r.err);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "deep", "--format", "csv");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "deep", "--format", "csv");
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_int_eq(count_lines(r.out), 1 + 6);
+    ck_assert_int_eq(cli_count_lines(r.out), 1 + 6);
     ck_assert_ptr_nonnull(strstr(r.out, ",2147483647,"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "5");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "5");
     ck_assert_int_eq(r.status, 1);
     /* layer 5 lies within 0..INT32_MAX (it used to read as past a wrapped-around count) */
     ck_assert_msg(strstr(r.err, "run 'deep' layer 5 has no samples in steps"), "%s", r.err);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "0", "--from", "1");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "0", "--from", "1");
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "head 3\n"));
     ck_assert_ptr_nonnull(strstr(r.out, "head 2147483647\n"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "deep", "--layer", "2147483647");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "2147483647");
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "head 0\n"));
-    cli_free(&r);
+    cli_result_free(&r);
     dh_cleanup(&d, 0);
 }
 END_TEST
@@ -693,65 +540,65 @@ START_TEST(test_cli_errors)
     dh_daemon d;
     dh_dir_init(&d);
     dh_start(&d, NULL);
-    attnstat_client *c = connect_hello(&d, "known-run", NULL, 0, 0);
-    push_steps(c, &rng, 0, 2, 1, 1.0);
+    attnstat_client *c = cli_trainer(d.sock, "known-run", 0, NULL, 0, 0);
+    cli_push_steps(c, &rng, 0, 2, 1, 1.0);
     attnstat_close(c);
     ck_assert_int_eq(dh_stop(&d), 0);
 
-    cli_result r = run_cli(&d, "--db", d.db, "trend", "--run", "nope", "--layer", "0");
+    cli_result r = cli_run(d.dir, "--db", d.db, "trend", "--run", "nope", "--layer", "0");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "no run 'nope'"));
     ck_assert_ptr_nonnull(strstr(r.err, "known runs: known-run"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "heads", "--run", "known-run", "--step", "99");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "heads", "--run", "known-run", "--step", "99");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "no samples at step 99"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run", "--layer", "7");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "known-run", "--layer", "7");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "no layer 7"));
-    cli_free(&r);
+    cli_result_free(&r);
     char missing[400];
     snprintf(missing, sizeof missing, "%s/none.db", d.dir);
-    r = run_cli(&d, "--db", missing, "runs");
+    r = cli_run(d.dir, "--db", missing, "runs");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "does not exist"));
     ck_assert_ptr_nonnull(strstr(r.err, missing));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "known-run");
     ck_assert_int_eq(r.status, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--layer"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "frobnicate");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "frobnicate");
     ck_assert_int_eq(r.status, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "unknown command 'frobnicate'"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "runs", "--bogus");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "runs", "--bogus");
     ck_assert_int_eq(r.status, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--bogus"));
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "runs", "--format", "xml");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "runs", "--format", "xml");
     ck_assert_int_eq(r.status, 2);
-    cli_free(&r);
-    r = run_cli(&d, "--db", d.db, "trend", "--run", "known-run", "--layer", "x");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "known-run", "--layer", "x");
     ck_assert_int_eq(r.status, 2);
     ck_assert_ptr_nonnull(strstr(r.err, "--layer wants an integer"));
-    cli_free(&r);
+    cli_result_free(&r);
     const char *cmds[] = {"runs", "trend", "heads", "alerts", "status", "watch"};
     for (int i = 0; i < 6; i++) {
-        r = run_cli(&d, cmds[i], "--help");
+        r = cli_run(d.dir, cmds[i], "--help");
         ck_assert_int_eq(r.status, 0);
         ck_assert_ptr_nonnull(strstr(r.out, "usage: attnstat"));
         ck_assert_ptr_nonnull(strstr(r.out, cmds[i]));
-        cli_free(&r);
+        cli_result_free(&r);
     }
-    r = run_cli(&d, "--help");
+    r = cli_run(d.dir, "--help");
     ck_assert_int_eq(r.status, 0);
-    cli_free(&r);
-    r = run_cli(&d, "--socket", "/nonexistent/attnstatd.sock", "status");
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--socket", "/nonexistent/attnstatd.sock", "status");
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/attnstatd.sock"));
-    cli_free(&r);
+    cli_result_free(&r);
     dh_cleanup(&d, 0);
 }
 END_TEST
@@ -763,13 +610,13 @@ START_TEST(test_push_never_blocks_on_stopped_daemon)
     dh_daemon d;
     dh_dir_init(&d);
     dh_start(&d, NULL);
-    attnstat_client *c = connect_hello(&d, "stopped", NULL, 4u << 20, 64u << 10);
+    attnstat_client *c = cli_trainer(d.sock, "stopped", 0, NULL, 4u << 20, 64u << 10);
     tu_tensor q, k;
     tu_alloc(&q, 1, 4, 32, 32, STATS_BF16, TU_BHND);
     tu_alloc(&k, 1, 4, 32, 32, STATS_BF16, TU_BHND);
     tu_fill_gauss(&q, &rng, 1.0);
     tu_fill_gauss(&k, &rng, 1.0);
-    attnstat_tensor aq = as_tensor(&q), ak = as_tensor(&k);
+    attnstat_tensor aq = cli_tensor(&q), ak = cli_tensor(&k);
     attnstat_push_opts o;
     attnstat_push_opts_init(&o);
 
@@ -812,18 +659,8 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("client_e2e");
-    TCase *tc = tcase_create("e2e");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_values_equal_reference);
-    tcase_add_test(tc, test_cli_formats_and_alerts);
-    tcase_add_test(tc, test_cli_errors);
-    tcase_add_test(tc, test_cli_cells_run_ids_and_huge_numbers);
-    tcase_add_test(tc, test_push_never_blocks_on_stopped_daemon);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    const TTest *tests[] = {test_values_equal_reference, test_cli_formats_and_alerts,
+                            test_cli_errors, test_cli_cells_run_ids_and_huge_numbers,
+                            test_push_never_blocks_on_stopped_daemon};
+    return cli_run_tests("client_e2e", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,6 +1,7 @@
-/* cli_out.c — table / JSON / CSV records, sparklines and the heatmap of the attnstat CLI
- * (see cli_out.h). */
-#include "cli_out.h"
+/* out.c — table / JSON / CSV records, sparklines and the heatmap of the attnstat CLI (see out.h).
+ *
+ * Stage: the CLI's output, called by history.c and live.c; calls libc only. */
+#include "out.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,10 +1,12 @@
-/* libgather.h — copying a strided host tensor compactly into ring memory (internal to
+/* gather.h — copying a strided host tensor compactly into ring memory (internal to
  * libattnstat). Only the bytes the shape and strides describe are copied. A tensor whose
  * elements tile a dense block in some order of the B, H, N dimensions (e.g. [B,H,N,D] or
  * [B,N,H,D] memory) is copied with one memcpy and keeps its strides; any other tensor (a slice,
- * padding between rows, broadcast strides) is gathered into a dense [B,H,N,D] block. */
-#ifndef ATTNSTAT_LIBGATHER_H
-#define ATTNSTAT_LIBGATHER_H
+ * padding between rows, broadcast strides) is gathered into a dense [B,H,N,D] block.
+ *
+ * Stage: a leaf; includes libc only. */
+#ifndef ATTNSTAT_GATHER_H
+#define ATTNSTAT_GATHER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,4 +26,4 @@ int gather_make_plan(const int64_t shape[4], const int64_t strides[4], size_t es
 void gather_copy(void *dst, const void *src, const int64_t shape[4], const int64_t strides[4],
                  size_t esize, const gather_plan *plan);
 
-#endif /* ATTNSTAT_LIBGATHER_H */
+#endif /* ATTNSTAT_GATHER_H */

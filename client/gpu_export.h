@@ -1,4 +1,4 @@
-/* libgpu.h — libattnstat's GPU path (internal to the library): CUDA tensors handed to the daemon
+/* gpu_export.h — libattnstat's GPU path (internal to the library): CUDA tensors handed to the daemon
  * by IPC handle of their allocation (zero-copy), or copied on the caller's stream into a device
  * staging ring when the allocation cannot be shared that way; an interprocess event recorded on
  * the caller's stream orders the daemon's reads after the tensors are written.
@@ -10,20 +10,22 @@
  *
  * State per client, touched only by the client's calls (no locks). Control frames (RegisterBuffer,
  * RegisterEvent, Forget) go out through the caller-given emit function, in order before the Push
- * that needs them. */
-#ifndef ATTNSTAT_LIBGPU_H
-#define ATTNSTAT_LIBGPU_H
+ * that needs them.
+ *
+ * Stage: the GPU half of a push. Implemented by gpu_export.c (the export cache, the preparation of
+ * one push) over gpu_pool.c (each device's events and staging ring). Called by push.c, replies.c
+ * and session.c. */
+#ifndef ATTNSTAT_GPU_EXPORT_H
+#define ATTNSTAT_GPU_EXPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "attnstat.h"
 #include "attnstat.pb-c.h"
+#include "gpu_pool.h" /* gpu_emit_fn */
 
 typedef struct gpu_state gpu_state;
-
-/* Queues one control frame to the daemon; returns an attnstat_code. */
-typedef attnstat_code (*gpu_emit_fn)(void *ctx, const Attnstat__Envelope *env);
 
 /* What one sent push holds until the daemon no longer reads its memory (kept in the client's
  * in-flight slot and given back to gpu_release). */
@@ -83,4 +85,4 @@ int gpu_on_refused(gpu_state *g, uint64_t ref, const char *msg);
 /* Live exported allocations (for the counters). */
 uint64_t gpu_buffers(const gpu_state *g);
 
-#endif /* ATTNSTAT_LIBGPU_H */
+#endif /* ATTNSTAT_GPU_EXPORT_H */

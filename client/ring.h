@@ -1,13 +1,16 @@
-/* libring.h — the allocator of libattnstat's shared-memory ring (internal to the library).
+/* ring.h — the allocator of libattnstat's rings (internal to the library): the host
+ * shared-memory ring and each device's staging ring.
  *
  * The ring is a byte range [0, size) handed out in FIFO order: each allocation is one contiguous
  * block, identified by the push sequence number that owns it, and placed after the newest block,
  * wrapping to offset 0 when the end has no room. Blocks may be freed in any order (the daemon
  * drops some pushes at once and finishes others later); space is reclaimed when the oldest block
  * is freed, so a block freed early waits for the ones before it. No memory is touched: the ring
- * only does the bookkeeping over offsets; the caller maps the memory. */
-#ifndef ATTNSTAT_LIBRING_H
-#define ATTNSTAT_LIBRING_H
+ * only does the bookkeeping over offsets; the caller maps the memory.
+ *
+ * Stage: a leaf; includes libc only. */
+#ifndef ATTNSTAT_RING_H
+#define ATTNSTAT_RING_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,4 +56,4 @@ uint64_t ring_used(const ring *r);
 /* Number of blocks allocated and not yet reclaimed (freed blocks behind a live one count). */
 size_t ring_blocks(const ring *r);
 
-#endif /* ATTNSTAT_LIBRING_H */
+#endif /* ATTNSTAT_RING_H */

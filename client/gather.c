@@ -1,5 +1,7 @@
-/* libgather.c — compact copy of strided host tensors into the ring (see libgather.h). */
-#include "libgather.h"
+/* gather.c — compact copy of strided host tensors into the ring (see gather.h).
+ *
+ * Stage: a leaf of the library (used by push.c); calls libc only. */
+#include "gather.h"
 
 #include <string.h>
 

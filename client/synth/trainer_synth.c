@@ -13,7 +13,9 @@
  * Nothing is faked: the daemon computes the statistics from these tensors. The data depend only
  * on --seed (and the shape flags). By default each step waits until the daemon has acknowledged
  * its pushes, so every step is stored; --free-run pushes without waiting, as a real trainer does,
- * and reports what was dropped. */
+ * and reports what was dropped.
+ *
+ * Stage: a program on top of libattnstat; calls only the public API (include/attnstat.h). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>

@@ -1,6 +1,8 @@
-/* cli_out.h — output of the attnstat CLI: records of typed values printed as an aligned table,
+/* out.h — output of the attnstat CLI: records of typed values printed as an aligned table,
  * as JSON (one object per line) or as CSV from one column description; sparklines and the
- * terminal heatmap of the layer x head grid. Writes to a FILE; keeps no global state. */
+ * terminal heatmap of the layer x head grid. Writes to a FILE; keeps no global state.
+ *
+ * Stage: the bottom of the CLI; includes libc only. */
 #ifndef ATTNSTAT_CLI_OUT_H
 #define ATTNSTAT_CLI_OUT_H
 

@@ -1,10 +1,13 @@
-/* libring.c — FIFO allocator of offsets in libattnstat's shared-memory ring (see libring.h).
+/* ring.c — FIFO allocator of offsets in libattnstat's rings (see ring.h).
  *
  * State: the live region runs from tail (the offset of the oldest block) to head. When head > tail
  * the free space is [head, size) and [0, tail); when head <= tail (and blocks exist) the region has
  * wrapped and the free space is [head, tail). Blocks are never zero-length, so the two cases are
- * told apart by comparing head with tail. */
-#include "libring.h"
+ * told apart by comparing head with tail.
+ *
+ * Stage: a leaf of the library (used by push.c, replies.c, session.c and gpu_pool.c); calls libc
+ * only. */
+#include "ring.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,42 @@
+/* args.h — what main.c hands to the commands of the attnstat CLI: the parsed command line (one
+ * struct for every command; a command reads only the fields of the options its table in options.c
+ * gives it: main.c refuses any other) and the exit codes.
+ *
+ * Stage: a header of the CLI, below main.c, history.c and live.c; includes out.h (the format). */
+#ifndef ATTNSTAT_CLI_ARGS_H
+#define ATTNSTAT_CLI_ARGS_H
+
+#include <stdint.h>
+
+#include "out.h"
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1    /* a runtime failure: missing database, unknown run, daemon unreachable */
+#define CLI_EXIT_USAGE 2   /* a usage error */
+
+typedef struct {
+    const char *db;
+    const char *socket;
+    char db_buf[4096], sock_buf[4096];
+    out_format fmt;
+    int color;             /* -1 auto, 0 never, 1 always */
+    const char *cmd;
+    const char *run;
+    int32_t rank;          /* -1: any */
+    int layer_set;
+    int32_t layer;
+    int32_t head;          /* -1: all */
+    int64_t from, to, every;
+    int step_set;          /* 0: the latest step */
+    int64_t step;
+    const char *metric;
+    const char *rule;      /* NULL: every rule */
+    int active;
+    int since_set;
+    int64_t since_ms;      /* Unix time in milliseconds */
+    int64_t newest;        /* 0: all */
+    int help;
+    int timeout_ms;
+} cli_args;
+
+#endif /* ATTNSTAT_CLI_ARGS_H */

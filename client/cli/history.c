@@ -1,0 +1,771 @@
+/* history.c — the attnstat CLI's history commands (see history.h): runs, trend (per-step
+ * statistics of one layer, with sparklines), heads (the layer x head grid of one step as a
+ * heatmap) and alerts. Runs are given by name or id (--run) and resolved here, with the known
+ * runs listed when the name matches none.
+ *
+ * Stage: a command file of the CLI. Calls the store's read half (store.h: open read-only, list,
+ * resolve, trend, grid, alerts), out.c and attnstat_state_name. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attnstat.h"
+#include "history.h"
+#include "out.h"
+#include "store_read.h"
+
+#define HISTORY_DEFAULT_CEILING 100.0
+/* The largest heatmap drawn: layer and head numbers come from the database and go up to
+ * INT32_MAX; a grid past these is refused (json/csv print any sample). */
+#define HISTORY_MAX_GRID_LAYERS 4096
+#define HISTORY_MAX_GRID_HEADS 4096
+
+/* ---- Database access ---------------------------------------------------------------------------*/
+static store *history_open_db(const cli_args *a)
+{
+    struct stat sb;
+    if (stat(a->db, &sb) != 0) {
+        if (errno == ENOENT)
+            fprintf(stderr,
+                    "attnstat: database %s does not exist (attnstatd creates it on start; pass "
+                    "--db PATH or set ATTNSTAT_DB)\n", a->db);
+        else
+            fprintf(stderr, "attnstat: cannot read database %s: %s\n", a->db, strerror(errno));
+        return NULL;
+    }
+    store_error err;
+    store *st = store_open_readonly(a->db, 5000, &err);
+    if (!st)
+        fprintf(stderr, "attnstat: cannot open database %s: %s\n", a->db, err.msg);
+    return st;
+}
+
+typedef struct {
+    char **names;
+    int64_t *ids;
+    int32_t *ranks;
+    size_t n, cap;
+} history_runlist;
+
+static int history_collect_run(void *ctx, const store_run *r)
+{
+    history_runlist *l = ctx;
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        char **nn = realloc(l->names, ncap * sizeof *nn);
+        if (nn)
+            l->names = nn;
+        int64_t *ni = realloc(l->ids, ncap * sizeof *ni);
+        if (ni)
+            l->ids = ni;
+        int32_t *nr = realloc(l->ranks, ncap * sizeof *nr);
+        if (nr)
+            l->ranks = nr;
+        if (!nn || !ni || !nr)
+            return 1;
+        l->cap = ncap;
+    }
+    size_t len = strlen(r->name) + 1;
+    l->names[l->n] = malloc(len);
+    if (!l->names[l->n])
+        return 1;
+    memcpy(l->names[l->n], r->name, len);
+    l->ids[l->n] = r->id;
+    l->ranks[l->n] = r->rank;
+    l->n++;
+    return 0;
+}
+
+static void history_runlist_free(history_runlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    free(l->ids);
+    free(l->ranks);
+}
+
+static const char *history_run_name(const history_runlist *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->ids[i] == id)
+            return l->names[i];
+    return "?";
+}
+
+/* store_get_run() callback: a copy of the run's name. */
+static int history_copy_run_name(void *ctx, const store_run *r)
+{
+    char **name = ctx;
+    size_t len = strlen(r->name) + 1;
+    free(*name);
+    *name = malloc(len);
+    if (*name)
+        memcpy(*name, r->name, len);
+    return 0;
+}
+
+/* Resolves --run (a name or an id) to the run's id and its name as stored (malloc'd, for the
+ * caller to free), reporting what was wrong (and the known runs) when it cannot. */
+static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char **name)
+{
+    *name = NULL;
+    if (!a->run) {
+        fprintf(stderr, "attnstat: %s needs --run NAME (see attnstat runs)\n", a->cmd);
+        return CLI_EXIT_USAGE;
+    }
+    store_error err;
+    store_status s = store_resolve_run(st, a->run, a->rank, run_id, &err);
+    if (s == STORE_OK) {
+        /* --run may have been an id: every output names the run by its name. */
+        s = store_get_run(st, *run_id, history_copy_run_name, name, &err);
+        if (s == STORE_OK && *name)
+            return CLI_EXIT_OK;
+        if (s == STORE_OK)
+            fprintf(stderr, "attnstat: out of memory\n");
+        else
+            fprintf(stderr, "attnstat: cannot read run '%s': %s\n", a->run, err.msg);
+        free(*name);
+        *name = NULL;
+        return CLI_EXIT_FAIL;
+    }
+    history_runlist l = {0};
+    store_error e2;
+    store_list_runs(st, history_collect_run, &l, &e2);
+    if (s == STORE_NOTFOUND) {
+        fprintf(stderr, "attnstat: no run '%s'%s in %s; ", a->run,
+                a->rank >= 0 ? " with that rank" : "", store_path(st));
+        if (l.n == 0) {
+            fprintf(stderr, "the database has no runs yet\n");
+        } else {
+            fprintf(stderr, "known runs:");
+            for (size_t i = 0; i < l.n; i++)
+                fprintf(stderr, "%s %s (id %lld, rank %d)", i ? "," : "", l.names[i],
+                        (long long)l.ids[i], l.ranks[i]);
+            fputc('\n', stderr);
+        }
+    } else if (s == STORE_AMBIGUOUS) {
+        fprintf(stderr, "attnstat: run '%s' has several ranks: pass --rank K or the run id:",
+                a->run);
+        for (size_t i = 0; i < l.n; i++)
+            if (!strcmp(l.names[i], a->run))
+                fprintf(stderr, " id %lld (rank %d)", (long long)l.ids[i], l.ranks[i]);
+        fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "attnstat: cannot look up run '%s': %s\n", a->run, err.msg);
+    }
+    history_runlist_free(&l);
+    return CLI_EXIT_FAIL;
+}
+
+/* Opens the database and resolves --run: CLI_EXIT_OK with *st open (close it) and *name to free,
+ * or an exit code with everything closed and the reason printed. */
+static int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
+{
+    *st = history_open_db(a);
+    if (!*st)
+        return CLI_EXIT_FAIL;
+    int rc = history_resolve(*st, a, run_id, name);
+    if (rc != CLI_EXIT_OK) {
+        store_close(*st);
+        *st = NULL;
+    }
+    return rc;
+}
+
+/* ---- runs --------------------------------------------------------------------------------------*/
+static const out_col history_run_cols[] = {
+    {"run_id", "id", OUT_INT, 0, 1},       {"run", NULL, OUT_STR, 0, 1},
+    {"rank", NULL, OUT_INT, 0, 1},         {"host", NULL, OUT_STR, 0, 1},
+    {"pid", NULL, OUT_INT, 0, 0},          {"started", NULL, OUT_STR, 0, 1},
+    {"started_ms", NULL, OUT_INT, 0, 0},   {"last_sample", "last sample", OUT_STR, 0, 1},
+    {"last_sample_ms", NULL, OUT_INT, 0, 0}, {"steps", NULL, OUT_STR, 0, 1},
+    {"step_min", NULL, OUT_INT, 0, 0},     {"step_max", NULL, OUT_INT, 0, 0},
+    {"samples", NULL, OUT_INT, 0, 1},      {"config", NULL, OUT_STR, 0, 0},
+};
+
+static int history_run_row(void *ctx, const store_run *r)
+{
+    out_set *o = ctx;
+    char started[32], last[32], steps[64];
+    out_time(started, sizeof started, r->started_ms);
+    out_time(last, sizeof last, r->last_time_ms);
+    if (r->samples > 0)
+        snprintf(steps, sizeof steps, "%lld..%lld", (long long)r->step_min, (long long)r->step_max);
+    else
+        snprintf(steps, sizeof steps, "-");
+    out_val v[] = {out_i(r->id),          out_s(r->name),        out_i(r->rank),
+                   out_s(r->host),        out_i(r->pid),         out_s(started),
+                   out_i(r->started_ms),  out_s(last),           out_i(r->last_time_ms),
+                   out_s(steps),          out_i(r->step_min),    out_i(r->step_max),
+                   out_i(r->samples),     out_s(r->config)};
+    out_add(o, v);
+    return 0;
+}
+
+int history_runs(const cli_args *a)
+{
+    store *st = history_open_db(a);
+    if (!st)
+        return CLI_EXIT_FAIL;
+    out_set o;
+    out_begin(&o, a->fmt, stdout, history_run_cols, (int)(sizeof history_run_cols / sizeof history_run_cols[0]));
+    store_error err;
+    store_status s = store_list_runs(st, history_run_row, &o, &err);
+    size_t n = out_rows(&o);
+    int oe = out_end(&o);
+    store_close(st);
+    if (s != STORE_OK) {
+        fprintf(stderr, "attnstat: cannot list runs: %s\n", err.msg);
+        return CLI_EXIT_FAIL;
+    }
+    if (n == 0 && a->fmt == OUT_TABLE)
+        printf("no runs in %s yet\n", a->db);
+    return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* ---- Samples (trend, heads) --------------------------------------------------------------------*/
+static const out_col history_sample_cols[] = {
+    {"run", NULL, OUT_STR, 0, 0},
+    {"run_id", NULL, OUT_INT, 0, 0},
+    {"layer", NULL, OUT_INT, 0, 1},
+    {"head", NULL, OUT_INT, 0, 1},
+    {"step", NULL, OUT_INT, 0, 1},
+    {"time_ms", NULL, OUT_INT, 0, 0},
+    {"rows", NULL, OUT_INT, 0, 1},
+    {"entropy_mean", "entropy", OUT_NUM, 4, 1},
+    {"entropy_std", NULL, OUT_NUM, 4, 0},
+    {"entropy_min", "ent_min", OUT_NUM, 4, 1},
+    {"entropy_max", NULL, OUT_NUM, 4, 0},
+    {"entropy_norm_mean", "ent_norm", OUT_NUM, 4, 1},
+    {"collapsed_frac", "collapsed", OUT_NUM, 3, 1},
+    {"max_logit", NULL, OUT_NUM, 2, 1},
+    {"rows_norm", NULL, OUT_INT, 0, 0},
+    {"rows_empty", NULL, OUT_INT, 0, 0},
+    {"nonfinite_rows", "nonfinite", OUT_INT, 0, 1},
+    {"sampled", NULL, OUT_INT, 0, 0},
+};
+#define HISTORY_NSAMPLE_COLS ((int)(sizeof history_sample_cols / sizeof history_sample_cols[0]))
+
+static void history_sample_out(out_set *o, const char *run, const store_sample *s)
+{
+    const stats_head *h = &s->stats;
+    out_val v[] = {out_s(run),
+                   out_i(s->run_id),
+                   out_i(s->layer),
+                   out_i(s->head),
+                   out_i(s->step),
+                   out_i(s->time_ms),
+                   out_i(h->rows),
+                   out_d(h->entropy_mean),
+                   out_d(h->entropy_std),
+                   out_d(h->entropy_min),
+                   out_d(h->entropy_max),
+                   out_d(h->entropy_norm_mean),
+                   out_d(h->collapsed_frac),
+                   out_d(h->max_logit),
+                   out_i(h->rows_norm),
+                   out_i(h->rows_empty),
+                   out_i(h->nonfinite_rows),
+                   out_i(h->sampled)};
+    out_add(o, v);
+}
+
+/* A growable list of samples. */
+typedef struct {
+    store_sample *v;
+    size_t n, cap;
+    int failed;
+} history_samples;
+
+static int history_collect_sample(void *ctx, const store_sample *s)
+{
+    history_samples *l = ctx;
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 256;
+        store_sample *nv = realloc(l->v, ncap * sizeof *nv);
+        if (!nv) {
+            l->failed = 1;
+            return 1;
+        }
+        l->v = nv;
+        l->cap = ncap;
+    }
+    l->v[l->n++] = *s;
+    return 0;
+}
+
+static void history_spark_line(const char *label, const double *v, size_t n, int prec)
+{
+    double first = NAN, last = NAN, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]))
+            continue;
+        if (isnan(first))
+            first = v[i];
+        last = v[i];
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    printf("  %-13s ", label);
+    out_sparkline(stdout, v, n, 48);
+    if (isnan(first))
+        printf("  (no values)\n");
+    else
+        printf("  %.*f -> %.*f  (min %.*f, max %.*f)\n", prec, first, prec, last, prec, lo, prec,
+               hi);
+}
+
+/* The layer and head counts (highest number + 1) of a set of samples. In 64 bits: layer and head
+ * numbers go up to INT32_MAX. */
+static void history_extent(const history_samples *l, int64_t *layers, int64_t *heads)
+{
+    *layers = 0;
+    *heads = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if ((int64_t)l->v[i].layer + 1 > *layers)
+            *layers = (int64_t)l->v[i].layer + 1;
+        if ((int64_t)l->v[i].head + 1 > *heads)
+            *heads = (int64_t)l->v[i].head + 1;
+    }
+}
+
+/* A sample's head and its position in a trend (step order), sorted to group the heads. */
+typedef struct {
+    int32_t head;
+    size_t i;
+} history_head_pos;
+
+static int history_by_head(const void *x, const void *y)
+{
+    const history_head_pos *p = x, *q = y;
+    if (p->head != q->head)
+        return p->head < q->head ? -1 : 1;
+    return p->i < q->i ? -1 : p->i > q->i;
+}
+
+int history_trend(const cli_args *a)
+{
+    if (!a->layer_set) {
+        fprintf(stderr, "attnstat: trend needs --layer L (see attnstat trend --help)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->from > a->to) {
+        fprintf(stderr, "attnstat: --from %lld is after --to %lld\n", (long long)a->from,
+                (long long)a->to);
+        return CLI_EXIT_USAGE;
+    }
+    store *st;
+    int64_t run_id;
+    char *run;
+    int rc = history_open_run(a, &st, &run_id, &run);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    history_samples l = {0};
+    store_error err;
+    store_status s = store_trend(st, run_id, a->layer, a->head, a->from, a->to, a->every,
+                                 history_collect_sample, &l, &err);
+    if (s != STORE_OK || l.failed) {
+        fprintf(stderr, "attnstat: cannot read the trend: %s\n", l.failed ? "out of memory" : err.msg);
+        free(l.v);
+        free(run);
+        store_close(st);
+        return CLI_EXIT_FAIL;
+    }
+    if (l.n == 0) {
+        /* Say what exists, so the person can fix the query. */
+        history_samples g = {0};
+        int64_t step_used = 0;
+        store_grid(st, run_id, STORE_STEP_LATEST, &step_used, history_collect_sample, &g, &err);
+        int64_t layers, heads;
+        history_extent(&g, &layers, &heads);
+        if (g.n == 0)
+            fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
+        else if (a->layer >= layers || a->head >= heads)
+            fprintf(stderr,
+                    "attnstat: run '%s' has layers 0..%lld and heads 0..%lld; no layer %d%s\n",
+                    run, (long long)(layers - 1), (long long)(heads - 1), a->layer,
+                    a->head >= 0 ? " with that head" : "");
+        else
+            fprintf(stderr, "attnstat: run '%s' layer %d has no samples in steps %lld..%lld\n",
+                    run, a->layer, (long long)a->from, (long long)a->to);
+        free(g.v);
+        free(l.v);
+        free(run);
+        store_close(st);
+        return CLI_EXIT_FAIL;
+    }
+    out_set o;
+    out_begin(&o, a->fmt, stdout, history_sample_cols, HISTORY_NSAMPLE_COLS);
+    for (size_t i = 0; i < l.n; i++)
+        history_sample_out(&o, run, &l.v[i]);
+    int oe = out_end(&o);
+    if (a->fmt == OUT_TABLE) {
+        double *en = malloc(l.n * sizeof *en), *ml = malloc(l.n * sizeof *ml);
+        history_head_pos *idx = malloc(l.n * sizeof *idx);
+        if (en && ml && idx) {
+            printf("\nrun %s, layer %d, steps %lld..%lld (%zu samples)\n", run, a->layer,
+                   (long long)l.v[0].step, (long long)l.v[l.n - 1].step, l.n);
+            /* One sparkline per head present, in head order (not a loop over 0..max head: head
+             * numbers go up to INT32_MAX). */
+            for (size_t i = 0; i < l.n; i++)
+                idx[i] = (history_head_pos){l.v[i].head, i};
+            qsort(idx, l.n, sizeof *idx, history_by_head);
+            for (size_t i = 0; i < l.n;) {
+                int32_t h = idx[i].head;
+                size_t n = 0;
+                for (; i < l.n && idx[i].head == h; i++, n++) {
+                    en[n] = l.v[idx[i].i].stats.entropy_norm_mean;
+                    ml[n] = l.v[idx[i].i].stats.max_logit;
+                }
+                printf("head %d\n", h);
+                history_spark_line("entropy_norm", en, n, 3);
+                history_spark_line("max_logit", ml, n, 2);
+            }
+        }
+        free(en);
+        free(ml);
+        free(idx);
+    }
+    free(l.v);
+    free(run);
+    store_close(st);
+    return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+static double history_metric(const store_sample *s, const char *metric)
+{
+    if (!strcmp(metric, "entropy"))
+        return s->stats.entropy_mean;
+    if (!strcmp(metric, "max_logit"))
+        return s->stats.max_logit;
+    return s->stats.entropy_norm_mean;
+}
+
+static int history_use_color(const cli_args *a)
+{
+    if (a->color >= 0)
+        return a->color;
+    const char *term = getenv("TERM");
+    const char *nc = getenv("NO_COLOR");
+    return isatty(STDOUT_FILENO) && !(nc && *nc) && term && strcmp(term, "dumb");
+}
+
+int history_heads(const cli_args *a)
+{
+    store *st;
+    int64_t run_id;
+    char *run;
+    int rc = history_open_run(a, &st, &run_id, &run);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    history_samples l = {0};
+    store_error err;
+    int64_t step = 0;
+    int64_t want = a->step_set ? a->step : STORE_STEP_LATEST;
+    store_status s = store_grid(st, run_id, want, &step, history_collect_sample, &l, &err);
+    if (s != STORE_OK || l.failed || l.n == 0) {
+        if (s == STORE_NOTFOUND || (s == STORE_OK && l.n == 0)) {
+            if (want == STORE_STEP_LATEST)
+                fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
+            else
+                fprintf(stderr, "attnstat: run '%s' has no samples at step %lld (see attnstat "
+                        "runs for its step range)\n", run, (long long)a->step);
+        } else {
+            fprintf(stderr, "attnstat: cannot read the grid: %s\n",
+                    l.failed ? "out of memory" : err.msg);
+        }
+        free(l.v);
+        free(run);
+        store_close(st);
+        return CLI_EXIT_FAIL;
+    }
+    int oe = 0;
+    if (a->fmt != OUT_TABLE) {
+        out_set o;
+        out_begin(&o, a->fmt, stdout, history_sample_cols, HISTORY_NSAMPLE_COLS);
+        for (size_t i = 0; i < l.n; i++)
+            history_sample_out(&o, run, &l.v[i]);
+        oe = out_end(&o);
+    } else {
+        int64_t layers, heads;
+        history_extent(&l, &layers, &heads);
+        if (layers > HISTORY_MAX_GRID_LAYERS || heads > HISTORY_MAX_GRID_HEADS) {
+            fprintf(stderr,
+                    "attnstat: run '%s' step %lld has layer numbers up to %lld and head numbers up "
+                    "to %lld: a %lld x %lld heatmap is more than the %d x %d drawn; use --format "
+                    "json or csv for its samples\n",
+                    run, (long long)step, (long long)(layers - 1), (long long)(heads - 1),
+                    (long long)layers, (long long)heads, HISTORY_MAX_GRID_LAYERS, HISTORY_MAX_GRID_HEADS);
+            free(l.v);
+            free(run);
+            store_close(st);
+            return CLI_EXIT_FAIL;
+        }
+        double *grid = malloc((size_t)layers * (size_t)heads * sizeof *grid);
+        int tn = snprintf(NULL, 0, "run %s, step %lld: %s per layer x head", run, (long long)step,
+                          a->metric);
+        char *title = tn >= 0 ? malloc((size_t)tn + 1) : NULL;
+        if (!grid || !title) {
+            fprintf(stderr, "attnstat: out of memory for a %lld x %lld grid\n", (long long)layers,
+                    (long long)heads);
+            free(grid);
+            free(title);
+            free(l.v);
+            free(run);
+            store_close(st);
+            return CLI_EXIT_FAIL;
+        }
+        for (size_t i = 0; i < (size_t)layers * (size_t)heads; i++)
+            grid[i] = NAN;
+        double vmax = -INFINITY;
+        for (size_t i = 0; i < l.n; i++) {
+            double v = history_metric(&l.v[i], a->metric);
+            grid[(size_t)l.v[i].layer * (size_t)heads + (size_t)l.v[i].head] = v;
+            if (isfinite(v) && v > vmax)
+                vmax = v;
+        }
+        snprintf(title, (size_t)tn + 1, "run %s, step %lld: %s per layer x head", run,
+                 (long long)step, a->metric);
+        out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
+                          .heads = (int)heads,
+                          .values = grid, .lo = 0, .hi = 1, .high_is_good = 1,
+                          .color = history_use_color(a), .show_values = heads <= 16};
+        if (!strcmp(a->metric, "entropy"))
+            hm.hi = vmax > 0 ? vmax : 1;
+        else if (!strcmp(a->metric, "max_logit")) {
+            hm.hi = vmax > HISTORY_DEFAULT_CEILING ? vmax : HISTORY_DEFAULT_CEILING;
+            hm.high_is_good = 0;
+        }
+        out_heatmap_print(stdout, &hm);
+        /* The heads most at risk, named. */
+        size_t order[5];
+        size_t nw = 0;
+        int low_bad = strcmp(a->metric, "max_logit") != 0;
+        for (size_t pick = 0; pick < 5 && pick < l.n; pick++) {
+            size_t best = SIZE_MAX;
+            for (size_t i = 0; i < l.n; i++) {
+                int used = 0;
+                for (size_t k = 0; k < nw; k++)
+                    used |= order[k] == i;
+                double v = history_metric(&l.v[i], a->metric);
+                if (used || !isfinite(v))
+                    continue;
+                if (best == SIZE_MAX ||
+                    (low_bad ? v < history_metric(&l.v[best], a->metric)
+                             : v > history_metric(&l.v[best], a->metric)))
+                    best = i;
+            }
+            if (best == SIZE_MAX)
+                break;
+            order[nw++] = best;
+        }
+        printf("%s %s:", low_bad ? "lowest" : "highest", a->metric);
+        for (size_t k = 0; k < nw; k++) {
+            const store_sample *x = &l.v[order[k]];
+            printf("%s L%d.H%d %.3f", k ? "," : "", x->layer, x->head, history_metric(x, a->metric));
+        }
+        printf("\n");
+        free(grid);
+        free(title);
+    }
+    free(l.v);
+    free(run);
+    store_close(st);
+    return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* ---- alerts ------------------------------------------------------------------------------------*/
+static const out_col history_alert_cols[] = {
+    {"id", NULL, OUT_INT, 0, 0},          {"time", NULL, OUT_STR, 0, 1},
+    {"time_ms", NULL, OUT_INT, 0, 0},     {"run", NULL, OUT_STR, 0, 1},
+    {"run_id", NULL, OUT_INT, 0, 0},      {"layer", NULL, OUT_INT, 0, 1},
+    {"head", NULL, OUT_INT, 0, 1},        {"step", NULL, OUT_INT, 0, 1},
+    {"rule", NULL, OUT_STR, 0, 1},        {"state", NULL, OUT_STR, 0, 1},
+    {"value", NULL, OUT_NUM, 4, 1},       {"threshold", NULL, OUT_NUM, 4, 1},
+    {"message", NULL, OUT_STR, 0, 0},
+};
+
+/* The filters of `alerts`: --run goes to the store's query; --rank, --layer, --head, --rule and
+ * --since are applied here, over the rows the store's read API returns, because it has no query
+ * for them yet (the store issue #14 moves these filters into SQL). */
+static int history_run_rank(const history_runlist *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->ids[i] == id)
+            return l->ranks[i];
+    return -1;
+}
+
+static int history_alert_kept(const cli_args *a, const history_runlist *runs,
+                              const store_alert *al)
+{
+    return (!a->layer_set || al->layer == a->layer) && (a->head < 0 || al->head == a->head) &&
+           (!a->rule || (al->rule && !strcmp(al->rule, a->rule))) &&
+           (!a->since_set || al->time_ms >= a->since_ms) &&
+           (a->rank < 0 || history_run_rank(runs, al->run_id) == a->rank);
+}
+
+/* -n N: the newest N alerts kept, oldest first once full (a ring over v[0..n), next the oldest). */
+typedef struct {
+    store_alert *v;
+    size_t n, cap, next;
+    int64_t want;
+    int failed;
+} history_newest;
+
+static char *history_strdup(const char *s, int *failed)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    *failed |= d == NULL;
+    return d;
+}
+
+static void history_newest_add(history_newest *w, const store_alert *al)
+{
+    store_alert *slot;
+    if (w->n < (size_t)w->want) {
+        if (w->n == w->cap) {
+            size_t cap = w->cap ? w->cap * 2 : 16;
+            if (cap > (size_t)w->want)
+                cap = (size_t)w->want;
+            store_alert *nv = realloc(w->v, cap * sizeof *nv);
+            if (!nv) {
+                w->failed = 1;
+                return;
+            }
+            w->v = nv;
+            w->cap = cap;
+        }
+        slot = &w->v[w->n++];
+    } else {
+        slot = &w->v[w->next];
+        w->next = (w->next + 1) % w->n;
+        free((char *)slot->rule);
+        free((char *)slot->message);
+    }
+    *slot = *al;
+    slot->rule = history_strdup(al->rule, &w->failed);
+    slot->message = history_strdup(al->message, &w->failed);
+}
+
+static void history_newest_free(history_newest *w)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        free((char *)w->v[i].rule);
+        free((char *)w->v[i].message);
+    }
+    free(w->v);
+}
+
+typedef struct {
+    out_set *o;
+    const history_runlist *runs;
+    const cli_args *a;
+    history_newest *newest; /* NULL: every alert kept goes out at once */
+} history_alert_ctx;
+
+static void history_alert_out(history_alert_ctx *c, const store_alert *al)
+{
+    char t[32];
+    out_time(t, sizeof t, al->time_ms);
+    out_val v[] = {out_i(al->id),
+                   out_s(t),
+                   out_i(al->time_ms),
+                   out_s(history_run_name(c->runs, al->run_id)),
+                   out_i(al->run_id),
+                   out_i(al->layer),
+                   out_i(al->head),
+                   out_i(al->step),
+                   out_s(al->rule),
+                   out_s(attnstat_state_name(al->state)),
+                   out_d(al->value),
+                   out_d(al->threshold),
+                   out_s(al->message)};
+    out_add(c->o, v);
+}
+
+static int history_alert_row(void *ctx, const store_alert *al)
+{
+    history_alert_ctx *c = ctx;
+    if (!history_alert_kept(c->a, c->runs, al))
+        return 0;
+    if (c->newest)
+        history_newest_add(c->newest, al);
+    else
+        history_alert_out(c, al);
+    return 0;
+}
+
+/* " --rank 1 --layer 3 ..." of the filters given, for the empty-result line. */
+static void history_alert_filters(char *buf, size_t len, const cli_args *a)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    if (a->rank >= 0)
+        n += (size_t)snprintf(buf + n, len - n, " --rank %d", a->rank);
+    if (a->layer_set && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --layer %d", a->layer);
+    if (a->head >= 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --head %d", a->head);
+    if (a->rule && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " --rule %s", a->rule);
+    if (a->since_set && n < len) {
+        char t[32];
+        out_time(t, sizeof t, a->since_ms);
+        snprintf(buf + n, len - n, " --since '%s'", t);
+    }
+}
+
+int history_alerts(const cli_args *a)
+{
+    store *st = history_open_db(a);
+    if (!st)
+        return CLI_EXIT_FAIL;
+    int64_t run_id = 0;
+    char *run = NULL;
+    if (a->run) {
+        int rc = history_resolve(st, a, &run_id, &run);
+        if (rc != CLI_EXIT_OK) {
+            store_close(st);
+            return rc;
+        }
+    }
+    history_runlist runs = {0};
+    store_error err;
+    store_status s = store_list_runs(st, history_collect_run, &runs, &err);
+    out_set o;
+    out_begin(&o, a->fmt, stdout, history_alert_cols,
+              (int)(sizeof history_alert_cols / sizeof history_alert_cols[0]));
+    history_newest newest = {.want = a->newest};
+    history_alert_ctx ctx = {&o, &runs, a, a->newest > 0 ? &newest : NULL};
+    if (s == STORE_OK)
+        s = store_alerts(st, run_id, a->active, history_alert_row, &ctx, &err);
+    for (size_t i = 0; i < newest.n; i++)
+        history_alert_out(&ctx, &newest.v[(newest.next + i) % newest.n]);
+    size_t n = out_rows(&o);
+    int oe = out_end(&o);
+    history_newest_free(&newest);
+    history_runlist_free(&runs);
+    store_close(st);
+    if (s != STORE_OK || newest.failed) {
+        fprintf(stderr, "attnstat: cannot read alerts: %s\n",
+                s != STORE_OK ? err.msg : "out of memory");
+        free(run);
+        return CLI_EXIT_FAIL;
+    }
+    if (n == 0 && a->fmt == OUT_TABLE) {
+        char filters[256];
+        history_alert_filters(filters, sizeof filters, a);
+        printf("no %salerts%s%s%s%s\n", a->active ? "active " : "", run ? " for run " : "",
+               run ? run : "", filters[0] ? " matching" : "", filters);
+    }
+    free(run);
+    return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}

@@ -1,0 +1,16 @@
+/* history.h — the attnstat CLI's history commands: runs, trend, heads and alerts, read from the
+ * database through the store's read-only API, so they work with attnstatd stopped. Each prints to
+ * stdout in the format asked for, reports failures on stderr, and returns an exit code.
+ *
+ * Stage: called by main.c; calls the store's read half, out.c and libattnstat's names. */
+#ifndef ATTNSTAT_CLI_HISTORY_H
+#define ATTNSTAT_CLI_HISTORY_H
+
+#include "args.h"
+
+int history_runs(const cli_args *a);
+int history_trend(const cli_args *a);
+int history_heads(const cli_args *a);
+int history_alerts(const cli_args *a);
+
+#endif /* ATTNSTAT_CLI_HISTORY_H */

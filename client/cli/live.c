@@ -1,0 +1,242 @@
+/* live.c — the attnstat CLI's live commands (see live.h): status (the daemon's counters, workers
+ * and clients) and watch (alerts printed as they happen, those of --run, --rank, --rule only
+ * when asked).
+ *
+ * Stage: a command file of the CLI. Calls libattnstat (connect, status, subscribe, poll) and
+ * out.c. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnstat.h"
+#include "live.h"
+#include "out.h"
+
+static attnstat_client *live_connect(const cli_args *a)
+{
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = a->socket;
+    o.timeout_ms = a->timeout_ms;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    if (attnstat_connect_ex(&o, &c, &err) != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat: %s\n", err.msg);
+        return NULL;
+    }
+    return c;
+}
+
+int live_status(const cli_args *a)
+{
+    attnstat_client *c = live_connect(a);
+    if (!c)
+        return CLI_EXIT_FAIL;
+    attnstat_daemon_status *ds = malloc(sizeof *ds);
+    if (!ds) {
+        attnstat_close(c);
+        fprintf(stderr, "attnstat: out of memory\n");
+        return CLI_EXIT_FAIL;
+    }
+    attnstat_code rc = attnstat_status(c, ds, a->timeout_ms);
+    if (rc != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat: status from %s: %s\n", a->socket, attnstat_last_error(c));
+        free(ds);
+        attnstat_close(c);
+        return CLI_EXIT_FAIL;
+    }
+    if (a->fmt == OUT_JSON) {
+        printf("{\"socket\": ");
+        out_json_string(stdout, a->socket);
+        printf(", \"daemon_version\": ");
+        out_json_string(stdout, ds->daemon_version);
+        printf(", \"db\": ");
+        out_json_string(stdout, ds->db_path);
+        printf(", \"uptime_s\": %.3f, \"clients\": %u, \"pushes\": %llu, \"pushes_done\": %llu, "
+               "\"dropped\": %llu, \"rejected\": %llu, \"samples_stored\": %llu, "
+               "\"alerts_active\": %u, \"push_rate\": %.3f, \"workers\": [",
+               ds->uptime_s, ds->clients, (unsigned long long)ds->pushes,
+               (unsigned long long)ds->pushes_done, (unsigned long long)ds->dropped,
+               (unsigned long long)ds->rejected, (unsigned long long)ds->samples_stored,
+               ds->alerts_active, ds->push_rate);
+        for (uint32_t i = 0; i < ds->n_workers; i++) {
+            const attnstat_worker_status *w = &ds->workers[i];
+            printf("%s{\"name\": ", i ? ", " : "");
+            out_json_string(stdout, w->name);
+            printf(", \"queue_depth\": %u, \"queue_capacity\": %u, \"processed\": %llu, "
+                   "\"dropped\": %llu, \"busy_frac\": %.4f}",
+                   w->queue_depth, w->queue_capacity, (unsigned long long)w->processed,
+                   (unsigned long long)w->dropped, w->busy_frac);
+        }
+        printf("], \"client_list\": [");
+        for (uint32_t i = 0; i < ds->n_client_list; i++) {
+            const attnstat_client_status *cs = &ds->client_list[i];
+            printf("%s{\"id\": %llu, \"run\": ", i ? ", " : "", (unsigned long long)cs->id);
+            out_json_string(stdout, cs->run);
+            printf(", \"rank\": %d, \"pid\": %d, \"uid\": %u, \"pushes\": %llu, \"dropped\": %llu, "
+                   "\"rejected\": %llu}",
+                   cs->rank, cs->pid, cs->uid, (unsigned long long)cs->pushes,
+                   (unsigned long long)cs->dropped, (unsigned long long)cs->rejected);
+        }
+        printf("]}\n");
+    } else {
+        printf("attnstatd %s at %s, up %.0f s\n", ds->daemon_version[0] ? ds->daemon_version : "?",
+               a->socket, ds->uptime_s);
+        printf("database       %s\n", ds->db_path[0] ? ds->db_path : "-");
+        printf("clients        %u\n", ds->clients);
+        printf("pushes         %llu received, %llu done, %llu dropped, %llu rejected\n",
+               (unsigned long long)ds->pushes, (unsigned long long)ds->pushes_done,
+               (unsigned long long)ds->dropped, (unsigned long long)ds->rejected);
+        printf("push rate      %.1f /s (last 10 s)\n", ds->push_rate);
+        printf("samples stored %llu\n", (unsigned long long)ds->samples_stored);
+        printf("alerts active  %u\n", ds->alerts_active);
+        if (ds->n_workers) {
+            static const out_col wc[] = {
+                {"worker", NULL, OUT_STR, 0, 1},   {"queue", NULL, OUT_INT, 0, 1},
+                {"capacity", NULL, OUT_INT, 0, 1}, {"processed", NULL, OUT_INT, 0, 1},
+                {"dropped", NULL, OUT_INT, 0, 1},  {"busy", NULL, OUT_NUM, 2, 1}};
+            out_set o;
+            printf("\n");
+            out_begin(&o, OUT_TABLE, stdout, wc, 6);
+            for (uint32_t i = 0; i < ds->n_workers; i++) {
+                const attnstat_worker_status *w = &ds->workers[i];
+                out_val v[] = {out_s(w->name), out_i(w->queue_depth), out_i(w->queue_capacity),
+                               out_i((int64_t)w->processed), out_i((int64_t)w->dropped),
+                               out_d(w->busy_frac)};
+                out_add(&o, v);
+            }
+            out_end(&o);
+        }
+        if (ds->n_client_list) {
+            static const out_col cc[] = {
+                {"client", NULL, OUT_INT, 0, 1}, {"run", NULL, OUT_STR, 0, 1},
+                {"rank", NULL, OUT_INT, 0, 1},   {"pid", NULL, OUT_INT, 0, 1},
+                {"uid", NULL, OUT_INT, 0, 1},    {"pushes", NULL, OUT_INT, 0, 1},
+                {"dropped", NULL, OUT_INT, 0, 1}, {"rejected", NULL, OUT_INT, 0, 1}};
+            out_set o;
+            printf("\n");
+            out_begin(&o, OUT_TABLE, stdout, cc, 8);
+            for (uint32_t i = 0; i < ds->n_client_list; i++) {
+                const attnstat_client_status *cs = &ds->client_list[i];
+                out_val v[] = {out_i((int64_t)cs->id), out_s(cs->run), out_i(cs->rank),
+                               out_i(cs->pid), out_i(cs->uid), out_i((int64_t)cs->pushes),
+                               out_i((int64_t)cs->dropped), out_i((int64_t)cs->rejected)};
+                out_add(&o, v);
+            }
+            out_end(&o);
+        }
+    }
+    free(ds);
+    attnstat_close(c);
+    return CLI_EXIT_OK;
+}
+
+static volatile sig_atomic_t live_stop;
+
+static void live_on_signal(int sig)
+{
+    (void)sig;
+    live_stop = 1;
+}
+
+/* The daemon streams every alert to a subscriber: --run (a name or an id), --rank and --rule of
+ * `watch` are applied here. */
+static int live_alert_kept(const cli_args *a, const attnstat_alert *al)
+{
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)al->run_id);
+    return (!a->run || !strcmp(al->run, a->run) || !strcmp(id, a->run)) &&
+           (a->rank < 0 || al->rank == a->rank) &&
+           (!a->rule || !strcmp(attnstat_rule_name(al->rule), a->rule));
+}
+
+static void live_print_alert(void *user, const attnstat_alert *al)
+{
+    const cli_args *a = user;
+    if (!live_alert_kept(a, al))
+        return;
+    char t[32];
+    out_time(t, sizeof t, al->time_ms);
+    if (a->fmt == OUT_JSON) {
+        printf("{\"time\": \"%s\", \"time_ms\": %lld, \"run\": ", t, (long long)al->time_ms);
+        out_json_string(stdout, al->run);
+        printf(", \"run_id\": %lld, \"rank\": %d, \"layer\": %u, \"head\": %u, \"step\": %lld, "
+               "\"rule\": \"%s\", \"state\": \"%s\", \"value\": ",
+               (long long)al->run_id, al->rank, al->layer, al->head, (long long)al->step,
+               attnstat_rule_name(al->rule), attnstat_state_name(al->state));
+        if (isfinite(al->value))
+            printf("%.17g", al->value);
+        else
+            printf("null");
+        printf(", \"threshold\": ");
+        if (isfinite(al->threshold))
+            printf("%.17g", al->threshold);
+        else
+            printf("null");
+        printf(", \"message\": ");
+        out_json_string(stdout, al->message);
+        printf("}\n");
+    } else {
+        printf("%s  %-7s  %-13s  run %s rank %d  layer %u head %u  step %lld  value %.4g "
+               "threshold %.4g\n",
+               t, attnstat_state_name(al->state), attnstat_rule_name(al->rule), al->run, al->rank,
+               al->layer, al->head, (long long)al->step, al->value, al->threshold);
+    }
+    fflush(stdout);
+}
+
+int live_watch(const cli_args *a)
+{
+    attnstat_client *c = live_connect(a);
+    if (!c)
+        return CLI_EXIT_FAIL;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = live_on_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0) {
+        fprintf(stderr, "attnstat: sigaction: %s\n", strerror(errno));
+        attnstat_close(c);
+        return CLI_EXIT_FAIL;
+    }
+    attnstat_set_alert_callback(c, live_print_alert, (void *)a);
+    if (attnstat_subscribe(c, 1, 0) != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat: subscribe: %s\n", attnstat_last_error(c));
+        attnstat_close(c);
+        return CLI_EXIT_FAIL;
+    }
+    /* A Status round trip: once answered, the daemon has handled the Subscribe before it, so
+     * every alert from now on reaches this watcher. Then say so (on stderr: stdout stays data). */
+    attnstat_daemon_status *ds = malloc(sizeof *ds);
+    attnstat_code sc = ds ? attnstat_status(c, ds, a->timeout_ms) : ATTNSTAT_ENOMEM;
+    free(ds);
+    if (sc != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat: subscribing at %s: %s\n", a->socket,
+                sc == ATTNSTAT_ENOMEM ? "out of memory" : attnstat_last_error(c));
+        attnstat_close(c);
+        return CLI_EXIT_FAIL;
+    }
+    char only[320] = "";
+    if (a->run || a->rank >= 0 || a->rule) {
+        char rank[32] = "";
+        if (a->rank >= 0)
+            snprintf(rank, sizeof rank, " rank %d", a->rank);
+        snprintf(only, sizeof only, ", only%s%s%s%s%s", a->run ? " run " : "", a->run ? a->run : "",
+                 rank, a->rule ? " rule " : "", a->rule ? a->rule : "");
+    }
+    fprintf(stderr, "watching alerts from %s%s (Ctrl-C to stop)\n", a->socket, only);
+    int rc = CLI_EXIT_OK;
+    while (!live_stop) {
+        if (attnstat_poll(c, 1000) != ATTNSTAT_OK) {
+            fprintf(stderr, "attnstat: %s\n", attnstat_last_error(c));
+            rc = CLI_EXIT_FAIL;
+            break;
+        }
+    }
+    attnstat_close(c);
+    return rc;
+}
+

@@ -1,0 +1,15 @@
+/* live.h — the attnstat CLI's live commands: status and watch, which talk to attnstatd through
+ * libattnstat. Each returns an exit code (1 when the daemon cannot be reached or goes away).
+ *
+ * Stage: called by main.c; calls libattnstat and out.c. */
+#ifndef ATTNSTAT_CLI_LIVE_H
+#define ATTNSTAT_CLI_LIVE_H
+
+#include "args.h"
+
+int live_status(const cli_args *a);
+/* Prints the alerts that --run, --rank and --rule keep, until SIGINT or SIGTERM (exit 0) or the
+ * daemon going away (exit 1). */
+int live_watch(const cli_args *a);
+
+#endif /* ATTNSTAT_CLI_LIVE_H */

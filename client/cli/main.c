@@ -1,0 +1,553 @@
+/* main.c — the attnstat command-line tool: the command line parsed against the option tables
+ * (options.c), the help printed from them, the command run. History commands (runs, trend, heads,
+ * alerts; history.c) read the database directly through the store's read-only API, so they work
+ * with the daemon down; live commands (status, watch; live.c) talk to attnstatd through
+ * libattnstat.
+ *
+ * The command line: attnstat [GLOBAL OPTIONS] COMMAND [OPTIONS]. Global options (--db, --socket,
+ * --format, --color, --help) go before or after the command; the others only with a command whose
+ * table has them. An option a command does not implement is a usage error that names it: a filter
+ * that is not applied must never look applied.
+ * Exit status: 0 success, 1 a runtime failure (missing database, unknown run, daemon unreachable),
+ * 2 a usage error.
+ *
+ * Stage: the CLI's entry point. Calls options.c, history.c, live.c and libattnstat
+ * (attnstat_default_socket, attnstat_rule_name). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "attnstat.h"
+#include "history.h"
+#include "live.h"
+#include "options.h"
+
+#define MAIN_WIDTH 98 /* help text is wrapped to this many columns */
+
+/* What runs each command of the table. */
+static const struct {
+    const char *name;
+    int (*run)(const cli_args *a);
+} main_runs[] = {
+    {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
+    {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
+};
+
+/* ---- Help, from the tables --------------------------------------------------------------------*/
+/* Writes text wrapped at MAIN_WIDTH, continuation lines indented by indent; col is where the
+ * cursor stands. Ends with a newline. */
+static void main_wrap(FILE *f, const char *text, int col, int indent)
+{
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (!w)
+            break;
+        if (col > indent && col + 1 + (int)w > MAIN_WIDTH) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", (int)w, p);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+/* "-n, --newest N", "--run R", "-h, --help" */
+static void main_opt_label(char *buf, size_t len, const opt_spec *s)
+{
+    snprintf(buf, len, "%s%s%s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "", s->name,
+             s->arg ? " " : "", s->arg ? s->arg : "");
+}
+
+/* The rule names, from libattnstat ("entropy_floor, entropy_drop, ... or nonfinite"). */
+static void main_rule_names(char *buf, size_t len)
+{
+    size_t n = 0;
+    int count = 0;
+    while (strcmp(attnstat_rule_name(count + 1), "unknown"))
+        count++;
+    buf[0] = '\0';
+    for (int r = 1; r <= count && n < len; r++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", r == 1 ? "" : r == count ? " or " : ", ",
+                              attnstat_rule_name(r));
+}
+
+static void main_opt_lines(FILE *f, const opt_use *uses, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const opt_spec *s = &opt_specs[uses[i].id];
+        char label[64], names[160] = "", help[512];
+        main_opt_label(label, sizeof label, s);
+        if (s->kind == OPT_RULE_NAME)
+            main_rule_names(names, sizeof names);
+        snprintf(help, sizeof help, "%s%s%s%s", uses[i].help, names[0] ? ": " : "", names,
+                 uses[i].required ? " (required)" : "");
+        int col = fprintf(f, "  %-16s ", label);
+        if (col > 19) {
+            fprintf(f, "\n%19s", "");
+            col = 19;
+        }
+        main_wrap(f, help, col, 19);
+    }
+}
+
+static void main_usage(FILE *f)
+{
+    fprintf(f, "usage: attnstat [--db PATH] [--socket PATH] COMMAND [OPTIONS]\n");
+    for (int live = 0; live <= 1; live++) {
+        fprintf(f, "\n%s\n", live ? "Live (talks to attnstatd):"
+                                  : "History (reads the database; works with attnstatd stopped):");
+        for (int i = 0; i < opt_ncommands; i++) {
+            const opt_command *c = &opt_commands[i];
+            if (c->live != live)
+                continue;
+            char syn[128];
+            size_t n = (size_t)snprintf(syn, sizeof syn, "%s", c->name);
+            for (int k = 0; k < c->nopts; k++)
+                if (c->opts[k].required && n < sizeof syn)
+                    n += (size_t)snprintf(syn + n, sizeof syn - n, " %s %s",
+                                          opt_specs[c->opts[k].id].name,
+                                          opt_specs[c->opts[k].id].arg);
+            fprintf(f, "  %-28s %s\n", syn, c->summary);
+        }
+    }
+    fprintf(f, "\nGlobal options (before or after the command):\n");
+    main_opt_lines(f, opt_globals, opt_nglobals);
+    fprintf(f, "\n'attnstat COMMAND --help' (or 'attnstat help COMMAND') lists a command's "
+               "options.\nExit status: 0 success, 1 failure (missing database, unknown run, "
+               "daemon unreachable), 2 usage.\n");
+}
+
+/* One item of a synopsis, on this line when it fits, else on the next (under the first item). */
+static void main_syn_item(FILE *f, int *col, const char *item)
+{
+    int w = (int)strlen(item);
+    if (*col + 1 + w > MAIN_WIDTH) {
+        fprintf(f, "\n%15s", "");
+        *col = 15;
+    }
+    *col += fprintf(f, " %s", item);
+}
+
+static void main_command_help(FILE *f, const opt_command *c)
+{
+    char item[128];
+    int col = fprintf(f, "usage: attnstat");
+    main_syn_item(f, &col, c->live ? "[--socket PATH]" : "[--db PATH]");
+    main_syn_item(f, &col, c->name);
+    for (int k = 0; k < c->nopts; k++) {
+        const opt_spec *s = &opt_specs[c->opts[k].id];
+        const char *name = s->alias && s->alias[1] != '-' ? s->alias : s->name;
+        int opt = !c->opts[k].required;
+        snprintf(item, sizeof item, "%s%s%s%s%s", opt ? "[" : "", name, s->arg ? " " : "",
+                 s->arg ? s->arg : "", opt ? "]" : "");
+        main_syn_item(f, &col, item);
+    }
+    snprintf(item, sizeof item, "[--format %s]", c->formats);
+    main_syn_item(f, &col, item);
+    fprintf(f, "\n\n");
+    main_wrap(f, c->description, 0, 0);
+    if (c->nopts) {
+        fprintf(f, "\nOptions:\n");
+        main_opt_lines(f, c->opts, c->nopts);
+    } else {
+        fprintf(f, "\nNo options of its own.\n");
+    }
+    fprintf(f, "Global options: --db PATH, --socket PATH, --format F, --color WHEN, -h/--help "
+               "(see attnstat --help).\n");
+}
+
+/* ---- Values ------------------------------------------------------------------------------------*/
+static int main_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "attnstat: %s wants an integer in %lld..%lld, not '%s'\n", opt,
+                (long long)lo, (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* n decimal digits at *p. */
+static int main_digits(const char **p, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++, (*p)++) {
+        if (**p < '0' || **p > '9')
+            return -1;
+        v = v * 10 + (**p - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Days since 1970-01-01 of a date of the proleptic Gregorian calendar. */
+static int64_t main_days(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+/* A time as Unix milliseconds: RFC 3339 ('2024-05-01T12:00:00Z', '...+02:00', fractions), the
+ * same with a space, minutes only or no offset (UTC), a date alone (its midnight, UTC), or a time
+ * ago ('90s', '10m', '2h', '3d') counted from now_ms. Returns 0, or -1 when s is none of these. */
+static int main_parse_time(const char *s, int64_t now_ms, int64_t *out)
+{
+    static const struct {
+        char unit;
+        int64_t ms;
+    } ago[] = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
+    size_t len = strlen(s);
+    if (len >= 2 && s[0] >= '0' && s[0] <= '9' && strspn(s, "0123456789") == len - 1) {
+        for (size_t i = 0; i < sizeof ago / sizeof ago[0]; i++) {
+            if (s[len - 1] != ago[i].unit)
+                continue;
+            errno = 0;
+            long long n = strtoll(s, NULL, 10);
+            if (errno || n > INT64_MAX / ago[i].ms / 2)
+                return -1;
+            *out = now_ms - n * ago[i].ms;
+            return 0;
+        }
+        return -1;
+    }
+    const char *p = s;
+    int y, mo, d, h = 0, mi = 0, sec = 0, ms = 0, off = 0;
+    if (main_digits(&p, 4, &y) || *p++ != '-' || main_digits(&p, 2, &mo) || *p++ != '-' ||
+        main_digits(&p, 2, &d))
+        return -1;
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || (mo == 2 && d == 29 && !leap))
+        return -1;
+    if (*p == 'T' || *p == 't' || *p == ' ') {
+        p++;
+        if (main_digits(&p, 2, &h) || *p++ != ':' || main_digits(&p, 2, &mi) || h > 23 || mi > 59)
+            return -1;
+        if (*p == ':') {
+            p++;
+            if (main_digits(&p, 2, &sec) || sec > 60)
+                return -1;
+            if (*p == '.') {
+                p++;
+                int digits = 0;
+                for (; *p >= '0' && *p <= '9'; p++, digits++)
+                    if (digits < 3)
+                        ms = ms * 10 + (*p - '0');
+                if (!digits)
+                    return -1;
+                for (; digits < 3; digits++)
+                    ms *= 10;
+            }
+        }
+        if (*p == 'Z' || *p == 'z') {
+            p++;
+        } else if (*p == '+' || *p == '-') {
+            int sign = *p++ == '-' ? -1 : 1, oh, om;
+            if (main_digits(&p, 2, &oh) || *p++ != ':' || main_digits(&p, 2, &om) || oh > 23 ||
+                om > 59)
+                return -1;
+            off = sign * (oh * 60 + om);
+        }
+    }
+    if (*p)
+        return -1;
+    int64_t t = main_days(y, mo, d) * 86400 + h * 3600 + mi * 60 + (sec > 59 ? 59 : sec);
+    *out = (t - (int64_t)off * 60) * 1000 + ms;
+    return 0;
+}
+
+static int main_choice(const char *const *choices, const char *val)
+{
+    for (int i = 0; choices[i]; i++)
+        if (!strcmp(choices[i], val))
+            return i;
+    return -1;
+}
+
+/* Checks val against the option's kind and stores it. Returns -1 on a usage error (reported with
+ * the option as the user wrote it: name). */
+static int main_set(cli_args *a, const opt_spec *s, const char *name, const char *val)
+{
+    int64_t v = 0;
+    int choice = -1;
+    switch (s->kind) {
+    case OPT_FLAG:
+    case OPT_TEXT:
+        break;
+    case OPT_INT:
+        if (main_parse_i64(name, val, s->lo, s->hi, &v) != 0)
+            return -1;
+        break;
+    case OPT_CHOICE:
+        choice = main_choice(s->choices, val);
+        if (choice < 0) {
+            fprintf(stderr, "attnstat: %s is ", name);
+            for (int i = 0; s->choices[i]; i++)
+                fprintf(stderr, "%s%s", i == 0 ? "" : s->choices[i + 1] ? ", " : " or ",
+                        s->choices[i]);
+            fprintf(stderr, ", not '%s'\n", val);
+            return -1;
+        }
+        break;
+    case OPT_RULE_NAME: {
+        int known = 0;
+        for (int r = 1; strcmp(attnstat_rule_name(r), "unknown"); r++)
+            known |= !strcmp(attnstat_rule_name(r), val);
+        if (!known) {
+            char names[160];
+            main_rule_names(names, sizeof names);
+            fprintf(stderr, "attnstat: %s is %s, not '%s'\n", name, names, val);
+            return -1;
+        }
+        break;
+    }
+    case OPT_TIME: {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        if (main_parse_time(val, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, &v) != 0) {
+            fprintf(stderr, "attnstat: %s wants a time such as '2024-05-01T12:00:00Z', "
+                    "'2024-05-01 12:00' (UTC) or a time ago such as '10m' (s, m, h, d), not "
+                    "'%s'\n", name, val);
+            return -1;
+        }
+        break;
+    }
+    }
+    switch (s->id) {
+    case OPT_DB: a->db = val; break;
+    case OPT_SOCKET: a->socket = val; break;
+    case OPT_FORMAT: a->fmt = choice == 1 ? OUT_JSON : choice == 2 ? OUT_CSV : OUT_TABLE; break;
+    case OPT_COLOR: a->color = choice == 1 ? 1 : choice == 2 ? 0 : -1; break;
+    case OPT_HELP: a->help = 1; break;
+    case OPT_RUN: a->run = val; break;
+    case OPT_RANK: a->rank = (int32_t)v; break;
+    case OPT_LAYER: a->layer = (int32_t)v; a->layer_set = 1; break;
+    case OPT_HEAD: a->head = (int32_t)v; break;
+    case OPT_FROM: a->from = v; break;
+    case OPT_TO: a->to = v; break;
+    case OPT_EVERY: a->every = v; break;
+    case OPT_STEP: a->step = v; a->step_set = 1; break;
+    case OPT_METRIC: a->metric = val; break;
+    case OPT_RULE: a->rule = val; break;
+    case OPT_ACTIVE: a->active = 1; break;
+    case OPT_SINCE: a->since_ms = v; a->since_set = 1; break;
+    case OPT_NEWEST: a->newest = v; break;
+    case OPT_TIMEOUT: a->timeout_ms = (int)v; break;
+    case OPT_COUNT: break;
+    }
+    return 0;
+}
+
+/* ---- The command line --------------------------------------------------------------------------*/
+static int main_uses(const opt_use *uses, int n, opt_id id)
+{
+    for (int i = 0; i < n; i++)
+        if (uses[i].id == id)
+            return 1;
+    return 0;
+}
+
+/* "--run, --layer, ..." of a command, for error messages. */
+static void main_list_options(char *buf, size_t len, const opt_command *c)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->nopts && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "",
+                              opt_specs[c->opts[i].id].name);
+}
+
+/* The option arg names ("--run" of "--run=x"), with its value when written with '='. */
+static const opt_spec *main_option(const char *arg, char *name, size_t len, const char **val)
+{
+    const char *eq = strchr(arg, '=');
+    snprintf(name, len, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+    *val = eq ? eq + 1 : NULL;
+    return opt_find(name);
+}
+
+static int main_is_option(const char *arg)
+{
+    return arg[0] == '-' && arg[1];
+}
+
+/* The command: the first argument that is neither an option nor an option's value. */
+static const char *main_find_command(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!main_is_option(argv[i]))
+            return argv[i];
+        char name[64];
+        const char *val;
+        const opt_spec *s = main_option(argv[i], name, sizeof name, &val);
+        if (s && s->arg && !val)
+            i++;
+    }
+    return NULL;
+}
+
+/* Parses the command line into a; *topic is the command of `attnstat help COMMAND`, given[id]
+ * says which options were on the line. Returns -1 on a usage error (already reported). */
+static int main_parse(int argc, char **argv, cli_args *a, const opt_command **cmd,
+                      const char **topic, int given[OPT_COUNT])
+{
+    memset(a, 0, sizeof *a);
+    memset(given, 0, OPT_COUNT * sizeof *given);
+    a->color = -1;
+    a->rank = -1;
+    a->head = -1;
+    a->from = INT64_MIN;
+    a->to = INT64_MAX;
+    a->every = 1;
+    a->metric = "entropy_norm";
+    a->timeout_ms = 5000;
+    *cmd = NULL;
+    *topic = NULL;
+    a->cmd = main_find_command(argc, argv);
+    if (a->cmd && strcmp(a->cmd, "help") && !(*cmd = opt_find_command(a->cmd))) {
+        fprintf(stderr, "attnstat: unknown command '%s' (commands:", a->cmd);
+        for (int i = 0; i < opt_ncommands; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", opt_commands[i].name);
+        fprintf(stderr, "; see attnstat --help)\n");
+        return -1;
+    }
+    int seen_cmd = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!main_is_option(arg)) {
+            if (!seen_cmd && arg == a->cmd) {
+                seen_cmd = 1;
+            } else if (!*cmd && !*topic && a->cmd) { /* attnstat help COMMAND */
+                *topic = arg;
+            } else {
+                fprintf(stderr, "attnstat: unexpected argument '%s' (see attnstat %s --help)\n",
+                        arg, a->cmd);
+                return -1;
+            }
+            continue;
+        }
+        char name[64];
+        const char *val;
+        const opt_spec *s = main_option(arg, name, sizeof name, &val);
+        if (!s && !*cmd) {
+            fprintf(stderr, "attnstat: unknown option '%s' (see attnstat --help)\n", name);
+            return -1;
+        }
+        int global = s && main_uses(opt_globals, opt_nglobals, s->id);
+        if (s && !global && !*cmd) {
+            fprintf(stderr, "attnstat: %s is an option of a command: put it after the command "
+                    "(see attnstat --help)\n", name);
+            return -1;
+        }
+        if (!s || (!global && !main_uses((*cmd)->opts, (*cmd)->nopts, s->id))) {
+            char list[256];
+            main_list_options(list, sizeof list, *cmd);
+            fprintf(stderr, "attnstat: %s has no option %s (its options: %s; see attnstat %s "
+                    "--help)\n", (*cmd)->name, name, list[0] ? list : "none", (*cmd)->name);
+            return -1;
+        }
+        if (!s->arg && val) {
+            fprintf(stderr, "attnstat: %s takes no value\n", name);
+            return -1;
+        }
+        if (s->arg && !val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "attnstat: %s needs a value\n", name);
+                return -1;
+            }
+            val = argv[++i];
+        }
+        if (main_set(a, s, name, val) != 0)
+            return -1;
+        given[s->id] = 1;
+    }
+    return 0;
+}
+
+/* Defaults that come from the environment, then what every command needs. */
+static int main_finish(cli_args *a, const opt_command *c, const int given[OPT_COUNT])
+{
+    if (!a->db) {
+        const char *env = getenv("ATTNSTAT_DB");
+        const char *xdg = getenv("XDG_STATE_HOME");
+        if (env && *env)
+            snprintf(a->db_buf, sizeof a->db_buf, "%s", env);
+        else if (xdg && *xdg)
+            snprintf(a->db_buf, sizeof a->db_buf, "%s/attnstat/attnstat.db", xdg);
+        else
+            snprintf(a->db_buf, sizeof a->db_buf, "/var/lib/attnstat/attnstat.db");
+        a->db = a->db_buf;
+    }
+    if (!a->socket) {
+        if (!attnstat_default_socket(a->sock_buf, sizeof a->sock_buf)) {
+            fprintf(stderr, "attnstat: the default socket path is too long; pass --socket\n");
+            return -1;
+        }
+        a->socket = a->sock_buf;
+    }
+    if (a->fmt == OUT_CSV && !strstr(c->formats, "csv")) {
+        fprintf(stderr, "attnstat: %s prints table or json, not csv\n", c->name);
+        return -1;
+    }
+    for (int i = 0; i < c->nopts; i++) {
+        const opt_spec *s = &opt_specs[c->opts[i].id];
+        if (c->opts[i].required && !given[s->id]) {
+            fprintf(stderr, "attnstat: %s needs %s %s (see attnstat %s --help)\n", c->name,
+                    s->name, s->arg, c->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cli_args a;
+    const opt_command *cmd;
+    const char *topic;
+    int given[OPT_COUNT];
+    if (main_parse(argc, argv, &a, &cmd, &topic, given) != 0)
+        return CLI_EXIT_USAGE;
+    if (!cmd) { /* no command, or `attnstat help [COMMAND]` */
+        if (topic) {
+            const opt_command *t = opt_find_command(topic);
+            if (!t) {
+                fprintf(stderr, "attnstat: no command '%s' (see attnstat --help)\n", topic);
+                return CLI_EXIT_USAGE;
+            }
+            main_command_help(stdout, t);
+            return CLI_EXIT_OK;
+        }
+        main_usage(a.help || a.cmd ? stdout : stderr);
+        return a.help || a.cmd ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    }
+    if (a.help) {
+        main_command_help(stdout, cmd);
+        return CLI_EXIT_OK;
+    }
+    if (main_finish(&a, cmd, given) != 0)
+        return CLI_EXIT_USAGE;
+    for (size_t i = 0; i < sizeof main_runs / sizeof main_runs[0]; i++)
+        if (!strcmp(main_runs[i].name, cmd->name))
+            return main_runs[i].run(&a);
+    fprintf(stderr, "attnstat: command '%s' has no implementation\n", cmd->name);
+    return CLI_EXIT_FAIL;
+}

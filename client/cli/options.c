@@ -1,0 +1,135 @@
+/* options.c — the attnstat CLI's option tables (see options.h): data, and two lookups.
+ *
+ * Stage: a leaf of the CLI; calls libc only. */
+#include "options.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define OPT_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *const opt_formats[] = {"table", "json", "csv", NULL};
+static const char *const opt_colors[] = {"auto", "always", "never", NULL};
+static const char *const opt_metrics[] = {"entropy_norm", "entropy", "max_logit", NULL};
+
+const opt_spec opt_specs[OPT_COUNT] = {
+    [OPT_DB] = {OPT_DB, "--db", NULL, "PATH", OPT_TEXT, 0, 0, NULL},
+    [OPT_SOCKET] = {OPT_SOCKET, "--socket", NULL, "PATH", OPT_TEXT, 0, 0, NULL},
+    [OPT_FORMAT] = {OPT_FORMAT, "--format", NULL, "F", OPT_CHOICE, 0, 0, opt_formats},
+    [OPT_COLOR] = {OPT_COLOR, "--color", NULL, "WHEN", OPT_CHOICE, 0, 0, opt_colors},
+    [OPT_HELP] = {OPT_HELP, "--help", "-h", NULL, OPT_FLAG, 0, 0, NULL},
+    [OPT_RUN] = {OPT_RUN, "--run", NULL, "R", OPT_TEXT, 0, 0, NULL},
+    [OPT_RANK] = {OPT_RANK, "--rank", NULL, "K", OPT_INT, 0, INT32_MAX, NULL},
+    [OPT_LAYER] = {OPT_LAYER, "--layer", NULL, "L", OPT_INT, 0, INT32_MAX, NULL},
+    [OPT_HEAD] = {OPT_HEAD, "--head", NULL, "H", OPT_INT, 0, INT32_MAX, NULL},
+    [OPT_FROM] = {OPT_FROM, "--from", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
+    [OPT_TO] = {OPT_TO, "--to", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
+    [OPT_EVERY] = {OPT_EVERY, "--every", NULL, "N", OPT_INT, 1, INT64_MAX, NULL},
+    [OPT_STEP] = {OPT_STEP, "--step", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
+    [OPT_METRIC] = {OPT_METRIC, "--metric", NULL, "M", OPT_CHOICE, 0, 0, opt_metrics},
+    [OPT_RULE] = {OPT_RULE, "--rule", NULL, "RULE", OPT_RULE_NAME, 0, 0, NULL},
+    [OPT_ACTIVE] = {OPT_ACTIVE, "--active", NULL, NULL, OPT_FLAG, 0, 0, NULL},
+    [OPT_SINCE] = {OPT_SINCE, "--since", NULL, "TIME", OPT_TIME, 0, 0, NULL},
+    [OPT_NEWEST] = {OPT_NEWEST, "--newest", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
+    [OPT_TIMEOUT] = {OPT_TIMEOUT, "--timeout", NULL, "MS", OPT_INT, 1, INT32_MAX, NULL},
+};
+
+const opt_use opt_globals[] = {
+    {OPT_DB, 0, "database (default $ATTNSTAT_DB, else $XDG_STATE_HOME/attnstat/attnstat.db, "
+                "else /var/lib/attnstat/attnstat.db)"},
+    {OPT_SOCKET, 0, "attnstatd socket (default $ATTNSTAT_SOCKET, else "
+                    "$XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else /run/attnstat/attnstatd.sock)"},
+    {OPT_FORMAT, 0, "table (default), json (one object per line) or csv"},
+    {OPT_COLOR, 0, "auto (default: when stdout is a terminal and NO_COLOR is unset), always, never"},
+    {OPT_HELP, 0, "this help; 'attnstat COMMAND --help' for a command's"},
+};
+const int opt_nglobals = OPT_N(opt_globals);
+
+static const opt_use opt_trend[] = {
+    {OPT_RUN, 1, "the run, by name or id (see attnstat runs)"},
+    {OPT_LAYER, 1, "the layer"},
+    {OPT_HEAD, 0, "only this head (default: every head)"},
+    {OPT_FROM, 0, "the first step (inclusive)"},
+    {OPT_TO, 0, "the last step (inclusive)"},
+    {OPT_EVERY, 0, "the first step and every N-th after it"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+};
+
+static const opt_use opt_heads[] = {
+    {OPT_RUN, 1, "the run, by name or id (see attnstat runs)"},
+    {OPT_STEP, 0, "the step (default: the run's latest)"},
+    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
+                    "(high = logits growing)"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+};
+
+static const opt_use opt_alerts[] = {
+    {OPT_RUN, 0, "only the alerts of this run (a name or an id)"},
+    {OPT_RANK, 0, "only the alerts of runs of this rank"},
+    {OPT_LAYER, 0, "only this layer"},
+    {OPT_HEAD, 0, "only this head"},
+    {OPT_RULE, 0, "only this rule"},
+    {OPT_ACTIVE, 0, "only the alerts firing now: per (run, layer, head, rule) the latest "
+                    "transition, when it is a raise"},
+    {OPT_SINCE, 0, "only transitions at or after TIME: '2024-05-01T12:00:00Z' (RFC 3339), "
+                   "'2024-05-01 12:00[:00]' or '2024-05-01' (UTC), or a time ago: '90s', '10m', "
+                   "'2h', '3d'"},
+    {OPT_NEWEST, 0, "only the newest N (of those the other options keep)"},
+};
+
+static const opt_use opt_status[] = {
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
+};
+
+static const opt_use opt_watch[] = {
+    {OPT_RUN, 0, "only the alerts of this run (a name or an id)"},
+    {OPT_RANK, 0, "only the alerts of this rank"},
+    {OPT_RULE, 0, "only this rule"},
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd to answer the subscription (default 5000)"},
+};
+
+const opt_command opt_commands[] = {
+    {"runs", 0, "the runs in the database",
+     "Lists every run: id, name, rank, host, when it started, its step range, the number of "
+     "per-head samples stored and the time of the newest one.",
+     "table|json|csv", NULL, 0},
+    {"trend", 0, "per-step statistics of one layer, with sparklines",
+     "Per-step statistics of one layer (every head, or --head H): rows counted, entropy mean "
+     "(nats), normalised entropy mean (0..1), entropy min, max logit, fraction of collapsed rows. "
+     "The table ends with a sparkline per head.",
+     "table|json|csv", opt_trend, OPT_N(opt_trend)},
+    {"heads", 0, "the layer x head grid of one step, as a heatmap",
+     "The layer x head grid of one step as a heatmap, so collapsing heads stand out, with the "
+     "heads most at risk named. json/csv print one record per cell.",
+     "table|json|csv", opt_heads, OPT_N(opt_heads)},
+    {"alerts", 0, "alerts raised and cleared",
+     "Alert transitions (raised / cleared) in the order they happened, of every run or of the "
+     "ones asked for. Every option narrows the list; together they all apply.",
+     "table|json|csv", opt_alerts, OPT_N(opt_alerts)},
+    {"status", 1, "clients, pushes, drops, queue depths, rates",
+     "Asks attnstatd for its status: uptime, clients, pushes done / dropped / rejected, push "
+     "rate, samples stored, active alerts, each worker's queue, each client.",
+     "table|json", opt_status, OPT_N(opt_status)},
+    {"watch", 1, "print alerts as they happen, until interrupted",
+     "Subscribes to attnstatd's alerts and prints each as it happens (those the options keep) "
+     "until interrupted (Ctrl-C). Exits 1 when the daemon goes away.",
+     "table|json", opt_watch, OPT_N(opt_watch)},
+};
+const int opt_ncommands = OPT_N(opt_commands);
+
+const opt_spec *opt_find(const char *name)
+{
+    for (int i = 0; i < OPT_COUNT; i++)
+        if (!strcmp(opt_specs[i].name, name) ||
+            (opt_specs[i].alias && !strcmp(opt_specs[i].alias, name)))
+            return &opt_specs[i];
+    return NULL;
+}
+
+const opt_command *opt_find_command(const char *name)
+{
+    for (int i = 0; i < opt_ncommands; i++)
+        if (!strcmp(opt_commands[i].name, name))
+            return &opt_commands[i];
+    return NULL;
+}

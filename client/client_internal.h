@@ -1,0 +1,99 @@
+/* client_internal.h — the one struct the files of libattnstat share: struct attnstat_client, and the
+ * in-flight slot of a push. Internal to the library (never installed, never seen by callers).
+ *
+ * Who touches which fields (a file reads what it needs; it writes only its own):
+ *   conn.c     the socket and its byte queues: fd, closed, why_closed, sock_path, rd, oq*.
+ *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
+ *              hello_sent, hello_done; timeout_ms (for the length of one attnstat_status call);
+ *              wait_error (cleared before it waits for a reply).
+ *   push.c     the host ring and the pushes: shm_*, map, ring_bytes, ring, inflight (allocates it;
+ *              fills a slot when a push is sent), next_seq, gpu; the push counters of st (pushed,
+ *              sent, in_flight++, dropped_*, cuda_*, releases_pending++).
+ *   replies.c  what the daemon answers: run_id, got_hello_reply, status_env, wait_error*, the
+ *              callbacks, released_all, in-flight slots (frees them), max_frame and rd.max_frame
+ *              (set from the HelloReply), the reply counters of st (acked, released, errors,
+ *              alerts, rejected, dropped_daemon, in_flight--, releases_pending--, last_*).
+ *   every file err, through client_fail() (the message of the last failed call).
+ *
+ * Stage: a header below conn/push/replies/session; includes the public header, the framing of
+ * proto/, and the ring and GPU headers for the types of its fields. */
+#ifndef ATTNSTAT_CLIENT_INTERNAL_H
+#define ATTNSTAT_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "attnstat.h"
+#include "frame.h"
+#include "gpu_export.h"
+#include "ring.h"
+#include "util.h"
+
+#define CLIENT_MAX_INFLIGHT 16384u /* power of two: the in-flight table is indexed by seq */
+#define CLIENT_RING_ID 1u          /* the buffer id of the host ring */
+
+/* A push sent and not yet acknowledged (slot seq & (CLIENT_MAX_INFLIGHT - 1)). */
+typedef struct {
+    uint64_t seq; /* 0: free slot */
+    int64_t step;
+    uint32_t layer;
+    uint8_t held;      /* the daemon reads the caller's memory (zero-copy CUDA) */
+    uint8_t released;  /* Release (or its equivalent) handled */
+    gpu_hold gh;       /* GPU resources of the push */
+} client_inflight;
+
+struct attnstat_client {
+    /* conn.c */
+    int fd;
+    int timeout_ms;
+    int closed;            /* connection unusable */
+    char why_closed[200];  /* and why */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    frame_reader rd;
+    uint32_t max_frame;
+    uint8_t *oq;           /* outgoing bytes [oq_start, oq_end) */
+    size_t oq_start, oq_end, oq_cap, oq_limit;
+    /* Where each complete incoming frame goes (set by session.c: replies_on_frame). The payload
+     * is valid during the call only. */
+    void (*on_frame)(attnstat_client *c, const uint8_t *payload, uint32_t len);
+
+    /* session.c */
+    int hello_sent, hello_done;
+
+    /* push.c */
+    int shm_fd;
+    int shm_linked;        /* name still exists in /dev/shm */
+    char shm_name[64];
+    uint8_t *map;
+    uint64_t ring_bytes;
+    ring ring;
+    client_inflight *inflight; /* [CLIENT_MAX_INFLIGHT] */
+    uint64_t next_seq;
+    gpu_state *gpu;          /* made at the first CUDA push */
+
+    /* replies.c: what a blocking call waits for, and the callbacks */
+    int64_t run_id;
+    int got_hello_reply;
+    Attnstat__Envelope *status_env; /* the last StatusReply, owned */
+    int wait_error;                 /* an Error arrived while waiting: its code */
+    uint64_t wait_error_ref;
+    int wait_error_has_ref;
+    attnstat_alert_fn alert_fn;
+    void *alert_user;
+    attnstat_result_fn result_fn;
+    void *result_user;
+    attnstat_ack_fn ack_fn;
+    void *ack_user;
+    attnstat_release_fn release_fn;
+    void *release_user;
+    int released_all;        /* the connection is lost and every push was released */
+
+    /* shared, as said at the top */
+    attnstat_counters st;
+    char err[512];
+};
+
+/* Sets the client's last error (printf format) and returns code: `return client_fail(c, ...)`. */
+#define client_fail(c, code, ...) util_fail((c)->err, sizeof (c)->err, (code), __VA_ARGS__)
+
+#endif /* ATTNSTAT_CLIENT_INTERNAL_H */

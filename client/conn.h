@@ -1,0 +1,58 @@
+/* conn.h — libattnstat's connection to attnstatd (internal): the non-blocking Unix socket, the
+ * bounded outgoing byte queue, and the framed receive path. A transport only: it knows frames, not
+ * messages; each complete frame that arrives goes to the handler the session gave it
+ * (c->on_frame), and outgoing envelopes are packed here.
+ *
+ * What it promises
+ *   - Nothing here blocks except conn_wait_once, for the time it is given.
+ *   - conn_send writes what the socket takes now and queues the rest; a droppable frame (a push)
+ *     is refused with ATTNSTAT_DROPPED when the queue is already over its bound.
+ *   - Once the connection breaks, c->closed is set with the reason (conn_closed reports it), and
+ *     every later call fails fast.
+ *
+ * Stage: the transport, called by push.c and session.c; calls only util.c, proto/frame.c and the
+ * handler it was given. */
+#ifndef ATTNSTAT_CONN_H
+#define ATTNSTAT_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client_internal.h"
+
+/* Connects c (fields set to their defaults by the caller) to the socket at path, waiting for room
+ * in the listen backlog up to c->timeout_ms. Returns ATTNSTAT_OK, or an error with err set
+ * (ECONNECT with what to do about it, EIO). */
+attnstat_code conn_open(attnstat_client *c, const char *path, attnstat_error *err);
+
+/* Sends what can be sent without waiting, closes the socket and frees the queues. */
+void conn_shutdown(attnstat_client *c);
+
+/* Marks the connection unusable (once; the first reason is kept and put into c->err). */
+void conn_mark_closed(attnstat_client *c, const char *why);
+
+/* ATTNSTAT_ECLOSED, with the reason the connection was marked closed kept in c->err. */
+attnstat_code conn_closed(attnstat_client *c);
+
+/* Bytes waiting in the outgoing queue. */
+size_t conn_queued(const attnstat_client *c);
+
+/* Sends one frame (see the top). Returns ATTNSTAT_OK, DROPPED, ECLOSED or ENOMEM. */
+attnstat_code conn_send(attnstat_client *c, const Attnstat__Envelope *env, int droppable);
+
+/* Writes as much of the queue as the socket takes now. Returns 0, or -1 when the connection
+ * broke. */
+int conn_pump_out(attnstat_client *c);
+
+/* Reads what the socket has now and hands every complete frame to c->on_frame. Returns 0, or -1
+ * when the connection is unusable (closed by the peer, broken framing). */
+int conn_pump_in(attnstat_client *c);
+
+/* Waits for the socket (readable, or writable while bytes are queued) for up to timeout_ms
+ * (< 0: no limit), then pumps both ways. Returns 0, or -1 when the connection is unusable. */
+int conn_wait_once(attnstat_client *c, int timeout_ms);
+
+/* Milliseconds left until deadline (util_now_ms() time; < 0: no limit, returns -1), capped. */
+int conn_remaining(int64_t deadline);
+
+#endif /* ATTNSTAT_CONN_H */

@@ -1,0 +1,459 @@
+/* push.c — libattnstat's pushes (see push.h and include/attnstat.h).
+ *
+ * How a push stays non-blocking: replies already received are processed first (their Releases
+ * free ring space), the tensors are copied into a ring block, and the Push frame is handed to
+ * conn_send, which writes what the socket takes and queues the rest within a bound. A push that
+ * finds no ring block, no in-flight slot or no queue room is dropped and counted.
+ *
+ * CUDA tensors go through gpu_export.c (zero-copy by IPC handle, or staged on the device); the
+ * push's in-flight slot keeps what it holds (event, staging block, exported allocations) until
+ * replies.c releases it.
+ *
+ * Stage: the sending end of a push. Calls conn.c, replies.c (replies_release_all), gather.c,
+ * ring.c, gpu_export.c and util.c. */
+#include "push.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "gather.h"
+#include "replies.h"
+
+/* ---- The shared-memory ring ------------------------------------------------------------------- */
+attnstat_code push_make_ring(attnstat_client *c)
+{
+    /* A name nobody else uses: pid, the client's address and the clock; O_EXCL catches the rest. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        snprintf(c->shm_name, sizeof c->shm_name, "/attnstat-%ld-%lx%lx", (long)getpid(),
+                 (unsigned long)((uintptr_t)c >> 4 & 0xffff),
+                 (unsigned long)((unsigned long)ts.tv_nsec ^ (unsigned long)attempt));
+        c->shm_fd = shm_open(c->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (c->shm_fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (c->shm_fd < 0)
+        return client_fail(c, ATTNSTAT_EIO, "shm_open(%s): %s (is /dev/shm mounted and writable?)",
+                           c->shm_name, strerror(errno));
+    c->shm_linked = 1;
+    if (ftruncate(c->shm_fd, (off_t)c->ring_bytes) != 0)
+        return client_fail(c, ATTNSTAT_EIO, "ftruncate(%s, %llu bytes): %s", c->shm_name,
+                           (unsigned long long)c->ring_bytes, strerror(errno));
+    void *m = mmap(NULL, c->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
+    if (m == MAP_FAILED)
+        return client_fail(c, ATTNSTAT_EIO, "mmap of the %llu-byte ring %s: %s (lower ring_bytes?)",
+                           (unsigned long long)c->ring_bytes, c->shm_name, strerror(errno));
+    c->map = m;
+    if (ring_init(&c->ring, c->ring_bytes, CLIENT_MAX_INFLIGHT) != 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "ring size is 0");
+    c->inflight = calloc(CLIENT_MAX_INFLIGHT, sizeof *c->inflight);
+    if (!c->inflight)
+        return client_fail(c, ATTNSTAT_ENOMEM, "out of memory for the in-flight table");
+    c->st.ring_bytes = c->ring_bytes;
+    return ATTNSTAT_OK;
+}
+
+void push_unlink_ring(attnstat_client *c)
+{
+    if (c->shm_linked && shm_unlink(c->shm_name) == 0)
+        c->shm_linked = 0;
+}
+
+void push_free_ring(attnstat_client *c)
+{
+    if (c->map)
+        munmap(c->map, c->ring_bytes);
+    c->map = NULL;
+    if (c->shm_fd >= 0)
+        close(c->shm_fd);
+    c->shm_fd = -1;
+    if (c->shm_linked)
+        shm_unlink(c->shm_name);
+    c->shm_linked = 0;
+    ring_destroy(&c->ring);
+    free(c->inflight);
+    c->inflight = NULL;
+}
+
+/* ---- Checks ----------------------------------------------------------------------------------- */
+static attnstat_code push_check_tensor(attnstat_client *c, const attnstat_tensor *t,
+                                         const char *name)
+{
+    if (!t)
+        return client_fail(c, ATTNSTAT_EINVAL, "%s is NULL", name);
+    if (t->mem != ATTNSTAT_MEM_HOST && t->mem != ATTNSTAT_MEM_CUDA)
+        return client_fail(c, ATTNSTAT_EINVAL, "%s has an unknown memory kind %d", name, t->mem);
+    if (attnstat_dtype_size((attnstat_dtype)t->dtype) == 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "%s has an unknown dtype %d (f32=0, f16=1, bf16=2)",
+                           name, t->dtype);
+    if (!t->data)
+        return client_fail(c, ATTNSTAT_EINVAL, "%s has a NULL data pointer", name);
+    static const char dims[] = "BHND";
+    for (int i = 0; i < 4; i++) {
+        if (t->shape[i] < 1 || t->shape[i] > INT32_MAX)
+            return client_fail(c, ATTNSTAT_EINVAL, "%s shape[%d] (%c) is %lld: must be 1..%d", name,
+                               i, dims[i], (long long)t->shape[i], INT32_MAX);
+        if (t->strides[i] < 0)
+            return client_fail(c, ATTNSTAT_EINVAL, "%s strides[%d] (%c) is negative (%lld)", name,
+                               i, dims[i], (long long)t->strides[i]);
+    }
+    if (t->strides[3] != 1)
+        return client_fail(c, ATTNSTAT_EINVAL,
+                           "%s strides[3] is %lld: the head dimension D must be contiguous (1)",
+                           name, (long long)t->strides[3]);
+    return ATTNSTAT_OK;
+}
+
+static attnstat_code push_check_push(attnstat_client *c, const attnstat_push_opts *o,
+                                       const attnstat_tensor *q, const attnstat_tensor *k,
+                                       const attnstat_tensor *v)
+{
+    attnstat_code rc;
+    if (!o)
+        return client_fail(c, ATTNSTAT_EINVAL, "push options are NULL");
+    if ((rc = push_check_tensor(c, q, "q")) || (rc = push_check_tensor(c, k, "k")))
+        return rc;
+    if (v && (rc = push_check_tensor(c, v, "v")))
+        return rc;
+    if (k->mem != q->mem || (v && v->mem != q->mem))
+        return client_fail(c, ATTNSTAT_ENOTSUP,
+                           "q is %s memory but %s is %s memory: the tensors of one push must be all "
+                           "in CUDA memory or all in host memory",
+                           q->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host", k->mem != q->mem ? "k" : "v",
+                           q->mem == ATTNSTAT_MEM_CUDA ? "host" : "CUDA");
+    if (q->dtype != k->dtype)
+        return client_fail(c, ATTNSTAT_EINVAL, "q and k have different dtypes (%d and %d)",
+                           q->dtype, k->dtype);
+    if (q->shape[0] != k->shape[0])
+        return client_fail(c, ATTNSTAT_EINVAL, "q and k batch sizes differ (%lld and %lld)",
+                           (long long)q->shape[0], (long long)k->shape[0]);
+    if (q->shape[3] != k->shape[3])
+        return client_fail(c, ATTNSTAT_EINVAL, "q and k head dimensions differ (%lld and %lld)",
+                           (long long)q->shape[3], (long long)k->shape[3]);
+    if (q->shape[1] % k->shape[1] != 0)
+        return client_fail(c, ATTNSTAT_EINVAL,
+                           "q heads (%lld) are not a multiple of k heads (%lld)",
+                           (long long)q->shape[1], (long long)k->shape[1]);
+    if (v && (v->shape[0] != k->shape[0] || v->shape[1] != k->shape[1] ||
+              v->shape[2] != k->shape[2]))
+        return client_fail(c, ATTNSTAT_EINVAL, "v's B, H and N must equal k's");
+    if (o->causal != 0 && o->causal != 1)
+        return client_fail(c, ATTNSTAT_EINVAL, "causal is %d: must be 0 or 1", o->causal);
+    if (o->causal && o->window_right > 0)
+        return client_fail(c, ATTNSTAT_EINVAL,
+                           "causal with window_right %d > 0 contradicts itself", o->window_right);
+    if (!isfinite(o->scale) || o->scale < 0 || !isfinite(o->softcap) || o->softcap < 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "scale and softcap must be finite and >= 0");
+    if (o->sample_every > 1 && o->sample_rows > 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "sample_every and sample_rows are exclusive");
+    if (!o->cu_seqlens_q != !o->cu_seqlens_k)
+        return client_fail(c, ATTNSTAT_EINVAL, "cu_seqlens_q and cu_seqlens_k go together");
+    if (o->cu_seqlens_q) {
+        if (o->n_seqs < 1 || o->n_seqs > 1000000)
+            return client_fail(c, ATTNSTAT_EINVAL, "n_seqs is %d: must be 1..1000000", o->n_seqs);
+        if (q->shape[0] != 1)
+            return client_fail(c, ATTNSTAT_EINVAL, "packed sequences need batch 1 (q has %lld)",
+                               (long long)q->shape[0]);
+        const int32_t *cu[2] = {o->cu_seqlens_q, o->cu_seqlens_k};
+        const int64_t total[2] = {q->shape[2], k->shape[2]};
+        for (int s = 0; s < 2; s++) {
+            if (cu[s][0] != 0 || cu[s][o->n_seqs] != total[s])
+                return client_fail(c, ATTNSTAT_EINVAL,
+                                   "cu_seqlens_%c must start at 0 and end at %lld (N of %c)",
+                                   s ? 'k' : 'q', (long long)total[s], s ? 'k' : 'q');
+            for (int32_t i = 0; i < o->n_seqs; i++)
+                if (cu[s][i + 1] < cu[s][i])
+                    return client_fail(c, ATTNSTAT_EINVAL, "cu_seqlens_%c decreases at %d",
+                                       s ? 'k' : 'q', i + 1);
+        }
+    }
+    return ATTNSTAT_OK;
+}
+
+/* ---- The Push message ------------------------------------------------------------------------- */
+/* One tensor of a Push: its buffer and offset, dtype, shape, and the strides the daemon reads it
+ * with (those of the copy in the ring, or the caller's own for CUDA memory). */
+static void push_ref(Attnstat__TensorRef *r, uint64_t shape[4], uint64_t strides[4],
+                     const attnstat_tensor *t, uint32_t buffer_id, uint64_t off,
+                     const int64_t src_strides[4])
+{
+    attnstat__tensor_ref__init(r);
+    r->buffer_id = buffer_id;
+    r->offset = off;
+    r->dtype = (Attnstat__Dtype)t->dtype;
+    for (int i = 0; i < 4; i++) {
+        shape[i] = (uint64_t)t->shape[i];
+        strides[i] = (uint64_t)src_strides[i];
+    }
+    r->n_shape = 4;
+    r->shape = shape;
+    r->n_strides = 4;
+    r->strides = strides;
+}
+
+static attnstat_code push_drop(attnstat_client *c, int ring_full)
+{
+    c->st.dropped_local++;
+    if (ring_full)
+        c->st.dropped_ring++;
+    else
+        c->st.dropped_queue++;
+    return client_fail(c, ATTNSTAT_DROPPED, "push dropped: %s",
+                       ring_full ? "no room in the shared-memory ring (the daemon has not "
+                                   "released earlier pushes yet)"
+                                 : "the outgoing queue is full (the daemon is not reading)");
+}
+
+static uint64_t push_align(uint64_t n)
+{
+    return (n + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN;
+}
+
+/* The Push fields that come from the options. */
+static void push_fill(Attnstat__Push *p, const attnstat_push_opts *o, uint64_t seq)
+{
+    p->seq = seq;
+    p->step = o->step;
+    p->layer = o->layer;
+    p->has_causal = o->causal != 0;
+    p->causal = o->causal != 0;
+    p->has_window_left = o->window_left >= 0;
+    p->window_left = o->window_left;
+    p->has_window_right = o->window_right >= 0;
+    p->window_right = o->window_right;
+    p->has_softcap = o->softcap != 0;
+    p->softcap = o->softcap;
+    p->has_scale = o->scale != 0;
+    p->scale = o->scale;
+    if (o->cu_seqlens_q) {
+        p->n_cu_seqlens_q = p->n_cu_seqlens_k = (size_t)o->n_seqs + 1;
+        p->cu_seqlens_q = (int32_t *)o->cu_seqlens_q;
+        p->cu_seqlens_k = (int32_t *)o->cu_seqlens_k;
+    }
+    p->has_sample_every = o->sample_every > 1;
+    p->sample_every = o->sample_every;
+    p->has_sample_rows = o->sample_rows > 0;
+    p->sample_rows = o->sample_rows;
+    p->has_sample_seed = o->sample_rows > 0;
+    p->sample_seed = o->sample_seed;
+    p->has_want_results = o->want_results != 0;
+    p->want_results = o->want_results != 0;
+}
+
+/* How gpu_export.c sends its control frames (RegisterBuffer, RegisterEvent, Forget), in order
+ * before the Push that needs them: never dropped. */
+static attnstat_code push_emit(void *ctx, const Attnstat__Envelope *env)
+{
+    return conn_send(ctx, env, 0);
+}
+
+/* Sends the Push of seq naming nt tensors (refs) and, for CUDA tensors, the event the daemon waits
+ * for. Droppable: refused with ATTNSTAT_DROPPED when the outgoing queue is over its bound. */
+static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, uint64_t seq,
+                               Attnstat__TensorRef *refs, int nt, int has_event, uint32_t event_id)
+{
+    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+    push_fill(&p, o, seq);
+    p.q = &refs[0];
+    p.k = &refs[1];
+    p.v = nt > 2 ? &refs[2] : NULL;
+    p.has_event_id = has_event;
+    p.event_id = event_id;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
+    env.push = &p;
+    return conn_send(c, &env, 1);
+}
+
+/* A push that conn_send refused (its ring space or GPU resources already given back): counted,
+ * and the connection's loss handled (release_all: every push in flight released now). */
+static attnstat_code push_unsent(attnstat_client *c, attnstat_code rc, int release_all)
+{
+    if (rc == ATTNSTAT_DROPPED)
+        return push_drop(c, 0);
+    c->st.dropped_local++;
+    if (rc == ATTNSTAT_ECLOSED) {
+        if (release_all)
+            replies_release_all(c);
+        return conn_closed(c);
+    }
+    return rc;
+}
+
+/* The push went out: its slot keeps it (and what it holds of the GPU path, gh) until replies.c
+ * releases it. held: the daemon reads the caller's own memory. */
+static void push_sent(attnstat_client *c, client_inflight *slot, const attnstat_push_opts *o,
+                      uint64_t seq, int held, const gpu_hold *gh)
+{
+    slot->seq = seq;
+    slot->step = o->step;
+    slot->layer = o->layer;
+    slot->held = (uint8_t)(held != 0);
+    slot->released = 0;
+    if (gh)
+        slot->gh = *gh;
+    else
+        slot->gh.dev = -1;
+    c->st.sent++;
+    c->st.in_flight++;
+}
+
+/* ---- Host tensors: a compact copy into the ring ----------------------------------------------- */
+static attnstat_code push_host(attnstat_client *c, const attnstat_push_opts *o,
+                               const attnstat_tensor *const *ts, int nt, uint64_t seq,
+                               client_inflight *slot)
+{
+    gather_plan plans[3];
+    uint64_t offs[3] = {0, 0, 0}, total = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t es = attnstat_dtype_size((attnstat_dtype)ts[i]->dtype);
+        if (gather_make_plan(ts[i]->shape, ts[i]->strides, es, &plans[i]) != 0 ||
+            plans[i].bytes > c->ring_bytes)
+            return client_fail(c, ATTNSTAT_EINVAL,
+                               "%s is too large for the %llu-byte ring (raise ring_bytes or "
+                               "sample fewer rows)", i == 0 ? "q" : i == 1 ? "k" : "v",
+                               (unsigned long long)c->ring_bytes);
+        offs[i] = total;
+        total += push_align(plans[i].bytes);
+    }
+    if (total > c->ring_bytes)
+        return client_fail(c, ATTNSTAT_EINVAL,
+                           "q, k and v need %llu bytes, more than the %llu-byte ring (raise "
+                           "ring_bytes)", (unsigned long long)total,
+                           (unsigned long long)c->ring_bytes);
+    uint64_t base;
+    int ar = ring_alloc(&c->ring, total, seq, &base);
+    if (ar == 1)
+        return push_drop(c, 1);
+    if (ar < 0)
+        return client_fail(c, ATTNSTAT_ENOMEM, "out of memory for ring bookkeeping");
+    for (int i = 0; i < nt; i++) {
+        offs[i] += base;
+        gather_copy(c->map + offs[i], ts[i]->data, ts[i]->shape, ts[i]->strides,
+                    attnstat_dtype_size((attnstat_dtype)ts[i]->dtype), &plans[i]);
+    }
+    Attnstat__TensorRef refs[3];
+    uint64_t shapes[3][4], strides[3][4];
+    for (int i = 0; i < nt; i++)
+        push_ref(&refs[i], shapes[i], strides[i], ts[i], CLIENT_RING_ID, offs[i],
+                 plans[i].strides);
+    attnstat_code rc = push_send(c, o, seq, refs, nt, 0, 0);
+    if (rc != ATTNSTAT_OK) {
+        if (ring_abort_last(&c->ring, seq) != 0) /* its space is free again at once */
+            ring_release(&c->ring, seq);
+        return push_unsent(c, rc, 0);
+    }
+    push_sent(c, slot, o, seq, 0, NULL);
+    return ATTNSTAT_OK;
+}
+
+/* ---- CUDA tensors: gpu_export.c resolves them (zero-copy or staged) and records the event ----- */
+static attnstat_code push_cuda(attnstat_client *c, const attnstat_push_opts *o,
+                               const attnstat_tensor *const *ts, int nt, uint64_t seq,
+                               client_inflight *slot, uint64_t *seq_out)
+{
+    gpu_loc loc[3];
+    gpu_hold gh;
+    uint32_t event_id = 0;
+    int zero_copy = 0;
+    attnstat_code rc = gpu_prepare(c->gpu, ts, nt, o->cuda_stream, seq, push_emit, c, loc,
+                                   &event_id, &gh, &zero_copy, &c->st, c->err, sizeof c->err);
+    if (rc != ATTNSTAT_OK) {
+        if (rc == ATTNSTAT_DROPPED || rc == ATTNSTAT_ECLOSED)
+            c->st.dropped_local++;
+        if (rc == ATTNSTAT_ECLOSED) {
+            replies_release_all(c);
+            return conn_closed(c);
+        }
+        return rc;
+    }
+    Attnstat__TensorRef refs[3];
+    uint64_t shapes[3][4], strides[3][4];
+    for (int i = 0; i < nt; i++)
+        push_ref(&refs[i], shapes[i], strides[i], ts[i], loc[i].buffer_id, loc[i].offset,
+                 ts[i]->strides);
+    rc = push_send(c, o, seq, refs, nt, 1, event_id);
+    if (rc != ATTNSTAT_OK) {
+        gpu_release(c->gpu, seq, &gh);
+        if (zero_copy)
+            c->st.cuda_zero_copy--;
+        else
+            c->st.cuda_staged--;
+        return push_unsent(c, rc, 1);
+    }
+    push_sent(c, slot, o, seq, zero_copy, &gh);
+    if (zero_copy) {
+        c->st.releases_pending++;
+        if (seq_out)
+            *seq_out = seq;
+    }
+    return ATTNSTAT_OK;
+}
+
+/* ---- The calls -------------------------------------------------------------------------------- */
+attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *o,
+                            const attnstat_tensor *q, const attnstat_tensor *k,
+                            const attnstat_tensor *v)
+{
+    return attnstat_push_ex(c, o, q, k, v, NULL);
+}
+
+attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
+                               const attnstat_tensor *q, const attnstat_tensor *k,
+                               const attnstat_tensor *v, uint64_t *seq_out)
+{
+    if (seq_out)
+        *seq_out = 0;
+    if (!c)
+        return ATTNSTAT_EINVAL;
+    c->err[0] = '\0';
+    attnstat_code rc = push_check_push(c, o, q, k, v);
+    if (rc != ATTNSTAT_OK)
+        return rc;
+    int cuda = q->mem == ATTNSTAT_MEM_CUDA;
+    if (cuda) {
+        if (!c->gpu && gpu_built())
+            c->gpu = gpu_new();
+        if ((rc = gpu_available(c->gpu, c->err, sizeof c->err)) != ATTNSTAT_OK)
+            return rc;
+    }
+    if (!c->hello_done)
+        return client_fail(c, ATTNSTAT_ESTATE, "push before a successful attnstat_hello");
+    c->st.pushed++;
+    if (!c->closed) {
+        conn_pump_in(c);  /* Releases free ring space */
+        conn_pump_out(c);
+    }
+    if (c->closed) {
+        c->st.dropped_local++;
+        replies_release_all(c);
+        return conn_closed(c);
+    }
+    /* Cheap early test: a queue already over its bound drops before any copy. */
+    if (conn_queued(c) + 1024 > c->oq_limit && conn_queued(c) > 0)
+        return push_drop(c, 0);
+    uint64_t seq = c->next_seq;
+    client_inflight *slot = &c->inflight[seq & (CLIENT_MAX_INFLIGHT - 1)];
+    if (slot->seq != 0)
+        return push_drop(c, 0); /* CLIENT_MAX_INFLIGHT pushes unacknowledged */
+    /* From here on the push owns seq whatever happens: a push that fails after allocating ring
+     * space (host or staged device ring) must never leave its seq to the next push, or two blocks
+     * would share it and a Release would find the wrong one. */
+    c->next_seq++;
+
+    const attnstat_tensor *ts[3] = {q, k, v};
+    int nt = v ? 3 : 2;
+    if (cuda)
+        return push_cuda(c, o, ts, nt, seq, slot, seq_out);
+    return push_host(c, o, ts, nt, seq, slot);
+}
