@@ -37,3 +37,7 @@ add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_O
 target_include_directories(attnstat_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(attnstat_cuda PRIVATE attnstat_warnings CUDA::cudart_static m)
 
+# The dev harness: stats_dev VARIANT|all|list [B H N D] ... (kernels/dev/stats_dev.c). Built with the
+# rest so that it always compiles; it needs a GPU to run (and says so without one).
+add_executable(stats_dev dev/stats_dev.c)
+target_link_libraries(stats_dev PRIVATE attnstat_kernels attnstat_warnings CUDA::cudart_static m)
