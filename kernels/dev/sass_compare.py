@@ -280,8 +280,8 @@ def main():
             logs = compile_tree(trees[label], gencode, jobs)
             k, p = collect(trees[label])
             results[label] = (k, p, ptxas_report(logs))
-            print(f"  {label} ({rev or 'work tree'}): {len(logs)} sources, {len(k)} kernel cubins "
-                  f"sections, {len(p)} PTX entries")
+            print(f"  {label} ({rev or 'work tree'}): {len(logs)} sources, {len(k)} (architecture, "
+                  f"kernel) pairs in the cubins, {len(p)} PTX entries")
         (kb, pb, rb), (kh, ph, rh) = results["base"], results["head"]
         bad = 0
         for key in sorted(set(kb) | set(kh)):
@@ -308,8 +308,8 @@ def main():
                 bad += 1
                 print(f"DIFFERENT {key[0]} PTX of {key[1]}")
         same_ptx = sum(1 for k in pb if pb[k] == ph.get(k))
-        print(f"sass_compare: {len(kb)} kernel instances (per architecture), {same_ptx} of {len(pb)} "
-              f"PTX entries identical; {bad} difference(s)")
+        print(f"sass_compare: {len(kb)} (architecture, kernel) pairs, {same_ptx} of {len(pb)} PTX "
+              f"entries identical; {bad} difference(s)")
         return 1 if bad else 0
     finally:
         if "--keep-tmp" in sys.argv:
