@@ -74,6 +74,8 @@ static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_HOPPER_COUNT
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3,
               "the Hopper variants are numbered from 0 (STATS_CUDA_PATH_WG_VARIANT + N)");
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 6,
+              "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
 
 extern "C" int stats_cuda_wg_variant_count(void)
 {

@@ -5,7 +5,7 @@
  *
  * How a variant is asked for: the Hopper variants 0-3 through STATS_CUDA_PATH_WG_VARIANT + N
  * (stats_cuda_wg_variant_count() == 4; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
- * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_path(); the
+ * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_get(); the
  * bench's ATTNSTAT_BENCH_VARIANTS and stats_dev take any number); AUTO and STATS_CUDA_PATH_WGMMA
  * take STATS_VARIANT_DEFAULT where it applies.
  * Where a variant does not apply (another GPU, head_dim, dtype or alignment) the planner falls
@@ -25,7 +25,8 @@ extern "C" {
 #endif
 
 /* X(number, ID, how it is asked for: WG (path WG_VARIANT + number) | MMA_SYNC | GENERIC, name,
- *   kernel (file): what it is). The name is the tag stats_cuda_kernel_name() ends with. */
+ *   kernel (file): what it is), numbers in order from 0. stats_cuda_kernel_name() names a run with
+ *   the name in it. */
 #define STATS_VARIANTS(X)                                                                          \
     X(0, WGMMA, WG, "3wg n64 rs",                                                                  \
       "stats_wgmma_kernel (cuda/wgmma_sm90.cu): wgmma m64n64k16, 3 warpgroups x 64 rows, 64-key "  \
@@ -67,43 +68,20 @@ typedef enum {
 #undef STATS_VARIANT_ONE
 #undef STATS_VARIANT_ONE_WG
 
-/* The path that asks for variant v; STATS_CUDA_PATH_AUTO past the table. */
-static inline stats_cuda_path stats_variant_path(int v)
-{
-    switch (v) {
-#define STATS_VARIANT_CASE(n, id, sel, name, what)                                                 \
-    case n:                                                                                        \
-        return STATS_VARIANT_PATH_##sel(n);
-        STATS_VARIANTS(STATS_VARIANT_CASE)
-#undef STATS_VARIANT_CASE
-    }
-    return STATS_CUDA_PATH_AUTO;
-}
+/* What the table says of one variant. */
+typedef struct {
+    const char *name;     /* "fold2 sw128" */
+    const char *what;     /* the kernel, its file, what it is */
+    stats_cuda_path path; /* the path that asks for it */
+} stats_variant_info;
 
-/* "fold2 sw128" for 2; NULL past the table. */
-static inline const char *stats_variant_name(int v)
+/* Variant v's line of the table; NULL past it. */
+static inline const stats_variant_info *stats_variant_get(int v)
 {
-    switch (v) {
-#define STATS_VARIANT_NAME(n, id, sel, name, what)                                                 \
-    case n:                                                                                        \
-        return name;
-        STATS_VARIANTS(STATS_VARIANT_NAME)
-#undef STATS_VARIANT_NAME
-    }
-    return NULL;
-}
-
-/* One line on what variant v is; NULL past the table. */
-static inline const char *stats_variant_what(int v)
-{
-    switch (v) {
-#define STATS_VARIANT_WHAT(n, id, sel, name, what)                                                 \
-    case n:                                                                                        \
-        return what;
-        STATS_VARIANTS(STATS_VARIANT_WHAT)
-#undef STATS_VARIANT_WHAT
-    }
-    return NULL;
+#define STATS_VARIANT_INFO(n, id, sel, name, what) {name, what, STATS_VARIANT_PATH_##sel(n)},
+    static const stats_variant_info k_info[] = {STATS_VARIANTS(STATS_VARIANT_INFO)};
+#undef STATS_VARIANT_INFO
+    return v >= 0 && v < STATS_VARIANT_COUNT ? &k_info[v] : NULL;
 }
 
 /* The variant a run of p on ctx would use with ctx's current path, after the planner's fallbacks

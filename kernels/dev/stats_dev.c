@@ -10,7 +10,7 @@
  *
  * For a shape: fresh random Q and K (Gaussian, never zeros; seed printed, --seed or
  * ATTNSTAT_TEST_SEED to replay), the reference stats_cpu() (double accumulation) on the host; then
- * for each variant: the path that asks for it (stats_variant_path), a check that the planner really
+ * for each variant: the path that asks for it (stats_variant_get), a check that the planner really
  * runs it here (stats_cuda_plan_variant: a Hopper variant on an Ampere GPU, or head_dim 256, falls
  * back to another one, which is reported and skipped), one stats_cuda_run with per-row outputs
  * (poisoned first), every per-head field and every row's entropy and max logit compared with
@@ -242,7 +242,8 @@ static int reference(bench *bn)
 static void upload(bench *bn, int device)
 {
     int l2 = 0;
-    cuda_check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2)");
+    cuda_check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device),
+               "cudaDeviceGetAttribute(L2 size)");
     const double set = (double)(bn->q_bytes + bn->k_bytes);
     int n = (int)ceil(3.0 * l2 / set);
     n = n < 2 ? 2 : n > 64 ? 64 : n;
@@ -270,12 +271,14 @@ static run_result run_variant(stats_cuda *ctx, bench *bn, const shape *s, int v,
 {
     const stats_problem *p0 = &bn->sets[0];
     *ms = NAN;
-    stats_cuda_set_path(ctx, stats_variant_path(v));
+    const stats_variant_info *vi = stats_variant_get(v);
+    stats_cuda_set_path(ctx, vi->path);
     const int planned = stats_cuda_plan_variant(ctx, p0);
-    printf("variant %d (%s): %s\n", v, stats_variant_name(v), stats_variant_what(v));
+    printf("variant %d (%s): %s\n", v, vi->name, vi->what);
     if (planned != v) {
         printf("  not here: on this device and shape the planner runs variant %d (%s) instead; "
-               "skipped\n", planned, planned >= 0 ? stats_variant_name(planned) : "invalid problem");
+               "skipped\n",
+               planned, planned >= 0 ? stats_variant_get(planned)->name : "invalid problem");
         stats_cuda_set_path(ctx, STATS_CUDA_PATH_AUTO);
         return RUN_NOT_HERE;
     }
@@ -301,7 +304,8 @@ static run_result run_variant(stats_cuda *ctx, bench *bn, const shape *s, int v,
     cuda_check(cudaMemcpy(gh, dh, rb, cudaMemcpyDeviceToHost), "copy row entropy");
     cuda_check(cudaMemcpy(gm, dm, rb, cudaMemcpyDeviceToHost), "copy row max logit");
     check c = {0};
-    if (!validate(got, bn->ref, heads, gh, gm, bn->ref_h, bn->ref_m, bn->rows, bn->logit_atol, &c)) {
+    if (!validate(got, bn->ref, heads, gh, gm, bn->ref_h, bn->ref_m, bn->rows, bn->logit_atol,
+                  &c)) {
         printf("  validate: FAILED, %d mismatch(es)%s\n", c.mismatches,
                c.mismatches >= MAX_MISMATCHES ? " (stopped there)" : "");
         goto out;
@@ -362,7 +366,7 @@ static void list_variants(void)
 {
     printf("variant  name              what\n");
     for (int v = 0; v < STATS_VARIANT_COUNT; v++)
-        printf("%7d  %-16s  %s\n", v, stats_variant_name(v), stats_variant_what(v));
+        printf("%7d  %-16s  %s\n", v, stats_variant_get(v)->name, stats_variant_get(v)->what);
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -471,7 +475,7 @@ int main(int argc, char **argv)
     if (last > first) {
         printf("\n| variant | name | result | ms | TFLOP/s |\n|---|---|---|---|---|\n");
         for (int i = first; i <= last; i++)
-            printf("| %d | %s | %s | %.4f | %.0f |\n", i, stats_variant_name(i),
+            printf("| %d | %s | %s | %.4f | %.0f |\n", i, stats_variant_get(i)->name,
                    res[i] == RUN_PASSED ? "ok" : res[i] == RUN_FAILED ? "FAILED" : "not here",
                    ms[i], res[i] == RUN_PASSED ? bn.flops / (ms[i] * 1e-3) / 1e12 : 0.0);
     }
