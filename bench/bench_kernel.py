@@ -11,11 +11,14 @@ For each bf16 shape (B, Hq, Hkv, N, D, causal):
        mat   the same statistics with the softmax materialised in float32 (chunked over heads)
   3. print the table: speed-ups, our Q.K^T TFLOP/s, and the share of the floor
      (Q.K^T FLOPs of the visible pairs at the bf16 matrix peak measured here).
-Run through bench/bench_kernel.sh, which builds the library first.
+ATTNSTAT_BENCH_VARIANTS=N,M,...: also check and time those variants, numbered as in
+kernels/cuda/variants.h (read from it here: one numbering for code, bench and
+bench/kernel_notes.md). Run through bench/bench_kernel.sh, which builds the library first.
 """
 import ctypes
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -60,7 +63,29 @@ class Err(ctypes.Structure):
 assert ctypes.sizeof(Problem) == 160 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
 
 BF16 = 2
-PATH_WG_VARIANT = 16  # STATS_CUDA_PATH_WG_VARIANT (+ v)
+# stats_cuda_path (kernels/stats_cuda.h)
+PATH_GENERIC, PATH_MMA_SYNC, PATH_WG_VARIANT = 1, 2, 16
+VARIANTS_H = os.path.join(HERE, "..", "kernels", "cuda", "variants.h")
+
+
+def read_variants(path=VARIANTS_H):
+    """{number: (name, path that asks for it)} from the X-macro table of kernels/cuda/variants.h."""
+    rows = re.findall(r'X\(\s*(\d+),\s*\w+,\s*(\w+),\s*"([^"]*)"', open(path).read())
+    if not rows:
+        sys.exit(f"bench: no variant table found in {path}")
+    how = {"WG": lambda n: PATH_WG_VARIANT + n, "MMA_SYNC": lambda n: PATH_MMA_SYNC,
+           "GENERIC": lambda n: PATH_GENERIC}
+    return {int(n): (name, how[sel](int(n))) for n, sel, name in rows}
+
+
+VARIANTS = read_variants()
+MMA_SYNC_VARIANT = next(n for n, (_, p) in VARIANTS.items() if p == PATH_MMA_SYNC)
+
+
+def variant_path(v):
+    if v not in VARIANTS:
+        sys.exit(f"bench: no variant {v}; kernels/cuda/variants.h has {sorted(VARIANTS)}")
+    return VARIANTS[v][1]
 
 
 def load_lib(path):
@@ -220,8 +245,10 @@ def main():
         shapes = [shapes[int(i)] for i in only.split(",")]
     rows = []
     base_ms = {}
-    # ATTNSTAT_BENCH_VARIANTS=0,1,...: also check and time those variants of the Hopper kernel
+    # ATTNSTAT_BENCH_VARIANTS=0,1,...: also check and time those variants (kernels/cuda/variants.h)
     variants = [int(i) for i in os.environ.get("ATTNSTAT_BENCH_VARIANTS", "").split(",") if i != ""]
+    for var in variants:
+        variant_path(var)
     vrows = []
     for (B, Hq, Hkv, N, D, causal, every) in shapes:
         scale = 1.0 / math.sqrt(D)
@@ -250,7 +277,8 @@ def main():
             H, M = H[:, :, sel], M[:, :, sel]
         ref_mean = H.mean(dim=(0, 2))
         failed = set()
-        for path in [0] + [PATH_WG_VARIANT + i for i in variants]:
+        for var in [None] + variants:  # None: the default path
+            path = 0 if var is None else variant_path(var)
             lib.stats_cuda_set_path(ours.ctx, path)
             name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(p)).decode()
             rh = torch.full((B, Hq, N), float("nan"), device="cuda")
@@ -266,17 +294,17 @@ def main():
             print(f"check {tag:40s} {name}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
                   f"max rel dmean {dmean:.2e}: {'ok' if ok else 'FAILED'}", flush=True)
             lib.stats_cuda_set_path(ours.ctx, 0)
-            if not ok and path == 0:
+            if not ok and var is None:
                 sys.exit("bench: our output disagrees with PyTorch float64; not timing")
             if not ok:  # a variant under trial: report it, time the others
-                failed.add(path - PATH_WG_VARIANT)
+                failed.add(var)
             del rh, rm
         del H, M
 
         # 2. time
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
-        lib.stats_cuda_set_path(ours.ctx, 2)  # the mma.sync kernel, for the notes
+        lib.stats_cuda_set_path(ours.ctx, variant_path(MMA_SYNC_VARIANT))  # for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         lib.stats_cuda_set_path(ours.ctx, 0)
         t_var = []
@@ -284,7 +312,7 @@ def main():
             if i in failed:
                 t_var.append(float("nan"))
                 continue
-            lib.stats_cuda_set_path(ours.ctx, PATH_WG_VARIANT + i)
+            lib.stats_cuda_set_path(ours.ctx, variant_path(i))
             t_var.append(time_events(lambda s: ours.run(s[3], sync=False), sets, iters))
             lib.stats_cuda_set_path(ours.ctx, 0)
         if variants:
@@ -312,7 +340,8 @@ def main():
         tflops = flops / (t_ours * 1e-3) / 1e12
         floor_ms = flops / (peak * 1e12) * 1e3
         rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal))))
-        print(f"time  {tag:40s} ours {t_ours:.4f} ms (mma.sync kernel {t_mma:.4f})  sdpa {t_sdpa:.4f} ms  "
+        print(f"time  {tag:40s} ours {t_ours:.4f} ms (variant {MMA_SYNC_VARIANT}, mma.sync: {t_mma:.4f})  "
+              f"sdpa {t_sdpa:.4f} ms  "
               f"materialised {t_mat:.2f} ms", flush=True)
         del sets, q, k, v
         torch.cuda.empty_cache()
@@ -329,7 +358,7 @@ def main():
               f"{100 * fl / t:.0f}% |")
     if variants:  # last: the variants side by side (FAIL: failed the float64 check, not timed)
         print()
-        print("| shape | default ms | " + " | ".join(f"v{i} ms" for i in variants) + " |")
+        print("| shape | default ms | " + " | ".join(f"v{i} {VARIANTS[i][0]} ms" for i in variants) + " |")
         print("|---|---|" + "---|" * len(variants))
         for tag, t, tv in vrows:
             print(f"| {tag} | {t:.4f} | " + " | ".join("FAIL" if x != x else f"{x:.4f}" for x in tv) + " |")

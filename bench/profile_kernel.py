@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""profile_kernel.py — one run of each asked variant of the Hopper kernel on one shape, for Nsight
-Compute: ncu -k regex:stats_wg python3 bench/profile_kernel.py LIB [variants] [shape index].
+"""profile_kernel.py — one run of each asked variant (numbers of kernels/cuda/variants.h) on one
+shape, for Nsight Compute:
+  ncu -k regex:"stats_(wg|mma|generic)" python3 bench/profile_kernel.py LIB [variants] [shape index]
 Shapes as in bench_kernel.py (0: (2,32,4096,128) full). Variants: comma list (default 0)."""
 import ctypes
 import os
@@ -25,7 +26,7 @@ def main():
     ours = bk.Ours(lib)
     ours.heads_dev = torch.empty(Hq * ctypes.sizeof(bk.Head), dtype=torch.uint8, device="cuda")
     for v in variants:
-        lib.stats_cuda_set_path(ours.ctx, bk.PATH_WG_VARIANT + v)
+        lib.stats_cuda_set_path(ours.ctx, bk.variant_path(v))
         print("variant", v, lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(p)).decode(), flush=True)
         ours.run(p, sync=False)
     torch.cuda.synchronize()

@@ -1,15 +1,22 @@
-# cuda.cmake — the CUDA backend (stats_cuda.cu), included by kernels/CMakeLists.txt when the build
-# has CUDA. Machine code for Hopper (sm_90a) and Ampere (sm_80), plus compute_80 PTX so that newer
-# GPUs can JIT it. The objects go into attnstat_kernels (a C library: consumers link with the C
-# compiler and the static CUDA runtime, no device link step) and into the shared library
-# libattnstat_cuda.so that bench/bench_kernel.py loads with ctypes.
+# cuda.cmake — the CUDA backend (cuda/*.cu, API in stats_cuda.h), included by kernels/CMakeLists.txt
+# when the build has CUDA. Machine code for Hopper (sm_90a) and Ampere (sm_80), plus compute_80 PTX
+# so that newer GPUs can JIT it. One object per kernel family and one for the launcher, compiled
+# without -rdc (device code shared by several files is inline, in cuda/*.cuh); the objects go into
+# attnstat_kernels (a C library: consumers link with the C compiler and the static CUDA runtime, no
+# device link step) and into the shared library libattnstat_cuda.so that bench/bench_kernel.py
+# loads with ctypes. kernels/dev/stats_dev is the harness that runs one variant against stats_cpu.
 set(ATTNSTAT_CUDA_GENCODE
   "-gencode=arch=compute_90a,code=sm_90a"
   "-gencode=arch=compute_80,code=sm_80"
   "-gencode=arch=compute_80,code=compute_80"
   CACHE STRING "nvcc -gencode flags for the attnstat kernels")
 
-add_library(attnstat_cuda_obj OBJECT stats_cuda.cu)
+add_library(attnstat_cuda_obj OBJECT
+  cuda/launch.cu       # context, workspace, plan, run (stats_cuda.h)
+  cuda/wgmma_sm90.cu   # variant 0
+  cuda/wgf_sm90.cu     # variants 1-3 (2: the default)
+  cuda/mma_sm80.cu     # variant 4
+  cuda/generic.cu)     # variant 5; fill_rows, packed_offsets, reduce_heads
 target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings)
 target_compile_options(attnstat_cuda_obj PRIVATE
@@ -29,3 +36,8 @@ target_link_libraries(attnstat_kernels PUBLIC CUDA::cudart_static)
 add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_OBJECTS:attnstat_cuda_obj>)
 target_include_directories(attnstat_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(attnstat_cuda PRIVATE attnstat_warnings CUDA::cudart_static m)
+
+# The dev harness: stats_dev VARIANT|all|list [B H N D] ... (kernels/dev/stats_dev.c). Built with the
+# rest so that it always compiles; it needs a GPU to run (and says so without one).
+add_executable(stats_dev dev/stats_dev.c)
+target_link_libraries(stats_dev PRIVATE attnstat_kernels attnstat_warnings CUDA::cudart_static m)

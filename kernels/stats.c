@@ -1,5 +1,5 @@
 /* stats.c — what every backend shares: dtype helpers, problem validation, sampling counts and
- * tensor extents. The arithmetic lives in stats_cpu.c and stats_cuda.cu. */
+ * tensor extents. The arithmetic lives in stats_cpu.c and cuda/ (stats_cuda.h). */
 #include "stats.h"
 
 #include <math.h>

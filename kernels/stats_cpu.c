@@ -2,8 +2,10 @@
  * Every other backend is tested against this file, and hosts without a GPU compute with it.
  *
  * Per row, one pass over the visible keys in tiles of TILE keys, with the shifted accumulators
- * of DESIGN.md ("The math"): t = s - m <= 0,  l = sum exp(t),  w = sum exp(t) * t,
- * H = log(l) - w / l. When a tile raises the running max by d = m_old - m_new < 0:
+ *     t = s - m <= 0,  l = sum exp(t),  w = sum exp(t) * t,  H = log(l) - w / l
+ * (the form H = m + log l - r/l with r = sum exp(t) * s cancels catastrophically when the logits
+ * are large and H small, the regime the alerts are for). When a tile raises the running max by
+ * d = m_old - m_new < 0:
  *     l <- a * l,   w <- a * (w + d * l_old),   a = exp(d)
  * guarded on the first tile, where m = -inf and l = 0 (d * l would be -inf * 0 = NaN). */
 #include "stats.h"

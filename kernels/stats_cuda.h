@@ -10,12 +10,14 @@
  * stream (the workspace is reused by the next call on that stream).
  *
  * What is computed: exactly stats_cpu()'s stats_head and per-row outputs (stats.h), in float32 on
- * the device with the shifted accumulator of DESIGN.md and the true row max, reduced per head in a
- * fixed order (the results do not depend on scheduling). Q.K^T runs on the tensor cores
+ * the device with the shifted accumulator of stats_cpu.c (in base 2: cuda/common.cuh) and the true
+ * row max, reduced per head in a fixed order (the results do not depend on scheduling). Q.K^T runs on the tensor cores
  * (bf16/f16 in, f32 accumulation) when dtype is bf16 or f16, the data are 16-byte aligned and the
  * strides are multiples of 8 elements: wgmma on Hopper for head_dim 33..128, mma.sync otherwise
  * (and on Ampere); everything else (f32 inputs, odd strides) takes a CUDA-core path that gives the
- * same results more slowly.
+ * same results more slowly. The implementation: cuda/ (launch.cu plans and launches; the kernels
+ * and their numbers in cuda/variants.h); kernels/dev/stats_dev runs one variant against
+ * stats_cpu() and times it.
  *
  * Device pointers: p->q.ptr, p->k.ptr, p->cu_seqlens_q/k, row_entropy, row_maxlogit, heads_dev.
  * Packed offsets are read on the device only: the caller validates them on the host first
@@ -43,7 +45,9 @@ typedef enum {
     STATS_CUDA_PATH_WGMMA = 3,    /* the Hopper kernel wherever it applies (AUTO does the same on
                                      Hopper; this path names it) */
     STATS_CUDA_PATH_WG_VARIANT = 16, /* + v, v < stats_cuda_wg_variant_count(): variant v of the
-                                        Hopper kernel (tests and bench); else as WGMMA */
+                                        Hopper kernel (tests and bench; numbers in
+                                        cuda/variants.h). Any value not named here acts as
+                                        MMA_SYNC. */
 } stats_cuda_path;
 
 /* Number of variants of the Hopper kernel, and the one AUTO and WGMMA use. */

@@ -1,9 +1,9 @@
-/* test_stats_cuda.c — the CUDA backend (kernels/stats_cuda.cu) against the CPU reference
+/* test_stats_cuda.c — the CUDA backend (kernels/cuda/, stats_cuda.h) against the CPU reference
  * (stats_cpu) on fresh random data, one problem per configuration below, plus the error paths.
  *
  * Seed: printed at start; set ATTNSTAT_TEST_SEED to replay a run. ATTNSTAT_TEST_VARIANTS=1 also
- * runs every variant of the Hopper kernel; ATTNSTAT_TEST_WG_ONLY=v runs variant v alone. Without a
- * usable GPU the suite prints why and exits 77 (ctest: skipped).
+ * runs every Hopper variant; ATTNSTAT_TEST_WG_ONLY=v runs variant v alone (numbers:
+ * kernels/cuda/variants.h). Without a usable GPU the suite prints why and exits 77 (ctest: skipped).
  *
  * Tolerances (float32 on the device against double on the host):
  *   per-row entropy      |gpu - cpu| <= 1e-3 nats

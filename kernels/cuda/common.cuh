@@ -1,0 +1,370 @@
+/* common.cuh — device code every statistics kernel shares: the math of a row, the problem on the
+ * device, the per-CTA partials, and the sm_80 instructions (cp.async, ldmatrix, mma.sync). CUDA
+ * C++, device only; stage: the CUDA backend of stats.h. Included by the kernel files (mma_sm80.cu,
+ * wgmma_sm90.cu, wgf_sm90.cu, generic.cu); includes kernels.h and stats.h. No -rdc: everything
+ * here is inline, a template, or a file-local (static) function, so that each file compiles its
+ * own copy; every kernel file calls each static function (an unused one would be an error).
+ *
+ * The math, per row, in base 2 (u = log2(e) * (s - m), m the true running max):
+ *   l = sum 2^u,  W = sum 2^u * u,  H = ln2 * (log2 l - W / l) nats,
+ *   when the max grows by d = M_old - M_new < 0, a = 2^d:  W <- a*W + a*d*l,  l <- a*l
+ * guarded when M_old = -inf (l = W = 0 then; d*l would be -inf*0). This is stats_cpu.c's shifted
+ * accumulator (w = sum e^t * t with t = s - m <= 0, H = log l - w / l) with log2(e) folded into
+ * the scale. Masked keys are selected out, never fed through -inf, so that a NaN or Inf logit is
+ * still noticed: +Inf makes M infinite, NaN makes l NaN, -Inf (with a finite max) makes
+ * 2^u * u = 0 * -inf = NaN in W. A row is non-finite exactly when M, l or W is, which matches
+ * stats_cpu()'s "some visible logit is not finite". The max is taken over the raw dot products:
+ * scaling and softcap are increasing, so the max of the logits is the logit of the max dot product.
+ *
+ * Index conventions of every statistics kernel: grid (blocks_per_head, Hq); CTA (x, h) takes the
+ * sampled rows [blk * BM, blk * BM + BM) of sequence seq (cta_sequence: x -> (seq, blk)); per-row
+ * outputs are [B, Hq, Nq] (packed: [1, Hq, total]), row (tb, h, q0 + i) at
+ * ((tb * Hq + h) * len_q + q0 + i). */
+#ifndef ATTNSTAT_CUDA_COMMON_CUH
+#define ATTNSTAT_CUDA_COMMON_CUH
+
+#include <math.h>
+
+#include "kernels.h"
+#include "stats.h"
+
+/* ---- exp2, tanh ------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* tanh(y) = 1 - 2 / (1 + e^(2y)); absolute error ~1e-7, exact limits at +-inf, NaN stays NaN. */
+static __device__ __forceinline__ float tanh_fast(float y)
+{
+    float e = ex2(y * (2.0f * LOG2E_F));
+    return 1.0f - __fdividef(2.0f, 1.0f + e);
+}
+
+/* 2^x on the FMA pipe, for x <= 0 (the fold's u): x = n + f with n = rint(x), f in [-1/2, 1/2],
+ * 2^f by a degree-5 polynomial (coefficients fitted here for minimax relative error on [-1/2, 1/2];
+ * max relative error 2.1e-7 in float32 Horner), 2^n added to the exponent bits. x is clamped at
+ * -126 (the result is then < 2^-125, a denormal: negligible next to l >= 1) so that the exponent
+ * never wraps; NaN also becomes -126 here, which is fine because the fold keeps the unclamped u
+ * for W (W = NaN then, so the row is still reported non-finite). Moves work off MUFU. */
+static __device__ __forceinline__ float ex2_poly(float x)
+{
+    x = fmaxf(x, -126.0f);
+    const float t = __fadd_rn(x, 12582912.0f); /* 1.5 * 2^23: round to an integer in the low bits */
+    const float n = __fsub_rn(t, 12582912.0f);
+    const float f = __fsub_rn(x, n);
+    float q = 1.327647245e-03f;
+    q = fmaf(q, f, 9.675540961e-03f);
+    q = fmaf(q, f, 5.550713092e-02f);
+    q = fmaf(q, f, 2.402212024e-01f);
+    q = fmaf(q, f, 6.931469440e-01f);
+    q = fmaf(q, f, 1.000000119e+00f);
+    return __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));
+}
+
+/* ---- sm_80 instructions: cp.async, ldmatrix, mma.sync ---------------------------------------- */
+
+static __device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte asynchronous copy global -> shared; bytes < 16 are read, the rest zero-filled. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(bytes));
+}
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+template <bool F16>
+static __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                                unsigned b1)
+{
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* ---- the problem on the device: which rows a CTA takes, which keys a row sees ---------------- */
+
+struct seqinfo {
+    int seq, blk, q0, lq, k0, lk, nsamp, tb;
+};
+
+static __device__ __forceinline__ int sampled_count_dev(const kparams &p, int lq)
+{
+    if (lq <= 0)
+        return 0;
+    if (p.sample_rows > 0)
+        return p.sample_rows < lq ? p.sample_rows : lq;
+    if (p.sample_every > 1)
+        return (int)(((long long)lq + p.sample_every - 1) / p.sample_every);
+    return lq;
+}
+
+static __device__ __forceinline__ int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Which (sequence, block) CTA x of a head works on; false when x is past the last block. */
+static __device__ bool cta_sequence(const kparams &p, int x, seqinfo *s)
+{
+    if (!p.packed) {
+        s->seq = x / p.nblk;
+        s->blk = x % p.nblk;
+        if (s->seq >= p.batch)
+            return false;
+        s->q0 = 0, s->lq = p.len_q, s->k0 = 0, s->lk = p.len_k, s->tb = s->seq;
+    } else {
+        if (x >= p.blk_off[p.batch])
+            return false;
+        int lo = 0, hi = p.batch - 1; /* last sequence whose first block is <= x */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (p.blk_off[mid] <= x)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        s->seq = lo;
+        s->blk = x - p.blk_off[lo];
+        int q0 = clampi(p.cu_q[lo], 0, p.len_q), q1 = clampi(p.cu_q[lo + 1], q0, p.len_q);
+        int k0 = clampi(p.cu_k[lo], 0, p.len_k), k1 = clampi(p.cu_k[lo + 1], k0, p.len_k);
+        s->q0 = q0, s->lq = q1 - q0, s->k0 = k0, s->lk = k1 - k0, s->tb = 0;
+    }
+    s->nsamp = sampled_count_dev(p, s->lq);
+    return true;
+}
+
+/* Visible keys [lo, hi] of row i (lo > hi: none). */
+static __device__ __forceinline__ void visible_range(const kparams &p, int i, int lq, int lk,
+                                                     int *lo_out, int *hi_out)
+{
+    long long o = (long long)lk - lq, lo = 0, hi = (long long)lk - 1, a = i + o;
+    if (p.causal && a < hi)
+        hi = a;
+    if (p.wr >= 0 && a + p.wr < hi)
+        hi = a + p.wr;
+    if (p.wl >= 0 && a - p.wl > lo)
+        lo = a - p.wl;
+    if (lo > hi)
+        lo = 1, hi = 0;
+    *lo_out = (int)lo;
+    *hi_out = (int)hi;
+}
+
+/* ---- per-CTA partials: one finished row into a part, a block's parts into one ---------------- */
+
+static __device__ __forceinline__ void part_init(part &a)
+{
+    a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
+    a.sum = a.sumsq = a.sum_norm = 0.0;
+    a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
+}
+
+static __device__ __forceinline__ void part_merge(part &a, const part &b)
+{
+    a.rows += b.rows, a.rows_norm += b.rows_norm, a.rows_empty += b.rows_empty;
+    a.nonfinite += b.nonfinite, a.collapsed += b.collapsed;
+    a.sum += b.sum, a.sumsq += b.sumsq, a.sum_norm += b.sum_norm;
+    a.hmin = fminf(a.hmin, b.hmin), a.hmax = fmaxf(a.hmax, b.hmax), a.mmax = fmaxf(a.mmax, b.mmax);
+}
+
+static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
+{
+    part b;
+    b.rows = __shfl_xor_sync(0xffffffffu, a.rows, lane_mask);
+    b.rows_norm = __shfl_xor_sync(0xffffffffu, a.rows_norm, lane_mask);
+    b.rows_empty = __shfl_xor_sync(0xffffffffu, a.rows_empty, lane_mask);
+    b.nonfinite = __shfl_xor_sync(0xffffffffu, a.nonfinite, lane_mask);
+    b.collapsed = __shfl_xor_sync(0xffffffffu, a.collapsed, lane_mask);
+    b.sum = __shfl_xor_sync(0xffffffffu, a.sum, lane_mask);
+    b.sumsq = __shfl_xor_sync(0xffffffffu, a.sumsq, lane_mask);
+    b.sum_norm = __shfl_xor_sync(0xffffffffu, a.sum_norm, lane_mask);
+    b.hmin = __shfl_xor_sync(0xffffffffu, a.hmin, lane_mask);
+    b.hmax = __shfl_xor_sync(0xffffffffu, a.hmax, lane_mask);
+    b.mmax = __shfl_xor_sync(0xffffffffu, a.mmax, lane_mask);
+    part_merge(a, b);
+}
+
+/* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
+ * and folds the row into a. ro: index of the row in the per-row outputs. */
+static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
+                                                float M, float l, float W)
+{
+    if (nvis <= 0) {
+        a.rows_empty++;
+        if (p.row_h)
+            p.row_h[ro] = STATS_ROW_SKIPPED;
+        if (p.row_m)
+            p.row_m[ro] = -INFINITY;
+        return;
+    }
+    bool finite = isfinite(M) && isfinite(l) && isfinite(W) && l > 0.0f;
+    if (!finite) {
+        a.nonfinite++;
+        if (p.row_h)
+            p.row_h[ro] = NAN;
+        if (p.row_m)
+            p.row_m[ro] = NAN;
+        return;
+    }
+    float h = LN2_F * (log2f(l) - W / l);
+    h = h > 0.0f ? h : 0.0f;
+    float m = M * LN2_F;
+    if (p.row_h)
+        p.row_h[ro] = h;
+    if (p.row_m)
+        p.row_m[ro] = m;
+    double hd = h;
+    a.rows++;
+    a.sum += hd;
+    a.sumsq += hd * hd;
+    a.hmin = fminf(a.hmin, h);
+    a.hmax = fmaxf(a.hmax, h);
+    a.mmax = fmaxf(a.mmax, m);
+    if (nvis >= 2) {
+        double hn = hd / log((double)nvis);
+        a.rows_norm++;
+        a.sum_norm += hn;
+        if (hn < (double)p.collapse)
+            a.collapsed++;
+    }
+}
+
+/* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
+ * a fixed order, so the result never depends on scheduling. */
+static __device__ void block_store_part(part &a, part *out)
+{
+    __shared__ part s_warp[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int m = 1; m < 32; m <<= 1)
+        part_shfl_merge(a, m);
+    if (lane == 0)
+        s_warp[warp] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        part t = s_warp[0];
+        for (int w = 1; w < nw; w++)
+            part_merge(t, s_warp[w]);
+        *out = t;
+    }
+}
+
+/* ---- row-state merge ------------------------------------------------------------------------- */
+
+/* Merge base-2 row state (M2, l2, W2) into (M, l, W). */
+static __device__ __forceinline__ void state_merge(float &M, float &l, float &W, float M2, float l2,
+                                                   float W2)
+{
+    if (!(l2 != 0.0f || W2 != 0.0f))
+        return; /* empty side (l2 == 0 and W2 == 0) */
+    if (!(l != 0.0f || W != 0.0f)) {
+        M = M2, l = l2, W = W2;
+        return;
+    }
+    float Mn = fmaxf(M, M2);
+    float d1 = M - Mn, d2 = M2 - Mn;
+    float a1 = M == Mn ? 1.0f : ex2(d1), a2 = M2 == Mn ? 1.0f : ex2(d2);
+    float t1 = M == Mn ? 0.0f : a1 * d1, t2 = M2 == Mn ? 0.0f : a2 * d2;
+    W = a1 * W + t1 * l + a2 * W2 + t2 * l2;
+    l = a1 * l + a2 * l2;
+    M = Mn;
+}
+
+/* ---- the fold of mma.sync and wgmma (variants 0 and 4) --------------------------------------- */
+
+/* One tile of logits s[mt][nt][4] (m16n8 accumulator layout: this lane holds rows g and g + 8 of
+ * each m16 tile, keys j0 + nt*8 + 2*tq + e, e < 2) folded into the row states M[mt][hr] (the quad's
+ * true max, after two shuffles) and l, W[mt][hr][e] (this lane's keys). lo/hi: each row's visible
+ * keys; MASK: some key of the tile is outside them. */
+template <int MT, int NT, bool CAP, bool MASK, int POLY>
+static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][NT][4],
+                                                 float (&M)[MT][2], float (&l)[MT][2][2],
+                                                 float (&W)[MT][2][2], const int (&lo)[MT][2],
+                                                 const int (&hi)[MT][2], int j0, int tq)
+{
+    /* POLY of every 4 n8 column blocks take ex2_poly (FMA pipe), the rest MUFU */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            if (MASK) {
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int j = j0 + nt * 8 + 2 * tq + e;
+                        if (j < lo[mt][hr] || j > hi[mt][hr])
+                            s[mt][nt][2 * hr + e] = -INFINITY;
+                    }
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float Mt = CAP ? p.cl * tanhf(mx * p.sc) : mx * p.c;
+            const float Mo = M[mt][hr], Mn = fmaxf(Mo, Mt);
+            if (Mn != Mo) {
+                const float d = Mo - Mn, a = ex2(d);
+                const float ad = Mo > -INFINITY ? a * d : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    W[mt][hr][e] = fmaf(a, W[mt][hr][e], ad * l[mt][hr][e]);
+                    l[mt][hr][e] *= a;
+                }
+                M[mt][hr] = Mn;
+            }
+            const float negM = -Mn;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float v = s[mt][nt][2 * hr + e];
+                    float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
+                    float pe;
+                    const bool poly = (nt & 3) < POLY;
+                    if (MASK) {
+                        const int j = j0 + nt * 8 + 2 * tq + e;
+                        const bool vis = j >= lo[mt][hr] && j <= hi[mt][hr];
+                        pe = vis ? (poly ? ex2_poly(u) : ex2(u)) : 0.0f;
+                        u = vis ? u : 0.0f;
+                    } else {
+                        pe = poly ? ex2_poly(u) : ex2(u);
+                    }
+                    l[mt][hr][e] += pe;
+                    W[mt][hr][e] = fmaf(pe, u, W[mt][hr][e]);
+                }
+        }
+    }
+}
+
+#endif /* ATTNSTAT_CUDA_COMMON_CUH */

@@ -1,0 +1,216 @@
+/* generic.cu — the kernels that use no tensor core, and their launchers:
+ *   fill_rows            before the statistics kernel, sampled runs: per-row outputs set to
+ *                        "not computed" (STATS_ROW_SKIPPED, -inf) before the kernel writes the
+ *                        sampled rows
+ *   packed_offsets       before it, packed runs: the first block of each sequence (a scan)
+ *   stats_generic_kernel variant 5 (variants.h): the statistics on CUDA cores for any dtype (f32,
+ *                        f16, bf16), head_dim and stride; the path of every problem the
+ *                        tensor-core kernels cannot take (f32, unaligned data or strides) and of
+ *                        STATS_CUDA_PATH_GENERIC (a cross-check)
+ *   reduce_heads         after it, every variant: the per-CTA partials of each head merged in a
+ *                        fixed order (the result never depends on scheduling) into a stats_head
+ * Stage: the CUDA backend of stats.h. Includes common.cuh; exports stats_generic_cuda,
+ * launch_fill_rows, launch_packed_offsets and launch_reduce_heads (kernels.h).
+ *
+ * reduce_heads and stats_generic_kernel share this file on purpose: both use block_store_part's
+ * shared array, and in a file where only one kernel uses it the compiler moves it into that kernel,
+ * which lays out the kernel's shared memory in another order (different machine code for the same
+ * program; kernels/dev/sass_compare.py shows it).
+ *
+ * Build alone (as kernels/cuda.cmake does):
+ *   nvcc -std=c++17 -O3 -Ikernels -gencode=arch=compute_90a,code=sm_90a \
+ *     -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 \
+ *     -Xptxas=-v -c kernels/cuda/generic.cu */
+#include "common.cuh"
+
+/* ---- before the statistics kernel ------------------------------------------------------------ */
+
+/* grid-stride, block FILL_THREADS: row_h, row_m [n] (either may be NULL), n = B * Hq * Nq. */
+__global__ void fill_rows_kernel(float *row_h, float *row_m, long long n)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        if (row_h)
+            row_h[i] = STATS_ROW_SKIPPED;
+        if (row_m)
+            row_m[i] = -INFINITY;
+    }
+}
+
+/* grid 1, block min(batch rounded up to 32, 1024): blk_off [batch + 1], blk_off[s] = sum over
+ * sequences t < s of ceil(sampled rows of t / rows_per_cta); blk_off[batch] = blocks in all. */
+__global__ void packed_offsets_kernel(kparams p, int *blk_off)
+{
+    __shared__ int s_sum[1024];
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int per = (p.batch + nt - 1) / nt, s0 = t * per;
+    int local = 0;
+    for (int s = s0; s < s0 + per && s < p.batch; s++) {
+        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
+        int n = sampled_count_dev(p, q1 - q0);
+        local += (n + p.rows_per_cta - 1) / p.rows_per_cta;
+    }
+    s_sum[t] = local;
+    __syncthreads();
+    if (t == 0) { /* exclusive scan over threads; nt is small */
+        int run = 0;
+        for (int i = 0; i < nt; i++) {
+            int v = s_sum[i];
+            s_sum[i] = run;
+            run += v;
+        }
+        blk_off[p.batch] = run;
+    }
+    __syncthreads();
+    int run = s_sum[t];
+    for (int s = s0; s < s0 + per && s < p.batch; s++) {
+        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
+        int n = sampled_count_dev(p, q1 - q0);
+        blk_off[s] = run;
+        run += (n + p.rows_per_cta - 1) / p.rows_per_cta;
+    }
+}
+
+/* ---- variant 5: the statistics on CUDA cores ------------------------------------------------- */
+
+/* Element off of a tensor of any dtype, as float. */
+static __device__ __forceinline__ float load_elem(const void *base, long long off, int dtype)
+{
+    if (dtype == STATS_F32)
+        return ((const float *)base)[off];
+    unsigned short bits = ((const unsigned short *)base)[off];
+    if (dtype == STATS_BF16)
+        return __uint_as_float((unsigned)bits << 16);
+    /* f16 -> f32 */
+    float f;
+    asm("{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+/* grid (blocks_per_head, Hq), block 256; CTA (x, h) takes sampled rows [blk*GEN_BM, blk*GEN_BM +
+ * GEN_BM) of its sequence, each warp GEN_ROWS_PER_WARP of them, each lane every 32nd visible key.
+ * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; parts: [Hq, blocks_per_head]. */
+__global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
+{
+    __shared__ float s_q[GEN_WARPS][STATS_MAX_HEAD_DIM];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y, x = blockIdx.x;
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    const bool have = cta_sequence(p, x, &si);
+    const int kvh = h / p.group;
+    for (int rr = 0; have && rr < GEN_ROWS_PER_WARP; rr++) {
+        int j = si.blk * GEN_BM + warp * GEN_ROWS_PER_WARP + rr;
+        if (j >= si.nsamp)
+            break;
+        int i = (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq, p.sample_every,
+                                         p.sample_rows, p.seed);
+        int lo, hi;
+        visible_range(p, i, si.lq, si.lk, &lo, &hi);
+        long long qoff = (long long)si.tb * p.qsb + (long long)h * p.qsh + (long long)(si.q0 + i) * p.qsn;
+        __syncwarp();
+        for (int e = lane; e < p.d; e += 32)
+            s_q[warp][e] = load_elem(p.q, qoff + e, p.dtype);
+        __syncwarp();
+        float M = -INFINITY, l = 0.0f, W = 0.0f;
+        long long kbase = (long long)si.tb * p.ksb + (long long)kvh * p.ksh;
+        for (int kj = lo + lane; kj <= hi; kj += 32) {
+            long long koff = kbase + (long long)(si.k0 + kj) * p.ksn;
+            float dot = 0.0f;
+            for (int e = 0; e < p.d; e++)
+                dot = fmaf(s_q[warp][e], load_elem(p.k, koff + e, p.dtype), dot);
+            float xv = p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+            if (xv > M) {
+                if (M > -INFINITY) {
+                    float dd = M - xv, a = ex2(dd);
+                    W = a * W + a * dd * l;
+                    l = a * l;
+                }
+                M = xv;
+            }
+            float u = xv - M, pe = ex2(u);
+            l += pe;
+            W = fmaf(pe, u, W);
+        }
+        for (int m = 1; m < 32; m <<= 1) {
+            float M2 = __shfl_xor_sync(0xffffffffu, M, m), l2 = __shfl_xor_sync(0xffffffffu, l, m);
+            float W2 = __shfl_xor_sync(0xffffffffu, W, m);
+            state_merge(M, l, W, M2, l2, W2);
+        }
+        if (lane == 0) {
+            long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done(p, acc, ro, hi - lo + 1, M, l, W);
+        }
+    }
+    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+}
+
+/* ---- after it: the per-head reduction -------------------------------------------------------- */
+
+/* grid Hq, block REDUCE_THREADS: parts [Hq][nparts] -> heads [Hq]. */
+__global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, stats_head *heads)
+{
+    const int h = blockIdx.x;
+    part a;
+    part_init(a);
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        part_merge(a, parts[(long long)h * nparts + i]);
+    __shared__ part s_tot;
+    block_store_part(a, &s_tot);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const part t = s_tot;
+        stats_head o = {};
+        o.rows = t.rows, o.rows_norm = t.rows_norm, o.rows_empty = t.rows_empty;
+        o.nonfinite_rows = t.nonfinite, o.sampled = sampled;
+        o.max_logit = t.rows > 0 ? (double)t.mmax : -INFINITY;
+        if (t.rows > 0) {
+            double n = (double)t.rows, mean = t.sum / n, var = t.sumsq / n - mean * mean;
+            o.entropy_mean = mean;
+            o.entropy_std = sqrt(var > 0.0 ? var : 0.0);
+            o.entropy_min = t.hmin;
+            o.entropy_max = t.hmax;
+        } else {
+            o.entropy_mean = o.entropy_std = o.entropy_min = o.entropy_max = NAN;
+        }
+        if (t.rows_norm > 0) {
+            o.entropy_norm_mean = t.sum_norm / (double)t.rows_norm;
+            o.collapsed_frac = (double)t.collapsed / (double)t.rows_norm;
+        } else {
+            o.entropy_norm_mean = NAN;
+            o.collapsed_frac = 0.0;
+        }
+        heads[h] = o;
+    }
+}
+
+/* ---- the launchers --------------------------------------------------------------------------- */
+
+/* One kernel for every dtype; launch.cu names it by dtype ("cuda-core f32", ...). */
+const kernel_instance stats_generic_cuda = {
+    STATS_MAX_HEAD_DIM, GEN_BM, GEN_WARPS * 32, 0, stats_generic_kernel, stats_generic_kernel,
+    NULL, NULL, "stats_generic_kernel"};
+
+cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_count, cudaStream_t s)
+{
+    long long blocks = (n + FILL_THREADS - 1) / FILL_THREADS;
+    if (blocks > (long long)sm_count * 8)
+        blocks = (long long)sm_count * 8;
+    fill_rows_kernel<<<(unsigned)blocks, FILL_THREADS, 0, s>>>(row_h, row_m, n);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s)
+{
+    int threads = k.batch < 1024 ? ((k.batch + 31) / 32) * 32 : 1024;
+    packed_offsets_kernel<<<1, threads, 0, s>>>(k, blk_off);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,
+                                int heads_q, cudaStream_t s)
+{
+    reduce_heads_kernel<<<heads_q, REDUCE_THREADS, 0, s>>>(parts, nparts, sampled, heads);
+    return cudaGetLastError();
+}

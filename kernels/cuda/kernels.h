@@ -1,0 +1,129 @@
+/* kernels.h — the contract between the kernel files and the launcher (launch.cu), and the one
+ * place that holds the tile sizes per architecture. CUDA C++ for host and device; stage: the CUDA
+ * backend of stats.h. Included by common.cuh (so by every kernel file) and by launch.cu; includes
+ * stats.h and the CUDA runtime only.
+ *
+ * What it promises:
+ *   kparams          the problem as every kernel reads it (filled once per run by launch.cu)
+ *   part             one CTA's partial statistics (the per-head reduction merges them in order)
+ *   tile sizes       per architecture, below; each kernel file reads them from here
+ *   kernel_instance  one compiled statistics kernel (a head_dim, both input types) with its launch
+ *                    shape; each family file exports a table of them (variants.h numbers the
+ *                    variants those tables implement)
+ *   launch_*         host launchers of the small kernels around the statistics kernel
+ *
+ * Nothing is built with -rdc: a kernel is compiled only in the file that defines it, the launcher
+ * reaches it through the host-side function pointers of these tables, and device code that several
+ * files need lives in headers (common.cuh, sm90.cuh) as inline functions and templates. */
+#ifndef ATTNSTAT_CUDA_KERNELS_H
+#define ATTNSTAT_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "stats.h"
+
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+#define LN2_D 0.6931471805599453
+
+/* ---- the problem on the device --------------------------------------------------------------- */
+
+/* Q: [B, Hq, Nq, D] and K: [B, Hkv, Nk, D] by element strides (packed: B = 1, sequences by
+ * cu_q/cu_k). Logits in base 2: u = c * q.k (no softcap) or cl * tanh(sc * q.k). */
+struct kparams {
+    const char *q, *k;                     /* base pointers */
+    long long qsb, qsh, qsn, ksb, ksh, ksn; /* element strides */
+    int batch, hq, group, len_q, len_k, d, dtype, esize;
+    int packed;
+    const int *cu_q, *cu_k;
+    const int *blk_off; /* packed: [batch + 1] first block of each sequence */
+    int nblk;           /* not packed: blocks per sequence */
+    int blocks_per_head;
+    int rows_per_cta;
+    float c;      /* no softcap: scale * log2(e) */
+    float sc, cl; /* softcap: scale / cap, cap * log2(e) */
+    int softcap;
+    int causal, wl, wr;
+    int sample_every, sample_rows;
+    unsigned long long seed;
+    float collapse;
+    float *row_h, *row_m;
+    int sampled;
+};
+
+/* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
+struct part {
+    int rows, rows_norm, rows_empty, nonfinite, collapsed, pad;
+    double sum, sumsq, sum_norm;
+    float hmin, hmax, mmax, pad2;
+};
+
+/* ---- tile sizes per architecture ------------------------------------------------------------- */
+
+/* sm_80, mma.sync m16n8k16 (mma_sm80.cu, variant 4): MMA_WARPS warps of 16 * MT rows each, K tiles
+ * of MMA_BN keys through MMA_STAGES cp.async stages. MT (m16 tiles per warp): MMA_MT up to
+ * head_dim 128 (256 rows per CTA), MMA_MT_D256 at 256 (128 rows: the Q fragments of 2 tiles do not
+ * fit the registers). */
+enum { MMA_WARPS = 8, MMA_BN = 64, MMA_STAGES = 3 };
+enum { MMA_MT = 2, MMA_MT_D256 = 1 };
+
+/* sm_90a, wgmma m64n64k16 (wgmma_sm90.cu, variant 0; wgf_sm90.cu, variants 1-3): WG_WARPGROUPS
+ * warpgroups of 64 rows (192 rows per CTA), K tiles of WG_KEYS keys (the wgmma N). Variant 0's K
+ * pipeline: WG_STAGES stages, WG_PF tiles in flight ahead of the one being multiplied, and the
+ * stage of the tile being folded is not overwritten (WG_STAGES = WG_PF + 2). */
+enum { WG_WARPGROUPS = 3, WG_KEYS = 64 };
+enum { WG_STAGES = 4, WG_PF = WG_STAGES - 2 };
+
+/* The K pipeline of the fold2 kernels (variants 1-3). MB = false: as variant 0 (4 stages, 2 tiles
+ * ahead, a CTA barrier per tile). MB = true (variant 3): 8 stages, 4 tiles ahead, and per-stage
+ * mbarriers instead of the CTA barrier: a warp publishes tile t (its copies landed, proxy fence,
+ * one arrival per warp on full[t % 8]) PUB steps before t is multiplied, and releases tile t (one
+ * arrival per warp on empty[t % 8]) once its warpgroup's wgmma on it completed; a stage is refilled
+ * after every warp released it. Warpgroups can then drift up to about two tiles apart instead of
+ * meeting at every tile. */
+template <bool MB> struct wgf_pipe {
+    static constexpr int STAGES = MB ? 8 : 4, PF = MB ? 4 : 2, PUB = 2;
+};
+
+/* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
+enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
+
+/* Threads per block of the per-row fill and of the per-head reduction. */
+enum { FILL_THREADS = 256, REDUCE_THREADS = 256 };
+
+/* ---- the statistics kernels, as the launcher sees them --------------------------------------- */
+
+/* grid (blocks_per_head, Hq), block `threads`; writes parts[h * blocks_per_head + x]. */
+typedef void (*stats_kernel_fn)(const kparams, part *);
+
+struct kernel_instance {
+    int dp;            /* head_dim it is compiled for: it takes head_dim <= dp */
+    int rows_per_cta;  /* sampled rows per CTA */
+    int threads;       /* per CTA */
+    size_t smem;       /* dynamic shared memory, bytes */
+    stats_kernel_fn bf16, f16;
+    const char *name_bf16, *name_f16; /* what stats_cuda_kernel_name() says */
+    const char *kernel;               /* the kernel's name, for error messages */
+};
+
+/* Each family's table, ordered by dp (the first instance whose dp covers head_dim is taken). */
+enum { MMA_NDP = 5, WG_NDP = 2, WGF_NVAR = 3 };
+extern const kernel_instance stats_mma_sm80[MMA_NDP];          /* variant 4, d32 .. d256 */
+extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64, d128 */
+extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
+extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
+
+/* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
+
+/* Sampled runs: per-row outputs [n] set to "not computed" (STATS_ROW_SKIPPED, -inf) first. */
+cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_count, cudaStream_t s);
+
+/* Packed runs: blk_off[s] = the first block (rows_per_cta sampled rows) of sequence s. */
+cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s);
+
+/* parts [heads_q][nparts] -> heads [heads_q], in a fixed order. */
+cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,
+                                int heads_q, cudaStream_t s);
+
+#endif /* ATTNSTAT_CUDA_KERNELS_H */

@@ -1,0 +1,510 @@
+/* launch.cu — the host side of the CUDA backend: the public API of stats_cuda.h (context,
+ * workspace, plan, run) and the planner that picks a variant (variants.h) for each problem. Host
+ * code only; stage: the CUDA backend of stats.h. Includes stats_cuda.h, cuda/kernels.h (the
+ * kernels' tables and launchers) and cuda/variants.h; calls the CUDA runtime.
+ *
+ * A run, in launch order (all on the caller's stream, nothing synchronised but by stats_cuda_run):
+ *   fill_rows      sampled runs with per-row outputs: every row "not computed" first (generic.cu)
+ *   packed_offsets packed runs: the first block of each sequence (generic.cu)
+ *   the statistics kernel of the planned variant: one CTA per (head, sequence, block of sampled
+ *                  rows), one partial per CTA (wgmma_sm90.cu, wgf_sm90.cu, mma_sm80.cu, generic.cu)
+ *   reduce_heads   per head, the partials in a fixed order into a stats_head (generic.cu)
+ *
+ * The plan (make_plan): the Hopper variant asked for (or the default) when the device is Hopper,
+ * the problem is bf16/f16, 16-byte aligned with strides multiple of 8, and 32 < head_dim <= 128;
+ * else mma.sync (variant 4) when the problem is so aligned and its head_dim's instance fits the
+ * device's shared memory; else the CUDA-core kernel (variant 5). */
+#include "stats_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "variants.h"
+
+struct stats_cuda {
+    int device;
+    int sm_count;
+    int cc_major;
+    int wg_ok;               /* the Hopper kernels can run here */
+    int mma_fits[MMA_NDP];   /* each mma.sync instance fits the device's shared memory */
+    stats_cuda_path path;
+    void *ws;          /* device workspace */
+    size_t ws_bytes;
+    stats_head *host;  /* pinned staging for stats_cuda_run */
+    size_t host_heads;
+};
+
+__attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err, stats_status st,
+                                                               const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+#define CUDA_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return fail(err, STATS_EDEVICE, "stats_cuda: %s failed: %s (%s, code %d)", what,       \
+                        cudaGetErrorString(e_), cudaGetErrorName(e_), (int)e_);                    \
+    } while (0)
+
+/* ---- the variants ---------------------------------------------------------------------------- */
+
+/* The Hopper variants, by number: each a row of instances ordered by head_dim. */
+static const kernel_instance *const k_hopper[] = {
+    stats_wgmma_sm90,  /* 0 */
+    stats_wgf_sm90[0], /* 1 */
+    stats_wgf_sm90[1], /* 2 */
+    stats_wgf_sm90[2], /* 3 */
+};
+static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_HOPPER_COUNT,
+              "variants.h and the Hopper kernels' tables disagree");
+static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
+                  STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3,
+              "the Hopper variants are numbered from 0 (STATS_CUDA_PATH_WG_VARIANT + N)");
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 6,
+              "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
+
+extern "C" int stats_cuda_wg_variant_count(void)
+{
+    return STATS_VARIANT_HOPPER_COUNT;
+}
+
+extern "C" int stats_cuda_wg_variant_default(void)
+{
+    return STATS_VARIANT_DEFAULT;
+}
+
+/* The Hopper instance for p under ctx's path, its variant number in *variant; NULL when the path
+ * does not ask for one or it does not apply. */
+static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem *p, int *variant)
+{
+    int v = STATS_VARIANT_DEFAULT;
+    if (ctx->path >= STATS_CUDA_PATH_WG_VARIANT &&
+        ctx->path < STATS_CUDA_PATH_WG_VARIANT + STATS_VARIANT_HOPPER_COUNT)
+        v = (int)ctx->path - STATS_CUDA_PATH_WG_VARIANT;
+    else if (ctx->path != STATS_CUDA_PATH_AUTO && ctx->path != STATS_CUDA_PATH_WGMMA)
+        return NULL;
+    if (!ctx->wg_ok || p->head_dim <= 32)
+        return NULL;
+    for (int i = 0; i < WG_NDP; i++)
+        if (p->head_dim <= k_hopper[v][i].dp) {
+            *variant = v;
+            return &k_hopper[v][i];
+        }
+    return NULL;
+}
+
+/* The mma.sync instance for head_dim d, NULL when it does not fit this device. */
+static const kernel_instance *pick_mma(const stats_cuda *ctx, int d)
+{
+    for (int i = 0; i < MMA_NDP; i++)
+        if (d <= stats_mma_sm80[i].dp)
+            return ctx->mma_fits[i] ? &stats_mma_sm80[i] : NULL;
+    return NULL;
+}
+
+/* Tensor-core path possible: 2-byte dtype, 16-byte aligned bases, strides multiple of 8. */
+static bool mma_ok(const stats_cuda *ctx, const stats_problem *p)
+{
+    if (p->dtype != STATS_BF16 && p->dtype != STATS_F16)
+        return false;
+    if (((uintptr_t)p->q.ptr & 15) || ((uintptr_t)p->k.ptr & 15))
+        return false;
+    const int64_t s[6] = {p->q.stride_b, p->q.stride_h, p->q.stride_n,
+                          p->k.stride_b, p->k.stride_h, p->k.stride_n};
+    for (int i = 0; i < 6; i++)
+        if (s[i] % 8)
+            return false;
+    return pick_mma(ctx, p->head_dim) != NULL;
+}
+
+/* ---- context --------------------------------------------------------------------------------- */
+
+extern "C" int stats_cuda_built(void)
+{
+    return 1;
+}
+
+extern "C" int stats_cuda_device_count(void)
+{
+    int n = 0, usable = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess &&
+            major >= 8)
+            usable++;
+    }
+    return usable;
+}
+
+extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    if (!out)
+        return fail(err, STATS_EINVAL, "stats_cuda_create: out is NULL");
+    *out = NULL;
+    int n = 0;
+    CUDA_TRY(cudaGetDeviceCount(&n), "cudaGetDeviceCount (is the NVIDIA driver loaded?)");
+    if (device < 0 || device >= n)
+        return fail(err, STATS_EINVAL, "stats_cuda_create: device %d does not exist (%d visible)",
+                    device, n);
+    CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
+    int major = 0, sms = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute(compute capability)");
+    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessor count)");
+    if (major < 8)
+        return fail(err, STATS_ENOTSUP,
+                    "stats_cuda_create: device %d has compute capability %d.x; the kernels need 8.0 "
+                    "or newer (Ampere, Hopper); use the CPU backend", device, major);
+    int smem_optin = 0;
+    CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(shared memory per block)");
+    int ok[MMA_NDP];
+    for (int i = 0; i < MMA_NDP; i++) {
+        const kernel_instance *m = &stats_mma_sm80[i];
+        ok[i] = m->smem + 1024 <= (size_t)smem_optin; /* + static shared memory */
+        if (!ok[i])
+            continue; /* that head_dim takes the CUDA-core path on this device */
+        CUDA_TRY(cudaFuncSetAttribute(m->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)m->smem),
+                 "cudaFuncSetAttribute(shared memory) for the bf16 kernel");
+        CUDA_TRY(cudaFuncSetAttribute(m->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)m->smem),
+                 "cudaFuncSetAttribute(shared memory) for the f16 kernel");
+    }
+    stats_cuda *c = (stats_cuda *)calloc(1, sizeof *c);
+    if (!c)
+        return fail(err, STATS_ENOMEM, "stats_cuda_create: out of host memory");
+    c->device = device;
+    c->sm_count = sms;
+    c->path = STATS_CUDA_PATH_AUTO;
+    memcpy(c->mma_fits, ok, sizeof ok);
+    c->cc_major = major;
+    c->wg_ok = 0;
+    if (major == 9) { /* the sm_90a binary: Hopper only */
+        c->wg_ok = 1;
+        for (int i = 0; i < STATS_VARIANT_HOPPER_COUNT * WG_NDP; i++) {
+            const kernel_instance *w = &k_hopper[i / WG_NDP][i % WG_NDP];
+            cudaError_t e1 = cudaFuncSetAttribute(w->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)w->smem);
+            cudaError_t e2 = cudaFuncSetAttribute(w->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)w->smem);
+            if (e1 != cudaSuccess || e2 != cudaSuccess || w->smem + 1024 > (size_t)smem_optin) {
+                cudaGetLastError();
+                c->wg_ok = 0; /* mma.sync serves every head_dim then */
+            }
+        }
+    }
+    *out = c;
+    return STATS_OK;
+}
+
+extern "C" void stats_cuda_destroy(stats_cuda *ctx)
+{
+    if (!ctx)
+        return;
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(ctx->device);
+    if (ctx->ws)
+        cudaFree(ctx->ws);
+    if (ctx->host)
+        cudaFreeHost(ctx->host);
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    free(ctx);
+}
+
+extern "C" void stats_cuda_set_path(stats_cuda *ctx, stats_cuda_path path)
+{
+    if (ctx)
+        ctx->path = path;
+}
+
+/* Launch plan of one problem. */
+/* ---- plan ------------------------------------------------------------------------------------ */
+
+/* Launch plan of one problem. */
+struct plan {
+    const kernel_instance *k; /* the statistics kernel */
+    int variant;              /* its number (variants.h) */
+    int rows_per_cta, nblk, blocks_per_head;
+    size_t parts_off, off_off, heads_off, bytes;
+};
+
+static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, plan *pl,
+                              stats_error *err)
+{
+    memset(pl, 0, sizeof *pl);
+    const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && mma_ok(ctx, p);
+    pl->k = tc ? pick_wg(ctx, p, &pl->variant) : NULL;
+    /* Small grids (sampled runs, mostly) take the Hopper kernel too: until round 3 of
+     * bench/kernel_notes.md AUTO switched to mma.sync's 256-row blocks (variant 4) under two waves
+     * of the 192-row grid (0.18 ms against 0.21 ms at every 8th row of (2,32,4096,128)); variant 2
+     * takes 0.164 ms there against mma.sync's 0.180 ms, and 0.138 against 0.175 causal (round 4). */
+    if (!pl->k && tc && (pl->k = pick_mma(ctx, p->head_dim)) != NULL)
+        pl->variant = STATS_VARIANT_MMA_SYNC;
+    if (!pl->k) {
+        pl->k = &stats_generic_cuda;
+        pl->variant = STATS_VARIANT_GENERIC;
+    }
+    pl->rows_per_cta = pl->k->rows_per_cta;
+    const int packed = p->cu_seqlens_q != NULL;
+    long long bph;
+    if (!packed) {
+        long long ns = stats_sampled_count(p, p->len_q);
+        pl->nblk = (int)((ns + pl->rows_per_cta - 1) / pl->rows_per_cta);
+        if (pl->nblk < 1)
+            pl->nblk = 1;
+        bph = (long long)pl->nblk * p->batch;
+    } else {
+        bph = ((long long)p->len_q + pl->rows_per_cta - 1) / pl->rows_per_cta + p->batch;
+    }
+    if (bph > 0x7fffffffLL)
+        return fail(err, STATS_EINVAL, "stats_cuda: %lld blocks per head is over the grid limit",
+                    bph);
+    if (p->heads_q > 65535)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads_q %d is over the grid limit 65535",
+                    p->heads_q);
+    pl->blocks_per_head = (int)bph;
+    size_t o = 0;
+    pl->parts_off = o;
+    o += sizeof(part) * (size_t)bph * (size_t)p->heads_q;
+    o = (o + 255) & ~(size_t)255;
+    pl->off_off = o;
+    o += sizeof(int) * (size_t)(packed ? p->batch + 1 : 1);
+    o = (o + 255) & ~(size_t)255;
+    pl->heads_off = o;
+    o += sizeof(stats_head) * (size_t)p->heads_q;
+    pl->bytes = o;
+    return STATS_OK;
+}
+
+extern "C" int stats_cuda_plan_variant(const stats_cuda *ctx, const stats_problem *p)
+{
+    plan pl;
+    if (!ctx || !p || stats_validate(p, NULL) != STATS_OK || make_plan(ctx, p, &pl, NULL) != STATS_OK)
+        return -1;
+    return pl.variant;
+}
+
+/* ---- workspace ------------------------------------------------------------------------------- */
+
+static stats_status grow(stats_cuda *ctx, size_t bytes, void *stream, stats_error *err)
+{
+    if (bytes <= ctx->ws_bytes)
+        return STATS_OK;
+    if (ctx->ws) {
+        /* the previous call on this stream may still read the old workspace */
+        CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize before growing");
+        CUDA_TRY(cudaFree(ctx->ws), "cudaFree(workspace)");
+        ctx->ws = NULL;
+        ctx->ws_bytes = 0;
+    }
+    size_t want = bytes + bytes / 4;
+    cudaError_t e = cudaMalloc(&ctx->ws, want);
+    if (e != cudaSuccess) {
+        ctx->ws = NULL;
+        cudaGetLastError();
+        return fail(err, e == cudaErrorMemoryAllocation ? STATS_ENOMEM : STATS_EDEVICE,
+                    "stats_cuda: cudaMalloc of a %zu-byte workspace failed: %s", want,
+                    cudaGetErrorString(e));
+    }
+    ctx->ws_bytes = want;
+    return STATS_OK;
+}
+
+static stats_status check_problem(stats_cuda *ctx, const stats_problem *p, stats_error *err)
+{
+    if (!ctx)
+        return fail(err, STATS_EINVAL, "stats_cuda: context is NULL");
+    stats_status st = stats_validate(p, err);
+    if (st != STATS_OK)
+        return st;
+    return STATS_OK;
+}
+
+extern "C" stats_status stats_cuda_reserve(stats_cuda *ctx, const stats_problem *p, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    if (!ctx || !p)
+        return fail(err, STATS_EINVAL, "stats_cuda_reserve: context or problem is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    /* the plan is largest on the CUDA-core path (fewer rows per block) */
+    stats_cuda tmp = *ctx;
+    tmp.path = STATS_CUDA_PATH_GENERIC;
+    plan pl;
+    stats_status st = make_plan(&tmp, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, NULL, err);
+    if (st != STATS_OK)
+        return st;
+    if (ctx->host_heads < (size_t)p->heads_q) {
+        if (ctx->host)
+            CUDA_TRY(cudaFreeHost(ctx->host), "cudaFreeHost");
+        ctx->host = NULL;
+        ctx->host_heads = 0;
+        CUDA_TRY(cudaMallocHost((void **)&ctx->host, sizeof(stats_head) * (size_t)p->heads_q),
+                 "cudaMallocHost(per-head staging)");
+        ctx->host_heads = (size_t)p->heads_q;
+    }
+    return STATS_OK;
+}
+
+/* ---- run ------------------------------------------------------------------------------------- */
+
+extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats_problem *p)
+{
+    if (!ctx || !p)
+        return "none";
+    plan pl;
+    if (make_plan(ctx, p, &pl, NULL) != STATS_OK)
+        return "none (invalid problem)";
+    if (pl.variant != STATS_VARIANT_GENERIC)
+        return p->dtype == STATS_F16 ? pl.k->name_f16 : pl.k->name_bf16;
+    return p->dtype == STATS_F32 ? "cuda-core f32" : p->dtype == STATS_F16 ? "cuda-core f16"
+                                                                           : "cuda-core bf16";
+}
+
+extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void *stream,
+                                             stats_head *heads_dev, float *row_entropy,
+                                             float *row_maxlogit, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    stats_status st = check_problem(ctx, p, err);
+    if (st != STATS_OK)
+        return st;
+    if (!heads_dev)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    cudaStream_t s = (cudaStream_t)stream;
+    plan pl;
+    st = make_plan(ctx, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, stream, err);
+    if (st != STATS_OK)
+        return st;
+
+    const int packed = p->cu_seqlens_q != NULL;
+    kparams k;
+    memset(&k, 0, sizeof k);
+    k.q = (const char *)p->q.ptr, k.k = (const char *)p->k.ptr;
+    k.qsb = p->q.stride_b, k.qsh = p->q.stride_h, k.qsn = p->q.stride_n;
+    k.ksb = p->k.stride_b, k.ksh = p->k.stride_h, k.ksn = p->k.stride_n;
+    k.batch = p->batch, k.hq = p->heads_q, k.group = p->heads_q / p->heads_kv;
+    k.len_q = p->len_q, k.len_k = p->len_k, k.d = p->head_dim, k.dtype = (int)p->dtype;
+    k.esize = (int)stats_dtype_size(p->dtype);
+    k.packed = packed;
+    k.cu_q = p->cu_seqlens_q, k.cu_k = p->cu_seqlens_k;
+    k.blk_off = (const int *)((char *)ctx->ws + pl.off_off);
+    k.nblk = pl.nblk;
+    k.blocks_per_head = pl.blocks_per_head;
+    k.rows_per_cta = pl.rows_per_cta;
+    const float scale = p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    k.c = scale * LOG2E_F;
+    k.softcap = p->softcap > 0.0f;
+    k.sc = k.softcap ? scale / p->softcap : 0.0f;
+    k.cl = k.softcap ? p->softcap * LOG2E_F : 0.0f;
+    k.causal = p->causal, k.wl = p->window_left, k.wr = p->window_right;
+    k.sample_every = p->sample_every, k.sample_rows = p->sample_rows, k.seed = p->sample_seed;
+    k.collapse = p->collapse_threshold > 0.0f ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
+    k.row_h = row_entropy, k.row_m = row_maxlogit;
+    k.sampled = p->sample_every > 1 || p->sample_rows > 0;
+    part *parts = (part *)((char *)ctx->ws + pl.parts_off);
+    stats_head *heads_ws = (stats_head *)heads_dev;
+
+    if (k.sampled && (row_entropy || row_maxlogit)) {
+        long long n = (long long)(packed ? 1 : p->batch) * p->heads_q * p->len_q;
+        CUDA_TRY(launch_fill_rows(row_entropy, row_maxlogit, n, ctx->sm_count, s),
+                 "launch of fill_rows_kernel");
+    }
+    if (packed)
+        CUDA_TRY(launch_packed_offsets(k, (int *)((char *)ctx->ws + pl.off_off), s),
+                 "launch of packed_offsets_kernel");
+    dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
+    stats_kernel_fn fn = p->dtype == STATS_F16 ? pl.k->f16 : pl.k->bf16;
+    fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
+    cudaError_t le = cudaGetLastError();
+    if (le != cudaSuccess)
+        return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
+                    pl.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
+    CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q, s),
+             "launch of reduce_heads_kernel");
+    return STATS_OK;
+}
+
+extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, void *stream,
+                                       stats_head *heads, float *row_entropy, float *row_maxlogit,
+                                       stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    stats_status st = check_problem(ctx, p, err);
+    if (st != STATS_OK)
+        return st;
+    if (!heads)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    plan pl;
+    st = make_plan(ctx, p, &pl, err);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, pl.bytes, stream, err);
+    if (st != STATS_OK)
+        return st;
+    if (ctx->host_heads < (size_t)p->heads_q) {
+        if (ctx->host) {
+            CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+            CUDA_TRY(cudaFreeHost(ctx->host), "cudaFreeHost");
+        }
+        ctx->host = NULL;
+        ctx->host_heads = 0;
+        CUDA_TRY(cudaMallocHost((void **)&ctx->host, sizeof(stats_head) * (size_t)p->heads_q),
+                 "cudaMallocHost(per-head staging)");
+        ctx->host_heads = (size_t)p->heads_q;
+    }
+    stats_head *heads_ws = (stats_head *)((char *)ctx->ws + pl.heads_off);
+    st = stats_cuda_run_async(ctx, p, stream, heads_ws, row_entropy, row_maxlogit, err);
+    if (st != STATS_OK)
+        return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t ce = cudaMemcpyAsync(ctx->host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
+                                     cudaMemcpyDeviceToHost, s);
+    if (ce != cudaSuccess) {
+        /* The kernels are launched: wait for them before returning, so that the caller does not
+         * release the memory they read while they still run. */
+        cudaError_t se = cudaStreamSynchronize(s);
+        return fail(err, STATS_EDEVICE,
+                    "stats_cuda: cudaMemcpyAsync(per-head statistics to the host) failed: %s (%s, "
+                    "code %d); cudaStreamSynchronize after it: %s", cudaGetErrorString(ce),
+                    cudaGetErrorName(ce), (int)ce,
+                    se == cudaSuccess ? "ok" : cudaGetErrorString(se));
+    }
+    CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize (a kernel may have faulted)");
+    memcpy(heads, ctx->host, sizeof(stats_head) * (size_t)p->heads_q);
+    return STATS_OK;
+}

@@ -1,0 +1,394 @@
+/* wgf_sm90.cu — variants 1, 2 (the default) and 3 (variants.h): the fold2 Hopper kernel,
+ * stats_wgf_kernel<DP, F16, SW, MB>, on wgmma m64n64k16 (sm_90a) in variant 0's shape (3
+ * warpgroups x 64 rows, 64-key tiles, Q fragments in registers, two accumulator sets, tiles in
+ * pairs) with a shorter fold (fold_lane: per-lane row states, tree max, partial sums):
+ *   variant 1  fold2             the K-tile addressing computed once per thread
+ *   variant 2  fold2 sw128       + K in the 128-byte swizzle layout, a whole line per 8 lanes (SW)
+ *   variant 3  fold2 sw128 mbar  + per-stage mbarriers instead of the per-tile CTA barrier (MB)
+ * bench/kernel_notes.md (round 4) has the design, the predictions and the measurements. Stage: the
+ * CUDA backend of stats.h. Includes sm90.cuh; exports stats_wgf_sm90 (kernels.h). Outside the
+ * sm_90a pass the kernel body is empty (never launched there).
+ *
+ * Build alone (as kernels/cuda.cmake does):
+ *   nvcc -std=c++17 -O3 -Ikernels -gencode=arch=compute_90a,code=sm_90a \
+ *     -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 \
+ *     -Xptxas=-v -c kernels/cuda/wgf_sm90.cu */
+#include "sm90.cuh"
+
+/* One tile of 64 keys folded into per-lane row states. Each lane keeps its own (M, l, W) per row
+ * over the keys it holds (16 per tile: columns 2*tq, 2*tq+1 of each n8 block); the four lanes of
+ * a quad are merged exactly once, at the end of the row (state_merge), so the tile needs no
+ * shuffle. Within a tile: tree max (depth 4), one rescale per row with the lane's true running
+ * max (branch-free: a = 2^d with d clamped at -256 so that a = 0 and a*d = 0 where the old max was
+ * -inf, instead of -inf*0), then the 16 exps summed into NP independent partials of l and W,
+ * combined at the end of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e. Both rows are
+ * one straight-line block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf
+ * makes M infinite (and u NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN. */
+template <int NT, bool CAP, bool MASK>
+static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
+                                                 float (&l)[2], float (&W)[2], const int (&lo)[2],
+                                                 const int (&hi)[2], int j0, int tq)
+{
+    constexpr int NV = 2 * NT, NP = 4;
+    static_assert(NV == 16, "the tree max below is written for 16 values per row");
+    if (MASK) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + nt * 8 + 2 * tq + e;
+                    if (j < lo[hr] || j > hi[hr])
+                        s[nt][2 * hr + e] = -INFINITY;
+                }
+    }
+    float Mn[2], a[2], ad[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float t[NV];
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            t[k] = s[k >> 1][2 * hr + (k & 1)];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            t[k] = fmaxf(t[k], t[k + 8]);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            t[k] = fmaxf(t[k], t[k + 4]);
+        t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+        const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+        Mn[hr] = fmaxf(M[hr], Mt);
+        const float d = fmaxf(M[hr] - Mn[hr], -256.0f);
+        a[hr] = ex2(d);
+        ad[hr] = a[hr] * d;
+    }
+    float lp[2][NP], wp[2][NP];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float negM = -Mn[hr];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const float v = s[k >> 1][2 * hr + (k & 1)];
+            float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
+            float e = ex2(u);
+            if (MASK) {
+                const int j = j0 + (k >> 1) * 8 + 2 * tq + (k & 1);
+                const bool vis = j >= lo[hr] && j <= hi[hr];
+                e = vis ? e : 0.0f;
+                u = vis ? u : 0.0f;
+            }
+            const int q = k % NP;
+            if (k < NP) {
+                lp[hr][q] = e;
+                wp[hr][q] = e * u;
+            } else {
+                lp[hr][q] += e;
+                wp[hr][q] = fmaf(e, u, wp[hr][q]);
+            }
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float lt = (lp[hr][0] + lp[hr][1]) + (lp[hr][2] + lp[hr][3]);
+        const float wt = (wp[hr][0] + wp[hr][1]) + (wp[hr][2] + wp[hr][3]);
+        W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
+        l[hr] = fmaf(a[hr], l[hr], lt);
+        M[hr] = Mn[hr];
+    }
+}
+
+/* K pipeline of the fold2 kernels. MB = false: as stats_wgmma_kernel (4 stages, 2 tiles ahead, a
+ * CTA barrier per tile). MB = true: 8 stages, 4 tiles ahead, and per-stage mbarriers instead of the
+ * CTA barrier: a warp publishes tile t (its copies landed, proxy fence, one arrival per warp on
+ * full[t % 8]) two steps before t is multiplied, and releases tile t (one arrival per warp on
+ * empty[t % 8]) once its warpgroup's wgmma on it completed; a stage is refilled after every warp
+ * released it. Warpgroups can then drift up to about two tiles apart instead of meeting at every
+ * tile. */
+
+/* SW: K tiles in the 128-byte swizzle layout (DP/64 columns of 64 keys x 128 bytes), loaded a
+ * whole 128-byte line per 8 lanes; else the no-swizzle core-matrix layout of stats_wgmma_kernel.
+ * The K pipeline (stages, prefetch distance, MB): wgf_pipe in kernels.h. */
+template <int DP, bool SW, bool MB> struct wgf_shape {
+    static constexpr int BM = WG_WARPGROUPS * 64, BN = WG_KEYS, LDQ = DP + 8, KTILE = BN * DP;
+    static constexpr size_t smem_bytes = (SW ? 1024 : 0) +
+                                         (size_t)wgf_pipe<MB>::STAGES * KTILE * 2 +
+                                         (size_t)BM * LDQ * 2 + (size_t)BM * sizeof(int);
+};
+
+/* grid (blocks_per_head, Hq), block 384 (3 warpgroups of 64 rows, 64-key tiles, Q in registers).
+ * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; CTA (x, h) takes sampled rows [blk*192,
+ * blk*192 + 192) of its sequence (warp w: rows [w*16, w*16 + 16)); parts: [Hq, blocks_per_head].
+ * Variant 0's shape (stats_wgmma_kernel) with the fold of fold_lane, the K-tile addressing
+ * computed once per thread (a pointer bump and up to 3 predicated copies per tile), SW the swizzled, line-wide K
+ * loads (half the L2 tag lookups of the core-matrix loads), MB the mbarrier pipeline. */
+template <int DP, bool F16, bool SW, bool MB>
+__global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
+    stats_wgf_kernel(const kparams p, part *parts)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int NWG = WG_WARPGROUPS, NTH = NWG * 128, BN = WG_KEYS, NT = BN / 8;
+    using S = wgf_shape<DP, SW, MB>;
+    using P = wgf_pipe<MB>;
+    constexpr int ST = P::STAGES, PF = P::PF, PUB = P::PUB;
+    constexpr int BM = S::BM, LDQ = S::LDQ, KS = DP / 16, CH = DP / 8;
+    static_assert((ST & (ST - 1)) == 0 && PF + 2 <= ST && (!MB || PUB < PF), "K pipeline");
+    extern __shared__ __align__(128) unsigned char wg_smem[];
+    unsigned char *sbase = wg_smem;
+    if (SW) /* the swizzle pattern repeats every 1024 bytes of shared address */
+        sbase += (1024u - (smem_u32(wg_smem) & 1023u)) & 1023u;
+    unsigned short *sk = (unsigned short *)sbase;
+    unsigned short *sq = sk + ST * S::KTILE;
+    int *s_row = (int *)(sq + BM * LDQ);
+    __shared__ int s_range[2];
+    __shared__ unsigned long long s_full[ST], s_empty[ST];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int h = blockIdx.y, x = blockIdx.x;
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    if (!cta_sequence(p, x, &si)) {
+        if (tid == 0)
+            parts[(long long)h * p.blocks_per_head + x] = acc;
+        return;
+    }
+    const int kvh = h / p.group;
+    const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
+                               (long long)si.q0 * p.qsn) * 2;
+    const char *krow0 = p.k + ((long long)si.tb * p.ksb + (long long)kvh * p.ksh +
+                               (long long)si.k0 * p.ksn) * 2;
+
+    if (tid == 0) {
+        s_range[0] = 0x7fffffff, s_range[1] = -1;
+        if (MB)
+            for (int st = 0; st < ST; st++) {
+                mbar_init(&s_full[st], NWG * 4);
+                mbar_init(&s_empty[st], NWG * 4);
+            }
+    }
+    for (int r = tid; r < BM; r += NTH) {
+        int j = si.blk * BM + r;
+        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+                                                            p.sample_every, p.sample_rows, p.seed)
+                                : -1;
+    }
+    __syncthreads();
+    for (int r = tid; r < BM; r += NTH) {
+        if (s_row[r] >= 0) {
+            int lo, hi;
+            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            if (lo <= hi) {
+                atomicMin(&s_range[0], lo);
+                atomicMax(&s_range[1], hi);
+            }
+        }
+    }
+    for (int idx = tid; idx < BM * CH; idx += NTH) {
+        int r = idx / CH, c = idx - r * CH;
+        int i = s_row[r], bytes = 0;
+        const char *src = p.q;
+        if (i >= 0) {
+            int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+        }
+        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+    }
+    cp_async_commit();
+
+    /* this thread's rows: warp*16 + hr*8 + g */
+    int lo[2], hi[2];
+    int wlo_min = 0x7fffffff, wlo_max = -1, whi_min = 0x7fffffff, whi_max = -1;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        int i = s_row[warp * 16 + hr * 8 + g];
+        lo[hr] = 1, hi[hr] = 0;
+        if (i >= 0)
+            visible_range(p, i, si.lq, si.lk, &lo[hr], &hi[hr]);
+        if (lo[hr] <= hi[hr]) {
+            wlo_min = min(wlo_min, lo[hr]), wlo_max = max(wlo_max, lo[hr]);
+            whi_min = min(whi_min, hi[hr]), whi_max = max(whi_max, hi[hr]);
+        }
+    }
+    for (int m = 4; m < 32; m <<= 1) {
+        wlo_min = min(wlo_min, __shfl_xor_sync(0xffffffffu, wlo_min, m));
+        wlo_max = max(wlo_max, __shfl_xor_sync(0xffffffffu, wlo_max, m));
+        whi_min = min(whi_min, __shfl_xor_sync(0xffffffffu, whi_min, m));
+        whi_max = max(whi_max, __shfl_xor_sync(0xffffffffu, whi_max, m));
+    }
+
+    /* This thread's 16-byte chunks of a K tile: key n0 + i*NS, chunk cg of the key's row, for
+     * i < NIT (the last one only for the threads whose index stays under BN*CH). SW: 8 lanes per
+     * 128-byte line (keys n, n+1 whole per warp at DP = 128, 4 keys at DP = 64); else 8 keys x 4
+     * chunks per warp, as load_k_tile_cm. Either way the offsets step by constants with i. */
+    constexpr int A = SW ? DP / 64 : 1;                     /* 64-element columns (SW) */
+    constexpr int NS = SW ? NTH / (8 * A) : NTH / CH;       /* keys between a thread's chunks */
+    constexpr int NIT = (BN * CH + NTH - 1) / NTH;
+    constexpr unsigned SSTEP = SW ? NS * 128u : NTH * 16u; /* shared bytes between them */
+    static_assert(NS % 8 == 0 && (SW ? (NTH / 8) % A : (NTH / 8) % CH) == 0, "K tile addressing");
+    const int n0 = SW ? (tid >> 3) / A : ((tid >> 3) / CH) * 8 + (tid & 7);
+    const int cg = SW ? ((tid >> 3) % A) * 8 + (tid & 7) : (tid >> 3) % CH;
+    const unsigned soff0 =
+        SW ? (unsigned)(((cg >> 3) * BN + n0) * 128 + (((cg & 7) ^ (n0 & 7)) << 4))
+           : (unsigned)(((n0 >> 3) * CH + cg) * 128 + (n0 & 7) * 16);
+    const int krem = (p.d - cg * 8) * 2, kbytes = krem >= 16 ? 16 : (krem > 0 ? krem : 0);
+    const long long kpitch = p.ksn * 2; /* bytes between keys */
+    const long long goff0 = (long long)n0 * kpitch + cg * 16;
+    const bool last_ok = tid + (NIT - 1) * NTH < BN * CH;
+    auto load_tile = [&](int stage, int t) {
+        const int j0 = t * BN;
+        const char *tb = krow0 + (long long)j0 * kpitch + goff0;
+        unsigned short *dst = (unsigned short *)((char *)sk + (size_t)stage * S::KTILE * 2 + soff0);
+#pragma unroll
+        for (int i = 0; i < NIT; i++) {
+            if (i == NIT - 1 && !last_ok)
+                break;
+            const bool in = j0 + n0 + i * NS < si.lk && kbytes > 0;
+            cp_async16((char *)dst + i * SSTEP, in ? tb + i * NS * kpitch : p.k, in ? kbytes : 0);
+        }
+    };
+
+    __syncthreads(); /* s_range final, mbarriers initialised */
+    const int t_first = s_range[1] >= 0 ? s_range[0] / BN : 0;
+    const int t_last = s_range[1] >= 0 ? s_range[1] / BN : -1;
+    const int ntiles = (t_last - t_first + 2) & ~1, t_end = t_first + ntiles - 1;
+    for (int st = 0; st < PF; st++) {
+        if (st < ntiles)
+            load_tile(st, t_first + st);
+        cp_async_commit();
+    }
+    if (MB) {
+        cp_async_wait<PF - PUB>(); /* Q and tiles 0 .. PUB-1 */
+        fence_proxy_async();
+    } else {
+        cp_async_wait<PF>(); /* Q */
+    }
+    __syncthreads();
+    if (MB && lane == 0)
+        for (int q = 0; q < PUB; q++)
+            mbar_arrive(&s_full[q]);
+    unsigned qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+        ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+
+    float M[2], l[2], W[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        M[hr] = -INFINITY, l[hr] = 0.0f, W[hr] = 0.0f;
+    float sa[1][NT][4], sb[1][NT][4];
+
+    auto fold = [&](float (&s)[1][NT][4], int t) {
+        const int j0 = t * BN, j1 = j0 + BN - 1;
+        if (j0 > whi_max || j1 < wlo_min)
+            return; /* no row of this warp sees the tile */
+        const bool full = j0 >= wlo_max && j1 <= whi_min;
+        if (p.softcap) {
+            if (full)
+                fold_lane<NT, true, false>(p, s[0], M, l, W, lo, hi, j0, tq);
+            else
+                fold_lane<NT, true, true>(p, s[0], M, l, W, lo, hi, j0, tq);
+        } else {
+            if (full)
+                fold_lane<NT, false, false>(p, s[0], M, l, W, lo, hi, j0, tq);
+            else
+                fold_lane<NT, false, true>(p, s[0], M, l, W, lo, hi, j0, tq);
+        }
+    };
+    /* issue tile it into cur, then fold tile it-1 (in prev) while the tensor cores work */
+    auto step = [&](int it, float (&cur)[1][NT][4], float (&prev)[1][NT][4]) {
+        const int t = t_first + it;
+        if (MB) {
+            /* publish tile it+PUB: this thread's copies of it (committed PF-PUB steps ago) */
+            cp_async_wait<PF - PUB - 1>();
+            fence_proxy_async(); /* cp.async data -> visible to the tensor cores (async proxy) */
+            __syncwarp();
+            if (lane == 0 && it + PUB < ntiles)
+                mbar_arrive(&s_full[(it + PUB) & (ST - 1)]);
+            /* refill: tile it+PF goes where tile it+PF-ST was, once every warp released that */
+            if (it + PF < ntiles) {
+                if (it + PF >= ST)
+                    mbar_wait(&s_empty[(it + PF) & (ST - 1)], ((it + PF) / ST - 1) & 1);
+                load_tile((it + PF) & (ST - 1), t + PF);
+            }
+            cp_async_commit();
+            mbar_wait(&s_full[it & (ST - 1)], (it / ST) & 1);
+        } else {
+            cp_async_wait<PF - 1>();
+            fence_proxy_async();
+            __syncthreads();
+            if (t + PF <= t_end)
+                load_tile((it + PF) % ST, t + PF);
+            cp_async_commit();
+        }
+        const unsigned short *kt = sk + (it & (ST - 1)) * S::KTILE;
+        reg_fence(cur[0]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            wgmma_op<NT, false, F16>::run(
+                cur[0], qf[ks], 0ull,
+                SW ? wg_desc_sw128(kt + (ks >> 2) * BN * 64 + (ks & 3) * 16)
+                   : wg_desc(kt + ks * 128, 128, CH * 128),
+                ks > 0);
+        wgmma_commit();
+        reg_fence(cur[0]);
+        wgmma_wait<1>(prev[0]);
+        reg_fence(prev[0]);
+        if (MB) { /* tile it-1 is no longer read by this warp's warpgroup */
+            __syncwarp();
+            if (lane == 0 && it > 0)
+                mbar_arrive(&s_empty[(it - 1) & (ST - 1)]);
+        }
+        if (it > 0)
+            fold(prev, t - 1);
+    };
+    /* tiles in pairs, with no branch around a wgmma (see stats_wgmma_kernel) */
+    for (int it = 0; it < ntiles; it += 2) {
+        step(it, sa, sb);
+        step(it + 1, sb, sa);
+        wgmma_wait<0>(sb[0]);
+        reg_fence(sb[0]);
+    }
+    wgmma_wait<0>(sa[0]);
+    wgmma_wait<0>(sb[0]);
+    if (ntiles > 0)
+        fold(sb, t_end);
+    cp_async_wait<0>();
+
+    /* the four lanes of a quad hold disjoint keys of the row: merge their states exactly */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float Mr = M[hr], lr = l[hr], wr = W[hr];
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            const float M2 = __shfl_xor_sync(0xffffffffu, Mr, m);
+            const float l2 = __shfl_xor_sync(0xffffffffu, lr, m);
+            const float W2 = __shfl_xor_sync(0xffffffffu, wr, m);
+            state_merge(Mr, lr, wr, M2, l2, W2);
+        }
+        int i = s_row[warp * 16 + hr * 8 + g];
+        if (tq == 0 && i >= 0) {
+            long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done(p, acc, ro, hi[hr] - lo[hr] + 1, Mr, lr, wr);
+        }
+    }
+    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+#endif
+}
+
+/* ---- the instances: variants 1-3 at head_dim 64 and 128 (kernels.h WGF_NVAR x WG_NDP) -------- */
+
+#define WGF_ONE(DP, SW, MB, TAG)                                                                   \
+    { DP, wgf_shape<DP, SW, MB>::BM, WG_WARPGROUPS * 128, wgf_shape<DP, SW, MB>::smem_bytes,        \
+      stats_wgf_kernel<DP, false, SW, MB>, stats_wgf_kernel<DP, true, SW, MB>,                     \
+      "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG, "stats_wgf_kernel" }
+#define WGF_VARIANT(SW, MB, TAG) {WGF_ONE(64, SW, MB, TAG), WGF_ONE(128, SW, MB, TAG)}
+
+const kernel_instance stats_wgf_sm90[][WG_NDP] = {
+    WGF_VARIANT(false, false, "fold2"),          /* variant 1 */
+    WGF_VARIANT(true, false, "fold2 sw128"),     /* variant 2, the default */
+    WGF_VARIANT(true, true, "fold2 sw128 mbar"), /* variant 3 */
+};
