@@ -341,6 +341,13 @@ static stats_status check_problem(stats_cuda *ctx, const stats_problem *p, stats
     stats_status st = stats_validate(p, err);
     if (st != STATS_OK)
         return st;
+    if (p->mask.ptr)
+        return fail(err, STATS_ENOTSUP, "stats_cuda: masks are not supported by this build's "
+                    "kernels");
+    if (p->compute_dtype != STATS_F32 && p->compute_dtype != p->dtype)
+        return fail(err, STATS_ENOTSUP, "stats_cuda: compute_dtype %s with %s tensors is not "
+                    "supported by this build's kernels", stats_dtype_name(p->compute_dtype),
+                    stats_dtype_name(p->dtype));
     return STATS_OK;
 }
 
