@@ -44,7 +44,8 @@ class Problem(ctypes.Structure):
                 ("window_right", ctypes.c_int32), ("cu_seqlens_q", ctypes.c_void_p),
                 ("cu_seqlens_k", ctypes.c_void_p), ("sample_every", ctypes.c_int32),
                 ("sample_rows", ctypes.c_int32), ("sample_seed", ctypes.c_uint64),
-                ("collapse_threshold", ctypes.c_float)]
+                ("collapse_threshold", ctypes.c_float), ("compute_dtype", ctypes.c_int),
+                ("mask", Tensor), ("mask_dtype", ctypes.c_int)]
 
 
 class Head(ctypes.Structure):
@@ -60,7 +61,7 @@ class Err(ctypes.Structure):
     _fields_ = [("msg", ctypes.c_char * 256)]
 
 
-assert ctypes.sizeof(Problem) == 160 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
+assert ctypes.sizeof(Problem) == 200 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
 
 BF16 = 2
 # stats_cuda_path (kernels/stats_cuda.h)

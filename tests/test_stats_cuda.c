@@ -120,7 +120,23 @@ typedef struct {
     int heads_only; /* no per-row outputs */
     int generic;   /* force the CUDA-core path */
     float collapse;
+    stats_dtype compute; /* compute_dtype (0: F32, the tensors' own precision) */
+    int mask;      /* a mask (MASK_* below; 0: none) */
 } cfg;
+
+/* Masks, as real models hand them to attention: interval masks (every row sees one run of keys:
+ * the tensor-core kernels take them through per-row key ranges) and general ones (read per logit
+ * by the CUDA-core kernel). */
+enum {
+    MASK_NONE,
+    MASK_KEYPAD_BOOL,      /* [B, 1, 1, Nk] bool: sequence b keeps keys < Nk - 13 b (padding) */
+    MASK_CAUSAL_PAD_BOOL,  /* [B, 1, Nq, Nk] bool: causal and padding, as transformers' sdpa */
+    MASK_RANDOM_BOOL,      /* [B, Hq, Nq, Nk] bool, random: general */
+    MASK_WINDOW_F32,       /* [1, 1, Nq, Nk] f32, 0 / -inf: keys [i - 40, i] */
+    MASK_BIAS_BF16,        /* [B, 1, Nq, Nk] bf16 finite biases, some -inf: general */
+    MASK_EAGER_F32,        /* [B, 1, Nq, Nk] f32, 0 / float32 lowest: transformers' eager */
+    MASK_HEAD_F16,         /* [1, Hq, Nq, Nk] f16, 0 / -inf: a window per head */
+};
 
 #define BF STATS_BF16
 #define FH STATS_F16
@@ -146,13 +162,28 @@ static const cfg k_cfgs[] = {
     {.name = "bf16 d80 causal [B,N,H,D]", .b = 1, .hq = 4, .hkv = 2, .nq = 290, .nk = 290, .d = 80, .dt = BF, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1},
     {.name = "f16 d96 full Nk=1000", .b = 1, .hq = 2, .hkv = 2, .nq = 100, .nk = 1000, .d = 96, .dt = FH, .wl = -1, .wr = -1},
     {.name = "bf16 d256 causal", .b = 1, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 256, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "f32 d64 causal (CUDA-core path)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 150, .d = 64, .dt = FS, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f32 d64 causal, plain f32 (tensor cores as bf16)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 150, .d = 64, .dt = FS, .causal = 1, .wl = -1, .wr = -1},
     {.name = "bf16 d33 odd stride (CUDA-core path)", .b = 1, .hq = 2, .hkv = 2, .nq = 120, .nk = 140, .d = 33, .dt = BF, .pad = 3, .causal = 1, .wl = -1, .wr = -1},
     {.name = "bf16 d128 causal forced CUDA-core path", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .generic = 1},
     {.name = "bf16 d128 heads only, collapse 0.5", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .heads_only = 1, .collapse = 0.5f, .amp = 4.0},
     {.name = "bf16 d64 packed GQA window sampled", .b = 3, .hq = 4, .hkv = 2, .d = 64, .dt = BF, .causal = 1, .wl = 64, .wr = 0, .packed = 1, .lq = {333, 17, 129}, .lk = {333, 17, 129}, .every = 3},
     {.name = "bf16 d128 causal N=1500 (many blocks and tiles), scale 0.05", .b = 1, .hq = 2, .hkv = 1, .nq = 1500, .nk = 1500, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .scale = 0.05f},
     {.name = "f16 d64 one visible key per row (window 0)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FH, .causal = 1, .wl = 0, .wr = 0},
+    /* float32 tensors (autocast hands q and k over so), computed in bf16 / f16 on load */
+    {.name = "f32 d128 causal computed as bf16 [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = FS, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    {.name = "f32 d64 full computed as f16", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 260, .d = 64, .dt = FS, .wl = -1, .wr = -1, .compute = FH},
+    {.name = "f32 d256 causal computed as bf16 (mma.sync)", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 256, .dt = FS, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    {.name = "f32 d80 softcap 30 computed as bf16, padded rows", .b = 1, .hq = 3, .hkv = 3, .nq = 170, .nk = 170, .d = 80, .dt = FS, .pad = 8, .wl = -1, .wr = -1, .softcap = 30.0f, .amp = 40.0, .compute = BF},
+    {.name = "f32 d64 odd stride computed as bf16 (CUDA-core)", .b = 1, .hq = 2, .hkv = 2, .nq = 120, .nk = 120, .d = 64, .dt = FS, .pad = 3, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    {.name = "f16 d64 computed as bf16 (CUDA-core)", .b = 1, .hq = 2, .hkv = 2, .nq = 140, .nk = 140, .d = 64, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    /* masks */
+    {.name = "bf16 d128 key padding mask + causal", .b = 3, .hq = 4, .hkv = 2, .nq = 280, .nk = 280, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .mask = MASK_KEYPAD_BOOL},
+    {.name = "f32->bf16 d128 causal+padding bool mask (sdpa)", .b = 3, .hq = 4, .hkv = 4, .nq = 260, .nk = 260, .d = 128, .dt = FS, .bnhd = 1, .wl = -1, .wr = -1, .compute = BF, .mask = MASK_CAUSAL_PAD_BOOL},
+    {.name = "bf16 d64 random bool mask (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 170, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_RANDOM_BOOL},
+    {.name = "f16 d64 window mask f32 0/-inf", .b = 2, .hq = 2, .hkv = 1, .nq = 230, .nk = 230, .d = 64, .dt = FH, .wl = -1, .wr = -1, .mask = MASK_WINDOW_F32},
+    {.name = "bf16 d128 bias mask bf16 (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 130, .nk = 150, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_BIAS_BF16},
+    {.name = "f32->bf16 d64 eager mask (f32 lowest), sampled", .b = 2, .hq = 4, .hkv = 2, .nq = 310, .nk = 310, .d = 64, .dt = FS, .wl = -1, .wr = -1, .compute = BF, .mask = MASK_EAGER_F32, .every = 3},
+    {.name = "bf16 d128 per-head window mask f16", .b = 1, .hq = 4, .hkv = 4, .nq = 200, .nk = 240, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_HEAD_F16},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
@@ -176,6 +207,62 @@ static int close_rel(double got, double ref, double rel, double abs_tol)
     if (isinf(ref))
         return got == ref;
     return fabs(got - ref) <= rel * fabs(ref) + abs_tol;
+}
+
+/* Builds c's mask in host memory for a problem of nq x nk, points p's mask at it (strides: 0 for
+ * the dimensions it broadcasts) and says its size. */
+static void *make_mask(const cfg *c, rng *r, int nq, int nk, stats_problem *p, size_t *bytes)
+{
+    int mb = c->b, mh = 1;
+    stats_dtype dt = STATS_BOOL;
+    switch (c->mask) {
+    case MASK_RANDOM_BOOL: mh = c->hq; break;
+    case MASK_WINDOW_F32: mb = 1, dt = STATS_F32; break;
+    case MASK_BIAS_BF16: dt = STATS_BF16; break;
+    case MASK_EAGER_F32: dt = STATS_F32; break;
+    case MASK_HEAD_F16: mb = 1, mh = c->hq, dt = STATS_F16; break;
+    default: break;
+    }
+    const int rows = c->mask == MASK_KEYPAD_BOOL ? 1 : nq; /* key padding: one row for all */
+    const size_t es = stats_dtype_size(dt), n = (size_t)mb * mh * rows * nk;
+    unsigned char *m = malloc(n * es);
+    ck_assert(m);
+    for (int b = 0; b < mb; b++)
+        for (int h = 0; h < mh; h++)
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < nk; j++) {
+                    const size_t x = (((size_t)b * mh + h) * rows + i) * nk + j;
+                    const int len = nk - 13 * b; /* sequence b's keys: the rest is padding */
+                    int take = 1;
+                    float bias = 0.0f;
+                    switch (c->mask) {
+                    case MASK_KEYPAD_BOOL: take = j < len; break;
+                    case MASK_CAUSAL_PAD_BOOL:
+                    case MASK_EAGER_F32: take = j <= i && j < len; break;
+                    case MASK_RANDOM_BOOL: take = rng_next(r) % 100 < 60; break;
+                    case MASK_WINDOW_F32: take = j <= i && j >= i - 40; break;
+                    case MASK_BIAS_BF16:
+                        take = rng_next(r) % 10 != 0;
+                        bias = (float)(3.0 * (2.0 * rng_unit(r) - 1.0));
+                        break;
+                    case MASK_HEAD_F16: take = j >= i - 10 * (h + 1) && j <= i + 5 * h; break;
+                    }
+                    if (dt == STATS_BOOL)
+                        m[x] = take ? (unsigned char)(1 + j % 5) : 0;
+                    else if (dt == STATS_F32)
+                        ((float *)m)[x] = take ? bias
+                                               : c->mask == MASK_EAGER_F32 ? -3.402823466e38f
+                                                                           : -INFINITY;
+                    else
+                        store(m, x, dt, take ? bias : -INFINITY);
+                }
+    p->mask.ptr = m;
+    p->mask.stride_n = c->mask == MASK_KEYPAD_BOOL ? 0 : nk;
+    p->mask.stride_h = mh > 1 ? (int64_t)rows * nk : 0;
+    p->mask.stride_b = mb > 1 ? (int64_t)mh * rows * nk : 0;
+    p->mask_dtype = dt;
+    *bytes = n * es;
+    return m;
 }
 
 /* path: the kernel family to use (WGMMA: the Hopper kernel where it applies; MMA_SYNC the other) */
@@ -242,6 +329,9 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
     p.q.ptr = hq, p.k.ptr = hk;
     if (packed)
         p.cu_seqlens_q = cuq, p.cu_seqlens_k = cuk;
+    p.compute_dtype = c->compute;
+    size_t mask_bytes = 0;
+    void *hmask = c->mask ? make_mask(c, &r, nq, nk, &p, &mask_bytes) : NULL;
 
     /* reference */
     const int64_t nrows = (int64_t)pb * c->hq * nq;
@@ -250,8 +340,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
     float *gh = malloc(sizeof(float) * (size_t)nrows), *gm = malloc(sizeof(float) * (size_t)nrows);
     ck_assert(ref && got && rh && rm && gh && gm);
     stats_error err;
-    stats_status st = stats_cpu(&p, ref, rh, rm, &err);
-    ck_assert_msg(st == STATS_OK, "%s: stats_cpu: %s", c->name, err.msg);
+    stats_status st;
 
     /* device copies */
     void *dq = NULL, *dk = NULL;
@@ -273,13 +362,25 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
         CK_CUDA(cudaMemset(dh, 0x4b, sizeof(float) * (size_t)nrows)); /* poison: 1.3e7 */
         CK_CUDA(cudaMemset(dm, 0x4b, sizeof(float) * (size_t)nrows));
     }
+    void *dmask = NULL;
+    if (hmask) {
+        CK_CUDA(cudaMalloc(&dmask, mask_bytes));
+        CK_CUDA(cudaMemcpy(dmask, hmask, mask_bytes, cudaMemcpyHostToDevice));
+    }
     stats_problem pd = p;
     pd.q.ptr = dq, pd.k.ptr = dk;
     pd.cu_seqlens_q = dcuq, pd.cu_seqlens_k = dcuk;
+    pd.mask.ptr = dmask;
     memset(got, 0xa5, sizeof *got * (size_t)c->hq);
 
     stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : path);
     const char *kname = stats_cuda_kernel_name(g_ctx, &pd);
+    /* The reference: plain float32 on the tensor cores is bf16 on the way in (stats_cuda.h), so
+     * compare it with the reference computed so; the float32 error is measured in bench/. */
+    if (c->dt == FS && c->compute == FS && strstr(kname, "from f32"))
+        p.compute_dtype = BF;
+    st = stats_cpu(&p, ref, rh, rm, &err);
+    ck_assert_msg(st == STATS_OK, "%s: stats_cpu: %s", c->name, err.msg);
     cudaStream_t stream;
     CK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     st = stats_cuda_run(g_ctx, &pd, stream, got, dh, dm, &err);
@@ -351,7 +452,8 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 
     CK_CUDA(cudaStreamDestroy(stream));
     cudaFree(dq), cudaFree(dk), cudaFree(dcuq), cudaFree(dcuk), cudaFree(dh), cudaFree(dm);
-    free(hq), free(hk), free(ref), free(got), free(rh), free(rm), free(gh), free(gm);
+    cudaFree(dmask);
+    free(hq), free(hk), free(ref), free(got), free(rh), free(rm), free(gh), free(gm), free(hmask);
     ck_assert_msg(bad_rows == 0, "%s: %d rows out of tolerance (seed %llu)", c->name, bad_rows,
                   (unsigned long long)g_seed);
     ck_assert_msg(bad_heads == 0, "%s: %d heads out of tolerance (seed %llu)", c->name, bad_heads,

@@ -23,6 +23,8 @@
 #ifndef ATTNSTAT_CUDA_COMMON_CUH
 #define ATTNSTAT_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include "kernels.h"
@@ -162,10 +164,12 @@ static __device__ bool cta_sequence(const kparams &p, int x, seqinfo *s)
     return true;
 }
 
-/* Visible keys [lo, hi] of row i (lo > hi: none). */
-static __device__ __forceinline__ void visible_range(const kparams &p, int i, int lq, int lk,
-                                                     int *lo_out, int *hi_out)
+/* Visible keys [lo, hi] of row i of head h in sequence si (lo > hi: none): causal and the window,
+ * intersected with the row's interval of an interval mask (p.rr). */
+static __device__ __forceinline__ void visible_range(const kparams &p, const seqinfo &si, int h,
+                                                     int i, int *lo_out, int *hi_out)
 {
+    const int lq = si.lq, lk = si.lk;
     long long o = (long long)lk - lq, lo = 0, hi = (long long)lk - 1, a = i + o;
     if (p.causal && a < hi)
         hi = a;
@@ -173,10 +177,45 @@ static __device__ __forceinline__ void visible_range(const kparams &p, int i, in
         hi = a + p.wr;
     if (p.wl >= 0 && a - p.wl > lo)
         lo = a - p.wl;
+    if (p.rr) {
+        const int2 r = p.rr[((long long)(p.rr_mb > 1 ? si.tb : 0) * p.rr_mh +
+                             (p.rr_mh > 1 ? h : 0)) * p.len_q + i];
+        lo = r.x > lo ? r.x : lo;
+        hi = r.y < hi ? r.y : hi;
+    }
     if (lo > hi)
         lo = 1, hi = 0;
     *lo_out = (int)lo;
     *hi_out = (int)hi;
+}
+
+/* Up to 8 float32 values at src (n of them: 0..8, the rest zero) rounded to bf16 or f16 (round to
+ * nearest even) and stored as one 16-byte chunk at dst (shared memory, 16-byte aligned): the
+ * tensor-core kernels' load of float32 tensors. src is 16-byte aligned when n == 8. */
+template <bool F16>
+static __device__ __forceinline__ void st_chunk_from_f32(void *dst, const float *src, int n)
+{
+    float v[8];
+    if (n == 8) {
+        const float4 a = __ldg((const float4 *)src), b = __ldg((const float4 *)src + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            v[e] = e < n ? __ldg(src + e) : 0.0f;
+    }
+    unsigned w[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (F16) {
+            __half2 hv = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+            w[e] = *(unsigned *)&hv;
+        } else {
+            __nv_bfloat162 bv = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+            w[e] = *(unsigned *)&bv;
+        }
+    }
+    *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* ---- per-CTA partials: one finished row into a part, a block's parts into one ---------------- */
@@ -214,9 +253,10 @@ static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
 }
 
 /* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
- * and folds the row into a. ro: index of the row in the per-row outputs. */
+ * and folds the row into a. ro: index of the row in the per-row outputs. Mraw: the max logit
+ * (base 2 units, as M) without an additive mask's bias; M itself where there is none. */
 static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
-                                                float M, float l, float W)
+                                                float M, float l, float W, float Mraw)
 {
     if (nvis <= 0) {
         a.rows_empty++;
@@ -237,7 +277,7 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     }
     float h = LN2_F * (log2f(l) - W / l);
     h = h > 0.0f ? h : 0.0f;
-    float m = M * LN2_F;
+    float m = Mraw * LN2_F;
     if (p.row_h)
         p.row_h[ro] = h;
     if (p.row_m)

@@ -1,4 +1,6 @@
 /* generic.cu — the kernels that use no tensor core, and their launchers:
+ *   mask_ranges          before the statistics kernel, masked runs: each mask row's interval of
+ *                        keys, and whether the mask is general (read per logit) instead
  *   fill_rows            before the statistics kernel, sampled runs: per-row outputs set to
  *                        "not computed" (STATS_ROW_SKIPPED, -inf) before the kernel writes the
  *                        sampled rows
@@ -87,9 +89,47 @@ static __device__ __forceinline__ float load_elem(const void *base, long long of
     return f;
 }
 
+/* A q or k element as the logits see it: rounded to the compute dtype when it is another 16-bit
+ * type than the tensor's (stats.h, compute_dtype). */
+static __device__ __forceinline__ float load_qk(const void *base, long long off, const kparams &p)
+{
+    float v = load_elem(base, off, p.dtype);
+    if (p.compute == STATS_BF16 && p.dtype != STATS_BF16)
+        v = __bfloat162float(__float2bfloat16_rn(v));
+    else if (p.compute == STATS_F16 && p.dtype != STATS_F16)
+        v = __half2float(__float2half_rn(v));
+    return v;
+}
+
+/* Element j of the mask row at element offset mrow: whether key j takes part, and its additive
+ * bias (natural-log units; 0 for a boolean mask). -inf and the dtype's lowest finite value
+ * exclude the key (stats.h). */
+static __device__ __forceinline__ bool mask_take(const kparams &p, long long mrow, int j,
+                                                 float *bias)
+{
+    *bias = 0.0f;
+    if (p.mdtype == STATS_BOOL)
+        return p.mask[mrow + j] != 0;
+    if (p.mdtype == STATS_F32) {
+        const float v = ((const float *)p.mask)[mrow + j];
+        if (v == -INFINITY || v <= -3.402823466e38f)
+            return false;
+        *bias = v;
+        return true;
+    }
+    const unsigned short u = ((const unsigned short *)p.mask)[mrow + j];
+    const bool f16 = p.mdtype == STATS_F16;
+    if (u == (f16 ? 0xfc00 : 0xff80) || u == (f16 ? 0xfbff : 0xff7f))
+        return false;
+    *bias = load_elem(p.mask, mrow + j, p.mdtype);
+    return true;
+}
+
 /* grid (blocks_per_head, Hq), block 256; CTA (x, h) takes sampled rows [blk*GEN_BM, blk*GEN_BM +
  * GEN_BM) of its sequence, each warp GEN_ROWS_PER_WARP of them, each lane every 32nd visible key.
- * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; parts: [Hq, blocks_per_head]. */
+ * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; parts: [Hq, blocks_per_head]. A general mask
+ * (p.mask) is read per logit: keys it excludes are skipped, its biases added to the logits (the
+ * reported max logit stays without them). */
 __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
 {
     __shared__ float s_q[GEN_WARPS][STATS_MAX_HEAD_DIM];
@@ -107,20 +147,30 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
         int i = (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq, p.sample_every,
                                          p.sample_rows, p.seed);
         int lo, hi;
-        visible_range(p, i, si.lq, si.lk, &lo, &hi);
+        visible_range(p, si, h, i, &lo, &hi);
         long long qoff = (long long)si.tb * p.qsb + (long long)h * p.qsh + (long long)(si.q0 + i) * p.qsn;
         __syncwarp();
         for (int e = lane; e < p.d; e += 32)
-            s_q[warp][e] = load_elem(p.q, qoff + e, p.dtype);
+            s_q[warp][e] = load_qk(p.q, qoff + e, p);
         __syncwarp();
-        float M = -INFINITY, l = 0.0f, W = 0.0f;
+        float M = -INFINITY, l = 0.0f, W = 0.0f, Mraw = -INFINITY;
+        int nvis = 0;
         long long kbase = (long long)si.tb * p.ksb + (long long)kvh * p.ksh;
+        const long long mrow = p.mask ? (long long)si.tb * p.msb + (long long)h * p.msh +
+                                            (long long)i * p.msn
+                                      : 0;
         for (int kj = lo + lane; kj <= hi; kj += 32) {
+            float bias = 0.0f;
+            if (p.mask && !mask_take(p, mrow, kj, &bias))
+                continue;
+            nvis++;
             long long koff = kbase + (long long)(si.k0 + kj) * p.ksn;
             float dot = 0.0f;
             for (int e = 0; e < p.d; e++)
-                dot = fmaf(s_q[warp][e], load_elem(p.k, koff + e, p.dtype), dot);
+                dot = fmaf(s_q[warp][e], load_qk(p.k, koff + e, p), dot);
             float xv = p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+            Mraw = fmaxf(Mraw, xv);
+            xv += bias * LOG2E_F;
             if (xv > M) {
                 if (M > -INFINITY) {
                     float dd = M - xv, a = ex2(dd);
@@ -137,13 +187,55 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
             float M2 = __shfl_xor_sync(0xffffffffu, M, m), l2 = __shfl_xor_sync(0xffffffffu, l, m);
             float W2 = __shfl_xor_sync(0xffffffffu, W, m);
             state_merge(M, l, W, M2, l2, W2);
+            Mraw = fmaxf(Mraw, __shfl_xor_sync(0xffffffffu, Mraw, m));
+            nvis += __shfl_xor_sync(0xffffffffu, nvis, m);
         }
         if (lane == 0) {
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi - lo + 1, M, l, W);
+            row_done(p, acc, ro, p.mask ? nvis : hi - lo + 1, M, l, W, p.mask ? Mraw : M);
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+}
+
+/* ---- before it, masked runs: each mask row's interval of keys --------------------------------- */
+
+/* grid-stride over the mask's rows, a warp per row: rows [mb * mh * len_q), row r = (b', h', i)
+ * with i = r % len_q, h' = (r / len_q) % mh, b' = r / (len_q * mh) (mask indices: 0 where the
+ * mask broadcasts). rr[r] = {first, last} key that takes part ({1, 0}: none); *general |= 1 when
+ * the keys between first and last are not all taken, or a taken key carries a non-zero bias. */
+__global__ void mask_ranges_kernel(const kparams p, int mb, int mh, int2 *rr, int *general)
+{
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    const long long nrows = (long long)mb * mh * p.len_q;
+    for (long long r = (long long)blockIdx.x * wpb + (threadIdx.x >> 5); r < nrows;
+         r += (long long)gridDim.x * wpb) {
+        const int i = (int)(r % p.len_q);
+        const long long bh = r / p.len_q;
+        const int hh = (int)(bh % mh), bb = (int)(bh / mh);
+        const long long mrow = (long long)bb * p.msb + (long long)hh * p.msh + (long long)i * p.msn;
+        int first = 0x7fffffff, last = -1, count = 0, biased = 0;
+        for (int j = lane; j < p.len_k; j += 32) {
+            float b;
+            if (mask_take(p, mrow, j, &b)) {
+                first = min(first, j);
+                last = max(last, j);
+                count++;
+                biased |= b != 0.0f; /* NaN too */
+            }
+        }
+        for (int m = 1; m < 32; m <<= 1) {
+            first = min(first, __shfl_xor_sync(0xffffffffu, first, m));
+            last = max(last, __shfl_xor_sync(0xffffffffu, last, m));
+            count += __shfl_xor_sync(0xffffffffu, count, m);
+            biased |= __shfl_xor_sync(0xffffffffu, biased, m);
+        }
+        if (lane == 0) {
+            rr[r] = count ? make_int2(first, last) : make_int2(1, 0);
+            if (count && (count != last - first + 1 || biased))
+                atomicOr(general, 1);
+        }
+    }
 }
 
 /* ---- after it: the per-head reduction -------------------------------------------------------- */
@@ -190,7 +282,7 @@ __global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, 
 /* One kernel for every dtype; launch.cu names it by dtype ("cuda-core f32", ...). */
 const kernel_instance stats_generic_cuda = {
     STATS_MAX_HEAD_DIM, GEN_BM, GEN_WARPS * 32, 0, stats_generic_kernel, stats_generic_kernel,
-    NULL, NULL, "stats_generic_kernel"};
+    NULL, NULL, "stats_generic_kernel", NULL, NULL};
 
 cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_count, cudaStream_t s)
 {
@@ -205,6 +297,17 @@ cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s
 {
     int threads = k.batch < 1024 ? ((k.batch + 31) / 32) * 32 : 1024;
     packed_offsets_kernel<<<1, threads, 0, s>>>(k, blk_off);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_mask_ranges(const kparams &k, int mb, int mh, int2 *rr, int *general,
+                               int sm_count, cudaStream_t s)
+{
+    const long long rows = (long long)mb * mh * k.len_q, per = 256 / 32;
+    long long blocks = (rows + per - 1) / per;
+    if (blocks > (long long)sm_count * 16)
+        blocks = (long long)sm_count * 16;
+    mask_ranges_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), 256, 0, s>>>(k, mb, mh, rr, general);
     return cudaGetLastError();
 }
 

@@ -50,6 +50,21 @@ struct kparams {
     float collapse;
     float *row_h, *row_m;
     int sampled;
+    /* A mask whose every row sees one interval of keys (mask_ranges_kernel found it so): each
+     * row's [lo, hi] (inclusive; lo > hi: no key), rr[(b' * rr_mh + h') * len_q + i] with
+     * b' = b when rr_mb > 1 else 0, h' likewise; NULL without a mask. visible_range() intersects
+     * it with causal and the window. */
+    const int2 *rr;
+    int rr_mb, rr_mh;
+    /* A general mask (rows that are not one interval, or finite additive biases), read per logit
+     * by the CUDA-core kernel alone: element [b, h, i, j] at mask + (b*msb + h*msh + i*msn + j)
+     * elements of mdtype (STATS_BOOL, F32, F16, BF16). NULL otherwise. */
+    const char *mask;
+    long long msb, msh, msn;
+    int mdtype;
+    /* The precision of the logits' inputs (stats_problem.compute_dtype): the CUDA-core kernel
+     * rounds q and k to it; the tensor-core kernels take their operand type from it. */
+    int compute;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
@@ -105,6 +120,9 @@ struct kernel_instance {
     stats_kernel_fn bf16, f16;
     const char *name_bf16, *name_f16; /* what stats_cuda_kernel_name() says */
     const char *kernel;               /* the kernel's name, for error messages */
+    /* float32 tensors converted to bf16 / f16 as the tiles are loaded (no copy of the tensors);
+     * NULL where the family has no such instance (the planner then takes another). */
+    stats_kernel_fn bf16_from_f32, f16_from_f32;
 };
 
 /* Each family's table, ordered by dp (the first instance whose dp covers head_dim is taken). */
@@ -121,6 +139,12 @@ cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_cou
 
 /* Packed runs: blk_off[s] = the first block (rows_per_cta sampled rows) of sequence s. */
 cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s);
+
+/* Masked runs: each mask row's interval of keys into rr ([mb * mh * len_q] int2), and 1 into
+ * *general when a row's keys are not one interval or an additive value is a finite bias (the run
+ * must then read the mask per logit). Reads the mask once. */
+cudaError_t launch_mask_ranges(const kparams &k, int mb, int mh, int2 *rr, int *general,
+                               int sm_count, cudaStream_t s);
 
 /* parts [heads_q][nparts] -> heads [heads_q], in a fixed order. */
 cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,

@@ -38,6 +38,7 @@ struct stats_cuda {
     size_t ws_bytes;
     stats_head *host;  /* pinned staging for stats_cuda_run */
     size_t host_heads;
+    int *flag_host;    /* pinned: the mask analysis's "general" flag */
 };
 
 __attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err, stats_status st,
@@ -116,10 +117,21 @@ static const kernel_instance *pick_mma(const stats_cuda *ctx, int d)
     return NULL;
 }
 
-/* Tensor-core path possible: 2-byte dtype, 16-byte aligned bases, strides multiple of 8. */
+/* The tensor cores' operand type for p: the tensors' own 16-bit type, or for float32 tensors the
+ * compute dtype (bf16 for plain float32: see stats_cuda.h). */
+static stats_dtype operand_dtype(const stats_problem *p)
+{
+    if (p->dtype != STATS_F32)
+        return p->dtype;
+    return p->compute_dtype == STATS_F16 ? STATS_F16 : STATS_BF16;
+}
+
+/* Tensor-core path possible: 16-byte aligned bases, strides multiple of 8, and inputs the tiles
+ * take as they are (bf16, f16) or convert as they load (float32); not a 16-bit tensor to be
+ * computed in the other 16-bit type. */
 static bool mma_ok(const stats_cuda *ctx, const stats_problem *p)
 {
-    if (p->dtype != STATS_BF16 && p->dtype != STATS_F16)
+    if (p->dtype != STATS_F32 && p->compute_dtype != STATS_F32 && p->compute_dtype != p->dtype)
         return false;
     if (((uintptr_t)p->q.ptr & 15) || ((uintptr_t)p->k.ptr & 15))
         return false;
@@ -230,6 +242,8 @@ extern "C" void stats_cuda_destroy(stats_cuda *ctx)
         cudaFree(ctx->ws);
     if (ctx->host)
         cudaFreeHost(ctx->host);
+    if (ctx->flag_host)
+        cudaFreeHost(ctx->flag_host);
     if (prev >= 0)
         cudaSetDevice(prev);
     free(ctx);
@@ -241,33 +255,56 @@ extern "C" void stats_cuda_set_path(stats_cuda *ctx, stats_cuda_path path)
         ctx->path = path;
 }
 
-/* Launch plan of one problem. */
 /* ---- plan ------------------------------------------------------------------------------------ */
 
 /* Launch plan of one problem. */
 struct plan {
     const kernel_instance *k; /* the statistics kernel */
+    stats_kernel_fn fn;       /* its instance for the problem's dtypes */
     int variant;              /* its number (variants.h) */
+    int cvt;                  /* float32 tensors converted on load */
     int rows_per_cta, nblk, blocks_per_head;
-    size_t parts_off, off_off, heads_off, bytes;
+    int mb, mh;               /* masked: the mask's batch and head extents (1 where broadcast) */
+    size_t parts_off, off_off, heads_off, rr_off, flag_off, bytes;
 };
 
+/* The instance of k for p's dtypes, NULL when k has none. */
+static stats_kernel_fn instance_fn(const kernel_instance *k, const stats_problem *p)
+{
+    const bool f16 = operand_dtype(p) == STATS_F16;
+    if (p->dtype == STATS_F32 && k != &stats_generic_cuda)
+        return f16 ? k->f16_from_f32 : k->bf16_from_f32;
+    return f16 ? k->f16 : k->bf16;
+}
+
+/* general: the mask (if any) must be read per logit, which only the CUDA-core kernel does. */
 static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, plan *pl,
-                              stats_error *err)
+                              stats_error *err, int general)
 {
     memset(pl, 0, sizeof *pl);
-    const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && mma_ok(ctx, p);
+    const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && !general && mma_ok(ctx, p);
     pl->k = tc ? pick_wg(ctx, p, &pl->variant) : NULL;
+    if (pl->k && !instance_fn(pl->k, p)) { /* float32: the default variant has the instances */
+        stats_cuda tmp = *ctx;
+        tmp.path = STATS_CUDA_PATH_AUTO;
+        pl->k = pick_wg(&tmp, p, &pl->variant);
+        if (pl->k && !instance_fn(pl->k, p))
+            pl->k = NULL;
+    }
     /* Small grids (sampled runs, mostly) take the Hopper kernel too: until round 3 of
      * bench/kernel_notes.md AUTO switched to mma.sync's 256-row blocks (variant 4) under two waves
      * of the 192-row grid (0.18 ms against 0.21 ms at every 8th row of (2,32,4096,128)); variant 2
      * takes 0.164 ms there against mma.sync's 0.180 ms, and 0.138 against 0.175 causal (round 4). */
     if (!pl->k && tc && (pl->k = pick_mma(ctx, p->head_dim)) != NULL)
         pl->variant = STATS_VARIANT_MMA_SYNC;
+    if (pl->k && !instance_fn(pl->k, p))
+        pl->k = NULL;
     if (!pl->k) {
         pl->k = &stats_generic_cuda;
         pl->variant = STATS_VARIANT_GENERIC;
     }
+    pl->fn = instance_fn(pl->k, p);
+    pl->cvt = p->dtype == STATS_F32 && pl->variant != STATS_VARIANT_GENERIC;
     pl->rows_per_cta = pl->k->rows_per_cta;
     const int packed = p->cu_seqlens_q != NULL;
     long long bph;
@@ -287,15 +324,27 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
         return fail(err, STATS_EINVAL, "stats_cuda: heads_q %d is over the grid limit 65535",
                     p->heads_q);
     pl->blocks_per_head = (int)bph;
+    /* The heads first: at offset 0 whatever the plan, so that stats_cuda_run's staging of them
+     * never overlaps what a run planned differently (a masked run re-plans) writes. */
     size_t o = 0;
+    pl->heads_off = o;
+    o += sizeof(stats_head) * (size_t)p->heads_q;
+    o = (o + 255) & ~(size_t)255;
     pl->parts_off = o;
     o += sizeof(part) * (size_t)bph * (size_t)p->heads_q;
     o = (o + 255) & ~(size_t)255;
     pl->off_off = o;
     o += sizeof(int) * (size_t)(packed ? p->batch + 1 : 1);
-    o = (o + 255) & ~(size_t)255;
-    pl->heads_off = o;
-    o += sizeof(stats_head) * (size_t)p->heads_q;
+    if (p->mask.ptr) {
+        pl->mb = p->mask.stride_b == 0 || p->batch == 1 ? 1 : p->batch;
+        pl->mh = p->mask.stride_h == 0 || p->heads_q == 1 ? 1 : p->heads_q;
+        o = (o + 255) & ~(size_t)255;
+        pl->rr_off = o;
+        o += sizeof(int2) * (size_t)pl->mb * (size_t)pl->mh * (size_t)p->len_q;
+        o = (o + 255) & ~(size_t)255;
+        pl->flag_off = o;
+        o += sizeof(int);
+    }
     pl->bytes = o;
     return STATS_OK;
 }
@@ -303,7 +352,8 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
 extern "C" int stats_cuda_plan_variant(const stats_cuda *ctx, const stats_problem *p)
 {
     plan pl;
-    if (!ctx || !p || stats_validate(p, NULL) != STATS_OK || make_plan(ctx, p, &pl, NULL) != STATS_OK)
+    if (!ctx || !p || stats_validate(p, NULL) != STATS_OK ||
+        make_plan(ctx, p, &pl, NULL, 0) != STATS_OK)
         return -1;
     return pl.variant;
 }
@@ -341,13 +391,6 @@ static stats_status check_problem(stats_cuda *ctx, const stats_problem *p, stats
     stats_status st = stats_validate(p, err);
     if (st != STATS_OK)
         return st;
-    if (p->mask.ptr)
-        return fail(err, STATS_ENOTSUP, "stats_cuda: masks are not supported by this build's "
-                    "kernels");
-    if (p->compute_dtype != STATS_F32 && p->compute_dtype != p->dtype)
-        return fail(err, STATS_ENOTSUP, "stats_cuda: compute_dtype %s with %s tensors is not "
-                    "supported by this build's kernels", stats_dtype_name(p->compute_dtype),
-                    stats_dtype_name(p->dtype));
     return STATS_OK;
 }
 
@@ -362,7 +405,7 @@ extern "C" stats_status stats_cuda_reserve(stats_cuda *ctx, const stats_problem 
     stats_cuda tmp = *ctx;
     tmp.path = STATS_CUDA_PATH_GENERIC;
     plan pl;
-    stats_status st = make_plan(&tmp, p, &pl, err);
+    stats_status st = make_plan(&tmp, p, &pl, err, 1);
     if (st != STATS_OK)
         return st;
     st = grow(ctx, pl.bytes, NULL, err);
@@ -387,10 +430,16 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
     if (!ctx || !p)
         return "none";
     plan pl;
-    if (make_plan(ctx, p, &pl, NULL) != STATS_OK)
+    if (make_plan(ctx, p, &pl, NULL, 0) != STATS_OK)
         return "none (invalid problem)";
-    if (pl.variant != STATS_VARIANT_GENERIC)
-        return p->dtype == STATS_F16 ? pl.k->name_f16 : pl.k->name_bf16;
+    if (pl.variant != STATS_VARIANT_GENERIC) {
+        const char *n = operand_dtype(p) == STATS_F16 ? pl.k->name_f16 : pl.k->name_bf16;
+        if (!pl.cvt)
+            return n;
+        static __thread char buf[96];
+        snprintf(buf, sizeof buf, "%s from f32", n);
+        return buf;
+    }
     return p->dtype == STATS_F32 ? "cuda-core f32" : p->dtype == STATS_F16 ? "cuda-core f16"
                                                                            : "cuda-core bf16";
 }
@@ -409,16 +458,49 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
     cudaStream_t s = (cudaStream_t)stream;
     plan pl;
-    st = make_plan(ctx, p, &pl, err);
+    st = make_plan(ctx, p, &pl, err, 0);
     if (st != STATS_OK)
         return st;
     st = grow(ctx, pl.bytes, stream, err);
     if (st != STATS_OK)
         return st;
 
-    const int packed = p->cu_seqlens_q != NULL;
     kparams k;
     memset(&k, 0, sizeof k);
+    int general = 0;
+    if (p->mask.ptr) {
+        /* Each mask row's interval of keys; the one synchronisation of a masked run: whether the
+         * mask is general decides which kernel runs. */
+        k.mask = (const char *)p->mask.ptr;
+        k.msb = p->mask.stride_b, k.msh = p->mask.stride_h, k.msn = p->mask.stride_n;
+        k.mdtype = (int)p->mask_dtype;
+        k.len_q = p->len_q, k.len_k = p->len_k;
+        int2 *rr = (int2 *)((char *)ctx->ws + pl.rr_off);
+        int *flag = (int *)((char *)ctx->ws + pl.flag_off);
+        if (!ctx->flag_host)
+            CUDA_TRY(cudaMallocHost((void **)&ctx->flag_host, sizeof(int)),
+                     "cudaMallocHost(mask flag)");
+        CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(mask flag)");
+        CUDA_TRY(launch_mask_ranges(k, pl.mb, pl.mh, rr, flag, ctx->sm_count, s),
+                 "launch of mask_ranges_kernel");
+        CUDA_TRY(cudaMemcpyAsync(ctx->flag_host, flag, sizeof(int), cudaMemcpyDeviceToHost, s),
+                 "cudaMemcpyAsync(mask flag)");
+        CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize after the mask's analysis");
+        general = *ctx->flag_host != 0;
+        if (general) { /* read per logit by the CUDA-core kernel; the intervals are not used */
+            st = make_plan(ctx, p, &pl, err, 1);
+            if (st == STATS_OK)
+                st = grow(ctx, pl.bytes, stream, err);
+            if (st != STATS_OK)
+                return st;
+        } else {
+            k.mask = NULL;
+            k.rr = (const int2 *)((char *)ctx->ws + pl.rr_off);
+            k.rr_mb = pl.mb, k.rr_mh = pl.mh;
+        }
+    }
+
+    const int packed = p->cu_seqlens_q != NULL;
     k.q = (const char *)p->q.ptr, k.k = (const char *)p->k.ptr;
     k.qsb = p->q.stride_b, k.qsh = p->q.stride_h, k.qsn = p->q.stride_n;
     k.ksb = p->k.stride_b, k.ksh = p->k.stride_h, k.ksn = p->k.stride_n;
@@ -441,6 +523,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     k.collapse = p->collapse_threshold > 0.0f ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
     k.row_h = row_entropy, k.row_m = row_maxlogit;
     k.sampled = p->sample_every > 1 || p->sample_rows > 0;
+    k.compute = (int)p->compute_dtype;
     part *parts = (part *)((char *)ctx->ws + pl.parts_off);
     stats_head *heads_ws = (stats_head *)heads_dev;
 
@@ -453,8 +536,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         CUDA_TRY(launch_packed_offsets(k, (int *)((char *)ctx->ws + pl.off_off), s),
                  "launch of packed_offsets_kernel");
     dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
-    stats_kernel_fn fn = p->dtype == STATS_F16 ? pl.k->f16 : pl.k->bf16;
-    fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
+    pl.fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess)
         return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
@@ -477,7 +559,7 @@ extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, 
         return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
     CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
     plan pl;
-    st = make_plan(ctx, p, &pl, err);
+    st = make_plan(ctx, p, &pl, err, p->mask.ptr != NULL); /* the largest a masked run can need */
     if (st != STATS_OK)
         return st;
     st = grow(ctx, pl.bytes, stream, err);

@@ -23,12 +23,13 @@ template <int DP, int MT> struct mma_shape {
         (size_t)(BM + MMA_STAGES * MMA_BN) * LD * 2 + (size_t)BM * sizeof(int);
 };
 
-/* Load one tile of BN keys (rows j0 .. j0+BN-1 of the sequence) into a stage; zero past lk / d. */
-template <int DP>
+/* Load one tile of BN keys (rows j0 .. j0+BN-1 of the sequence) into a stage; zero past lk / d.
+ * CVT: k is float32, rounded to the operand type (F16 or bf16) on the way (synchronous). */
+template <int DP, bool F16, bool CVT>
 static __device__ __forceinline__ void load_k_tile(const kparams &p, const char *krow0,
                                                    unsigned short *dst, int j0, int lk)
 {
-    constexpr int CH = DP / 8, LD = DP + 8;
+    constexpr int CH = DP / 8, LD = DP + 8, ES = CVT ? 4 : 2;
     for (int idx = threadIdx.x; idx < MMA_BN * CH; idx += MMA_WARPS * 32) {
         int r = idx / CH, c = idx - r * CH;
         int j = j0 + r;
@@ -38,9 +39,12 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
             int rem = (p.d - c * 8) * 2;
             bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
             if (bytes > 0)
-                src = krow0 + ((long long)j * p.ksn + c * 8) * 2;
+                src = krow0 + ((long long)j * p.ksn + c * 8) * ES;
         }
-        cp_async16(dst + r * LD + c * 8, src, bytes);
+        if (CVT)
+            st_chunk_from_f32<F16>(dst + r * LD + c * 8, (const float *)src, bytes / 2);
+        else
+            cp_async16(dst + r * LD + c * 8, src, bytes);
     }
 }
 
@@ -49,8 +53,9 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
 /* grid (blocks_per_head, Hq), block 256. q: [B, Hq, Nq, D] by strides, k: [B, Hkv, Nk, D];
  * CTA (x, h) takes sampled rows [blk*BM, blk*BM + BM) of its sequence, BM = MMA_WARPS * 16 * MT
  * (warp w: rows [w*16*MT, (w+1)*16*MT) of the block); parts: [Hq, blocks_per_head], this CTA's at
- * h * blocks_per_head + x; per-row outputs [B, Hq, Nq]. */
-template <int DP, int MT, bool F16>
+ * h * blocks_per_head + x; per-row outputs [B, Hq, Nq]. CVT: q and k are float32, rounded to the
+ * operand type as they are loaded (the next K tile is loaded after this tile's MMAs). */
+template <int DP, int MT, bool F16, bool CVT>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kparams p, part *parts)
 {
     using S = mma_shape<DP, MT>;
@@ -72,10 +77,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
         return;
     }
     const int kvh = h / p.group;
+    constexpr int ES = CVT ? 4 : 2; /* bytes per element of q and k in memory */
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
-                               (long long)si.q0 * p.qsn) * 2;
+                               (long long)si.q0 * p.qsn) * ES;
     const char *krow0 = p.k + ((long long)si.tb * p.ksb + (long long)kvh * p.ksh +
-                               (long long)si.k0 * p.ksn) * 2;
+                               (long long)si.k0 * p.ksn) * ES;
 
     if (tid == 0)
         s_range[0] = 0x7fffffff, s_range[1] = -1;
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     for (int r = tid; r < BM; r += MMA_WARPS * 32) {
         if (s_row[r] >= 0) {
             int lo, hi;
-            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            visible_range(p, si, h, s_row[r], &lo, &hi);
             if (lo <= hi) {
                 atomicMin(&s_range[0], lo);
                 atomicMax(&s_range[1], hi);
@@ -105,9 +111,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             int rem = (p.d - c * 8) * 2;
             bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
             if (bytes > 0)
-                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * ES;
         }
-        cp_async16(sq + r * LD + c * 8, src, bytes);
+        if (CVT)
+            st_chunk_from_f32<F16>(sq + r * LD + c * 8, (const float *)src, bytes / 2);
+        else
+            cp_async16(sq + r * LD + c * 8, src, bytes);
     }
     cp_async_commit();
     __syncthreads(); /* s_range final */
@@ -115,7 +124,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     const int t_last = s_range[1] >= 0 ? s_range[1] / MMA_BN : -1;
     for (int st = 0; st < MMA_STAGES - 1; st++) {
         if (t_first + st <= t_last)
-            load_k_tile<DP>(p, krow0, sk + st * MMA_BN * LD, (t_first + st) * MMA_BN, si.lk);
+            load_k_tile<DP, F16, CVT>(p, krow0, sk + st * MMA_BN * LD, (t_first + st) * MMA_BN,
+                                      si.lk);
         cp_async_commit();
     }
 
@@ -129,7 +139,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
             lo[mt][hr] = 1, hi[mt][hr] = 0;
             if (i >= 0)
-                visible_range(p, i, si.lq, si.lk, &lo[mt][hr], &hi[mt][hr]);
+                visible_range(p, si, h, i, &lo[mt][hr], &hi[mt][hr]);
             if (lo[mt][hr] <= hi[mt][hr]) {
                 wlo_min = min(wlo_min, lo[mt][hr]), wlo_max = max(wlo_max, lo[mt][hr]);
                 whi_min = min(whi_min, hi[mt][hr]), whi_max = max(whi_max, hi[mt][hr]);
@@ -169,14 +179,17 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
         const int it = t - t_first;
         cp_async_wait<MMA_STAGES - 2>();
         __syncthreads();
-        if (t + MMA_STAGES - 1 <= t_last)
-            load_k_tile<DP>(p, krow0, sk + ((it + MMA_STAGES - 1) % MMA_STAGES) * MMA_BN * LD,
-                            (t + MMA_STAGES - 1) * MMA_BN, si.lk);
+        unsigned short *next = sk + ((it + MMA_STAGES - 1) % MMA_STAGES) * MMA_BN * LD;
+        if (!CVT && t + MMA_STAGES - 1 <= t_last)
+            load_k_tile<DP, F16, CVT>(p, krow0, next, (t + MMA_STAGES - 1) * MMA_BN, si.lk);
         cp_async_commit();
 
         const int j0 = t * MMA_BN, j1 = j0 + MMA_BN - 1;
-        if (j0 > whi_max || j1 < wlo_min)
-            continue; /* no row of this warp sees this tile */
+        if (j0 > whi_max || j1 < wlo_min) { /* no row of this warp sees this tile */
+            if (CVT && t + MMA_STAGES - 1 <= t_last)
+                load_k_tile<DP, F16, CVT>(p, krow0, next, (t + MMA_STAGES - 1) * MMA_BN, si.lk);
+            continue;
+        }
         const unsigned short *kt = sk + (it % MMA_STAGES) * MMA_BN * LD;
 
         float s[MT][NT][4];
@@ -198,6 +211,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
                 }
             }
         }
+        if (CVT && t + MMA_STAGES - 1 <= t_last) /* synchronous loads, after this tile's MMAs */
+            load_k_tile<DP, F16, CVT>(p, krow0, next, (t + MMA_STAGES - 1) * MMA_BN, si.lk);
         const bool full = j0 >= wlo_max && j1 <= whi_min;
         if (p.softcap) {
             if (full)
@@ -226,7 +241,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
             if (tq == 0 && i >= 0) {
                 long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr);
+                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr]);
             }
         }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
@@ -237,8 +252,9 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
 
 #define MMA_ONE(DP, MT)                                                                            \
     { DP, mma_shape<DP, MT>::BM, MMA_WARPS * 32, mma_shape<DP, MT>::smem_bytes,                     \
-      stats_mma_kernel<DP, MT, false>, stats_mma_kernel<DP, MT, true>, "mma.sync bf16 d" #DP,       \
-      "mma.sync f16 d" #DP, "stats_mma_kernel" }
+      stats_mma_kernel<DP, MT, false, false>, stats_mma_kernel<DP, MT, true, false>,               \
+      "mma.sync bf16 d" #DP, "mma.sync f16 d" #DP, "stats_mma_kernel",                             \
+      stats_mma_kernel<DP, MT, false, true>, stats_mma_kernel<DP, MT, true, true> }
 
 const kernel_instance stats_mma_sm80[] = {
     MMA_ONE(32, MMA_MT), MMA_ONE(64, MMA_MT),       MMA_ONE(96, MMA_MT),

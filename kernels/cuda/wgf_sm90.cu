@@ -121,8 +121,11 @@ template <int DP, bool SW, bool MB> struct wgf_shape {
  * blk*192 + 192) of its sequence (warp w: rows [w*16, w*16 + 16)); parts: [Hq, blocks_per_head].
  * Variant 0's shape (stats_wgmma_kernel) with the fold of fold_lane, the K-tile addressing
  * computed once per thread (a pointer bump and up to 3 predicated copies per tile), SW the swizzled, line-wide K
- * loads (half the L2 tag lookups of the core-matrix loads), MB the mbarrier pipeline. */
-template <int DP, bool F16, bool SW, bool MB>
+ * loads (half the L2 tag lookups of the core-matrix loads), MB the mbarrier pipeline. CVT: q and k
+ * are float32, rounded to the operand type (F16 or bf16) as they are loaded into shared memory
+ * (st_chunk_from_f32: synchronous loads, so the K tile of it + PF is loaded after tile it's wgmma
+ * is issued, under the tensor cores' work); no copy of the tensors. */
+template <int DP, bool F16, bool SW, bool MB, bool CVT>
 __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     stats_wgf_kernel(const kparams p, part *parts)
 {
@@ -154,10 +157,11 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
         return;
     }
     const int kvh = h / p.group;
+    constexpr int ES = CVT ? 4 : 2; /* bytes per element of q and k in memory */
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
-                               (long long)si.q0 * p.qsn) * 2;
+                               (long long)si.q0 * p.qsn) * ES;
     const char *krow0 = p.k + ((long long)si.tb * p.ksb + (long long)kvh * p.ksh +
-                               (long long)si.k0 * p.ksn) * 2;
+                               (long long)si.k0 * p.ksn) * ES;
 
     if (tid == 0) {
         s_range[0] = 0x7fffffff, s_range[1] = -1;
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     for (int r = tid; r < BM; r += NTH) {
         if (s_row[r] >= 0) {
             int lo, hi;
-            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            visible_range(p, si, h, s_row[r], &lo, &hi);
             if (lo <= hi) {
                 atomicMin(&s_range[0], lo);
                 atomicMax(&s_range[1], hi);
@@ -192,9 +196,12 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
             int rem = (p.d - c * 8) * 2;
             bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
             if (bytes > 0)
-                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * ES;
         }
-        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+        if (CVT)
+            st_chunk_from_f32<F16>(sq + r * LDQ + c * 8, (const float *)src, bytes / 2);
+        else
+            cp_async16(sq + r * LDQ + c * 8, src, bytes);
     }
     cp_async_commit();
 
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
         int i = s_row[warp * 16 + hr * 8 + g];
         lo[hr] = 1, hi[hr] = 0;
         if (i >= 0)
-            visible_range(p, i, si.lq, si.lk, &lo[hr], &hi[hr]);
+            visible_range(p, si, h, i, &lo[hr], &hi[hr]);
         if (lo[hr] <= hi[hr]) {
             wlo_min = min(wlo_min, lo[hr]), wlo_max = max(wlo_max, lo[hr]);
             whi_min = min(whi_min, hi[hr]), whi_max = max(whi_max, hi[hr]);
@@ -234,8 +241,8 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
         SW ? (unsigned)(((cg >> 3) * BN + n0) * 128 + (((cg & 7) ^ (n0 & 7)) << 4))
            : (unsigned)(((n0 >> 3) * CH + cg) * 128 + (n0 & 7) * 16);
     const int krem = (p.d - cg * 8) * 2, kbytes = krem >= 16 ? 16 : (krem > 0 ? krem : 0);
-    const long long kpitch = p.ksn * 2; /* bytes between keys */
-    const long long goff0 = (long long)n0 * kpitch + cg * 16;
+    const long long kpitch = p.ksn * ES; /* bytes between keys */
+    const long long goff0 = (long long)n0 * kpitch + cg * 8 * ES;
     const bool last_ok = tid + (NIT - 1) * NTH < BN * CH;
     auto load_tile = [&](int stage, int t) {
         const int j0 = t * BN;
@@ -246,7 +253,13 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
             if (i == NIT - 1 && !last_ok)
                 break;
             const bool in = j0 + n0 + i * NS < si.lk && kbytes > 0;
-            cp_async16((char *)dst + i * SSTEP, in ? tb + i * NS * kpitch : p.k, in ? kbytes : 0);
+            if (CVT)
+                st_chunk_from_f32<F16>((char *)dst + i * SSTEP,
+                                       (const float *)(in ? tb + i * NS * kpitch : p.k),
+                                       in ? kbytes / 2 : 0);
+            else
+                cp_async16((char *)dst + i * SSTEP, in ? tb + i * NS * kpitch : p.k,
+                           in ? kbytes : 0);
         }
     };
 
@@ -319,7 +332,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
             cp_async_wait<PF - 1>();
             fence_proxy_async();
             __syncthreads();
-            if (t + PF <= t_end)
+            if (!CVT && t + PF <= t_end)
                 load_tile((it + PF) % ST, t + PF);
             cp_async_commit();
         }
@@ -334,6 +347,8 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
                    : wg_desc(kt + ks * 128, 128, CH * 128),
                 ks > 0);
         wgmma_commit();
+        if (CVT && !MB && t + PF <= t_end) /* synchronous loads, under this tile's wgmma */
+            load_tile((it + PF) % ST, t + PF);
         reg_fence(cur[0]);
         wgmma_wait<1>(prev[0]);
         reg_fence(prev[0]);
@@ -372,7 +387,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
         int i = s_row[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[hr] - lo[hr] + 1, Mr, lr, wr);
+            row_done(p, acc, ro, hi[hr] - lo[hr] + 1, Mr, lr, wr, Mr);
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
@@ -381,14 +396,18 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
 
 /* ---- the instances: variants 1-3 at head_dim 64 and 128 (kernels.h WGF_NVAR x WG_NDP) -------- */
 
-#define WGF_ONE(DP, SW, MB, TAG)                                                                   \
+/* FROM_F32: the float32 instances (CVT), built for the default variant only. */
+#define WGF_ONE(DP, SW, MB, TAG, FROM_F32)                                                         \
     { DP, wgf_shape<DP, SW, MB>::BM, WG_WARPGROUPS * 128, wgf_shape<DP, SW, MB>::smem_bytes,        \
-      stats_wgf_kernel<DP, false, SW, MB>, stats_wgf_kernel<DP, true, SW, MB>,                     \
-      "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG, "stats_wgf_kernel" }
-#define WGF_VARIANT(SW, MB, TAG) {WGF_ONE(64, SW, MB, TAG), WGF_ONE(128, SW, MB, TAG)}
+      stats_wgf_kernel<DP, false, SW, MB, false>, stats_wgf_kernel<DP, true, SW, MB, false>,       \
+      "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG, "stats_wgf_kernel",                   \
+      FROM_F32 ? stats_wgf_kernel<DP, false, SW, MB, FROM_F32> : NULL,                             \
+      FROM_F32 ? stats_wgf_kernel<DP, true, SW, MB, FROM_F32> : NULL }
+#define WGF_VARIANT(SW, MB, TAG, FROM_F32)                                                         \
+    {WGF_ONE(64, SW, MB, TAG, FROM_F32), WGF_ONE(128, SW, MB, TAG, FROM_F32)}
 
 const kernel_instance stats_wgf_sm90[][WG_NDP] = {
-    WGF_VARIANT(false, false, "fold2"),          /* variant 1 */
-    WGF_VARIANT(true, false, "fold2 sw128"),     /* variant 2, the default */
-    WGF_VARIANT(true, true, "fold2 sw128 mbar"), /* variant 3 */
+    WGF_VARIANT(false, false, "fold2", false),          /* variant 1 */
+    WGF_VARIANT(true, false, "fold2 sw128", true),      /* variant 2, the default */
+    WGF_VARIANT(true, true, "fold2 sw128 mbar", false), /* variant 3 */
 };

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
     for (int r = tid; r < BM; r += NTH) {
         if (s_row[r] >= 0) {
             int lo, hi;
-            visible_range(p, s_row[r], si.lq, si.lk, &lo, &hi);
+            visible_range(p, si, h, s_row[r], &lo, &hi);
             if (lo <= hi) {
                 atomicMin(&s_range[0], lo);
                 atomicMax(&s_range[1], hi);
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
         int i = s_row[warp * 16 + hr * 8 + g];
         lo[0][hr] = 1, hi[0][hr] = 0;
         if (i >= 0)
-            visible_range(p, i, si.lq, si.lk, &lo[0][hr], &hi[0][hr]);
+            visible_range(p, si, h, i, &lo[0][hr], &hi[0][hr]);
         if (lo[0][hr] <= hi[0][hr]) {
             wlo_min = min(wlo_min, lo[0][hr]), wlo_max = max(wlo_max, lo[0][hr]);
             whi_min = min(whi_min, hi[0][hr]), whi_max = max(whi_max, hi[0][hr]);
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
         int i = s_row[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr);
+            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr, M[0][hr]);
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
     { DP, wg_shape<DP, NWG, BN, SS>::BM, NWG * 128, wg_shape<DP, NWG, BN, SS>::smem_bytes,          \
       stats_wgmma_kernel<DP, false, NWG, BN, SS, POLY>,                                            \
       stats_wgmma_kernel<DP, true, NWG, BN, SS, POLY>, "wgmma bf16 d" #DP " " TAG,                 \
-      "wgmma f16 d" #DP " " TAG, "stats_wgmma_kernel" }
+      "wgmma f16 d" #DP " " TAG, "stats_wgmma_kernel", NULL, NULL }
 
 const kernel_instance stats_wgmma_sm90[] = {
     WG_ONE(64, WG_WARPGROUPS, WG_KEYS, false, 0, "3wg n64 rs"),
