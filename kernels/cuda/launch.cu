@@ -203,6 +203,12 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
         CUDA_TRY(cudaFuncSetAttribute(m->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)m->smem),
                  "cudaFuncSetAttribute(shared memory) for the f16 kernel");
+        CUDA_TRY(cudaFuncSetAttribute(m->bf16_from_f32,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)m->smem),
+                 "cudaFuncSetAttribute(shared memory) for the bf16 kernel of float32 inputs");
+        CUDA_TRY(cudaFuncSetAttribute(m->f16_from_f32,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)m->smem),
+                 "cudaFuncSetAttribute(shared memory) for the f16 kernel of float32 inputs");
     }
     stats_cuda *c = (stats_cuda *)calloc(1, sizeof *c);
     if (!c)
@@ -221,6 +227,10 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
                                                   (int)w->smem);
             cudaError_t e2 = cudaFuncSetAttribute(w->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)w->smem);
+            for (stats_kernel_fn f : {w->bf16_from_f32, w->f16_from_f32})
+                if (f && e1 == cudaSuccess && e2 == cudaSuccess)
+                    e2 = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)w->smem);
             if (e1 != cudaSuccess || e2 != cudaSuccess || w->smem + 1024 > (size_t)smem_optin) {
                 cudaGetLastError();
                 c->wg_ok = 0; /* mma.sync serves every head_dim then */
