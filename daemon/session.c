@@ -155,8 +155,9 @@ void session_send_ack(session_push *p, Attnstat__Code code, const char *msg,
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
     env.ack = &ack;
-    if (server_send(s->c, &env, 1) != 0 && heads) {
-        /* Over max_frame with its results: acknowledge without them. */
+    if (server_send(s->c, &env, 1) != 0 && heads && s->c) {
+        /* Over max_frame with its results: acknowledge without them. (A send that closed the
+         * connection, its queue far over the cap, detached the session: s->c is NULL then.) */
         ack.heads = NULL;
         ack.n_heads = 0;
         ack.message = "stored; per-head results omitted: they do not fit in max_frame";
