@@ -44,15 +44,7 @@ START_TEST(test_alerts_raise_and_clear)
 
     dh_conn sub;
     dh_connect(&sub, &d);
-    Attnstat__Subscribe sb = ATTNSTAT__SUBSCRIBE__INIT;
-    sb.has_alerts = 1;
-    sb.alerts = 1;
-    sb.has_results = 1;
-    sb.results = 1;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-    env.subscribe = &sb;
-    ck_assert_int_eq(dh_send(&sub, &env), 0);
+    dh_subscribe(&sub, 1, 1);
     attnstat__envelope__free_unpacked(dh_status(&sub), NULL); /* subscription in place */
 
     dh_conn c;

@@ -74,11 +74,7 @@ START_TEST(test_config_file_and_errors)
     int64_t deadline = dh_now_ms() + 20000;
     for (;;) {
         dh_connect(&a, &d);
-        Attnstat__Status stq = ATTNSTAT__STATUS__INIT;
-        Attnstat__Envelope q = ATTNSTAT__ENVELOPE__INIT;
-        q.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-        q.status = &stq;
-        ck_assert_int_eq(dh_send(&a, &q), 0);
+        dh_send_status(&a);
         Attnstat__Envelope *r = dh_recv(&a, 20000);
         int served = r && r->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
         if (r)
@@ -124,13 +120,9 @@ static int served_as(dh_daemon *d, uid_t uid, gid_t gid)
         memset(&c, 0, sizeof c);
         c.fd = fd;
         frame_reader_init(&c.rd, 1u << 20);
-        Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-        h.protocol_version = FRAME_PROTOCOL_VERSION;
-        h.run = "other-user";
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-        env.hello = &h;
-        if (dh_send(&c, &env) != 0)
+        Attnstat__Hello h;
+        Attnstat__Envelope env;
+        if (dh_send(&c, envelope_hello(&env, &h, "other-user")) != 0)
             _exit(1);
         Attnstat__Envelope *r = dh_recv(&c, 20000);
         _exit(r && r->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY ? 0 : 2);
