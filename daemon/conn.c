@@ -68,6 +68,11 @@ uv_stream_t *conn_stream(conn *c)
     return (uv_stream_t *)&c->pipe;
 }
 
+int conn_open(conn *c, int fd)
+{
+    return uv_pipe_open(&c->pipe, fd);
+}
+
 void conn_set_handler(conn *c, const conn_handler *h, void *data)
 {
     c->h = *h;

@@ -55,6 +55,9 @@ typedef struct {
  * NULL (logged) when memory or the handle could not be had. */
 conn *conn_new(uv_loop_t *loop, uint64_t id, const conn_limits *lim, counters *cnt);
 uv_stream_t *conn_stream(conn *c);
+/* Instead of uv_accept: the connection takes fd, a connected stream socket (a socketpair's end in
+ * the tests). Returns 0, or a libuv error (fd is then still the caller's). */
+int conn_open(conn *c, int fd);
 void conn_set_handler(conn *c, const conn_handler *h, void *data);
 /* The handler's data (as given to conn_set_handler), for the one who gave it. */
 void *conn_data(const conn *c);
