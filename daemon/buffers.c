@@ -147,6 +147,20 @@ gpu_event *buffers_event(buffers *b, uint32_t id, int *device)
     return e->ev;
 }
 
+/* A registration, in room grow_bufs() made. */
+static void add_buf(buffers *b, uint32_t id, buffers_map *map, gpu_mem *gm, int kind, uint64_t size,
+                    const void *base, int device)
+{
+    buf *f = &b->bufs[b->nbufs++];
+    f->id = id;
+    f->map = map;
+    f->gm = gm;
+    f->vb.kind = kind;
+    f->vb.size = size;
+    f->vb.base = base;
+    f->vb.device = device;
+}
+
 static int grow_bufs(buffers *b)
 {
     if (b->nbufs < b->capbufs)
@@ -218,14 +232,7 @@ static Attnstat__Code register_cuda(buffers *b, const stage_ctx *x, const Attnst
             gpu_mem_unref(m);
         return FAIL(ATTNSTAT__CODE__INTERNAL, "buffer %u: out of memory", rb->id);
     }
-    buf *f = &b->bufs[b->nbufs++];
-    f->id = rb->id;
-    f->map = NULL;
-    f->gm = m;
-    f->vb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    f->vb.size = rb->size;
-    f->vb.base = NULL;
-    f->vb.device = d;
+    add_buf(b, rb->id, NULL, m, ATTNSTAT__BUFFER_KIND__CUDA_IPC, rb->size, NULL, d);
     LOG_DEBUG("session", "client %llu: buffer %u = CUDA IPC on %s, %llu bytes",
               (unsigned long long)conn_id, rb->id, devices_info(x->dev, d)->uuid,
               (unsigned long long)rb->size);
@@ -334,14 +341,7 @@ static Attnstat__Code register_shm(buffers *b, const Attnstat__RegisterBuffer *r
     m->addr = addr;
     m->size = rb->size;
     snprintf(m->name, sizeof m->name, "%s", rb->shm_name);
-    buf *f = &b->bufs[b->nbufs++];
-    f->id = rb->id;
-    f->map = m;
-    f->gm = NULL;
-    f->vb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-    f->vb.size = rb->size;
-    f->vb.base = addr;
-    f->vb.device = -1;
+    add_buf(b, rb->id, m, NULL, ATTNSTAT__BUFFER_KIND__HOST_SHM, rb->size, addr, -1);
     LOG_DEBUG("session", "client %llu: buffer %u = shm %s, %llu bytes", (unsigned long long)conn_id,
               rb->id, rb->shm_name, (unsigned long long)rb->size);
     return ATTNSTAT__CODE__OK;

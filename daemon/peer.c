@@ -22,7 +22,7 @@ peer *peer_new(const cfg *conf, conn *c)
     p->conn_id = conn_id(c);
     p->uid = conn_uid(c);
     p->pid = (int32_t)conn_pid(c);
-    p->th = conf->thresholds;
+    p->collapse_threshold = conf->thresholds.collapse_threshold;
     return p;
 }
 
@@ -53,7 +53,7 @@ void peer_detach(peer *p)
 }
 
 void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
-                const cfg_thresholds *th)
+                double collapse_threshold)
 {
     p->hello = 1;
     p->run_id = run_id;
@@ -61,7 +61,7 @@ void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_
     p->rank = rank;
     if (has_pid)
         p->pid = pid;
-    p->th = *th;
+    p->collapse_threshold = collapse_threshold;
 }
 
 void peer_subscribe(peer *p, int alerts, int results)

@@ -36,7 +36,7 @@ struct peer {
     char run[PEER_RUN_MAX];
     int32_t rank;
     int32_t pid;             /* from Hello, else SO_PEERCRED */
-    cfg_thresholds th;       /* effective thresholds: config overridden by the Hello */
+    double collapse_threshold; /* the computation's: the Hello's, else the config's */
     int sub_alerts, sub_results;
     buffers *bufs;
     int gone;                /* the connection closed (read atomically by GPU workers) */
@@ -45,17 +45,18 @@ struct peer {
     uint64_t pushes, dropped, rejected;
 };
 
-/* A peer for connection c (one reference: the connection's), thresholds from the config. NULL on
- * no memory. */
+/* A peer for connection c (one reference: the connection's), its collapse threshold the
+ * config's. NULL on no memory. */
 peer *peer_new(const cfg *conf, conn *c);
 void peer_ref(peer *p);
 void peer_unref(peer *p);
 /* The connection is closing: forget the buffers, drop the connection's reference. */
 void peer_detach(peer *p);
 
-/* Its Hello was accepted: run, rank, pid (when the Hello has one, else kept) and thresholds. */
+/* Its Hello was accepted: run, rank, pid (when the Hello has one, else kept) and the collapse
+ * threshold its pushes are computed with. */
 void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
-                const cfg_thresholds *th);
+                double collapse_threshold);
 void peer_subscribe(peer *p, int alerts, int results);
 
 typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;

@@ -161,7 +161,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         return;
     }
     validate_limits lim = {.max_push_work = c->max_push_work,
-                           .collapse_threshold = (float)p->th.collapse_threshold};
+                           .collapse_threshold = (float)p->collapse_threshold};
     push *u = calloc(1, sizeof *u);
     if (!u) {
         counters_inc(x->cnt, CNT_FAILED);

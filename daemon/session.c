@@ -49,29 +49,6 @@ static int valid_text(const char *t, size_t max)
     return 1;
 }
 
-/* The config's thresholds with the Hello's overrides. */
-static cfg_thresholds merged_thresholds(const cfg *c, const Attnstat__Thresholds *t)
-{
-    cfg_thresholds th = c->thresholds;
-    if (!t)
-        return th;
-    if (t->has_entropy_floor)
-        th.entropy_floor = t->entropy_floor;
-    if (t->has_entropy_drop)
-        th.entropy_drop = t->entropy_drop;
-    if (t->has_ema_alpha)
-        th.ema_alpha = t->ema_alpha;
-    if (t->has_logit_ceiling)
-        th.logit_ceiling = t->logit_ceiling;
-    if (t->has_raise_after)
-        th.raise_after = t->raise_after;
-    if (t->has_clear_after)
-        th.clear_after = t->clear_after;
-    if (t->has_collapse_threshold)
-        th.collapse_threshold = t->collapse_threshold;
-    return th;
-}
-
 /* The devices a Hello names that this host serves get a worker now (a CUDA context takes a
  * while); their UUIDs go to served[] (at most GPU_MAX_LOCAL). Returns how many. */
 static size_t serve_devices(const stage_ctx *x, const peer *p, const Attnstat__Hello *h, char **served)
@@ -137,10 +114,12 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         reply_error(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, msg);
         return;
     }
-    cfg_thresholds th = merged_thresholds(c, h->thresholds);
+    /* The computation's parameter: the Hello's, else the config's. */
+    const Attnstat__Thresholds *t = h->thresholds;
+    double collapse = t && t->has_collapse_threshold ? t->collapse_threshold
+                                                     : c->thresholds.collapse_threshold;
     char thjson[512], aerr[256];
-    if (alerts_feed_check(x->feed, h->thresholds, th.collapse_threshold, thjson, sizeof thjson,
-                          aerr, sizeof aerr) != 0) {
+    if (alerts_feed_check(x->feed, t, collapse, thjson, sizeof thjson, aerr, sizeof aerr) != 0) {
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "thresholds: %s", aerr);
         return;
     }
@@ -163,7 +142,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
                     run, se.msg);
         return;
     }
-    peer_hello(p, run_id, run, info.rank, h->has_pid, h->pid, &th);
+    peer_hello(p, run_id, run, info.rank, h->has_pid, h->pid, collapse);
     if (alerts_feed_set_run(x->feed, run_id, h->thresholds, aerr, sizeof aerr) != 0)
         LOG_ERROR("session", "run %lld: thresholds refused by the alert engine: %s", (long long)run_id,
                   aerr);

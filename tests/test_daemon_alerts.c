@@ -395,9 +395,5 @@ static Suite *alerts_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(alerts_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return dh_run(alerts_suite());
 }

@@ -1,7 +1,6 @@
-/* daemon_harness.c — the end-to-end suites' harness (see daemon_harness.h): the attnstatd process,
- * raw frames over its socket (messages from proto/envelope.c), shared memory, the database. */
+/* daemon_harness.c — the test harness (see daemon_harness.h): the attnstatd process, raw frames
+ * over its socket (messages from proto/envelope.c), shared memory, the database, seeds, the runner. */
 #include "daemon_harness.h"
-
 
 #ifndef ATTNSTATD_PATH
 #error "ATTNSTATD_PATH must name the attnstatd binary"
@@ -22,7 +21,6 @@ void dh_sleep_ms(int ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
-
 
 uint64_t dh_next(dh_rng *r)
 {
@@ -64,8 +62,16 @@ uint16_t dh_f32_to_bf16(float f)
     return (uint16_t)(b >> 16);
 }
 
-/* ---- the daemon process --------------------------------------------------------------------- */
+int dh_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
 
+/* ---- the daemon process --------------------------------------------------------------------- */
 
 void dh_dir_init(dh_daemon *d)
 {
@@ -212,7 +218,6 @@ void dh_cleanup(dh_daemon *d, int show_log)
 
 /* ---- frames --------------------------------------------------------------------------------- */
 
-
 void dh_connect(dh_conn *c, const dh_daemon *d)
 {
     memset(c, 0, sizeof *c);
@@ -323,7 +328,7 @@ int dh_wait_closed(dh_conn *c, int timeout_ms)
 }
 
 void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
-                               int64_t *run_id)
+                 int64_t *run_id)
 {
     Attnstat__Hello h;
     Attnstat__Envelope env;
@@ -373,7 +378,6 @@ void dh_send_status(dh_conn *c)
 
 /* ---- shared memory and tensors -------------------------------------------------------------- */
 
-
 void dh_shm_create(dh_shm *s, const char *tag, size_t size)
 {
     static int counter;
@@ -395,9 +399,8 @@ void dh_shm_destroy(dh_shm *s)
     s->ptr = NULL;
 }
 
-
 void dh_tensor_contig(dh_tensor *t, uint32_t buf, uint64_t off, Attnstat__Dtype dt,
-                                    uint64_t b, uint64_t h, uint64_t n, uint64_t d)
+                      uint64_t b, uint64_t h, uint64_t n, uint64_t d)
 {
     t->buffer_id = buf;
     t->offset = off;
@@ -436,7 +439,7 @@ void dh_fill(dh_rng *r, void *p, uint64_t n, Attnstat__Dtype dt, double scale)
 
 /* The stats_problem equivalent of a q/k pair in host memory (for the reference computation). */
 void dh_problem(stats_problem *p, const dh_tensor *q, const void *qbase,
-                              const dh_tensor *k, const void *kbase)
+                const dh_tensor *k, const void *kbase)
 {
     stats_problem_init(p);
     p->batch = (int32_t)q->shape[0];
@@ -458,7 +461,7 @@ void dh_problem(stats_problem *p, const dh_tensor *q, const void *qbase,
 
 /* Sends a Push of q/k. */
 void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t layer, dh_tensor *q,
-                           dh_tensor *k, int causal, uint32_t sample_rows, int want_results)
+             dh_tensor *k, int causal, uint32_t sample_rows, int want_results)
 {
     Attnstat__TensorRef qr, kr;
     dh_tensor_ref(&qr, q);

@@ -1,7 +1,8 @@
 /* daemon_harness.h — what the end-to-end suites (test_daemon_*.c, test_client_e2e.c) share: start a
  * real attnstatd from the build tree on a socket and database in a fresh mkdtemp directory, talk
  * raw frames to it (no libattnstat; every message built by proto/envelope.h), put tensors in POSIX
- * shared memory, and read the database back with sqlite3. Built once (daemon_harness.c, the
+ * shared memory, and read the database back with sqlite3; and, with the unit tests (tests/unit/),
+ * a printed seed for random data and the suite runner. Built once (daemon_harness.c, the
  * attnstat_daemon_harness library); the suites link it.
  *
  * Failures are Check assertions (ck_assert*): call these from a test (or its fixture), where a
@@ -53,6 +54,10 @@ double dh_gauss(dh_rng *r);              /* N(0, 1) */
 /* A fresh seed per run, printed with who (ATTNSTAT_TEST_SEED replays one). */
 dh_rng dh_rng_new(const char *who);
 uint16_t dh_f32_to_bf16(float f);        /* round to nearest even (finite inputs) */
+
+/* Runs every test of s (Check's runner, CK_NORMAL) and frees it: the exit status of a suite's
+ * main, 0 when every test passed, 1 otherwise. */
+int dh_run(Suite *s);
 
 /* ---- the daemon process --------------------------------------------------------------------- */
 

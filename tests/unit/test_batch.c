@@ -5,25 +5,17 @@
  * acknowledges nothing and feeds no alert; an item the store refuses alone fails alone; a full
  * batch commits at once, a partial one when its timer fires, a closing one at every add.
  * Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
-#include <check.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 #include <uv.h>
 
 #include "batch.h"
 #include "counters.h"
+#include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 
-static uint64_t g_seed, rng;
+static dh_rng R; /* seeded by main, printed */
 
 static uint64_t rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return dh_next(&R);
 }
 
 /* ---- the fake store: a transaction of adds, then commit or rollback ---------------------------- */
@@ -192,6 +184,14 @@ static uint64_t rows_of(const batch_item *it, int n)
     return rows;
 }
 
+/* Adds n items to the batch, then commits it. */
+static void add_and_flush(batch_item *it, int n)
+{
+    for (int i = 0; i < n; i++)
+        batch_add(W.b, &it[i]);
+    batch_flush(W.b);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------- */
 
 /* A batch commits once, then the feed sees it, then every item is answered OK in order, then
@@ -240,9 +240,7 @@ START_TEST(test_failed_add_answers_all_internal)
     W.db.fail_add_at = 1 + (int)(rnd() % (uint64_t)n);
     stats_head *heads;
     batch_item *it = make_items(n, &heads);
-    for (int i = 0; i < n; i++)
-        batch_add(W.b, &it[i]);
-    batch_flush(W.b);
+    add_and_flush(it, n);
     ck_assert_int_eq(W.db.commits, 0);
     ck_assert_int_eq(W.db.rollbacks, 1);
     ck_assert_int_eq(W.db.nstored, 0);
@@ -272,9 +270,7 @@ START_TEST(test_failed_commit_answers_all_internal)
     W.db.fail_commit = 1;
     stats_head *heads;
     batch_item *it = make_items(n, &heads);
-    for (int i = 0; i < n; i++)
-        batch_add(W.b, &it[i]);
-    batch_flush(W.b);
+    add_and_flush(it, n);
     ck_assert_int_eq(W.db.adds, n);
     ck_assert_int_eq(W.db.rollbacks, 1);
     ck_assert_int_eq(W.db.nstored, 0);
@@ -308,9 +304,7 @@ START_TEST(test_refused_item_fails_alone)
     W.db.refuse_add_at = bad + 1;
     stats_head *heads;
     batch_item *it = make_items(n, &heads);
-    for (int i = 0; i < n; i++)
-        batch_add(W.b, &it[i]);
-    batch_flush(W.b);
+    add_and_flush(it, n);
     ck_assert_int_eq(W.db.commits, 1);
     ck_assert_int_eq(W.db.nstored, n - 1);
     ck_assert_int_eq(W.fed, n - 1);
@@ -392,9 +386,7 @@ START_TEST(test_answer_may_start_next_batch)
     stats_head *heads;
     batch_item *it = make_items(n + 1, &heads);
     g_extra = &it[n];
-    for (int i = 0; i < n; i++)
-        batch_add(W.b, &it[i]);
-    batch_flush(W.b);
+    add_and_flush(it, n);
     ck_assert_int_eq(W.nanswers, n);
     ck_assert_uint_eq(batch_pending(W.b), 1);
     batch_flush(W.b);
@@ -409,11 +401,7 @@ END_TEST
 
 int main(void)
 {
-    const char *env = getenv("ATTNSTAT_TEST_SEED");
-    g_seed = env && *env ? strtoull(env, NULL, 0)
-                         : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x94d049bb133111ebULL;
-    rng = g_seed ? g_seed : 1;
-    fprintf(stderr, "test_batch: ATTNSTAT_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    R = dh_rng_new("test_batch");
     Suite *s = suite_create("batch");
     TCase *tc = tcase_create("batch");
     tcase_add_test(tc, test_commit_then_answer);
@@ -423,9 +411,6 @@ int main(void)
     tcase_add_test(tc, test_when_it_commits);
     tcase_add_test(tc, test_answer_may_start_next_batch);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    int failed = dh_run(s);
+    return failed;
 }

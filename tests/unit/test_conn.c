@@ -6,32 +6,19 @@
  * (by the handler, or by a send 4x over the cap) delivers nothing more and is freed once; a
  * half-close is the handler's to keep or close. After each test every handle is closed and the
  * loop closes cleanly. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
-#include <check.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 #include <uv.h>
 
 #include "conn.h"
 #include "counters.h"
+#include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "envelope.h"
 #include "frame.h"
 
-static uint64_t g_seed, rng;
+static dh_rng R; /* seeded by main, printed */
 
 static uint32_t rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
+    return (uint32_t)dh_next(&R);
 }
 
 /* ---- a conn on one end of a socketpair, the test on the other ------------------------------- */
@@ -196,6 +183,42 @@ static uint8_t *release_frame(uint64_t seq, size_t *len)
     return f;
 }
 
+/* A large frame: Error{ref = seq} with pad bytes of message. */
+static uint8_t *big_frame(uint64_t seq, size_t pad, size_t *len)
+{
+    char *text = malloc(pad + 1);
+    ck_assert_ptr_nonnull(text);
+    for (size_t i = 0; i < pad; i++)
+        text[i] = (char)('a' + rnd() % 26);
+    text[pad] = '\0';
+    Attnstat__Error e;
+    Attnstat__Envelope env;
+    uint8_t *f = frame_pack(envelope_error(&env, &e, ATTNSTAT__CODE__OK, text, 1, seq),
+                            FRAME_MAX_DEFAULT, len);
+    free(text);
+    ck_assert_ptr_nonnull(f);
+    return f;
+}
+
+/* n frames one after the other in one buffer (*total bytes, the caller frees it): Release{seq[i]}
+ * (seq NULL: 1, 2, ...), or with pad > 0 big frames of pad to 2 x pad bytes. */
+static uint8_t *frames(int n, const uint64_t *seq, size_t pad, size_t *total)
+{
+    uint8_t *all = NULL;
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t s = seq ? seq[i] : (uint64_t)i + 1;
+        size_t len;
+        uint8_t *f = pad ? big_frame(s, pad + rnd() % pad, &len) : release_frame(s, &len);
+        all = realloc(all, *total + len);
+        ck_assert_ptr_nonnull(all);
+        memcpy(all + *total, f, len);
+        *total += len;
+        free(f);
+    }
+    return all;
+}
+
 /* The next message the conn wrote (NULL on EOF or nothing within ms), and whether EOF was seen. */
 static Attnstat__Envelope *peer_read(int ms, int *eof)
 {
@@ -256,19 +279,11 @@ START_TEST(test_frames_whole_in_order)
 {
     open_conn(FRAME_MAX_DEFAULT, 1 << 20, 0);
     int n = 200 + (int)(rnd() % 300);
-    size_t total = 0, cap = 1 << 16;
-    uint8_t *all = malloc(cap);
     uint64_t *want = malloc((size_t)n * sizeof *want);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         want[i] = ((uint64_t)rnd() << 32) | rnd();
-        size_t len;
-        uint8_t *f = release_frame(want[i], &len);
-        while (total + len > cap)
-            all = realloc(all, cap *= 2);
-        memcpy(all + total, f, len);
-        total += len;
-        free(f);
-    }
+    size_t total;
+    uint8_t *all = frames(n, want, 0, &total);
     for (size_t off = 0; off < total;) {
         size_t piece = 1 + rnd() % 40; /* often splits a header or a payload */
         if (piece > total - off)
@@ -346,23 +361,6 @@ START_TEST(test_undecodable_frame_closes)
 }
 END_TEST
 
-/* A large frame: Error{ref = seq} with pad bytes of message. */
-static uint8_t *big_frame(uint64_t seq, size_t pad, size_t *len)
-{
-    char *text = malloc(pad + 1);
-    ck_assert_ptr_nonnull(text);
-    for (size_t i = 0; i < pad; i++)
-        text[i] = (char)('a' + rnd() % 26);
-    text[pad] = '\0';
-    Attnstat__Error e;
-    Attnstat__Envelope env;
-    uint8_t *f = frame_pack(envelope_error(&env, &e, ATTNSTAT__CODE__OK, text, 1, seq),
-                            FRAME_MAX_DEFAULT, len);
-    free(text);
-    ck_assert_ptr_nonnull(f);
-    return f;
-}
-
 /* Writes what the socket takes of buf[*off, n) without blocking; returns 1 when some went. */
 static int peer_write_some(const uint8_t *buf, size_t n, size_t *off)
 {
@@ -388,17 +386,8 @@ START_TEST(test_write_cap_pauses_reading)
     F.replies = 1;
     F.reply_bytes = 4000 + rnd() % 1000;
     const int n = 400;
-    size_t total = 0;
-    uint8_t *all = NULL;
-    for (int i = 0; i < n; i++) {
-        size_t len;
-        uint8_t *f = big_frame((uint64_t)i + 1, 6000 + rnd() % 4000, &len);
-        all = realloc(all, total + len);
-        ck_assert_ptr_nonnull(all);
-        memcpy(all + total, f, len);
-        total += len;
-        free(f);
-    }
+    size_t total;
+    uint8_t *all = frames(n, NULL, 6000, &total);
     /* Write until nothing more goes for 200 ms: the conn stopped reading. */
     size_t off = 0;
     for (int idle = 0; idle < 200 && off < total;) {
@@ -448,16 +437,8 @@ START_TEST(test_close_inside_handler)
     open_conn(FRAME_MAX_DEFAULT, 1 << 20, 0);
     int n = 5 + (int)(rnd() % 20);
     F.close_at = 1 + (int)(rnd() % (uint32_t)(n - 1));
-    uint8_t *all = NULL;
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        size_t len;
-        uint8_t *f = release_frame((uint64_t)i + 1, &len);
-        all = realloc(all, total + len);
-        memcpy(all + total, f, len);
-        total += len;
-        free(f);
-    }
+    size_t total;
+    uint8_t *all = frames(n, NULL, 0, &total);
     peer_write(all, total); /* one write: the frames arrive in one read */
     free(all);
     spin(2000, &F.closed, 1);
@@ -525,12 +506,8 @@ END_TEST
 
 int main(void)
 {
-    const char *env = getenv("ATTNSTAT_TEST_SEED");
-    g_seed = env && *env ? strtoull(env, NULL, 0)
-                         : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
-    rng = g_seed ? g_seed : 1;
+    R = dh_rng_new("test_conn");
     signal(SIGPIPE, SIG_IGN); /* as attnstatd does: a closed peer is an error to report, not a death */
-    fprintf(stderr, "test_conn: ATTNSTAT_TEST_SEED=%llu\n", (unsigned long long)g_seed);
     Suite *s = suite_create("conn");
     TCase *tc = tcase_create("conn");
     tcase_set_timeout(tc, 60);
@@ -544,9 +521,6 @@ int main(void)
     tcase_add_test(tc, test_send_closes_inside_handler);
     tcase_add_test(tc, test_half_close);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    int failed = dh_run(s);
+    return failed;
 }

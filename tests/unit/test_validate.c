@@ -5,24 +5,16 @@
  * naming the field; the work limit is exact and saturates instead of wrapping; packed offsets are
  * copied; device buffers get a placeholder and their device; the device span, shm name and
  * thresholds checks. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
-#include <check.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
+#include "envelope.h"
 #include "validate.h"
 
-static uint64_t g_seed, rng;
+static dh_rng R; /* seeded by main, printed */
 
 static uint64_t rnd(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return dh_next(&R);
 }
 
 static int64_t rnd_range(int64_t lo, int64_t hi)
@@ -62,19 +54,6 @@ static void contig(uint64_t *shape, uint64_t *st)
     st[0] = shape[1] * shape[2] * shape[3];
 }
 
-static void tensor(Attnstat__TensorRef *t, uint32_t buf, uint64_t off, Attnstat__Dtype dt,
-                   uint64_t *shape, uint64_t *st)
-{
-    attnstat__tensor_ref__init(t);
-    t->buffer_id = buf;
-    t->offset = off;
-    t->dtype = dt;
-    t->n_shape = 4;
-    t->shape = shape;
-    t->n_strides = 4;
-    t->strides = st;
-}
-
 static void make_push(push_t *x, int with_v)
 {
     memset(x, 0, sizeof *x);
@@ -94,9 +73,9 @@ static void make_push(push_t *x, int with_v)
     uint64_t qbytes = b * hq * nq * d * x->esize, kbytes = b * hkv * nk * d * x->esize;
     uint64_t koff = qoff + qbytes + x->esize * (uint64_t)rnd_range(0, 16);
     uint64_t voff = koff + kbytes;
-    tensor(&x->q, 1, qoff, dt, x->qs, x->qst);
-    tensor(&x->k, 1, koff, dt, x->ks, x->kst);
-    tensor(&x->v, 1, voff, dt, x->vs, x->vst);
+    envelope_tensor(&x->q, 1, qoff, dt, x->qs, x->qst);
+    envelope_tensor(&x->k, 1, koff, dt, x->ks, x->kst);
+    envelope_tensor(&x->v, 1, voff, dt, x->vs, x->vst);
     x->end[0] = qoff + qbytes;
     x->end[1] = koff + kbytes;
     x->end[2] = voff + kbytes;
@@ -489,11 +468,7 @@ END_TEST
 
 int main(void)
 {
-    const char *env = getenv("ATTNSTAT_TEST_SEED");
-    g_seed = env && *env ? strtoull(env, NULL, 0)
-                         : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x2545F4914F6CDD1DULL;
-    rng = g_seed ? g_seed : 1;
-    fprintf(stderr, "test_validate: ATTNSTAT_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    R = dh_rng_new("test_validate");
     mem = malloc(2 << 20);
     for (int i = 0; i < (2 << 20); i++)
         mem[i] = (uint8_t)rnd();
@@ -511,10 +486,7 @@ int main(void)
     tcase_add_test(tc, test_shm_name);
     tcase_add_test(tc, test_thresholds);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = dh_run(s);
     free(mem);
-    return failed ? 1 : 0;
+    return failed;
 }
