@@ -370,7 +370,8 @@ static int start_stages(attnstatd *d)
     return 0;
 }
 
-/* Signals, timers, the socket and the metrics endpoint. 0, or -1 (logged). */
+/* Signals, timers, the metrics endpoint and, last, the socket: once a client can connect, every
+ * part of the daemon is up. 0, or -1 (logged). */
 static int start_serving(attnstatd *d)
 {
     const cfg *c = d->cfg;
@@ -390,10 +391,6 @@ static int start_serving(attnstatd *d)
         return -1;
     }
     uv_unref((uv_handle_t *)&d->tick);
-    if (listen_start(d->lis, err, sizeof err) != 0) {
-        LOG_ERROR("server", "%s", err);
-        return -1;
-    }
     if (c->metrics_port) {
         d->metrics_http = metrics_http_start(d->loop, (int)c->metrics_port, c->metrics_timeout_ms,
                                              render_metrics, d, err, sizeof err);
@@ -403,6 +400,10 @@ static int start_serving(attnstatd *d)
         }
         LOG_INFO("server", "metrics on http://127.0.0.1:%llu/metrics",
                  (unsigned long long)c->metrics_port);
+    }
+    if (listen_start(d->lis, err, sizeof err) != 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
     }
     return 0;
 }
