@@ -70,7 +70,7 @@ struct metrics_http {
     void *ctx;
     uint64_t timeout_ms;     /* a scrape connection's whole life */
     scrape *conns;
-    int nscrapes;            /* scrape connections open (counted until freed) */
+    int nscrapes;            /* scrape connections open (counted until their close begins) */
     uint64_t refused;        /* accepted over HTTP_MAX_SCRAPES and closed at once */
     int stopping;
     int open_handles;
@@ -108,7 +108,6 @@ static void scrape_closed(uv_handle_t *hd)
         h->conns = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    h->nscrapes--;
     free(s->out);
     free(s);
     http_maybe_free(h);
@@ -119,6 +118,7 @@ static void scrape_close(scrape *s)
     if (s->closing)
         return;
     s->closing = 1;
+    s->h->nscrapes--; /* its peer sees the close now: it no longer counts against the cap */
     uv_close((uv_handle_t *)&s->tcp, scrape_closed);
     uv_close((uv_handle_t *)&s->timer, scrape_closed);
 }
@@ -210,7 +210,6 @@ static void http_accept(uv_stream_t *server, int status)
         s->handles = 1;
         h->open_handles++;
         s->closing = 1;
-        h->nscrapes++;
         s->next = h->conns;
         if (h->conns)
             h->conns->prev = s;
