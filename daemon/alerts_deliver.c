@@ -1,5 +1,6 @@
 /* alerts_deliver.c — an alert transition to the log, the subscribers and --alert-exec (see
- * alerts_deliver.h). Stage: alert delivery; calls clients, conn, envelope, names, counters, log.
+ * alerts_deliver.h). Stage: alert delivery; calls alerts (rule and state names), clients,
+ * envelope, counters and log.
  *
  * --alert-exec: /bin/sh -c COMMAND, stdin ignored, stdout and stderr to the daemon's log, the
  * daemon's environment without its ATTNSTAT_* variables plus the alert's; at most

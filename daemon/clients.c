@@ -85,6 +85,6 @@ void clients_broadcast(clients *r, const Attnstat__Envelope *env, clients_sub wh
     for (clients_entry *e = r->head, *next; e; e = next) {
         next = e->next;
         if (subscribed(e, what))
-            conn_send(e->c, env, 0);
+            conn_write(e->c, env, 0);
     }
 }

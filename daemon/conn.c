@@ -68,7 +68,7 @@ uv_stream_t *conn_stream(conn *c)
     return (uv_stream_t *)&c->pipe;
 }
 
-int conn_open(conn *c, int fd)
+int conn_adopt(conn *c, int fd)
 {
     return uv_pipe_open(&c->pipe, fd);
 }
@@ -188,7 +188,7 @@ static void write_done(uv_write_t *req, int status)
     }
 }
 
-int conn_send(conn *c, const Attnstat__Envelope *env, int essential)
+int conn_write(conn *c, const Attnstat__Envelope *env, int essential)
 {
     if (c->closing || c->shutting)
         return -1;
@@ -249,7 +249,7 @@ void conn_send_error(conn *c, Attnstat__Code code, const char *msg, int has_ref,
 {
     Attnstat__Error e;
     Attnstat__Envelope env;
-    conn_send(c, envelope_error(&env, &e, code, msg, has_ref, ref), 1);
+    conn_write(c, envelope_error(&env, &e, code, msg, has_ref, ref), 1);
 }
 
 /* ---- reading -------------------------------------------------------------------------------- */

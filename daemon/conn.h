@@ -57,7 +57,7 @@ conn *conn_new(uv_loop_t *loop, uint64_t id, const conn_limits *lim, counters *c
 uv_stream_t *conn_stream(conn *c);
 /* Instead of uv_accept: the connection takes fd, a connected stream socket (a socketpair's end in
  * the tests). Returns 0, or a libuv error (fd is then still the caller's). */
-int conn_open(conn *c, int fd);
+int conn_adopt(conn *c, int fd);
 void conn_set_handler(conn *c, const conn_handler *h, void *data);
 /* The handler's data (as given to conn_set_handler), for the one who gave it. */
 void *conn_data(const conn *c);
@@ -78,7 +78,7 @@ void conn_read_stop(conn *c);
  * its cap is closed instead); non-essential (Result/Alert to a subscriber) is dropped and counted
  * when the connection is over its cap. Returns 0 when queued, -1 otherwise (too big for max_frame,
  * dropped, closing, or closed by this call). */
-int conn_send(conn *c, const Attnstat__Envelope *env, int essential);
+int conn_write(conn *c, const Attnstat__Envelope *env, int essential);
 /* Sends Error{code, message, ref} (ref when has_ref), essential. */
 void conn_send_error(conn *c, Attnstat__Code code, const char *msg, int has_ref, uint64_t ref);
 

@@ -1,5 +1,5 @@
 /* gpu_worker.h — attnstatd's GPU workers (stage: gpu worker, beside the CPU worker; includes
- * worker.h and kernels/ only): one per local device that a client names (by UUID), each a
+ * worker.h and kernels/ only; gpu_worker.c calls worker, validate, util and log): one per local device that a client names (by UUID), each a
  * worker of the pool (worker.h) whose compute function runs the CUDA statistics kernel
  * (kernels/stats_cuda.h) on the device's own context and low-priority stream.
  *

@@ -10,7 +10,8 @@
  *   batch   -> loop (hooks): stored -> alerts_feed_batch(); answer -> push_answer() (Ack, and the
  *              Result to subscribers); done -> alerts_feed_deliver() -> alerts_deliver_one()
  * A push's path, as push.h draws it: conn -> session -> push (validate, buffers) -> worker ->
- * batch -> store -> alerts feed -> Ack -> alert delivery.
+ * batch -> store -> alerts feed -> alert delivery, the Release and the Ack sent by the push's own
+ * steps at the hops above.
  *
  * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
  * committed and acknowledged; shut each connection down after its writes drain (or after a grace

@@ -41,7 +41,7 @@ static void ack_now(peer *p, uint64_t seq, Attnstat__Code code, const char *msg)
         return;
     Attnstat__Ack ack;
     Attnstat__Envelope env;
-    conn_send(p->c, envelope_ack(&env, &ack, seq, code, msg, NULL, 0), 1);
+    conn_write(p->c, envelope_ack(&env, &ack, seq, code, msg, NULL, 0), 1);
 }
 
 /* A push refused on arrival: counted (the daemon's and its client's) and answered. */
@@ -252,7 +252,7 @@ int push_computed(push *u)
     if (p->c) {
         Attnstat__Release rel;
         Attnstat__Envelope env;
-        conn_send(p->c, envelope_release(&env, &rel, u->seq), 1);
+        conn_write(p->c, envelope_release(&env, &rel, u->seq), 1);
     }
     const worker_job *job = &u->job;
     if (job->status != STATS_OK) {
@@ -345,11 +345,11 @@ static void ack_stored(push *u, Attnstat__HeadStats **heads, size_t nheads)
     envelope_ack(&env, &ack, u->seq, ATTNSTAT__CODE__OK, NULL, heads, nheads);
     /* A send that closed the connection (its queue far over the cap) detached the client: then
      * p->c is NULL and nothing is retried. */
-    if (conn_send(p->c, &env, 1) != 0 && heads && p->c) {
+    if (conn_write(p->c, &env, 1) != 0 && heads && p->c) {
         ack.heads = NULL;
         ack.n_heads = 0;
         ack.message = "stored; per-head results omitted: they do not fit in max_frame";
-        conn_send(p->c, &env, 1);
+        conn_write(p->c, &env, 1);
     }
 }
 

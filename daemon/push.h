@@ -18,14 +18,14 @@
  *   freed     by push_answer() too: its client's reference goes with it.
  * Its fields are written by push.c only; nobody else holds it between those calls.
  *
- * The path of a push through the daemon, each file entered once:
- *   conn.c (frame) -> session.c (dispatch) -> push.c (push_receive: validate.c, buffers.c,
- *   devices.c) -> worker.c / gpu_worker.c (compute, worker thread) -> [loop.c: the pool's done
- *   callback] -> push.c (push_computed: Release) -> batch.c (store transaction: the store)
- *   -> [loop.c: hooks] -> alerts_feed.c (engine, alert rows) -> push.c (push_answer: Ack, Result)
- *   -> alerts_deliver.c (log, subscribers, --alert-exec).
- * loop.c only wires the hops between the stages; push.c is the object's, entered at each of its
- * lifetime's steps. Loop thread only. */
+ * The path of a push through the daemon, each stage's file crossed once:
+ *   conn.c (frame, decode) -> session.c (dispatch) -> push.c (created: validate.c, buffers.c,
+ *   devices.c) -> worker.c or gpu_worker.c (computed, on a worker thread) -> batch.c (one
+ *   transaction: the store's insert) -> alerts_feed.c (engine, alert rows) -> alerts_deliver.c
+ *   (log, subscribers, --alert-exec).
+ * Between the worker and the batch, and after the batch, the hop is a callback loop.c wired (the
+ * pool's done callback; the batch's hooks); there the object's own steps are taken: push_computed
+ * (Release) before the batch, push_answer (Ack, Result) after it. Loop thread only. */
 #ifndef ATTNSTAT_PUSH_H
 #define ATTNSTAT_PUSH_H
 

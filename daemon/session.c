@@ -159,7 +159,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     rep.served_devices = served;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
     if (p->c)
-        conn_send(p->c, &env, 1);
+        conn_write(p->c, &env, 1);
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */

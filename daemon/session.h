@@ -12,10 +12,10 @@
 #include "ctx.h"
 #include "peer.h"
 
-/* Handles one decoded message of client p. A reply may close the connection (conn_send closes one
- * whose queue is far over its cap), which detaches p: the session holds a reference for the whole
- * message, and after such a close p->c is NULL and its buffers are forgotten, so the rest of the
- * handler sends nothing and finds nothing. */
+/* Handles one decoded message of client p. A reply may close the connection (conn_write closes
+ * one whose queue is far over its cap), which detaches p: the session holds a reference for the
+ * whole message, and after such a close p->c is NULL and its buffers are forgotten, so the rest of
+ * the handler sends nothing and finds nothing. */
 void session_handle(const stage_ctx *x, peer *p, const Attnstat__Envelope *env);
 
 #endif /* ATTNSTAT_SESSION_H */

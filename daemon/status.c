@@ -95,10 +95,10 @@ void status_send(const stage_ctx *x, conn *to)
     }
     r.client_list = csp;
     r.n_client_list = n;
-    if (conn_send(to, &env, 1) != 0) {
+    if (conn_write(to, &env, 1) != 0) {
         r.client_list = NULL; /* too many clients for one frame: send the totals */
         r.n_client_list = 0;
-        conn_send(to, &env, 1);
+        conn_write(to, &env, 1);
     }
     free(cs);
     free(csp);

@@ -56,7 +56,7 @@ static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
     if (f->close_at && f->nmsg == f->close_at) {
         conn_close(c, "closed by its handler");
         ck_assert_int_eq(f->closes, 1);
-        ck_assert_int_eq(conn_send(c, env, 1), -1); /* sends fail from then on */
+        ck_assert_int_eq(conn_write(c, env, 1), -1); /* sends fail from then on */
         return;
     }
     char *text = malloc(f->reply_bytes + 1);
@@ -66,7 +66,7 @@ static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
     for (int i = 0; i < f->replies || f->flood; i++) {
         Attnstat__Error e;
         Attnstat__Envelope out;
-        if (conn_send(c, envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, text, 1, seq), 1) != 0) {
+        if (conn_write(c, envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, text, 1, seq), 1) != 0) {
             f->sends_failed++;
             break;
         }
@@ -114,7 +114,7 @@ static void open_conn(uint32_t max_frame, uint64_t out_queue_bytes, int small_bu
     conn_limits lim = {max_frame, out_queue_bytes};
     F.c = conn_new(&F.loop, 7, &lim, F.cnt);
     ck_assert_ptr_nonnull(F.c);
-    ck_assert_int_eq(conn_open(F.c, sv[0]), 0);
+    ck_assert_int_eq(conn_adopt(F.c, sv[0]), 0);
     conn_set_handler(F.c, &handler, &F);
     ck_assert_int_eq(conn_read_start(F.c), 0);
     F.peer = sv[1];
@@ -404,7 +404,7 @@ START_TEST(test_write_cap_pauses_reading)
     ck_assert_int_eq(F.nmsg, at_pause); /* paused, not slow */
     Attnstat__Error e;
     Attnstat__Envelope out;
-    ck_assert_int_eq(conn_send(F.c, envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, "x", 0, 0), 0), -1);
+    ck_assert_int_eq(conn_write(F.c, envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, "x", 0, 0), 0), -1);
     ck_assert_uint_eq(counters_get(F.cnt, CNT_MESSAGES_DROPPED), 1);
     ck_assert(conn_is_open(F.c));
     /* The peer reads (and writes the rest): every reply comes, every message is handled. */
