@@ -411,6 +411,5 @@ int main(void)
     tcase_add_test(tc, test_when_it_commits);
     tcase_add_test(tc, test_answer_may_start_next_batch);
     suite_add_tcase(s, tc);
-    int failed = dh_run(s);
-    return failed;
+    return dh_run(s);
 }

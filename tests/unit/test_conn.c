@@ -521,6 +521,5 @@ int main(void)
     tcase_add_test(tc, test_send_closes_inside_handler);
     tcase_add_test(tc, test_half_close);
     suite_add_tcase(s, tc);
-    int failed = dh_run(s);
-    return failed;
+    return dh_run(s);
 }
