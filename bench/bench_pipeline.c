@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "attnstat.pb-c.h"
+#include "envelope.h"
 #include "frame.h"
 
 #ifndef ATTNSTATD_PATH
@@ -216,27 +217,17 @@ int main(int argc, char **argv)
     }
     memset(ringp, 0, ring);
 
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    h.run = "bench";
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
-    send_env(fd, &env);
+    Attnstat__Envelope env;
+    Attnstat__Hello h;
+    send_env(fd, envelope_hello(&env, &h, "bench"));
     Attnstat__Envelope *r = recv_env(fd, &rd);
     if (!r || r->msg_case != ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY) {
         fprintf(stderr, "bench: no HelloReply\n");
         return 1;
     }
     attnstat__envelope__free_unpacked(r, NULL);
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = 1;
-    rb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-    rb.size = ring;
-    rb.shm_name = shm_name;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    send_env(fd, &env);
+    Attnstat__RegisterBuffer rb;
+    send_env(fd, envelope_register_shm(&env, &rb, 1, shm_name, ring));
 
     int *slot_busy = calloc((size_t)slots, sizeof *slot_busy);
     double *sent_at = calloc((size_t)pushes + 1, sizeof *sent_at);
@@ -253,20 +244,12 @@ int main(int argc, char **argv)
             memcpy(ringp + (size_t)s * slot_bytes, src, slot_bytes); /* the client's copy */
             uint64_t shape[4] = {1, (uint64_t)heads, (uint64_t)n, (uint64_t)d};
             uint64_t strides[4] = {(uint64_t)heads * n * d, (uint64_t)n * d, (uint64_t)d, 1};
-            Attnstat__TensorRef qr = ATTNSTAT__TENSOR_REF__INIT, kr = ATTNSTAT__TENSOR_REF__INIT;
-            qr.buffer_id = kr.buffer_id = 1;
-            qr.offset = (uint64_t)s * slot_bytes;
-            kr.offset = qr.offset + tbytes;
-            qr.dtype = kr.dtype = ATTNSTAT__DTYPE__BF16;
-            qr.n_shape = kr.n_shape = qr.n_strides = kr.n_strides = 4;
-            qr.shape = kr.shape = shape;
-            qr.strides = kr.strides = strides;
-            Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-            p.seq = (uint64_t)next + 1;
-            p.step = next / 8;
-            p.layer = (uint32_t)(next % 8);
-            p.q = &qr;
-            p.k = &kr;
+            Attnstat__TensorRef qr, kr;
+            uint64_t qoff = (uint64_t)s * slot_bytes;
+            envelope_tensor(&qr, 1, qoff, ATTNSTAT__DTYPE__BF16, shape, strides);
+            envelope_tensor(&kr, 1, qoff + tbytes, ATTNSTAT__DTYPE__BF16, shape, strides);
+            Attnstat__Push p;
+            envelope_push(&env, &p, (uint64_t)next + 1, next / 8, (uint32_t)(next % 8), &qr, &kr);
             p.has_causal = 1;
             p.causal = 1;
             if (sample_rows > 0) {
@@ -275,8 +258,6 @@ int main(int argc, char **argv)
                 p.has_sample_seed = 1;
                 p.sample_seed = (uint64_t)next;
             }
-            env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-            env.push = &p;
             sent_at[next + 1] = now_s();
             if (send_env(fd, &env) != 0) {
                 fprintf(stderr, "bench: send failed\n");

@@ -1,4 +1,4 @@
-/* alerts.c — the alert engine behind alerts.h.
+/* alerts.c — the alert engine behind alerts.h. Stage: the rule engine (pure); calls names and util.
  *
  * How it works
  * - One slot per (run, layer, head) in an open-addressing table with linear probing, kept at most
@@ -19,10 +19,12 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "names.h"
+#include "util.h"
 
 typedef struct {
     uint32_t bad, good;        /* consecutive samples, saturating */
@@ -63,52 +65,31 @@ struct alerts_engine {
 
 /* ---- names, configs ---------------------------------------------------------------------------- */
 
+/* The rules and states are the protocol's (names.h): their names are spelled there once. */
 const char *alerts_rule_name(alerts_rule r)
 {
-    switch (r) {
-    case ALERTS_ENTROPY_FLOOR: return "entropy_floor";
-    case ALERTS_ENTROPY_DROP: return "entropy_drop";
-    case ALERTS_LOGIT_CEILING: return "logit_ceiling";
-    case ALERTS_NONFINITE: return "nonfinite";
-    }
-    return "unknown";
+    return names_alert_rule((int)r);
 }
 
 const char *alerts_state_name(alerts_state s)
 {
-    return s == ALERTS_RAISED ? "raised" : s == ALERTS_CLEARED ? "cleared" : "unknown";
+    return names_alert_state((int)s);
 }
 
 alerts_rule alerts_rule_from_name(const char *name)
 {
-    for (int r = 1; name && r <= ALERTS_NRULES; r++)
-        if (strcmp(name, alerts_rule_name((alerts_rule)r)) == 0)
-            return (alerts_rule)r;
-    return (alerts_rule)0;
+    return (alerts_rule)names_alert_rule_from(name);
 }
 
 void alerts_config_default(alerts_config *c)
 {
-    c->entropy_floor = 0.1;
-    c->entropy_drop = 0.5;
-    c->ema_alpha = 0.05;
-    c->ema_warmup = 20;
-    c->logit_ceiling = 100.0;
-    c->raise_after = 3;
-    c->clear_after = 5;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
+    c->entropy_floor = ALERTS_DEFAULT_ENTROPY_FLOOR;
+    c->entropy_drop = ALERTS_DEFAULT_ENTROPY_DROP;
+    c->ema_alpha = ALERTS_DEFAULT_EMA_ALPHA;
+    c->ema_warmup = ALERTS_DEFAULT_EMA_WARMUP;
+    c->logit_ceiling = ALERTS_DEFAULT_LOGIT_CEILING;
+    c->raise_after = ALERTS_DEFAULT_RAISE_AFTER;
+    c->clear_after = ALERTS_DEFAULT_CLEAR_AFTER;
 }
 
 /* lo < v (or lo <= v when lo_incl) and v <= hi, finite. */
@@ -120,36 +101,36 @@ static int in_bounds(double v, double lo, int lo_incl, double hi)
 alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errlen)
 {
     if (!c) {
-        set_err(err, errlen, "no alert config given");
+        util_err(err, errlen, "no alert config given");
         return ALERTS_EINVAL;
     }
     if (!in_bounds(c->entropy_floor, 0, 1, 1)) {
-        set_err(err, errlen, "entropy_floor %g is out of bounds [0, 1]", c->entropy_floor);
+        util_err(err, errlen, "entropy_floor %g is out of bounds [0, 1]", c->entropy_floor);
         return ALERTS_EINVAL;
     }
     if (!in_bounds(c->entropy_drop, 0, 0, 1) || c->entropy_drop >= 1) {
-        set_err(err, errlen, "entropy_drop %g is out of bounds (0, 1)", c->entropy_drop);
+        util_err(err, errlen, "entropy_drop %g is out of bounds (0, 1)", c->entropy_drop);
         return ALERTS_EINVAL;
     }
     if (!in_bounds(c->ema_alpha, 0, 0, 1)) {
-        set_err(err, errlen, "ema_alpha %g is out of bounds (0, 1]", c->ema_alpha);
+        util_err(err, errlen, "ema_alpha %g is out of bounds (0, 1]", c->ema_alpha);
         return ALERTS_EINVAL;
     }
     if (c->ema_warmup < 1 || c->ema_warmup > 1000000) {
-        set_err(err, errlen, "ema_warmup %" PRIu32 " is out of bounds [1, 1000000]", c->ema_warmup);
+        util_err(err, errlen, "ema_warmup %" PRIu32 " is out of bounds [1, 1000000]", c->ema_warmup);
         return ALERTS_EINVAL;
     }
     if (!in_bounds(c->logit_ceiling, 0, 0, 1e30)) {
-        set_err(err, errlen, "logit_ceiling %g is out of bounds (0, 1e30]", c->logit_ceiling);
+        util_err(err, errlen, "logit_ceiling %g is out of bounds (0, 1e30]", c->logit_ceiling);
         return ALERTS_EINVAL;
     }
     if (c->raise_after < 1 || c->raise_after > 1000000) {
-        set_err(err, errlen, "raise_after %" PRIu32 " is out of bounds [1, 1000000]",
+        util_err(err, errlen, "raise_after %" PRIu32 " is out of bounds [1, 1000000]",
                 c->raise_after);
         return ALERTS_EINVAL;
     }
     if (c->clear_after < 1 || c->clear_after > 1000000) {
-        set_err(err, errlen, "clear_after %" PRIu32 " is out of bounds [1, 1000000]",
+        util_err(err, errlen, "clear_after %" PRIu32 " is out of bounds [1, 1000000]",
                 c->clear_after);
         return ALERTS_EINVAL;
     }
@@ -244,7 +225,7 @@ alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errle
     }
     alerts_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        set_err(err, errlen, "alert engine: out of memory");
+        util_err(err, errlen, "alert engine: out of memory");
         return NULL;
     }
     e->defaults = c;
@@ -253,7 +234,7 @@ alerts_engine *alerts_new(const alerts_config *defaults, char *err, size_t errle
     e->runs = counted_alloc(e, RUNS_INITIAL * sizeof *e->runs);
     if (!e->runs) {
         free(e);
-        set_err(err, errlen, "alert engine: out of memory");
+        util_err(err, errlen, "alert engine: out of memory");
         return NULL;
     }
     e->runs_cap = RUNS_INITIAL;
@@ -269,16 +250,16 @@ void alerts_limits_default(alerts_limits *l)
 alerts_status alerts_limits_check(const alerts_limits *l, char *err, size_t errlen)
 {
     if (!l) {
-        set_err(err, errlen, "no alert limits given");
+        util_err(err, errlen, "no alert limits given");
         return ALERTS_EINVAL;
     }
     if (l->max_heads_per_run < 1 || l->max_heads_per_run > ALERTS_MAX_HEADS) {
-        set_err(err, errlen, "max_heads_per_run %" PRIu32 " is out of bounds [1, %u]",
+        util_err(err, errlen, "max_heads_per_run %" PRIu32 " is out of bounds [1, %u]",
                 l->max_heads_per_run, ALERTS_MAX_HEADS);
         return ALERTS_EINVAL;
     }
     if (l->max_heads < 1 || l->max_heads > ALERTS_MAX_HEADS) {
-        set_err(err, errlen, "max_heads %" PRIu32 " is out of bounds [1, %u]", l->max_heads,
+        util_err(err, errlen, "max_heads %" PRIu32 " is out of bounds [1, %u]", l->max_heads,
                 ALERTS_MAX_HEADS);
         return ALERTS_EINVAL;
     }
@@ -439,7 +420,7 @@ alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_over
                              char *err, size_t errlen)
 {
     if (run_id <= 0) {
-        set_err(err, errlen, "run id %" PRId64 " is not > 0", run_id);
+        util_err(err, errlen, "run id %" PRId64 " is not > 0", run_id);
         return ALERTS_EINVAL;
     }
     alerts_config c;
@@ -450,7 +431,7 @@ alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_over
     if (!r) {
         r = add_run(e, run_id);
         if (!r) {
-            set_err(err, errlen, "alert engine: out of memory");
+            util_err(err, errlen, "alert engine: out of memory");
             return ALERTS_ENOMEM;
         }
     }

@@ -1,5 +1,6 @@
 /* alerts.h — the alert engine: rules over per-(run, layer, head) statistics, with hysteresis.
  *
+ * Stage: the rule engine, fed by alerts_feed.c. Includes kernels/ (stats.h) and proto/names.h.
  * Pure logic: no I/O, no clock, no global state. The daemon feeds it every stored sample and sinks
  * the transitions it returns (store, log, subscribers, exec). One engine is used by one thread at
  * a time.
@@ -41,25 +42,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "names.h"
 #include "stats.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The rules and states are the protocol's AlertRule and AlertState, from its one table of names
+ * (proto/names.h): ALERTS_ENTROPY_FLOOR = 1 ... ALERTS_NONFINITE = 4, ALERTS_RAISED = 1,
+ * ALERTS_CLEARED = 2. */
 typedef enum {
-    ALERTS_ENTROPY_FLOOR = 1,
-    ALERTS_ENTROPY_DROP = 2,
-    ALERTS_LOGIT_CEILING = 3,
-    ALERTS_NONFINITE = 4,
+#define ALERTS_RULE_ID(c, v, s) ALERTS_##c = v,
+    NAMES_ALERT_RULE(ALERTS_RULE_ID)
+#undef ALERTS_RULE_ID
 } alerts_rule;
 
 #define ALERTS_NRULES 4
 
 typedef enum {
-    ALERTS_RAISED = 1,
-    ALERTS_CLEARED = 2,
+#define ALERTS_STATE_ID(c, v, s) ALERTS_##c = v,
+    NAMES_ALERT_STATE(ALERTS_STATE_ID)
+#undef ALERTS_STATE_ID
 } alerts_state;
+
+/* The thresholds' defaults: the one place they are written (alerts_config_default() and
+ * attnstatd's settings table, daemon/config.c, both use these). Plain numbers, so that the
+ * settings table can spell them as its default text (ALERTS_STR). */
+#define ALERTS_DEFAULT_ENTROPY_FLOOR 0.1
+#define ALERTS_DEFAULT_ENTROPY_DROP 0.5
+#define ALERTS_DEFAULT_EMA_ALPHA 0.05
+#define ALERTS_DEFAULT_EMA_WARMUP 20
+#define ALERTS_DEFAULT_LOGIT_CEILING 100
+#define ALERTS_DEFAULT_RAISE_AFTER 3
+#define ALERTS_DEFAULT_CLEAR_AFTER 5
+#define ALERTS_DEFAULT_MAX_HEADS_PER_RUN 65536
+#define ALERTS_STR_(x) #x
+#define ALERTS_STR(x) ALERTS_STR_(x) /* a default as text: ALERTS_STR(ALERTS_DEFAULT_RAISE_AFTER) */
 
 /* Thresholds. Defaults (alerts_config_default) and accepted bounds:
  *   entropy_floor  0.1    [0, 1]      normalised entropy: mean row attends almost one key
@@ -136,7 +155,6 @@ typedef struct {
     uint32_t max_heads;
 } alerts_limits;
 
-#define ALERTS_DEFAULT_MAX_HEADS_PER_RUN 65536u
 
 /* alerts_observe() results other than a number of transitions (>= 0). Nothing changed with any of
  * them. */

@@ -3,7 +3,9 @@
  * Each row of cfg_table says where a setting lands in the cfg struct, its type, its default, its
  * bounds and one line of help. Parsing a value checks it against the row's bounds, so nothing
  * downstream re-checks ranges; an error names the setting, the value and the accepted range (and,
- * from a file, the file and line). */
+ * from a file, the file and line). The alert thresholds' defaults are the alert engine's
+ * (ALERTS_DEFAULT_* of alerts.h), written there once.
+ * Stage: start-up (main.c); calls log (levels) and uses alerts.h's defaults. */
 #include "config.h"
 
 #include <ctype.h>
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "alerts.h"
 
 #define CFG_VERSION ATTNSTAT_DAEMON_VERSION
 
@@ -28,6 +32,7 @@ typedef struct {
 
 #define F(field) offsetof(cfg, field)
 #define T(field) offsetof(cfg, thresholds.field)
+#define DEF(name) ALERTS_STR(ALERTS_DEFAULT_##name) /* the alert engine's default, as text */
 
 static const cfg_entry cfg_table[] = {
     {"socket", CFG_STR, F(socket_path), NULL, 0, 0,
@@ -62,21 +67,23 @@ static const cfg_entry cfg_table[] = {
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
      "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)"},
-    {"max_heads_per_run", CFG_U64, F(max_heads_per_run), "65536", 1, 262144,
+    {"max_heads_per_run", CFG_U64, F(max_heads_per_run), DEF(MAX_HEADS_PER_RUN), 1, 262144,
      "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
      "(samples are still stored; logged once per run)"},
-    {"entropy_floor", CFG_DBL, T(entropy_floor), "0.1", 0, 1,
+    {"entropy_floor", CFG_DBL, T(entropy_floor), DEF(ENTROPY_FLOOR), 0, 1,
      "alert when a head's normalised entropy mean is under this"},
-    {"entropy_drop", CFG_DBL, T(entropy_drop), "0.5", 0.000001, 0.999999,
+    {"entropy_drop", CFG_DBL, T(entropy_drop), DEF(ENTROPY_DROP), 0.000001, 0.999999,
      "alert when a head's entropy mean falls by this fraction of its EMA baseline"},
-    {"ema_alpha", CFG_DBL, T(ema_alpha), "0.05", 0.000001, 1,
+    {"ema_alpha", CFG_DBL, T(ema_alpha), DEF(EMA_ALPHA), 0.000001, 1,
      "EMA baseline smoothing (weight of a new sample)"},
-    {"ema_warmup", CFG_U64, T(ema_warmup), "20", 1, 1000000,
+    {"ema_warmup", CFG_U64, T(ema_warmup), DEF(EMA_WARMUP), 1, 1000000,
      "samples folded into the baseline before the entropy-drop rule judges"},
-    {"logit_ceiling", CFG_DBL, T(logit_ceiling), "100", 0.000001, 1e30,
+    {"logit_ceiling", CFG_DBL, T(logit_ceiling), DEF(LOGIT_CEILING), 0.000001, 1e30,
      "alert when a head's max logit is over this (QK-Clip tau)"},
-    {"raise_after", CFG_U64, T(raise_after), "3", 1, 1000000, "consecutive bad samples to raise"},
-    {"clear_after", CFG_U64, T(clear_after), "5", 1, 1000000, "consecutive good samples to clear"},
+    {"raise_after", CFG_U64, T(raise_after), DEF(RAISE_AFTER), 1, 1000000,
+     "consecutive bad samples to raise"},
+    {"clear_after", CFG_U64, T(clear_after), DEF(CLEAR_AFTER), 1, 1000000,
+     "consecutive good samples to clear"},
     {"collapse_threshold", CFG_DBL, T(collapse_threshold), "0.1", 0.000001, 1,
      "per-row normalised entropy under which a row counts as collapsed"},
 };

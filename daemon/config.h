@@ -1,7 +1,8 @@
 /* config.h — every setting of attnstatd, in one table (config.c): name, default, bounds, help.
  * The same table serves the command line (`--name value` or `--name=value`, '-' or '_' alike)
  * and the optional config file (`--config FILE`: `key = value` lines, '#' comments).
- * Precedence: defaults < config file < flags. */
+ * Precedence: defaults < config file < flags.
+ * Stage: start-up (main.c reads it; every stage reads the result). Includes log.h (levels). */
 #ifndef ATTNSTAT_CONFIG_H
 #define ATTNSTAT_CONFIG_H
 

@@ -1,5 +1,5 @@
 /* log.c — formats and writes log lines (see log.h). One fprintf per line on an unbuffered
- * stderr keeps lines from different threads whole. */
+ * stderr keeps lines from different threads whole. Stage: none (a leaf). */
 #include "log.h"
 
 #include <stdarg.h>

@@ -1,4 +1,5 @@
 /* log.h — attnstatd's logging: one line per event on stderr, "time level [module] message".
+ * Stage: none (a leaf every stage and thread may log through); includes nothing of ours.
  * LOG_*() are level-gated macros: a disabled level costs one comparison and evaluates none of its
  * arguments, and the format string is checked by the compiler like printf's.
  *

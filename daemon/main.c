@@ -1,11 +1,12 @@
 /* main.c — attnstatd's entry point: settings from the config table (flags, --config file), then
- * the server loop until SIGINT/SIGTERM. Exit status 0 after a clean shutdown, 1 when start-up
- * failed (the log says why), 2 on a bad command line or config file. */
+ * the event loop (loop.h) until SIGINT/SIGTERM. Exit status 0 after a clean shutdown, 1 when
+ * start-up failed (the log says why), 2 on a bad command line or config file. The only file of the
+ * daemon outside its library (attnstatd_core); calls config, log and loop. */
 #include <stdio.h>
 
 #include "config.h"
 #include "log.h"
-#include "server.h"
+#include "loop.h"
 
 int main(int argc, char **argv)
 {
@@ -25,7 +26,7 @@ int main(int argc, char **argv)
     }
     log_set_level(c.log_level);
     cfg_log(&c);
-    rc = server_run(&c);
+    rc = loop_run(&c);
     cfg_free(&c);
     return rc;
 }

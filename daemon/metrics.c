@@ -1,62 +1,59 @@
-/* metrics.c — counters, the push-rate ring, and a minimal HTTP responder for Prometheus scrapes:
- * every request on --metrics-port gets the current text and the connection is closed
+/* metrics.c — the Prometheus text of attnstatd's counters and gauges, and a minimal HTTP responder
+ * for scrapes: every request on --metrics-port gets the current text and the connection is closed
  * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
  * connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are closed), and at
- * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted). */
+ * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted).
+ * Stage: metrics (see metrics.h). */
 #include "metrics.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "log.h"
+#include "util.h"
 
-static uint64_t mono_ns(void)
+/* ---- the text ------------------------------------------------------------------------------- */
+
+/* Appends to buf[*len..cap), keeping it NUL-terminated; stops quietly at the end. */
+__attribute__((format(printf, 4, 5))) static void emit(char *buf, size_t cap, size_t *len,
+                                                       const char *fmt, ...)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (*len + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *len += (size_t)w < cap - *len ? (size_t)w : cap - *len - 1;
 }
 
-uint64_t metrics_now_ms(void)
+size_t metrics_render(char *buf, size_t cap, const counters *cnt, uint32_t clients,
+                      uint32_t alerts_active, worker_pool *pool)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
-}
-
-void metrics_init(metrics *m)
-{
-    memset(m, 0, sizeof *m);
-    m->start_ms = metrics_now_ms();
-    m->start_ns = mono_ns();
-}
-
-void metrics_count_push(metrics *m)
-{
-    m->pushes++;
-    uint64_t sec = mono_ns() / 1000000000ull;
-    int i = (int)(sec % METRICS_RATE_WINDOW);
-    if (m->rate_second[i] != sec) {
-        m->rate_second[i] = sec;
-        m->rate_bucket[i] = 0;
+    size_t len = 0;
+    for (int id = 0; id < CNT_N; id++) {
+        const char *name = counters_name((counter_id)id);
+        if (!name)
+            continue;
+        emit(buf, cap, &len, "# HELP attnstat_%s %s\n# TYPE attnstat_%s counter\nattnstat_%s %llu\n",
+             name, counters_help((counter_id)id), name, name,
+             (unsigned long long)counters_get(cnt, (counter_id)id));
     }
-    m->rate_bucket[i]++;
-}
-
-double metrics_push_rate(const metrics *m)
-{
-    uint64_t sec = mono_ns() / 1000000000ull, n = 0;
-    for (int i = 0; i < METRICS_RATE_WINDOW; i++)
-        if (m->rate_second[i] + METRICS_RATE_WINDOW > sec)
-            n += m->rate_bucket[i];
-    return (double)n / METRICS_RATE_WINDOW;
-}
-
-double metrics_uptime_s(const metrics *m)
-{
-    return (double)(mono_ns() - m->start_ns) / 1e9;
+    emit(buf, cap, &len, "# HELP attnstat_clients Connected clients.\n# TYPE attnstat_clients gauge\n"
+         "attnstat_clients %u\n", clients);
+    emit(buf, cap, &len, "# HELP attnstat_alerts_active Alerts raised and not cleared.\n"
+         "# TYPE attnstat_alerts_active gauge\nattnstat_alerts_active %u\n", alerts_active);
+    emit(buf, cap, &len, "# HELP attnstat_queue_depth Pushes queued or computing.\n"
+         "# TYPE attnstat_queue_depth gauge\n");
+    for (int i = 0; i < worker_pool_count(pool); i++) {
+        worker_stats st;
+        worker_pool_stats(pool, i, &st);
+        emit(buf, cap, &len, "attnstat_queue_depth{worker=\"%s\"} %u\n", st.name, st.queue_depth);
+    }
+    return len;
 }
 
 /* ---- HTTP ----------------------------------------------------------------------------------- */
@@ -73,7 +70,7 @@ struct metrics_http {
     void *ctx;
     uint64_t timeout_ms;     /* a scrape connection's whole life */
     scrape *conns;
-    int nscrapes;            /* scrape connections open (counted until freed) */
+    int nscrapes;            /* scrape connections open (counted until their close begins) */
     uint64_t refused;        /* accepted over HTTP_MAX_SCRAPES and closed at once */
     int stopping;
     int open_handles;
@@ -111,7 +108,6 @@ static void scrape_closed(uv_handle_t *hd)
         h->conns = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    h->nscrapes--;
     free(s->out);
     free(s);
     http_maybe_free(h);
@@ -122,6 +118,7 @@ static void scrape_close(scrape *s)
     if (s->closing)
         return;
     s->closing = 1;
+    s->h->nscrapes--; /* its peer sees the close now: it no longer counts against the cap */
     uv_close((uv_handle_t *)&s->tcp, scrape_closed);
     uv_close((uv_handle_t *)&s->timer, scrape_closed);
 }
@@ -213,7 +210,6 @@ static void http_accept(uv_stream_t *server, int status)
         s->handles = 1;
         h->open_handles++;
         s->closing = 1;
-        h->nscrapes++;
         s->next = h->conns;
         if (h->conns)
             h->conns->prev = s;
@@ -265,7 +261,7 @@ metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
 {
     metrics_http *h = calloc(1, sizeof *h);
     if (!h) {
-        snprintf(err, errlen, "out of memory");
+        util_err(err, errlen, "out of memory");
         return NULL;
     }
     h->render = render;

@@ -1,23 +1,19 @@
-/* validate.c — Push validation (see validate.h). Checks run in the order a person would fix them:
- * the buffer exists, the tensor description is well formed, it fits in its buffer, q and k agree,
- * packed offsets are consistent, then options (via stats_validate) and the work limit. */
+/* validate.c — Push validation (see validate.h). Stage: validate (pure); calls names and util.
+ * Checks run in the order a person would fix them: the buffer exists, the tensor description is
+ * well formed, it fits in its buffer, q and k agree, packed offsets are consistent, then options
+ * (via stats_validate) and the work limit. */
 #include "validate.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 4, 5))) static Attnstat__Code fail(Attnstat__Code code, char *msg,
-                                                                  size_t msglen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, msglen, fmt, ap);
-    va_end(ap);
-    return code;
-}
+#include "names.h"
+#include "util.h"
+
+/* Writes the message to msg[msglen] (in scope wherever it is used) and evaluates to code. */
+#define FAIL(code, ...) (util_err(msg, msglen, __VA_ARGS__), (code))
 
 static const char *const dim_names[4] = {"B", "H", "N", "D"};
 
@@ -34,62 +30,62 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
 {
     ti->buf = lookup(ctx, t->buffer_id);
     if (!ti->buf)
-        return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__UNKNOWN_BUFFER,
                     "%s.buffer_id %u is not a registered buffer (RegisterBuffer it first)", name,
                     t->buffer_id);
     if (ti->buf->kind != ATTNSTAT__BUFFER_KIND__HOST_SHM &&
         ti->buf->kind != ATTNSTAT__BUFFER_KIND__CUDA_IPC)
-        return fail(ATTNSTAT__CODE__UNSUPPORTED, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__UNSUPPORTED,
                     "%s.buffer_id %u: buffer kind %d cannot be computed by this daemon", name,
                     t->buffer_id, ti->buf->kind);
-    if ((int)t->dtype < 0 || (int)t->dtype > 2)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+    if (strcmp(names_dtype((int)t->dtype), "unknown") == 0)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.dtype %d is not a dtype (F32=0, F16=1, BF16=2)", name, (int)t->dtype);
     ti->dtype = (stats_dtype)t->dtype;
     if (t->n_shape != 4)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.shape has %zu dimensions; expected 4: [B, H, N, D]", name, t->n_shape);
     if (t->n_strides != 4)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.strides has %zu entries; expected 4 element strides for [B, H, N, D]", name,
                     t->n_strides);
     for (int i = 0; i < 4; i++) {
         uint64_t v = t->shape[i];
         uint64_t max = i == 1 ? VALIDATE_MAX_HEADS : i == 3 ? STATS_MAX_HEAD_DIM : VALIDATE_MAX_DIM;
         if (v == 0 || v > max)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "%s.shape[%d] (%s) is %llu; it must be in [1, %llu]", name, i, dim_names[i],
                         (unsigned long long)v, (unsigned long long)max);
         if (t->strides[i] > (uint64_t)INT64_MAX)
-            return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
                         "%s.strides[%d] (%s) is %llu, past any buffer", name, i, dim_names[i],
                         (unsigned long long)t->strides[i]);
         ti->shape[i] = (int64_t)v;
         ti->stride[i] = (int64_t)t->strides[i];
     }
     if (ti->stride[3] != 1)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.strides[3] is %lld; the head dimension D must be contiguous (stride 1)", name,
                     (long long)ti->stride[3]);
     uint64_t esize = stats_dtype_size(ti->dtype);
     if (t->offset % esize != 0)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.offset %llu is not a multiple of the %s element size (%llu bytes)", name,
-                    (unsigned long long)t->offset, stats_dtype_name(ti->dtype),
+                    (unsigned long long)t->offset, names_dtype((int)ti->dtype),
                     (unsigned long long)esize);
     int64_t ext = stats_tensor_extent(ti->shape[0], ti->shape[1], ti->shape[2], ti->shape[3],
                                       ti->stride[0], ti->stride[1], ti->stride[2]);
     uint64_t bytes, end;
     if (ext < 0 || __builtin_mul_overflow((uint64_t)ext, esize, &bytes) ||
         __builtin_add_overflow(t->offset, bytes, &end))
-        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
                     "%s: shape [%lld,%lld,%lld,%lld] with strides [%lld,%lld,%lld,1] at offset %llu "
                     "overflows 64-bit offsets",
                     name, (long long)ti->shape[0], (long long)ti->shape[1], (long long)ti->shape[2],
                     (long long)ti->shape[3], (long long)ti->stride[0], (long long)ti->stride[1],
                     (long long)ti->stride[2], (unsigned long long)t->offset);
     if (end > ti->buf->size)
-        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
                     "%s: offset %llu + %llu bytes spanned by shape [%lld,%lld,%lld,%lld] with strides "
                     "[%lld,%lld,%lld,1] reads up to byte %llu, past the end of buffer %u (%llu bytes)",
                     name, (unsigned long long)t->offset, (unsigned long long)bytes,
@@ -135,9 +131,9 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
 {
     memset(plan, 0, sizeof *plan);
     if (!push->q || !push->k)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "push needs both q and k");
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "push needs both q and k");
     if (push->layer > VALIDATE_MAX_LAYER)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "layer %u is out of range: it must be in [0, %u]", push->layer,
                     VALIDATE_MAX_LAYER);
     tensor_info q, k, v;
@@ -152,32 +148,30 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
         if (code != ATTNSTAT__CODE__OK)
             return code;
         if (v.dtype != q.dtype)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
-                        "v.dtype %s differs from q.dtype %s", stats_dtype_name(v.dtype),
-                        stats_dtype_name(q.dtype));
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "v.dtype %s differs from q.dtype %s", names_dtype((int)v.dtype),
+                        names_dtype((int)q.dtype));
     }
     const tensor_info *all[3] = {&q, &k, push->v ? &v : NULL};
     for (int i = 1; i < 3; i++)
         if (all[i] && (all[i]->buf->kind != q.buf->kind || all[i]->buf->device != q.buf->device))
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "%s is in a %s buffer (device %d) but q in a %s buffer (device %d): the "
                         "tensors of one push live in one kind of memory, on one device",
                         i == 1 ? "k" : "v",
-                        all[i]->buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC ? "CUDA_IPC" : "HOST_SHM",
-                        all[i]->buf->device,
-                        q.buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC ? "CUDA_IPC" : "HOST_SHM",
-                        q.buf->device);
+                        names_buffer_kind(all[i]->buf->kind), all[i]->buf->device,
+                        names_buffer_kind(q.buf->kind), q.buf->device);
     int cuda = q.buf->kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC;
     if (k.dtype != q.dtype)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "k.dtype %s differs from q.dtype %s (both must have one dtype)",
-                    stats_dtype_name(k.dtype), stats_dtype_name(q.dtype));
+                    names_dtype((int)k.dtype), names_dtype((int)q.dtype));
     if (k.shape[3] != q.shape[3])
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "k.shape[3] (D) is %lld but q.shape[3] is %lld", (long long)k.shape[3],
                     (long long)q.shape[3]);
     if (q.shape[1] % k.shape[1] != 0)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "q heads (%lld) are not a multiple of k heads (%lld)", (long long)q.shape[1],
                     (long long)k.shape[1]);
 
@@ -185,15 +179,15 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     int64_t batch = q.shape[0];
     if (packed) {
         if (push->n_cu_seqlens_q != push->n_cu_seqlens_k)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "cu_seqlens_q has %zu entries and cu_seqlens_k %zu; both need B + 1",
                         push->n_cu_seqlens_q, push->n_cu_seqlens_k);
         if (push->n_cu_seqlens_q < 2 || push->n_cu_seqlens_q > VALIDATE_MAX_SEQS + 1)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "cu_seqlens_q has %zu entries; it needs 2 .. %d (B + 1)",
                         push->n_cu_seqlens_q, VALIDATE_MAX_SEQS + 1);
         if (q.shape[0] != 1 || k.shape[0] != 1)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "packed sequences (cu_seqlens) need q.shape[0] = k.shape[0] = 1, not %lld "
                         "and %lld", (long long)q.shape[0], (long long)k.shape[0]);
         batch = (int64_t)push->n_cu_seqlens_q - 1;
@@ -202,18 +196,18 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                                    "cu_seqlens_q", &se) != STATS_OK ||
             stats_validate_seqlens(push->cu_seqlens_k, (int32_t)batch, (int32_t)k.shape[2],
                                    "cu_seqlens_k", &se) != STATS_OK)
-            return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "%s", se.msg);
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s", se.msg);
     } else if (k.shape[0] != q.shape[0]) {
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "k.shape[0] (B) is %lld but q.shape[0] is %lld", (long long)k.shape[0],
                     (long long)q.shape[0]);
     }
     if (push->has_event_id && !cuda)
-        return fail(ATTNSTAT__CODE__UNKNOWN_BUFFER, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__UNKNOWN_BUFFER,
                     "event_id %u is not a registered event (host buffers need no event)",
                     push->event_id);
     if (push->sample_every > INT32_MAX || push->sample_rows > INT32_MAX)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "sample_every (%u) and sample_rows (%u) must be under 2^31", push->sample_every,
                     push->sample_rows);
 
@@ -247,7 +241,7 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     p->collapse_threshold = lim->collapse_threshold;
     stats_error se;
     if (stats_validate(p, &se) != STATS_OK)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen, "%s", se.msg);
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s", se.msg);
 
     /* Work, in multiply-adds: for every sequence with sampled rows, its sampled query rows x its
      * keys x Hq x D (the dot products) plus Hkv x its keys x D (the CPU backend converts that
@@ -275,7 +269,7 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     k_work = sat_mul(k_work, sat_mul((uint64_t)p->heads_kv, (uint64_t)p->head_dim));
     uint64_t work = sat_add(rows_work, k_work);
     if (work > lim->max_push_work)
-        return fail(ATTNSTAT__CODE__BAD_REQUEST, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "push is too large: %llu multiply-adds (%llu for sampled rows x keys x Hq x D, "
                     "%llu for converting K: keys x Hkv x D of each sequence with sampled rows) is "
                     "over max_push_work %llu; sample fewer rows (sample_rows / sample_every) or push "
@@ -288,7 +282,7 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
         plan->cu_k = copy_seqlens(push->cu_seqlens_k, push->n_cu_seqlens_k);
         if (!plan->cu_q || !plan->cu_k) {
             validate_plan_free(plan);
-            return fail(ATTNSTAT__CODE__INTERNAL, msg, msglen, "out of memory copying cu_seqlens");
+            return FAIL(ATTNSTAT__CODE__INTERNAL, "out of memory copying cu_seqlens");
         }
         p->cu_seqlens_q = plan->cu_q;
         p->cu_seqlens_k = plan->cu_k;
@@ -315,11 +309,11 @@ Attnstat__Code validate_device_span(const char *name, uint64_t need, uint64_t re
                                     uint64_t real, char *msg, size_t msglen)
 {
     if (need > registered)
-        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
                     "%s reads up to byte %llu, past the registered size %llu of its buffer", name,
                     (unsigned long long)need, (unsigned long long)registered);
     if (need > real)
-        return fail(ATTNSTAT__CODE__OUT_OF_BOUNDS, msg, msglen,
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
                     "%s reads up to byte %llu, past the end of the device allocation it names "
                     "(%llu bytes when opened; the buffer was registered as %llu bytes)", name,
                     (unsigned long long)need, (unsigned long long)real,
@@ -331,9 +325,8 @@ int validate_shm_name(const char *name, char *msg, size_t msglen)
 {
     size_t n = name ? strlen(name) : 0;
     if (n < 2 || n > 255 || name[0] != '/' || strchr(name + 1, '/')) {
-        snprintf(msg, msglen, "shm_name '%s' must be '/name': a leading '/', 1..254 more bytes, no "
-                 "other '/'", name ? name : "");
-        return -1;
+        return util_err(msg, msglen, "shm_name '%s' must be '/name': a leading '/', 1..254 more "
+                        "bytes, no other '/'", name ? name : "");
     }
     return 0;
 }

@@ -5,7 +5,11 @@
  * k (and v, when given) lies inside its registered buffer: [offset, offset + extent * dtype size)
  * within [0, size), computed with overflow checks from the shape and strides. Otherwise it returns
  * the Ack code (UNKNOWN_BUFFER, OUT_OF_BOUNDS, BAD_REQUEST, UNSUPPORTED) and a message naming the
- * field. Pure: no allocation except the cu_seqlens copies, no I/O. */
+ * field. Pure: no allocation except the cu_seqlens copies, no I/O.
+ *
+ * Stage: validate, called by the push (push.c) with the client's buffers behind a lookup function,
+ * and by the GPU worker for the real-size check. Includes proto/ (generated code) and kernels/
+ * (stats.h) only. */
 #ifndef ATTNSTAT_VALIDATE_H
 #define ATTNSTAT_VALIDATE_H
 

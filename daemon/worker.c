@@ -1,4 +1,5 @@
-/* worker.c — compute threads with bounded queues (see worker.h).
+/* worker.c — compute threads with bounded queues (see worker.h). Stage: worker; calls the CPU
+ * statistics (kernels/), util and log, and the done callback it was given.
  *
  * Each worker: a mutex-protected FIFO of at most `capacity` jobs (counting the running one), a
  * thread that pops, computes, and pushes the job onto the pool's done list, then wakes the loop
@@ -23,6 +24,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "util.h"
 
 #define BUSY_BUCKETS 6
 #define WORKER_CLOSE_WAIT_MS 5000 /* worker_pool_close waits this long for a running job */
@@ -88,13 +90,6 @@ static void worker_sigbus(int sig, siginfo_t *info, void *uctx)
     raise(sig);
 }
 
-uint64_t worker_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Row states past this many (32 bytes each) are not kept between jobs: the workspace is dropped
  * after such a job, so one large push does not pin its memory for the daemon's lifetime. */
 #define WORKER_WS_KEEP_ROWS (1 << 20)
@@ -140,7 +135,7 @@ static int guards_ok(worker_job *job)
 
 static void run_job(worker *w, worker_job *job)
 {
-    job->started_ns = worker_now_ns();
+    job->started_ns = util_mono_ns();
     job->err.msg[0] = '\0';
     if (!guards_ok(job)) {
         job->status = STATS_EINVAL;
@@ -158,7 +153,7 @@ static void run_job(worker *w, worker_job *job)
                      "truncated while in use");
         }
     }
-    job->done_ns = worker_now_ns();
+    job->done_ns = util_mono_ns();
 }
 
 static void *worker_main(void *arg)
@@ -209,10 +204,10 @@ static void *worker_main(void *arg)
             job->fail_code = 0;
             snprintf(job->err.msg, sizeof job->err.msg,
                      "the daemon is shutting down: not computed");
-            job->started_ns = job->done_ns = worker_now_ns();
+            job->started_ns = job->done_ns = util_mono_ns();
         } else {
             w->running = job;
-            w->running_since_ns = worker_now_ns();
+            w->running_since_ns = util_mono_ns();
             pthread_mutex_unlock(&p->lock);
 
             run_job(w, job);
@@ -381,7 +376,7 @@ int worker_submit(worker *w, worker_job *job)
     }
     job->next = NULL;
     job->worker = w;
-    job->queued_ns = worker_now_ns();
+    job->queued_ns = util_mono_ns();
     if (w->tail)
         w->tail->next = job;
     else
@@ -417,7 +412,7 @@ void worker_pool_stats(worker_pool *p, int i, worker_stats *out)
     if (i < 0 || i >= p->nworkers)
         return;
     worker *w = p->workers[i];
-    uint64_t now = worker_now_ns(), epoch = now / BUSY_BUCKET_NS, busy = 0;
+    uint64_t now = util_mono_ns(), epoch = now / BUSY_BUCKET_NS, busy = 0;
     pthread_mutex_lock(&p->lock);
     out->name = w->name;
     out->queue_depth = w->depth;
@@ -502,7 +497,7 @@ void worker_pool_close(worker_pool *p)
         if (rc == ETIMEDOUT)
             break;
     }
-    uint64_t now = worker_now_ns();
+    uint64_t now = util_mono_ns();
     for (int i = 0; i < p->nworkers; i++) {
         worker *w = p->workers[i];
         if (!w->started || w->exited)

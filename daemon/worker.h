@@ -1,12 +1,15 @@
-/* worker.h — compute workers: each owns a thread and a bounded queue of jobs, and hands finished
- * jobs back to the loop thread through one uv_async shared by the pool.
+/* worker.h — compute workers. Stage: worker (the CPU pool; the GPU workers of gpu_worker.h plug
+ * their compute function into the same pool). Includes kernels/ (stats.h); calls util and log.
  *
- * The pool does not know what a device is. A worker is a name, a capacity and a compute function
- * (with its own context): the CPU worker computes with stats_cpu_ws() in a
- * grow-only workspace it owns (no allocation per job; nothing leaks when a job faults); a GPU worker (one per device,
- * later) plugs in its own function and context (CUDA context, low-priority stream, cached IPC
- * handles) and is chosen by the submitter from the push's buffer kind and device. Everything else
- * (queueing, back-pressure, completion, shutdown, counters) is shared.
+ * Each worker owns a thread and a bounded queue of jobs, and hands finished jobs back to the loop
+ * thread through one uv_async shared by the pool, to the done callback the loop gave the pool. The
+ * pool knows nothing of pushes, clients or devices: a job is memory to read and heads to write. A
+ * worker is a name, a capacity and a compute function (with its own context): the CPU worker
+ * computes with stats_cpu_ws() in a grow-only workspace it owns (no allocation per job; nothing
+ * leaks when a job faults); a GPU worker (one per device) plugs in its own function and context
+ * (CUDA context, low-priority stream, cached IPC handles) and is chosen by the submitter from the
+ * push's buffer kind and device. Everything else (queueing, back-pressure, completion, shutdown,
+ * counters) is shared.
  *
  * Threads. worker_submit(), worker_pool_* and the done callback run on the loop thread; the compute
  * function runs on the worker's thread and touches only its job. A job's memory belongs to the
@@ -34,6 +37,7 @@ struct worker_job {
     uint64_t guard_bytes[WORKER_MAX_GUARDS];
     int nguards;
     void *ext;               /* the compute function's own per-job data (GPU: gpu_refs) */
+    void *owner;             /* the submitter's object (a push), handed back untouched */
     /* Results. */
     stats_status status;
     int fail_code;           /* non-zero: the Ack code of a failure (else derived from status) */
@@ -100,7 +104,5 @@ int worker_ctx_abandoned(const void *wctx);
 
 /* 1 when any worker was left behind: its thread may still run until the process exits. */
 int worker_any_abandoned(void);
-
-uint64_t worker_now_ns(void);
 
 #endif /* ATTNSTAT_WORKER_H */

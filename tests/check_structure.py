@@ -13,7 +13,7 @@ What it checks, over the product code (include/, kernels/, proto/, schema/, daem
      "Uses" means a quoted #include that resolves to a file of that directory, or (with --build) a
      call to a function defined in one of its objects.
   2. No circle between modules. A module is a source file with its header of the same name in the
-     same folder (daemon/conn.c + daemon/conn.h). Edges come from the #include lines and, with
+     same folder (daemon/conn.c + daemon/conn.h), and its private header NAME_internal.h. Edges come from the #include lines and, with
      --build, from the object files: module A -> B when A's object calls or reads a symbol that B's
      object defines (nm). Each circle is printed with the names that tie it.
   3. Size. No source file (product, tests, bench) over --max-lines lines unless a comment in its
@@ -64,9 +64,12 @@ def top(path):
 
 
 def module_of(path):
-    """daemon/conn.c and daemon/conn.h -> daemon/conn."""
+    """daemon/conn.c and daemon/conn.h -> daemon/conn; a module's private header
+    (schema/store_internal.h) belongs to it (schema/store)."""
     base, ext = os.path.splitext(path)
-    return base if ext in SRC_EXT else path
+    if ext not in SRC_EXT:
+        return path
+    return base[:-len("_internal")] if base.endswith("_internal") else base
 
 
 def strip_comments(text):

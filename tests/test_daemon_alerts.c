@@ -44,15 +44,7 @@ START_TEST(test_alerts_raise_and_clear)
 
     dh_conn sub;
     dh_connect(&sub, &d);
-    Attnstat__Subscribe sb = ATTNSTAT__SUBSCRIBE__INIT;
-    sb.has_alerts = 1;
-    sb.alerts = 1;
-    sb.has_results = 1;
-    sb.results = 1;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-    env.subscribe = &sb;
-    ck_assert_int_eq(dh_send(&sub, &env), 0);
+    dh_subscribe(&sub, 1, 1);
     attnstat__envelope__free_unpacked(dh_status(&sub), NULL); /* subscription in place */
 
     dh_conn c;
@@ -403,9 +395,5 @@ static Suite *alerts_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(alerts_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return dh_run(alerts_suite());
 }

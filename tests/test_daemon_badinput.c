@@ -115,19 +115,16 @@ START_TEST(test_message_errors_keep_connection)
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "unknown"), NULL);
 
     /* A daemon-to-client message sent to the daemon. */
-    Attnstat__Release rel = ATTNSTAT__RELEASE__INIT;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
-    env.release = &rel;
-    ck_assert_int_eq(dh_send(&c, &env), 0);
+    Attnstat__Release rel;
+    Attnstat__Envelope env;
+    ck_assert_int_eq(dh_send(&c, envelope_release(&env, &rel, 0)), 0);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "sent by the daemon"),
                                       NULL);
 
     /* A newer protocol version. */
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
+    Attnstat__Hello h;
+    envelope_hello(&env, &h, NULL);
     h.protocol_version = FRAME_PROTOCOL_VERSION + 1;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
     ck_assert_int_eq(dh_send(&c, &env), 0);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__VERSION, "version"), NULL);
 
@@ -145,7 +142,7 @@ START_TEST(test_message_errors_keep_connection)
     Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
     th.has_entropy_floor = 1;
     th.entropy_floor = 7.0;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
+    envelope_hello(&env, &h, NULL);
     h.thresholds = &th;
     ck_assert_int_eq(dh_send(&c, &env), 0);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "entropy_floor"),
@@ -164,15 +161,10 @@ START_TEST(test_message_errors_keep_connection)
     dh_register(&c, 1, W.shm.name, W.shm.size);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BAD_REQUEST, "already registered"),
                                       NULL);
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = 5;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = 4096;
+    Attnstat__RegisterBuffer rb;
     uint8_t handle[64] = {1, 2, 3};
-    rb.has_ipc_handle = 1, rb.ipc_handle.len = sizeof handle, rb.ipc_handle.data = handle;
-    rb.device_uuid = "GPU-00000000-0000-0000-0000-000000000000"; /* no machine has it */
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
+    envelope_register_cuda(&env, &rb, 5, handle, sizeof handle, 4096,
+                           "GPU-00000000-0000-0000-0000-000000000000"); /* no machine has it */
     ck_assert_int_eq(dh_send(&c, &env), 0);
     /* UNSUPPORTED on every machine: without a GPU worker ("CUDA_IPC needs a GPU worker"), or with
      * GPUs that are not this one ("not a GPU this daemon serves") */
@@ -183,12 +175,8 @@ START_TEST(test_message_errors_keep_connection)
         dh_register(&c, id, W.shm.name, W.shm.size); /* max_buffers is 4 */
     dh_register(&c, 6, W.shm.name, W.shm.size);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__BUSY, "max_buffers"), NULL);
-    Attnstat__Forget fg = ATTNSTAT__FORGET__INIT;
-    fg.has_buffer_id = 1;
-    fg.buffer_id = 77;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_FORGET;
-    env.forget = &fg;
-    ck_assert_int_eq(dh_send(&c, &env), 0);
+    Attnstat__Forget fg;
+    ck_assert_int_eq(dh_send(&c, envelope_forget(&env, &fg, 1, 77, 0, 0)), 0);
     attnstat__envelope__free_unpacked(expect_error(&c, ATTNSTAT__CODE__UNKNOWN_BUFFER, "77"), NULL);
 
     /* Still usable: a good push on this very connection. */
@@ -279,17 +267,12 @@ START_TEST(test_bad_pushes_get_their_code)
         dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
         dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
         Attnstat__TensorRef qr, kr;
-        Attnstat__Push p = ATTNSTAT__PUSH__INIT;
+        Attnstat__Push p;
+        Attnstat__Envelope env;
+        envelope_push(&env, &p, 1000 + i, (int64_t)i, 0, &qr, &kr);
         bad_pushes[i].mutate(&q, &k, &p);
         dh_tensor_ref(&qr, &q);
         dh_tensor_ref(&kr, &k);
-        p.seq = 1000 + i;
-        p.step = (int64_t)i;
-        p.q = &qr;
-        p.k = &kr;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-        env.push = &p;
         ck_assert_int_eq(dh_send(&c, &env), 0);
         char msg[512];
         int code = dh_wait_ack(&c, p.seq, msg, sizeof msg, 20000);
@@ -464,9 +447,5 @@ static Suite *badinput_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(badinput_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return dh_run(badinput_suite());
 }

@@ -205,9 +205,5 @@ static Suite *daemon_ingest_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(daemon_ingest_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return dh_run(daemon_ingest_suite());
 }

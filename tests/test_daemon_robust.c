@@ -23,17 +23,11 @@ static int pump(dh_conn *c, dh_tensor *q, dh_tensor *k, int count, int out_fd, i
             Attnstat__TensorRef qr, kr;
             dh_tensor_ref(&qr, q);
             dh_tensor_ref(&kr, k);
-            Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-            p.seq = ++seq;
-            p.step = i / 2;
-            p.layer = (uint32_t)(i % 2);
-            p.q = &qr;
-            p.k = &kr;
+            Attnstat__Push p;
+            Attnstat__Envelope env;
+            envelope_push(&env, &p, ++seq, i / 2, (uint32_t)(i % 2), &qr, &kr);
             p.has_causal = 1;
             p.causal = 1;
-            Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-            env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-            env.push = &p;
             size_t len;
             uint8_t *buf = frame_pack(&env, 1u << 20, &len);
             int rc = buf ? dh_write_all(c->fd, buf, len) : -1;
@@ -263,27 +257,17 @@ START_TEST(test_stuck_client_cannot_stall_others)
     dh_connect(&a, &d);
     dh_hello(&a, "stuck", 0, NULL);
     dh_register(&a, 1, big.name, big.size);
-    Attnstat__Subscribe sb = ATTNSTAT__SUBSCRIBE__INIT;
-    sb.has_results = 1;
-    sb.results = 1;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-    env.subscribe = &sb;
-    ck_assert_int_eq(dh_send(&a, &env), 0);
+    dh_subscribe(&a, 1, 1); /* results, and alerts as Subscribe's default has them */
     int sent = 0;
     for (uint64_t s = 1; s <= 20000; s++) {
         Attnstat__TensorRef qr, kr;
         dh_tensor_ref(&qr, &bq);
         dh_tensor_ref(&kr, &bk);
-        Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-        p.seq = s;
-        p.step = (int64_t)s;
-        p.q = &qr;
-        p.k = &kr;
+        Attnstat__Push p;
+        Attnstat__Envelope env;
+        envelope_push(&env, &p, s, (int64_t)s, 0, &qr, &kr);
         p.has_want_results = 1;
         p.want_results = 1;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-        env.push = &p;
         size_t len;
         uint8_t *buf = frame_pack(&env, 1u << 20, &len);
         ssize_t w = send(a.fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -337,12 +321,9 @@ START_TEST(test_connection_closed_inside_a_handler)
         dh_hello(&a, "flood", 0, NULL);
         struct timeval tv = {5, 0};
         ck_assert_int_eq(setsockopt(a.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
-        Attnstat__Forget f = ATTNSTAT__FORGET__INIT;
-        f.has_buffer_id = 1;
-        f.buffer_id = 12345;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_FORGET;
-        env.forget = &f;
+        Attnstat__Forget f;
+        Attnstat__Envelope env;
+        envelope_forget(&env, &f, 1, 12345, 0, 0);
         size_t l1, l2;
         uint8_t *single = frame_pack(&env, 1u << 20, &l1);
         f.has_event_id = 1;
@@ -455,11 +436,7 @@ START_TEST(test_fd_limit_raised)
         dh_hello(&c[i], "fds", i, NULL);
         for (uint32_t id = 1; id <= 60; id++)
             dh_register(&c[i], id, shm.name, 4096);
-        Attnstat__Status st = ATTNSTAT__STATUS__INIT;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-        env.status = &st;
-        ck_assert_int_eq(dh_send(&c[i], &env), 0);
+        dh_send_status(&c[i]);
         for (;;) {
             Attnstat__Envelope *e = dh_recv(&c[i], 20000);
             ck_assert_msg(e != NULL, "no StatusReply");
@@ -542,9 +519,5 @@ static Suite *robust_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(robust_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return dh_run(robust_suite());
 }

@@ -1,7 +1,9 @@
-/* test_frame.c — the wire framing (proto/frame.c) and envelope decoding: frames split at every
- * byte, many frames in one read, zero and oversize lengths, truncated and garbage payloads, and
- * decoding under allocation failure (a countdown allocator fails allocation N for N = 1, 2, ...
- * until decoding succeeds; every failure is clean and the sanitizer build checks for leaks). */
+/* test_frame.c — the wire (proto/): the framing (frame.c) and envelope decoding: frames split at
+ * every byte, many frames in one read, zero and oversize lengths, truncated and garbage payloads,
+ * and decoding under allocation failure (a countdown allocator fails allocation N for N = 1, 2, ...
+ * until decoding succeeds; every failure is clean and the sanitizer build checks for leaks); the
+ * message builders (envelope.c: each one packed, decoded and compared field by field, with random
+ * values) and the enum names (names.h against the generated enums' values). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envelope.h"
 #include "frame.h"
+#include "names.h"
 
 static uint64_t g_state;
 
@@ -24,23 +28,19 @@ static uint32_t rnd(void)
 /* A Push with random contents; the strings and repeated fields make the decoder allocate. */
 static uint8_t *make_push_frame(uint64_t seq, size_t *len)
 {
-    Attnstat__TensorRef q = ATTNSTAT__TENSOR_REF__INIT, k = ATTNSTAT__TENSOR_REF__INIT;
+    Attnstat__TensorRef q, k;
     uint64_t shape[4] = {1 + rnd() % 8, 1 + rnd() % 32, 1 + rnd() % 4096, 64};
     uint64_t strides[4] = {shape[1] * shape[2] * 64, shape[2] * 64, 64, 1};
-    q.buffer_id = rnd(), q.offset = rnd(), q.dtype = ATTNSTAT__DTYPE__BF16;
-    q.n_shape = 4, q.shape = shape, q.n_strides = 4, q.strides = strides;
-    k = q;
-    k.offset = rnd();
-    Attnstat__Push push = ATTNSTAT__PUSH__INIT;
-    push.seq = seq, push.step = (int64_t)rnd(), push.layer = rnd() % 96;
-    push.q = &q, push.k = &k;
+    uint32_t buffer = rnd();
+    envelope_tensor(&q, buffer, rnd(), ATTNSTAT__DTYPE__BF16, shape, strides);
+    envelope_tensor(&k, buffer, rnd(), ATTNSTAT__DTYPE__BF16, shape, strides);
+    Attnstat__Push push;
+    Attnstat__Envelope env;
+    envelope_push(&env, &push, seq, (int64_t)rnd(), rnd() % 96, &q, &k);
     push.has_causal = 1, push.causal = rnd() & 1;
     int32_t cu[5] = {0, 7, 9, 30, 41};
     push.n_cu_seqlens_q = push.n_cu_seqlens_k = 5;
     push.cu_seqlens_q = push.cu_seqlens_k = cu;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-    env.push = &push;
     return frame_pack(&env, FRAME_MAX_DEFAULT, len);
 }
 
@@ -153,13 +153,12 @@ START_TEST(test_bad_lengths)
 
     /* the packer refuses a message over the limit */
     size_t len;
-    Attnstat__Error e = ATTNSTAT__ERROR__INIT;
+    Attnstat__Error e;
     char msg[300];
     memset(msg, 'x', sizeof msg - 1);
     msg[sizeof msg - 1] = '\0';
-    e.code = ATTNSTAT__CODE__INTERNAL, e.message = msg;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_ERROR, env.error = &e;
+    Attnstat__Envelope env;
+    envelope_error(&env, &e, ATTNSTAT__CODE__INTERNAL, msg, 0, 0);
     ck_assert_ptr_null(frame_pack(&env, 100, &len));
     uint8_t *ok = frame_pack(&env, 1000, &len);
     ck_assert_ptr_nonnull(ok);
@@ -239,6 +238,206 @@ START_TEST(test_decode_allocation_failures)
 }
 END_TEST
 
+/* ---- envelope.c and names.h ------------------------------------------------------------------ */
+
+/* env packed, decoded: the decoded copy (asserted to be of the same kind). */
+static Attnstat__Envelope *roundtrip(const Attnstat__Envelope *env)
+{
+    size_t len;
+    uint8_t *f = frame_pack(env, FRAME_MAX_DEFAULT, &len);
+    ck_assert_ptr_nonnull(f);
+    Attnstat__Envelope *d = frame_decode(f + FRAME_HEADER, (uint32_t)(len - FRAME_HEADER), NULL);
+    free(f);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_int_eq(d->msg_case, env->msg_case);
+    return d;
+}
+
+/* Every builder's message comes back with the values given, and with nothing it was not told. */
+START_TEST(test_envelope_builders)
+{
+    Attnstat__Envelope env, *d;
+    char run[32];
+    snprintf(run, sizeof run, "run-%u", rnd());
+    uint64_t seq = ((uint64_t)rnd() << 32) | rnd(), id = rnd();
+
+    Attnstat__Hello h;
+    d = roundtrip(envelope_hello(&env, &h, run));
+    ck_assert_uint_eq(d->hello->protocol_version, FRAME_PROTOCOL_VERSION);
+    ck_assert_str_eq(d->hello->run, run);
+    ck_assert(!d->hello->has_rank && !d->hello->thresholds);
+    attnstat__envelope__free_unpacked(d, NULL);
+    d = roundtrip(envelope_hello(&env, &h, ""));
+    ck_assert_ptr_null(d->hello->run); /* an empty run is the daemon's default, as unset */
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__RegisterBuffer rb;
+    d = roundtrip(envelope_register_shm(&env, &rb, (uint32_t)id, "/seg", seq));
+    ck_assert_uint_eq(d->register_buffer->id, (uint32_t)id);
+    ck_assert_int_eq(d->register_buffer->kind, ATTNSTAT__BUFFER_KIND__HOST_SHM);
+    ck_assert_uint_eq(d->register_buffer->size, seq);
+    ck_assert_str_eq(d->register_buffer->shm_name, "/seg");
+    ck_assert(!d->register_buffer->has_ipc_handle);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    uint8_t handle[64];
+    for (size_t i = 0; i < sizeof handle; i++)
+        handle[i] = (uint8_t)rnd();
+    d = roundtrip(envelope_register_cuda(&env, &rb, 3, handle, sizeof handle, 4096, "GPU-x"));
+    ck_assert_int_eq(d->register_buffer->kind, ATTNSTAT__BUFFER_KIND__CUDA_IPC);
+    ck_assert(d->register_buffer->has_ipc_handle);
+    ck_assert_uint_eq(d->register_buffer->ipc_handle.len, sizeof handle);
+    ck_assert_mem_eq(d->register_buffer->ipc_handle.data, handle, sizeof handle);
+    ck_assert_str_eq(d->register_buffer->device_uuid, "GPU-x");
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__RegisterEvent re;
+    d = roundtrip(envelope_register_event(&env, &re, 9, handle, sizeof handle, "GPU-y"));
+    ck_assert_uint_eq(d->register_event->id, 9);
+    ck_assert_mem_eq(d->register_event->ipc_handle.data, handle, sizeof handle);
+    ck_assert_str_eq(d->register_event->device_uuid, "GPU-y");
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Forget fg;
+    d = roundtrip(envelope_forget(&env, &fg, 1, (uint32_t)id, 0, 5));
+    ck_assert(d->forget->has_buffer_id && !d->forget->has_event_id);
+    ck_assert_uint_eq(d->forget->buffer_id, (uint32_t)id);
+    attnstat__envelope__free_unpacked(d, NULL);
+    d = roundtrip(envelope_forget(&env, &fg, 0, 0, 1, 5));
+    ck_assert(!d->forget->has_buffer_id && d->forget->has_event_id);
+    ck_assert_uint_eq(d->forget->event_id, 5);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__TensorRef q, k;
+    uint64_t shape[4] = {1 + rnd() % 4, 1 + rnd() % 8, 1 + rnd() % 64, 64};
+    uint64_t strides[4] = {shape[1] * shape[2] * 64, shape[2] * 64, 64, 1};
+    envelope_tensor(&q, 1, 128, ATTNSTAT__DTYPE__F16, shape, strides);
+    envelope_tensor(&k, 2, 256, ATTNSTAT__DTYPE__F16, shape, strides);
+    Attnstat__Push pu;
+    d = roundtrip(envelope_push(&env, &pu, seq, -7, 3, &q, &k));
+    ck_assert_uint_eq(d->push->seq, seq);
+    ck_assert_int_eq(d->push->step, -7);
+    ck_assert_uint_eq(d->push->layer, 3);
+    ck_assert_uint_eq(d->push->q->buffer_id, 1);
+    ck_assert_uint_eq(d->push->k->offset, 256);
+    ck_assert_int_eq(d->push->k->dtype, ATTNSTAT__DTYPE__F16);
+    ck_assert_uint_eq(d->push->q->n_shape, 4);
+    ck_assert_uint_eq(d->push->q->n_strides, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert(d->push->q->shape[i] == shape[i] && d->push->k->strides[i] == strides[i]);
+    ck_assert(!d->push->v && !d->push->has_event_id && !d->push->want_results);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Subscribe sb;
+    d = roundtrip(envelope_subscribe(&env, &sb, 0, 1));
+    ck_assert(d->subscribe->has_alerts && !d->subscribe->alerts); /* alerts defaults to true */
+    ck_assert(d->subscribe->results);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Status st;
+    attnstat__envelope__free_unpacked(roundtrip(envelope_status(&env, &st)), NULL);
+
+    Attnstat__HelloReply hr;
+    d = roundtrip(envelope_hello_reply(&env, &hr, (int64_t)id, 1u << 20, 64));
+    ck_assert_uint_eq(d->hello_reply->protocol_version, FRAME_PROTOCOL_VERSION);
+    ck_assert_int_eq(d->hello_reply->run_id, (int64_t)id);
+    ck_assert_uint_eq(d->hello_reply->max_frame, 1u << 20);
+    ck_assert_uint_eq(d->hello_reply->queue_capacity, 64);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Release rl;
+    d = roundtrip(envelope_release(&env, &rl, seq));
+    ck_assert_uint_eq(d->release->seq, seq);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__HeadStats hs[3], *hp[3];
+    for (int i = 0; i < 3; i++) {
+        attnstat__head_stats__init(&hs[i]);
+        hs[i].head = (uint32_t)i;
+        hs[i].rows = rnd();
+        hp[i] = &hs[i];
+    }
+    Attnstat__Ack ak;
+    d = roundtrip(envelope_ack(&env, &ak, seq, ATTNSTAT__CODE__DROPPED, "queue full", NULL, 3));
+    ck_assert_uint_eq(d->ack->seq, seq);
+    ck_assert_int_eq(d->ack->code, ATTNSTAT__CODE__DROPPED);
+    ck_assert_str_eq(d->ack->message, "queue full");
+    ck_assert_uint_eq(d->ack->n_heads, 0); /* no heads given, whatever the count says */
+    attnstat__envelope__free_unpacked(d, NULL);
+    d = roundtrip(envelope_ack(&env, &ak, seq, ATTNSTAT__CODE__OK, "", hp, 3));
+    ck_assert_ptr_null(d->ack->message);
+    ck_assert_uint_eq(d->ack->n_heads, 3);
+    ck_assert_uint_eq(d->ack->heads[2]->rows, hs[2].rows);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Error er;
+    d = roundtrip(envelope_error(&env, &er, ATTNSTAT__CODE__UNKNOWN_BUFFER, "no such buffer", 1, id));
+    ck_assert_int_eq(d->error->code, ATTNSTAT__CODE__UNKNOWN_BUFFER);
+    ck_assert_str_eq(d->error->message, "no such buffer");
+    ck_assert(d->error->has_ref);
+    ck_assert_uint_eq(d->error->ref, id);
+    attnstat__envelope__free_unpacked(d, NULL);
+    d = roundtrip(envelope_error(&env, &er, ATTNSTAT__CODE__FRAME, "bad frame", 0, id));
+    ck_assert(!d->error->has_ref);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Result rs;
+    d = roundtrip(envelope_result(&env, &rs, run, (int64_t)id, 12, 4, hp, 3));
+    ck_assert_str_eq(d->result->run, run);
+    ck_assert_int_eq(d->result->run_id, (int64_t)id);
+    ck_assert_int_eq(d->result->step, 12);
+    ck_assert_uint_eq(d->result->layer, 4);
+    ck_assert_uint_eq(d->result->n_heads, 3);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__Alert al;
+    d = roundtrip(envelope_alert(&env, &al, run, (int64_t)id, 5, 6, 77,
+                                 ATTNSTAT__ALERT_RULE__LOGIT_CEILING, ATTNSTAT__ALERT_STATE__CLEARED));
+    ck_assert_str_eq(d->alert->run, run);
+    ck_assert(d->alert->layer == 5 && d->alert->head == 6 && d->alert->step == 77);
+    ck_assert_int_eq(d->alert->rule, ATTNSTAT__ALERT_RULE__LOGIT_CEILING);
+    ck_assert_int_eq(d->alert->state, ATTNSTAT__ALERT_STATE__CLEARED);
+    ck_assert(!d->alert->has_rank && !d->alert->has_value && !d->alert->message);
+    attnstat__envelope__free_unpacked(d, NULL);
+
+    Attnstat__StatusReply sr;
+    envelope_status_reply(&env, &sr);
+    sr.has_clients = 1;
+    sr.clients = 3;
+    d = roundtrip(&env);
+    ck_assert_uint_eq(d->status_reply->clients, 3);
+    attnstat__envelope__free_unpacked(d, NULL);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+    ck_assert_str_eq(names_dtype(ATTNSTAT__DTYPE__BF16), "bf16");
+    ck_assert_str_eq(names_dtype(ATTNSTAT__DTYPE__F32), "f32");
+    ck_assert_str_eq(names_dtype(9), "unknown");
+    ck_assert_str_eq(names_buffer_kind(ATTNSTAT__BUFFER_KIND__CUDA_IPC), "CUDA_IPC");
+    ck_assert_str_eq(names_alert_rule(ATTNSTAT__ALERT_RULE__ENTROPY_DROP), "entropy_drop");
+    ck_assert_str_eq(names_alert_rule(0), "unknown");
+    ck_assert_str_eq(names_alert_state(ATTNSTAT__ALERT_STATE__RAISED), "raised");
+    ck_assert_str_eq(names_code(ATTNSTAT__CODE__NO_HELLO), "NO_HELLO");
+    ck_assert_str_eq(names_code(-1), "unknown");
+    /* Every rule name maps back to its value; the names the generated descriptor knows agree. */
+    const ProtobufCEnumDescriptor *rd = &attnstat__alert_rule__descriptor;
+    for (unsigned i = 0; i < rd->n_values; i++) {
+        const char *n = names_alert_rule(rd->values[i].value);
+        ck_assert_int_eq(names_alert_rule_from(n), rd->values[i].value);
+    }
+    ck_assert_int_eq(names_alert_rule_from("no-such-rule"), 0);
+    ck_assert_int_eq(names_alert_rule_from(NULL), 0);
+    const ProtobufCEnumDescriptor *cd = &attnstat__code__descriptor;
+    for (unsigned i = 0; i < cd->n_values; i++)
+        ck_assert_str_eq(names_code(cd->values[i].value), cd->values[i].name);
+    const ProtobufCEnumDescriptor *kd = &attnstat__buffer_kind__descriptor;
+    for (unsigned i = 0; i < kd->n_values; i++)
+        ck_assert_str_eq(names_buffer_kind(kd->values[i].value), kd->values[i].name);
+}
+END_TEST
+
 int main(void)
 {
     g_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
@@ -249,6 +448,8 @@ int main(void)
     tcase_add_test(tc, test_bad_lengths);
     tcase_add_test(tc, test_garbage_payloads);
     tcase_add_test(tc, test_decode_allocation_failures);
+    tcase_add_test(tc, test_envelope_builders);
+    tcase_add_test(tc, test_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

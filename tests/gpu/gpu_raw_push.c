@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "envelope.h"
 #include "frame.h"
 
 static int fd = -1;
@@ -78,23 +79,11 @@ static int push(uint64_t seq, uint32_t buf, uint64_t offset, uint32_t n, const c
 {
     /* q = k = [1, 1, n, 64] f16 rows at offset. */
     uint64_t shape[4] = {1, 1, n, 64}, strides[4] = {(uint64_t)n * 64, (uint64_t)n * 64, 64, 1};
-    Attnstat__TensorRef t = ATTNSTAT__TENSOR_REF__INIT;
-    t.buffer_id = buf;
-    t.offset = offset;
-    t.dtype = ATTNSTAT__DTYPE__F16;
-    t.n_shape = t.n_strides = 4;
-    t.shape = shape;
-    t.strides = strides;
-    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-    p.seq = seq;
-    p.step = (int64_t)seq;
-    p.layer = 0;
-    p.q = &t;
-    p.k = &t;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-    env.push = &p;
-    if (send_env(&env) != 0)
+    Attnstat__TensorRef t;
+    envelope_tensor(&t, buf, offset, ATTNSTAT__DTYPE__F16, shape, strides);
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    if (send_env(envelope_push(&env, &p, seq, (int64_t)seq, 0, &t, &t)) != 0)
         return -1;
     Attnstat__Envelope *a = recv_kind(ATTNSTAT__ENVELOPE__MSG_ACK);
     if (!a) {
@@ -154,14 +143,11 @@ int main(int argc, char **argv)
     }
     frame_reader_init(&rd, FRAME_MAX_DEFAULT);
     char *uuids[1] = {uuid};
-    Attnstat__Hello hello = ATTNSTAT__HELLO__INIT;
-    hello.protocol_version = FRAME_PROTOCOL_VERSION;
-    hello.run = "raw-liar";
+    Attnstat__Hello hello;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &hello, "raw-liar");
     hello.n_device_uuids = 1;
     hello.device_uuids = uuids;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &hello;
     if (send_env(&env) != 0)
         return 1;
     Attnstat__Envelope *r = recv_kind(ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY);
@@ -174,16 +160,9 @@ int main(int argc, char **argv)
 
     /* Buffer 1: the truth. Buffer 2: another 1 MiB allocation claimed as 4 MiB. */
     for (uint32_t id = 1; id <= 2; id++) {
-        Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-        rb.id = id;
-        rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-        rb.size = id == 1 ? real : 4 * real;
-        rb.has_ipc_handle = 1;
-        rb.ipc_handle.data = (uint8_t *)hs[id - 1].reserved;
-        rb.ipc_handle.len = sizeof hs[id - 1].reserved;
-        rb.device_uuid = uuid;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-        env.register_buffer = &rb;
+        Attnstat__RegisterBuffer rb;
+        envelope_register_cuda(&env, &rb, id, (const uint8_t *)hs[id - 1].reserved,
+                               sizeof hs[id - 1].reserved, id == 1 ? real : 4 * real, uuid);
         if (send_env(&env) != 0)
             return 1;
     }

@@ -1,33 +1,6 @@
-/* daemon_harness.h — helpers for the end-to-end daemon suites (test_daemon_*.c): start a real
- * attnstatd from the build tree on a socket and database in a fresh mkdtemp directory, talk raw
- * frames to it (no libattnstat), put tensors in POSIX shared memory, and read the database back
- * with sqlite3. Header-only: each suite includes it. */
-#ifndef ATTNSTAT_DAEMON_HARNESS_H
-#define ATTNSTAT_DAEMON_HARNESS_H
-
-#include <check.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <poll.h>
-#include <signal.h>
-#include <sqlite3.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "attnstat.pb-c.h"
-#include "frame.h"
-#include "stats.h"
+/* daemon_harness.c — the test harness (see daemon_harness.h): the attnstatd process, raw frames
+ * over its socket (messages from proto/envelope.c), shared memory, the database, seeds, the runner. */
+#include "daemon_harness.h"
 
 #ifndef ATTNSTATD_PATH
 #error "ATTNSTATD_PATH must name the attnstatd binary"
@@ -35,25 +8,21 @@
 
 /* ---- time and randomness -------------------------------------------------------------------- */
 
-static inline int64_t dh_now_ms(void)
+int64_t dh_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static inline void dh_sleep_ms(int ms)
+void dh_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
-typedef struct {
-    uint64_t s;
-} dh_rng;
-
-static inline uint64_t dh_next(dh_rng *r)
+uint64_t dh_next(dh_rng *r)
 {
     uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -61,7 +30,7 @@ static inline uint64_t dh_next(dh_rng *r)
     return z ^ (z >> 31);
 }
 
-static inline double dh_gauss(dh_rng *r)
+double dh_gauss(dh_rng *r)
 {
     double u = ((double)(dh_next(r) >> 11) + 0.5) / 9007199254740992.0;
     double v = ((double)(dh_next(r) >> 11) + 0.5) / 9007199254740992.0;
@@ -69,7 +38,7 @@ static inline double dh_gauss(dh_rng *r)
 }
 
 /* A fresh seed per run, printed (ATTNSTAT_TEST_SEED replays one). */
-static inline dh_rng dh_rng_new(const char *who)
+dh_rng dh_rng_new(const char *who)
 {
     const char *env = getenv("ATTNSTAT_TEST_SEED");
     uint64_t seed;
@@ -85,7 +54,7 @@ static inline dh_rng dh_rng_new(const char *who)
     return r;
 }
 
-static inline uint16_t dh_f32_to_bf16(float f)
+uint16_t dh_f32_to_bf16(float f)
 {
     uint32_t b;
     memcpy(&b, &f, 4);
@@ -93,17 +62,18 @@ static inline uint16_t dh_f32_to_bf16(float f)
     return (uint16_t)(b >> 16);
 }
 
+int dh_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
 /* ---- the daemon process --------------------------------------------------------------------- */
 
-typedef struct {
-    pid_t pid;
-    char dir[64];
-    char sock[100];
-    char db[300];
-    char log[300];
-} dh_daemon;
-
-static inline void dh_dir_init(dh_daemon *d)
+void dh_dir_init(dh_daemon *d)
 {
     memset(d, 0, sizeof *d);
     snprintf(d->dir, sizeof d->dir, "/tmp/attnstatd-test-XXXXXX");
@@ -113,7 +83,7 @@ static inline void dh_dir_init(dh_daemon *d)
     snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
 }
 
-static inline int dh_try_connect(const char *path)
+int dh_try_connect(const char *path)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -130,7 +100,7 @@ static inline int dh_try_connect(const char *path)
 }
 
 /* Starts attnstatd with --socket/--db in d's directory plus the extra flags (NULL-terminated). */
-static inline void dh_start_v(dh_daemon *d, const char *const *extra)
+void dh_start_v(dh_daemon *d, const char *const *extra)
 {
     const char *argv[64];
     int n = 0;
@@ -174,7 +144,7 @@ static inline void dh_start_v(dh_daemon *d, const char *const *extra)
     }
 }
 
-static inline void dh_start(dh_daemon *d, ...)
+void dh_start(dh_daemon *d, ...)
 {
     const char *extra[32];
     int n = 0;
@@ -189,7 +159,7 @@ static inline void dh_start(dh_daemon *d, ...)
 }
 
 /* Waits for the daemon to exit (timeout_ms); returns its wait status, or -1 on timeout. */
-static inline int dh_wait(dh_daemon *d, int timeout_ms)
+int dh_wait(dh_daemon *d, int timeout_ms)
 {
     int64_t deadline = dh_now_ms() + timeout_ms;
     for (;;) {
@@ -206,7 +176,7 @@ static inline int dh_wait(dh_daemon *d, int timeout_ms)
 }
 
 /* SIGTERM and wait: returns the exit status (asserts a normal exit within 30 s). */
-static inline int dh_stop(dh_daemon *d)
+int dh_stop(dh_daemon *d)
 {
     if (d->pid <= 0)
         return -1;
@@ -222,7 +192,7 @@ static inline int dh_stop(dh_daemon *d)
     return WEXITSTATUS(st);
 }
 
-static inline void dh_kill9(dh_daemon *d)
+void dh_kill9(dh_daemon *d)
 {
     if (d->pid > 0) {
         kill(d->pid, SIGKILL);
@@ -231,7 +201,7 @@ static inline void dh_kill9(dh_daemon *d)
 }
 
 /* Prints the daemon's log to stderr (for failures) and removes the directory. */
-static inline void dh_cleanup(dh_daemon *d, int show_log)
+void dh_cleanup(dh_daemon *d, int show_log)
 {
     if (d->pid > 0)
         dh_kill9(d);
@@ -248,14 +218,7 @@ static inline void dh_cleanup(dh_daemon *d, int show_log)
 
 /* ---- frames --------------------------------------------------------------------------------- */
 
-typedef struct {
-    int fd;
-    frame_reader rd;
-    uint64_t released[1024]; /* seqs whose Release was seen (dh_wait_ack), ring */
-    size_t nreleased;
-} dh_conn;
-
-static inline void dh_connect(dh_conn *c, const dh_daemon *d)
+void dh_connect(dh_conn *c, const dh_daemon *d)
 {
     memset(c, 0, sizeof *c);
     c->fd = dh_try_connect(d->sock);
@@ -263,7 +226,7 @@ static inline void dh_connect(dh_conn *c, const dh_daemon *d)
     frame_reader_init(&c->rd, 64u << 20);
 }
 
-static inline void dh_close(dh_conn *c)
+void dh_close(dh_conn *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -271,7 +234,7 @@ static inline void dh_close(dh_conn *c)
     frame_reader_free(&c->rd);
 }
 
-static inline int dh_write_all(int fd, const void *buf, size_t n)
+int dh_write_all(int fd, const void *buf, size_t n)
 {
     const uint8_t *p = buf;
     while (n > 0) {
@@ -287,7 +250,7 @@ static inline int dh_write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-static inline int dh_send(dh_conn *c, const Attnstat__Envelope *env)
+int dh_send(dh_conn *c, const Attnstat__Envelope *env)
 {
     size_t len;
     uint8_t *buf = frame_pack(env, 64u << 20, &len);
@@ -298,7 +261,7 @@ static inline int dh_send(dh_conn *c, const Attnstat__Envelope *env)
 }
 
 /* Next message, or NULL on timeout / EOF / bad frame. Free with attnstat__envelope__free_unpacked. */
-static inline Attnstat__Envelope *dh_recv(dh_conn *c, int timeout_ms)
+Attnstat__Envelope *dh_recv(dh_conn *c, int timeout_ms)
 {
     int64_t deadline = dh_now_ms() + timeout_ms;
     for (;;) {
@@ -334,7 +297,7 @@ static inline Attnstat__Envelope *dh_recv(dh_conn *c, int timeout_ms)
 }
 
 /* Next message of the given kind, skipping others (Release, Result...). NULL on timeout/EOF. */
-static inline Attnstat__Envelope *dh_expect(dh_conn *c, Attnstat__Envelope__MsgCase kind, int timeout_ms)
+Attnstat__Envelope *dh_expect(dh_conn *c, Attnstat__Envelope__MsgCase kind, int timeout_ms)
 {
     int64_t deadline = dh_now_ms() + timeout_ms;
     for (;;) {
@@ -349,7 +312,7 @@ static inline Attnstat__Envelope *dh_expect(dh_conn *c, Attnstat__Envelope__MsgC
 }
 
 /* True when the peer closed the connection within timeout_ms (reads and discards messages). */
-static inline int dh_wait_closed(dh_conn *c, int timeout_ms)
+int dh_wait_closed(dh_conn *c, int timeout_ms)
 {
     int64_t deadline = dh_now_ms() + timeout_ms;
     while (dh_now_ms() < deadline) {
@@ -364,20 +327,17 @@ static inline int dh_wait_closed(dh_conn *c, int timeout_ms)
     return 0;
 }
 
-static inline void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
-                               int64_t *run_id)
+void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
+                 int64_t *run_id)
 {
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    h.run = (char *)run;
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, run);
     h.has_rank = 1;
     h.rank = rank;
     h.has_pid = 1;
     h.pid = getpid();
     h.thresholds = (Attnstat__Thresholds *)th;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
     ck_assert_int_eq(dh_send(c, &env), 0);
     Attnstat__Envelope *r = dh_recv(c, 20000);
     ck_assert_msg(r != NULL, "no reply to Hello");
@@ -390,33 +350,35 @@ static inline void dh_hello_th(dh_conn *c, const char *run, int rank, const Attn
     attnstat__envelope__free_unpacked(r, NULL);
 }
 
-static inline void dh_hello(dh_conn *c, const char *run, int rank, int64_t *run_id)
+void dh_hello(dh_conn *c, const char *run, int rank, int64_t *run_id)
 {
     dh_hello_th(c, run, rank, NULL, run_id);
 }
 
-static inline void dh_register(dh_conn *c, uint32_t id, const char *shm, uint64_t size)
+void dh_register(dh_conn *c, uint32_t id, const char *shm, uint64_t size)
 {
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-    rb.size = size;
-    rb.shm_name = (char *)shm;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    ck_assert_int_eq(dh_send(c, &env), 0);
+    Attnstat__RegisterBuffer rb;
+    Attnstat__Envelope env;
+    ck_assert_int_eq(dh_send(c, envelope_register_shm(&env, &rb, id, shm, size)), 0);
+}
+
+void dh_subscribe(dh_conn *c, int alerts, int results)
+{
+    Attnstat__Subscribe sb;
+    Attnstat__Envelope env;
+    ck_assert_int_eq(dh_send(c, envelope_subscribe(&env, &sb, alerts, results)), 0);
+}
+
+void dh_send_status(dh_conn *c)
+{
+    Attnstat__Status st;
+    Attnstat__Envelope env;
+    ck_assert_int_eq(dh_send(c, envelope_status(&env, &st)), 0);
 }
 
 /* ---- shared memory and tensors -------------------------------------------------------------- */
 
-typedef struct {
-    char name[64];
-    void *ptr;
-    size_t size;
-} dh_shm;
-
-static inline void dh_shm_create(dh_shm *s, const char *tag, size_t size)
+void dh_shm_create(dh_shm *s, const char *tag, size_t size)
 {
     static int counter;
     snprintf(s->name, sizeof s->name, "/attnstat-test-%d-%s-%d", (int)getpid(), tag, counter++);
@@ -429,7 +391,7 @@ static inline void dh_shm_create(dh_shm *s, const char *tag, size_t size)
     s->size = size;
 }
 
-static inline void dh_shm_destroy(dh_shm *s)
+void dh_shm_destroy(dh_shm *s)
 {
     if (s->ptr)
         munmap(s->ptr, s->size);
@@ -437,17 +399,8 @@ static inline void dh_shm_destroy(dh_shm *s)
     s->ptr = NULL;
 }
 
-/* A tensor description in [B, H, N, D] layout, contiguous, in a buffer at an offset. */
-typedef struct {
-    uint32_t buffer_id;
-    uint64_t offset;
-    Attnstat__Dtype dtype;
-    uint64_t shape[4];
-    uint64_t strides[4];
-} dh_tensor;
-
-static inline void dh_tensor_contig(dh_tensor *t, uint32_t buf, uint64_t off, Attnstat__Dtype dt,
-                                    uint64_t b, uint64_t h, uint64_t n, uint64_t d)
+void dh_tensor_contig(dh_tensor *t, uint32_t buf, uint64_t off, Attnstat__Dtype dt,
+                      uint64_t b, uint64_t h, uint64_t n, uint64_t d)
 {
     t->buffer_id = buf;
     t->offset = off;
@@ -462,25 +415,18 @@ static inline void dh_tensor_contig(dh_tensor *t, uint32_t buf, uint64_t off, At
     t->strides[0] = h * n * d;
 }
 
-static inline uint64_t dh_tensor_elems(const dh_tensor *t)
+uint64_t dh_tensor_elems(const dh_tensor *t)
 {
     return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
 }
 
-static inline void dh_tensor_ref(Attnstat__TensorRef *r, dh_tensor *t)
+void dh_tensor_ref(Attnstat__TensorRef *r, dh_tensor *t)
 {
-    attnstat__tensor_ref__init(r);
-    r->buffer_id = t->buffer_id;
-    r->offset = t->offset;
-    r->dtype = t->dtype;
-    r->n_shape = 4;
-    r->shape = t->shape;
-    r->n_strides = 4;
-    r->strides = t->strides;
+    envelope_tensor(r, t->buffer_id, t->offset, t->dtype, t->shape, t->strides);
 }
 
 /* Fills n elements at p with scale * N(0,1) values of the dtype. */
-static inline void dh_fill(dh_rng *r, void *p, uint64_t n, Attnstat__Dtype dt, double scale)
+void dh_fill(dh_rng *r, void *p, uint64_t n, Attnstat__Dtype dt, double scale)
 {
     for (uint64_t i = 0; i < n; i++) {
         float v = (float)(scale * dh_gauss(r));
@@ -492,8 +438,8 @@ static inline void dh_fill(dh_rng *r, void *p, uint64_t n, Attnstat__Dtype dt, d
 }
 
 /* The stats_problem equivalent of a q/k pair in host memory (for the reference computation). */
-static inline void dh_problem(stats_problem *p, const dh_tensor *q, const void *qbase,
-                              const dh_tensor *k, const void *kbase)
+void dh_problem(stats_problem *p, const dh_tensor *q, const void *qbase,
+                const dh_tensor *k, const void *kbase)
 {
     stats_problem_init(p);
     p->batch = (int32_t)q->shape[0];
@@ -514,18 +460,15 @@ static inline void dh_problem(stats_problem *p, const dh_tensor *q, const void *
 }
 
 /* Sends a Push of q/k. */
-static inline void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t layer, dh_tensor *q,
-                           dh_tensor *k, int causal, uint32_t sample_rows, int want_results)
+void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t layer, dh_tensor *q,
+             dh_tensor *k, int causal, uint32_t sample_rows, int want_results)
 {
     Attnstat__TensorRef qr, kr;
     dh_tensor_ref(&qr, q);
     dh_tensor_ref(&kr, k);
-    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-    p.seq = seq;
-    p.step = step;
-    p.layer = layer;
-    p.q = &qr;
-    p.k = &kr;
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    envelope_push(&env, &p, seq, step, layer, &qr, &kr);
     p.has_causal = 1;
     p.causal = causal;
     if (sample_rows) {
@@ -536,15 +479,12 @@ static inline void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t laye
     }
     p.has_want_results = 1;
     p.want_results = want_results;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-    env.push = &p;
     ck_assert_int_eq(dh_send(c, &env), 0);
 }
 
 /* Waits for the Ack of seq (asserting the Release came first for OK acks); returns its code and
  * copies its message. */
-static inline int dh_wait_ack(dh_conn *c, uint64_t seq, char *msg, size_t msglen, int timeout_ms)
+int dh_wait_ack(dh_conn *c, uint64_t seq, char *msg, size_t msglen, int timeout_ms)
 {
     int released = 0;
     for (size_t i = 0; i < c->nreleased && i < 1024; i++)
@@ -575,13 +515,9 @@ static inline int dh_wait_ack(dh_conn *c, uint64_t seq, char *msg, size_t msglen
 }
 
 /* Sends Status and returns the reply (free it). */
-static inline Attnstat__Envelope *dh_status(dh_conn *c)
+Attnstat__Envelope *dh_status(dh_conn *c)
 {
-    Attnstat__Status st = ATTNSTAT__STATUS__INIT;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-    env.status = &st;
-    ck_assert_int_eq(dh_send(c, &env), 0);
+    dh_send_status(c);
     Attnstat__Envelope *r = dh_expect(c, ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY, 20000);
     ck_assert_msg(r != NULL, "no StatusReply");
     return r;
@@ -589,7 +525,7 @@ static inline Attnstat__Envelope *dh_status(dh_conn *c)
 
 /* ---- the database ------------------------------------------------------------------------- */
 
-static inline sqlite3 *dh_db_open(const dh_daemon *d)
+sqlite3 *dh_db_open(const dh_daemon *d)
 {
     sqlite3 *db = NULL;
     int rc = sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READONLY, NULL);
@@ -599,7 +535,7 @@ static inline sqlite3 *dh_db_open(const dh_daemon *d)
 }
 
 /* One integer from a query (asserts one row). */
-static inline int64_t dh_db_int(sqlite3 *db, const char *sql)
+int64_t dh_db_int(sqlite3 *db, const char *sql)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
@@ -611,7 +547,7 @@ static inline int64_t dh_db_int(sqlite3 *db, const char *sql)
     return v;
 }
 
-static inline void dh_db_text(sqlite3 *db, const char *sql, char *out, size_t n)
+void dh_db_text(sqlite3 *db, const char *sql, char *out, size_t n)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
@@ -623,7 +559,7 @@ static inline void dh_db_text(sqlite3 *db, const char *sql, char *out, size_t n)
     sqlite3_finalize(st);
 }
 
-static inline int dh_close_enough(double a, double b)
+int dh_close_enough(double a, double b)
 {
     if (isnan(a) || isnan(b))
         return isnan(a) && isnan(b);
@@ -631,5 +567,3 @@ static inline int dh_close_enough(double a, double b)
         return a == b;
     return fabs(a - b) <= 1e-9 * (1.0 + fabs(b));
 }
-
-#endif /* ATTNSTAT_DAEMON_HARNESS_H */

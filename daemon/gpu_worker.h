@@ -1,4 +1,5 @@
-/* gpu.h — attnstatd's GPU workers: one per local device that a client names (by UUID), each a
+/* gpu_worker.h — attnstatd's GPU workers (stage: gpu worker, beside the CPU worker; includes
+ * worker.h and kernels/ only; gpu_worker.c calls worker, validate, util and log): one per local device that a client names (by UUID), each a
  * worker of the pool (worker.h) whose compute function runs the CUDA statistics kernel
  * (kernels/stats_cuda.h) on the device's own context and low-priority stream.
  *
@@ -17,8 +18,8 @@
  *
  * Without CUDA in the build, or without a usable device, gpu_enumerate() finds nothing and the
  * daemon refuses CUDA_IPC buffers with UNSUPPORTED. */
-#ifndef ATTNSTAT_DAEMON_GPU_H
-#define ATTNSTAT_DAEMON_GPU_H
+#ifndef ATTNSTAT_GPU_WORKER_H
+#define ATTNSTAT_GPU_WORKER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +41,7 @@ typedef struct gpu_ctx gpu_ctx;      /* a device worker's context (the compute f
 typedef struct gpu_mem gpu_mem;
 typedef struct gpu_event gpu_event;
 
-/* What a GPU job reads: set by the session on the loop thread, read by the worker. */
+/* What a GPU job reads: set by the push (push.c) on the loop thread, read by the worker. */
 typedef struct {
     gpu_mem *mem[3];         /* q, k, v (v may repeat q's or k's buffer) */
     uint64_t off[3];         /* byte offset of each tensor in its buffer */
@@ -79,4 +80,4 @@ void gpu_event_unref(gpu_event *e);
 gpu_ctx *gpu_mem_ctx(const gpu_mem *m);
 gpu_ctx *gpu_event_ctx(const gpu_event *e);
 
-#endif /* ATTNSTAT_DAEMON_GPU_H */
+#endif /* ATTNSTAT_GPU_WORKER_H */

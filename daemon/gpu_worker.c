@@ -1,4 +1,5 @@
-/* gpu.c — GPU workers (see gpu.h).
+/* gpu_worker.c — GPU workers (see gpu_worker.h). Stage: gpu worker; calls worker (worker_run_on),
+ * validate (the real-size check), util and log, and the CUDA runtime and kernels.
  *
  * IPC mappings are held only while a push needs them. A client's registration (the handle bytes and
  * the registered size) lives as long as the client keeps it, but the mapping that
@@ -15,15 +16,15 @@
  * with the push, or by the loop thread for a push the worker never computed). Whoever brings it to
  * zero closes the mapping: the worker directly (after its stream has finished reading), the loop
  * thread by posting a close to the worker, which closes only if no push came in meanwhile. */
-#include "gpu.h"
+#include "gpu_worker.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "log.h"
+#include "util.h"
 #include "validate.h"
 
 #ifdef ATTNSTAT_HAVE_CUDA
@@ -350,18 +351,9 @@ void gpu_event_unref(gpu_event *e)
 }
 
 /* ---- the compute function --------------------------------------------------------------------- */
-static stats_status job_fail(worker_job *job, int code, stats_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static stats_status job_fail(worker_job *job, int code, stats_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(job->err.msg, sizeof job->err.msg, fmt, ap);
-    va_end(ap);
-    job->fail_code = code;
-    return st;
-}
+/* Fails job: its message, its Ack code; evaluates to the status st. */
+#define JOB_FAIL(job, code, st, ...)                                                               \
+    (util_err((job)->err.msg, sizeof(job)->err.msg, __VA_ARGS__), (job)->fail_code = (code), (st))
 
 static int gpu_mem_open(gpu_mem *m)
 {
@@ -413,31 +405,24 @@ static int gpu_event_open(gpu_event *e)
     return 0;
 }
 
-static uint64_t gpu_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Waits on the host until the client's stream passed the event (bounded; gives up when the client
  * disconnects), then orders the worker's stream after it. */
 static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, worker_job *job)
 {
-    uint64_t t0 = gpu_now_ns();
+    uint64_t t0 = util_mono_ns();
     long sleep_ns = 2000;
     for (;;) {
         cudaError_t e = cudaEventQuery(ev->ev);
         if (e == cudaSuccess)
             break;
         if (e != cudaErrorNotReady)
-            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+            return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
                             "waiting for the client's event: %s", cudaGetErrorString(e));
         if (gone && __atomic_load_n(gone, __ATOMIC_ACQUIRE))
-            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+            return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
                             "the client disconnected before its stream reached the push's event");
-        if (gpu_now_ns() - t0 > GPU_EVENT_WAIT_NS)
-            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+        if (util_mono_ns() - t0 > GPU_EVENT_WAIT_NS)
+            return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
                             "the client's stream did not reach the push's event within %llu s",
                             GPU_EVENT_WAIT_NS / 1000000000ull);
         struct timespec ts = {0, sleep_ns};
@@ -447,7 +432,7 @@ static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, w
     }
     cudaError_t e = cudaStreamWaitEvent(g->stream, ev->ev, 0);
     if (e != cudaSuccess)
-        return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "cudaStreamWaitEvent: %s",
+        return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "cudaStreamWaitEvent: %s",
                         cudaGetErrorString(e));
     return STATS_OK;
 }
@@ -457,17 +442,17 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     gpu_refs *r = job->ext;
     static const char *const names[3] = {"q", "k", "v"};
     if (!g->ready)
-        return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "%s", g->err);
+        return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "%s", g->err);
     const void *ptr[3] = {NULL, NULL, NULL};
     for (int i = 0; i < r->n; i++) {
         gpu_mem *m = r->mem[i];
         if (gpu_mem_open(m) != 0)
-            return job_fail(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", names[i],
+            return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", names[i],
                             m->err);
         char msg[256];
         if (validate_device_span(names[i], r->need[i], m->size, m->real, msg, sizeof msg) !=
             ATTNSTAT__CODE__OK)
-            return job_fail(job, ATTNSTAT__CODE__OUT_OF_BOUNDS, STATS_EINVAL, "%s", msg);
+            return JOB_FAIL(job, ATTNSTAT__CODE__OUT_OF_BOUNDS, STATS_EINVAL, "%s", msg);
         ptr[i] = (const char *)m->ptr + r->off[i];
     }
     stats_problem p = job->prob;
@@ -486,7 +471,7 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
             g->cu_cap = 0;
             cudaError_t e = cudaMalloc((void **)&g->cu_dev, 2 * n * sizeof(int32_t));
             if (e != cudaSuccess)
-                return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
                                 "cudaMalloc for packed offsets: %s", cudaGetErrorString(e));
             g->cu_cap = 2 * n;
         }
@@ -496,14 +481,14 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
             e = cudaMemcpyAsync(g->cu_dev + n, p.cu_seqlens_k, n * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, g->stream);
         if (e != cudaSuccess)
-            return job_fail(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+            return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
                             "copying packed offsets to the device: %s", cudaGetErrorString(e));
         p.cu_seqlens_q = g->cu_dev;
         p.cu_seqlens_k = g->cu_dev + n;
     }
     if (r->ev) {
         if (gpu_event_open(r->ev) != 0)
-            return job_fail(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
+            return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
         stats_status st = gpu_wait_event(g, r->ev, r->client_gone, job);
         if (st != STATS_OK)
             return st;

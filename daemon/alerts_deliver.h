@@ -1,0 +1,25 @@
+/* alerts_deliver.h — where an alert transition goes once its batch is answered: the log (one warn
+ * line), the counters, every client subscribed to alerts (Alert), and --alert-exec (a shell
+ * command with the alert in ATTNSTAT_* environment variables). Stage: alert delivery, the last of
+ * the flow (the alert feed's sink); calls alerts (names), clients, proto/ (envelope), counters
+ * and log. Loop thread only. */
+#ifndef ATTNSTAT_ALERTS_DELIVER_H
+#define ATTNSTAT_ALERTS_DELIVER_H
+
+#include <uv.h>
+
+#include "alerts_feed.h"
+#include "clients.h"
+#include "config.h"
+#include "counters.h"
+
+typedef struct alerts_deliver alerts_deliver;
+
+/* NULL on no memory. */
+alerts_deliver *alerts_deliver_new(uv_loop_t *loop, const cfg *c, counters *cnt, clients *reg);
+/* Delivers one transition (alerts_feed_sink; data is the alerts_deliver). */
+void alerts_deliver_one(void *data, const feed_alert *a);
+/* Frees d once the loop has run dry (every --alert-exec child reaped). */
+void alerts_deliver_free(alerts_deliver *d);
+
+#endif /* ATTNSTAT_ALERTS_DELIVER_H */

@@ -1,0 +1,345 @@
+/* conn.c — one client connection (see conn.h). Stage: conn; calls proto/ (frame, envelope),
+ * counters, util and log, and its handler.
+ *
+ * States: reading (uv_read_start active), paused (reading stopped because the outgoing queue is
+ * over the cap; resumed below half of it), stopped (reading stopped for good: shutdown), eof (the
+ * peer half-closed, kept open by the handler), shutting (uv_shutdown pending: the last writes are
+ * going out), closing (uv_close called). */
+#include "conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "envelope.h"
+#include "frame.h"
+#include "log.h"
+#include "util.h"
+
+#define CONN_READ_CHUNK (64 * 1024)
+
+struct conn {
+    uv_pipe_t pipe;
+    uint64_t id;
+    conn_limits lim;
+    counters *cnt;
+    conn_handler h;
+    void *data;
+    frame_reader rd;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    size_t out_bytes;        /* queued, not yet written */
+    int reading, paused, stopped, eof, shutting, closing;
+    uint64_t flush_since_ns; /* when shutting began */
+    uint64_t msgs_dropped;
+    uv_shutdown_t shutdown_req;
+};
+
+typedef struct {
+    uv_write_t req;
+    conn *c;
+    size_t len;
+    uint8_t *buf;
+} conn_wreq;
+
+conn *conn_new(uv_loop_t *loop, uint64_t id, const conn_limits *lim, counters *cnt)
+{
+    conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        LOG_ERROR("server", "out of memory accepting a connection");
+        return NULL;
+    }
+    int rc = uv_pipe_init(loop, &c->pipe, 0);
+    if (rc != 0) {
+        LOG_ERROR("server", "uv_pipe_init: %s", uv_strerror(rc));
+        free(c);
+        return NULL;
+    }
+    c->pipe.data = c;
+    c->id = id;
+    c->lim = *lim;
+    c->cnt = cnt;
+    frame_reader_init(&c->rd, lim->max_frame);
+    return c;
+}
+
+uv_stream_t *conn_stream(conn *c)
+{
+    return (uv_stream_t *)&c->pipe;
+}
+
+int conn_adopt(conn *c, int fd)
+{
+    return uv_pipe_open(&c->pipe, fd);
+}
+
+void conn_set_handler(conn *c, const conn_handler *h, void *data)
+{
+    c->h = *h;
+    c->data = data;
+}
+
+void *conn_data(const conn *c)
+{
+    return c->data;
+}
+
+void conn_set_peer(conn *c, pid_t pid, uid_t uid, gid_t gid)
+{
+    c->pid = pid;
+    c->uid = uid;
+    c->gid = gid;
+}
+
+uint64_t conn_id(const conn *c)
+{
+    return c->id;
+}
+
+pid_t conn_pid(const conn *c)
+{
+    return c->pid;
+}
+
+uid_t conn_uid(const conn *c)
+{
+    return c->uid;
+}
+
+int conn_is_open(const conn *c)
+{
+    return !c->closing && !c->shutting;
+}
+
+int conn_half_closed(const conn *c)
+{
+    return c->eof;
+}
+
+/* ---- closing -------------------------------------------------------------------------------- */
+
+static void conn_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    if (c->h.on_closed)
+        c->h.on_closed(c->data);
+    frame_reader_free(&c->rd);
+    free(c);
+}
+
+void conn_close(conn *c, const char *why)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    LOG_INFO("server", "client %llu (pid %d) closed: %s", (unsigned long long)c->id, (int)c->pid, why);
+    if (c->h.on_close)
+        c->h.on_close(c->data, c);
+    uv_close((uv_handle_t *)&c->pipe, conn_closed);
+}
+
+static void shutdown_done(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    conn_close(req->data, "closed after its last reply");
+}
+
+void conn_close_after_flush(conn *c, const char *why)
+{
+    if (c->closing || c->shutting)
+        return;
+    c->shutting = 1;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = 0;
+    }
+    LOG_DEBUG("server", "client %llu: shutting down: %s", (unsigned long long)c->id, why);
+    c->shutdown_req.data = c;
+    c->flush_since_ns = util_mono_ns();
+    int rc = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, shutdown_done);
+    if (rc != 0)
+        conn_close(c, why);
+}
+
+void conn_tick(conn *c, uint64_t now_ns)
+{
+    if (c->shutting && !c->closing && now_ns - c->flush_since_ns > CONN_FLUSH_NS)
+        conn_close(c, "its last replies were not read in time");
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+static void write_done(uv_write_t *req, int status)
+{
+    conn_wreq *w = (conn_wreq *)req;
+    conn *c = w->c;
+    c->out_bytes -= w->len;
+    free(w->buf);
+    free(w);
+    if (status < 0 && status != UV_ECANCELED && !c->closing) {
+        char why[128];
+        snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
+        conn_close(c, why);
+        return;
+    }
+    if (c->paused && !c->closing && !c->shutting && c->out_bytes < c->lim.out_queue_bytes / 2) {
+        c->paused = 0;
+        conn_read_start(c);
+    }
+}
+
+int conn_write(conn *c, const Attnstat__Envelope *env, int essential)
+{
+    if (c->closing || c->shutting)
+        return -1;
+    size_t len = 0;
+    uint8_t *buf = frame_pack(env, c->lim.max_frame, &len);
+    if (!buf) {
+        LOG_WARN("server", "client %llu: a reply of type %d does not fit in max_frame %llu or memory "
+                 "ran out", (unsigned long long)c->id, (int)env->msg_case,
+                 (unsigned long long)c->lim.max_frame);
+        return -1;
+    }
+    uint64_t cap = c->lim.out_queue_bytes;
+    if (!essential && c->out_bytes + len > cap) {
+        c->msgs_dropped++;
+        counters_inc(c->cnt, CNT_MESSAGES_DROPPED);
+        if (c->msgs_dropped == 1 || c->msgs_dropped % 1000 == 0)
+            LOG_WARN("server", "client %llu does not read fast enough: %llu results/alerts dropped",
+                     (unsigned long long)c->id, (unsigned long long)c->msgs_dropped);
+        free(buf);
+        return -1;
+    }
+    if (c->out_bytes + len > 4 * cap) {
+        free(buf);
+        conn_close(c, "it does not read its socket (outgoing queue over 4x out_queue_bytes)");
+        return -1;
+    }
+    conn_wreq *w = malloc(sizeof *w);
+    if (!w) {
+        free(buf);
+        conn_close(c, "out of memory queueing a reply");
+        return -1;
+    }
+    w->c = c;
+    w->len = len;
+    w->buf = buf;
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, write_done);
+    if (rc != 0) {
+        free(buf);
+        free(w);
+        char why[128];
+        snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
+        conn_close(c, why);
+        return -1;
+    }
+    c->out_bytes += len;
+    if (c->out_bytes > cap && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = 0;
+        c->paused = 1;
+        LOG_DEBUG("server", "client %llu: %zu bytes unsent: reading paused", (unsigned long long)c->id,
+                  c->out_bytes);
+    }
+    return 0;
+}
+
+void conn_send_error(conn *c, Attnstat__Code code, const char *msg, int has_ref, uint64_t ref)
+{
+    Attnstat__Error e;
+    Attnstat__Envelope env;
+    conn_write(c, envelope_error(&env, &e, code, msg, has_ref, ref), 1);
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    conn *c = h->data;
+    size_t avail = 0;
+    uint8_t *p = frame_reader_space(&c->rd, CONN_READ_CHUNK, &avail);
+    buf->base = (char *)p;
+    buf->len = p ? avail : 0;
+}
+
+static void frame_error(conn *c, const char *msg)
+{
+    counters_inc(c->cnt, CNT_FRAME_ERRORS);
+    LOG_WARN("server", "client %llu (pid %d): framing error: %s", (unsigned long long)c->id,
+             (int)c->pid, msg);
+    conn_send_error(c, ATTNSTAT__CODE__FRAME, msg, 0, 0);
+    conn_close_after_flush(c, "framing error");
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    conn *c = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        if (nread == UV_EOF && c->h.on_eof && c->h.on_eof(c->data, c)) {
+            /* Half-closed with work to answer: the handler closes it once that is done. */
+            uv_read_stop(st);
+            c->reading = 0;
+            c->eof = 1;
+            return;
+        }
+        conn_close(c, nread == UV_EOF ? "disconnected" : uv_strerror((int)nread));
+        return;
+    }
+    frame_reader_commit(&c->rd, (size_t)nread);
+    for (;;) {
+        if (c->closing || c->shutting)
+            return;
+        const uint8_t *payload;
+        uint32_t len;
+        char err[160];
+        int r = frame_reader_next(&c->rd, &payload, &len, err, sizeof err);
+        if (r == 0)
+            return;
+        if (r < 0) {
+            frame_error(c, err);
+            return;
+        }
+        Attnstat__Envelope *env = frame_decode(payload, len, NULL);
+        if (!env) {
+            snprintf(err, sizeof err, "a frame of %u bytes is not a valid Envelope (protobuf decode "
+                     "failed)", len);
+            frame_reader_consume(&c->rd);
+            frame_error(c, err);
+            return;
+        }
+        if (c->h.on_message)
+            c->h.on_message(c->data, c, env);
+        attnstat__envelope__free_unpacked(env, NULL);
+        if (!c->closing)
+            frame_reader_consume(&c->rd);
+    }
+}
+
+int conn_read_start(conn *c)
+{
+    if (c->reading || c->closing || c->shutting || c->eof || c->stopped)
+        return 0;
+    int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+    if (rc != 0) {
+        char why[128];
+        snprintf(why, sizeof why, "uv_read_start: %s", uv_strerror(rc));
+        conn_close(c, why);
+        return -1;
+    }
+    c->reading = 1;
+    return 0;
+}
+
+void conn_read_stop(conn *c)
+{
+    c->stopped = 1;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = 0;
+    }
+}

@@ -1,0 +1,60 @@
+/* counters.h — attnstatd's counters: what StatusReply reports and the metrics endpoint exposes.
+ * Stage: none (a leaf every stage may count into); includes util.h only.
+ *
+ * One table (COUNTERS below) names each counter once: its id, its Prometheus name and help (NULL:
+ * not exported). The counters are changed through counters_add()/counters_inc() only, never as
+ * fields, and read through counters_get(). Loop thread only. */
+#ifndef ATTNSTAT_COUNTERS_H
+#define ATTNSTAT_COUNTERS_H
+
+#include <stdint.h>
+
+#define COUNTERS_RATE_WINDOW 10 /* seconds of push-rate history */
+
+/* X(ID, prometheus name without the attnstat_ prefix, help). In the order metrics_render()
+ * writes them. */
+#define COUNTERS(X)                                                                                \
+    X(PUSHES, "pushes_total", "Push messages received.")                                          \
+    X(PUSHES_DONE, "pushes_done_total", "Pushes stored and acknowledged.")                        \
+    X(DROPPED, "pushes_dropped_total", "Pushes dropped (queue full).")                            \
+    X(REJECTED, "pushes_rejected_total", "Pushes rejected by validation.")                        \
+    X(FAILED, "pushes_failed_total", "Pushes failed in compute or store.")                        \
+    X(SAMPLES_STORED, "samples_stored_total", "Per-head rows committed.")                         \
+    X(COMMITS, "commits_total", "Store transactions committed.")                                  \
+    X(COMMIT_FAILURES, "commit_failures_total", "Store transactions rolled back.")                \
+    X(ALERTS_RAISED, "alerts_raised_total", "Alert raises.")                                      \
+    X(ALERTS_CLEARED, "alerts_cleared_total", "Alert clears.")                                    \
+    X(MESSAGES_DROPPED, "messages_dropped_total", "Results/alerts not sent to slow subscribers.") \
+    X(CONNS_ACCEPTED, "connections_total", "Connections accepted.")                               \
+    X(CONNS_REFUSED, "connections_refused_total", "Connections refused.")                         \
+    X(FRAME_ERRORS, "frame_errors_total", "Connections closed on framing errors.")                \
+    X(EXEC_STARTED, NULL, NULL)                                                                    \
+    X(EXEC_FAILED, NULL, NULL)
+
+typedef enum {
+#define COUNTERS_ID(id, name, help) CNT_##id,
+    COUNTERS(COUNTERS_ID)
+#undef COUNTERS_ID
+        CNT_N
+} counter_id;
+
+typedef struct counters counters;
+
+/* Zeroed counters, the daemon's start time taken now. NULL on no memory. */
+counters *counters_new(void);
+void counters_free(counters *c);
+
+void counters_add(counters *c, counter_id id, uint64_t n);
+void counters_inc(counters *c, counter_id id);
+uint64_t counters_get(const counters *c, counter_id id);
+/* The Prometheus name and help of id (NULL for the counters not exported). */
+const char *counters_name(counter_id id);
+const char *counters_help(counter_id id);
+
+/* A Push received: PUSHES, and the push-rate ring. */
+void counters_count_push(counters *c);
+/* Pushes per second over the last COUNTERS_RATE_WINDOW seconds. */
+double counters_push_rate(const counters *c);
+double counters_uptime_s(const counters *c);
+
+#endif /* ATTNSTAT_COUNTERS_H */

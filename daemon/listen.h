@@ -1,0 +1,47 @@
+/* listen.h — the daemon's Unix socket: bind, mode, peer credentials, policy, accept. Stage: listen,
+ * before the flow; creates each connection (conn.h) and hands it to the loop through its hooks;
+ * calls conn, counters, util and log, nothing after them.
+ *
+ * Binding: the socket's directory is created when missing; a stale socket file (nobody accepts on
+ * it) is removed, a live one is an error; the socket is bound under umask 0117 and then set to 0660
+ * (group set to --allow-group when given). Accepting: each peer's pid/uid/gid come from SO_PEERCRED
+ * and are logged; a peer of another uid than the daemon's, other than root, is refused with
+ * Error(PERMISSION) unless it is in the allowed group (primary or supplementary group); a peer past
+ * max_clients is refused with Error(BUSY). A refused connection is closed once its Error is out.
+ * Loop thread only. */
+#ifndef ATTNSTAT_LISTEN_H
+#define ATTNSTAT_LISTEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "conn.h"
+#include "counters.h"
+
+typedef struct listener listener;
+
+/* What the listener tells its owner; data is the pointer given to listen_new. */
+typedef struct {
+    /* A connection was accepted, before any check: the owner registers it (and sets its handler;
+     * a refused connection keeps it until it is closed). */
+    void (*added)(void *data, conn *c);
+    /* It passed the policy and the client limit: the owner serves it (starts reading). */
+    void (*admitted)(void *data, conn *c);
+    /* Connections registered now, the new one included (for max_clients). */
+    uint32_t (*count)(void *data);
+} listen_hooks;
+
+/* A listener for the settings c (socket path, allow_group, max_clients, limits of a connection);
+ * the group is looked up now. NULL with err set (the group does not exist, no memory). */
+listener *listen_new(uv_loop_t *loop, const cfg *c, counters *cnt, const listen_hooks *hooks,
+                     void *data, char *err, size_t errlen);
+/* Binds and listens. Returns 0, or -1 with err set. */
+int listen_start(listener *l, char *err, size_t errlen);
+/* Stops accepting: the socket is closed and its file removed; the listener frees itself (in the
+ * close callback when it was listening, else now). Once: the owner then forgets l. NULL is
+ * allowed. */
+void listen_close(listener *l);
+
+#endif /* ATTNSTAT_LISTEN_H */

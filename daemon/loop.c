@@ -1,0 +1,524 @@
+/* loop.c — attnstatd's event loop (see loop.h): start-up, the wiring of the stages, signals and
+ * orderly shutdown. Stage: the loop, the only file that knows every stage; no stage calls it.
+ *
+ * The wiring, all of it here. A stage is handed what follows it as a callback or a hook:
+ *   listen  -> loop: added / admitted (a registry entry and a client; the session as the
+ *              connection's handler)
+ *   conn    -> session_handle(): each decoded message of an admitted client
+ *   session -> push_receive() -> worker queue (push.h: the object that carries a push)
+ *   worker  -> loop (the pool's done callback): push_computed() (Release), then batch_add()
+ *   batch   -> loop (hooks): stored -> alerts_feed_batch(); answer -> push_answer() (Ack, and the
+ *              Result to subscribers); done -> alerts_feed_deliver() -> alerts_deliver_one()
+ * A push's path, as push.h draws it: conn -> session -> push (validate, buffers) -> worker ->
+ * batch -> store -> alerts feed -> alert delivery, the Release and the Ack sent by the push's own
+ * steps at the hops above.
+ *
+ * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
+ * committed and acknowledged; shut each connection down after its writes drain (or after a grace
+ * period); then stop the workers and close every handle in its close callback. uv_run() then
+ * returns because nothing is left, and the loop closes cleanly. */
+#include "loop.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "alerts_deliver.h"
+#include "alerts_feed.h"
+#include "batch.h"
+#include "clients.h"
+#include "conn.h"
+#include "counters.h"
+#include "ctx.h"
+#include "devices.h"
+#include "listen.h"
+#include "log.h"
+#include "metrics.h"
+#include "peer.h"
+#include "push.h"
+#include "session.h"
+#include "store_write.h"
+#include "util.h"
+
+#define LOOP_SHUTDOWN_GRACE_MS 10000
+
+typedef struct {
+    const cfg *cfg;
+    uv_loop_t *loop;
+    uv_signal_t sig_int, sig_term;
+    uv_timer_t grace_timer;  /* bounds the shutdown */
+    uv_timer_t tick;         /* once a second: housekeeping */
+    int handles;             /* the signals and timers were initialised */
+    stage_ctx x;                   /* what the stages share */
+    listener *lis;
+    batch *bat;
+    alerts_deliver *out;
+    metrics_http *metrics_http;
+    int draining_done;       /* queued work finished; connections are closing */
+    int torn_down;           /* workers stopped, handles closing */
+} attnstatd;
+
+static void maybe_finish(attnstatd *d);
+
+/* ---- connections: listen -> registry -> session --------------------------------------------- */
+
+static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
+{
+    clients_entry *e = data;
+    attnstatd *d = e->owner;
+    (void)c;
+    if (e->p)
+        session_handle(&d->x, e->p, env);
+}
+
+/* Half-closed with pushes in flight: kept open until they are answered (maybe_finish). */
+static int on_eof(void *data, conn *c)
+{
+    clients_entry *e = data;
+    (void)c;
+    return e->p && e->p->inflight > 0;
+}
+
+static void on_close(void *data, conn *c)
+{
+    clients_entry *e = data;
+    attnstatd *d = e->owner;
+    (void)c;
+    if (e->p) {
+        peer_detach(e->p);
+        e->p = NULL;
+    }
+    clients_remove(d->x.reg, e);
+}
+
+static void on_closed(void *data)
+{
+    clients_entry *e = data;
+    attnstatd *d = e->owner;
+    clients_entry_free(e);
+    maybe_finish(d);
+}
+
+static const conn_handler conn_to_session = {on_message, on_eof, on_close, on_closed};
+
+static void on_added(void *data, conn *c)
+{
+    attnstatd *d = data;
+    clients_entry *e = clients_add(d->x.reg, c, d);
+    if (!e) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    conn_set_handler(c, &conn_to_session, e);
+}
+
+static void on_admitted(void *data, conn *c)
+{
+    attnstatd *d = data;
+    clients_entry *e = conn_data(c);
+    e->p = peer_new(d->cfg, c);
+    if (!e->p) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    conn_read_start(c);
+}
+
+static uint32_t on_count(void *data)
+{
+    attnstatd *d = data;
+    return clients_count(d->x.reg);
+}
+
+/* ---- pushes: worker -> batch -> alerts feed, Acks, delivery ------------------------------- */
+
+static void on_job_done(void *data, worker_job *job)
+{
+    attnstatd *d = data;
+    push *u = push_of_job(job);
+    if (push_computed(u) != 0) {
+        maybe_finish(d);
+        return;
+    }
+    if (d->bat)
+        batch_add(d->bat, push_item(u));
+    else
+        push_answer(u, ATTNSTAT__CODE__INTERNAL, "not stored: the daemon is stopping", NULL, NULL);
+}
+
+static void on_stored(void *data, batch_item *const *items, const Attnstat__Code *codes, size_t n)
+{
+    attnstatd *d = data;
+    alerts_feed_batch(d->x.feed, items, codes, n);
+}
+
+static void on_result(void *data, const Attnstat__Envelope *env)
+{
+    attnstatd *d = data;
+    clients_broadcast(d->x.reg, env, CLIENTS_RESULTS);
+}
+
+static void on_answer(void *data, batch_item *it, Attnstat__Code code, const char *msg)
+{
+    attnstatd *d = data;
+    int subscribers = clients_any_subscribed(d->x.reg, CLIENTS_RESULTS);
+    push_answer(push_of_item(it), code, msg, subscribers ? on_result : NULL, d);
+}
+
+static void on_batch_done(void *data)
+{
+    attnstatd *d = data;
+    alerts_feed_deliver(d->x.feed);
+    maybe_finish(d);
+}
+
+static size_t render_metrics(void *data, char *buf, size_t cap)
+{
+    attnstatd *d = data;
+    return metrics_render(buf, cap, d->x.cnt, clients_count(d->x.reg),
+                          alerts_feed_active(d->x.feed), devices_pool(d->x.dev));
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------- */
+
+static void noop_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, noop_closed);
+}
+
+static void start_teardown(attnstatd *d)
+{
+    if (d->torn_down)
+        return;
+    d->torn_down = 1;
+    LOG_INFO("server", "stopping workers and closing");
+    if (d->x.dev)
+        devices_close(d->x.dev); /* delivers whatever finished; the batch commits it */
+    if (d->bat) {
+        batch_close(d->bat);
+        d->bat = NULL;
+    }
+    if (d->handles) {
+        close_handle((uv_handle_t *)&d->sig_int);
+        close_handle((uv_handle_t *)&d->sig_term);
+        close_handle((uv_handle_t *)&d->grace_timer);
+        close_handle((uv_handle_t *)&d->tick);
+    }
+    metrics_http_stop(d->metrics_http);
+    d->metrics_http = NULL;
+}
+
+static void maybe_finish(attnstatd *d)
+{
+    /* Half-closed clients whose pushes are all answered. */
+    for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
+        next = e->next;
+        if (conn_half_closed(e->c) && (!e->p || e->p->inflight == 0))
+            conn_close_after_flush(e->c, "end of stream");
+    }
+    if (!d->x.stopping || d->torn_down)
+        return;
+    if (!d->draining_done) {
+        if (worker_pool_busy(devices_pool(d->x.dev)) > 0)
+            return;
+        if (d->bat && batch_pending(d->bat) > 0) {
+            batch_flush(d->bat); /* calls back here */
+            return;
+        }
+        d->draining_done = 1;
+        LOG_INFO("server", "queued work finished and committed; closing %u connections",
+                 clients_count(d->x.reg));
+        for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
+            next = e->next;
+            conn_close_after_flush(e->c, "daemon shutting down");
+        }
+    }
+    if (clients_count(d->x.reg) == 0)
+        start_teardown(d);
+}
+
+static void begin_shutdown(attnstatd *d, const char *why)
+{
+    if (d->x.stopping)
+        return;
+    d->x.stopping = 1;
+    LOG_INFO("server", "%s: shutting down (finishing %u queued pushes)", why,
+             worker_pool_busy(devices_pool(d->x.dev)));
+    listen_close(d->lis);
+    d->lis = NULL;
+    for (clients_entry *e = clients_first(d->x.reg); e; e = e->next)
+        conn_read_stop(e->c);
+    maybe_finish(d);
+}
+
+static void grace_expired(uv_timer_t *t)
+{
+    attnstatd *d = t->data;
+    LOG_WARN("server", "shutdown grace of %d ms is over: closing %u connections now",
+             LOOP_SHUTDOWN_GRACE_MS, clients_count(d->x.reg));
+    d->draining_done = 1;
+    for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
+        next = e->next;
+        conn_close(e->c, "daemon shutting down (grace over)");
+    }
+    start_teardown(d);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    attnstatd *d = h->data;
+    if (d->x.stopping) {
+        LOG_WARN("server", "signal %d again: still waiting for queued work (grace %d ms)", signum,
+                 LOOP_SHUTDOWN_GRACE_MS);
+        return;
+    }
+    int rc = uv_timer_start(&d->grace_timer, grace_expired, LOOP_SHUTDOWN_GRACE_MS, 0);
+    if (rc != 0)
+        LOG_ERROR("server", "cannot arm the shutdown grace timer: %s", uv_strerror(rc));
+    begin_shutdown(d, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* Once a second: connections stuck in a flush that never completes are closed. */
+static void on_tick(uv_timer_t *t)
+{
+    attnstatd *d = t->data;
+    uint64_t now = util_mono_ns();
+    for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
+        next = e->next;
+        conn_tick(e->c, now);
+    }
+}
+
+/* ---- start-up ------------------------------------------------------------------------------- */
+
+static void walk_report(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    LOG_ERROR("server", "handle of type %s still open at exit (closing: %d)",
+              uv_handle_type_name(uv_handle_get_type(h)), uv_is_closing(h));
+}
+
+/* Every registered shm buffer keeps its fd (the workers fstat it to catch a shrunk segment before
+ * reading), so the daemon needs about max_clients x (max_buffers + 1) descriptors: raise the soft
+ * limit to the hard one, and say so when even that is short. */
+static void raise_fd_limit(const cfg *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        LOG_WARN("server", "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+        return;
+    }
+    rlim_t old = rl.rlim_cur;
+    if (rl.rlim_cur != rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            LOG_WARN("server", "cannot raise the open-file limit from %llu to %llu: %s",
+                     (unsigned long long)old, (unsigned long long)rl.rlim_max, strerror(errno));
+            rl.rlim_cur = old;
+        }
+    }
+    unsigned long long need = (unsigned long long)c->max_clients * (c->max_buffers + 1) + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && (unsigned long long)rl.rlim_cur < need)
+        LOG_WARN("server", "open-file limit %llu is under the %llu that max_clients %llu x "
+                 "(max_buffers %llu + 1) may need: registrations past it will be refused (raise "
+                 "LimitNOFILE / ulimit -Hn, or lower max_clients / max_buffers)",
+                 (unsigned long long)rl.rlim_cur, need, (unsigned long long)c->max_clients,
+                 (unsigned long long)c->max_buffers);
+    else
+        LOG_INFO("server", "open-file limit %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+                 (unsigned long long)old);
+}
+
+/* The stages after the store, wired: workers, batch, alert feed and delivery. 0, or -1 with what
+ * failed logged (what was made is closed by the teardown). */
+static int start_stages(attnstatd *d)
+{
+    const cfg *c = d->cfg;
+    char err[600];
+    d->out = alerts_deliver_new(d->loop, c, d->x.cnt, d->x.reg);
+    if (!d->out) {
+        LOG_ERROR("server", "alerts: out of memory");
+        return -1;
+    }
+    d->x.feed = alerts_feed_new(c, d->x.db, d->x.cnt, alerts_deliver_one, d->out, err, sizeof err);
+    if (!d->x.feed) {
+        LOG_ERROR("server", "alerts: %s", err);
+        return -1;
+    }
+    d->x.dev = devices_new(d->loop, c, on_job_done, d, err, sizeof err);
+    if (!d->x.dev) {
+        LOG_ERROR("server", "workers: %s", err);
+        return -1;
+    }
+    batch_store st = batch_store_of(d->x.db);
+    batch_hooks hooks = {on_stored, on_answer, on_batch_done};
+    d->bat = batch_new(d->loop, c->commit_ms, &st, &hooks, d, d->x.cnt, err, sizeof err);
+    if (!d->bat) {
+        LOG_ERROR("server", "batch: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Signals, timers, the metrics endpoint and, last, the socket: once a client can connect, every
+ * part of the daemon is up. 0, or -1 (logged). */
+static int start_serving(attnstatd *d)
+{
+    const cfg *c = d->cfg;
+    char err[600];
+    uv_signal_init(d->loop, &d->sig_int);
+    uv_signal_init(d->loop, &d->sig_term);
+    uv_timer_init(d->loop, &d->grace_timer);
+    uv_timer_init(d->loop, &d->tick);
+    d->handles = 1;
+    d->sig_int.data = d->sig_term.data = d;
+    d->grace_timer.data = d->tick.data = d;
+    int rc;
+    if ((rc = uv_signal_start(&d->sig_int, on_signal, SIGINT)) != 0 ||
+        (rc = uv_signal_start(&d->sig_term, on_signal, SIGTERM)) != 0 ||
+        (rc = uv_timer_start(&d->tick, on_tick, 1000, 1000)) != 0) {
+        LOG_ERROR("server", "signal/timer setup: %s", uv_strerror(rc));
+        return -1;
+    }
+    uv_unref((uv_handle_t *)&d->tick);
+    if (c->metrics_port) {
+        d->metrics_http = metrics_http_start(d->loop, (int)c->metrics_port, c->metrics_timeout_ms,
+                                             render_metrics, d, err, sizeof err);
+        if (!d->metrics_http) {
+            LOG_ERROR("server", "%s", err);
+            return -1;
+        }
+        LOG_INFO("server", "metrics on http://127.0.0.1:%llu/metrics",
+                 (unsigned long long)c->metrics_port);
+    }
+    if (listen_start(d->lis, err, sizeof err) != 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+int loop_run(const cfg *c)
+{
+    char err[600];
+    attnstatd *d = calloc(1, sizeof *d);
+    counters *cnt = counters_new();
+    clients *reg = clients_new();
+    if (!d || !cnt || !reg) {
+        LOG_ERROR("server", "out of memory");
+        free(d);
+        counters_free(cnt);
+        clients_free(reg);
+        return 1;
+    }
+    d->cfg = c;
+    d->x.cfg = c;
+    d->x.cnt = cnt;
+    d->x.reg = reg;
+    raise_fd_limit(c);
+    int exit_code = 1;
+    /* The loop is on the heap, not on this stack: when shutdown leaves a worker thread behind (see
+     * worker_pool_close), the loop is deliberately kept, neither closed nor freed, so that its
+     * memory and wake-up descriptor stay valid for as long as that thread can exist. The thread
+     * is built never to touch it once abandoned; keeping the loop makes that a second line of
+     * defence rather than the only one, while shutdown still commits and closes the store and
+     * returns normally (an _exit would skip the exit handlers and flushing of everything else). */
+    uv_loop_t *loopp = malloc(sizeof *loopp);
+    if (!loopp) {
+        LOG_ERROR("server", "out of memory for the event loop");
+        goto out_free;
+    }
+    int rc = uv_loop_init(loopp);
+    if (rc != 0) {
+        LOG_ERROR("server", "uv_loop_init: %s", uv_strerror(rc));
+        free(loopp);
+        goto out_free;
+    }
+    d->loop = loopp;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGPIPE, &sa, NULL) != 0)
+        LOG_WARN("server", "cannot ignore SIGPIPE: %s", strerror(errno));
+
+    listen_hooks lh = {on_added, on_admitted, on_count};
+    d->lis = listen_new(loopp, c, cnt, &lh, d, err, sizeof err);
+    if (!d->lis) {
+        LOG_ERROR("server", "%s", err);
+        goto out_loop;
+    }
+    if (util_mkdir_parents(c->db_path, err, sizeof err) != 0) {
+        LOG_ERROR("server", "database: %s", err);
+        goto out_loop;
+    }
+    store_error se = {0, ""};
+    d->x.db = store_open(c->db_path, 0, &se);
+    if (!d->x.db) {
+        LOG_ERROR("server", "cannot open the database %s: %s", c->db_path, se.msg);
+        goto out_loop;
+    }
+    LOG_INFO("server", "database %s (schema version %d)", c->db_path, store_schema_version());
+
+    if (start_stages(d) != 0 || start_serving(d) != 0)
+        goto out_teardown;
+    LOG_INFO("server", "attnstatd %s ready (pid %d, cpu worker queue %llu, max_frame %llu)",
+             ATTNSTAT_DAEMON_VERSION, (int)getpid(), (unsigned long long)c->queue_depth,
+             (unsigned long long)c->max_frame);
+    exit_code = 0;
+    uv_run(loopp, UV_RUN_DEFAULT);
+    goto out_store;
+
+out_teardown:
+    d->x.stopping = 1;
+    d->draining_done = 1;
+    listen_close(d->lis);
+    d->lis = NULL;
+    start_teardown(d);
+    uv_run(loopp, UV_RUN_DEFAULT);
+out_store:
+    alerts_feed_free(d->x.feed);
+    alerts_deliver_free(d->out);
+    if (d->x.dev)
+        devices_free(d->x.dev);
+    if (d->x.db) {
+        store_error ce = {0, ""};
+        if (store_commit(d->x.db, &ce) != STORE_OK) {
+            LOG_ERROR("server", "final commit: %s", ce.msg);
+            exit_code = 1;
+        }
+        store_close(d->x.db);
+    }
+out_loop:
+    listen_close(d->lis); /* one that never listened */
+    if (worker_any_abandoned()) {
+        LOG_WARN("server", "a worker thread was left behind: the event loop is kept open until "
+                 "the process exits");
+    } else {
+        rc = uv_loop_close(loopp);
+        if (rc != 0) {
+            LOG_ERROR("server", "the event loop did not close cleanly: %s", uv_strerror(rc));
+            uv_walk(loopp, walk_report, NULL);
+            exit_code = 1;
+        }
+        free(loopp);
+    }
+    if (exit_code == 0)
+        LOG_INFO("server", "stopped cleanly");
+out_free:
+    clients_free(reg);
+    counters_free(cnt);
+    free(d);
+    return exit_code;
+}

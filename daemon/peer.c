@@ -1,0 +1,103 @@
+/* peer.c — one connected client's state and references (see peer.h). Stage: shared by session,
+ * push and status; calls buffers, conn and log. */
+#include "peer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+peer *peer_new(const cfg *conf, conn *c)
+{
+    peer *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->bufs = buffers_new();
+    if (!p->bufs) {
+        free(p);
+        return NULL;
+    }
+    p->c = c;
+    p->refs = 1;
+    p->conn_id = conn_id(c);
+    p->uid = conn_uid(c);
+    p->pid = (int32_t)conn_pid(c);
+    p->collapse_threshold = conf->thresholds.collapse_threshold;
+    return p;
+}
+
+void peer_ref(peer *p)
+{
+    p->refs++;
+}
+
+void peer_unref(peer *p)
+{
+    if (--p->refs > 0)
+        return;
+    buffers_free(p->bufs);
+    free(p);
+}
+
+void peer_detach(peer *p)
+{
+    if (!p)
+        return;
+    p->c = NULL;
+    __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
+    buffers_forget_all(p->bufs);
+    if (p->inflight)
+        LOG_INFO("session", "client %llu gone with %u pushes in flight: they finish and are stored",
+                 (unsigned long long)p->conn_id, p->inflight);
+    peer_unref(p);
+}
+
+void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
+                double collapse_threshold)
+{
+    p->hello = 1;
+    p->run_id = run_id;
+    snprintf(p->run, sizeof p->run, "%s", run);
+    p->rank = rank;
+    if (has_pid)
+        p->pid = pid;
+    p->collapse_threshold = collapse_threshold;
+}
+
+void peer_subscribe(peer *p, int alerts, int results)
+{
+    p->sub_alerts = alerts;
+    p->sub_results = results;
+}
+
+void peer_count(peer *p, peer_counter what)
+{
+    switch (what) {
+    case PEER_PUSHES:
+        p->pushes++;
+        break;
+    case PEER_DROPPED:
+        p->dropped++;
+        break;
+    case PEER_REJECTED:
+        p->rejected++;
+        break;
+    }
+}
+
+void peer_push_start(peer *p)
+{
+    p->refs++;
+    p->inflight++;
+}
+
+void peer_push_end(peer *p)
+{
+    p->inflight--;
+    peer_unref(p);
+}
+
+void peer_computing(peer *p, int delta)
+{
+    p->computing = (uint32_t)((int64_t)p->computing + delta);
+}

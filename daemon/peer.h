@@ -1,0 +1,71 @@
+/* peer.h — one connected client as the stages after the connection know it: its run (from its
+ * Hello), its subscriptions, its registered buffers, its pushes in flight and its counters.
+ * Stage: shared by session (which sets it up), push (which counts on it) and status (which reads
+ * it); calls buffers, conn (ids) and log, nothing of those stages.
+ *
+ * Glossary: a conn is the transport (conn.h); a peer is the client behind it; the session
+ * (session.h) is what each of its messages means.
+ *
+ * Lifetime. A peer is reference-counted: its connection holds one reference, and every push in
+ * flight holds one. When the connection closes, peer_detach() forgets its buffers (each mapping is
+ * unmapped when the last push reading it has finished) and drops the connection's reference;
+ * pushes still in flight finish, are stored, and are not answered.
+ *
+ * Fields: read them freely; they are written by peer.c only, through the functions below.
+ * Loop thread only (but `gone`, which GPU workers read atomically). */
+#ifndef ATTNSTAT_PEER_H
+#define ATTNSTAT_PEER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buffers.h"
+#include "config.h"
+#include "conn.h"
+
+#define PEER_RUN_MAX 256
+
+typedef struct peer peer;
+struct peer {
+    conn *c;                 /* NULL once the connection closed */
+    int refs;
+    uint64_t conn_id;
+    uid_t uid;               /* SO_PEERCRED */
+    int hello;
+    int64_t run_id;
+    char run[PEER_RUN_MAX];
+    int32_t rank;
+    int32_t pid;             /* from Hello, else SO_PEERCRED */
+    double collapse_threshold; /* the computation's: the Hello's, else the config's */
+    int sub_alerts, sub_results;
+    buffers *bufs;
+    int gone;                /* the connection closed (read atomically by GPU workers) */
+    uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
+    uint32_t computing;      /* of those, queued or computing in a worker (client_inflight) */
+    uint64_t pushes, dropped, rejected;
+};
+
+/* A peer for connection c (one reference: the connection's), its collapse threshold the
+ * config's. NULL on no memory. */
+peer *peer_new(const cfg *conf, conn *c);
+void peer_ref(peer *p);
+void peer_unref(peer *p);
+/* The connection is closing: forget the buffers, drop the connection's reference. */
+void peer_detach(peer *p);
+
+/* Its Hello was accepted: run, rank, pid (when the Hello has one, else kept) and the collapse
+ * threshold its pushes are computed with. */
+void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
+                double collapse_threshold);
+void peer_subscribe(peer *p, int alerts, int results);
+
+typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;
+void peer_count(peer *p, peer_counter what);
+
+/* A push of this peer is in flight (holds a reference) until peer_push_end(). */
+void peer_push_start(peer *p);
+void peer_push_end(peer *p);
+/* A push of this peer entered (+1) or left (-1) a worker's queue. */
+void peer_computing(peer *p, int delta);
+
+#endif /* ATTNSTAT_PEER_H */

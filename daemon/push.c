@@ -1,0 +1,380 @@
+/* push.c — one Push from receipt to Ack (see push.h). Stage: push; calls validate, buffers,
+ * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log. */
+#include "push.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "buffers.h"
+#include "conn.h"
+#include "counters.h"
+#include "devices.h"
+#include "envelope.h"
+#include "gpu_worker.h"
+#include "log.h"
+#include "util.h"
+#include "validate.h"
+
+struct push {
+    worker_job job;          /* queued on a worker: job.owner is the push */
+    batch_item item;         /* batched: item.owner is the push */
+    const stage_ctx *x;
+    peer *p;                 /* its client (a reference) */
+    uint64_t seq;
+    int64_t step;
+    uint32_t layer;
+    int want_results;
+    buffers_map *maps[3];    /* host buffers pinned while a worker may read them */
+    int nmaps;
+    gpu_refs gref;           /* device pushes: buffers and event, referenced until unmapped */
+    int computing;           /* counted in p->computing */
+    validate_plan plan;
+    uint64_t received_ns;
+    int64_t time_ms;
+};
+
+/* Ack{seq, code, message} now, to a client still connected. */
+static void ack_now(peer *p, uint64_t seq, Attnstat__Code code, const char *msg)
+{
+    if (!p->c)
+        return;
+    Attnstat__Ack ack;
+    Attnstat__Envelope env;
+    conn_write(p->c, envelope_ack(&env, &ack, seq, code, msg, NULL, 0), 1);
+}
+
+/* A push refused on arrival: counted (the daemon's and its client's) and answered. */
+static void refuse(const stage_ctx *x, peer *p, counter_id what, uint64_t seq, Attnstat__Code code,
+                   const char *msg)
+{
+    counters_inc(x->cnt, what);
+    if (what == CNT_REJECTED)
+        peer_count(p, PEER_REJECTED);
+    else if (what == CNT_DROPPED)
+        peer_count(p, PEER_DROPPED);
+    ack_now(p, seq, code, msg);
+}
+
+/* The worker no longer reads the push's memory: drop its buffer references (unmapping buffers
+ * that were forgotten meanwhile). Idempotent. */
+static void unpin(push *u)
+{
+    if (u->computing) {
+        u->computing = 0;
+        peer_computing(u->p, -1);
+    }
+    for (int i = 0; i < u->nmaps; i++)
+        buffers_map_unref(u->maps[i]);
+    u->nmaps = 0;
+    gpu_refs_drop(&u->gref);
+    for (int i = 0; i < u->gref.n; i++)
+        gpu_mem_unref(u->gref.mem[i]);
+    u->gref.n = 0;
+    if (u->gref.ev)
+        gpu_event_unref(u->gref.ev);
+    u->gref.ev = NULL;
+}
+
+/* Freed: after its Ack, or when nobody is left to ack. Drops its client's reference. */
+static void push_free(push *u)
+{
+    unpin(u);
+    validate_plan_free(&u->plan);
+    free(u->job.heads);
+    peer *p = u->p;
+    free(u);
+    peer_push_end(p);
+}
+
+/* Device buffers: the push's device must have a worker, its event (if any) must be of that device;
+ * its device memory and event are referenced. Returns the worker, or NULL with *code and msg set. */
+static worker *pin_device(push *u, const Attnstat__Push *m, Attnstat__Code *code, char *msg,
+                          size_t msglen)
+{
+    peer *p = u->p;
+    int d = u->plan.device;
+    int evdev = -1;
+    gpu_event *ev = m->has_event_id ? buffers_event(p->bufs, m->event_id, &evdev) : NULL;
+    const char *bad = NULL;
+    if (m->has_event_id && !ev)
+        bad = "is not a registered event (RegisterEvent it first)";
+    else if (ev && evdev != d)
+        bad = "is on another device than the push's tensors";
+    worker *w = devices_gpu_running(u->x->dev, d);
+    if (bad || !w) {
+        *code = bad ? ATTNSTAT__CODE__UNKNOWN_BUFFER : ATTNSTAT__CODE__INTERNAL;
+        if (bad)
+            util_err(msg, msglen, "event_id %u %s", m->event_id, bad);
+        else
+            util_err(msg, msglen, "device %s has no worker", devices_info(u->x->dev, d)->uuid);
+        return NULL;
+    }
+    for (int i = 0; i < u->plan.ntensors; i++) {
+        u->gref.mem[i] = buffers_device_mem(p->bufs, u->plan.buffer_id[i]);
+        gpu_mem_ref(u->gref.mem[i]);
+        u->gref.off[i] = u->plan.offset[i];
+        u->gref.need[i] = u->plan.need_bytes[i];
+    }
+    u->gref.n = u->plan.ntensors;
+    if (ev) {
+        u->gref.ev = ev;
+        gpu_event_ref(ev);
+    }
+    u->gref.client_gone = &p->gone;
+    u->job.ext = &u->gref;
+    return w;
+}
+
+/* Host buffers: each mapping the push reads is referenced, and the worker checks (fstat) that the
+ * segment still holds what the push reaches before reading it. */
+static void pin_host(push *u)
+{
+    for (int i = 0; i < u->plan.ntensors; i++) {
+        buffers_map *m = buffers_host_map(u->p->bufs, u->plan.buffer_id[i]);
+        int j = 0;
+        while (j < u->nmaps && u->maps[j] != m)
+            j++;
+        if (j == u->nmaps) {
+            u->maps[u->nmaps++] = m;
+            buffers_map_ref(m);
+            u->job.guard_fd[j] = buffers_map_fd(m);
+            u->job.guard_bytes[j] = 0;
+            u->job.nguards = u->nmaps;
+        }
+        if (u->plan.need_bytes[i] > u->job.guard_bytes[j])
+            u->job.guard_bytes[j] = u->plan.need_bytes[i];
+    }
+}
+
+void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
+{
+    const cfg *c = x->cfg;
+    counters_count_push(x->cnt);
+    peer_count(p, PEER_PUSHES);
+    if (!p->hello) {
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__NO_HELLO, "Push before Hello");
+        return;
+    }
+    if (x->stopping) {
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
+        return;
+    }
+    validate_limits lim = {.max_push_work = c->max_push_work,
+                           .collapse_threshold = (float)p->collapse_threshold};
+    push *u = calloc(1, sizeof *u);
+    if (!u) {
+        counters_inc(x->cnt, CNT_FAILED);
+        ack_now(p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    char msg[512];
+    Attnstat__Code code = validate_push(m, buffers_lookup, p->bufs, &lim, &u->plan, msg, sizeof msg);
+    if (code != ATTNSTAT__CODE__OK) {
+        free(u);
+        LOG_DEBUG("session", "client %llu: push %llu rejected: %s", (unsigned long long)p->conn_id,
+                  (unsigned long long)m->seq, msg);
+        refuse(x, p, CNT_REJECTED, m->seq, code, msg);
+        return;
+    }
+    if (p->computing >= c->client_inflight) {
+        validate_plan_free(&u->plan);
+        free(u);
+        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
+                 "computing (client_inflight)", p->computing);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        return;
+    }
+    u->job.prob = u->plan.prob;
+    u->job.heads = calloc((size_t)u->plan.prob.heads_q, sizeof(stats_head));
+    if (!u->job.heads) {
+        validate_plan_free(&u->plan);
+        free(u);
+        counters_inc(x->cnt, CNT_FAILED);
+        ack_now(p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    u->job.owner = u;
+    u->x = x;
+    u->p = p;
+    peer_push_start(p);
+    u->seq = m->seq;
+    u->step = m->step;
+    u->layer = m->layer;
+    u->want_results = m->want_results;
+    u->received_ns = util_mono_ns();
+    u->time_ms = (int64_t)util_wall_ms();
+    /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
+    worker *target = devices_cpu(x->dev);
+    if (u->plan.kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
+        target = pin_device(u, m, &code, msg, sizeof msg);
+        if (!target) {
+            refuse(x, p, CNT_REJECTED, m->seq, code, msg);
+            push_free(u);
+            return;
+        }
+        gpu_refs_hold(&u->gref); /* keeps its buffers mapped until the worker is done with it */
+    } else {
+        pin_host(u);
+    }
+    if (worker_submit(target, &u->job) != 0) {
+        worker_stats ws;
+        worker_stats_of(target, &ws);
+        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not computed",
+                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        push_free(u);
+        return;
+    }
+    u->computing = 1;
+    peer_computing(p, +1);
+}
+
+push *push_of_job(worker_job *job)
+{
+    return job->owner;
+}
+
+push *push_of_item(batch_item *it)
+{
+    return it->owner;
+}
+
+batch_item *push_item(push *u)
+{
+    return &u->item;
+}
+
+int push_computed(push *u)
+{
+    unpin(u);
+    peer *p = u->p;
+    if (p->c) {
+        Attnstat__Release rel;
+        Attnstat__Envelope env;
+        conn_write(p->c, envelope_release(&env, &rel, u->seq), 1);
+    }
+    const worker_job *job = &u->job;
+    if (job->status != STATS_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "not computed: %s", job->err.msg);
+        LOG_WARN("worker", "push %llu of run '%s' failed: %s", (unsigned long long)u->seq, p->run,
+                 job->err.msg);
+        Attnstat__Code code = job->fail_code ? (Attnstat__Code)job->fail_code
+                              : job->status == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST
+                                                            : ATTNSTAT__CODE__INTERNAL;
+        push_answer(u, code, msg, NULL, NULL);
+        return -1;
+    }
+    batch_item *it = &u->item;
+    it->owner = u;
+    it->run_id = p->run_id;
+    it->run = p->run;
+    it->rank = p->rank;
+    it->seq = u->seq;
+    it->step = u->step;
+    it->layer = (int32_t)u->layer;
+    it->heads = job->heads;
+    it->nheads = job->prob.heads_q;
+    it->time_ms = u->time_ms;
+    return 0;
+}
+
+/* ---- results as protobuf -------------------------------------------------------------------- */
+
+static void fill_head(Attnstat__HeadStats *o, uint32_t head, const stats_head *h)
+{
+    attnstat__head_stats__init(o);
+    o->head = head;
+    o->rows = (uint64_t)h->rows;
+    o->has_rows_norm = 1;
+    o->rows_norm = (uint64_t)h->rows_norm;
+    o->has_rows_empty = 1;
+    o->rows_empty = (uint64_t)h->rows_empty;
+    o->has_nonfinite_rows = 1;
+    o->nonfinite_rows = (uint64_t)h->nonfinite_rows;
+#define OPT(field, v)                                                                              \
+    do {                                                                                           \
+        if (isfinite(v)) {                                                                         \
+            o->has_##field = 1;                                                                    \
+            o->field = (v);                                                                        \
+        }                                                                                          \
+    } while (0)
+    OPT(entropy_mean, h->entropy_mean);
+    OPT(entropy_std, h->entropy_std);
+    OPT(entropy_min, h->entropy_min);
+    OPT(entropy_max, h->entropy_max);
+    OPT(entropy_norm_mean, h->entropy_norm_mean);
+    OPT(collapsed_frac, h->collapsed_frac);
+    OPT(max_logit, h->max_logit);
+#undef OPT
+    o->has_sampled = 1;
+    o->sampled = h->sampled != 0;
+}
+
+/* The heads of a push as protobuf: one array of structs (*store_out) plus one of pointers
+ * (returned), both freed by the caller; NULL on no memory. */
+static Attnstat__HeadStats **heads_pb(const push *u, Attnstat__HeadStats **store_out)
+{
+    size_t n = (size_t)u->job.prob.heads_q;
+    Attnstat__HeadStats *hs = malloc(n * sizeof *hs);
+    Attnstat__HeadStats **ptrs = malloc(n * sizeof *ptrs);
+    if (!hs || !ptrs) {
+        free(hs);
+        free(ptrs);
+        *store_out = NULL;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fill_head(&hs[i], (uint32_t)i, &u->job.heads[i]);
+        ptrs[i] = &hs[i];
+    }
+    *store_out = hs;
+    return ptrs;
+}
+
+/* Ack with the heads (NULL: none) to a client still connected. One whose results do not fit in
+ * max_frame is acknowledged without them. */
+static void ack_stored(push *u, Attnstat__HeadStats **heads, size_t nheads)
+{
+    peer *p = u->p;
+    if (!p->c)
+        return;
+    Attnstat__Ack ack;
+    Attnstat__Envelope env;
+    envelope_ack(&env, &ack, u->seq, ATTNSTAT__CODE__OK, NULL, heads, nheads);
+    /* A send that closed the connection (its queue far over the cap) detached the client: then
+     * p->c is NULL and nothing is retried. */
+    if (conn_write(p->c, &env, 1) != 0 && heads && p->c) {
+        ack.heads = NULL;
+        ack.n_heads = 0;
+        ack.message = "stored; per-head results omitted: they do not fit in max_frame";
+        conn_write(p->c, &env, 1);
+    }
+}
+
+void push_answer(push *u, Attnstat__Code code, const char *msg, push_result_fn results, void *data)
+{
+    const stage_ctx *x = u->x;
+    if (code == ATTNSTAT__CODE__OK) {
+        counters_inc(x->cnt, CNT_PUSHES_DONE);
+        Attnstat__HeadStats *hs = NULL;
+        Attnstat__HeadStats **ptrs = NULL;
+        size_t n = (size_t)u->job.prob.heads_q;
+        if (u->want_results || results)
+            ptrs = heads_pb(u, &hs);
+        ack_stored(u, u->want_results ? ptrs : NULL, n);
+        if (results && ptrs) {
+            Attnstat__Result r;
+            Attnstat__Envelope env;
+            results(data, envelope_result(&env, &r, u->p->run, u->p->run_id, u->step, u->layer,
+                                          ptrs, n));
+        }
+        free(ptrs);
+        free(hs);
+    } else {
+        counters_inc(x->cnt, CNT_FAILED);
+        ack_now(u->p, u->seq, code, msg);
+    }
+    push_free(u);
+}

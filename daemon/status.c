@@ -1,0 +1,105 @@
+/* status.c — the StatusReply (see status.h). Stage: status; calls counters, devices (worker
+ * statistics), clients, peer, conn, the alert feed and envelope. */
+#include "status.h"
+
+#include <stdlib.h>
+
+#include "alerts_feed.h"
+#include "clients.h"
+#include "counters.h"
+#include "devices.h"
+#include "envelope.h"
+
+#define STATUS_MAX_WORKERS 16
+
+void status_send(const stage_ctx *x, conn *to)
+{
+    Attnstat__StatusReply r;
+    Attnstat__Envelope env;
+    envelope_status_reply(&env, &r);
+    uint32_t nclients = clients_count(x->reg);
+    r.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
+    r.has_uptime_s = 1;
+    r.uptime_s = counters_uptime_s(x->cnt);
+    r.has_clients = 1;
+    r.clients = nclients;
+    r.has_pushes = 1;
+    r.pushes = counters_get(x->cnt, CNT_PUSHES);
+    r.has_pushes_done = 1;
+    r.pushes_done = counters_get(x->cnt, CNT_PUSHES_DONE);
+    r.has_dropped = 1;
+    r.dropped = counters_get(x->cnt, CNT_DROPPED);
+    r.has_rejected = 1;
+    r.rejected = counters_get(x->cnt, CNT_REJECTED);
+    r.has_samples_stored = 1;
+    r.samples_stored = counters_get(x->cnt, CNT_SAMPLES_STORED);
+    r.has_alerts_active = 1;
+    r.alerts_active = alerts_feed_active(x->feed);
+    r.has_push_rate = 1;
+    r.push_rate = counters_push_rate(x->cnt);
+    r.db_path = (char *)x->cfg->db_path;
+
+    worker_pool *pool = devices_pool(x->dev);
+    int nw = worker_pool_count(pool);
+    if (nw > STATUS_MAX_WORKERS)
+        nw = STATUS_MAX_WORKERS;
+    Attnstat__WorkerStatus ws[STATUS_MAX_WORKERS], *wsp[STATUS_MAX_WORKERS];
+    worker_stats st[STATUS_MAX_WORKERS];
+    for (int i = 0; i < nw; i++) {
+        worker_pool_stats(pool, i, &st[i]);
+        attnstat__worker_status__init(&ws[i]);
+        ws[i].name = (char *)st[i].name;
+        ws[i].queue_depth = st[i].queue_depth;
+        ws[i].queue_capacity = st[i].capacity;
+        ws[i].has_processed = 1;
+        ws[i].processed = st[i].processed;
+        ws[i].has_dropped = 1;
+        ws[i].dropped = st[i].dropped;
+        ws[i].has_busy_frac = 1;
+        ws[i].busy_frac = st[i].busy_frac;
+        wsp[i] = &ws[i];
+    }
+    r.workers = wsp;
+    r.n_workers = (size_t)nw;
+
+    Attnstat__ClientStatus *cs = calloc(nclients ? nclients : 1, sizeof *cs);
+    Attnstat__ClientStatus **csp = calloc(nclients ? nclients : 1, sizeof *csp);
+    size_t n = 0;
+    if (cs && csp) {
+        for (clients_entry *e = clients_first(x->reg); e && n < nclients; e = e->next) {
+            Attnstat__ClientStatus *c = &cs[n];
+            attnstat__client_status__init(c);
+            c->id = conn_id(e->c);
+            c->has_uid = 1;
+            c->uid = (uint32_t)conn_uid(e->c);
+            c->has_pid = 1;
+            c->pid = (int32_t)conn_pid(e->c);
+            const peer *p = e->p;
+            if (p) {
+                if (p->hello) {
+                    c->run = (char *)p->run;
+                    c->has_rank = 1;
+                    c->rank = p->rank;
+                    c->pid = p->pid;
+                }
+                c->has_pushes = 1;
+                c->pushes = p->pushes;
+                c->has_dropped = 1;
+                c->dropped = p->dropped;
+                c->has_rejected = 1;
+                c->rejected = p->rejected;
+            }
+            csp[n] = c;
+            n++;
+        }
+    }
+    r.client_list = csp;
+    r.n_client_list = n;
+    if (conn_write(to, &env, 1) != 0) {
+        r.client_list = NULL; /* too many clients for one frame: send the totals */
+        r.n_client_list = 0;
+        conn_write(to, &env, 1);
+    }
+    free(cs);
+    free(csp);
+}
