@@ -62,7 +62,10 @@ static const cfg_entry cfg_table[] = {
     {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,
      "longest time finished results wait to be committed together in one transaction"},
     {"max_push_work", CFG_U64, F(max_push_work), "17179869184", 1, 1125899906842624.0,
-     "largest push: batch x heads x sampled rows x keys x head_dim multiply-adds"},
+     "largest push of host tensors (the CPU worker): batch x heads x sampled rows x keys x head_dim multiply-adds"},
+    {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,
+     "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
+     "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)"},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,

@@ -40,7 +40,8 @@ typedef struct {
     uint64_t client_inflight; /* per client: pushes queued or computing */
     uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
     uint64_t commit_ms;     /* longest wait to batch results into one transaction */
-    uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push */
+    uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push (CPU) */
+    uint64_t max_push_work_gpu; /* the same for pushes of device tensors (GPU workers) */
     uint64_t metrics_port;  /* Prometheus text on 127.0.0.1:port; 0 = off */
     uint64_t metrics_timeout_ms; /* a scrape connection is closed this long after it opened */
     uint64_t max_heads_per_run; /* distinct (layer, head) alert states of one run */

@@ -2,6 +2,7 @@
  * (a leaf). */
 #include "counters.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "util.h"
@@ -11,6 +12,8 @@ struct counters {
     uint64_t start_ns;       /* daemon start, monotonic */
     uint64_t rate_bucket[COUNTERS_RATE_WINDOW];
     uint64_t rate_second[COUNTERS_RATE_WINDOW];
+    uint64_t answered[COUNTERS_CODES];
+    char answer_msg[COUNTERS_CODES][COUNTERS_MESSAGE_MAX];
 };
 
 counters *counters_new(void)
@@ -94,4 +97,22 @@ double counters_push_rate(const counters *c)
 double counters_uptime_s(const counters *c)
 {
     return (double)(util_mono_ns() - c->start_ns) / 1e9;
+}
+
+void counters_answer(counters *c, int code, const char *msg)
+{
+    if (code <= 0 || code >= COUNTERS_CODES)
+        return;
+    c->answered[code]++;
+    snprintf(c->answer_msg[code], sizeof c->answer_msg[code], "%s", msg ? msg : "");
+}
+
+uint64_t counters_answered(const counters *c, int code)
+{
+    return code > 0 && code < COUNTERS_CODES ? c->answered[code] : 0;
+}
+
+const char *counters_answer_message(const counters *c, int code)
+{
+    return code > 0 && code < COUNTERS_CODES ? c->answer_msg[code] : "";
 }

@@ -51,6 +51,14 @@ uint64_t counters_get(const counters *c, counter_id id);
 const char *counters_name(counter_id id);
 const char *counters_help(counter_id id);
 
+/* Pushes answered with another code than OK, by code: how many, and the last message of each
+ * (what `attnstat status` and the metrics list as rejections by reason). code < COUNTERS_CODES. */
+#define COUNTERS_CODES 16
+#define COUNTERS_MESSAGE_MAX 200
+void counters_answer(counters *c, int code, const char *msg);
+uint64_t counters_answered(const counters *c, int code);
+const char *counters_answer_message(const counters *c, int code); /* "" when none */
+
 /* A Push received: PUSHES, and the push-rate ring. */
 void counters_count_push(counters *c);
 /* Pushes per second over the last COUNTERS_RATE_WINDOW seconds. */

@@ -440,17 +440,19 @@ static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, w
 static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
 {
     gpu_refs *r = job->ext;
-    static const char *const names[3] = {"q", "k", "v"};
     if (!g->ready)
         return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "%s", g->err);
-    const void *ptr[3] = {NULL, NULL, NULL};
+    const void *ptr[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < r->n; i++) {
+        const char *name = i == 0 ? "q" : i == 1 ? "k" : i == r->mask_index ? "mask"
+                           : i == r->cu_index ? "cu_seqlens_q_ref"
+                           : r->cu_index >= 0 && i == r->cu_index + 1 ? "cu_seqlens_k_ref" : "v";
         gpu_mem *m = r->mem[i];
         if (gpu_mem_open(m) != 0)
-            return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", names[i],
+            return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", name,
                             m->err);
         char msg[256];
-        if (validate_device_span(names[i], r->need[i], m->size, m->real, msg, sizeof msg) !=
+        if (validate_device_span(name, r->need[i], m->size, m->real, msg, sizeof msg) !=
             ATTNSTAT__CODE__OK)
             return JOB_FAIL(job, ATTNSTAT__CODE__OUT_OF_BOUNDS, STATS_EINVAL, "%s", msg);
         ptr[i] = (const char *)m->ptr + r->off[i];
@@ -458,7 +460,12 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     stats_problem p = job->prob;
     p.q.ptr = ptr[0];
     p.k.ptr = ptr[1];
-    if (p.cu_seqlens_q) {
+    if (r->mask_index >= 0)
+        p.mask.ptr = ptr[r->mask_index];
+    if (r->cu_index >= 0) { /* the offsets are on the device already */
+        p.cu_seqlens_q = (const int32_t *)ptr[r->cu_index];
+        p.cu_seqlens_k = (const int32_t *)ptr[r->cu_index + 1];
+    } else if (p.cu_seqlens_q) {
         size_t n = (size_t)p.batch + 1;
         if (g->cu_cap < 2 * n) {
             if (g->cu_dev) {

@@ -43,11 +43,14 @@ typedef struct gpu_event gpu_event;
 
 /* What a GPU job reads: set by the push (push.c) on the loop thread, read by the worker. */
 typedef struct {
-    gpu_mem *mem[3];         /* q, k, v (v may repeat q's or k's buffer) */
-    uint64_t off[3];         /* byte offset of each tensor in its buffer */
-    uint64_t need[3];        /* offset + bytes spanned */
+    gpu_mem *mem[6];         /* q, k, then v, the mask, the packed offsets (validate_plan's
+                                order; a buffer may repeat) */
+    uint64_t off[6];         /* byte offset of each tensor in its buffer */
+    uint64_t need[6];        /* offset + bytes spanned */
     int n;
-    int held[3];             /* the push counts among the pushes that keep mem[i] mapped */
+    int mask_index;          /* where the mask is in mem[]; -1: none */
+    int cu_index;            /* device packed offsets: cu_q there, cu_k next; -1: none */
+    int held[6];             /* the push counts among the pushes that keep mem[i] mapped */
     gpu_event *ev;           /* NULL: no event (the client says its data are ready) */
     const int *client_gone;  /* set (atomically) when the client disconnects */
 } gpu_refs;

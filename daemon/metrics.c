@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "names.h"
 #include "util.h"
 
 /* ---- the text ------------------------------------------------------------------------------- */
@@ -46,6 +47,12 @@ size_t metrics_render(char *buf, size_t cap, const counters *cnt, uint32_t clien
          "attnstat_clients %u\n", clients);
     emit(buf, cap, &len, "# HELP attnstat_alerts_active Alerts raised and not cleared.\n"
          "# TYPE attnstat_alerts_active gauge\nattnstat_alerts_active %u\n", alerts_active);
+    emit(buf, cap, &len, "# HELP attnstat_push_answers_total Pushes answered with another code "
+         "than OK, by code.\n# TYPE attnstat_push_answers_total counter\n");
+    for (int code = 1; code < COUNTERS_CODES; code++)
+        if (counters_answered(cnt, code))
+            emit(buf, cap, &len, "attnstat_push_answers_total{code=\"%s\"} %llu\n",
+                 names_code(code), (unsigned long long)counters_answered(cnt, code));
     emit(buf, cap, &len, "# HELP attnstat_queue_depth Pushes queued or computing.\n"
          "# TYPE attnstat_queue_depth gauge\n");
     for (int i = 0; i < worker_pool_count(pool); i++) {

@@ -101,3 +101,22 @@ void peer_computing(peer *p, int delta)
 {
     p->computing = (uint32_t)((int64_t)p->computing + delta);
 }
+
+int peer_first_reason(peer *p, int code, const char *msg)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)code; /* FNV-1a over the message, digits left out */
+    for (const char *m = msg ? msg : ""; *m; m++)
+        if (*m < '0' || *m > '9')
+            h = (h ^ (unsigned char)*m) * 16777619u;
+    h |= 1; /* never 0: 0 marks a free entry */
+    size_t n = sizeof p->reasons_seen / sizeof p->reasons_seen[0];
+    for (size_t i = 0; i < n; i++) {
+        if (p->reasons_seen[i] == h)
+            return 0;
+        if (p->reasons_seen[i] == 0) {
+            p->reasons_seen[i] = h;
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -43,6 +43,8 @@ struct peer {
     uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
     uint32_t computing;      /* of those, queued or computing in a worker (client_inflight) */
     uint64_t pushes, dropped, rejected;
+    uint32_t reasons_seen[16]; /* the reasons (code and message, numbers aside) its pushes were
+                                  refused for, hashed; 0: a free entry */
 };
 
 /* A peer for connection c (one reference: the connection's), its collapse threshold the
@@ -61,6 +63,10 @@ void peer_subscribe(peer *p, int alerts, int results);
 
 typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;
 void peer_count(peer *p, peer_counter what);
+/* A push of this peer was answered with code (not OK) and msg: 1 the first time for that reason
+ * (the code and the message with its numbers left out), else 0; the daemon then logs it at warn
+ * level. Past 16 reasons, each further one counts as seen. */
+int peer_first_reason(peer *p, int code, const char *msg);
 
 /* A push of this peer is in flight (holds a reference) until peer_push_end(). */
 void peer_push_start(peer *p);

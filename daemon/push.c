@@ -13,6 +13,7 @@
 #include "envelope.h"
 #include "gpu_worker.h"
 #include "log.h"
+#include "names.h"
 #include "util.h"
 #include "validate.h"
 
@@ -25,7 +26,7 @@ struct push {
     int64_t step;
     uint32_t layer;
     int want_results;
-    buffers_map *maps[3];    /* host buffers pinned while a worker may read them */
+    buffers_map *maps[VALIDATE_MAX_TENSORS]; /* host buffers pinned while a worker may read them */
     int nmaps;
     gpu_refs gref;           /* device pushes: buffers and event, referenced until unmapped */
     int computing;           /* counted in p->computing */
@@ -34,9 +35,20 @@ struct push {
     int64_t time_ms;
 };
 
-/* Ack{seq, code, message} now, to a client still connected. */
-static void ack_now(peer *p, uint64_t seq, Attnstat__Code code, const char *msg)
+/* Ack{seq, code, message} now, to a client still connected. A code other than OK goes into the
+ * daemon's ledger of answers by code (status, metrics), and the first of each reason from a
+ * client is logged at warn level: a rejected push is never silent. */
+static void ack_now(const stage_ctx *x, peer *p, uint64_t seq, Attnstat__Code code,
+                    const char *msg)
 {
+    if (code != ATTNSTAT__CODE__OK) {
+        counters_answer(x->cnt, (int)code, msg);
+        if (peer_first_reason(p, (int)code, msg))
+            LOG_WARN("push", "client %llu (run '%s' rank %d): push %llu answered %s: %s (the first "
+                     "of its kind from this client; `attnstat status` counts them by code)",
+                     (unsigned long long)p->conn_id, p->hello ? p->run : "-", (int)p->rank,
+                     (unsigned long long)seq, names_code((int)code), msg ? msg : "");
+    }
     if (!p->c)
         return;
     Attnstat__Ack ack;
@@ -53,7 +65,7 @@ static void refuse(const stage_ctx *x, peer *p, counter_id what, uint64_t seq, A
         peer_count(p, PEER_REJECTED);
     else if (what == CNT_DROPPED)
         peer_count(p, PEER_DROPPED);
-    ack_now(p, seq, code, msg);
+    ack_now(x, p, seq, code, msg);
 }
 
 /* The worker no longer reads the push's memory: drop its buffer references (unmapping buffers
@@ -117,6 +129,8 @@ static worker *pin_device(push *u, const Attnstat__Push *m, Attnstat__Code *code
         u->gref.need[i] = u->plan.need_bytes[i];
     }
     u->gref.n = u->plan.ntensors;
+    u->gref.mask_index = u->plan.mask_index;
+    u->gref.cu_index = u->plan.cu_index;
     if (ev) {
         u->gref.ev = ev;
         gpu_event_ref(ev);
@@ -161,11 +175,12 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         return;
     }
     validate_limits lim = {.max_push_work = c->max_push_work,
+                           .max_push_work_gpu = c->max_push_work_gpu,
                            .collapse_threshold = (float)p->collapse_threshold};
     push *u = calloc(1, sizeof *u);
     if (!u) {
         counters_inc(x->cnt, CNT_FAILED);
-        ack_now(p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        ack_now(x, p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
         return;
     }
     char msg[512];
@@ -191,7 +206,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         validate_plan_free(&u->plan);
         free(u);
         counters_inc(x->cnt, CNT_FAILED);
-        ack_now(p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        ack_now(x, p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
         return;
     }
     u->job.owner = u;
@@ -374,7 +389,7 @@ void push_answer(push *u, Attnstat__Code code, const char *msg, push_result_fn r
         free(hs);
     } else {
         counters_inc(x->cnt, CNT_FAILED);
-        ack_now(u->p, u->seq, code, msg);
+        ack_now(x, u->p, u->seq, code, msg);
     }
     push_free(u);
 }

@@ -38,6 +38,22 @@ void status_send(const stage_ctx *x, conn *to)
     r.has_push_rate = 1;
     r.push_rate = counters_push_rate(x->cnt);
     r.db_path = (char *)x->cfg->db_path;
+    /* The pushes answered with another code than OK, by code, with each code's last message. */
+    Attnstat__Rejection rej[COUNTERS_CODES], *rejp[COUNTERS_CODES];
+    size_t nrej = 0;
+    for (int code = 1; code < COUNTERS_CODES; code++) {
+        uint64_t n = counters_answered(x->cnt, code);
+        if (!n)
+            continue;
+        attnstat__rejection__init(&rej[nrej]);
+        rej[nrej].code = (Attnstat__Code)code;
+        rej[nrej].count = n;
+        rej[nrej].last_message = (char *)counters_answer_message(x->cnt, code);
+        rejp[nrej] = &rej[nrej];
+        nrej++;
+    }
+    r.rejections = rejp;
+    r.n_rejections = nrej;
 
     worker_pool *pool = devices_pool(x->dev);
     int nw = worker_pool_count(pool);

@@ -38,9 +38,11 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
         return FAIL(ATTNSTAT__CODE__UNSUPPORTED,
                     "%s.buffer_id %u: buffer kind %d cannot be computed by this daemon", name,
                     t->buffer_id, ti->buf->kind);
-    if (strcmp(names_dtype((int)t->dtype), "unknown") == 0)
+    if (t->dtype != ATTNSTAT__DTYPE__F32 && t->dtype != ATTNSTAT__DTYPE__F16 &&
+        t->dtype != ATTNSTAT__DTYPE__BF16)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
-                    "%s.dtype %d is not a dtype (F32=0, F16=1, BF16=2)", name, (int)t->dtype);
+                    "%s.dtype %d (%s) is not a dtype of q, k or v (F32=0, F16=1, BF16=2)", name,
+                    (int)t->dtype, names_dtype((int)t->dtype));
     ti->dtype = (stats_dtype)t->dtype;
     if (t->n_shape != 4)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
@@ -93,6 +95,63 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
                     (long long)ti->shape[3], (long long)ti->stride[0], (long long)ti->stride[1],
                     (long long)ti->stride[2], (unsigned long long)end, t->buffer_id,
                     (unsigned long long)ti->buf->size);
+    ti->need = end;
+    return ATTNSTAT__CODE__OK;
+}
+
+/* The span of an auxiliary tensor (the mask, device offsets): its buffer, dtype, 4 dimensions of
+ * which each is 1 or want[i] (want[i] 0: any size up to VALIDATE_MAX_DIM), the last contiguous
+ * unless it has one element; a dimension of 1 is broadcast (its stride is not used). Fills ti
+ * (shape, strides with 0 where broadcast, need). */
+static Attnstat__Code check_aux(const char *name, const Attnstat__TensorRef *t,
+                                const int64_t want[4], int one_ok, validate_lookup_fn lookup,
+                                void *ctx, tensor_info *ti, char *msg, size_t msglen)
+{
+    ti->buf = lookup(ctx, t->buffer_id);
+    if (!ti->buf)
+        return FAIL(ATTNSTAT__CODE__UNKNOWN_BUFFER,
+                    "%s.buffer_id %u is not a registered buffer (RegisterBuffer it first)", name,
+                    t->buffer_id);
+    ti->dtype = (stats_dtype)t->dtype;
+    if (t->n_shape != 4 || t->n_strides != 4)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                    "%s needs 4 dimensions and 4 strides (it has %zu and %zu)", name, t->n_shape,
+                    t->n_strides);
+    for (int i = 0; i < 4; i++) {
+        uint64_t v = t->shape[i];
+        int ok = want[i] ? (v == (uint64_t)want[i] || (one_ok && v == 1))
+                         : (v >= 1 && v <= VALIDATE_MAX_DIM);
+        if (!ok)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "%s.shape[%d] is %llu; it must be %lld%s", name, i, (unsigned long long)v,
+                        (long long)want[i], one_ok ? " or 1 (broadcast)" : "");
+        if (t->strides[i] > (uint64_t)INT64_MAX)
+            return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS, "%s.strides[%d] is %llu, past any buffer",
+                        name, i, (unsigned long long)t->strides[i]);
+        ti->shape[i] = (int64_t)v;
+        ti->stride[i] = v == 1 ? 0 : (int64_t)t->strides[i];
+    }
+    if (ti->shape[3] > 1 && ti->stride[3] != 1)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                    "%s.strides[3] is %lld: its last dimension must be contiguous (stride 1)", name,
+                    (long long)ti->stride[3]);
+    ti->stride[3] = 1;
+    uint64_t esize = stats_dtype_size(ti->dtype);
+    if (t->offset % esize != 0)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s.offset %llu is not a multiple of %llu bytes",
+                    name, (unsigned long long)t->offset, (unsigned long long)esize);
+    int64_t ext = stats_tensor_extent(ti->shape[0], ti->shape[1], ti->shape[2], ti->shape[3],
+                                      ti->stride[0], ti->stride[1], ti->stride[2]);
+    uint64_t bytes, end;
+    if (ext < 0 || __builtin_mul_overflow((uint64_t)ext, esize, &bytes) ||
+        __builtin_add_overflow(t->offset, bytes, &end))
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS, "%s: its shape and strides overflow 64-bit "
+                    "offsets", name);
+    if (end > ti->buf->size)
+        return FAIL(ATTNSTAT__CODE__OUT_OF_BOUNDS,
+                    "%s: offset %llu + %llu bytes reads up to byte %llu, past the end of buffer %u "
+                    "(%llu bytes)", name, (unsigned long long)t->offset, (unsigned long long)bytes,
+                    (unsigned long long)end, t->buffer_id, (unsigned long long)ti->buf->size);
     ti->need = end;
     return ATTNSTAT__CODE__OK;
 }
@@ -175,8 +234,49 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                     "q heads (%lld) are not a multiple of k heads (%lld)", (long long)q.shape[1],
                     (long long)k.shape[1]);
 
-    int packed = push->n_cu_seqlens_q > 0 || push->n_cu_seqlens_k > 0;
+    /* Packed offsets in device buffers (their values are not readable here: the kernels clamp
+     * each into the tensors' rows). */
+    int cu_ref = push->cu_seqlens_q_ref != NULL || push->cu_seqlens_k_ref != NULL;
+    tensor_info cuq, cuk;
     int64_t batch = q.shape[0];
+    if (cu_ref) {
+        if (!push->cu_seqlens_q_ref || !push->cu_seqlens_k_ref)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "cu_seqlens_q_ref and cu_seqlens_k_ref go together");
+        if (push->n_cu_seqlens_q || push->n_cu_seqlens_k)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "give packed offsets either inline (cu_seqlens_q/k) or by reference "
+                        "(cu_seqlens_q_ref/k_ref), not both");
+        if (!cuda)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "cu_seqlens_*_ref is for tensors in device buffers; host pushes give the "
+                        "offsets inline (cu_seqlens_q/k)");
+        const int64_t any[4] = {1, 1, 0, 1};
+        const Attnstat__TensorRef *r2[2] = {push->cu_seqlens_q_ref, push->cu_seqlens_k_ref};
+        tensor_info *t2[2] = {&cuq, &cuk};
+        for (int i = 0; i < 2; i++) {
+            const char *nm = i ? "cu_seqlens_k_ref" : "cu_seqlens_q_ref";
+            if (r2[i]->dtype != ATTNSTAT__DTYPE__I32)
+                return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s.dtype must be I32 (4), not %d", nm,
+                            (int)r2[i]->dtype);
+            code = check_aux(nm, r2[i], any, 0, lookup, ctx, t2[i], msg, msglen);
+            if (code != ATTNSTAT__CODE__OK)
+                return code;
+            if (t2[i]->buf->kind != q.buf->kind || t2[i]->buf->device != q.buf->device)
+                return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s is not on q's device", nm);
+        }
+        if (cuq.shape[2] != cuk.shape[2] || cuq.shape[2] < 2 || cuq.shape[2] > VALIDATE_MAX_SEQS + 1)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "cu_seqlens_q_ref and cu_seqlens_k_ref need the same B + 1 entries, 2 .. "
+                        "%d (they have %lld and %lld)", VALIDATE_MAX_SEQS + 1,
+                        (long long)cuq.shape[2], (long long)cuk.shape[2]);
+        if (q.shape[0] != 1 || k.shape[0] != 1)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "packed sequences need q.shape[0] = k.shape[0] = 1, not %lld and %lld",
+                        (long long)q.shape[0], (long long)k.shape[0]);
+        batch = cuq.shape[2] - 1;
+    }
+    int packed = push->n_cu_seqlens_q > 0 || push->n_cu_seqlens_k > 0;
     if (packed) {
         if (push->n_cu_seqlens_q != push->n_cu_seqlens_k)
             return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
@@ -197,11 +297,43 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
             stats_validate_seqlens(push->cu_seqlens_k, (int32_t)batch, (int32_t)k.shape[2],
                                    "cu_seqlens_k", &se) != STATS_OK)
             return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s", se.msg);
-    } else if (k.shape[0] != q.shape[0]) {
+    } else if (!cu_ref && k.shape[0] != q.shape[0]) {
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "k.shape[0] (B) is %lld but q.shape[0] is %lld", (long long)k.shape[0],
                     (long long)q.shape[0]);
     }
+    tensor_info mk;
+    if (push->mask) {
+        const Attnstat__TensorRef *t = push->mask;
+        if (packed || cu_ref)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "a mask does not combine with packed sequences: give their bounds by "
+                        "cu_seqlens alone");
+        if (t->dtype != ATTNSTAT__DTYPE__BOOL && t->dtype != ATTNSTAT__DTYPE__F32 &&
+            t->dtype != ATTNSTAT__DTYPE__F16 && t->dtype != ATTNSTAT__DTYPE__BF16)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "mask.dtype %d (%s) is not a mask's: BOOL (3), or F32/F16/BF16 added to "
+                        "the logits", (int)t->dtype, names_dtype((int)t->dtype));
+        const int64_t want[4] = {q.shape[0], q.shape[1], q.shape[2], k.shape[2]};
+        if (t->n_shape == 4 && t->shape[3] != (uint64_t)k.shape[2])
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "mask.shape[3] is %llu; it must be Nk = %lld (the keys)",
+                        (unsigned long long)t->shape[3], (long long)k.shape[2]);
+        code = check_aux("mask", t, want, 1, lookup, ctx, &mk, msg, msglen);
+        if (code != ATTNSTAT__CODE__OK)
+            return code;
+        if (mk.buf->kind != q.buf->kind || mk.buf->device != q.buf->device)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "the mask is in a %s buffer (device %d) but q in a %s buffer (device %d): "
+                        "the tensors of one push live in one kind of memory, on one device",
+                        names_buffer_kind(mk.buf->kind), mk.buf->device,
+                        names_buffer_kind(q.buf->kind), q.buf->device);
+    }
+    if (push->has_compute_dtype && push->compute_dtype != ATTNSTAT__DTYPE__F32 &&
+        push->compute_dtype != ATTNSTAT__DTYPE__F16 && push->compute_dtype != ATTNSTAT__DTYPE__BF16)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                    "compute_dtype %d (%s) is not a precision of the logits (F32, F16, BF16)",
+                    (int)push->compute_dtype, names_dtype((int)push->compute_dtype));
     if (push->has_event_id && !cuda)
         return FAIL(ATTNSTAT__CODE__UNKNOWN_BUFFER,
                     "event_id %u is not a registered event (host buffers need no event)",
@@ -239,6 +371,19 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     p->sample_rows = (int32_t)push->sample_rows;
     p->sample_seed = push->sample_seed;
     p->collapse_threshold = lim->collapse_threshold;
+    p->compute_dtype = push->has_compute_dtype ? (stats_dtype)push->compute_dtype : STATS_F32;
+    if (push->mask) {
+        p->mask.ptr = cuda ? (const void *)device_placeholder
+                           : (const char *)mk.buf->base + push->mask->offset;
+        p->mask.stride_b = mk.stride[0];
+        p->mask.stride_h = mk.stride[1];
+        p->mask.stride_n = mk.stride[2];
+        p->mask_dtype = mk.dtype;
+    }
+    if (cu_ref) { /* placeholders until the GPU worker opens the buffers */
+        p->cu_seqlens_q = (const int32_t *)device_placeholder;
+        p->cu_seqlens_k = (const int32_t *)device_placeholder;
+    }
     stats_error se;
     if (stats_validate(p, &se) != STATS_OK)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s", se.msg);
@@ -258,6 +403,16 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
             rows_work = sat_add(rows_work, sat_mul((uint64_t)ns, (uint64_t)lk));
             k_work = sat_add(k_work, (uint64_t)lk);
         }
+    } else if (cu_ref) {
+        /* The sequences' lengths are on the device: a bound, every sampled row of the packed
+         * batch against every key. */
+        uint64_t ns = (uint64_t)stats_sampled_count(p, p->len_q);
+        if (p->sample_rows > 0)
+            ns = sat_mul((uint64_t)batch, (uint64_t)p->sample_rows) < (uint64_t)p->len_q
+                     ? sat_mul((uint64_t)batch, (uint64_t)p->sample_rows)
+                     : (uint64_t)p->len_q;
+        rows_work = sat_mul(ns, (uint64_t)p->len_k);
+        k_work = (uint64_t)p->len_k;
     } else {
         int32_t ns = stats_sampled_count(p, p->len_q);
         if (ns > 0) {
@@ -268,13 +423,15 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     rows_work = sat_mul(rows_work, sat_mul((uint64_t)p->heads_q, (uint64_t)p->head_dim));
     k_work = sat_mul(k_work, sat_mul((uint64_t)p->heads_kv, (uint64_t)p->head_dim));
     uint64_t work = sat_add(rows_work, k_work);
-    if (work > lim->max_push_work)
+    uint64_t max_work = cuda ? lim->max_push_work_gpu : lim->max_push_work;
+    if (work > max_work)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "push is too large: %llu multiply-adds (%llu for sampled rows x keys x Hq x D, "
                     "%llu for converting K: keys x Hkv x D of each sequence with sampled rows) is "
-                    "over max_push_work %llu; sample fewer rows (sample_rows / sample_every) or push "
-                    "fewer keys", (unsigned long long)work, (unsigned long long)rows_work,
-                    (unsigned long long)k_work, (unsigned long long)lim->max_push_work);
+                    "over %s %llu; sample fewer rows (sample_rows / sample_every), push fewer "
+                    "keys, or raise the limit", (unsigned long long)work,
+                    (unsigned long long)rows_work, (unsigned long long)k_work,
+                    cuda ? "max_push_work_gpu" : "max_push_work", (unsigned long long)max_work);
     plan->work = work;
 
     if (packed) {
@@ -294,11 +451,21 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     plan->need_bytes[1] = k.need;
     plan->offset[1] = push->k->offset;
     plan->ntensors = 2;
-    if (push->v) {
-        plan->buffer_id[2] = push->v->buffer_id;
-        plan->need_bytes[2] = v.need;
-        plan->offset[2] = push->v->offset;
-        plan->ntensors = 3;
+    plan->mask_index = plan->cu_index = -1;
+    const Attnstat__TensorRef *more[4] = {push->v, push->mask, cu_ref ? push->cu_seqlens_q_ref : NULL,
+                                          cu_ref ? push->cu_seqlens_k_ref : NULL};
+    const tensor_info *info[4] = {&v, &mk, &cuq, &cuk};
+    for (int i = 0; i < 4; i++) {
+        if (!more[i])
+            continue;
+        if (i == 1)
+            plan->mask_index = plan->ntensors;
+        if (i == 2)
+            plan->cu_index = plan->ntensors;
+        plan->buffer_id[plan->ntensors] = more[i]->buffer_id;
+        plan->need_bytes[plan->ntensors] = info[i]->need;
+        plan->offset[plan->ntensors] = more[i]->offset;
+        plan->ntensors++;
     }
     plan->kind = q.buf->kind;
     plan->device = cuda ? q.buf->device : -1;

@@ -37,19 +37,26 @@ typedef struct {
 typedef const validate_buffer *(*validate_lookup_fn)(void *ctx, uint32_t id);
 
 typedef struct {
-    uint64_t max_push_work;     /* B * Hq * sampled rows * Nk * D */
+    uint64_t max_push_work;     /* B * Hq * sampled rows * Nk * D, for the CPU worker */
+    uint64_t max_push_work_gpu; /* the same, for a GPU worker (device buffers) */
     float collapse_threshold;   /* goes into the problem */
 } validate_limits;
+
+/* The tensors of a push, in plan order: q, k, then those present of v, the mask and the packed
+ * offsets (validate_plan's index fields say where each is). */
+#define VALIDATE_MAX_TENSORS 6
 
 typedef struct {
     stats_problem prob;              /* ready for stats_cpu (tensors resolved) */
     int32_t *cu_q, *cu_k;            /* copies owned by the plan (prob points at them) */
-    uint32_t buffer_id[3];           /* q, k, v */
-    uint64_t need_bytes[3];          /* bytes of each buffer the tensor reaches (offset + span) */
-    uint64_t offset[3];              /* each tensor's byte offset in its buffer */
+    uint32_t buffer_id[VALIDATE_MAX_TENSORS];  /* q, k, then v, mask, cu_q, cu_k when present */
+    uint64_t need_bytes[VALIDATE_MAX_TENSORS]; /* bytes of each buffer it reaches (offset + span) */
+    uint64_t offset[VALIDATE_MAX_TENSORS];     /* each tensor's byte offset in its buffer */
     int kind;                        /* of every buffer of the push (one kind per push) */
     int device;                      /* CUDA_IPC: the device index of every buffer; -1 for host */
-    int ntensors;                    /* 2, or 3 with v */
+    int ntensors;                    /* 2 .. VALIDATE_MAX_TENSORS */
+    int mask_index;                  /* where the mask is in the lists above; -1: none */
+    int cu_index;                    /* device packed offsets: cu_q there, cu_k next; -1: none */
     uint64_t work;                   /* multiply-adds */
 } validate_plan;
 

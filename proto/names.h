@@ -22,7 +22,9 @@
 #define NAMES_DTYPE(X)                                                                             \
     X(F32, 0, "f32")                                                                               \
     X(F16, 1, "f16")                                                                               \
-    X(BF16, 2, "bf16")
+    X(BF16, 2, "bf16")                                                                             \
+    X(BOOL, 3, "bool")                                                                             \
+    X(I32, 4, "i32")
 
 /* Where a registered buffer lives (BufferKind). */
 #define NAMES_BUFFER_KIND(X)                                                                       \

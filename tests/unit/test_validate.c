@@ -95,7 +95,9 @@ static void make_push(push_t *x, int with_v)
     bufs[1].device = -1;
 }
 
-static const validate_limits unlimited = {UINT64_MAX, 0.25f};
+static const validate_limits unlimited = {.max_push_work = UINT64_MAX,
+                                          .max_push_work_gpu = UINT64_MAX,
+                                          .collapse_threshold = 0.25f};
 
 static Attnstat__Code check(push_t *x, const validate_limits *lim, validate_plan *plan, char *msg,
                             size_t msglen)
@@ -307,10 +309,11 @@ START_TEST(test_work_limit_is_exact)
         uint64_t work = plan.work;
         validate_plan_free(&plan);
         ck_assert_uint_gt(work, 0);
-        validate_limits lim = {work, 0.1f};
+        validate_limits lim = {.max_push_work = work, .max_push_work_gpu = work,
+                               .collapse_threshold = 0.1f};
         ck_assert(check(&x, &lim, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK);
         validate_plan_free(&plan);
-        lim.max_push_work = work - 1;
+        lim.max_push_work = lim.max_push_work_gpu = work - 1;
         ck_assert(check(&x, &lim, &plan, msg, sizeof msg) == ATTNSTAT__CODE__BAD_REQUEST);
         ck_assert_msg(strstr(msg, "is over max_push_work"), "%s", msg);
     }
@@ -331,7 +334,8 @@ START_TEST(test_work_saturates)
     memset(x.kst, 0, 3 * sizeof x.kst[0]);
     x.q.offset = x.k.offset = 0;
     bufs[1].size = STATS_MAX_HEAD_DIM * 4;
-    validate_limits lim = {UINT64_MAX - 1, 0.1f};
+    validate_limits lim = {.max_push_work = UINT64_MAX - 1, .max_push_work_gpu = UINT64_MAX - 1,
+                           .collapse_threshold = 0.1f};
     validate_plan plan;
     char msg[512];
     ck_assert(check(&x, &lim, &plan, msg, sizeof msg) == ATTNSTAT__CODE__BAD_REQUEST);
