@@ -68,6 +68,10 @@ attnstat_code gpu_pool_record(gpu_pool *p, uint64_t seq, void *stream, int stage
  * once its copy has completed. */
 void gpu_pool_release(gpu_pool *p, uint64_t seq, int staged, int32_t event);
 
+/* A new connection: registers again, through emit, the pool's events and its staging ring (when
+ * made) under their old ids. Makes no CUDA call (their IPC handles were kept). p may be NULL. */
+attnstat_code gpu_pool_reregister(gpu_pool *p, gpu_emit_fn emit, void *ectx);
+
 /* The staging ring's buffer id (0 before it is made). */
 uint32_t gpu_pool_stage_id(const gpu_pool *p);
 
