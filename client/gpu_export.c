@@ -273,20 +273,11 @@ static attnstat_code gpu_lookup_ptr(gpu_state *g, const attnstat_tensor *t, cons
 }
 
 /* Registers exported allocation b with the daemon (its id, size, handle and device). */
-static attnstat_code gpu_send_buf(const gpu_state *g, gpu_buf *b, gpu_emit_fn emit, void *ectx)
+static attnstat_code gpu_send_buf(const gpu_state *g, const gpu_buf *b, gpu_emit_fn emit,
+                                  void *ectx)
 {
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = b->id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = b->size;
-    rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)b->h.reserved;
-    rb.ipc_handle.len = sizeof b->h.reserved;
-    rb.device_uuid = (char *)g->dev[b->dev].uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    return emit(ectx, &env);
+    return gpu_pool_send_buffer(b->id, b->size, b->h.reserved, sizeof b->h.reserved,
+                                g->dev[b->dev].uuid, emit, ectx);
 }
 
 /* The cache entry of an exportable allocation, exporting it when new. NULL with *rc set when it

@@ -126,21 +126,28 @@ static attnstat_code gpu_pool_send_event(const gpu_pool *p, int i, gpu_emit_fn e
     return emit(ectx, &env);
 }
 
-/* Registers the staging ring with the daemon. */
-static attnstat_code gpu_pool_send_stage(const gpu_pool *p, gpu_emit_fn emit, void *ectx)
+attnstat_code gpu_pool_send_buffer(uint32_t id, uint64_t size, const void *handle, size_t hlen,
+                                   const char *uuid, gpu_emit_fn emit, void *ectx)
 {
     Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = p->stage_id;
+    rb.id = id;
     rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = p->stage_bytes;
+    rb.size = size;
     rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)p->stage_h.reserved;
-    rb.ipc_handle.len = sizeof p->stage_h.reserved;
-    rb.device_uuid = (char *)p->uuid;
+    rb.ipc_handle.data = (uint8_t *)handle;
+    rb.ipc_handle.len = hlen;
+    rb.device_uuid = (char *)uuid;
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
     env.register_buffer = &rb;
     return emit(ectx, &env);
+}
+
+/* Registers the staging ring with the daemon. */
+static attnstat_code gpu_pool_send_stage(const gpu_pool *p, gpu_emit_fn emit, void *ectx)
+{
+    return gpu_pool_send_buffer(p->stage_id, p->stage_bytes, p->stage_h.reserved,
+                                sizeof p->stage_h.reserved, p->uuid, emit, ectx);
 }
 
 attnstat_code gpu_pool_reregister(gpu_pool *p, gpu_emit_fn emit, void *ectx)
