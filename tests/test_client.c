@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "attnstat.h"
+#include "client_peer.h"
 #include "client_testutil.h"
 #include "frame.h"
 
@@ -93,52 +94,6 @@ typedef struct {
     char shm_name[64];
     int stop_pipe[2];
 } peer;
-
-static int peer_send(int fd, Attnstat__Envelope *env)
-{
-    size_t len;
-    uint8_t *b = frame_pack(env, 64u << 20, &len);
-    if (!b)
-        return -1;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, b + off, len - off, MSG_NOSIGNAL);
-        if (n <= 0) {
-            free(b);
-            return -1;
-        }
-        off += (size_t)n;
-    }
-    free(b);
-    return 0;
-}
-
-/* Compares the tensor named by ref in the ring with the tensor the test pushed. */
-static int peer_compare(const uint8_t *map, uint64_t map_size, const Attnstat__TensorRef *ref,
-                        const attnstat_tensor *t)
-{
-    if (!t || ref->n_shape != 4 || ref->n_strides != 4 || (int)ref->dtype != t->dtype)
-        return 1;
-    size_t es = attnstat_dtype_size((attnstat_dtype)t->dtype);
-    int bad = 0;
-    for (int i = 0; i < 4; i++)
-        if ((int64_t)ref->shape[i] != t->shape[i])
-            return 1;
-    for (int64_t b = 0; b < t->shape[0]; b++)
-        for (int64_t h = 0; h < t->shape[1]; h++)
-            for (int64_t n = 0; n < t->shape[2]; n++)
-                for (int64_t d = 0; d < t->shape[3]; d++) {
-                    uint64_t ro = ref->offset + (uint64_t)(b * (int64_t)ref->strides[0] +
-                                                           h * (int64_t)ref->strides[1] +
-                                                           n * (int64_t)ref->strides[2] + d) * es;
-                    if (ro + es > map_size)
-                        return 1;
-                    const uint8_t *src = (const uint8_t *)t->data +
-                        (b * t->strides[0] + h * t->strides[1] + n * t->strides[2] + d) * (int64_t)es;
-                    bad += memcmp(map + ro, src, es) != 0;
-                }
-    return bad;
-}
 
 static void *peer_main(void *arg)
 {
@@ -286,13 +241,8 @@ static void peer_start(peer *p, int mode)
     memset(p, 0, sizeof *p);
     p->mode = mode;
     snprintf(p->path, sizeof p->path, "/tmp/attnstat-test-%d-%d.sock", (int)getpid(), mode);
-    unlink(p->path);
-    p->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    p->lfd = peer_listen(p->path);
     ck_assert_int_ge(p->lfd, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->path);
-    ck_assert_int_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(p->lfd, 4), 0);
     ck_assert_int_eq(pipe(p->stop_pipe), 0);
     ck_assert_int_eq(pthread_create(&p->th, NULL, peer_main, p), 0);
 }
