@@ -31,7 +31,7 @@ static uint64_t g_seed;
 /* ---- Arguments and codes ---------------------------------------------------------------------- */
 START_TEST(test_codes_and_args)
 {
-    for (int c = ATTNSTAT_OK; c <= ATTNSTAT_ENOTSUP; c++) {
+    for (int c = ATTNSTAT_OK; c <= ATTNSTAT_ELOST; c++) {
         const char *m = attnstat_strerror((attnstat_code)c);
         ck_assert_ptr_nonnull(m);
         ck_assert_int_gt((int)strlen(m), 1);
