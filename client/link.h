@@ -6,8 +6,8 @@
  *   - Nothing here waits except link_establish (the first hello, up to the connect timeout for
  *     each answer) and link_wait (up to the time it is given).
  *   - A connection lost after a successful hello (or by a client that never said hello) is made
- *     again: non-blocking connect attempts, the first ~100 ms after the loss, the delay doubling
- *     up to 5 s, with jitter; on the new connection the same Hello, a new host ring, the GPU
+ *     again: non-blocking connect attempts, the first 50 to 100 ms after the loss, each delay
+ *     twice the one before up to 5 s (before jitter: half to all of it); on the new connection the same Hello, a new host ring, the GPU
  *     path's registrations and the subscription, all confirmed by one Status round trip before
  *     pushes go out again (st.reconnects).
  *   - Pushes in flight at the loss are abandoned (replies_abandon_all: released, counted); pushes

@@ -579,7 +579,8 @@ class Client(object):
         """The daemon's status as a dict (the fields of attnstat_daemon_status; 'workers' and
         'client_list' are lists of dicts, 'clients' is the number connected). Works without a
         hello. It holds the client's lock while it waits for the reply (the library has no
-        non-blocking form of it): pushes from other threads meanwhile are dropped as busy."""
+        non-blocking form of it): pushes from other threads meanwhile are dropped as busy. Raises
+        AttnstatError (ECLOSED) while the library reconnects to a daemon that went away."""
         with self._lock:
             self._enter()
             out = _lib.DaemonStatus()
@@ -683,7 +684,8 @@ class Client(object):
         return getattr(self._lib, "_attnstat_path", None)
 
     def fileno(self):
-        """The socket descriptor, to wait on in a selector (readable: call poll(0))."""
+        """The socket descriptor, to wait on in a selector (readable: call poll(0)). It changes
+        when the library reconnects, and is -1 while it is not connected."""
         with self._lock:
             return int(self._lib.attnstat_fd(self._handle()))
 
