@@ -2,14 +2,37 @@
  * client_peer.h). Links proto/ (framing). */
 #include "client_peer.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "frame.h"
+int peer_read(int fd, frame_reader *rd, peer_message_fn fn, void *ctx)
+{
+    size_t avail;
+    uint8_t *dst = frame_reader_space(rd, 65536, &avail);
+    ssize_t n = dst ? recv(fd, dst, avail, 0) : -1;
+    if (n <= 0)
+        return -1;
+    frame_reader_commit(rd, (size_t)n);
+    const uint8_t *pl;
+    uint32_t len;
+    char why[128];
+    while (frame_reader_next(rd, &pl, &len, why, sizeof why) == 1) {
+        Attnstat__Envelope *env = frame_decode(pl, len, NULL);
+        frame_reader_consume(rd);
+        int r = env ? fn(ctx, env) : 0;
+        if (env)
+            attnstat__envelope__free_unpacked(env, NULL);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
+    return 0;
+}
 
 int peer_send(int fd, const Attnstat__Envelope *env)
 {
@@ -54,6 +77,19 @@ int peer_compare(const uint8_t *map, uint64_t map_size, const Attnstat__TensorRe
                     bad += memcmp(map + ro, src, es) != 0;
                 }
     return bad;
+}
+
+void peer_map(const Attnstat__RegisterBuffer *rb, uint8_t **map, uint64_t *size)
+{
+    int sfd = shm_open(rb->shm_name, O_RDONLY, 0);
+    if (sfd < 0)
+        return;
+    void *m = mmap(NULL, rb->size, PROT_READ, MAP_SHARED, sfd, 0);
+    close(sfd);
+    if (m != MAP_FAILED) {
+        *map = m;
+        *size = rb->size;
+    }
 }
 
 int peer_listen(const char *path)

@@ -129,63 +129,65 @@ static void lpeer_note(lpeer *p, seen *s, const Attnstat__Envelope *env)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* One connection the peer serves. */
+typedef struct {
+    lpeer *p;
+    seen *s;
+    int fd;
+    act a;
+    uint8_t *map;
+    uint64_t map_size;
+} lconn;
+
 /* One push: compared with what the test expects (in the ring mapped), answered unless silent. */
-static void lpeer_push(lpeer *p, seen *s, int fd, act a, const Attnstat__Push *pu,
-                       const uint8_t *map, uint64_t map_size)
+static void lpeer_push(lconn *k, const Attnstat__Push *pu)
 {
+    lpeer *p = k->p;
     int bad = 0;
     if (p->expect[0])
-        bad = !map || peer_compare(map, map_size, pu->q, p->expect[0]) ||
-              peer_compare(map, map_size, pu->k, p->expect[1]);
+        bad = !k->map || peer_compare(k->map, k->map_size, pu->q, p->expect[0]) ||
+              peer_compare(k->map, k->map_size, pu->k, p->expect[1]);
     pthread_mutex_lock(&p->mu);
-    s->pushes++;
-    s->mismatches += bad;
+    k->s->pushes++;
+    k->s->mismatches += bad;
     pthread_mutex_unlock(&p->mu);
-    if (a == ACT_SILENT)
+    if (k->a == ACT_SILENT)
         return;
     Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
     rl.seq = pu->seq;
-    lpeer_reply(fd, ATTNSTAT__ENVELOPE__MSG_RELEASE, &rl);
+    lpeer_reply(k->fd, ATTNSTAT__ENVELOPE__MSG_RELEASE, &rl);
     Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
     ak.seq = pu->seq;
     ak.code = ATTNSTAT__CODE__OK;
-    lpeer_reply(fd, ATTNSTAT__ENVELOPE__MSG_ACK, &ak);
+    lpeer_reply(k->fd, ATTNSTAT__ENVELOPE__MSG_ACK, &ak);
 }
 
-/* Handles one message; returns 1 when the connection is to be hung up. */
-static int lpeer_message(lpeer *p, seen *s, int fd, act a, const Attnstat__Envelope *env,
-                         uint8_t **map, uint64_t *map_size)
+/* Handles one message (peer_read's handler); returns -1 when the connection is to be hung up. */
+static int lpeer_message(void *ctx, const Attnstat__Envelope *env)
 {
-    lpeer_note(p, s, env);
+    lconn *k = ctx;
+    lpeer_note(k->p, k->s, env);
     if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO) {
-        if (a == ACT_VERSION) {
-            lpeer_error(fd, ATTNSTAT__CODE__VERSION, "protocol version 1 is not supported: this "
-                        "daemon speaks version 9");
-            return 1;
+        if (k->a == ACT_VERSION) {
+            lpeer_error(k->fd, ATTNSTAT__CODE__VERSION, "protocol version 1 is not supported: "
+                        "this daemon speaks version 9");
+            return -1;
         }
         Attnstat__HelloReply hr = ATTNSTAT__HELLO_REPLY__INIT;
         hr.protocol_version = 1;
         hr.run_id = 42;
         hr.max_frame = FRAME_MAX_DEFAULT;
-        lpeer_reply(fd, ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY, &hr);
-        return a == ACT_HANGUP;
+        lpeer_reply(k->fd, ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY, &hr);
+        return k->a == ACT_HANGUP ? -1 : 0;
     }
-    if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER && !*map) {
-        const Attnstat__RegisterBuffer *rb = env->register_buffer;
-        int sfd = shm_open(rb->shm_name, O_RDONLY, 0);
-        void *m = sfd >= 0 ? mmap(NULL, rb->size, PROT_READ, MAP_SHARED, sfd, 0) : MAP_FAILED;
-        if (sfd >= 0)
-            close(sfd);
-        if (m != MAP_FAILED) {
-            *map = m;
-            *map_size = rb->size;
-        }
+    if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER && !k->map) {
+        peer_map(env->register_buffer, &k->map, &k->map_size);
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS) {
         Attnstat__StatusReply sr = ATTNSTAT__STATUS_REPLY__INIT;
         sr.daemon_version = "scripted";
-        lpeer_reply(fd, ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY, &sr);
+        lpeer_reply(k->fd, ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY, &sr);
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
-        lpeer_push(p, s, fd, a, env->push, *map, *map_size);
+        lpeer_push(k, env->push);
     }
     return 0;
 }
@@ -197,12 +199,11 @@ static int lpeer_serve(lpeer *p, int fd, seen *s, act a)
         lpeer_error(fd, ATTNSTAT__CODE__BUSY, "too many clients (max_clients 1): try again later");
         return 0;
     }
+    lconn k = {p, s, fd, a, NULL, 0};
     frame_reader rd;
     frame_reader_init(&rd, FRAME_MAX_DEFAULT);
-    uint8_t *map = NULL;
-    uint64_t map_size = 0;
-    int quit = 0, done = 0;
-    while (!done) {
+    int quit = 0;
+    for (;;) {
         struct pollfd pf[2] = {{.fd = fd, .events = POLLIN}, {.fd = p->ctl[0], .events = POLLIN}};
         if (poll(pf, 2, -1) < 0)
             continue;
@@ -216,29 +217,15 @@ static int lpeer_serve(lpeer *p, int fd, seen *s, act a)
                 lpeer_reply(fd, ATTNSTAT__ENVELOPE__MSG_ALERT, &al);
             }
             quit = cmd == 'q';
-            done = cmd == 'q' || cmd == 'h';
+            if (cmd == 'q' || cmd == 'h')
+                break;
             continue;
         }
-        size_t avail;
-        uint8_t *dst = frame_reader_space(&rd, 65536, &avail);
-        ssize_t n = recv(fd, dst, avail, 0);
-        if (n <= 0)
+        if (peer_read(fd, &rd, lpeer_message, &k) != 0)
             break;
-        frame_reader_commit(&rd, (size_t)n);
-        const uint8_t *pl;
-        uint32_t len;
-        char why[128];
-        while (!done && frame_reader_next(&rd, &pl, &len, why, sizeof why) == 1) {
-            Attnstat__Envelope *env = frame_decode(pl, len, NULL);
-            frame_reader_consume(&rd);
-            if (env) {
-                done = lpeer_message(p, s, fd, a, env, &map, &map_size);
-                attnstat__envelope__free_unpacked(env, NULL);
-            }
-        }
     }
-    if (map)
-        munmap(map, map_size);
+    if (k.map)
+        munmap(k.map, k.map_size);
     frame_reader_free(&rd);
     return quit;
 }
