@@ -1,21 +1,27 @@
-/* client_internal.h — the one struct the files of libattnstat share: struct attnstat_client, and the
- * in-flight slot of a push. Internal to the library (never installed, never seen by callers).
+/* client_internal.h — the one struct the files of libattnstat share: struct attnstat_client, the
+ * in-flight slot of a push, and the phases of the client's link to the daemon. Internal to the
+ * library (never installed, never seen by callers).
  *
  * Who touches which fields (a file reads what it needs; it writes only its own):
- *   conn.c     the socket and its byte queues: fd, closed, why_closed, sock_path, rd, oq*.
+ *   conn.c     the socket and its byte queues: fd, closed, why_closed, sock_path, rd, oq*; back to
+ *              the defaults of a new connection (max_frame, rd.max_frame) when one is made.
  *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
- *              hello_sent, hello_done; timeout_ms (for the length of one attnstat_status call);
- *              wait_error (cleared before it waits for a reply).
- *   push.c     the host ring and the pushes: shm_*, map, ring_bytes, ring, inflight (allocates it;
- *              fills a slot when a push is sent), next_seq, gpu; the push counters of st (pushed,
- *              sent, in_flight++, dropped_*, cuda_*, releases_pending++).
+ *              hello_sent; timeout_ms (for the length of one attnstat_status call); wait_error
+ *              (cleared before it waits for a reply); sub_* (what attnstat_subscribe asked for);
+ *              flush_abandoned.
+ *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, got_hello_reply
+ *              (cleared before a Hello), the link counters of st (disconnects, reconnects,
+ *              dropped_disconnected, and dropped_local for the pushes it drops).
+ *   hostring.c the host ring: shm_*, map, ring, inflight (allocates it), st.ring_bytes.
+ *   push.c     the pushes: fills an in-flight slot when a push is sent, next_seq, gpu; the push
+ *              counters of st (pushed, sent, in_flight++, dropped_*, cuda_*, releases_pending++).
  *   replies.c  what the daemon answers: run_id, got_hello_reply, status_env, wait_error*, the
- *              callbacks, released_all, in-flight slots (frees them), max_frame and rd.max_frame
- *              (set from the HelloReply), the reply counters of st (acked, released, errors,
- *              alerts, rejected, dropped_daemon, in_flight--, releases_pending--, last_*).
+ *              callbacks, in-flight slots (frees them), max_frame and rd.max_frame (set from the
+ *              HelloReply), the reply counters of st (acked, released, errors, alerts, rejected,
+ *              dropped_daemon, abandoned, in_flight--, releases_pending--, last_*).
  *   every file err, through client_fail() (the message of the last failed call).
  *
- * Stage: a header below conn/push/replies/session; includes the public header, the framing of
+ * Stage: a header below every file of the library; includes the public header, the framing of
  * proto/, and the ring and GPU headers for the types of its fields. */
 #ifndef ATTNSTAT_CLIENT_INTERNAL_H
 #define ATTNSTAT_CLIENT_INTERNAL_H
@@ -31,6 +37,22 @@
 
 #define CLIENT_MAX_INFLIGHT 16384u /* power of two: the in-flight table is indexed by seq */
 #define CLIENT_RING_ID 1u          /* the buffer id of the host ring */
+
+/* Where the client stands with the daemon (link.c). A client starts UP once connected; hello
+ * takes it through HELLO and REGISTER back to UP. A connection lost after a successful hello (or
+ * by a client that never says hello) goes DOWN, and each attempt goes CONNECTING (when the connect
+ * does not complete at once), HELLO (a run to resume), REGISTER, and UP again; an attempt that
+ * fails goes DOWN with a longer delay. CLOSED is for good: refused, or lost before hello
+ * succeeded. */
+typedef enum {
+    LINK_UP = 0,     /* connected: the run (after hello) and the subscription established */
+    LINK_HELLO,      /* Hello sent: waiting for the HelloReply */
+    LINK_REGISTER,   /* ring, GPU registrations, Subscribe and a Status sent: waiting for the
+                        StatusReply that confirms them */
+    LINK_DOWN,       /* no connection: the next attempt at link_retry_at */
+    LINK_CONNECTING, /* a non-blocking connect under way */
+    LINK_CLOSED,     /* gone for good */
+} link_phase;
 
 /* A push sent and not yet acknowledged (slot seq & (CLIENT_MAX_INFLIGHT - 1)). */
 typedef struct {
@@ -58,9 +80,29 @@ struct attnstat_client {
     void (*on_frame)(attnstat_client *c, const uint8_t *payload, uint32_t len);
 
     /* session.c */
-    int hello_sent, hello_done;
+    int hello_sent;
+    int sub_alerts, sub_results, subscribed; /* what attnstat_subscribe asked for */
+    uint64_t flush_abandoned;                /* st.abandoned when flush last reported */
 
-    /* push.c */
+    /* link.c */
+    int hello_done;
+    link_phase link;
+    int link_resuming;          /* the connection is one the library made again */
+    int64_t link_deadline;      /* HELLO, REGISTER, CONNECTING: the attempt is given up then */
+    int64_t link_retry_at;      /* DOWN: when the next attempt is made */
+    int link_backoff_ms;        /* the delay after the next failed attempt (before jitter) */
+    uint64_t link_jitter;       /* state of the jitter's generator */
+    uint32_t link_attempts;     /* attempts since the connection was lost */
+    uint64_t link_dropped_mark; /* st.dropped_disconnected when it was lost */
+    char link_lost_why[200];    /* why the connection was lost, or why the daemon refused us */
+    char link_retry_why[300];   /* why the last attempt failed */
+    char *hello_run, *hello_config; /* the hello, kept to be sent again (NULL: none) */
+    int32_t hello_rank, hello_ndev;
+    int hello_has_th;
+    attnstat_thresholds hello_th;
+    char **hello_devices;
+
+    /* hostring.c: the host ring of the current connection */
     int shm_fd;
     int shm_linked;        /* name still exists in /dev/shm */
     char shm_name[64];
@@ -68,6 +110,8 @@ struct attnstat_client {
     uint64_t ring_bytes;
     ring ring;
     client_inflight *inflight; /* [CLIENT_MAX_INFLIGHT] */
+
+    /* push.c */
     uint64_t next_seq;
     gpu_state *gpu;          /* made at the first CUDA push */
 
@@ -86,7 +130,6 @@ struct attnstat_client {
     void *ack_user;
     attnstat_release_fn release_fn;
     void *release_user;
-    int released_all;        /* the connection is lost and every push was released */
 
     /* shared, as said at the top */
     attnstat_counters st;

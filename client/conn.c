@@ -20,46 +20,104 @@
 
 #define CONN_READ_CHUNK 65536u
 
-attnstat_code conn_open(attnstat_client *c, const char *path, attnstat_error *err)
+/* ---- Connecting ------------------------------------------------------------------------------- */
+int conn_connect_start(attnstat_client *c, int *e)
 {
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (c->fd < 0)
-        return util_fail_error(err, ATTNSTAT_EIO, "socket(AF_UNIX): %s", strerror(errno));
+    if (c->fd < 0) {
+        *e = errno;
+        return -1;
+    }
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int r;
-    do
-        r = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
-    while (r < 0 && errno == EINTR);
-    if (r < 0 && errno == EAGAIN) {
-        /* The listen backlog is full: wait for room, up to the timeout. */
-        int64_t deadline = util_now_ms() + c->timeout_ms;
-        while (r < 0 && errno == EAGAIN && util_now_ms() < deadline) {
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            r = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
-        }
+    memcpy(sa.sun_path, c->sock_path, strlen(c->sock_path) + 1);
+    int r = connect(c->fd, (struct sockaddr *)&sa, sizeof sa);
+    if (r == 0)
+        return conn_connect_done(c, e);
+    *e = errno;
+    if (*e == EINPROGRESS || *e == EINTR) /* it goes on without us: conn_connect_done says */
+        return 1;
+    close(c->fd);
+    c->fd = -1;
+    return -1;
+}
+
+int conn_connect_done(attnstat_client *c, int *e)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+    if (poll(&p, 1, 0) == 0)
+        return 1;
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+        soerr = errno;
+    if (soerr != 0) {
+        *e = soerr;
+        close(c->fd);
+        c->fd = -1;
+        return -1;
+    }
+    /* A new connection: nothing of the old one is left to send or to read. */
+    c->closed = 0;
+    c->why_closed[0] = '\0';
+    c->oq_start = c->oq_end = 0;
+    frame_reader_free(&c->rd);
+    frame_reader_init(&c->rd, FRAME_MAX_DEFAULT);
+    c->max_frame = FRAME_MAX_DEFAULT;
+    return 0;
+}
+
+void conn_connect_why(int e, const char *path, char *buf, size_t len)
+{
+    if (e == ENOENT)
+        snprintf(buf, len, "cannot connect to attnstatd at %s: no such socket (is attnstatd "
+                 "running? pass its --socket path or set ATTNSTAT_SOCKET)", path);
+    else if (e == ECONNREFUSED)
+        snprintf(buf, len, "cannot connect to attnstatd at %s: connection refused (stale socket: "
+                 "attnstatd is not running)", path);
+    else if (e == EACCES || e == EPERM)
+        snprintf(buf, len, "cannot connect to attnstatd at %s: permission denied (the socket is "
+                 "mode 0660: join the daemon's group, or start it with --allow-group)", path);
+    else if (e == EAGAIN)
+        snprintf(buf, len, "cannot connect to attnstatd at %s: its listen backlog is full", path);
+    else
+        snprintf(buf, len, "cannot connect to attnstatd at %s: %s", path, strerror(e));
+}
+
+attnstat_code conn_open(attnstat_client *c, attnstat_error *err)
+{
+    /* The listen backlog may be full (EAGAIN): wait for room, up to the timeout. */
+    int64_t deadline = util_now_ms() + c->timeout_ms;
+    int e = 0, r;
+    while ((r = conn_connect_start(c, &e)) < 0 && e == EAGAIN && util_now_ms() < deadline) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    while (r == 1 && util_now_ms() < deadline) { /* under way: wait for it, up to the timeout */
+        struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+        poll(&p, 1, conn_remaining(deadline));
+        r = conn_connect_done(c, &e);
     }
     if (r == 0)
         return ATTNSTAT_OK;
-    int e = errno;
-    if (e == ENOENT)
-        return util_fail_error(err, ATTNSTAT_ECONNECT,
-                               "cannot connect to attnstatd at %s: no such socket (is attnstatd "
-                               "running? pass its --socket path or set ATTNSTAT_SOCKET)", path);
-    if (e == ECONNREFUSED)
-        return util_fail_error(err, ATTNSTAT_ECONNECT,
-                               "cannot connect to attnstatd at %s: connection refused (stale "
-                               "socket: attnstatd is not running)", path);
-    if (e == EACCES || e == EPERM)
-        return util_fail_error(err, ATTNSTAT_ECONNECT,
-                               "cannot connect to attnstatd at %s: permission denied (the socket "
-                               "is mode 0660: join the daemon's group, or start it with "
-                               "--allow-group)", path);
-    return util_fail_error(err, ATTNSTAT_ECONNECT, "cannot connect to attnstatd at %s: %s", path,
-                           strerror(e));
+    if (r == 1) {
+        close(c->fd);
+        c->fd = -1;
+        e = ETIMEDOUT;
+    }
+    char why[400];
+    conn_connect_why(e, c->sock_path, why, sizeof why);
+    return util_fail_error(err, ATTNSTAT_ECONNECT, "%s", why);
+}
+
+void conn_reset(attnstat_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->closed = 1;
+    c->oq_start = c->oq_end = 0;
 }
 
 void conn_shutdown(attnstat_client *c)

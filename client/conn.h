@@ -8,10 +8,11 @@
  *   - conn_send writes what the socket takes now and queues the rest; a droppable frame (a push)
  *     is refused with ATTNSTAT_DROPPED when the queue is already over its bound.
  *   - Once the connection breaks, c->closed is set with the reason (conn_closed reports it), and
- *     every later call fails fast.
+ *     every later call fails fast until a new connection is made (conn_connect_*, which start it
+ *     afresh: nothing of the old one is sent or read).
  *
- * Stage: the transport, called by push.c and session.c; calls only util.c, proto/frame.c and the
- * handler it was given. */
+ * Stage: the transport, called by link.c, push.c and session.c; calls only util.c, proto/frame.c
+ * and the handler it was given. */
 #ifndef ATTNSTAT_CONN_H
 #define ATTNSTAT_CONN_H
 
@@ -20,10 +21,27 @@
 
 #include "client_internal.h"
 
-/* Connects c (fields set to their defaults by the caller) to the socket at path, waiting for room
- * in the listen backlog up to c->timeout_ms. Returns ATTNSTAT_OK, or an error with err set
- * (ECONNECT with what to do about it, EIO). */
-attnstat_code conn_open(attnstat_client *c, const char *path, attnstat_error *err);
+/* Connects c (fields set to their defaults by the caller) to the socket at c->sock_path, waiting
+ * for room in the listen backlog up to c->timeout_ms. Returns ATTNSTAT_OK, or ECONNECT with err
+ * saying what to do about it. */
+attnstat_code conn_open(attnstat_client *c, attnstat_error *err);
+
+/* One attempt, without waiting: a new non-blocking socket (c->fd) connecting to c->sock_path.
+ * Returns 0 when connected (a new connection: see the top), 1 when the connect goes on (ask
+ * conn_connect_done), -1 when it failed (the socket closed; *e the errno, conn_connect_why says
+ * it in words). */
+int conn_connect_start(attnstat_client *c, int *e);
+
+/* For a connect that goes on: 0 connected, 1 still under way, -1 failed (as above). Never waits. */
+int conn_connect_done(attnstat_client *c, int *e);
+
+/* The sentence for a connect that failed with errno e ("... no such socket (is attnstatd
+ * running? ...)"). */
+void conn_connect_why(int e, const char *path, char *buf, size_t len);
+
+/* Forgets a broken connection: the socket is closed (c->fd -1), queued bytes are dropped;
+ * c->closed stays set (with its reason) until a new connection is made. */
+void conn_reset(attnstat_client *c);
 
 /* Sends what can be sent without waiting, closes the socket and frees the queues. */
 void conn_shutdown(attnstat_client *c);

@@ -10,10 +10,12 @@
  * Allocations that cannot be shared (cuMemMap pools such as PyTorch's expandable_segments) are
  * copied into the device's staging ring, and one interprocess event is recorded on the caller's
  * stream: both come from the device's pool (gpu_pool.c). Nothing here synchronises the device or
- * waits for the daemon.
+ * waits for the daemon. Each export's IPC handle is kept, so that a new connection (a daemon
+ * restart) gets the same registrations again without a CUDA call.
  *
- * Stage: called by push.c (prepare), replies.c (release, refused registrations) and session.c
- * (version, device UUID, counters, free). Calls gpu_pool.c, util.c and the CUDA runtime. */
+ * Stage: called by push.c (prepare), replies.c (release, refused registrations), link.c (register
+ * again) and session.c (version, device UUID, counters, free). Calls gpu_pool.c, util.c and the
+ * CUDA runtime. */
 #include "gpu_export.h"
 
 #include <stdio.h>
@@ -45,6 +47,7 @@ typedef struct {
     int staged_only;           /* export failed: stage this allocation's tensors */
     uint32_t inflight;
     uint64_t last_use;
+    cudaIpcMemHandle_t h;      /* its export, kept to register it again on a new connection */
 } gpu_buf;
 
 /* A device as this client uses it: usable (its UUID known, its pool made) or not, and why. */
@@ -269,6 +272,14 @@ static attnstat_code gpu_lookup_ptr(gpu_state *g, const attnstat_tensor *t, cons
     return ATTNSTAT_OK;
 }
 
+/* Registers exported allocation b with the daemon (its id, size, handle and device). */
+static attnstat_code gpu_send_buf(const gpu_state *g, const gpu_buf *b, gpu_emit_fn emit,
+                                  void *ectx)
+{
+    return gpu_pool_send_buffer(b->id, b->size, b->h.reserved, sizeof b->h.reserved,
+                                g->dev[b->dev].uuid, emit, ectx);
+}
+
 /* The cache entry of an exportable allocation, exporting it when new. NULL with *rc set when it
  * cannot be had now; *stage set when it must be staged instead. */
 static gpu_buf *gpu_cache_export(gpu_state *g, const gpu_ptr *p, gpu_emit_fn emit, void *ectx,
@@ -331,8 +342,7 @@ static gpu_buf *gpu_cache_export(gpu_state *g, const gpu_ptr *p, gpu_emit_fn emi
     b->size = p->size;
     b->dev = p->dev;
     b->last_use = ++g->clock;
-    cudaIpcMemHandle_t h;
-    cudaError_t e = cudaIpcGetMemHandle(&h, (void *)p->base);
+    cudaError_t e = cudaIpcGetMemHandle(&b->h, (void *)p->base);
     if (e != cudaSuccess) {
         /* Shareable by its attributes, refused anyway: stage it from now on. */
         b->staged_only = 1;
@@ -341,18 +351,7 @@ static gpu_buf *gpu_cache_export(gpu_state *g, const gpu_ptr *p, gpu_emit_fn emi
         return b;
     }
     b->id = g->next_buf_id++;
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = b->id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = p->size;
-    rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)h.reserved;
-    rb.ipc_handle.len = sizeof h.reserved;
-    rb.device_uuid = g->dev[p->dev].uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    *rc = emit(ectx, &env);
+    *rc = gpu_send_buf(g, b, emit, ectx);
     if (*rc != ATTNSTAT_OK) {
         memset(b, 0, sizeof *b);
         snprintf(err, errlen, "cannot register a CUDA allocation with attnstatd");
@@ -528,6 +527,23 @@ void gpu_release(gpu_state *g, uint64_t seq, const gpu_hold *h)
     }
 }
 
+attnstat_code gpu_reregister(gpu_state *g, gpu_emit_fn emit, void *ectx)
+{
+    if (!g)
+        return ATTNSTAT_OK;
+    attnstat_code rc = ATTNSTAT_OK;
+    /* Events and staging rings first, as at their first use: before any push names them. */
+    for (int d = 0; d < GPU_MAX_DEVICES && rc == ATTNSTAT_OK; d++)
+        if (g->dev[d].ready)
+            rc = gpu_pool_reregister(g->dev[d].pool, emit, ectx);
+    for (int i = 0; i < GPU_MAX_BUFS && rc == ATTNSTAT_OK; i++) {
+        gpu_buf *b = &g->bufs[i];
+        if (b->cu_id && !b->dead && !b->staged_only && g->dev[b->dev].ready)
+            rc = gpu_send_buf(g, b, emit, ectx);
+    }
+    return rc;
+}
+
 int gpu_on_refused(gpu_state *g, uint64_t ref, const char *msg)
 {
     if (!g || ref < GPU_BUF_ID0)
@@ -603,6 +619,12 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
 void gpu_release(gpu_state *g, uint64_t seq, const gpu_hold *h)
 {
     (void)g, (void)seq, (void)h;
+}
+
+attnstat_code gpu_reregister(gpu_state *g, gpu_emit_fn emit, void *ectx)
+{
+    (void)g, (void)emit, (void)ectx;
+    return ATTNSTAT_OK;
 }
 
 int gpu_on_refused(gpu_state *g, uint64_t ref, const char *msg)

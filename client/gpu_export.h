@@ -13,8 +13,8 @@
  * that needs them.
  *
  * Stage: the GPU half of a push. Implemented by gpu_export.c (the export cache, the preparation of
- * one push) over gpu_pool.c (each device's events and staging ring). Called by push.c, replies.c
- * and session.c. */
+ * one push) over gpu_pool.c (each device's events and staging ring). Called by push.c, replies.c,
+ * link.c and session.c. */
 #ifndef ATTNSTAT_GPU_EXPORT_H
 #define ATTNSTAT_GPU_EXPORT_H
 
@@ -76,6 +76,13 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
  * only once the copy into it has completed on the caller's stream (cudaEventQuery, never a wait);
  * until then it is kept aside and freed by a later call. */
 void gpu_release(gpu_state *g, uint64_t seq, const gpu_hold *h);
+
+/* The connection is new (the daemon restarted and lost every registration): registers again,
+ * through emit and under the same ids, what this client holds: each usable device's events and
+ * staging ring, then every exported allocation still cached. Called with nothing in flight (the
+ * pushes of the lost connection were released first). Makes no CUDA call: the IPC handles were
+ * kept when they were made. Returns ATTNSTAT_OK or what emit returned. g may be NULL. */
+attnstat_code gpu_reregister(gpu_state *g, gpu_emit_fn emit, void *ectx);
 
 /* The daemon refused a registration (an Error whose ref is a buffer or event id of ours): the
  * device is marked unusable so that later pushes fail at once with err's message (ENOTSUP).

@@ -5,7 +5,8 @@
  * The staging ring is one cudaMalloc'd block (ATTNSTAT_CUDA_STAGING_BYTES, default 64 MiB) managed
  * by ring.c, exported once. A staged push's block is keyed by its seq; when the push is released
  * while the copy into its block may still be queued on the caller's stream, block and event are
- * kept aside (defer[]) until cudaEventQuery says the copy is done.
+ * kept aside (defer[]) until cudaEventQuery says the copy is done. The IPC handles of the events
+ * and of the staging ring are kept, so that a new connection gets them again without a CUDA call.
  *
  * Stage: below gpu_export.c. Calls ring.c, util.c and the CUDA runtime. */
 #include "gpu_pool.h"
@@ -35,6 +36,7 @@ struct gpu_pool {
     int dev;
     char uuid[48];
     cudaEvent_t *ev;
+    cudaIpcEventHandle_t *ev_h; /* their exports */
     uint32_t *ev_id;
     int32_t *free_ev;          /* stack of free pool indices */
     int nev, nfree;
@@ -44,6 +46,7 @@ struct gpu_pool {
     uint64_t stage_bytes;
     ring sring;
     uint32_t stage_id;
+    cudaIpcMemHandle_t stage_h;
     int stage_state;           /* 0: not made, 1: ready, -1: failed (stage_err) */
     char stage_err[256];
 };
@@ -69,6 +72,7 @@ void gpu_pool_free(gpu_pool *p)
     if (p->stage_state == 1)
         ring_destroy(&p->sring);
     free(p->ev);
+    free(p->ev_h);
     free(p->ev_id);
     free(p->free_ev);
     free(p->defer);
@@ -107,6 +111,57 @@ static void gpu_pool_restore_device(int d, int saved)
         cudaSetDevice(saved);
 }
 
+/* ---- Registrations ---------------------------------------------------------------------------- */
+/* Registers event i of the pool with the daemon. */
+static attnstat_code gpu_pool_send_event(const gpu_pool *p, int i, gpu_emit_fn emit, void *ectx)
+{
+    Attnstat__RegisterEvent re = ATTNSTAT__REGISTER_EVENT__INIT;
+    re.id = p->ev_id[i];
+    re.ipc_handle.data = (uint8_t *)p->ev_h[i].reserved;
+    re.ipc_handle.len = sizeof p->ev_h[i].reserved;
+    re.device_uuid = (char *)p->uuid;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_EVENT;
+    env.register_event = &re;
+    return emit(ectx, &env);
+}
+
+attnstat_code gpu_pool_send_buffer(uint32_t id, uint64_t size, const void *handle, size_t hlen,
+                                   const char *uuid, gpu_emit_fn emit, void *ectx)
+{
+    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
+    rb.id = id;
+    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+    rb.size = size;
+    rb.has_ipc_handle = 1;
+    rb.ipc_handle.data = (uint8_t *)handle;
+    rb.ipc_handle.len = hlen;
+    rb.device_uuid = (char *)uuid;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
+    env.register_buffer = &rb;
+    return emit(ectx, &env);
+}
+
+/* Registers the staging ring with the daemon. */
+static attnstat_code gpu_pool_send_stage(const gpu_pool *p, gpu_emit_fn emit, void *ectx)
+{
+    return gpu_pool_send_buffer(p->stage_id, p->stage_bytes, p->stage_h.reserved,
+                                sizeof p->stage_h.reserved, p->uuid, emit, ectx);
+}
+
+attnstat_code gpu_pool_reregister(gpu_pool *p, gpu_emit_fn emit, void *ectx)
+{
+    if (!p)
+        return ATTNSTAT_OK;
+    attnstat_code rc = ATTNSTAT_OK;
+    for (int i = 0; i < p->nev && rc == ATTNSTAT_OK; i++)
+        rc = gpu_pool_send_event(p, i, emit, ectx);
+    if (rc == ATTNSTAT_OK && p->stage_state == 1)
+        rc = gpu_pool_send_stage(p, emit, ectx);
+    return rc;
+}
+
 /* ---- Events ----------------------------------------------------------------------------------- */
 /* Adds GPU_POOL_EVENT_CHUNK interprocess events to the pool and registers them. */
 static attnstat_code gpu_pool_grow_events(gpu_pool *p, uint32_t *next_event_id, gpu_emit_fn emit,
@@ -118,7 +173,10 @@ static attnstat_code gpu_pool_grow_events(gpu_pool *p, uint32_t *next_event_id, 
     cudaEvent_t *ev = realloc(p->ev, (size_t)cap * sizeof *ev);
     if (ev)
         p->ev = ev;
-    uint32_t *ids = ev ? realloc(p->ev_id, (size_t)cap * sizeof *ids) : NULL;
+    cudaIpcEventHandle_t *hs = ev ? realloc(p->ev_h, (size_t)cap * sizeof *hs) : NULL;
+    if (hs)
+        p->ev_h = hs;
+    uint32_t *ids = hs ? realloc(p->ev_id, (size_t)cap * sizeof *ids) : NULL;
     if (ids)
         p->ev_id = ids;
     int32_t *fr = ids ? realloc(p->free_ev, (size_t)cap * sizeof *fr) : NULL;
@@ -127,7 +185,7 @@ static attnstat_code gpu_pool_grow_events(gpu_pool *p, uint32_t *next_event_id, 
     gpu_deferred *df = fr ? realloc(p->defer, (size_t)cap * sizeof *df) : NULL;
     if (df)
         p->defer = df;
-    if (!ev || !ids || !fr || !df)
+    if (!ev || !hs || !ids || !fr || !df)
         return util_fail(err, errlen, ATTNSTAT_ENOMEM, "out of memory for the CUDA event pool");
     int d = p->dev, saved = 0;
     cudaError_t e = gpu_pool_on_device(d, &saved);
@@ -144,8 +202,7 @@ static attnstat_code gpu_pool_grow_events(gpu_pool *p, uint32_t *next_event_id, 
                            cudaGetErrorString(e));
             break;
         }
-        cudaIpcEventHandle_t h;
-        e = cudaIpcGetEventHandle(&h, x);
+        e = cudaIpcGetEventHandle(&p->ev_h[p->nev], x);
         if (e != cudaSuccess) {
             cudaEventDestroy(x);
             rc = util_fail(err, errlen, ATTNSTAT_ENOTSUP,
@@ -153,23 +210,14 @@ static attnstat_code gpu_pool_grow_events(gpu_pool *p, uint32_t *next_event_id, 
                            "here)", d, cudaGetErrorString(e));
             break;
         }
-        uint32_t id = (*next_event_id)++;
-        Attnstat__RegisterEvent re = ATTNSTAT__REGISTER_EVENT__INIT;
-        re.id = id;
-        re.ipc_handle.data = (uint8_t *)h.reserved;
-        re.ipc_handle.len = sizeof h.reserved;
-        re.device_uuid = p->uuid;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_EVENT;
-        env.register_event = &re;
-        rc = emit(ectx, &env);
+        p->ev[p->nev] = x;
+        p->ev_id[p->nev] = (*next_event_id)++;
+        rc = gpu_pool_send_event(p, p->nev, emit, ectx);
         if (rc != ATTNSTAT_OK) {
             cudaEventDestroy(x);
             util_fail(err, errlen, rc, "cannot register a CUDA event with attnstatd");
             break;
         }
-        p->ev[p->nev] = x;
-        p->ev_id[p->nev] = id;
         p->free_ev[p->nfree++] = p->nev;
         p->nev++;
     }
@@ -224,8 +272,7 @@ static attnstat_code gpu_pool_staging(gpu_pool *p, uint32_t *next_buf_id, gpu_em
                  "ATTNSTAT_CUDA_STAGING_BYTES", (unsigned long long)bytes, d, cudaGetErrorString(e));
         return util_fail(err, errlen, ATTNSTAT_ENOTSUP, "%s", p->stage_err);
     }
-    cudaIpcMemHandle_t h;
-    e = cudaIpcGetMemHandle(&h, p->stage);
+    e = cudaIpcGetMemHandle(&p->stage_h, p->stage);
     if (e != cudaSuccess || ring_init(&p->sring, bytes, 4096) != 0) {
         cudaFree(p->stage);
         p->stage = NULL;
@@ -237,18 +284,7 @@ static attnstat_code gpu_pool_staging(gpu_pool *p, uint32_t *next_buf_id, gpu_em
     }
     p->stage_bytes = bytes;
     p->stage_id = (*next_buf_id)++;
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = p->stage_id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = bytes;
-    rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)h.reserved;
-    rb.ipc_handle.len = sizeof h.reserved;
-    rb.device_uuid = p->uuid;
-    Attnstat__Envelope envl = ATTNSTAT__ENVELOPE__INIT;
-    envl.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    envl.register_buffer = &rb;
-    attnstat_code rc = emit(ectx, &envl);
+    attnstat_code rc = gpu_pool_send_stage(p, emit, ectx);
     if (rc != ATTNSTAT_OK) {
         ring_destroy(&p->sring);
         cudaFree(p->stage);

@@ -68,6 +68,15 @@ attnstat_code gpu_pool_record(gpu_pool *p, uint64_t seq, void *stream, int stage
  * once its copy has completed. */
 void gpu_pool_release(gpu_pool *p, uint64_t seq, int staged, int32_t event);
 
+/* Sends the RegisterBuffer of a CUDA IPC allocation (id, size, its cudaIpcMemHandle_t's hlen
+ * bytes, the device's UUID) through emit: the one builder of that message for the GPU path. */
+attnstat_code gpu_pool_send_buffer(uint32_t id, uint64_t size, const void *handle, size_t hlen,
+                                   const char *uuid, gpu_emit_fn emit, void *ectx);
+
+/* A new connection: registers again, through emit, the pool's events and its staging ring (when
+ * made) under their old ids. Makes no CUDA call (their IPC handles were kept). p may be NULL. */
+attnstat_code gpu_pool_reregister(gpu_pool *p, gpu_emit_fn emit, void *ectx);
+
 /* The staging ring's buffer id (0 before it is made). */
 uint32_t gpu_pool_stage_id(const gpu_pool *p);
 

@@ -1,89 +1,30 @@
-/* push.c — libattnstat's pushes (see push.h and include/attnstat.h).
+/* push.c — libattnstat's pushes: the checks of a push's arguments and the Push message (host
+ * tensors copied into the host ring, CUDA tensors through gpu_export.c). attnstat_push and
+ * attnstat_push_ex are declared in include/attnstat.h.
  *
- * How a push stays non-blocking: replies already received are processed first (their Releases
- * free ring space), the tensors are copied into a ring block, and the Push frame is handed to
- * conn_send, which writes what the socket takes and queues the rest within a bound. A push that
- * finds no ring block, no in-flight slot or no queue room is dropped and counted.
+ * What it promises: a push never waits; a push that fails after taking ring space gives it back
+ * at once and keeps its seq, so no two blocks ever share one.
+ *
+ * How a push stays non-blocking: the link is moved on first (replies already received are
+ * processed, their Releases freeing ring space; a reconnection takes its next step), the tensors
+ * are copied into a ring block, and the Push frame is handed to conn_send, which writes what the
+ * socket takes and queues the rest within a bound. A push that finds the link not up, no ring
+ * block, no in-flight slot or no queue room is dropped and counted.
  *
  * CUDA tensors go through gpu_export.c (zero-copy by IPC handle, or staged on the device); the
  * push's in-flight slot keeps what it holds (event, staging block, exported allocations) until
  * replies.c releases it.
  *
- * Stage: the sending end of a push. Calls conn.c, replies.c (replies_release_all), gather.c,
- * ring.c, gpu_export.c and util.c. */
-#include "push.h"
-
-#include <errno.h>
-#include <fcntl.h>
+ * Stage: the sending end of a push. Calls link.c (is the link up; the connection lost), conn.c,
+ * gather.c, ring.c, gpu_export.c and util.c. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "client_internal.h"
 #include "conn.h"
 #include "gather.h"
-#include "replies.h"
-
-/* ---- The shared-memory ring ------------------------------------------------------------------- */
-attnstat_code push_make_ring(attnstat_client *c)
-{
-    /* A name nobody else uses: pid, the client's address and the clock; O_EXCL catches the rest. */
-    for (int attempt = 0; attempt < 8; attempt++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        snprintf(c->shm_name, sizeof c->shm_name, "/attnstat-%ld-%lx%lx", (long)getpid(),
-                 (unsigned long)((uintptr_t)c >> 4 & 0xffff),
-                 (unsigned long)((unsigned long)ts.tv_nsec ^ (unsigned long)attempt));
-        c->shm_fd = shm_open(c->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (c->shm_fd >= 0 || errno != EEXIST)
-            break;
-    }
-    if (c->shm_fd < 0)
-        return client_fail(c, ATTNSTAT_EIO, "shm_open(%s): %s (is /dev/shm mounted and writable?)",
-                           c->shm_name, strerror(errno));
-    c->shm_linked = 1;
-    if (ftruncate(c->shm_fd, (off_t)c->ring_bytes) != 0)
-        return client_fail(c, ATTNSTAT_EIO, "ftruncate(%s, %llu bytes): %s", c->shm_name,
-                           (unsigned long long)c->ring_bytes, strerror(errno));
-    void *m = mmap(NULL, c->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->shm_fd, 0);
-    if (m == MAP_FAILED)
-        return client_fail(c, ATTNSTAT_EIO, "mmap of the %llu-byte ring %s: %s (lower ring_bytes?)",
-                           (unsigned long long)c->ring_bytes, c->shm_name, strerror(errno));
-    c->map = m;
-    if (ring_init(&c->ring, c->ring_bytes, CLIENT_MAX_INFLIGHT) != 0)
-        return client_fail(c, ATTNSTAT_EINVAL, "ring size is 0");
-    c->inflight = calloc(CLIENT_MAX_INFLIGHT, sizeof *c->inflight);
-    if (!c->inflight)
-        return client_fail(c, ATTNSTAT_ENOMEM, "out of memory for the in-flight table");
-    c->st.ring_bytes = c->ring_bytes;
-    return ATTNSTAT_OK;
-}
-
-void push_unlink_ring(attnstat_client *c)
-{
-    if (c->shm_linked && shm_unlink(c->shm_name) == 0)
-        c->shm_linked = 0;
-}
-
-void push_free_ring(attnstat_client *c)
-{
-    if (c->map)
-        munmap(c->map, c->ring_bytes);
-    c->map = NULL;
-    if (c->shm_fd >= 0)
-        close(c->shm_fd);
-    c->shm_fd = -1;
-    if (c->shm_linked)
-        shm_unlink(c->shm_name);
-    c->shm_linked = 0;
-    ring_destroy(&c->ring);
-    free(c->inflight);
-    c->inflight = NULL;
-}
+#include "link.h"
 
 /* ---- Checks ----------------------------------------------------------------------------------- */
 static attnstat_code push_check_tensor(attnstat_client *c, const attnstat_tensor *t,
@@ -276,17 +217,16 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
 }
 
 /* A push that conn_send refused (its ring space or GPU resources already given back): counted,
- * and the connection's loss handled (release_all: every push in flight released now). */
-static attnstat_code push_unsent(attnstat_client *c, attnstat_code rc, int release_all)
+ * and the connection's loss handled (the pushes in flight abandoned; the library reconnects). */
+static attnstat_code push_unsent(attnstat_client *c, attnstat_code rc)
 {
     if (rc == ATTNSTAT_DROPPED)
         return push_drop(c, 0);
-    c->st.dropped_local++;
     if (rc == ATTNSTAT_ECLOSED) {
-        if (release_all)
-            replies_release_all(c);
-        return conn_closed(c);
+        link_lost(c);
+        return link_drop(c);
     }
+    c->st.dropped_local++;
     return rc;
 }
 
@@ -351,7 +291,7 @@ static attnstat_code push_host(attnstat_client *c, const attnstat_push_opts *o,
     if (rc != ATTNSTAT_OK) {
         if (ring_abort_last(&c->ring, seq) != 0) /* its space is free again at once */
             ring_release(&c->ring, seq);
-        return push_unsent(c, rc, 0);
+        return push_unsent(c, rc);
     }
     push_sent(c, slot, o, seq, 0, NULL);
     return ATTNSTAT_OK;
@@ -369,12 +309,12 @@ static attnstat_code push_cuda(attnstat_client *c, const attnstat_push_opts *o,
     attnstat_code rc = gpu_prepare(c->gpu, ts, nt, o->cuda_stream, seq, push_emit, c, loc,
                                    &event_id, &gh, &zero_copy, &c->st, c->err, sizeof c->err);
     if (rc != ATTNSTAT_OK) {
-        if (rc == ATTNSTAT_DROPPED || rc == ATTNSTAT_ECLOSED)
-            c->st.dropped_local++;
-        if (rc == ATTNSTAT_ECLOSED) {
-            replies_release_all(c);
-            return conn_closed(c);
+        if (rc == ATTNSTAT_ECLOSED) { /* a registration found the connection gone */
+            link_lost(c);
+            return link_drop(c);
         }
+        if (rc == ATTNSTAT_DROPPED)
+            c->st.dropped_local++;
         return rc;
     }
     Attnstat__TensorRef refs[3];
@@ -389,7 +329,7 @@ static attnstat_code push_cuda(attnstat_client *c, const attnstat_push_opts *o,
             c->st.cuda_zero_copy--;
         else
             c->st.cuda_staged--;
-        return push_unsent(c, rc, 1);
+        return push_unsent(c, rc);
     }
     push_sent(c, slot, o, seq, zero_copy, &gh);
     if (zero_copy) {
@@ -430,15 +370,8 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
     if (!c->hello_done)
         return client_fail(c, ATTNSTAT_ESTATE, "push before a successful attnstat_hello");
     c->st.pushed++;
-    if (!c->closed) {
-        conn_pump_in(c);  /* Releases free ring space */
-        conn_pump_out(c);
-    }
-    if (c->closed) {
-        c->st.dropped_local++;
-        replies_release_all(c);
-        return conn_closed(c);
-    }
+    if (!link_ready(c)) /* also processes what arrived: Releases free ring space */
+        return link_drop(c);
     /* Cheap early test: a queue already over its bound drops before any copy. */
     if (conn_queued(c) + 1024 > c->oq_limit && conn_queued(c) > 0)
         return push_drop(c, 0);

@@ -5,7 +5,8 @@
  * push's memory back before its Ack (the daemon has read the tensors): its ring block (host or
  * staged device ring) and interprocess event go back, and a zero-copy push's release callback
  * runs. Which one comes first varies; both are idempotent per push. An Error whose ref names one of
- * our GPU registrations marks that device unusable for later pushes.
+ * our GPU registrations marks that device unusable for later pushes. When the connection is lost,
+ * every push still in flight is released the same way and its slot freed (abandoned).
  *
  * Stage: the receiving end. Calls util.c, ring.c, gpu_export.c, proto/frame.c and the user's
  * callbacks. */
@@ -95,14 +96,23 @@ static void replies_on_release(attnstat_client *c, uint64_t seq)
         c->st.released++;
 }
 
-void replies_release_all(attnstat_client *c)
+uint64_t replies_abandon_all(attnstat_client *c)
 {
-    if (!c->closed || c->released_all || !c->inflight)
-        return;
-    c->released_all = 1;
-    for (uint32_t i = 0; i < CLIENT_MAX_INFLIGHT; i++)
-        if (c->inflight[i].seq != 0)
-            replies_release_slot(c, &c->inflight[i]);
+    if (!c->inflight)
+        return 0;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < CLIENT_MAX_INFLIGHT; i++) {
+        client_inflight *f = &c->inflight[i];
+        if (f->seq == 0)
+            continue;
+        replies_release_slot(c, f);
+        ring_release(&c->ring, f->seq);
+        f->seq = 0;
+        n++;
+    }
+    c->st.in_flight = c->st.in_flight > n ? c->st.in_flight - n : 0;
+    c->st.abandoned += n;
+    return n;
 }
 
 /* ---- Messages --------------------------------------------------------------------------------- */

@@ -4,7 +4,7 @@
  *
  * What it promises
  *   - Every push sent is released once: by its Release, by a non-OK Ack, or by
- *     replies_release_all when the connection is lost.
+ *     replies_abandon_all when the connection is lost.
  *   - The counters of st that describe answers (acked, released, errors, ...) are changed here
  *     only; last_code / last_error keep the latest rejection or Error.
  *   - User callbacks run from inside replies_on_frame, on the caller's thread.
@@ -22,9 +22,10 @@
  * counted as an error and skipped. */
 void replies_on_frame(attnstat_client *c, const uint8_t *payload, uint32_t len);
 
-/* The connection is gone: nothing will be read any more; every push in flight is released
- * (once). Does nothing while the connection is open. */
-void replies_release_all(attnstat_client *c);
+/* The connection is gone: no Ack will come for the pushes in flight. Each is released (its ring
+ * block, GPU resources, the release callback of a zero-copy push) and its slot freed; they are
+ * counted in st.abandoned and leave st.in_flight. Returns how many there were. */
+uint64_t replies_abandon_all(attnstat_client *c);
 
 /* Forgets the StatusReply kept from before (a blocking call is about to wait for a new one). */
 void replies_forget_status(attnstat_client *c);

@@ -1,21 +1,22 @@
 /* session.c — one libattnstat client from attnstat_connect to attnstat_close: it makes the client
  * and wires its parts (the transport hands each frame to the reply handler), and holds the calls
- * that wait for the daemon — hello with the ring's registration, status, flush, poll — and the
- * counters, the last error and the version. See include/attnstat.h for the promises.
+ * that wait for the daemon — hello, status, flush, poll — and the counters, the last error and the
+ * version. See include/attnstat.h for the promises.
  *
- * Nothing here waits except hello, status, flush and poll, each up to the time it is given.
+ * Nothing here waits except hello, status, flush and poll, each up to the time it is given. Each
+ * of them moves the link on first (link.c): a lost connection is noticed, and a reconnection takes
+ * its next step, inside the calls the caller makes anyway.
  *
- * Stage: the top of libattnstat, the only file that knows every other: calls conn.c, push.c
- * (the ring behind hello), replies.c, gpu_export.c, ring.c and util.c. Nothing calls it. */
-#include <math.h>
+ * Stage: the top of libattnstat: calls link.c (hello, reconnection), conn.c, hostring.c,
+ * replies.c, gpu_export.c, ring.c and util.c. Nothing calls it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "client_internal.h"
 #include "conn.h"
-#include "push.h"
+#include "hostring.h"
+#include "link.h"
 #include "replies.h"
 
 #define SESSION_RING_DEFAULT (64ull << 20)
@@ -72,7 +73,7 @@ attnstat_code attnstat_connect_ex(const attnstat_connect_opts *opts, attnstat_cl
     c->on_frame = replies_on_frame;
     snprintf(c->sock_path, sizeof c->sock_path, "%s", path);
     frame_reader_init(&c->rd, FRAME_MAX_DEFAULT);
-    attnstat_code rc = conn_open(c, path, err);
+    attnstat_code rc = conn_open(c, err);
     if (rc != ATTNSTAT_OK) {
         attnstat_close(c);
         return rc;
@@ -86,9 +87,10 @@ void attnstat_close(attnstat_client *c)
     if (!c)
         return;
     conn_shutdown(c);
-    push_free_ring(c);
+    hostring_free(c);
     replies_forget_status(c);
     gpu_free(c->gpu);
+    link_free(c);
     free(c);
 }
 
@@ -97,28 +99,7 @@ int attnstat_fd(const attnstat_client *c)
     return c ? c->fd : -1;
 }
 
-/* ---- Hello and the ring ----------------------------------------------------------------------- */
-/* Waits until *flag is set, an Error arrives, the connection breaks or the timeout passes. */
-static attnstat_code session_wait_for(attnstat_client *c, const int *flag, const char *what)
-{
-    int64_t deadline = util_now_ms() + c->timeout_ms;
-    while (!*flag) {
-        if (c->wait_error)
-            return client_fail(c, ATTNSTAT_EREFUSED, "attnstatd refused the %s: %s", what,
-                               c->st.last_error);
-        if (c->closed)
-            return client_fail(c, ATTNSTAT_ECLOSED, "attnstatd closed the connection during the "
-                               "%s%s%s", what, c->st.last_error[0] ? ": " : "", c->st.last_error);
-        int left = conn_remaining(deadline);
-        if (left == 0)
-            return client_fail(c, ATTNSTAT_ETIMEDOUT,
-                               "attnstatd at %s did not answer the %s within %d ms", c->sock_path,
-                               what, c->timeout_ms);
-        conn_wait_once(c, left);
-    }
-    return ATTNSTAT_OK;
-}
-
+/* ---- Hello ------------------------------------------------------------------------------------ */
 attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
                              const attnstat_thresholds *th, const char *config_json)
 {
@@ -141,100 +122,21 @@ attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t ran
                                "\"GPU-xxxxxxxx-...\" (attnstat_cuda_device_uuid)", i);
     if (c->hello_sent)
         return client_fail(c, ATTNSTAT_ESTATE, "attnstat_hello was already called on this client");
-    if (c->closed)
-        return client_fail(c, ATTNSTAT_ECLOSED, "the connection is closed");
+    link_advance(c);
+    if (c->closed || c->link != LINK_UP) {
+        char why[400];
+        link_describe(c, why, sizeof why);
+        return client_fail(c, ATTNSTAT_ECLOSED, "the connection is closed%s%s", why[0] ? ": " : "",
+                           why);
+    }
     if (run && strlen(run) > 200)
         return client_fail(c, ATTNSTAT_EINVAL, "run name is %zu bytes long (at most 200)",
                            strlen(run));
+    attnstat_code rc = link_set_hello(c, run, rank, th, config_json, device_uuids, n_devices);
+    if (rc != ATTNSTAT_OK)
+        return rc;
     c->hello_sent = 1;
-
-    Attnstat__Thresholds t = ATTNSTAT__THRESHOLDS__INIT;
-    if (th) {
-#define TH_D(f)                                                                                    \
-    if (!isnan(th->f)) {                                                                           \
-        t.has_##f = 1;                                                                             \
-        t.f = th->f;                                                                               \
-    }
-        TH_D(entropy_floor) TH_D(entropy_drop) TH_D(ema_alpha) TH_D(logit_ceiling)
-        TH_D(collapse_threshold)
-#undef TH_D
-        if (th->raise_after) {
-            t.has_raise_after = 1;
-            t.raise_after = th->raise_after;
-        }
-        if (th->clear_after) {
-            t.has_clear_after = 1;
-            t.clear_after = th->clear_after;
-        }
-    }
-    char host[256];
-    if (gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "unknown");
-    host[sizeof host - 1] = '\0';
-
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    h.run = (char *)run;
-    h.has_rank = 1;
-    h.rank = rank;
-    h.has_pid = 1;
-    h.pid = (int32_t)getpid();
-    h.host = host;
-    h.thresholds = th ? &t : NULL;
-    h.config = (char *)config_json;
-    h.n_device_uuids = (size_t)n_devices;
-    h.device_uuids = (char **)device_uuids;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
-    c->wait_error = 0;
-    attnstat_code rc = conn_send(c, &env, 0);
-    if (rc != ATTNSTAT_OK)
-        return rc == ATTNSTAT_ECLOSED ? conn_closed(c) : rc;
-    rc = session_wait_for(c, &c->got_hello_reply, "hello");
-    if (rc != ATTNSTAT_OK)
-        return rc;
-
-    rc = push_make_ring(c);
-    if (rc != ATTNSTAT_OK)
-        return rc;
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = CLIENT_RING_ID;
-    rb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-    rb.size = c->ring_bytes;
-    rb.shm_name = c->shm_name;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
-        return rc;
-    /* RegisterBuffer has no reply of its own: a Status behind it answers only after the daemon has
-     * handled the registration, so an Error for the ring, if any, arrives first. */
-    Attnstat__Status s = ATTNSTAT__STATUS__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-    env.status = &s;
-    if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
-        return rc;
-    replies_forget_status(c);
-    int64_t deadline = util_now_ms() + c->timeout_ms;
-    while (!c->status_env && !c->wait_error && !c->closed) {
-        int left = conn_remaining(deadline);
-        if (left == 0)
-            return client_fail(c, ATTNSTAT_ETIMEDOUT,
-                               "attnstatd did not confirm the shared-memory ring within %d ms",
-                               c->timeout_ms);
-        conn_wait_once(c, left);
-    }
-    if (c->wait_error)
-        return client_fail(c, ATTNSTAT_EREFUSED,
-                           "attnstatd refused the shared-memory ring %s (%llu bytes): %s",
-                           c->shm_name, (unsigned long long)c->ring_bytes, c->st.last_error);
-    if (!c->status_env)
-        return conn_closed(c);
-    /* The daemon has mapped the ring (it maps at registration, and answered the Status behind it):
-     * the name can go now, so a trainer that dies leaves nothing behind in /dev/shm. */
-    push_unlink_ring(c);
-    c->hello_done = 1;
-    return ATTNSTAT_OK;
+    return link_establish(c);
 }
 
 int64_t attnstat_run_id(const attnstat_client *c)
@@ -248,6 +150,16 @@ attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results)
     if (!c)
         return ATTNSTAT_EINVAL;
     c->err[0] = '\0';
+    link_advance(c);
+    if (c->link == LINK_CLOSED)
+        return conn_closed(c);
+    /* Kept: a connection made again subscribes again. Sent now when the link has a connection
+     * whose registrations went out already; else it goes with them. */
+    c->subscribed = 1;
+    c->sub_alerts = alerts != 0;
+    c->sub_results = results != 0;
+    if (c->link != LINK_UP && c->link != LINK_REGISTER)
+        return ATTNSTAT_OK;
     Attnstat__Subscribe s = ATTNSTAT__SUBSCRIBE__INIT;
     s.has_alerts = 1;
     s.alerts = alerts != 0;
@@ -257,18 +169,36 @@ attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results)
     env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
     env.subscribe = &s;
     attnstat_code rc = conn_send(c, &env, 0);
-    return rc == ATTNSTAT_ECLOSED ? conn_closed(c) : rc;
+    if (rc != ATTNSTAT_ECLOSED)
+        return rc;
+    link_advance(c); /* the loss: subscribed again when the link is made again */
+    return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
 }
 
 attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms)
 {
     if (!c)
         return ATTNSTAT_EINVAL;
-    if (conn_wait_once(c, timeout_ms) != 0) {
-        replies_release_all(c);
-        return conn_closed(c);
-    }
-    return ATTNSTAT_OK;
+    if (c->link != LINK_UP)
+        link_advance(c);
+    link_wait(c, timeout_ms);
+    return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
+}
+
+/* What a flush that has nothing left to wait for says: OK, or ELOST when pushes sent since the
+ * previous flush were abandoned with a lost connection. */
+static attnstat_code session_flush_result(attnstat_client *c)
+{
+    unsigned long long lost = c->st.abandoned - c->flush_abandoned;
+    c->flush_abandoned = c->st.abandoned;
+    if (lost == 0)
+        return ATTNSTAT_OK;
+    const char *now = c->link == LINK_UP ? "reconnected since: the run goes on"
+                      : c->link == LINK_CLOSED ? "the connection is closed for good"
+                                               : "reconnecting";
+    return client_fail(c, ATTNSTAT_ELOST, "%llu pushes sent since the last flush will never be "
+                       "acknowledged: they were in flight when the connection to attnstatd at %s "
+                       "was lost (%s); %s", lost, c->sock_path, c->link_lost_why, now);
 }
 
 attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms)
@@ -277,16 +207,17 @@ attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms)
         return ATTNSTAT_EINVAL;
     int64_t deadline = timeout_ms < 0 ? -1 : util_now_ms() + timeout_ms;
     for (;;) {
-        if (c->closed) {
-            conn_pump_in(c);
-            replies_release_all(c);
+        link_advance(c);
+        if (c->link == LINK_CLOSED && c->hello_sent && !c->hello_done) {
+            /* the hello failed: this client never had a run */
             char why[sizeof c->err];
             snprintf(why, sizeof why, "%s", c->err[0] ? c->err : "connection closed");
             return client_fail(c, ATTNSTAT_ECLOSED, "%llu pushes unacknowledged: %s",
                                (unsigned long long)c->st.in_flight, why);
         }
-        if (c->st.in_flight == 0 && conn_queued(c) == 0)
-            return ATTNSTAT_OK;
+        /* Not up: what was in flight was abandoned with the connection; nothing to wait for. */
+        if (c->link != LINK_UP || (c->st.in_flight == 0 && conn_queued(c) == 0))
+            return session_flush_result(c);
         int left = conn_remaining(deadline);
         if (left == 0)
             return client_fail(c, ATTNSTAT_ETIMEDOUT,
@@ -307,29 +238,45 @@ void attnstat_stats(const attnstat_client *c, attnstat_counters *out)
 }
 
 /* ---- Status ----------------------------------------------------------------------------------- */
+/* ECLOSED for a call that needs the link up: why it is not. */
+static attnstat_code session_not_up(attnstat_client *c)
+{
+    if (c->link == LINK_CLOSED)
+        return conn_closed(c);
+    char why[400];
+    link_describe(c, why, sizeof why);
+    return client_fail(c, ATTNSTAT_ECLOSED, "not connected: %s", why);
+}
+
 attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, int timeout_ms)
 {
     if (!c || !out)
         return c ? client_fail(c, ATTNSTAT_EINVAL, "status output is NULL") : ATTNSTAT_EINVAL;
     c->err[0] = '\0';
-    replies_forget_status(c);
-    Attnstat__Status s = ATTNSTAT__STATUS__INIT;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-    env.status = &s;
-    attnstat_code rc = conn_send(c, &env, 0);
-    if (rc != ATTNSTAT_OK)
-        return rc == ATTNSTAT_ECLOSED ? conn_closed(c) : rc;
     int saved = c->timeout_ms;
     if (timeout_ms > 0)
         c->timeout_ms = timeout_ms;
-    c->wait_error = 0;
-    rc = ATTNSTAT_OK;
     int64_t deadline = util_now_ms() + c->timeout_ms;
-    while (!c->status_env) {
+    /* A reconnection that has a connection already may finish within the time given. */
+    link_advance(c);
+    while ((c->link == LINK_CONNECTING || c->link == LINK_HELLO || c->link == LINK_REGISTER) &&
+           conn_remaining(deadline) > 0)
+        link_wait(c, conn_remaining(deadline));
+    attnstat_code rc = ATTNSTAT_OK;
+    if (c->link != LINK_UP)
+        rc = session_not_up(c);
+    if (rc == ATTNSTAT_OK) {
+        replies_forget_status(c);
+        Attnstat__Status s = ATTNSTAT__STATUS__INIT;
+        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+        env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
+        env.status = &s;
+        rc = conn_send(c, &env, 0);
+        c->wait_error = 0;
+    }
+    while (rc == ATTNSTAT_OK && !c->status_env) {
         if (c->closed) {
-            replies_release_all(c);
-            rc = conn_closed(c);
+            rc = ATTNSTAT_ECLOSED;
             break;
         }
         int left = conn_remaining(deadline);
@@ -339,6 +286,10 @@ attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, i
             break;
         }
         conn_wait_once(c, left);
+    }
+    if (rc == ATTNSTAT_ECLOSED && c->link == LINK_UP) {
+        conn_closed(c);
+        link_advance(c); /* the loss: pushes in flight abandoned, a reconnection scheduled */
     }
     c->timeout_ms = saved;
     if (rc != ATTNSTAT_OK)

@@ -76,6 +76,7 @@ const char *attnstat_strerror(attnstat_code code)
     case ATTNSTAT_ETIMEDOUT: return "ETIMEDOUT: attnstatd did not answer in time";
     case ATTNSTAT_ESTATE: return "ESTATE: call out of order";
     case ATTNSTAT_ENOTSUP: return "ENOTSUP: not supported by this build";
+    case ATTNSTAT_ELOST: return "ELOST: pushes were abandoned when the connection to attnstatd was lost; they will never be acknowledged";
     }
     return "unknown attnstat code";
 }

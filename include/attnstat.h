@@ -18,6 +18,8 @@
  *     same client.
  *   - The library never exits, aborts or raises signals (sockets are written with MSG_NOSIGNAL).
  *     Every failing call returns an attnstat_code and leaves a sentence in attnstat_last_error().
+ *   - A daemon restart does not end monitoring: the library reconnects on its own, inside the calls
+ *     the caller already makes, and resumes the run (see "Daemon restarts" at the end).
  *
  * Lifetime
  *     attnstat_client *c;
@@ -61,6 +63,9 @@ typedef enum {
     ATTNSTAT_ETIMEDOUT = 9,  /* the wait ran out before the daemon answered */
     ATTNSTAT_ESTATE = 10,    /* call out of order (e.g. push before hello) */
     ATTNSTAT_ENOTSUP = 11,   /* valid, but this build cannot do it (e.g. CUDA tensors) */
+    ATTNSTAT_ELOST = 12,     /* attnstat_flush: pushes sent were abandoned when the connection to the
+                                daemon was lost; they will never be acknowledged (see "Daemon
+                                restarts") */
 } attnstat_code;
 
 /* A short constant name-and-meaning for a code, e.g. "DROPPED: ring or queue full". */
@@ -184,9 +189,11 @@ int64_t attnstat_run_id(const attnstat_client *c);
 /* ---- Pushing ---------------------------------------------------------------------------------- */
 /* Copies q, k (and v when not NULL) into the ring and sends a Push for (opts->step, opts->layer).
  * Returns ATTNSTAT_OK when the push is on its way, ATTNSTAT_DROPPED when it was dropped (ring or
- * queue full; counted in stats.dropped_local), ATTNSTAT_EINVAL for a bad tensor or option
- * (message names it), ATTNSTAT_ECLOSED when the connection is gone, ATTNSTAT_ESTATE before hello,
- * ATTNSTAT_ENOTSUP for CUDA tensors. Never blocks. Also processes replies already received. */
+ * queue full, or not connected while the library reconnects; counted in stats.dropped_local),
+ * ATTNSTAT_EINVAL for a bad tensor or option (message names it), ATTNSTAT_ECLOSED when the
+ * connection is gone for good (the daemon refused this client when it reconnected: the message
+ * says why), ATTNSTAT_ESTATE before hello, ATTNSTAT_ENOTSUP for CUDA tensors. Never blocks. Also
+ * processes replies already received, and moves a reconnection on. */
 attnstat_code attnstat_push(attnstat_client *c, const attnstat_push_opts *opts,
                             const attnstat_tensor *q, const attnstat_tensor *k,
                             const attnstat_tensor *v);
@@ -218,6 +225,12 @@ typedef struct {
     uint64_t dropped_events;  /* dropped here: every interprocess event in use (in dropped_local) */
     uint64_t cuda_buffers;    /* device allocations exported to the daemon (live) */
     uint64_t releases_pending;/* pushes whose memory the daemon may still read */
+    /* Daemon restarts (see "Daemon restarts" below) */
+    uint64_t dropped_disconnected; /* dropped here while not connected (the library reconnects) or
+                                      once the connection is gone for good (in dropped_local) */
+    uint64_t abandoned;       /* sent, then abandoned when the connection was lost: never acknowledged */
+    uint64_t disconnects;     /* established connections lost */
+    uint64_t reconnects;      /* connections re-established by the library (the run resumed) */
 } attnstat_counters;
 
 /* Copies the client's counters into out. */
@@ -281,12 +294,22 @@ void attnstat_set_ack_callback(attnstat_client *c, attnstat_ack_fn fn, void *use
 attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results);
 
 /* Sends what is queued and processes what arrived, waiting up to timeout_ms (0: do not wait,
- * < 0: until something arrives). Returns ATTNSTAT_OK (also when nothing happened) or
- * ATTNSTAT_ECLOSED / ATTNSTAT_EPROTO when the connection is unusable. */
+ * < 0: until something arrives). While the library reconnects it waits for the next attempt
+ * instead (at most timeout_ms) and makes it. Returns ATTNSTAT_OK (also when nothing happened, and
+ * while reconnecting) or ATTNSTAT_ECLOSED when the connection is gone for good (lost before hello
+ * succeeded, or the daemon refused this client when it reconnected). */
 attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms);
 
 /* Waits until every push sent is acknowledged and the outgoing queue is empty, up to timeout_ms
- * (< 0: no limit). ATTNSTAT_ETIMEDOUT when time ran out first. For tests and the end of training. */
+ * (< 0: no limit). For tests and the end of training. Returns
+ *   ATTNSTAT_OK         every push sent since the previous flush was acknowledged;
+ *   ATTNSTAT_ELOST      nothing is pending any more, but some pushes sent since the previous flush
+ *                       were abandoned when the connection was lost (stats.abandoned; the message
+ *                       says how many and why): they will never be acknowledged. Reported once:
+ *                       the next flush says OK unless more were lost;
+ *   ATTNSTAT_ETIMEDOUT  time ran out first;
+ *   ATTNSTAT_ECLOSED    only for a client whose hello failed (never for a daemon that went away).
+ * It never waits for a reconnection: while the library reconnects nothing is in flight. */
 attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms);
 
 /* ---- Daemon status ---------------------------------------------------------------------------- */
@@ -322,14 +345,17 @@ typedef struct {
     attnstat_client_status client_list[ATTNSTAT_STATUS_MAX_CLIENTS];
 } attnstat_daemon_status;
 
-/* Asks the daemon for its status and waits up to timeout_ms for the reply. Works without hello. */
+/* Asks the daemon for its status and waits up to timeout_ms for the reply. Works without hello.
+ * ATTNSTAT_ECLOSED while not connected (the library reconnects: try again later). */
 attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, int timeout_ms);
 
 /* The message of the last failed call on c (empty when none). Valid until the next call on c. */
 const char *attnstat_last_error(const attnstat_client *c);
 
 /* The socket descriptor, to wait on it in the caller's own event loop (readable: call
- * attnstat_poll(c, 0)). Do not read, write or close it. */
+ * attnstat_poll(c, 0)). Do not read, write or close it. It changes when the library reconnects,
+ * and is -1 while it is not connected: ask again after each attnstat_poll, and call attnstat_poll
+ * at least every few hundred milliseconds while it is -1. */
 int attnstat_fd(const attnstat_client *c);
 
 /* Sends what can be sent without waiting, then closes the connection and frees everything
@@ -372,11 +398,53 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *opt
                                const attnstat_tensor *v, uint64_t *seq_out);
 
 /* Called exactly once for every non-zero seq of attnstat_push_ex() when the daemon no longer reads
- * that push's memory (its Release, a non-OK Ack, or the connection being lost), from inside
- * attnstat_poll / attnstat_push / attnstat_flush / attnstat_status. attnstat_close() abandons
- * what is still pending without calling it. */
+ * that push's memory (its Release, a non-OK Ack, or the connection being lost: see "Daemon
+ * restarts"), from inside attnstat_poll / attnstat_push / attnstat_flush / attnstat_status.
+ * attnstat_close() abandons what is still pending without calling it. */
 typedef void (*attnstat_release_fn)(void *user, uint64_t seq);
 void attnstat_set_release_callback(attnstat_client *c, attnstat_release_fn fn, void *user);
+
+/* ---- Daemon restarts --------------------------------------------------------------------------- *
+ * When the connection to the daemon is lost after a successful attnstat_hello (or, for a client
+ * that never says hello, after attnstat_connect), the library reconnects on its own. It has no
+ * thread: each attnstat_push, attnstat_poll, attnstat_flush and attnstat_status moves the
+ * reconnection on without blocking (non-blocking connect; attempts 100 ms apart at first, the
+ * delay doubling up to 5 s, with jitter). On a new connection it sends the same Hello again (run,
+ * rank, thresholds, config, devices: the daemon continues the same run, keyed by name and rank),
+ * registers a fresh host ring and every CUDA allocation, event and staging ring the client still
+ * holds, subscribes again as before, and carries on; attnstat_run_id() then says the daemon's id.
+ *   - Pushes made while not connected (or while the run is being resumed) return ATTNSTAT_DROPPED
+ *     at once, counted in dropped_local and dropped_disconnected; attnstat_last_error() says what
+ *     happened ("connection to attnstatd ... lost (...); reconnecting ..., N pushes dropped so
+ *     far").
+ *   - Pushes in flight when the connection broke are abandoned (counted in abandoned; so that
+ *     sent = acked + dropped_daemon + rejected + in_flight + abandoned): their ring space is freed
+ *     and the release callback of each zero-copy CUDA push is called, so the caller may reuse that
+ *     memory. The daemon only ever reads it. A daemon that exited or was killed reads nothing more
+ *     (its CUDA context ends with it); one shutting down (SIGTERM) closes connections only after
+ *     every push it read from them is computed and stored, so what is still in flight then was
+ *     never read. Only a daemon that closes a connection while a worker still computes one of its
+ *     pushes (its 10 s shutdown grace ran out, or the connection was closed for a protocol error)
+ *     may read memory the caller has already reused: the statistics of that one push may then be
+ *     wrong, and its Ack can no longer reach this client. A new host ring is made for every
+ *     connection, so the memory an old daemon may still map is never written again.
+ *   - attnstat_flush() reports abandoned pushes with ATTNSTAT_ELOST and never fails because the
+ *     daemon went away; attnstat_close() never fails.
+ *   - A daemon that refuses the client when it reconnects (permission, protocol version, a hello it
+ *     rejects) is not asked again: the connection is then gone for good (ATTNSTAT_LINK_CLOSED,
+ *     pushes return ATTNSTAT_ECLOSED with the daemon's reason). "Too many clients" and store
+ *     failures are retried. */
+typedef enum {
+    ATTNSTAT_LINK_UP = 0,           /* connected (and, after hello, the run established) */
+    ATTNSTAT_LINK_RECONNECTING = 1, /* the connection was lost; the library is reconnecting */
+    ATTNSTAT_LINK_CLOSED = 2,       /* gone for good: lost before hello succeeded, or refused */
+} attnstat_link;
+
+/* Where c stands with the daemon (an attnstat_link; ATTNSTAT_LINK_CLOSED for NULL). When it is not
+ * ATTNSTAT_LINK_UP and why is not NULL, a short sentence saying what happened (the reason the
+ * connection was lost, or the daemon's refusal) is written into why (len bytes, NUL-terminated);
+ * else why is set to "". Makes no system call: attnstat_poll moves a reconnection on. */
+int32_t attnstat_link_state(const attnstat_client *c, char *why, size_t len);
 
 #ifdef __cplusplus
 }

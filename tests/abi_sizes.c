@@ -50,6 +50,8 @@ int main(void)
     F(attnstat_counters, cuda_zero_copy); F(attnstat_counters, cuda_staged);
     F(attnstat_counters, dropped_staging); F(attnstat_counters, dropped_events);
     F(attnstat_counters, cuda_buffers); F(attnstat_counters, releases_pending);
+    F(attnstat_counters, dropped_disconnected); F(attnstat_counters, abandoned);
+    F(attnstat_counters, disconnects); F(attnstat_counters, reconnects);
 
     S(attnstat_alert);
     F(attnstat_alert, run); F(attnstat_alert, message); F(attnstat_alert, run_id);

@@ -1,5 +1,5 @@
-/* cli_harness.c — the attnstat CLI run from a test, its output read, and a trainer that pushes
- * random steps (see cli_harness.h). */
+/* cli_harness.c — the attnstat CLI run from a test (to its end, or in the background), its output
+ * read and waited for, and a trainer that pushes random steps (see cli_harness.h). */
 #include "cli_harness.h"
 
 #include <check.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef ATTNSTAT_CLI_PATH
@@ -36,11 +37,11 @@ char *cli_slurp(const char *path)
     return b;
 }
 
-cli_result cli_run_v(const char *dir, const char *const *args)
+/* Forks the attnstat binary with args, stdout and stderr into the two files; a child given
+ * alarm_s > 0 dies of SIGALRM after that many seconds. */
+static pid_t cli_start(const char *out_path, const char *err_path, const char *const *args,
+                       unsigned alarm_s)
 {
-    char outp[400], errp[400];
-    snprintf(outp, sizeof outp, "%s/cli.out", dir);
-    snprintf(errp, sizeof errp, "%s/cli.err", dir);
     const char *argv[64];
     int n = 0;
     argv[n++] = ATTNSTAT_CLI_PATH;
@@ -50,16 +51,27 @@ cli_result cli_run_v(const char *dir, const char *const *args)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fo < 0 || fe < 0)
             _exit(126);
         dup2(fo, 1);
         dup2(fe, 2);
-        alarm(120); /* a CLI that hangs dies (SIGALRM: status -1) instead of stalling the suite */
+        if (alarm_s)
+            alarm(alarm_s);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
+    return pid;
+}
+
+cli_result cli_run_v(const char *dir, const char *const *args)
+{
+    char outp[400], errp[400];
+    snprintf(outp, sizeof outp, "%s/cli.out", dir);
+    snprintf(errp, sizeof errp, "%s/cli.err", dir);
+    /* a CLI that hangs dies (SIGALRM: status -1) instead of stalling the suite */
+    pid_t pid = cli_start(outp, errp, args, 120);
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
@@ -71,6 +83,42 @@ void cli_result_free(cli_result *r)
 {
     free(r->out);
     free(r->err);
+}
+
+pid_t cli_spawn_v(const char *out_path, const char *err_path, const char *const *args)
+{
+    return cli_start(out_path, err_path, args, 0);
+}
+
+int cli_count_text(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+int cli_wait_text(const char *path, const char *needle, int n, pid_t pid, int timeout_ms)
+{
+    struct timespec t0, now, nap = {0, 20 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char *text = cli_slurp(path);
+        int have = cli_count_text(text, needle);
+        if (have >= n) {
+            free(text);
+            return have;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms = (now.tv_sec - t0.tv_sec) * 1000LL + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        int st;
+        int gone = pid > 0 && waitpid(pid, &st, WNOHANG) == pid;
+        ck_assert_msg(!gone && ms < timeout_ms, "%s: \"%s\" %d of %d times %s; it says:\n%s",
+                      path, needle, have, n, gone ? "when the process exited" : "after the deadline",
+                      text);
+        free(text);
+        nanosleep(&nap, NULL);
+    }
 }
 
 double cli_json_num(const char *line, const char *key)

@@ -1,6 +1,7 @@
 /* cli_harness.h — what the suites that drive the attnstat CLI and libattnstat against a real
- * attnstatd share (test_client_e2e.c, test_cli.c): running the attnstat binary and reading what it
- * printed, picking numbers and strings out of its JSON lines, a trainer (a connected client that
+ * attnstatd share (test_client_e2e.c, test_cli.c, test_client_restart.c): running the attnstat
+ * binary (to its end, or in the background) and reading what it printed, waiting for a text to
+ * appear, picking numbers and strings out of its JSON lines, a trainer (a connected client that
  * pushes random steps), and the runner of a suite.
  *
  * Knows nothing of how the daemon is started: it is given a scratch folder and a socket path. */
@@ -10,6 +11,7 @@
 #include <check.h>
 #include <sqlite3.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "attnstat.h"
 #include "stats_testutil.h"
@@ -27,6 +29,18 @@ const char *cli_binary(void);
 cli_result cli_run_v(const char *dir, const char *const *args);
 #define cli_run(dir, ...) cli_run_v((dir), (const char *const[]){__VA_ARGS__, NULL})
 void cli_result_free(cli_result *r);
+
+/* Starts the attnstat binary with args (NULL-terminated) in the background, its stdout into the
+ * file out_path and its stderr into err_path (created afresh). Returns its pid. */
+pid_t cli_spawn_v(const char *out_path, const char *err_path, const char *const *args);
+#define cli_spawn(out, err, ...) cli_spawn_v((out), (err), (const char *const[]){__VA_ARGS__, NULL})
+
+/* Waits until the file at path holds needle at least n times and returns how many times (a
+ * condition, not a time: it fails the test, showing the file, only after timeout_ms, or when the
+ * process pid (if > 0) exited first). */
+int cli_wait_text(const char *path, const char *needle, int n, pid_t pid, int timeout_ms);
+/* How many times needle stands in s. */
+int cli_count_text(const char *s, const char *needle);
 
 /* A whole file, NUL-terminated and malloc'd ("" when it cannot be read). */
 char *cli_slurp(const char *path);

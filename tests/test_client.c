@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "attnstat.h"
+#include "client_peer.h"
 #include "client_testutil.h"
 #include "frame.h"
 
@@ -30,7 +31,7 @@ static uint64_t g_seed;
 /* ---- Arguments and codes ---------------------------------------------------------------------- */
 START_TEST(test_codes_and_args)
 {
-    for (int c = ATTNSTAT_OK; c <= ATTNSTAT_ENOTSUP; c++) {
+    for (int c = ATTNSTAT_OK; c <= ATTNSTAT_ELOST; c++) {
         const char *m = attnstat_strerror((attnstat_code)c);
         ck_assert_ptr_nonnull(m);
         ck_assert_int_gt((int)strlen(m), 1);
@@ -94,65 +95,122 @@ typedef struct {
     int stop_pipe[2];
 } peer;
 
-static int peer_send(int fd, Attnstat__Envelope *env)
-{
-    size_t len;
-    uint8_t *b = frame_pack(env, 64u << 20, &len);
-    if (!b)
-        return -1;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, b + off, len - off, MSG_NOSIGNAL);
-        if (n <= 0) {
-            free(b);
-            return -1;
-        }
-        off += (size_t)n;
-    }
-    free(b);
-    return 0;
-}
+/* One accepted connection of the peer. */
+typedef struct {
+    peer *p;
+    int fd;
+    uint8_t *map;
+    uint64_t map_size;
+    int stopped;
+} peer_conn;
 
-/* Compares the tensor named by ref in the ring with the tensor the test pushed. */
-static int peer_compare(const uint8_t *map, uint64_t map_size, const Attnstat__TensorRef *ref,
-                        const attnstat_tensor *t)
+/* Answers one message as the peer's mode says (peer_read's handler). */
+static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
 {
-    if (!t || ref->n_shape != 4 || ref->n_strides != 4 || (int)ref->dtype != t->dtype)
+    peer_conn *k = ctx;
+    peer *p = k->p;
+    if (k->stopped)
         return 1;
-    size_t es = attnstat_dtype_size((attnstat_dtype)t->dtype);
-    int bad = 0;
-    for (int i = 0; i < 4; i++)
-        if ((int64_t)ref->shape[i] != t->shape[i])
-            return 1;
-    for (int64_t b = 0; b < t->shape[0]; b++)
-        for (int64_t h = 0; h < t->shape[1]; h++)
-            for (int64_t n = 0; n < t->shape[2]; n++)
-                for (int64_t d = 0; d < t->shape[3]; d++) {
-                    uint64_t ro = ref->offset + (uint64_t)(b * (int64_t)ref->strides[0] +
-                                                           h * (int64_t)ref->strides[1] +
-                                                           n * (int64_t)ref->strides[2] + d) * es;
-                    if (ro + es > map_size)
-                        return 1;
-                    const uint8_t *src = (const uint8_t *)t->data +
-                        (b * t->strides[0] + h * t->strides[1] + n * t->strides[2] + d) * (int64_t)es;
-                    bad += memcmp(map + ro, src, es) != 0;
-                }
-    return bad;
+    Attnstat__Envelope out = ATTNSTAT__ENVELOPE__INIT;
+    if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO) {
+        Attnstat__HelloReply hr = ATTNSTAT__HELLO_REPLY__INIT;
+        hr.protocol_version = 1;
+        hr.run_id = 42;
+        hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
+        hr.queue_capacity = 8;
+        out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
+        out.hello_reply = &hr;
+        peer_send(k->fd, &out);
+        if (p->mode == PEER_HANGUP)
+            return -1;
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER) {
+        Attnstat__RegisterBuffer *rb = env->register_buffer;
+        if (p->mode == PEER_REFUSE_RING) {
+            Attnstat__Error e = ATTNSTAT__ERROR__INIT;
+            e.code = ATTNSTAT__CODE__BUSY;
+            e.message = "too many buffers for this client";
+            e.has_ref = 1;
+            e.ref = rb->id;
+            out.msg_case = ATTNSTAT__ENVELOPE__MSG_ERROR;
+            out.error = &e;
+            peer_send(k->fd, &out);
+        } else {
+            snprintf(p->shm_name, sizeof p->shm_name, "%s", rb->shm_name);
+            peer_map(rb, &k->map, &k->map_size);
+        }
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS) {
+        Attnstat__StatusReply sr = ATTNSTAT__STATUS_REPLY__INIT;
+        Attnstat__WorkerStatus w = ATTNSTAT__WORKER_STATUS__INIT;
+        Attnstat__WorkerStatus *wl[1] = {&w};
+        w.name = "cpu";
+        w.queue_depth = 1;
+        w.queue_capacity = 8;
+        sr.daemon_version = "fake";
+        char *big = NULL;
+        if (p->mode == PEER_BIG_FRAMES) { /* a reply over 1 MiB, under the 8 MiB said */
+            big = malloc(2u << 20);
+            memset(big, 'x', (2u << 20) - 1);
+            big[(2u << 20) - 1] = '\0';
+            sr.db_path = big;
+        }
+        sr.has_clients = 1;
+        sr.clients = 1;
+        sr.has_pushes = 1;
+        sr.pushes = (uint64_t)p->pushes;
+        sr.n_workers = 1;
+        sr.workers = wl;
+        out.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
+        out.status_reply = &sr;
+        peer_send(k->fd, &out);
+        free(big);
+        if (p->mode == PEER_STOPPED)
+            k->stopped = 1; /* reads nothing more, like a SIGSTOP'd daemon */
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
+        Attnstat__Push *pu = env->push;
+        p->pushes++;
+        p->last_offset_q = pu->q->offset;
+        if (k->map && p->expect[0]) {
+            p->mismatches += peer_compare(k->map, k->map_size, pu->q, p->expect[0]);
+            p->mismatches += peer_compare(k->map, k->map_size, pu->k, p->expect[1]);
+            if (p->expect[2])
+                p->mismatches +=
+                    pu->v ? peer_compare(k->map, k->map_size, pu->v, p->expect[2]) : 1;
+        }
+        if (p->mode == PEER_ACK) {
+            Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
+            rl.seq = pu->seq;
+            out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
+            out.release = &rl;
+            peer_send(k->fd, &out);
+            Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
+            ak.seq = pu->seq;
+            ak.code = ATTNSTAT__CODE__OK;
+            out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+            out.ack = &ak;
+            peer_send(k->fd, &out);
+        } else if (p->mode == PEER_DROP) {
+            Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
+            ak.seq = pu->seq;
+            ak.code = ATTNSTAT__CODE__DROPPED;
+            ak.message = "queue full";
+            out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
+            out.ack = &ak;
+            peer_send(k->fd, &out);
+        }
+    }
+    return k->stopped;
 }
 
 static void *peer_main(void *arg)
 {
     peer *p = arg;
-    int fd = accept(p->lfd, NULL, NULL);
-    if (fd < 0)
+    peer_conn k = {p, accept(p->lfd, NULL, NULL), NULL, 0, 0};
+    if (k.fd < 0)
         return NULL;
     frame_reader rd;
     frame_reader_init(&rd, FRAME_MAX_DEFAULT);
-    uint8_t *map = NULL;
-    uint64_t map_size = 0;
-    int stopped = 0;
     for (;;) {
-        struct pollfd pf[2] = {{.fd = fd, .events = stopped ? 0 : POLLIN},
+        struct pollfd pf[2] = {{.fd = k.fd, .events = k.stopped ? 0 : POLLIN},
                                {.fd = p->stop_pipe[0], .events = POLLIN}};
         if (poll(pf, 2, -1) < 0)
             break;
@@ -160,124 +218,13 @@ static void *peer_main(void *arg)
             break;
         if (!(pf[0].revents & (POLLIN | POLLHUP)))
             continue;
-        size_t avail;
-        uint8_t *dst = frame_reader_space(&rd, 65536, &avail);
-        ssize_t n = recv(fd, dst, avail, 0);
-        if (n <= 0)
+        if (peer_read(k.fd, &rd, peer_on_message, &k) != 0)
             break;
-        frame_reader_commit(&rd, (size_t)n);
-        const uint8_t *pl;
-        uint32_t len;
-        char why[128];
-        while (!stopped && frame_reader_next(&rd, &pl, &len, why, sizeof why) == 1) {
-            Attnstat__Envelope *env = frame_decode(pl, len, NULL);
-            frame_reader_consume(&rd);
-            if (!env)
-                continue;
-            Attnstat__Envelope out = ATTNSTAT__ENVELOPE__INIT;
-            if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO) {
-                Attnstat__HelloReply hr = ATTNSTAT__HELLO_REPLY__INIT;
-                hr.protocol_version = 1;
-                hr.run_id = 42;
-                hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
-                hr.queue_capacity = 8;
-                out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
-                out.hello_reply = &hr;
-                peer_send(fd, &out);
-                if (p->mode == PEER_HANGUP) {
-                    attnstat__envelope__free_unpacked(env, NULL);
-                    goto done;
-                }
-            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER) {
-                Attnstat__RegisterBuffer *rb = env->register_buffer;
-                if (p->mode == PEER_REFUSE_RING) {
-                    Attnstat__Error e = ATTNSTAT__ERROR__INIT;
-                    e.code = ATTNSTAT__CODE__BUSY;
-                    e.message = "too many buffers for this client";
-                    e.has_ref = 1;
-                    e.ref = rb->id;
-                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ERROR;
-                    out.error = &e;
-                    peer_send(fd, &out);
-                } else {
-                    snprintf(p->shm_name, sizeof p->shm_name, "%s", rb->shm_name);
-                    int sfd = shm_open(rb->shm_name, O_RDONLY, 0);
-                    if (sfd >= 0) {
-                        void *m = mmap(NULL, rb->size, PROT_READ, MAP_SHARED, sfd, 0);
-                        close(sfd);
-                        if (m != MAP_FAILED) {
-                            map = m;
-                            map_size = rb->size;
-                        }
-                    }
-                }
-            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_STATUS) {
-                Attnstat__StatusReply sr = ATTNSTAT__STATUS_REPLY__INIT;
-                Attnstat__WorkerStatus w = ATTNSTAT__WORKER_STATUS__INIT;
-                Attnstat__WorkerStatus *wl[1] = {&w};
-                w.name = "cpu";
-                w.queue_depth = 1;
-                w.queue_capacity = 8;
-                sr.daemon_version = "fake";
-                char *big = NULL;
-                if (p->mode == PEER_BIG_FRAMES) { /* a reply over 1 MiB, under the 8 MiB said */
-                    big = malloc(2u << 20);
-                    memset(big, 'x', (2u << 20) - 1);
-                    big[(2u << 20) - 1] = '\0';
-                    sr.db_path = big;
-                }
-                sr.has_clients = 1;
-                sr.clients = 1;
-                sr.has_pushes = 1;
-                sr.pushes = (uint64_t)p->pushes;
-                sr.n_workers = 1;
-                sr.workers = wl;
-                out.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
-                out.status_reply = &sr;
-                peer_send(fd, &out);
-                free(big);
-                if (p->mode == PEER_STOPPED)
-                    stopped = 1; /* reads nothing more, like a SIGSTOP'd daemon */
-            } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
-                Attnstat__Push *pu = env->push;
-                p->pushes++;
-                p->last_offset_q = pu->q->offset;
-                if (map && p->expect[0]) {
-                    p->mismatches += peer_compare(map, map_size, pu->q, p->expect[0]);
-                    p->mismatches += peer_compare(map, map_size, pu->k, p->expect[1]);
-                    if (p->expect[2])
-                        p->mismatches += pu->v ? peer_compare(map, map_size, pu->v, p->expect[2]) : 1;
-                }
-                if (p->mode == PEER_ACK) {
-                    Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
-                    rl.seq = pu->seq;
-                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
-                    out.release = &rl;
-                    peer_send(fd, &out);
-                    Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
-                    ak.seq = pu->seq;
-                    ak.code = ATTNSTAT__CODE__OK;
-                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
-                    out.ack = &ak;
-                    peer_send(fd, &out);
-                } else if (p->mode == PEER_DROP) {
-                    Attnstat__Ack ak = ATTNSTAT__ACK__INIT;
-                    ak.seq = pu->seq;
-                    ak.code = ATTNSTAT__CODE__DROPPED;
-                    ak.message = "queue full";
-                    out.msg_case = ATTNSTAT__ENVELOPE__MSG_ACK;
-                    out.ack = &ak;
-                    peer_send(fd, &out);
-                }
-            }
-            attnstat__envelope__free_unpacked(env, NULL);
-        }
     }
-done:
-    if (map)
-        munmap(map, map_size);
+    if (k.map)
+        munmap(k.map, k.map_size);
     frame_reader_free(&rd);
-    close(fd);
+    close(k.fd);
     return NULL;
 }
 
@@ -286,13 +233,8 @@ static void peer_start(peer *p, int mode)
     memset(p, 0, sizeof *p);
     p->mode = mode;
     snprintf(p->path, sizeof p->path, "/tmp/attnstat-test-%d-%d.sock", (int)getpid(), mode);
-    unlink(p->path);
-    p->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    p->lfd = peer_listen(p->path);
     ck_assert_int_ge(p->lfd, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", p->path);
-    ck_assert_int_eq(bind(p->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(p->lfd, 4), 0);
     ck_assert_int_eq(pipe(p->stop_pipe), 0);
     ck_assert_int_eq(pthread_create(&p->th, NULL, peer_main, p), 0);
 }

@@ -1,9 +1,9 @@
 /* live.c — the attnstat CLI's live commands (see live.h): status (the daemon's counters, workers
  * and clients) and watch (alerts printed as they happen, those of --run, --rank, --rule only
- * when asked).
+ * when asked; across daemon restarts, which libattnstat reconnects and subscribes again for).
  *
- * Stage: a command file of the CLI. Calls libattnstat (connect, status, subscribe, poll) and
- * out.c. */
+ * Stage: a command file of the CLI. Calls libattnstat (connect, status, subscribe, poll,
+ * link_state) and out.c. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -228,13 +228,24 @@ int live_watch(const cli_args *a)
                  rank, a->rule ? " rule " : "", a->rule ? a->rule : "");
     }
     fprintf(stderr, "watching alerts from %s%s (Ctrl-C to stop)\n", a->socket, only);
-    int rc = CLI_EXIT_OK;
+    /* A daemon that goes away is waited for: the library reconnects and subscribes again (its
+     * link is up again once the daemon has the subscription). One line each way, on stderr. */
+    int rc = CLI_EXIT_OK, up = 1;
     while (!live_stop) {
         if (attnstat_poll(c, 1000) != ATTNSTAT_OK) {
             fprintf(stderr, "attnstat: %s\n", attnstat_last_error(c));
             rc = CLI_EXIT_FAIL;
             break;
         }
+        char why[256];
+        int now_up = attnstat_link_state(c, why, sizeof why) == ATTNSTAT_LINK_UP;
+        if (up && !now_up)
+            fprintf(stderr, "attnstat: lost attnstatd at %s (%s); waiting for it to come back\n",
+                    a->socket, why);
+        else if (!up && now_up)
+            fprintf(stderr, "attnstat: attnstatd at %s is back; watching alerts again\n",
+                    a->socket);
+        up = now_up;
     }
     attnstat_close(c);
     return rc;

@@ -112,7 +112,9 @@ const opt_command opt_commands[] = {
      "table|json", opt_status, OPT_N(opt_status)},
     {"watch", 1, "print alerts as they happen, until interrupted",
      "Subscribes to attnstatd's alerts and prints each as it happens (those the options keep) "
-     "until interrupted (Ctrl-C). Exits 1 when the daemon goes away.",
+     "until interrupted (Ctrl-C). A daemon that restarts is waited for: one line on stderr when "
+     "it goes, one when it is back. Exits 1 when the daemon cannot be reached at the start, or "
+     "refuses the watcher when it comes back.",
      "table|json", opt_watch, OPT_N(opt_watch)},
 };
 const int opt_ncommands = OPT_N(opt_commands);

@@ -365,7 +365,9 @@ int main(int argc, char **argv)
         }
         if (!o.free_run) {
             attnstat_code fc = attnstat_flush(c, 60000);
-            if (fc != ATTNSTAT_OK) {
+            if (fc == ATTNSTAT_ELOST) /* the daemon restarted: the run goes on */
+                fprintf(stderr, "attnstat-synth: step %d: %s\n", step, attnstat_last_error(c));
+            else if (fc != ATTNSTAT_OK) {
                 fprintf(stderr, "attnstat-synth: waiting for step %d: %s\n", step,
                         attnstat_last_error(c));
                 rc = 1;
@@ -384,9 +386,10 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    if (attnstat_flush(c, 60000) != ATTNSTAT_OK) {
+    attnstat_code fc = attnstat_flush(c, 60000);
+    if (fc != ATTNSTAT_OK) {
         fprintf(stderr, "attnstat-synth: final flush: %s\n", attnstat_last_error(c));
-        rc = 1;
+        rc = fc == ATTNSTAT_ELOST ? rc : 1;
     }
     attnstat_poll(c, 200); /* alerts of the last step */
 out:;

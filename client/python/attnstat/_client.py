@@ -100,6 +100,15 @@ class Client(object):
     inside push(), poll(), flush() and status() on the calling thread and must not call the client.
     An exception raised by a callback is re-raised by the next poll(), flush() or status() (the
     first one only), never by push(): a push that was sent returns True whatever a callback did.
+
+    A daemon restart does not end monitoring: the library reconnects on its own (inside push(),
+    poll(), flush() and status(); no thread), says the same hello again and carries on the same
+    run. Meanwhile push() returns False (counted in stats()['dropped_disconnected'], with one
+    RuntimeWarning per loss); pushes that were in flight are abandoned (stats()['abandoned']) and
+    their GPU tensors let go. flush() and close() never raise because the daemon went away: flush()
+    returns False when pushes were abandoned, and says why in a RuntimeWarning (once) and in
+    stats()['link'] / ['link_error']. A daemon that refuses the client when it comes back
+    (permission, version) is not asked again: push() returns False, poll() and status() raise.
     """ % ", ".join(_THRESHOLD_FIELDS)
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
@@ -124,6 +133,8 @@ class Client(object):
         self._held = {}          # seq -> objects kept alive for the daemon (GPU path)
         self._held_unseq = []    # the same, when the library cannot say which push they belong to
         self._warned_closed = False
+        self._warned_link = False   # a warning was given for the current loss of the connection
+        self._warned_lost = False   # ... and for pushes flush() found abandoned
         self._pid = os.getpid()
         if lib is None or isinstance(lib, (str, bytes, os.PathLike)):
             lib = _lib.load(lib)
@@ -270,7 +281,8 @@ class Client(object):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
-        queue was full, or the connection is gone: counted in stats()). Raises AttnstatError for
+        queue was full, or the library is reconnecting to a daemon that went away, or the
+        connection is gone for good: counted in stats()). Raises AttnstatError for
         a bad argument (code EINVAL, the message says which) and for CUDA tensors while this
         libattnstat has no GPU path (ENOTSUP).
 
@@ -367,8 +379,10 @@ class Client(object):
         # An exception from a callback that ran in here stays stored for the next poll(),
         # flush() or status(): the push itself went through, so it must not raise.
         if rc == _lib.OK:
+            self._warned_link = False
             return True
         if rc == _lib.DROPPED:
+            self._warn_link()
             return False
         if rc == _lib.ECLOSED:
             if not self._warned_closed:
@@ -382,6 +396,28 @@ class Client(object):
                                 "with the GPU path and a usable CUDA device; copy the tensors "
                                 "to the host meanwhile)")
         raise AttnstatError(rc, self._last_error())
+
+    def _link(self):
+        """(state name, reason) of the connection (under the lock): 'up', 'reconnecting' or
+        'closed'; ('up', '') with a library that cannot say."""
+        fn = _lib.optional(self._lib, "attnstat_link_state")
+        if fn is None or not self._c:
+            return ("up" if self._c else "closed"), ""
+        buf = ctypes.create_string_buffer(512)
+        st = fn(self._c, buf, len(buf))
+        return _lib.LINK_NAMES.get(st, "code %d" % st), _s(buf.value)
+
+    def _warn_link(self):
+        """After a dropped push: one warning per loss of the connection."""
+        if self._warned_link:
+            return
+        state, why = self._link()
+        if state == "up":
+            return
+        self._warned_link = True
+        warnings.warn("attnstat: the connection to attnstatd was lost (%s); the library reconnects "
+                      "on its own and drops pushes meanwhile (counted in stats())" % why,
+                      RuntimeWarning, stacklevel=4)
 
     def _over_hold_budget(self, dq, dk, dv):
         """Whether a GPU push of these tensors would hold more than the budget (under the lock);
@@ -445,6 +481,9 @@ class Client(object):
         left = self._WAIT_SLICE_S
         if deadline is not None:
             left = max(0.0, min(left, deadline - time.monotonic()))
+        if fd < 0:  # no connection while the library reconnects: its next attempt is timed
+            time.sleep(left)
+            return False
         try:
             p = select.poll()
             p.register(fd, select.POLLIN | (select.POLLOUT if want_write else 0))
@@ -455,8 +494,9 @@ class Client(object):
 
     def poll(self, timeout_ms=0):
         """Sends what is queued and processes what arrived (running the callbacks), waiting up to
-        timeout_ms (0: not at all; < 0: until something arrives). Raises AttnstatError when the
-        connection is unusable. The waiting is done outside the client's lock."""
+        timeout_ms (0: not at all; < 0: until something arrives). While the library reconnects it
+        makes its attempts. Raises AttnstatError when the connection is gone for good (refused
+        by the daemon). The waiting is done outside the client's lock."""
         timeout_ms = int(timeout_ms)
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000.0
         while True:
@@ -477,9 +517,11 @@ class Client(object):
 
     def flush(self, timeout_s=10):
         """Waits until every push sent is acknowledged (stored by the daemon), up to timeout_s
-        seconds (None: no limit). True when everything was acknowledged, False when time ran out.
-        Raises AttnstatError when the connection is unusable. The waiting is done outside the
-        client's lock, so other threads' pushes go on meanwhile."""
+        seconds (None: no limit). True when everything sent since the previous flush was
+        acknowledged; False when time ran out, or when pushes were abandoned because the daemon
+        went away (stats()['abandoned'], and a RuntimeWarning the first time). Never raises
+        because the connection was lost. The waiting is done outside the client's lock, so other
+        threads' pushes go on meanwhile."""
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
         while True:
             with self._lock:
@@ -492,11 +534,23 @@ class Client(object):
                     self._raise_callback_error()
                     if rc == _lib.ETIMEDOUT:
                         return False
+                    if rc in (_lib.ELOST, _lib.ECLOSED):  # the daemon went away: said, not raised
+                        self._clear_unseq()
+                        self._warn_lost(rc)
+                        return False
                     self._check(rc)
                     self._clear_unseq()
                     return True
                 fd, want_write = self._io_state()
             self._wait_io(fd, want_write, deadline)
+
+    def _warn_lost(self, rc):
+        """flush() found pushes abandoned (ELOST) or the connection gone: said once."""
+        if self._warned_lost:
+            return
+        self._warned_lost = True
+        warnings.warn("attnstat: flush(): %s" % (self._last_error() or _lib.CODE_NAMES[rc]),
+                      RuntimeWarning, stacklevel=3)
 
     def stats(self):
         """The client's counters as a dict: pushed, sent, acked, dropped_local (dropped_ring,
@@ -505,11 +559,15 @@ class Client(object):
         whose tensors this object keeps alive), held_bytes (their spans), dropped_busy (pushes
         dropped because another thread was inside the library) and dropped_held (GPU pushes
         dropped because the held budget was spent); these two are in neither 'pushed' nor
-        'dropped_local'."""
+        'dropped_local'. After a daemon restart: dropped_disconnected (pushes dropped while not
+        connected), abandoned (pushes in flight when the connection was lost: never
+        acknowledged), disconnects, reconnects, and link ('up', 'reconnecting' or 'closed') with
+        link_error (why it is not up)."""
         with self._lock:
             st = _lib.Counters()
             self._lib.attnstat_stats(self._handle(), ctypes.byref(st))
             d = _struct_dict(st)
+            d["link"], d["link_error"] = self._link()
             d["held"] = len(self._held) + len(self._held_unseq)
             d["held_bytes"] = self._held_bytes
             d["dropped_held"] = self._dropped_held
@@ -521,7 +579,8 @@ class Client(object):
         """The daemon's status as a dict (the fields of attnstat_daemon_status; 'workers' and
         'client_list' are lists of dicts, 'clients' is the number connected). Works without a
         hello. It holds the client's lock while it waits for the reply (the library has no
-        non-blocking form of it): pushes from other threads meanwhile are dropped as busy."""
+        non-blocking form of it): pushes from other threads meanwhile are dropped as busy. Raises
+        AttnstatError (ECLOSED) while the library reconnects to a daemon that went away."""
         with self._lock:
             self._enter()
             out = _lib.DaemonStatus()
@@ -625,7 +684,8 @@ class Client(object):
         return getattr(self._lib, "_attnstat_path", None)
 
     def fileno(self):
-        """The socket descriptor, to wait on in a selector (readable: call poll(0))."""
+        """The socket descriptor, to wait on in a selector (readable: call poll(0)). It changes
+        when the library reconnects, and is -1 while it is not connected."""
         with self._lock:
             return int(self._lib.attnstat_fd(self._handle()))
 
@@ -635,7 +695,7 @@ class Client(object):
 
     def close(self):
         """Closes the connection. Pushes not yet acknowledged are abandoned: flush() first to
-        wait for them. Safe to call twice."""
+        wait for them. Safe to call twice; never raises because the daemon went away."""
         with self._lock:
             if self._in_callback:
                 raise AttnstatError(_lib.ESTATE, "close() from inside a callback")

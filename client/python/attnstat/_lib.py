@@ -21,12 +21,19 @@ EREFUSED = 8
 ETIMEDOUT = 9
 ESTATE = 10
 ENOTSUP = 11
+ELOST = 12
 
 CODE_NAMES = {
     OK: "OK", DROPPED: "DROPPED", EINVAL: "EINVAL", ENOMEM: "ENOMEM", ECONNECT: "ECONNECT",
     ECLOSED: "ECLOSED", EIO: "EIO", EPROTO: "EPROTO", EREFUSED: "EREFUSED",
-    ETIMEDOUT: "ETIMEDOUT", ESTATE: "ESTATE", ENOTSUP: "ENOTSUP",
+    ETIMEDOUT: "ETIMEDOUT", ESTATE: "ESTATE", ENOTSUP: "ENOTSUP", ELOST: "ELOST",
 }
+
+# attnstat_link: where a client stands with the daemon (attnstat_link_state).
+LINK_UP = 0
+LINK_RECONNECTING = 1
+LINK_CLOSED = 2
+LINK_NAMES = {LINK_UP: "up", LINK_RECONNECTING: "reconnecting", LINK_CLOSED: "closed"}
 
 # The protocol's Ack/Error codes (proto/attnstat.proto, enum Code): what the daemon answered.
 PROTO_CODE_NAMES = {
@@ -138,6 +145,10 @@ class Counters(ctypes.Structure):
         ("dropped_events", ctypes.c_uint64),
         ("cuda_buffers", ctypes.c_uint64),
         ("releases_pending", ctypes.c_uint64),
+        ("dropped_disconnected", ctypes.c_uint64),
+        ("abandoned", ctypes.c_uint64),
+        ("disconnects", ctypes.c_uint64),
+        ("reconnects", ctypes.c_uint64),
     ]
 
 
@@ -372,6 +383,8 @@ def _declare(lib):
     _fn(lib, "attnstat_hello_ex", code,
         [c, ctypes.c_char_p, i32, P(Thresholds), ctypes.c_char_p, P(ctypes.c_char_p), i32],
         required=False)
+    # Daemon restarts: where the client stands, and why.
+    _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
 
 
 def optional(lib, name):
