@@ -15,7 +15,7 @@
  *   hostring.c the host ring: shm_*, map, ring, inflight (allocates it), st.ring_bytes.
  *   push.c     the pushes: fills an in-flight slot when a push is sent, next_seq, gpu; the push
  *              counters of st (pushed, sent, in_flight++, dropped_*, cuda_*, releases_pending++).
- *   replies.c  what the daemon answers: run_id, got_hello_reply, status_env, wait_error*, the
+ *   replies.c  what the daemon answers: run_id, got_hello_reply, features, status_env, wait_error*, the
  *              callbacks, in-flight slots (frees them), max_frame and rd.max_frame (set from the
  *              HelloReply), the reply counters of st (acked, released, errors, alerts, rejected,
  *              dropped_daemon, abandoned, in_flight--, releases_pending--, last_*).
@@ -55,6 +55,11 @@ typedef enum {
 } link_phase;
 
 /* A push sent and not yet acknowledged (slot seq & (CLIENT_MAX_INFLIGHT - 1)). */
+/* What the daemon takes beyond the first protocol (HelloReply.features). */
+#define CLIENT_FEATURE_MASK 1u          /* "mask" */
+#define CLIENT_FEATURE_COMPUTE_DTYPE 2u /* "compute_dtype" */
+#define CLIENT_FEATURE_CU_REF 4u        /* "cu_seqlens_ref" */
+
 typedef struct {
     uint64_t seq; /* 0: free slot */
     int64_t step;
@@ -118,6 +123,7 @@ struct attnstat_client {
     /* replies.c: what a blocking call waits for, and the callbacks */
     int64_t run_id;
     int got_hello_reply;
+    uint32_t features;       /* CLIENT_FEATURE_* the daemon's HelloReply lists (replies.c) */
     Attnstat__Envelope *status_env; /* the last StatusReply, owned */
     int wait_error;                 /* an Error arrived while waiting: its code */
     uint64_t wait_error_ref;

@@ -384,13 +384,15 @@ static void gpu_unpin(gpu_state *g, gpu_hold *hold)
     hold->nent = 0;
 }
 
-attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt, void *stream,
-                          uint64_t seq, gpu_emit_fn emit, void *ectx, gpu_loc *loc,
-                          uint32_t *event_id, gpu_hold *hold, int *zero_copy,
+attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, const char *const *names,
+                          int nt, void *stream, uint64_t seq, gpu_emit_fn emit, void *ectx,
+                          gpu_loc *loc, uint32_t *event_id, gpu_hold *hold, int *zero_copy,
                           attnstat_counters *st, char *err, size_t errlen)
 {
-    static const char *const names[3] = {"q", "k", "v"};
     memset(hold, 0, sizeof *hold);
+    if (nt < 1 || nt > GPU_MAX_TENSORS)
+        return util_fail(err, errlen, ATTNSTAT_EINVAL, "a push names %d tensors (1..%d)", nt,
+                         GPU_MAX_TENSORS);
     hold->dev = -1;
     hold->event = -1;
     *zero_copy = 0;
@@ -424,7 +426,7 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
                         "cudaStreamIsCapturing on stream %p: %s (cuda_stream must be a live "
                         "stream, or NULL/1/2 for the default streams)", stream,
                         cudaGetErrorString(ce));
-    gpu_ptr p[3];
+    gpu_ptr p[GPU_MAX_TENSORS];
     memset(p, 0, sizeof p);
     for (int i = 0; i < nt; i++) {
         rc = gpu_lookup_ptr(g, ts[i], names[i], &p[i], err, errlen);
@@ -448,8 +450,8 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
         return rc;
 
     /* Zero-copy where the allocation can be shared; the rest is staged. */
-    gpu_buf *ent[3] = {NULL, NULL, NULL};
-    int staged[3] = {0, 0, 0}, nstaged = 0;
+    gpu_buf *ent[GPU_MAX_TENSORS] = {NULL};
+    int staged[GPU_MAX_TENSORS] = {0}, nstaged = 0;
     for (int i = 0; i < nt; i++) {
         if (!p[i].ipc) {
             staged[i] = 1;
@@ -468,10 +470,10 @@ attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt
         }
         nstaged += staged[i];
     }
-    uint64_t stage_off[3] = {0, 0, 0};
+    uint64_t stage_off[GPU_MAX_TENSORS] = {0};
     if (nstaged) {
-        uintptr_t ptr[3];
-        uint64_t span[3], off[3];
+        uintptr_t ptr[GPU_MAX_TENSORS];
+        uint64_t span[GPU_MAX_TENSORS], off[GPU_MAX_TENSORS];
         for (int i = 0, n = 0; i < nt; i++)
             if (staged[i]) {
                 ptr[n] = p[i].ptr;
@@ -601,12 +603,12 @@ void gpu_free(gpu_state *g)
     (void)g;
 }
 
-attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt, void *stream,
-                          uint64_t seq, gpu_emit_fn emit, void *ectx, gpu_loc *loc,
-                          uint32_t *event_id, gpu_hold *hold, int *zero_copy,
+attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, const char *const *names,
+                          int nt, void *stream, uint64_t seq, gpu_emit_fn emit, void *ectx,
+                          gpu_loc *loc, uint32_t *event_id, gpu_hold *hold, int *zero_copy,
                           attnstat_counters *st, char *err, size_t errlen)
 {
-    (void)g, (void)ts, (void)nt, (void)stream, (void)seq, (void)emit, (void)ectx, (void)loc;
+    (void)g, (void)ts, (void)names, (void)nt, (void)stream, (void)seq, (void)emit, (void)ectx, (void)loc;
     (void)event_id, (void)st;
     hold->dev = -1;
     hold->event = -1;

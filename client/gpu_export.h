@@ -34,7 +34,7 @@ typedef struct {
     uint8_t staged;     /* a staging-ring block keyed by the push's seq */
     uint8_t nent;       /* entries of ent[] in use */
     int32_t event;      /* index in the device's event pool; -1: none */
-    uint16_t ent[3];    /* exported-allocation cache entries the push references */
+    uint16_t ent[GPU_MAX_TENSORS]; /* exported-allocation cache entries the push references */
 } gpu_hold;
 
 /* Where one tensor is, for the Push message. */
@@ -59,14 +59,16 @@ gpu_state *gpu_new(void);
  * the connection is closed first). g may be NULL. */
 void gpu_free(gpu_state *g);
 
-/* Prepares the CUDA tensors ts[0..nt) of push seq: checks them against their allocations, exports
+/* Prepares the CUDA tensors ts[0..nt) (nt <= GPU_MAX_TENSORS, named names[i] in messages) of push
+ * seq: checks them against their allocations, exports
  * what is new (through emit), stages what cannot be exported, records an event on stream.
  * Returns ATTNSTAT_OK with loc[], *event_id, *hold and *zero_copy (1: the caller's memory is read
  * by the daemon later) set; ATTNSTAT_DROPPED when the staging ring or the event pool is full
  * (counted in st), or when stream is being captured into a CUDA graph (checked first: then no
  * other CUDA call is made; the caller counts it in dropped_local); or an error (EINVAL, ENOTSUP, EIO) with err set. On anything but OK nothing
  * is held. */
-attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, int nt, void *stream,
+attnstat_code gpu_prepare(gpu_state *g, const attnstat_tensor *const *ts, const char *const *names,
+                          int nt, void *stream,
                           uint64_t seq, gpu_emit_fn emit, void *ectx, gpu_loc *loc,
                           uint32_t *event_id, gpu_hold *hold, int *zero_copy,
                           attnstat_counters *st, char *err, size_t errlen);

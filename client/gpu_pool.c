@@ -380,7 +380,10 @@ attnstat_code gpu_pool_stage(gpu_pool *p, const uintptr_t *ptr, const uint64_t *
     attnstat_code rc = gpu_pool_staging(p, next_buf_id, emit, ectx, err, errlen);
     if (rc != ATTNSTAT_OK)
         return rc;
-    gpu_pool_span iv[3];
+    gpu_pool_span iv[GPU_MAX_TENSORS];
+    if (nt > GPU_MAX_TENSORS)
+        return util_fail(err, errlen, ATTNSTAT_EINVAL, "%d tensors to stage (at most %d)", nt,
+                         GPU_MAX_TENSORS);
     int niv = gpu_pool_merge(ptr, span, nt, iv);
     uint64_t total = 0;
     for (int j = 0; j < niv; j++) {

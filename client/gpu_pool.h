@@ -25,6 +25,9 @@
 #include "attnstat.h"
 #include "attnstat.pb-c.h"
 
+/* The tensors of one push at most: q, k, v, a mask, two packed-offset arrays. */
+#define GPU_MAX_TENSORS 6
+
 #define GPU_POOL_EVENT_ID0 0x20000000u /* event ids, disjoint from buffer ids (Error refs) */
 
 /* Queues one control frame to the daemon; returns an attnstat_code. */

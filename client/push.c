@@ -26,6 +26,26 @@
 #include "gather.h"
 #include "link.h"
 
+/* The tensors of one push, in the order the Push message and the GPU path take them: q, k, then
+ * those present of v, the mask and the device packed offsets (cu_q, cu_k). */
+typedef struct {
+    const attnstat_tensor *t[GPU_MAX_TENSORS];
+    const char *name[GPU_MAX_TENSORS];
+    int nt;
+    int iv, imask, icu;        /* where v, the mask and cu_q are in t[]; -1: absent */
+    int32_t compute_dtype;     /* -1: not sent */
+} push_set;
+
+static void push_set_add(push_set *s, const attnstat_tensor *t, const char *name, int *index)
+{
+    if (!t)
+        return;
+    if (index)
+        *index = s->nt;
+    s->t[s->nt] = t;
+    s->name[s->nt++] = name;
+}
+
 /* ---- Checks ----------------------------------------------------------------------------------- */
 static attnstat_code push_check_tensor(attnstat_client *c, const attnstat_tensor *t,
                                          const char *name)
@@ -198,16 +218,26 @@ static attnstat_code push_emit(void *ctx, const Attnstat__Envelope *env)
     return conn_send(ctx, env, 0);
 }
 
-/* Sends the Push of seq naming nt tensors (refs) and, for CUDA tensors, the event the daemon waits
- * for. Droppable: refused with ATTNSTAT_DROPPED when the outgoing queue is over its bound. */
+/* Sends the Push of seq naming the set's tensors (refs, in the set's order) and, for CUDA tensors,
+ * the event the daemon waits for. Droppable: refused with ATTNSTAT_DROPPED when the outgoing queue
+ * is over its bound. */
 static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, uint64_t seq,
-                               Attnstat__TensorRef *refs, int nt, int has_event, uint32_t event_id)
+                               const push_set *set, Attnstat__TensorRef *refs, int has_event,
+                               uint32_t event_id)
 {
     Attnstat__Push p = ATTNSTAT__PUSH__INIT;
     push_fill(&p, o, seq);
     p.q = &refs[0];
     p.k = &refs[1];
-    p.v = nt > 2 ? &refs[2] : NULL;
+    p.v = set->iv >= 0 ? &refs[set->iv] : NULL;
+    p.mask = set->imask >= 0 ? &refs[set->imask] : NULL;
+    if (set->icu >= 0) {
+        p.cu_seqlens_q_ref = &refs[set->icu];
+        p.cu_seqlens_k_ref = &refs[set->icu + 1];
+    }
+    p.has_compute_dtype = set->compute_dtype >= 0;
+    p.compute_dtype = set->compute_dtype >= 0 ? (Attnstat__Dtype)set->compute_dtype
+                                              : ATTNSTAT__DTYPE__F32;
     p.has_event_id = has_event;
     p.event_id = event_id;
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
@@ -250,26 +280,27 @@ static void push_sent(attnstat_client *c, client_inflight *slot, const attnstat_
 
 /* ---- Host tensors: a compact copy into the ring ----------------------------------------------- */
 static attnstat_code push_host(attnstat_client *c, const attnstat_push_opts *o,
-                               const attnstat_tensor *const *ts, int nt, uint64_t seq,
-                               client_inflight *slot)
+                               const push_set *set, uint64_t seq, client_inflight *slot)
 {
-    gather_plan plans[3];
-    uint64_t offs[3] = {0, 0, 0}, total = 0;
+    const attnstat_tensor *const *ts = set->t;
+    const int nt = set->nt;
+    gather_plan plans[GPU_MAX_TENSORS];
+    uint64_t offs[GPU_MAX_TENSORS] = {0}, total = 0;
     for (int i = 0; i < nt; i++) {
         size_t es = attnstat_dtype_size((attnstat_dtype)ts[i]->dtype);
         if (gather_make_plan(ts[i]->shape, ts[i]->strides, es, &plans[i]) != 0 ||
             plans[i].bytes > c->ring_bytes)
             return client_fail(c, ATTNSTAT_EINVAL,
                                "%s is too large for the %llu-byte ring (raise ring_bytes or "
-                               "sample fewer rows)", i == 0 ? "q" : i == 1 ? "k" : "v",
+                               "sample fewer rows)", set->name[i],
                                (unsigned long long)c->ring_bytes);
         offs[i] = total;
         total += push_align(plans[i].bytes);
     }
     if (total > c->ring_bytes)
         return client_fail(c, ATTNSTAT_EINVAL,
-                           "q, k and v need %llu bytes, more than the %llu-byte ring (raise "
-                           "ring_bytes)", (unsigned long long)total,
+                           "the push's tensors need %llu bytes, more than the %llu-byte ring "
+                           "(raise ring_bytes)", (unsigned long long)total,
                            (unsigned long long)c->ring_bytes);
     uint64_t base;
     int ar = ring_alloc(&c->ring, total, seq, &base);
@@ -282,12 +313,12 @@ static attnstat_code push_host(attnstat_client *c, const attnstat_push_opts *o,
         gather_copy(c->map + offs[i], ts[i]->data, ts[i]->shape, ts[i]->strides,
                     attnstat_dtype_size((attnstat_dtype)ts[i]->dtype), &plans[i]);
     }
-    Attnstat__TensorRef refs[3];
-    uint64_t shapes[3][4], strides[3][4];
+    Attnstat__TensorRef refs[GPU_MAX_TENSORS];
+    uint64_t shapes[GPU_MAX_TENSORS][4], strides[GPU_MAX_TENSORS][4];
     for (int i = 0; i < nt; i++)
         push_ref(&refs[i], shapes[i], strides[i], ts[i], CLIENT_RING_ID, offs[i],
                  plans[i].strides);
-    attnstat_code rc = push_send(c, o, seq, refs, nt, 0, 0);
+    attnstat_code rc = push_send(c, o, seq, set, refs, 0, 0);
     if (rc != ATTNSTAT_OK) {
         if (ring_abort_last(&c->ring, seq) != 0) /* its space is free again at once */
             ring_release(&c->ring, seq);
@@ -299,15 +330,18 @@ static attnstat_code push_host(attnstat_client *c, const attnstat_push_opts *o,
 
 /* ---- CUDA tensors: gpu_export.c resolves them (zero-copy or staged) and records the event ----- */
 static attnstat_code push_cuda(attnstat_client *c, const attnstat_push_opts *o,
-                               const attnstat_tensor *const *ts, int nt, uint64_t seq,
-                               client_inflight *slot, uint64_t *seq_out)
+                               const push_set *set, uint64_t seq, client_inflight *slot,
+                               uint64_t *seq_out)
 {
-    gpu_loc loc[3];
+    const attnstat_tensor *const *ts = set->t;
+    const int nt = set->nt;
+    gpu_loc loc[GPU_MAX_TENSORS];
     gpu_hold gh;
     uint32_t event_id = 0;
     int zero_copy = 0;
-    attnstat_code rc = gpu_prepare(c->gpu, ts, nt, o->cuda_stream, seq, push_emit, c, loc,
-                                   &event_id, &gh, &zero_copy, &c->st, c->err, sizeof c->err);
+    attnstat_code rc = gpu_prepare(c->gpu, ts, set->name, nt, o->cuda_stream, seq, push_emit, c,
+                                   loc, &event_id, &gh, &zero_copy, &c->st, c->err,
+                                   sizeof c->err);
     if (rc != ATTNSTAT_OK) {
         if (rc == ATTNSTAT_ECLOSED) { /* a registration found the connection gone */
             link_lost(c);
@@ -317,12 +351,12 @@ static attnstat_code push_cuda(attnstat_client *c, const attnstat_push_opts *o,
             c->st.dropped_local++;
         return rc;
     }
-    Attnstat__TensorRef refs[3];
-    uint64_t shapes[3][4], strides[3][4];
+    Attnstat__TensorRef refs[GPU_MAX_TENSORS];
+    uint64_t shapes[GPU_MAX_TENSORS][4], strides[GPU_MAX_TENSORS][4];
     for (int i = 0; i < nt; i++)
         push_ref(&refs[i], shapes[i], strides[i], ts[i], loc[i].buffer_id, loc[i].offset,
                  ts[i]->strides);
-    rc = push_send(c, o, seq, refs, nt, 1, event_id);
+    rc = push_send(c, o, seq, set, refs, 1, event_id);
     if (rc != ATTNSTAT_OK) {
         gpu_release(c->gpu, seq, &gh);
         if (zero_copy)
@@ -352,6 +386,104 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
                                const attnstat_tensor *q, const attnstat_tensor *k,
                                const attnstat_tensor *v, uint64_t *seq_out)
 {
+    return attnstat_push2(c, o, NULL, q, k, v, seq_out);
+}
+
+void attnstat_push_ext_init(attnstat_push_ext *e)
+{
+    memset(e, 0, sizeof *e);
+    e->size = (uint32_t)sizeof *e;
+    e->compute_dtype = -1;
+}
+
+/* The extension's checks; fills set's mask, offsets and compute dtype. */
+static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts *o,
+                                    const attnstat_push_ext *e, const attnstat_tensor *q,
+                                    const attnstat_tensor *k, push_set *set)
+{
+    if (!e)
+        return ATTNSTAT_OK;
+    if (e->size < sizeof *e)
+        return client_fail(c, ATTNSTAT_EINVAL, "attnstat_push_ext.size is %u, not %zu: initialise "
+                           "it with attnstat_push_ext_init", e->size, sizeof *e);
+    if (e->compute_dtype != -1 && e->compute_dtype != ATTNSTAT_F32 &&
+        e->compute_dtype != ATTNSTAT_F16 && e->compute_dtype != ATTNSTAT_BF16)
+        return client_fail(c, ATTNSTAT_EINVAL, "compute_dtype %d is not -1, ATTNSTAT_F32, F16 or "
+                           "BF16", e->compute_dtype);
+    set->compute_dtype = e->compute_dtype;
+    const attnstat_tensor *m = e->mask;
+    if (m) {
+        if (m->mem != q->mem)
+            return client_fail(c, ATTNSTAT_EINVAL, "the mask is in %s memory but q in %s memory",
+                               m->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host",
+                               q->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host");
+        if (m->dtype != ATTNSTAT_BOOL && m->dtype != ATTNSTAT_F32 && m->dtype != ATTNSTAT_F16 &&
+            m->dtype != ATTNSTAT_BF16)
+            return client_fail(c, ATTNSTAT_EINVAL, "the mask's dtype %d is not ATTNSTAT_BOOL, "
+                               "F32, F16 or BF16", m->dtype);
+        if (!m->data)
+            return client_fail(c, ATTNSTAT_EINVAL, "the mask has a NULL data pointer");
+        const int64_t want[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+        for (int i = 0; i < 4; i++) {
+            if (m->shape[i] != want[i] && !(i < 3 && m->shape[i] == 1))
+                return client_fail(c, ATTNSTAT_EINVAL,
+                                   "the mask's shape[%d] is %lld: it must be %lld%s", i,
+                                   (long long)m->shape[i], (long long)want[i],
+                                   i < 3 ? " or 1 (broadcast)" : " (Nk)");
+            if (m->strides[i] < 0)
+                return client_fail(c, ATTNSTAT_EINVAL, "the mask's strides[%d] is negative", i);
+        }
+        if (m->shape[3] > 1 && m->strides[3] != 1)
+            return client_fail(c, ATTNSTAT_EINVAL, "the mask's last dimension (keys) must be "
+                               "contiguous (strides[3] = 1, not %lld)", (long long)m->strides[3]);
+        if (o->cu_seqlens_q || e->cu_seqlens_q)
+            return client_fail(c, ATTNSTAT_EINVAL, "a mask does not combine with packed "
+                               "sequences");
+        if (!(c->features & CLIENT_FEATURE_MASK))
+            return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no masks (its "
+                               "HelloReply does not list \"mask\"): upgrade the daemon");
+        push_set_add(set, m, "mask", &set->imask);
+    }
+    if (!e->cu_seqlens_q != !e->cu_seqlens_k)
+        return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_q and cu_seqlens_k go together");
+    if (e->cu_seqlens_q) {
+        const attnstat_tensor *cu[2] = {e->cu_seqlens_q, e->cu_seqlens_k};
+        if (o->cu_seqlens_q)
+            return client_fail(c, ATTNSTAT_EINVAL, "packed offsets either in opts (host) or in "
+                               "ext (CUDA), not both");
+        for (int i = 0; i < 2; i++) {
+            const attnstat_tensor *t = cu[i];
+            if (t->mem != ATTNSTAT_MEM_CUDA || q->mem != ATTNSTAT_MEM_CUDA)
+                return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens are for CUDA tensors; "
+                                   "give host offsets in opts->cu_seqlens_*");
+            if (t->dtype != ATTNSTAT_I32 || !t->data || t->shape[0] != 1 || t->shape[1] != 1 ||
+                t->shape[3] != 1 || t->shape[2] < 2 || t->strides[2] < 0)
+                return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_%c must be an int32 "
+                                   "tensor of shape [1, 1, n_seqs + 1, 1]", i ? 'k' : 'q');
+        }
+        if (cu[0]->shape[2] != cu[1]->shape[2])
+            return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_q and cu_seqlens_k have "
+                               "different lengths");
+        if (q->shape[0] != 1)
+            return client_fail(c, ATTNSTAT_EINVAL, "packed sequences need batch 1 (q has %lld)",
+                               (long long)q->shape[0]);
+        if (!(c->features & CLIENT_FEATURE_CU_REF))
+            return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no device offsets (its "
+                               "HelloReply does not list \"cu_seqlens_ref\"): upgrade it");
+        push_set_add(set, cu[0], "cu_seqlens_q", &set->icu);
+        push_set_add(set, cu[1], "cu_seqlens_k", NULL);
+    }
+    if (set->compute_dtype >= 0 && !(c->features & CLIENT_FEATURE_COMPUTE_DTYPE))
+        return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no compute_dtype (its "
+                           "HelloReply does not list \"compute_dtype\"): upgrade the daemon");
+    return ATTNSTAT_OK;
+}
+
+attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
+                             const attnstat_push_ext *e, const attnstat_tensor *q,
+                             const attnstat_tensor *k, const attnstat_tensor *v,
+                             uint64_t *seq_out)
+{
     if (seq_out)
         *seq_out = 0;
     if (!c)
@@ -359,6 +491,15 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
     c->err[0] = '\0';
     attnstat_code rc = push_check_push(c, o, q, k, v);
     if (rc != ATTNSTAT_OK)
+        return rc;
+    push_set set;
+    memset(&set, 0, sizeof set);
+    set.iv = set.imask = set.icu = -1;
+    set.compute_dtype = -1;
+    push_set_add(&set, q, "q", NULL);
+    push_set_add(&set, k, "k", NULL);
+    push_set_add(&set, v, "v", &set.iv);
+    if (e && c->hello_done && (rc = push_check_ext(c, o, e, q, k, &set)) != ATTNSTAT_OK)
         return rc;
     int cuda = q->mem == ATTNSTAT_MEM_CUDA;
     if (cuda) {
@@ -384,9 +525,7 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *o,
      * would share it and a Release would find the wrong one. */
     c->next_seq++;
 
-    const attnstat_tensor *ts[3] = {q, k, v};
-    int nt = v ? 3 : 2;
     if (cuda)
-        return push_cuda(c, o, ts, nt, seq, slot, seq_out);
-    return push_host(c, o, ts, nt, seq, slot);
+        return push_cuda(c, o, &set, seq, slot, seq_out);
+    return push_host(c, o, &set, seq, slot);
 }

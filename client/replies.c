@@ -174,6 +174,14 @@ static void replies_on_hello_reply(attnstat_client *c, const Attnstat__HelloRepl
 {
     c->got_hello_reply = 1;
     c->run_id = h->run_id;
+    c->features = 0;
+    for (size_t i = 0; i < h->n_features; i++) {
+        const char *f = h->features[i] ? h->features[i] : "";
+        c->features |= strcmp(f, "mask") == 0              ? CLIENT_FEATURE_MASK
+                       : strcmp(f, "compute_dtype") == 0   ? CLIENT_FEATURE_COMPUTE_DTYPE
+                       : strcmp(f, "cu_seqlens_ref") == 0  ? CLIENT_FEATURE_CU_REF
+                                                           : 0u;
+    }
     if (h->max_frame >= 256 && h->max_frame < c->max_frame)
         c->max_frame = h->max_frame;
     /* Replies (StatusReply, Ack with results) may be as large as the daemon's max_frame: read
@@ -283,6 +291,13 @@ void replies_status_out(const attnstat_client *c, attnstat_daemon_status *out)
         o->pushes = cs->pushes;
         o->dropped = cs->dropped;
         o->rejected = cs->rejected;
+    }
+    for (size_t i = 0; i < r->n_rejections && i < ATTNSTAT_STATUS_MAX_REJECTIONS; i++) {
+        const Attnstat__Rejection *rj = r->rejections[i];
+        attnstat_rejection *o = &out->rejections[out->n_rejections++];
+        o->code = (int32_t)rj->code;
+        o->count = rj->count;
+        util_copy_str(o->last_message, sizeof o->last_message, rj->last_message);
     }
 }
 

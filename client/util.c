@@ -2,8 +2,10 @@
  * public functions that need no client (codes, dtype sizes, rule and state names, the defaults of
  * the option structs, the default socket path).
  *
- * Stage: the bottom of libattnstat. Calls libc only. */
+ * Stage: the bottom of libattnstat. Calls libc and proto/names only. */
 #include "util.h"
+
+#include "names.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -87,8 +89,15 @@ size_t attnstat_dtype_size(attnstat_dtype dtype)
     case ATTNSTAT_F32: return 4;
     case ATTNSTAT_F16: return 2;
     case ATTNSTAT_BF16: return 2;
+    case ATTNSTAT_BOOL: return 1;
+    case ATTNSTAT_I32: return 4;
     }
     return 0;
+}
+
+const char *attnstat_proto_code_name(int32_t code)
+{
+    return names_code(code);
 }
 
 const char *attnstat_rule_name(int32_t rule)

@@ -82,6 +82,8 @@ typedef enum {
     ATTNSTAT_F32 = 0,
     ATTNSTAT_F16 = 1,
     ATTNSTAT_BF16 = 2,
+    ATTNSTAT_BOOL = 3,      /* masks (attnstat_push2): one byte, nonzero = the key takes part */
+    ATTNSTAT_I32 = 4,       /* packed offsets in device memory (attnstat_push2) */
 } attnstat_dtype;
 
 typedef enum {
@@ -331,6 +333,14 @@ typedef struct {
     uint64_t pushes, dropped, rejected;
 } attnstat_client_status;
 
+#define ATTNSTAT_STATUS_MAX_REJECTIONS 16
+typedef struct {
+    int32_t code;             /* the protocol's Code of the answer */
+    uint32_t reserved;
+    uint64_t count;           /* pushes answered with it since the daemon started */
+    char last_message[192];   /* the daemon's words, the last time */
+} attnstat_rejection;
+
 typedef struct {
     char daemon_version[32];
     char db_path[256];
@@ -343,7 +353,17 @@ typedef struct {
     uint32_t n_client_list;   /* entries filled in client_list[] (at most the array's size) */
     attnstat_worker_status workers[ATTNSTAT_STATUS_MAX_WORKERS];
     attnstat_client_status client_list[ATTNSTAT_STATUS_MAX_CLIENTS];
+    /* Pushes the daemon answered with another code than OK, by code (its protocol Code:
+     * attnstat_rule_name's neighbours; attnstat_proto_code_name names it), with each code's last
+     * message: why pushes were not stored. */
+    uint32_t n_rejections;
+    uint32_t reserved2;
+    attnstat_rejection rejections[ATTNSTAT_STATUS_MAX_REJECTIONS];
 } attnstat_daemon_status;
+
+/* The name of a protocol Code (an Ack's or Error's: "BAD_REQUEST", "DROPPED", ...), "unknown"
+ * otherwise. */
+const char *attnstat_proto_code_name(int32_t code);
 
 /* Asks the daemon for its status and waits up to timeout_ms for the reply. Works without hello.
  * ATTNSTAT_ECLOSED while not connected (the library reconnects: try again later). */
@@ -396,6 +416,40 @@ attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t ran
 attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *opts,
                                const attnstat_tensor *q, const attnstat_tensor *k,
                                const attnstat_tensor *v, uint64_t *seq_out);
+
+/* ---- Masks, the precision of the logits, device offsets: attnstat_push2 --------------------- *
+ * What attention calls of real models carry beyond q and k. A daemon that cannot take one of these
+ * (older than this library) makes attnstat_push2 fail with ATTNSTAT_ENOTSUP rather than compute
+ * something else. */
+typedef struct {
+    uint32_t size;          /* sizeof(attnstat_push_ext): attnstat_push_ext_init sets it */
+    int32_t compute_dtype;  /* -1 (default): the tensors' own precision; ATTNSTAT_BF16 or
+                               ATTNSTAT_F16: q and k are rounded to it before the dot products,
+                               as attention under autocast computes (float32 tensors handed to a
+                               bf16 attention); ATTNSTAT_F32: full float32 */
+    int32_t reserved;
+    /* An attention mask with scaled_dot_product_attention's conventions, or NULL: shape
+     * [B or 1, Hq or 1, Nq or 1, Nk] (a dimension of 1 broadcasts), strides[3] = 1, dtype
+     * ATTNSTAT_BOOL (nonzero: the key takes part) or ATTNSTAT_F32/F16/BF16 added to the logits
+     * (-inf and the dtype's lowest finite value exclude the key). In the same kind of memory as
+     * q; for CUDA memory the push keeps it referenced like q (until the release callback). Not
+     * with packed sequences. */
+    const attnstat_tensor *mask;
+    /* Packed sequences' offsets in CUDA memory (where the library cannot read them without a
+     * synchronisation), or NULL: int32 tensors of shape [1, 1, n_seqs + 1, 1]. Both or neither;
+     * not with opts->cu_seqlens_* (host offsets stay there). */
+    const attnstat_tensor *cu_seqlens_q;
+    const attnstat_tensor *cu_seqlens_k;
+} attnstat_push_ext;
+
+/* Defaults: size set, compute_dtype -1, everything else 0/NULL. */
+void attnstat_push_ext_init(attnstat_push_ext *e);
+
+/* attnstat_push_ex with ext (may be NULL: then exactly attnstat_push_ex). */
+attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *opts,
+                             const attnstat_push_ext *ext, const attnstat_tensor *q,
+                             const attnstat_tensor *k, const attnstat_tensor *v,
+                             uint64_t *seq_out);
 
 /* Called exactly once for every non-zero seq of attnstat_push_ex() when the daemon no longer reads
  * that push's memory (its Release, a non-OK Ack, or the connection being lost: see "Daemon

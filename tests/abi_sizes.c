@@ -89,6 +89,14 @@ int main(void)
     F(attnstat_daemon_status, dropped); F(attnstat_daemon_status, rejected);
     F(attnstat_daemon_status, samples_stored); F(attnstat_daemon_status, n_workers);
     F(attnstat_daemon_status, n_client_list); F(attnstat_daemon_status, workers);
-    F(attnstat_daemon_status, client_list);
+    F(attnstat_daemon_status, client_list); F(attnstat_daemon_status, n_rejections);
+    F(attnstat_daemon_status, reserved2); F(attnstat_daemon_status, rejections);
+    S(attnstat_rejection);
+    F(attnstat_rejection, code); F(attnstat_rejection, reserved); F(attnstat_rejection, count);
+    F(attnstat_rejection, last_message);
+    S(attnstat_push_ext);
+    F(attnstat_push_ext, size); F(attnstat_push_ext, compute_dtype);
+    F(attnstat_push_ext, reserved); F(attnstat_push_ext, mask);
+    F(attnstat_push_ext, cu_seqlens_q); F(attnstat_push_ext, cu_seqlens_k);
     return 0;
 }

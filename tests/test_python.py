@@ -18,59 +18,20 @@ import math
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import types
 import unittest
-import warnings
 
-from pyhelpers import (DAEMON, HERE, LIB, RNG, ROOT, FakeDevice, FakeTensor, FakeTorch,  # noqa: E402
-                       need_lib, np, np_sdpa, randn)
+from pyhelpers import (HERE, LIB, RNG, ROOT, DaemonCase, FakeDevice, FakeTensor,  # noqa: E402
+                       FakeTorch, need_daemon, need_lib, np, np_sdpa, randn,
+                       reference_stats)
 
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib, _tensor  # noqa: E402
-
-
-# ---- the float64 reference ------------------------------------------------------------------------
-def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=1):
-    """Per-head statistics of q [B, Hq, Nq, D], k [B, Hkv, Nk, D], in float64, two passes per row:
-    the row max first, then the probabilities; H = -sum p log p. Causal masks are bottom-right
-    aligned; cu_q / cu_k (B = 1) split N into packed sequences; every=k keeps rows 0, k, 2k...
-    of each sequence. Returns one dict per head:
-    rows, entropy_mean / min / max, max_logit."""
-    q = q.astype(np.float64)
-    k = k.astype(np.float64)
-    B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    sc = 1.0 / math.sqrt(D) if not scale else float(np.float32(scale))
-    if cu_q is None:
-        cu_q, cu_k = [0, Nq], [0, Nk]
-    out = []
-    for h in range(Hq):
-        kh = h // (Hq // Hkv)
-        ents, maxl = [], -np.inf
-        for b in range(B):
-            for (q0, q1), (k0, k1) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
-                s = sc * (q[b, h, q0:q1] @ k[b, kh, k0:k1].T)  # [nq, nk]
-                nq, nk = q1 - q0, k1 - k0
-                for i in range(0, nq, every):
-                    row = s[i, : max(0, i + (nk - nq) + 1)] if causal else s[i]
-                    if row.size == 0:
-                        continue  # no visible key: no distribution
-                    m = row.max()
-                    p = np.exp(row - m)
-                    p /= p.sum()
-                    nz = p[p > 0]
-                    ents.append(float(-(nz * np.log(nz)).sum()))
-                    maxl = max(maxl, float(m))
-        out.append({"rows": len(ents), "entropy_mean": float(np.mean(ents)),
-                    "entropy_min": float(np.min(ents)), "entropy_max": float(np.max(ents)),
-                    "max_logit": maxl})
-    return out
 
 
 class TestReference(unittest.TestCase):
@@ -517,107 +478,6 @@ class TestArguments(unittest.TestCase):
         with self.assertRaises(attnstat.AttnstatError) as cm:
             self.c.push(0, 0, randn(1, 1, 2, 4), randn(1, 1, 2, 4))
         self.assertIn("closed", str(cm.exception))
-
-
-# ---- end to end: a real attnstatd ------------------------------------------------------------------
-class Daemon(object):
-    """attnstatd on a temporary socket and database, for the life of a test class."""
-
-    def __init__(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="attnstat-py-")
-        self.socket = os.path.join(self.dir.name, "d.sock")
-        self.db = os.path.join(self.dir.name, "d.db")
-        self.log = open(os.path.join(self.dir.name, "d.log"), "w+")
-        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--db", self.db],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("attnstatd exited with %s:\n%s" % (self.proc.returncode,
-                                                                       self.log_text()))
-            if os.path.exists(self.socket):
-                try:
-                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    s.connect(self.socket)
-                    s.close()
-                    break
-                except OSError:
-                    pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("attnstatd did not listen on %s within 20 s:\n%s"
-                                   % (self.socket, self.log_text()))
-            time.sleep(0.02)
-
-    def log_text(self):
-        self.log.flush()
-        with open(self.log.name) as f:
-            return f.read()[-4000:]
-
-    def client(self, run, **kw):
-        return attnstat.Client(socket=self.socket, run=run, lib=LIB, **kw)
-
-    def query(self, sql, *args):
-        db = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True, timeout=10)
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
-
-    def samples(self, run, step, layer):
-        """{head: row dict} of the stored samples of (run, step, layer)."""
-        cols = ("head", "rows", "rows_empty", "nonfinite_rows", "entropy_mean", "entropy_min",
-                "entropy_max", "max_logit", "sampled")
-        rows = self.query("SELECT %s FROM samples JOIN runs ON runs.id = samples.run_id "
-                          "WHERE runs.name = ? AND samples.step = ? AND samples.layer = ? "
-                          "ORDER BY head" % ", ".join("samples." + c for c in cols),
-                          run, step, layer)
-        return {r[0]: dict(zip(cols, r)) for r in rows}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        self.dir.cleanup()
-
-
-def need_daemon(cls):
-    return unittest.skipIf(LIB is None or not DAEMON,
-                           "attnstatd or libattnstat.so is not built (ATTNSTAT_DAEMON)")(cls)
-
-
-class DaemonCase(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.d.stop()
-
-    def run_name(self):
-        return "%s-%d" % (self.id().rsplit(".", 1)[-1], os.getpid())
-
-    def assertClose(self, got, want, rel, what):
-        self.assertIsNotNone(got, what)
-        self.assertLessEqual(abs(got - want), rel * max(abs(want), 1e-3),
-                             "%s: daemon %r, reference %r" % (what, got, want))
-
-    def check_stored(self, run, step, layer, ref, rel):
-        got = self.d.samples(run, step, layer)
-        self.assertEqual(sorted(got), list(range(len(ref))), "heads stored for layer %d" % layer)
-        for h, r in enumerate(ref):
-            g = got[h]
-            self.assertEqual(g["rows"], r["rows"], "rows of head %d" % h)
-            self.assertEqual(g["nonfinite_rows"], 0)
-            for f in ("entropy_mean", "entropy_min", "entropy_max", "max_logit"):
-                self.assertClose(g[f], r[f], rel, "layer %d head %d %s" % (layer, h, f))
 
 
 @need_daemon

@@ -22,7 +22,7 @@ import unittest
 import warnings
 
 from pyhelpers import DAEMON, LIB, randn  # noqa: E402
-from test_python import Daemon  # noqa: E402
+from pyhelpers import Daemon  # noqa: E402
 
 DEADLINE_S = 120  # for conditions only: a loaded machine takes longer, never fails sooner
 

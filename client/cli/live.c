@@ -81,6 +81,15 @@ int live_status(const cli_args *a)
                    cs->rank, cs->pid, cs->uid, (unsigned long long)cs->pushes,
                    (unsigned long long)cs->dropped, (unsigned long long)cs->rejected);
         }
+        printf("], \"rejections\": [");
+        for (uint32_t i = 0; i < ds->n_rejections; i++) {
+            const attnstat_rejection *rj = &ds->rejections[i];
+            printf("%s{\"code\": ", i ? ", " : "");
+            out_json_string(stdout, attnstat_proto_code_name(rj->code));
+            printf(", \"count\": %llu, \"last_message\": ", (unsigned long long)rj->count);
+            out_json_string(stdout, rj->last_message);
+            printf("}");
+        }
         printf("]}\n");
     } else {
         printf("attnstatd %s at %s, up %.0f s\n", ds->daemon_version[0] ? ds->daemon_version : "?",
@@ -106,6 +115,21 @@ int live_status(const cli_args *a)
                 out_val v[] = {out_s(w->name), out_i(w->queue_depth), out_i(w->queue_capacity),
                                out_i((int64_t)w->processed), out_i((int64_t)w->dropped),
                                out_d(w->busy_frac)};
+                out_add(&o, v);
+            }
+            out_end(&o);
+        }
+        if (ds->n_rejections) { /* why pushes were not stored */
+            static const out_col rjc[] = {{"answered", NULL, OUT_STR, 0, 1},
+                                          {"pushes", NULL, OUT_INT, 0, 1},
+                                          {"last message", NULL, OUT_STR, 0, 1}};
+            out_set o;
+            printf("\n");
+            out_begin(&o, OUT_TABLE, stdout, rjc, 3);
+            for (uint32_t i = 0; i < ds->n_rejections; i++) {
+                const attnstat_rejection *rj = &ds->rejections[i];
+                out_val v[] = {out_s(attnstat_proto_code_name(rj->code)),
+                               out_i((int64_t)rj->count), out_s(rj->last_message)};
                 out_add(&o, v);
             }
             out_end(&o);

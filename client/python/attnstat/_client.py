@@ -11,6 +11,7 @@ import warnings
 import weakref
 
 from . import _lib
+from . import _tensor
 from ._tensor import TensorError, describe
 
 
@@ -142,6 +143,7 @@ class Client(object):
             _lib._declare(lib)
         self._lib = lib
         self._push_ex = _lib.optional(lib, "attnstat_push_ex")
+        self._push2 = _lib.optional(lib, "attnstat_push2")
 
         opts = _lib.ConnectOpts()
         lib.attnstat_connect_opts_init(ctypes.byref(opts))
@@ -295,6 +297,13 @@ class Client(object):
         sequences (B = 1), n_seqs + 1 int32 offsets each. want_results: the per-head results come
         back to the on_result callbacks. stream: the CUDA stream (handle as int, or an object with
         .cuda_stream or .ptr) the tensors were written on; default: the tensor's own.
+        attn_mask: a mask with scaled_dot_product_attention's conventions (2 to 4 dimensions
+        broadcastable to [B, Hq, Nq, Nk]; boolean, True = the key takes part, or floating point
+        added to the logits, -inf excluding the key), in the same memory as q (no copy on the GPU
+        path; kept alive with q and k). compute_dtype: 'bfloat16' / 'float16' / 'float32' (or a
+        torch dtype): q and k are rounded to it before the dot products, as attention under
+        autocast computes them. cu_seqlens_q/k may be CUDA int32 tensors (read by the daemon on
+        the device: no synchronisation).
         """
         if window is not None:
             if window_left is not None or window_right is not None:
@@ -305,16 +314,17 @@ class Client(object):
             except (TypeError, ValueError):
                 raise AttnstatError(_lib.EINVAL, "window is %r: must be a pair (left, right)"
                                     % (window,))
-        if attn_mask is not None or compute_dtype is not None:
-            raise AttnstatError(_lib.ENOTSUP, "attn_mask and compute_dtype need a libattnstat "
-                                "with attnstat_push2 (protocol 2)")
         try:
             dq = describe(q, "q", layout)
             dk = describe(k, "k", layout)
             dv = describe(v, "v", layout) if v is not None else None
+            ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k)
         except TensorError as e:
             raise AttnstatError(_lib.EINVAL, str(e))
-        cu = _cu_pair(cu_seqlens_q, cu_seqlens_k)
+        cu = None if ext.cu_q is not None else _cu_pair(cu_seqlens_q, cu_seqlens_k)
+        if ext.needed and self._push2 is None:
+            raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype and CUDA cu_seqlens need "
+                                "a libattnstat with attnstat_push2 (this one is older)")
         gpu = dq.mem == _lib.MEM_CUDA or dk.mem == _lib.MEM_CUDA or (
             dv is not None and dv.mem == _lib.MEM_CUDA)
         if stream is None:
@@ -327,17 +337,18 @@ class Client(object):
                 self._dropped_busy += 1
             return False
         try:
-            if gpu and self._over_hold_budget(dq, dk, dv):
+            if gpu and self._over_hold_budget(dq, dk, dv, ext):
                 self._dropped_held += 1
                 return False
             return self._push_locked(step, layer, causal, window_left, window_right, softcap,
                                      scale, sample_every, sample_rows, seed, want_results,
-                                     stream, cu, dq, dk, dv, gpu)
+                                     stream, cu, dq, dk, dv, gpu, ext)
         finally:
             self._lock.release()
 
     def _push_locked(self, step, layer, causal, window_left, window_right, softcap, scale,
-                     sample_every, sample_rows, seed, want_results, stream, cu, dq, dk, dv, gpu):
+                     sample_every, sample_rows, seed, want_results, stream, cu, dq, dk, dv, gpu,
+                     ext):
         self._enter()
         o = self._opts  # every field is set below
         try:
@@ -367,13 +378,16 @@ class Client(object):
         else:
             rv = None
         c = self._handle()
-        if self._push_ex is not None:
+        if ext.needed:
+            self._seq.value = 0
+            rc = self._push2(c, ro, ext.fill(self._lib), rq, rk, rv, rs)
+        elif self._push_ex is not None:
             self._seq.value = 0
             rc = self._push_ex(c, ro, rq, rk, rv, rs)
         else:
             rc = self._lib.attnstat_push(c, ro, rq, rk, rv)
         if rc == _lib.OK and gpu:  # first: the daemon may read these from now on
-            self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None),
+            self._hold((dq.owner, dk.owner, dv.owner if dv is not None else None) + ext.owners(),
                        self._pending_bytes)
         o.cu_seqlens_q = o.cu_seqlens_k = None
         # An exception from a callback that ran in here stays stored for the next poll(),
@@ -419,10 +433,11 @@ class Client(object):
                       "on its own and drops pushes meanwhile (counted in stats())" % why,
                       RuntimeWarning, stacklevel=4)
 
-    def _over_hold_budget(self, dq, dk, dv):
+    def _over_hold_budget(self, dq, dk, dv, ext):
         """Whether a GPU push of these tensors would hold more than the budget (under the lock);
         leaves their bytes in _pending_bytes for _hold."""
         n = _span_bytes(dq) + _span_bytes(dk) + (_span_bytes(dv) if dv is not None else 0)
+        n += sum(_span_bytes(d) for d in ext.descs())
         self._pending_bytes = n
         count = len(self._held) + len(self._held_unseq)
         if self._held_pushes_max is not None and count >= self._held_pushes_max:
@@ -588,11 +603,20 @@ class Client(object):
                                            max(1, int(float(timeout_s) * 1000)))
             self._raise_callback_error()
             self._check(rc)
-        d = _struct_dict(out, skip=("workers", "client_list", "n_workers", "n_client_list"))
+        d = _struct_dict(out, skip=("workers", "client_list", "n_workers", "n_client_list",
+                                    "rejections"))
         d["workers"] = [_struct_dict(out.workers[i])
                         for i in range(min(out.n_workers, _lib.STATUS_MAX_WORKERS))]
         d["client_list"] = [_struct_dict(out.client_list[i])
                             for i in range(min(out.n_client_list, _lib.STATUS_MAX_CLIENTS))]
+        rej = []
+        for i in range(min(getattr(out, "n_rejections", 0), _lib.STATUS_MAX_REJECTIONS)):
+            r = out.rejections[i]
+            rej.append({"code": _lib.PROTO_CODE_NAMES.get(r.code, "code %d" % r.code),
+                        "count": r.count, "last_message": _s(r.last_message)})
+        d["rejections"] = rej
+        for k in ("n_rejections", "reserved2"):
+            d.pop(k, None)
         return d
 
     def subscribe(self, alerts=True, results=False):
@@ -758,6 +782,70 @@ def _trampoline(ref, name):
         if obj is not None:
             getattr(obj, name)(*args)
     return callback
+
+
+_COMPUTE = {"float32": _lib.F32, "f32": _lib.F32, "float": _lib.F32, "float16": _lib.F16,
+            "f16": _lib.F16, "half": _lib.F16, "bfloat16": _lib.BF16, "bf16": _lib.BF16}
+
+
+class _Ext(object):
+    """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets."""
+
+    def __init__(self, mask, compute, cu_q, cu_k):
+        self.mask = _tensor.describe_mask(mask) if mask is not None else None
+        self.compute = -1
+        if compute is not None:
+            name = str(compute).replace("torch.", "")
+            if isinstance(compute, int) and compute in (_lib.F32, _lib.F16, _lib.BF16):
+                self.compute = compute
+            elif name in _COMPUTE:
+                self.compute = _COMPUTE[name]
+            else:
+                raise _tensor.TensorError("compute_dtype is %r: 'bfloat16', 'float16' or "
+                                          "'float32'" % (compute,))
+        self.cu_q = self.cu_k = None
+        if _is_cuda(cu_q) or _is_cuda(cu_k):
+            if cu_q is None or cu_k is None:
+                raise _tensor.TensorError("cu_seqlens_q and cu_seqlens_k go together")
+            self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
+            self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
+        self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None)
+        self._ext = self._tm = self._tcq = self._tck = None
+
+    def descs(self):
+        return [d for d in (self.mask, self.cu_q, self.cu_k) if d is not None]
+
+    def owners(self):
+        return tuple(d.owner for d in self.descs())
+
+    def fill(self, lib):
+        """A pointer to an attnstat_push_ext describing this (kept alive by this object)."""
+        e = _lib.PushExt()
+        lib.attnstat_push_ext_init(ctypes.byref(e))
+        e.compute_dtype = self.compute
+        if self.mask is not None:
+            self._tm = _lib.Tensor()
+            self.mask.fill(self._tm)
+            e.mask = ctypes.pointer(self._tm)
+        if self.cu_q is not None:
+            self._tcq, self._tck = _lib.Tensor(), _lib.Tensor()
+            self.cu_q.fill(self._tcq)
+            self.cu_k.fill(self._tck)
+            e.cu_seqlens_q = ctypes.pointer(self._tcq)
+            e.cu_seqlens_k = ctypes.pointer(self._tck)
+        self._ext = e
+        return ctypes.byref(e)
+
+
+def _is_cuda(x):
+    if x is None:
+        return False
+    if getattr(x, "is_cuda", False):
+        return True
+    try:
+        return getattr(x, "__cuda_array_interface__", None) is not None
+    except Exception:
+        return False
 
 
 class _Held(tuple):

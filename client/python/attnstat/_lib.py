@@ -45,8 +45,10 @@ PROTO_CODE_NAMES = {
 F32 = 0
 F16 = 1
 BF16 = 2
-DTYPE_SIZES = {F32: 4, F16: 2, BF16: 2}
-DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16"}
+BOOL = 3
+I32 = 4
+DTYPE_SIZES = {F32: 4, F16: 2, BF16: 2, BOOL: 1, I32: 4}
+DTYPE_NAMES = {F32: "float32", F16: "float16", BF16: "bfloat16", BOOL: "bool", I32: "int32"}
 
 MEM_HOST = 0
 MEM_CUDA = 1
@@ -92,6 +94,18 @@ class PushOpts(ctypes.Structure):
         ("n_seqs", ctypes.c_int32),
         ("want_results", ctypes.c_int32),
         ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
+class PushExt(ctypes.Structure):
+    """attnstat_push_ext"""
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("compute_dtype", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("mask", ctypes.POINTER(Tensor)),
+        ("cu_seqlens_q", ctypes.POINTER(Tensor)),
+        ("cu_seqlens_k", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -217,6 +231,19 @@ class ClientStatus(ctypes.Structure):
     ]
 
 
+STATUS_MAX_REJECTIONS = 16
+
+
+class Rejection(ctypes.Structure):
+    """attnstat_rejection"""
+    _fields_ = [
+        ("code", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
+        ("count", ctypes.c_uint64),
+        ("last_message", ctypes.c_char * 192),
+    ]
+
+
 class DaemonStatus(ctypes.Structure):
     """attnstat_daemon_status"""
     _fields_ = [
@@ -235,6 +262,9 @@ class DaemonStatus(ctypes.Structure):
         ("n_client_list", ctypes.c_uint32),
         ("workers", WorkerStatus * STATUS_MAX_WORKERS),
         ("client_list", ClientStatus * STATUS_MAX_CLIENTS),
+        ("n_rejections", ctypes.c_uint32),
+        ("reserved2", ctypes.c_uint32),
+        ("rejections", Rejection * STATUS_MAX_REJECTIONS),
     ]
 
 
@@ -251,6 +281,8 @@ C_NAMES = {
     "attnstat_worker_status": WorkerStatus,
     "attnstat_client_status": ClientStatus,
     "attnstat_daemon_status": DaemonStatus,
+    "attnstat_rejection": Rejection,
+    "attnstat_push_ext": PushExt,
 }
 
 # ---- Callback types ---------------------------------------------------------------------------------
@@ -382,6 +414,12 @@ def _declare(lib):
         [i32, ctypes.c_char_p, ctypes.c_size_t, P(Error)], required=False)
     _fn(lib, "attnstat_hello_ex", code,
         [c, ctypes.c_char_p, i32, P(Thresholds), ctypes.c_char_p, P(ctypes.c_char_p), i32],
+        required=False)
+    # Masks, the precision of the logits, device offsets.
+    _fn(lib, "attnstat_push_ext_init", None, [P(PushExt)], required=False)
+    _fn(lib, "attnstat_proto_code_name", ctypes.c_char_p, [i32], required=False)
+    _fn(lib, "attnstat_push2", code,
+        [c, P(PushOpts), P(PushExt), P(Tensor), P(Tensor), P(Tensor), P(ctypes.c_uint64)],
         required=False)
     # Daemon restarts: where the client stands, and why.
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)

@@ -16,8 +16,10 @@ from . import _lib
 
 _TYPESTR = {"f4": _lib.F32, "f2": _lib.F16}
 _TYPESTR_FAST = {"<f4": _lib.F32, "<f2": _lib.F16}
+_TYPESTR_AUX = {"|b1": _lib.BOOL, "<i4": _lib.I32, "|u1": _lib.BOOL}
 _TORCH_DTYPES = {"torch.float32": _lib.F32, "torch.float16": _lib.F16,
                  "torch.bfloat16": _lib.BF16, "torch.float": _lib.F32, "torch.half": _lib.F16}
+_TORCH_AUX = {"torch.bool": _lib.BOOL, "torch.int32": _lib.I32, "torch.uint8": _lib.BOOL}
 LAYOUTS = ("bhnd", "bnhd")
 
 
@@ -60,8 +62,10 @@ def _torch_current_stream(device):
         return None
 
 
-def _from_torch(x, name):
+def _from_torch(x, name, aux=False):
     dtype = _TORCH_DTYPES.get(str(x.dtype))
+    if dtype is None and aux:
+        dtype = _TORCH_AUX.get(str(x.dtype))
     if dtype is None:
         raise TensorError("%s has dtype %s: attnstat takes torch.float32, torch.float16 or "
                           "torch.bfloat16" % (name, x.dtype))
@@ -92,9 +96,11 @@ def _typestr_dtype(typestr, x, name):
                       "('<f2') or bfloat16" % (name, ts))
 
 
-def _from_interface(x, iface, mem, name):
+def _from_interface(x, iface, mem, name, aux=False):
     shape = tuple(iface["shape"])
     dtype = _TYPESTR_FAST.get(iface["typestr"])
+    if dtype is None and aux:
+        dtype = _TYPESTR_AUX.get(iface["typestr"])
     if dtype is None:
         dtype = _typestr_dtype(iface["typestr"], x, name)
     size = _lib.DTYPE_SIZES[dtype]
@@ -181,4 +187,64 @@ def describe(x, name="tensor", layout="bhnd"):
                           "contiguous first" % (name, d.strides[3]))
     if d.shape[3] == 1:
         d.strides = d.strides[:3] + (1,)
+    return d
+
+
+def _describe_any(x, name, aux):
+    """Desc of x with its own shape (any number of dimensions)."""
+    if x is None:
+        raise TensorError("%s is None" % name)
+    if _is_torch_like(x):
+        return _from_torch(x, name, aux)
+    try:
+        iface = getattr(x, "__cuda_array_interface__", None)
+    except Exception as e:
+        raise TensorError("%s: __cuda_array_interface__ failed: %s" % (name, e))
+    if iface is not None:
+        return _from_interface(x, iface, _lib.MEM_CUDA, name, aux)
+    iface = getattr(x, "__array_interface__", None)
+    if iface is not None:
+        return _from_interface(x, iface, _lib.MEM_HOST, name, aux)
+    if callable(getattr(x, "numpy", None)):
+        arr = x.numpy()
+        d = _describe_any(arr, name, aux)
+        d.owner = (x, arr)
+        return d
+    raise TensorError("%s (%s) is not a tensor attnstat can read" % (name, type(x).__name__))
+
+
+def describe_mask(m, name="attn_mask"):
+    """Desc of an attention mask with scaled_dot_product_attention's conventions: 2 to 4
+    dimensions broadcastable to [B, H, Nq, Nk] (leading ones added), boolean (True: the key takes
+    part) or float (added to the logits; -inf excludes), the last dimension contiguous. Dimensions
+    of size 1 broadcast. No copy."""
+    d = _describe_any(m, name, aux=True)
+    if d.dtype == _lib.I32:
+        raise TensorError("%s has dtype int32: a mask is boolean or floating point" % name)
+    if not 2 <= len(d.shape) <= 4:
+        raise TensorError("%s has %d dimensions: a mask has 2 to 4 ([B, H,] Nq, Nk)"
+                          % (name, len(d.shape)))
+    while len(d.shape) < 4:
+        d.shape = (1,) + tuple(d.shape)
+        d.strides = (0,) + tuple(d.strides)
+    if d.shape[3] > 1 and d.strides[3] != 1:
+        raise TensorError("%s is not contiguous along the keys (last stride %d): make it "
+                          "contiguous first" % (name, d.strides[3]))
+    if any(st < 0 for st in d.strides):
+        raise TensorError("%s has a negative stride" % name)
+    d.strides = tuple(0 if n == 1 else st for n, st in zip(d.shape, d.strides))
+    if d.shape[3] == 1:
+        d.strides = d.strides[:3] + (1,)
+    return d
+
+
+def describe_offsets(t, name):
+    """Desc of packed offsets (int32, 1-D [n + 1]) as the [1, 1, n + 1, 1] tensor libattnstat
+    takes for CUDA memory."""
+    d = _describe_any(t, name, aux=True)
+    if d.dtype != _lib.I32 or len(d.shape) != 1:
+        raise TensorError("%s must be a 1-D int32 tensor (cu_seqlens), not %s %s"
+                          % (name, _lib.DTYPE_NAMES.get(d.dtype, d.dtype), list(d.shape)))
+    d.shape = (1, 1, d.shape[0], 1)
+    d.strides = (0, 0, d.strides[0], 1)
     return d

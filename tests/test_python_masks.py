@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""test_python_masks.py — what real attention calls carry, end to end through a real attnstatd's
+CPU worker: masks (boolean and additive, broadcast over batch, heads and rows), the precision of
+the logits (float32 tensors computed as bfloat16, as under autocast), and what happens to pushes
+the daemon will not take (the work limit): the client's counters and last error, the monitor's
+count and one warning per reason, the daemon's status by reason and one log line per reason.
+
+Every per-head statistic is checked against a float64 computation done here with NumPy from the
+values as the daemon reads them. Skipped (77) without NumPy; the end-to-end classes skip when
+attnstatd or libattnstat.so is not built.
+"""
+import math
+import re
+import time
+import unittest
+import warnings
+
+from pyhelpers import (DaemonCase, FakeTensor, FakeTorch, need_daemon, np,  # noqa: E402
+                       np_sdpa, randn)
+
+import attnstat.torch  # noqa: E402
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def round_bf16(a):
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def reference(q, k, causal=False, scale=None, mask=None, compute=None):
+    """Per head: rows, rows_empty, entropy mean/min/max, normalised entropy mean and max logit (the
+    largest scale * q.k over the keys that take part, without the mask's bias), in float64."""
+    if compute == "bfloat16":
+        q, k = round_bf16(q), round_bf16(k)
+    q, k = q.astype(np.float64), k.astype(np.float64)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    sc = 1.0 / math.sqrt(D) if not scale else float(np.float32(scale))
+    if mask is not None:
+        m = np.broadcast_to(mask, (B, Hq, Nq, Nk))
+        if m.dtype == np.bool_:
+            take, bias = m, np.zeros(m.shape)
+        else:
+            mf = m.astype(np.float64)
+            take = ~((mf == -np.inf) | (mf <= -FLT_MAX))
+            bias = np.where(take, mf, 0.0)
+    out = []
+    for h in range(Hq):
+        ents, norms, maxl, empty = [], [], -np.inf, 0
+        for b in range(B):
+            s = sc * (q[b, h] @ k[b, h // (Hq // Hkv)].T)
+            for i in range(Nq):
+                vis = np.ones(Nk, bool)
+                if causal:
+                    vis[i + (Nk - Nq) + 1:] = False
+                bi = np.zeros(Nk)
+                if mask is not None:
+                    vis &= take[b, h, i]
+                    bi = bias[b, h, i]
+                if not vis.any():
+                    empty += 1
+                    continue
+                raw, x = s[i][vis], (s[i] + bi)[vis]
+                p = np.exp(x - x.max())
+                p /= p.sum()
+                nz = p[p > 0]
+                e = float(-(nz * np.log(nz)).sum())
+                ents.append(e)
+                if vis.sum() >= 2:
+                    norms.append(e / math.log(vis.sum()))
+                maxl = max(maxl, float(raw.max()))
+        out.append({"rows": len(ents), "rows_empty": empty,
+                    "entropy_mean": float(np.mean(ents)), "entropy_min": float(np.min(ents)),
+                    "entropy_max": float(np.max(ents)),
+                    "entropy_norm_mean": float(np.mean(norms)) if norms else float("nan"),
+                    "max_logit": maxl})
+    return out
+
+
+@need_daemon
+class TestMasksEndToEnd(DaemonCase):
+    def push_and_get(self, q, k, **kw):
+        got = []
+        with self.d.client(self.run_name()) as c:
+            c.on_result(lambda seq, step, layer, heads: got.append(heads))
+            self.assertTrue(c.push(1, 0, q, k, want_results=True, **kw))
+            self.assertTrue(c.flush(60))
+            st = c.stats()
+        self.assertEqual(st["rejected"], 0, st["last_error"])
+        self.assertEqual(len(got), 1)
+        return got[0]
+
+    def check(self, heads, ref, rel=1e-6):
+        self.assertEqual(len(heads), len(ref))
+        for h, r in zip(heads, ref):
+            self.assertEqual((h["rows"], h["rows_empty"]), (r["rows"], r["rows_empty"]),
+                             "head %d rows" % h["head"])
+            for f in ("entropy_mean", "entropy_min", "entropy_max", "entropy_norm_mean",
+                      "max_logit"):
+                want, g = r[f], h[f]
+                if math.isnan(want):
+                    self.assertTrue(math.isnan(g), "head %d %s" % (h["head"], f))
+                    continue
+                self.assertLessEqual(abs(g - want), rel * max(abs(want), 1e-3),
+                                     "head %d %s: daemon %r, float64 %r" % (h["head"], f, g, want))
+
+    def test_boolean_mask_random_and_empty_rows(self):
+        q, k = randn(2, 4, 9, 16, scale=2.0), randn(2, 2, 11, 16)
+        m = np.random.default_rng().random((2, 1, 9, 11)) < 0.6
+        m[:, :, 0, :] = False  # a row that sees no key: excluded, counted empty
+        self.check(self.push_and_get(q, k, attn_mask=m), reference(q, k, mask=m))
+
+    def test_key_padding_with_causal(self):
+        q, k = randn(3, 2, 12, 8), randn(3, 2, 12, 8)
+        pad = np.ones((3, 12), bool)
+        pad[1, 9:] = pad[2, 5:] = False
+        m = pad[:, None, None, :]  # [B, 1, 1, Nk]: broadcast over heads and rows
+        self.check(self.push_and_get(q, k, attn_mask=m, causal=True),
+                   reference(q, k, causal=True, mask=m))
+
+    def test_additive_mask_with_biases_per_head(self):
+        q, k = randn(2, 3, 7, 16, scale=3.0), randn(2, 3, 10, 16)
+        rng = np.random.default_rng()
+        m = (rng.standard_normal((1, 3, 7, 10)) * 2.0).astype(np.float32)
+        m[0, 0, 2, 3:] = -np.inf
+        m[0, 1, 4, :5] = -FLT_MAX  # what transformers writes for "masked"
+        self.check(self.push_and_get(q, k, attn_mask=m), reference(q, k, mask=m))
+
+    def test_two_dimensional_mask(self):
+        q, k = randn(1, 2, 6, 8), randn(1, 2, 6, 8)
+        m = np.tril(np.ones((6, 6), bool))  # [Nq, Nk]: as SDPA takes it
+        self.check(self.push_and_get(q, k, attn_mask=m), reference(q, k, causal=True))
+
+    def test_float32_computed_as_bfloat16(self):
+        q, k = randn(2, 2, 9, 32, scale=3.0), randn(2, 2, 9, 32)
+        heads = self.push_and_get(q, k, causal=True, compute_dtype="bfloat16")
+        self.check(heads, reference(q, k, causal=True, compute="bfloat16"))
+        full = reference(q, k, causal=True)
+        self.assertGreater(max(abs(h["entropy_mean"] - r["entropy_mean"])
+                               for h, r in zip(heads, full)), 1e-7,
+                           "rounding to bfloat16 changed nothing: was compute_dtype ignored?")
+
+    def test_bad_masks_are_refused_with_a_reason(self):
+        q, k = randn(1, 2, 4, 8), randn(1, 2, 5, 8)
+        with self.d.client(self.run_name()) as c:
+            for m, needle in ((np.ones((1, 2, 4, 4), bool), "shape"),
+                              (np.ones((1, 2, 4, 5), np.int32), "int32"),
+                              (np.ones((3, 4, 5), np.float32), "shape")):
+                with self.assertRaises(attnstat.AttnstatError) as cm:
+                    c.push(0, 0, q, k, attn_mask=m)
+                self.assertIn(needle, str(cm.exception))
+
+
+@need_daemon
+class TestRejectionsAreNeverSilent(DaemonCase):
+    daemon_args = ("--max-push-work", "4096")
+
+    def test_client_monitor_status_and_log(self):
+        run = self.run_name()
+        big_q, big_k = randn(1, 4, 16, 32), randn(1, 4, 16, 32)  # 4*16*16*32 > 4096
+        fake = FakeTorch(np_sdpa)
+        try:
+            with self.d.client(run) as c, warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                with attnstat.torch.monitor(c, every=1) as mon:
+                    for _ in range(3):
+                        fake.F.scaled_dot_product_attention(FakeTensor(big_q), FakeTensor(big_k),
+                                                            FakeTensor(big_k))
+                        mon.step()
+                    c.flush(60)
+                    c.poll(0)
+                st = c.stats()
+                status = c.status()
+        finally:
+            fake.restore()
+        self.assertEqual(mon.pushed, 3)
+        self.assertEqual(st["rejected"], 3)
+        self.assertIn("max_push_work", st["last_error"])
+        self.assertEqual(mon.rejected, 3)
+        said = [str(x.message) for x in w if "did not store" in str(x.message)]
+        self.assertEqual(len(said), 1, said)  # once per reason
+        self.assertIn("max_push_work", said[0])
+        rej = {r["code"]: r for r in status["rejections"]}
+        self.assertGreaterEqual(rej["BAD_REQUEST"]["count"], 3)
+        self.assertIn("max_push_work", rej["BAD_REQUEST"]["last_message"])
+        deadline = time.monotonic() + 30
+        while True:  # the daemon's log line: the first of its kind from this client, once
+            lines = [x for x in self.d.log_text().splitlines()
+                     if re.search(r"answered BAD_REQUEST.*max_push_work", x)]
+            if lines or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(lines), 1, lines)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
