@@ -343,6 +343,9 @@ typedef struct {
     uint32_t n_client_list;   /* entries filled in client_list[] (at most the array's size) */
     attnstat_worker_status workers[ATTNSTAT_STATUS_MAX_WORKERS];
     attnstat_client_status client_list[ATTNSTAT_STATUS_MAX_CLIENTS];
+    uint64_t failed;          /* pushes failed in compute or store */
+    uint64_t store_errors;    /* store operations that failed (a full disk, I/O errors...) */
+    char last_store_error[256]; /* why the last one failed ("" when none) */
 } attnstat_daemon_status;
 
 /* Asks the daemon for its status and waits up to timeout_ms for the reply. Works without hello.

@@ -89,6 +89,7 @@ int main(void)
     F(attnstat_daemon_status, dropped); F(attnstat_daemon_status, rejected);
     F(attnstat_daemon_status, samples_stored); F(attnstat_daemon_status, n_workers);
     F(attnstat_daemon_status, n_client_list); F(attnstat_daemon_status, workers);
-    F(attnstat_daemon_status, client_list);
+    F(attnstat_daemon_status, client_list); F(attnstat_daemon_status, failed);
+    F(attnstat_daemon_status, store_errors); F(attnstat_daemon_status, last_store_error);
     return 0;
 }

@@ -235,6 +235,9 @@ class DaemonStatus(ctypes.Structure):
         ("n_client_list", ctypes.c_uint32),
         ("workers", WorkerStatus * STATUS_MAX_WORKERS),
         ("client_list", ClientStatus * STATUS_MAX_CLIENTS),
+        ("failed", ctypes.c_uint64),
+        ("store_errors", ctypes.c_uint64),
+        ("last_store_error", ctypes.c_char * 256),
     ]
 
 
