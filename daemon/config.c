@@ -87,6 +87,9 @@ static const cfg_entry cfg_table[] = {
      "the database check at start: quick (PRAGMA quick_check: every page read once), full "
      "(integrity_check, slower) or off; a damaged database is refused with the problems found",
      0, "quick|full|off"},
+    {"shutdown_grace_ms", CFG_U64, F(shutdown_grace_ms), "10000", 100, 3600000,
+     "after SIGINT/SIGTERM, queued pushes are computed, stored and acknowledged for at most this "
+     "long; then the connections are closed and what is left is dropped", 1, NULL},
     {"max_heads_per_run", CFG_U64, F(max_heads_per_run), DEF(MAX_HEADS_PER_RUN), 1, 262144,
      "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
      "(samples are still stored; logged once per run)", 0, NULL},

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t frame_timeout_ms;  /* a frame begun must be whole within this */
     uint64_t max_hello_config;  /* bytes of a Hello's config (a JSON object) */
     char *db_check;         /* the database check at start: quick, full or off */
+    uint64_t shutdown_grace_ms; /* SIGTERM: queued work may finish this long, then connections close */
     cfg_thresholds thresholds;
     char *config_path;      /* the --config file (NULL: none), read again on SIGHUP */
     int argc;               /* the command line, applied again over the file on SIGHUP */

@@ -1,10 +1,11 @@
 /* json.c — the strict JSON checker of json.h: a recursive descent over the grammar of RFC 8259,
- * bounded in depth. Stage: none (a pure leaf); calls util (the UTF-8 reader). */
+ * bounded in depth. Stage: none (a pure leaf); calls util (errors) and proto/utf8.c. */
 #include "json.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "utf8.h"
 #include "util.h"
 
 typedef struct {
@@ -60,7 +61,7 @@ static int string(json_in *j)
             continue;
         }
         uint32_t cp;
-        int l = util_utf8_next(j->s + j->i, j->n - j->i, &cp);
+        int l = utf8_next(j->s + j->i, j->n - j->i, &cp);
         if (l == 0)
             return fail(j, "bytes that are not UTF-8");
         j->i += (size_t)l;

@@ -1,6 +1,6 @@
 /* log.c — formats and writes log lines (see log.h): RFC 3339 UTC times, escaped messages, journald
  * priorities, and the bound on repeated lines. One fprintf per line on an unbuffered stderr keeps
- * lines from different threads whole. Stage: none (a leaf); calls util (the UTF-8 reader). */
+ * lines from different threads whole. Stage: none (a leaf); calls util (the clock) and proto/utf8.c. */
 #include "log.h"
 
 #include <pthread.h>
@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "utf8.h"
 #include "util.h"
 
 log_level log_threshold = LOG_INFO;
@@ -59,8 +60,8 @@ void log_escape(char *out, size_t len, const char *s)
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int l = util_utf8_next(p + i, n - i, &cp);
-        if (l > 0 && cp >= 0x20 && !(cp >= 0x7F && cp <= 0x9F)) {
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l > 0 && !utf8_is_control(cp)) {
             if (o + (size_t)l >= len)
                 break;
             memcpy(out + o, p + i, (size_t)l);

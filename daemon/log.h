@@ -1,6 +1,6 @@
 /* log.h — attnstatd's logging: one line per event on stderr, "time level [module] message".
  * Stage: none (a leaf every stage and thread may log through); includes libc only (log.c calls
- * util.c's UTF-8 reader).
+ * util.c's clock and proto/utf8.c).
  * LOG_*() are level-gated macros: a disabled level costs one comparison and evaluates none of its
  * arguments, and the format string is checked by the compiler like printf's.
  *

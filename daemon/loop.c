@@ -51,7 +51,6 @@
 #include "store_write.h"
 #include "util.h"
 
-#define LOOP_SHUTDOWN_GRACE_MS 10000
 /* SQLite's primary result codes for a damaged file (the store's error carries them; the daemon
  * names no SQLite type). */
 #define LOOP_SQLITE_CORRUPT 11
@@ -277,8 +276,9 @@ static void begin_shutdown(attnstatd *d, const char *why)
 static void grace_expired(uv_timer_t *t)
 {
     attnstatd *d = t->data;
-    LOG_WARN("server", "shutdown grace of %d ms is over: closing %u connections now",
-             LOOP_SHUTDOWN_GRACE_MS, clients_count(d->x.reg));
+    LOG_WARN("server", "shutdown grace of %llu ms is over (shutdown_grace_ms): closing %u "
+             "connections now", (unsigned long long)d->cfg->shutdown_grace_ms,
+             clients_count(d->x.reg));
     d->draining_done = 1;
     for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
         next = e->next;
@@ -311,11 +311,11 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     attnstatd *d = h->data;
     if (d->x.stopping) {
-        LOG_WARN("server", "signal %d again: still waiting for queued work (grace %d ms)", signum,
-                 LOOP_SHUTDOWN_GRACE_MS);
+        LOG_WARN("server", "signal %d again: still waiting for queued work (grace %llu ms)", signum,
+                 (unsigned long long)d->cfg->shutdown_grace_ms);
         return;
     }
-    int rc = uv_timer_start(&d->grace_timer, grace_expired, LOOP_SHUTDOWN_GRACE_MS, 0);
+    int rc = uv_timer_start(&d->grace_timer, grace_expired, d->cfg->shutdown_grace_ms, 0);
     if (rc != 0)
         LOG_ERROR("server", "cannot arm the shutdown grace timer: %s", uv_strerror(rc));
     begin_shutdown(d, signum == SIGINT ? "SIGINT" : "SIGTERM");

@@ -1,5 +1,7 @@
-/* util.c — the helpers of util.h. Stage: none (a leaf). */
+/* util.c — the helpers of util.h. Stage: none (a leaf); calls proto/utf8.c. */
 #include "util.h"
+
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -33,39 +35,6 @@ uint64_t util_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
-int util_utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (n == 0)
-        return 0;
-    unsigned char c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int len;
-    uint32_t v, min;
-    if ((c & 0xE0) == 0xC0) {
-        len = 2, v = c & 0x1Fu, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-        len = 3, v = c & 0x0Fu, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-        len = 4, v = c & 0x07u, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < (size_t)len)
-        return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    *cp = v;
-    return len;
-}
-
 int util_printable(const char *s, size_t max)
 {
     size_t n = strlen(s);
@@ -74,8 +43,8 @@ int util_printable(const char *s, size_t max)
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int l = util_utf8_next(p + i, n - i, &cp);
-        if (l == 0 || cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l == 0 || utf8_is_control(cp))
             return 0;
         i += (size_t)l;
     }

@@ -16,12 +16,8 @@ uint64_t util_mono_ns(void);
 /* Unix time in milliseconds (what samples and alerts are stamped with). */
 uint64_t util_wall_ms(void);
 
-/* The length (1..4) of the well-formed UTF-8 sequence at s (n bytes available) and its code point
- * in *cp; 0 when s does not start one (a stray continuation byte, an overlong form, a surrogate,
- * past U+10FFFF, or cut short). */
-int util_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
 /* Text an operator may see as it is: well-formed UTF-8 of 1..max bytes with no control character
- * (C0, DEL, C1). */
+ * (C0, DEL, C1: proto/utf8.h). */
 int util_printable(const char *s, size_t max);
 
 /* Creates the missing directories above path (mode 0755), as mkdir -p on its dirname. Returns 0,

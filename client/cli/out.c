@@ -1,7 +1,9 @@
 /* out.c — table / JSON / CSV records, sparklines and the heatmap of the attnstat CLI (see out.h).
  *
- * Stage: the CLI's output, called by history.c and live.c; calls libc only. */
+ * Stage: the CLI's output, called by history.c and live.c; calls proto/utf8.c and libc. */
 #include "out.h"
+
+#include "utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -24,43 +26,6 @@ size_t out_rows(const out_set *o)
     return o->nrows;
 }
 
-/* The length (1..4) of the well-formed UTF-8 character at s (n bytes left) and its code point;
- * 0 when s starts none (a stray byte, an overlong form, a surrogate, cut short). */
-static int out_utf8(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned char c = s[0];
-    int len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if ((c & 0xE0) == 0xC0)
-        len = 2, v = c & 0x1Fu, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-        len = 3, v = c & 0x0Fu, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-        len = 4, v = c & 0x07u, min = 0x10000;
-    else
-        return 0;
-    if (n < (size_t)len)
-        return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    *cp = v;
-    return len;
-}
-
-static int out_control(uint32_t cp)
-{
-    return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
-}
-
 void out_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -68,7 +33,7 @@ void out_json_string(FILE *f, const char *s)
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int l = out_utf8(p + i, n - i, &cp);
+        int l = utf8_next(p + i, n - i, &cp);
         if (l == 0) {
             fputs("\\ufffd", f);
             i++;
@@ -81,7 +46,7 @@ void out_json_string(FILE *f, const char *s)
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
         default:
-            if (out_control(cp))
+            if (utf8_is_control(cp))
                 fprintf(f, "\\u%04x", (unsigned)cp);
             else
                 fwrite(p + i, 1, (size_t)l, f);
@@ -99,8 +64,8 @@ char *out_escape(char *buf, size_t len, const char *s)
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int l = out_utf8(p + i, n - i, &cp);
-        if (l > 0 && !out_control(cp)) {
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l > 0 && !utf8_is_control(cp)) {
             if (o + (size_t)l >= len)
                 break;
             memcpy(buf + o, p + i, (size_t)l);
