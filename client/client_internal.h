@@ -75,6 +75,8 @@ struct attnstat_client {
     int timeout_ms;
     int closed;            /* connection unusable */
     char why_closed[200];  /* and why */
+    char last_conn_error[160]; /* the daemon's last Error about the connection (no ref), until
+                                  another message came: why it closed, if it closes now */
     char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     frame_reader rd;
     uint32_t max_frame;

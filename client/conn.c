@@ -136,6 +136,15 @@ void conn_shutdown(attnstat_client *c)
 /* ---- Closed connections ----------------------------------------------------------------------- */
 void conn_mark_closed(attnstat_client *c, const char *why)
 {
+    if (!c->closed && c->last_conn_error[0]) {
+        /* The daemon's last words were an Error about this connection (a refusal: too many
+         * clients, permission, no Hello in time): the reason it ended. */
+        char with[sizeof c->why_closed];
+        snprintf(with, sizeof with, "attnstatd closed it after saying: %.150s", c->last_conn_error);
+        c->last_conn_error[0] = '\0';
+        conn_mark_closed(c, with);
+        return;
+    }
     if (!c->closed) {
         c->closed = 1;
         snprintf(c->why_closed, sizeof c->why_closed, "%s", why);

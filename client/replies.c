@@ -200,11 +200,15 @@ static void replies_on_error(attnstat_client *c, const Attnstat__Error *e)
     c->wait_error_ref = e->ref;
     if (e->has_ref)
         gpu_on_refused(c->gpu, e->ref, e->message);
+    else if (!c->closed) /* about the connection: the reason, should it end now (conn.c) */
+        util_copy_str(c->last_conn_error, sizeof c->last_conn_error, e->message);
 }
 
 /* Handles one decoded message. Returns 1 when the envelope was kept (not to be freed). */
 static int replies_handle(attnstat_client *c, Attnstat__Envelope *env)
 {
+    if (env->msg_case != ATTNSTAT__ENVELOPE__MSG_ERROR)
+        c->last_conn_error[0] = '\0';
     switch (env->msg_case) {
     case ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY:
         replies_on_hello_reply(c, env->hello_reply);
@@ -270,6 +274,9 @@ void replies_status_out(const attnstat_client *c, attnstat_daemon_status *out)
     out->dropped = r->dropped;
     out->rejected = r->rejected;
     out->samples_stored = r->samples_stored;
+    out->failed = r->failed;
+    out->store_errors = r->store_errors;
+    util_copy_str(out->last_store_error, sizeof out->last_store_error, r->last_store_error);
     for (size_t i = 0; i < r->n_workers && i < ATTNSTAT_STATUS_MAX_WORKERS; i++) {
         const Attnstat__WorkerStatus *w = r->workers[i];
         attnstat_worker_status *o = &out->workers[out->n_workers++];

@@ -43,6 +43,7 @@ typedef struct {
 typedef struct {
     int64_t run_id;
     alerts_config cfg;
+    alerts_overrides ov;       /* what its Hello set (cfg = defaults + ov) */
     size_t heads;              /* states of this run in the table */
     uint64_t refused;          /* samples of new heads refused by a limit */
 } run_config;
@@ -436,6 +437,27 @@ alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_over
         }
     }
     r->cfg = c;
+    if (o)
+        r->ov = *o;
+    else
+        memset(&r->ov, 0, sizeof r->ov);
+    return ALERTS_OK;
+}
+
+alerts_status alerts_set_defaults(alerts_engine *e, const alerts_config *c, char *err,
+                                  size_t errlen)
+{
+    alerts_status st = alerts_config_check(c, err, errlen);
+    if (st)
+        return st;
+    /* Every run's thresholds from the new defaults and its overrides; a run whose overrides no
+     * longer fit them (a clear_after past a new bound...) keeps what it had. */
+    for (size_t i = 0; i < e->nruns; i++) {
+        alerts_config m;
+        if (alerts_config_merge(&m, c, &e->runs[i].ov, NULL, 0) == ALERTS_OK)
+            e->runs[i].cfg = m;
+    }
+    e->defaults = *c;
     return ALERTS_OK;
 }
 

@@ -215,6 +215,12 @@ alerts_status alerts_reserve(alerts_engine *e, size_t n);
 alerts_status alerts_set_run(alerts_engine *e, int64_t run_id, const alerts_overrides *o,
                              char *err, size_t errlen);
 
+/* New defaults (checked: a bad config gives ALERTS_EINVAL and changes nothing): every run's
+ * thresholds become the new defaults with its own overrides (those alerts_set_run() was given)
+ * applied. Raised alerts and streaks are kept. */
+alerts_status alerts_set_defaults(alerts_engine *e, const alerts_config *c, char *err,
+                                  size_t errlen);
+
 /* The thresholds in force for run_id (its overrides, or the defaults). */
 void alerts_run_config(const alerts_engine *e, int64_t run_id, alerts_config *out);
 

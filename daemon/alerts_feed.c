@@ -79,6 +79,13 @@ int alerts_feed_set_run(alerts_feed *f, int64_t run_id, const Attnstat__Threshol
     return alerts_set_run(f->engine, run_id, &o, err, errlen) == ALERTS_OK ? 0 : -1;
 }
 
+int alerts_feed_reload(alerts_feed *f, char *err, size_t errlen)
+{
+    alerts_config c;
+    to_alerts_config(&f->cfg->thresholds, &c);
+    return alerts_set_defaults(f->engine, &c, err, errlen) == ALERTS_OK ? 0 : -1;
+}
+
 uint32_t alerts_feed_active(const alerts_feed *f)
 {
     return (uint32_t)alerts_active(f->engine, 0, NULL, 0);
@@ -273,6 +280,7 @@ static void record(alerts_feed *f)
     if (failed) {
         store_rollback(f->db);
         counters_inc(f->cnt, CNT_COMMIT_FAILURES);
+        counters_store_error(f->cnt, se.msg);
         LOG_ERROR("store", "%zu alert transitions not recorded in the alerts table (they are "
                   "still delivered): %s", f->nevents, se.msg);
     }

@@ -61,5 +61,8 @@ void alerts_feed_deliver(alerts_feed *f);
 
 /* Alerts raised and not cleared, of every run. */
 uint32_t alerts_feed_active(const alerts_feed *f);
+/* The config's thresholds changed (a SIGHUP reload): they become the engine's defaults, under
+ * every run's own overrides. 0, or -1 with err set (nothing changed). */
+int alerts_feed_reload(alerts_feed *f, char *err, size_t errlen);
 
 #endif /* ATTNSTAT_ALERTS_FEED_H */

@@ -120,6 +120,7 @@ void batch_flush(batch *b)
     if (failed) {
         b->st.rollback(b->st.db);
         counters_inc(b->cnt, CNT_COMMIT_FAILURES);
+        counters_store_error(b->cnt, failmsg);
         LOG_ERROR("store", "batch of %u pushes rolled back: %s", n, failmsg);
     } else {
         counters_inc(b->cnt, CNT_COMMITS);

@@ -60,6 +60,20 @@ uint32_t clients_count(const clients *r)
     return r->n;
 }
 
+void clients_tally(const clients *r, uid_t uid, uint32_t *admitted, uint32_t *of_uid,
+                   uint32_t *other)
+{
+    *admitted = *of_uid = *other = 0;
+    for (const clients_entry *e = r->head; e; e = e->next) {
+        if (e->p && conn_is_open(e->c)) {
+            (*admitted)++;
+            *of_uid += conn_uid(e->c) == uid;
+        } else {
+            (*other)++;
+        }
+    }
+}
+
 clients_entry *clients_first(const clients *r)
 {
     return r->head;

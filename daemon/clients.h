@@ -10,6 +10,7 @@
 #define ATTNSTAT_CLIENTS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "attnstat.pb-c.h"
 #include "conn.h"
@@ -35,6 +36,10 @@ void clients_remove(clients *r, clients_entry *e);
 void clients_entry_free(clients_entry *e);
 
 uint32_t clients_count(const clients *r);
+/* Of the entries: *admitted served now (a client, its connection open), *of_uid of those with
+ * peer uid uid, *other the rest (refused, or closing after a last reply). */
+void clients_tally(const clients *r, uid_t uid, uint32_t *admitted, uint32_t *of_uid,
+                   uint32_t *other);
 /* The first entry (then e->next), newest first. */
 clients_entry *clients_first(const clients *r);
 

@@ -19,7 +19,7 @@
 
 #define CFG_VERSION ATTNSTAT_DAEMON_VERSION
 
-typedef enum { CFG_STR, CFG_U64, CFG_DBL, CFG_LEVEL } cfg_type;
+typedef enum { CFG_STR, CFG_U64, CFG_DBL, CFG_LEVEL, CFG_CHOICE } cfg_type;
 
 typedef struct {
     const char *name;
@@ -28,6 +28,8 @@ typedef struct {
     const char *def;      /* default as text; NULL for computed defaults (socket, db) */
     double min, max;      /* bounds for numbers (inclusive) */
     const char *help;
+    int reload;           /* 1: SIGHUP applies a new value (read on the loop thread only) */
+    const char *choices;  /* CFG_CHOICE: the values, separated by '|' */
 } cfg_entry;
 
 #define F(field) offsetof(cfg, field)
@@ -37,58 +39,76 @@ typedef struct {
 static const cfg_entry cfg_table[] = {
     {"socket", CFG_STR, F(socket_path), NULL, 0, 0,
      "Unix socket to listen on (default $XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else "
-     "/run/attnstat/attnstatd.sock)"},
+     "/run/attnstat/attnstatd.sock)", 0, NULL},
     {"db", CFG_STR, F(db_path), NULL, 0, 0,
      "SQLite database (default $XDG_STATE_HOME/attnstat/attnstat.db, else "
-     "/var/lib/attnstat/attnstat.db)"},
+     "/var/lib/attnstat/attnstat.db)", 0, NULL},
     {"allow_group", CFG_STR, F(allow_group), "", 0, 0,
-     "group whose members may connect besides the daemon's own uid and root"},
+     "group whose members may connect besides the daemon's own uid and root", 0, NULL},
     {"alert_exec", CFG_STR, F(alert_exec), "", 0, 0,
-     "shell command run on every alert transition, the alert in ATTNSTAT_* env vars"},
-    {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none"},
-    {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error"},
-    {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes"},
-    {"max_clients", CFG_U64, F(max_clients), "64", 1, 65536, "connections served at once"},
+     "shell command run on every alert transition, the alert in ATTNSTAT_* env vars", 1, NULL},
+    {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none", 0, NULL},
+    {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error", 1, NULL},
+    {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes", 0, NULL},
+    {"max_clients", CFG_U64, F(max_clients), "64", 1, 65536, "connections served at once", 1, NULL},
     {"max_buffers", CFG_U64, F(max_buffers), "64", 1, 65536,
-     "registered buffers and events per connection"},
+     "registered buffers and events per connection", 0, NULL},
     {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
-     "largest registered buffer in bytes"},
+     "largest registered buffer in bytes", 0, NULL},
     {"queue_depth", CFG_U64, F(queue_depth), "64", 1, 1 << 20,
-     "pushes queued or computing per worker; a push finding it full is dropped"},
+     "pushes queued or computing per worker; a push finding it full is dropped", 0, NULL},
     {"client_inflight", CFG_U64, F(client_inflight), "32", 1, 1 << 20,
-     "pushes queued or computing per connection; more are dropped (fairness between clients)"},
+     "pushes queued or computing per connection; more are dropped (fairness between clients)", 0, NULL},
     {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,
-     "unsent bytes per connection before results/alerts to it are dropped and reading pauses"},
+     "unsent bytes per connection before results/alerts to it are dropped and reading pauses", 0, NULL},
     {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,
-     "longest time finished results wait to be committed together in one transaction"},
+     "longest time finished results wait to be committed together in one transaction", 0, NULL},
     {"max_push_work", CFG_U64, F(max_push_work), "17179869184", 1, 1125899906842624.0,
-     "largest push of host tensors (the CPU worker): batch x heads x sampled rows x keys x head_dim multiply-adds"},
+     "largest push of host tensors (the CPU worker): batch x heads x sampled rows x keys x head_dim multiply-adds", 0, NULL},
     {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,
      "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
-     "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)"},
+     "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
-     "serve Prometheus metrics on 127.0.0.1:PORT (0: off)"},
+     "serve Prometheus metrics on 127.0.0.1:PORT (0: off)", 0, NULL},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
-     "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)"},
+     "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)", 0, NULL},
+    {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "32", 1, 65536,
+     "connections one uid may hold at once (so that one user cannot take every one of "
+     "max_clients); a connection past it is refused with the reason", 1, NULL},
+    {"hello_timeout_ms", CFG_U64, F(hello_timeout_ms), "10000", 100, 3600000,
+     "a connection that has neither said Hello nor subscribed this long after it was accepted "
+     "is closed with the reason (its slot is freed)", 1, NULL},
+    {"frame_timeout_ms", CFG_U64, F(frame_timeout_ms), "10000", 100, 3600000,
+     "a frame whose first bytes arrived must be whole this long after, else the connection is "
+     "closed with the reason (half a frame holds no slot for ever)", 1, NULL},
+    {"max_hello_config", CFG_U64, F(max_hello_config), "65536", 2, 1048576,
+     "largest run config a Hello may carry, in bytes: a JSON object, stored as sent", 1, NULL},
+    {"db_check", CFG_CHOICE, F(db_check), "quick", 0, 0,
+     "the database check at start: quick (PRAGMA quick_check: every page read once), full "
+     "(integrity_check, slower) or off; a damaged database is refused with the problems found",
+     0, "quick|full|off"},
+    {"shutdown_grace_ms", CFG_U64, F(shutdown_grace_ms), "10000", 100, 3600000,
+     "after SIGINT/SIGTERM, queued pushes are computed, stored and acknowledged for at most this "
+     "long; then the connections are closed and what is left is dropped", 1, NULL},
     {"max_heads_per_run", CFG_U64, F(max_heads_per_run), DEF(MAX_HEADS_PER_RUN), 1, 262144,
      "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
-     "(samples are still stored; logged once per run)"},
+     "(samples are still stored; logged once per run)", 0, NULL},
     {"entropy_floor", CFG_DBL, T(entropy_floor), DEF(ENTROPY_FLOOR), 0, 1,
-     "alert when a head's normalised entropy mean is under this"},
+     "alert when a head's normalised entropy mean is under this", 1, NULL},
     {"entropy_drop", CFG_DBL, T(entropy_drop), DEF(ENTROPY_DROP), 0.000001, 0.999999,
-     "alert when a head's entropy mean falls by this fraction of its EMA baseline"},
+     "alert when a head's entropy mean falls by this fraction of its EMA baseline", 1, NULL},
     {"ema_alpha", CFG_DBL, T(ema_alpha), DEF(EMA_ALPHA), 0.000001, 1,
-     "EMA baseline smoothing (weight of a new sample)"},
+     "EMA baseline smoothing (weight of a new sample)", 1, NULL},
     {"ema_warmup", CFG_U64, T(ema_warmup), DEF(EMA_WARMUP), 1, 1000000,
-     "samples folded into the baseline before the entropy-drop rule judges"},
+     "samples folded into the baseline before the entropy-drop rule judges", 1, NULL},
     {"logit_ceiling", CFG_DBL, T(logit_ceiling), DEF(LOGIT_CEILING), 0.000001, 1e30,
-     "alert when a head's max logit is over this (QK-Clip tau)"},
+     "alert when a head's max logit is over this (QK-Clip tau)", 1, NULL},
     {"raise_after", CFG_U64, T(raise_after), DEF(RAISE_AFTER), 1, 1000000,
-     "consecutive bad samples to raise"},
+     "consecutive bad samples to raise", 1, NULL},
     {"clear_after", CFG_U64, T(clear_after), DEF(CLEAR_AFTER), 1, 1000000,
-     "consecutive good samples to clear"},
+     "consecutive good samples to clear", 1, NULL},
     {"collapse_threshold", CFG_DBL, T(collapse_threshold), "0.1", 0.000001, 1,
-     "per-row normalised entropy under which a row counts as collapsed"},
+     "per-row normalised entropy under which a row counts as collapsed", 1, NULL},
 };
 
 #define CFG_N (sizeof cfg_table / sizeof cfg_table[0])
@@ -130,6 +150,17 @@ int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen
     switch (e->type) {
     case CFG_STR:
         return set_str((char **)base, value, err, errlen, e->name);
+    case CFG_CHOICE: {
+        size_t vl = strlen(value);
+        for (const char *p = e->choices; vl && *p;) {
+            size_t n = strcspn(p, "|");
+            if (n == vl && strncmp(p, value, n) == 0)
+                return set_str((char **)base, value, err, errlen, e->name);
+            p += n + (p[n] == '|');
+        }
+        snprintf(err, errlen, "%s: '%s' is not one of %s", e->name, value, e->choices);
+        return -1;
+    }
     case CFG_LEVEL:
         if (log_parse_level(value, (log_level *)base) != 0) {
             snprintf(err, errlen, "%s: '%s' is not a level (debug, info, warn, error)", e->name, value);
@@ -209,8 +240,10 @@ int cfg_init(cfg *c, char *err, size_t errlen)
 
 void cfg_free(cfg *c)
 {
+    free(c->config_path);
+    c->config_path = NULL;
     for (size_t i = 0; i < CFG_N; i++) {
-        if (cfg_table[i].type == CFG_STR) {
+        if (cfg_table[i].type == CFG_STR || cfg_table[i].type == CFG_CHOICE) {
             char **slot = (char **)((char *)c + cfg_table[i].offset);
             free(*slot);
             *slot = NULL;
@@ -290,10 +323,15 @@ void cfg_print_help(const char *argv0, void *fp)
             if (*p == '_')
                 *p = '-';
         fprintf(f, "  %-22s %s\n", opt, e->help);
+        const char *hup = e->reload ? "; SIGHUP reloads it" : "";
         if (e->type == CFG_U64 || e->type == CFG_DBL)
-            fprintf(f, "  %-22s default %s, range [%g, %g]\n", "", e->def, e->min, e->max);
+            fprintf(f, "  %-22s default %s, range [%g, %g]%s\n", "", e->def, e->min, e->max, hup);
+        else if (e->type == CFG_CHOICE)
+            fprintf(f, "  %-22s default %s, one of %s%s\n", "", e->def, e->choices, hup);
         else if (e->def && e->def[0])
-            fprintf(f, "  %-22s default %s\n", "", e->def);
+            fprintf(f, "  %-22s default %s%s\n", "", e->def, hup);
+        else if (e->reload)
+            fprintf(f, "  %-22s SIGHUP reloads it\n", "");
     }
     fprintf(f, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--config FILE", "read settings from FILE",
             "--help", "print this help", "--version", "print the version");
@@ -315,7 +353,11 @@ int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
         }
         if (path && cfg_load_file(c, path, err, errlen) != 0)
             return -1;
+        if (path && set_str(&c->config_path, path, err, errlen, "config") != 0)
+            return -1;
     }
+    c->argc = argc;
+    c->argv = argv;
     char msg[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -375,6 +417,7 @@ void cfg_log(const cfg *c)
         const char *base = (const char *)c + e->offset;
         switch (e->type) {
         case CFG_STR:
+        case CFG_CHOICE:
             LOG_DEBUG("config", "%s = %s", e->name, *(char *const *)base);
             break;
         case CFG_U64:
@@ -388,4 +431,82 @@ void cfg_log(const cfg *c)
             break;
         }
     }
+}
+
+/* ---- SIGHUP --------------------------------------------------------------------------------- */
+
+/* The value of entry e in c, as text (for the reload's log lines and comparisons). */
+static void cfg_text(const cfg *c, const cfg_entry *e, char *buf, size_t len)
+{
+    const char *base = (const char *)c + e->offset;
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    switch (e->type) {
+    case CFG_STR:
+    case CFG_CHOICE: {
+        const char *v = *(char *const *)base;
+        snprintf(buf, len, "'%s'", v ? v : "");
+        return;
+    }
+    case CFG_U64:
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)base);
+        return;
+    case CFG_DBL:
+        snprintf(buf, len, "%.17g", *(const double *)base);
+        return;
+    case CFG_LEVEL: {
+        int lv = (int)*(const log_level *)base;
+        snprintf(buf, len, "%s", lv >= 0 && lv < 4 ? levels[lv] : "?");
+        return;
+    }
+    }
+    buf[0] = '\0';
+}
+
+int cfg_reload(cfg *live, char *err, size_t errlen)
+{
+    cfg fresh;
+    if (cfg_init(&fresh, err, errlen) != 0)
+        return -1;
+    if (live->argc > 0 && cfg_parse_args(&fresh, live->argc, live->argv, err, errlen) != 0) {
+        cfg_free(&fresh);
+        return -1;
+    }
+    int changed = 0;
+    for (size_t i = 0; i < CFG_N; i++) {
+        const cfg_entry *e = &cfg_table[i];
+        char was[600], now[600];
+        cfg_text(live, e, was, sizeof was);
+        cfg_text(&fresh, e, now, sizeof now);
+        if (strcmp(was, now) == 0)
+            continue;
+        if (!e->reload) {
+            LOG_WARN("config", "reload: %s changed (%s -> %s) but takes effect only at a restart",
+                     e->name, was, now);
+            continue;
+        }
+        char *dst = (char *)live + e->offset, *src = (char *)&fresh + e->offset;
+        switch (e->type) {
+        case CFG_STR:
+        case CFG_CHOICE: { /* the pointers change hands: fresh frees the old one */
+            char *tmp = *(char **)dst;
+            *(char **)dst = *(char **)src;
+            *(char **)src = tmp;
+            break;
+        }
+        case CFG_U64:
+            *(uint64_t *)dst = *(uint64_t *)src;
+            break;
+        case CFG_DBL:
+            *(double *)dst = *(double *)src;
+            break;
+        case CFG_LEVEL:
+            *(log_level *)dst = *(log_level *)src;
+            break;
+        }
+        LOG_INFO("config", "reload: %s: %s -> %s", e->name, was, now);
+        changed++;
+    }
+    fresh.argc = 0;
+    cfg_free(&fresh);
+    return changed;
 }

@@ -45,7 +45,16 @@ typedef struct {
     uint64_t metrics_port;  /* Prometheus text on 127.0.0.1:port; 0 = off */
     uint64_t metrics_timeout_ms; /* a scrape connection is closed this long after it opened */
     uint64_t max_heads_per_run; /* distinct (layer, head) alert states of one run */
+    uint64_t max_clients_per_uid; /* connections one uid may hold (of max_clients) */
+    uint64_t hello_timeout_ms;  /* a connection must say Hello or subscribe within this */
+    uint64_t frame_timeout_ms;  /* a frame begun must be whole within this */
+    uint64_t max_hello_config;  /* bytes of a Hello's config (a JSON object) */
+    char *db_check;         /* the database check at start: quick, full or off */
+    uint64_t shutdown_grace_ms; /* SIGTERM: queued work may finish this long, then connections close */
     cfg_thresholds thresholds;
+    char *config_path;      /* the --config file (NULL: none), read again on SIGHUP */
+    int argc;               /* the command line, applied again over the file on SIGHUP */
+    char **argv;
 } cfg;
 
 /* Fills c with the defaults (socket and db under $XDG_RUNTIME_DIR / $XDG_STATE_HOME when set). */
@@ -61,6 +70,13 @@ int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen
 
 /* Loads a config file. Returns 0 or -1 with err naming the file and line. */
 int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen);
+
+/* SIGHUP: the settings are read again (defaults < file < flags, as at start) into a copy; those
+ * marked reloadable in the table (log level, thresholds, connection limits and deadlines,
+ * alert_exec) are copied into live and each change is logged ("reload: X: old -> new"); a change
+ * of another setting is logged as needing a restart. Returns the number of settings changed, or
+ * -1 with err set when the file no longer parses (live is then untouched). Loop thread only. */
+int cfg_reload(cfg *live, char *err, size_t errlen);
 
 /* Writes the table (name, default, bounds, help) to f. */
 void cfg_print_help(const char *argv0, void *f);

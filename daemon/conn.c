@@ -30,7 +30,11 @@ struct conn {
     gid_t gid;
     size_t out_bytes;        /* queued, not yet written */
     int reading, paused, stopped, eof, shutting, closing;
+    int linger;              /* after the last write: read and drop until the peer closes */
     uint64_t flush_since_ns; /* when shutting began */
+    uint64_t opened_ns;      /* when it was accepted */
+    uint64_t last_msg_ns;    /* when its last whole message was read (opened_ns before) */
+    uint64_t partial_since_ns; /* when the first bytes of the frame being read arrived; 0: none */
     uint64_t msgs_dropped;
     uv_shutdown_t shutdown_req;
 };
@@ -59,6 +63,7 @@ conn *conn_new(uv_loop_t *loop, uint64_t id, const conn_limits *lim, counters *c
     c->id = id;
     c->lim = *lim;
     c->cnt = cnt;
+    c->opened_ns = c->last_msg_ns = util_mono_ns();
     frame_reader_init(&c->rd, lim->max_frame);
     return c;
 }
@@ -116,6 +121,11 @@ int conn_half_closed(const conn *c)
     return c->eof;
 }
 
+uint64_t conn_last_message_ns(const conn *c)
+{
+    return c->last_msg_ns;
+}
+
 /* ---- closing -------------------------------------------------------------------------------- */
 
 static void conn_closed(uv_handle_t *h)
@@ -138,10 +148,36 @@ void conn_close(conn *c, const char *why)
     uv_close((uv_handle_t *)&c->pipe, conn_closed);
 }
 
+/* Lingering: the peer has our last reply and our end of the stream; what it still sends is read
+ * and dropped until it closes (or CONN_FLUSH_NS is over), so that a peer busy writing finds the
+ * socket open and reads the reply, instead of an EPIPE with no reason. */
+static void linger_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char sink[16384]; /* loop thread only; what lands here is never read */
+    (void)h;
+    (void)suggested;
+    buf->base = sink;
+    buf->len = sizeof sink;
+}
+
+static void linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    if (nread < 0)
+        conn_close(st->data, "closed after its last reply");
+}
+
 static void shutdown_done(uv_shutdown_t *req, int status)
 {
-    (void)status;
-    conn_close(req->data, "closed after its last reply");
+    conn *c = req->data;
+    if (c->closing)
+        return;
+    if (status == 0 && c->linger && !c->eof &&
+        uv_read_start((uv_stream_t *)&c->pipe, linger_alloc, linger_read) == 0) {
+        c->reading = 0; /* not a reader of frames: the deadline of conn_tick() ends it */
+        return;
+    }
+    conn_close(c, "closed after its last reply");
 }
 
 void conn_close_after_flush(conn *c, const char *why)
@@ -161,10 +197,36 @@ void conn_close_after_flush(conn *c, const char *why)
         conn_close(c, why);
 }
 
-void conn_tick(conn *c, uint64_t now_ns)
+void conn_refuse(conn *c, Attnstat__Code code, const char *msg, const char *why, int linger)
 {
-    if (c->shutting && !c->closing && now_ns - c->flush_since_ns > CONN_FLUSH_NS)
-        conn_close(c, "its last replies were not read in time");
+    if (c->closing || c->shutting)
+        return;
+    conn_send_error(c, code, msg, 0, 0);
+    c->linger = linger;
+    conn_close_after_flush(c, why);
+}
+
+static void frame_error(conn *c, const char *msg);
+
+void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns)
+{
+    if (c->closing)
+        return;
+    if (c->shutting) {
+        if (now_ns - c->flush_since_ns > CONN_FLUSH_NS)
+            conn_close(c, c->linger ? "it did not close its end after our last reply"
+                                    : "its last replies were not read in time");
+        return;
+    }
+    if (c->reading && c->partial_since_ns && frame_timeout_ns &&
+        now_ns - c->partial_since_ns > frame_timeout_ns) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "a frame begun %llu ms ago is still incomplete (%zu bytes "
+                 "buffered; frame_timeout_ms %llu): closing",
+                 (unsigned long long)((now_ns - c->partial_since_ns) / 1000000ull),
+                 c->rd.end - c->rd.start, (unsigned long long)(frame_timeout_ns / 1000000ull));
+        frame_error(c, msg);
+    }
 }
 
 /* ---- writing -------------------------------------------------------------------------------- */
@@ -269,8 +331,7 @@ static void frame_error(conn *c, const char *msg)
     counters_inc(c->cnt, CNT_FRAME_ERRORS);
     LOG_WARN("server", "client %llu (pid %d): framing error: %s", (unsigned long long)c->id,
              (int)c->pid, msg);
-    conn_send_error(c, ATTNSTAT__CODE__FRAME, msg, 0, 0);
-    conn_close_after_flush(c, "framing error");
+    conn_refuse(c, ATTNSTAT__CODE__FRAME, msg, "framing error", 1);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
@@ -298,8 +359,14 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         uint32_t len;
         char err[160];
         int r = frame_reader_next(&c->rd, &payload, &len, err, sizeof err);
-        if (r == 0)
+        if (r == 0) {
+            /* Bytes of a frame not yet whole: the clock of frame_timeout_ms runs from the first. */
+            if (c->rd.end == c->rd.start)
+                c->partial_since_ns = 0;
+            else if (!c->partial_since_ns)
+                c->partial_since_ns = util_mono_ns();
             return;
+        }
         if (r < 0) {
             frame_error(c, err);
             return;
@@ -312,6 +379,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             frame_error(c, err);
             return;
         }
+        c->partial_since_ns = 0;
+        c->last_msg_ns = util_mono_ns();
         if (c->h.on_message)
             c->h.on_message(c->data, c, env);
         attnstat__envelope__free_unpacked(env, NULL);

@@ -7,8 +7,9 @@
  * given, one frame per message, with a cap per connection.
  *
  * Reading: libuv reads straight into the frame_reader; every complete frame is decoded and handed
- * to on_message whole, one at a time. A framing error (zero or oversize length, undecodable bytes)
- * is answered with Error(FRAME) and the connection is closed once that Error is written.
+ * to on_message whole, one at a time. A framing error (zero or oversize length, undecodable bytes,
+ * a frame left incomplete past frame_timeout_ms) is answered with Error(FRAME) and the connection
+ * is closed once that Error is written and the peer closed its end (conn_refuse: lingering).
  * Writing: every message is one frame_pack()ed buffer owned by its write request until the write
  * callback. Unsent bytes are counted: over out_queue_bytes, non-essential messages (results and
  * alerts to a subscriber) are dropped (counted) and reading pauses until the queue drains to half
@@ -87,12 +88,21 @@ void conn_close(conn *c, const char *why);
 /* Closes c once its queued writes are out (an Error, then close). Reading stops now. */
 void conn_close_after_flush(conn *c, const char *why);
 
+/* Refuses c: Error{code, msg}, then closed once it is out (why is logged). linger: after our end
+ * is shut, what the peer still sends is read and dropped until it closes (at most CONN_FLUSH_NS),
+ * so that a peer that was writing (a Hello) reads the reason instead of meeting EPIPE. */
+void conn_refuse(conn *c, Attnstat__Code code, const char *msg, const char *why, int linger);
+
 /* Neither closing nor flushing its last writes: it still takes messages to send. */
 int conn_is_open(const conn *c);
 /* The peer half-closed and the handler kept the connection (on_eof returned 1). */
 int conn_half_closed(const conn *c);
-/* Housekeeping (once a second): a connection whose last replies were not read within
- * CONN_FLUSH_NS of conn_close_after_flush() is closed. now_ns: util_mono_ns(). */
-void conn_tick(conn *c, uint64_t now_ns);
+/* When its last whole message was read (util_mono_ns(); the accept time before the first). */
+uint64_t conn_last_message_ns(const conn *c);
+/* Housekeeping (once a second): a connection whose last replies were not read (or that did not
+ * close its end, lingering) within CONN_FLUSH_NS of conn_close_after_flush() is closed; one that
+ * holds the first bytes of a frame for more than frame_timeout_ns (0: no limit) while it is read
+ * is answered Error(FRAME) and closed (its slot freed). now_ns: util_mono_ns(). */
+void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns);
 
 #endif /* ATTNSTAT_CONN_H */

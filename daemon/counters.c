@@ -14,6 +14,7 @@ struct counters {
     uint64_t rate_second[COUNTERS_RATE_WINDOW];
     uint64_t answered[COUNTERS_CODES];
     char answer_msg[COUNTERS_CODES][COUNTERS_MESSAGE_MAX];
+    char store_msg[256];
 };
 
 counters *counters_new(void)
@@ -115,4 +116,15 @@ uint64_t counters_answered(const counters *c, int code)
 const char *counters_answer_message(const counters *c, int code)
 {
     return code > 0 && code < COUNTERS_CODES ? c->answer_msg[code] : "";
+}
+
+void counters_store_error(counters *c, const char *msg)
+{
+    c->v[CNT_STORE_ERRORS]++;
+    snprintf(c->store_msg, sizeof c->store_msg, "%s", msg ? msg : "");
+}
+
+const char *counters_last_store_error(const counters *c)
+{
+    return c->store_msg;
 }

@@ -22,12 +22,16 @@
     X(SAMPLES_STORED, "samples_stored_total", "Per-head rows committed.")                         \
     X(COMMITS, "commits_total", "Store transactions committed.")                                  \
     X(COMMIT_FAILURES, "commit_failures_total", "Store transactions rolled back.")                \
+    X(STORE_ERRORS, "store_errors_total",                                                          \
+      "Store operations that failed: batches and alert records rolled back, runs not recorded.")  \
     X(ALERTS_RAISED, "alerts_raised_total", "Alert raises.")                                      \
     X(ALERTS_CLEARED, "alerts_cleared_total", "Alert clears.")                                    \
     X(MESSAGES_DROPPED, "messages_dropped_total", "Results/alerts not sent to slow subscribers.") \
     X(CONNS_ACCEPTED, "connections_total", "Connections accepted.")                               \
     X(CONNS_REFUSED, "connections_refused_total", "Connections refused.")                         \
     X(FRAME_ERRORS, "frame_errors_total", "Connections closed on framing errors.")                \
+    X(CONNS_TIMED_OUT, "connections_timed_out_total",                                              \
+      "Connections closed for neither saying Hello nor subscribing in time.")                      \
     X(EXEC_STARTED, NULL, NULL)                                                                    \
     X(EXEC_FAILED, NULL, NULL)
 
@@ -58,6 +62,10 @@ const char *counters_help(counter_id id);
 void counters_answer(counters *c, int code, const char *msg);
 uint64_t counters_answered(const counters *c, int code);
 const char *counters_answer_message(const counters *c, int code); /* "" when none */
+
+/* A store operation failed (msg: why): STORE_ERRORS, and msg kept as the last one. */
+void counters_store_error(counters *c, const char *msg);
+const char *counters_last_store_error(const counters *c); /* "" when none */
 
 /* A Push received: PUSHES, and the push-rate ring. */
 void counters_count_push(counters *c);

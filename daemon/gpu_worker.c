@@ -79,8 +79,27 @@ int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        snprintf(why, whylen, "no usable CUDA driver or device (cudaGetDeviceCount: %s)",
-                 cudaGetErrorString(e));
+        /* The runtime says "driver too old" when there is no driver at all: tell them apart by
+         * the kernel module's version file, which every NVIDIA driver has. */
+        char ver[160] = "";
+        FILE *f = fopen("/proc/driver/nvidia/version", "r");
+        if (f) {
+            if (!fgets(ver, sizeof ver, f))
+                ver[0] = '\0';
+            fclose(f);
+            ver[strcspn(ver, "\n")] = '\0';
+        }
+        if (!f)
+            snprintf(why, whylen, "no NVIDIA driver on this host (no /proc/driver/nvidia/version; "
+                     "cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+        else if (e == cudaErrorInsufficientDriver)
+            snprintf(why, whylen, "the NVIDIA driver is older than this build's CUDA runtime "
+                     "needs: update the driver (%.100s)", ver);
+        else if (e == cudaErrorNoDevice)
+            snprintf(why, whylen, "the NVIDIA driver sees no GPU (%.100s)", ver);
+        else
+            snprintf(why, whylen, "no usable CUDA device (cudaGetDeviceCount: %s; %.100s)",
+                     cudaGetErrorString(e), ver);
         return 0;
     }
     void *fn = NULL;

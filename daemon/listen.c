@@ -113,13 +113,18 @@ static void log_accept_failure(listener *l, const char *what, int status)
     l->accept_logged_ns = now;
 }
 
-/* Error(code, msg) to a peer the policy refuses; closed once it is written. */
-static void refuse(listener *l, conn *c, Attnstat__Code code, const char *msg, const char *why)
+/* Refused connections still open (their reason going out), at most: past it a refusal closes at
+ * once, its Error queued (a flood of refused connections cannot hold descriptors). */
+#define LISTEN_MAX_LINGERING 64
+
+/* Error(code, msg) to a peer the policy refuses; closed once it is written and the peer closed
+ * its end (or CONN_FLUSH_NS passed), so that it reads the reason. */
+static void refuse(listener *l, conn *c, Attnstat__Code code, const char *msg, const char *why,
+                   uint32_t lingering)
 {
     counters_inc(l->cnt, CNT_CONNS_REFUSED);
     LOG_WARN("server", "client %llu refused: %s", (unsigned long long)conn_id(c), msg);
-    conn_send_error(c, code, msg, 0, 0);
-    conn_close_after_flush(c, why);
+    conn_refuse(c, code, msg, why, lingering < LISTEN_MAX_LINGERING);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -158,18 +163,27 @@ static void on_connection(uv_stream_t *server, int status)
     counters_inc(l->cnt, CNT_CONNS_ACCEPTED);
 
     char msg[256];
+    listen_counts n = {0, 0, 0};
+    l->hooks.count(l->data, cred.uid, &n);
     if (cred.uid != l->uid && cred.uid != 0 &&
         !(l->have_allow_gid && peer_in_group(cred.pid, cred.gid, l->allow_gid))) {
         snprintf(msg, sizeof msg,
                  "uid %u may not use this daemon (it runs as uid %u; allow a group with "
                  "--allow-group)", (unsigned)cred.uid, (unsigned)l->uid);
-        refuse(l, c, ATTNSTAT__CODE__PERMISSION, msg, "refused by policy");
+        refuse(l, c, ATTNSTAT__CODE__PERMISSION, msg, "refused by policy", n.lingering);
         return;
     }
-    if (l->hooks.count(l->data) > l->cfg->max_clients) {
+    if (n.admitted >= l->cfg->max_clients) {
         snprintf(msg, sizeof msg, "too many clients (max_clients %llu): try again later",
                  (unsigned long long)l->cfg->max_clients);
-        refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients");
+        refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients", n.lingering);
+        return;
+    }
+    if (n.of_uid >= l->cfg->max_clients_per_uid) {
+        snprintf(msg, sizeof msg, "uid %u has %u connections open, the most one uid may hold "
+                 "(max_clients_per_uid %llu): close one, or raise the setting",
+                 (unsigned)cred.uid, n.of_uid, (unsigned long long)l->cfg->max_clients_per_uid);
+        refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients of one uid", n.lingering);
         return;
     }
     l->hooks.admitted(l->data, c);

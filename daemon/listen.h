@@ -7,13 +7,16 @@
  * (group set to --allow-group when given). Accepting: each peer's pid/uid/gid come from SO_PEERCRED
  * and are logged; a peer of another uid than the daemon's, other than root, is refused with
  * Error(PERMISSION) unless it is in the allowed group (primary or supplementary group); a peer past
- * max_clients is refused with Error(BUSY). A refused connection is closed once its Error is out.
+ * max_clients, or past max_clients_per_uid connections of its uid, is refused with Error(BUSY).
+ * A refused connection is closed once its Error is out and the peer closed its end (lingering:
+ * a peer that sent its Hello first still reads the reason), at most CONN_FLUSH_NS later.
  * Loop thread only. */
 #ifndef ATTNSTAT_LISTEN_H
 #define ATTNSTAT_LISTEN_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "config.h"
@@ -22,6 +25,13 @@
 
 typedef struct listener listener;
 
+/* Connections the owner has registered, for the accept policy. */
+typedef struct {
+    uint32_t admitted;       /* served now (the new one not included) */
+    uint32_t of_uid;         /* of those, the new peer's uid's */
+    uint32_t lingering;      /* refused or closing, not yet gone */
+} listen_counts;
+
 /* What the listener tells its owner; data is the pointer given to listen_new. */
 typedef struct {
     /* A connection was accepted, before any check: the owner registers it (and sets its handler;
@@ -29,8 +39,8 @@ typedef struct {
     void (*added)(void *data, conn *c);
     /* It passed the policy and the client limit: the owner serves it (starts reading). */
     void (*admitted)(void *data, conn *c);
-    /* Connections registered now, the new one included (for max_clients). */
-    uint32_t (*count)(void *data);
+    /* The connections registered now (max_clients, max_clients_per_uid of uid). */
+    void (*count)(void *data, uid_t uid, listen_counts *out);
 } listen_hooks;
 
 /* A listener for the settings c (socket path, allow_group, max_clients, limits of a connection);

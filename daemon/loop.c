@@ -13,6 +13,9 @@
  * batch -> store -> alerts feed -> alert delivery, the Release and the Ack sent by the push's own
  * steps at the hops above.
  *
+ * Start-up: the database (its directory, its lock, its mode, the store, the check: dbfile.h), the
+ * stages, then the socket. SIGHUP: the settings read again (on_hup).
+ *
  * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
  * committed and acknowledged; shut each connection down after its writes drain (or after a grace
  * period); then stop the workers and close every handle in its close callback. uv_run() then
@@ -20,6 +23,7 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,22 +39,27 @@
 #include "conn.h"
 #include "counters.h"
 #include "ctx.h"
+#include "dbfile.h"
 #include "devices.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
+#include "owners.h"
 #include "peer.h"
 #include "push.h"
 #include "session.h"
 #include "store_write.h"
 #include "util.h"
 
-#define LOOP_SHUTDOWN_GRACE_MS 10000
+/* SQLite's primary result codes for a damaged file (the store's error carries them; the daemon
+ * names no SQLite type). */
+#define LOOP_SQLITE_CORRUPT 11
+#define LOOP_SQLITE_NOTADB 26
 
 typedef struct {
-    const cfg *cfg;
+    cfg *cfg;                /* written by a SIGHUP reload only (config.h) */
     uv_loop_t *loop;
-    uv_signal_t sig_int, sig_term;
+    uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t grace_timer;  /* bounds the shutdown */
     uv_timer_t tick;         /* once a second: housekeeping */
     int handles;             /* the signals and timers were initialised */
@@ -59,6 +68,7 @@ typedef struct {
     batch *bat;
     alerts_deliver *out;
     metrics_http *metrics_http;
+    int lock_fd;             /* the database's lock (dbfile.h) */
     int draining_done;       /* queued work finished; connections are closing */
     int torn_down;           /* workers stopped, handles closing */
 } attnstatd;
@@ -129,10 +139,10 @@ static void on_admitted(void *data, conn *c)
     conn_read_start(c);
 }
 
-static uint32_t on_count(void *data)
+static void on_count(void *data, uid_t uid, listen_counts *n)
 {
     attnstatd *d = data;
-    return clients_count(d->x.reg);
+    clients_tally(d->x.reg, uid, &n->admitted, &n->of_uid, &n->lingering);
 }
 
 /* ---- pushes: worker -> batch -> alerts feed, Acks, delivery ------------------------------- */
@@ -212,6 +222,7 @@ static void start_teardown(attnstatd *d)
     if (d->handles) {
         close_handle((uv_handle_t *)&d->sig_int);
         close_handle((uv_handle_t *)&d->sig_term);
+        close_handle((uv_handle_t *)&d->sig_hup);
         close_handle((uv_handle_t *)&d->grace_timer);
         close_handle((uv_handle_t *)&d->tick);
     }
@@ -265,8 +276,9 @@ static void begin_shutdown(attnstatd *d, const char *why)
 static void grace_expired(uv_timer_t *t)
 {
     attnstatd *d = t->data;
-    LOG_WARN("server", "shutdown grace of %d ms is over: closing %u connections now",
-             LOOP_SHUTDOWN_GRACE_MS, clients_count(d->x.reg));
+    LOG_WARN("server", "shutdown grace of %llu ms is over (shutdown_grace_ms): closing %u "
+             "connections now", (unsigned long long)d->cfg->shutdown_grace_ms,
+             clients_count(d->x.reg));
     d->draining_done = 1;
     for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
         next = e->next;
@@ -275,29 +287,67 @@ static void grace_expired(uv_timer_t *t)
     start_teardown(d);
 }
 
+/* SIGHUP: the config file (and the flags over it) read again; what may change live changes, each
+ * change logged (config.c); a file that no longer parses changes nothing. */
+static void on_hup(uv_signal_t *h, int signum)
+{
+    attnstatd *d = h->data;
+    (void)signum;
+    char err[600];
+    LOG_INFO("config", "SIGHUP: reading the settings again (%s)",
+             d->cfg->config_path ? d->cfg->config_path : "no --config file: the flags only");
+    int n = cfg_reload(d->cfg, err, sizeof err);
+    if (n < 0) {
+        LOG_ERROR("config", "reload failed, settings unchanged: %s", err);
+        return;
+    }
+    log_set_level(d->cfg->log_level);
+    if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
+        LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
+    LOG_INFO("config", "reload done: %d setting%s changed", n, n == 1 ? "" : "s");
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     attnstatd *d = h->data;
     if (d->x.stopping) {
-        LOG_WARN("server", "signal %d again: still waiting for queued work (grace %d ms)", signum,
-                 LOOP_SHUTDOWN_GRACE_MS);
+        LOG_WARN("server", "signal %d again: still waiting for queued work (grace %llu ms)", signum,
+                 (unsigned long long)d->cfg->shutdown_grace_ms);
         return;
     }
-    int rc = uv_timer_start(&d->grace_timer, grace_expired, LOOP_SHUTDOWN_GRACE_MS, 0);
+    int rc = uv_timer_start(&d->grace_timer, grace_expired, d->cfg->shutdown_grace_ms, 0);
     if (rc != 0)
         LOG_ERROR("server", "cannot arm the shutdown grace timer: %s", uv_strerror(rc));
     begin_shutdown(d, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
-/* Once a second: connections stuck in a flush that never completes are closed. */
+/* Once a second: connections stuck in a flush that never completes are closed, and so are those
+ * holding half a frame past frame_timeout_ms (conn_tick), and those that neither said Hello nor
+ * subscribed and sent nothing for hello_timeout_ms (their slots freed); repeated log lines held
+ * back are summed up. */
 static void on_tick(uv_timer_t *t)
 {
     attnstatd *d = t->data;
+    const cfg *c = d->cfg;
     uint64_t now = util_mono_ns();
+    uint64_t hello_ns = c->hello_timeout_ms * 1000000ull;
     for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
         next = e->next;
-        conn_tick(e->c, now);
+        const peer *p = e->p;
+        if (p && p->c && !p->hello && !p->sub_alerts && !p->sub_results && conn_is_open(e->c) &&
+            now - conn_last_message_ns(e->c) > hello_ns) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "no Hello (or Subscribe) and no message for %llu ms "
+                     "(hello_timeout_ms): closing this connection", (unsigned long long)c->hello_timeout_ms);
+            counters_inc(d->x.cnt, CNT_CONNS_TIMED_OUT);
+            LOG_WARN("server", "client %llu (pid %d uid %u): %s", (unsigned long long)conn_id(e->c),
+                     (int)conn_pid(e->c), (unsigned)conn_uid(e->c), msg);
+            conn_refuse(e->c, ATTNSTAT__CODE__NO_HELLO, msg, "no Hello in time", 1);
+            continue;
+        }
+        conn_tick(e->c, now, c->frame_timeout_ms * 1000000ull);
     }
+    log_flush();
 }
 
 /* ---- start-up ------------------------------------------------------------------------------- */
@@ -379,19 +429,22 @@ static int start_serving(attnstatd *d)
     char err[600];
     uv_signal_init(d->loop, &d->sig_int);
     uv_signal_init(d->loop, &d->sig_term);
+    uv_signal_init(d->loop, &d->sig_hup);
     uv_timer_init(d->loop, &d->grace_timer);
     uv_timer_init(d->loop, &d->tick);
     d->handles = 1;
-    d->sig_int.data = d->sig_term.data = d;
+    d->sig_int.data = d->sig_term.data = d->sig_hup.data = d;
     d->grace_timer.data = d->tick.data = d;
     int rc;
     if ((rc = uv_signal_start(&d->sig_int, on_signal, SIGINT)) != 0 ||
         (rc = uv_signal_start(&d->sig_term, on_signal, SIGTERM)) != 0 ||
+        (rc = uv_signal_start(&d->sig_hup, on_hup, SIGHUP)) != 0 ||
         (rc = uv_timer_start(&d->tick, on_tick, 1000, 1000)) != 0) {
         LOG_ERROR("server", "signal/timer setup: %s", uv_strerror(rc));
         return -1;
     }
     uv_unref((uv_handle_t *)&d->tick);
+    uv_unref((uv_handle_t *)&d->sig_hup);
     if (c->metrics_port) {
         d->metrics_http = metrics_http_start(d->loop, (int)c->metrics_port, c->metrics_timeout_ms,
                                              render_metrics, d, err, sizeof err);
@@ -409,23 +462,74 @@ static int start_serving(attnstatd *d)
     return 0;
 }
 
-int loop_run(const cfg *c)
+/* The database, in order: its directory, the lock (one daemon per database), the file and its
+ * mode, the store (schema, migrations), the check at start, the runs' owners. 0, or -1 (logged). */
+static int open_database(attnstatd *d)
+{
+    const cfg *c = d->cfg;
+    char err[1400];
+    if (util_mkdir_parents(c->db_path, err, sizeof err) != 0) {
+        LOG_ERROR("server", "database: %s", err);
+        return -1;
+    }
+    d->lock_fd = dbfile_lock(c->db_path, err, sizeof err);
+    if (d->lock_fd < 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
+    }
+    struct group gr, *res = NULL;
+    char gbuf[4096];
+    int have_gid = c->allow_group && c->allow_group[0] &&
+                   getgrnam_r(c->allow_group, &gr, gbuf, sizeof gbuf, &res) == 0 && res;
+    if (dbfile_prepare(c->db_path, have_gid, have_gid ? gr.gr_gid : 0, err, sizeof err) != 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
+    }
+    store_error se = {0, ""};
+    d->x.db = store_open(c->db_path, 0, &se);
+    if (!d->x.db) {
+        int primary = se.code & 0xff;
+        if (primary == LOOP_SQLITE_CORRUPT || primary == LOOP_SQLITE_NOTADB)
+            LOG_ERROR("server", "the database %s is damaged and cannot be opened: %s. Move it aside "
+                      "(with its -wal and -shm files) and start again for a new one, or restore a "
+                      "copy ('sqlite3 %s .recover' may save what is readable)", c->db_path, se.msg,
+                      c->db_path);
+        else
+            LOG_ERROR("server", "cannot open the database %s: %s", c->db_path, se.msg);
+        return -1;
+    }
+    LOG_INFO("server", "database %s (schema version %d)", c->db_path, store_schema_version());
+    if (dbfile_check(d->x.db, c->db_path, c->db_check, err, sizeof err) != 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
+    }
+    if (owners_load(d->x.own, d->x.db, err, sizeof err) != 0)
+        LOG_WARN("server", "%s: the first uid to say Hello with a run's name takes it", err);
+    return 0;
+}
+
+int loop_run(cfg *c)
 {
     char err[600];
     attnstatd *d = calloc(1, sizeof *d);
     counters *cnt = counters_new();
     clients *reg = clients_new();
-    if (!d || !cnt || !reg) {
+    owners *own = owners_new();
+    if (!d || !cnt || !reg || !own) {
         LOG_ERROR("server", "out of memory");
         free(d);
         counters_free(cnt);
         clients_free(reg);
+        owners_free(own);
         return 1;
     }
     d->cfg = c;
     d->x.cfg = c;
     d->x.cnt = cnt;
     d->x.reg = reg;
+    d->x.own = own;
+    d->lock_fd = -1;
+    dbfile_umask(c);
     raise_fd_limit(c);
     int exit_code = 1;
     /* The loop is on the heap, not on this stack: when shutdown leaves a worker thread behind (see
@@ -459,17 +563,13 @@ int loop_run(const cfg *c)
         LOG_ERROR("server", "%s", err);
         goto out_loop;
     }
-    if (util_mkdir_parents(c->db_path, err, sizeof err) != 0) {
-        LOG_ERROR("server", "database: %s", err);
+    if (open_database(d) != 0) {
+        if (d->x.db) {
+            store_close(d->x.db);
+            d->x.db = NULL;
+        }
         goto out_loop;
     }
-    store_error se = {0, ""};
-    d->x.db = store_open(c->db_path, 0, &se);
-    if (!d->x.db) {
-        LOG_ERROR("server", "cannot open the database %s: %s", c->db_path, se.msg);
-        goto out_loop;
-    }
-    LOG_INFO("server", "database %s (schema version %d)", c->db_path, store_schema_version());
 
     if (start_stages(d) != 0 || start_serving(d) != 0)
         goto out_teardown;
@@ -516,8 +616,10 @@ out_loop:
     }
     if (exit_code == 0)
         LOG_INFO("server", "stopped cleanly");
+    dbfile_unlock(d->lock_fd);
 out_free:
     clients_free(reg);
+    owners_free(own);
     counters_free(cnt);
     free(d);
     return exit_code;

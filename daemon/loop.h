@@ -5,8 +5,9 @@
 
 #include "config.h"
 
-/* Runs the daemon with the settings c until SIGINT/SIGTERM. Returns the process exit status: 0
+/* Runs the daemon with the settings c until SIGINT/SIGTERM; SIGHUP reloads c in place
+ * (cfg_reload: what may change live, each change logged). Returns the process exit status: 0
  * after a clean shutdown, 1 when start-up failed or the shutdown was not clean (logged). */
-int loop_run(const cfg *c);
+int loop_run(cfg *c);
 
 #endif /* ATTNSTAT_LOOP_H */

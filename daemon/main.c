@@ -1,5 +1,5 @@
 /* main.c — attnstatd's entry point: settings from the config table (flags, --config file), then
- * the event loop (loop.h) until SIGINT/SIGTERM. Exit status 0 after a clean shutdown, 1 when
+ * the event loop (loop.h) until SIGINT/SIGTERM (SIGHUP reloads the settings). Exit status 0 after a clean shutdown, 1 when
  * start-up failed (the log says why), 2 on a bad command line or config file. The only file of the
  * daemon outside its library (attnstatd_core); calls config, log and loop. */
 #include <stdio.h>
@@ -25,6 +25,8 @@ int main(int argc, char **argv)
         return rc < 0 ? 2 : 0;
     }
     log_set_level(c.log_level);
+    if (log_detect_journal())
+        LOG_DEBUG("server", "stderr is journald's stream: lines carry syslog priorities");
     cfg_log(&c);
     rc = loop_run(&c);
     cfg_free(&c);

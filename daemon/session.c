@@ -1,5 +1,6 @@
 /* session.c — protocol dispatch (see session.h). Stage: session; calls peer, buffers, push,
- * status, the alert feed, devices, the store, validate, conn, envelope, names, util and log. */
+ * status, the alert feed, devices, the store, validate, owners, json, counters, conn, envelope,
+ * names, util and log. */
 #include "session.h"
 
 #include <stdio.h>
@@ -8,16 +9,23 @@
 #include "alerts_feed.h"
 #include "buffers.h"
 #include "conn.h"
+#include "counters.h"
 #include "devices.h"
 #include "envelope.h"
 #include "frame.h"
+#include "json.h"
 #include "log.h"
 #include "names.h"
+#include "owners.h"
 #include "push.h"
 #include "status.h"
 #include "store_write.h"
 #include "util.h"
 #include "validate.h"
+
+#define SESSION_HOST_MAX 255
+#define SESSION_UUID_MAX 64
+#define SESSION_MAX_DEVICES 64
 
 /* Error{code, message, ref} to a client still connected. */
 static void reply_error(peer *p, Attnstat__Code code, int has_ref, uint64_t ref, const char *msg)
@@ -38,24 +46,13 @@ static void reply_error(peer *p, Attnstat__Code code, int has_ref, uint64_t ref,
 
 /* ---- Hello ---------------------------------------------------------------------------------- */
 
-static int valid_text(const char *t, size_t max)
-{
-    size_t n = strlen(t);
-    if (n == 0 || n > max)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)t[i] < 0x20 || t[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 /* The devices a Hello names that this host serves get a worker now (a CUDA context takes a
  * while); their UUIDs go to served[] (at most GPU_MAX_LOCAL). Returns how many. */
 static size_t serve_devices(const stage_ctx *x, const peer *p, const Attnstat__Hello *h, char **served)
 {
     devices *dev = x->dev;
     size_t nserved = 0;
-    for (size_t i = 0; i < h->n_device_uuids && i < 64; i++) {
+    for (size_t i = 0; i < h->n_device_uuids && i < SESSION_MAX_DEVICES; i++) {
         const char *u = h->device_uuids[i];
         int d = devices_find(dev, u);
         char gerr[300];
@@ -96,17 +93,60 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         return;
     }
     const char *run = h->run && h->run[0] ? h->run : c->default_run;
-    if (!valid_text(run, PEER_RUN_MAX - 1)) {
+    if (!util_printable(run, PEER_RUN_MAX - 1)) {
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
-                    "run name must be 1..%d bytes of printable text", PEER_RUN_MAX - 1);
+                    "run name must be 1..%d bytes of printable UTF-8 (no control characters)",
+                    PEER_RUN_MAX - 1);
         return;
     }
     if (h->has_rank && h->rank < 0) {
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "rank %d must be >= 0", h->rank);
         return;
     }
-    if (h->host && strlen(h->host) > 255) {
-        reply_error(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "host is longer than 255 bytes");
+    const char *host = h->host && h->host[0] ? h->host : NULL;
+    if (host && !util_printable(host, SESSION_HOST_MAX)) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                    "host must be 1..%d bytes of printable UTF-8 (no control characters)",
+                    SESSION_HOST_MAX);
+        return;
+    }
+    const char *config = h->config && h->config[0] ? h->config : NULL;
+    if (config) {
+        size_t clen = strlen(config);
+        char jerr[160];
+        if (clen > c->max_hello_config) {
+            REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                        "config is %zu bytes, over max_hello_config %llu: send the run's "
+                        "settings, not its data", clen, (unsigned long long)c->max_hello_config);
+            return;
+        }
+        if (json_check_object(config, clen, jerr, sizeof jerr) != 0) {
+            REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "config must be a JSON object: %s",
+                        jerr);
+            return;
+        }
+    }
+    if (h->n_device_uuids > SESSION_MAX_DEVICES) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                    "a Hello names %zu devices, more than %d", h->n_device_uuids,
+                    SESSION_MAX_DEVICES);
+        return;
+    }
+    for (size_t i = 0; i < h->n_device_uuids; i++) {
+        if (!h->device_uuids[i] || !util_printable(h->device_uuids[i], SESSION_UUID_MAX)) {
+            REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
+                        "device_uuids[%zu] must be 1..%d bytes of printable text (\"GPU-...\")",
+                        i, SESSION_UUID_MAX);
+            return;
+        }
+    }
+    uid_t owner;
+    if (owners_get(x->own, run, &owner) && owner != p->uid) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__PERMISSION, 0, 0,
+                    "run '%s' belongs to uid %u, who started it; uid %u may not write into it: "
+                    "choose another run name", run, (unsigned)owner, (unsigned)p->uid);
+        LOG_WARN("session", "client %llu (uid %u): Hello for run '%s' refused: it belongs to uid %u",
+                 (unsigned long long)p->conn_id, (unsigned)p->uid, run, (unsigned)owner);
         return;
     }
     char msg[256];
@@ -118,37 +158,45 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     const Attnstat__Thresholds *t = h->thresholds;
     double collapse = t && t->has_collapse_threshold ? t->collapse_threshold
                                                      : c->thresholds.collapse_threshold;
-    char thjson[512], aerr[256];
+    char thjson[640], aerr[256];
     if (alerts_feed_check(x->feed, t, collapse, thjson, sizeof thjson, aerr, sizeof aerr) != 0) {
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "thresholds: %s", aerr);
+        return;
+    }
+    if (owners_tag(thjson, sizeof thjson, p->uid) != 0) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the run's record does not fit");
         return;
     }
     store_run_info info = {
         .name = run,
         .rank = h->has_rank ? h->rank : 0,
-        .host = h->host,
+        .host = host,
         .pid = h->has_pid ? h->pid : (p->c ? conn_pid(p->c) : 0),
         .time_ms = 0,
-        .config = h->config,
+        .config = config,
         .thresholds = thjson,
     };
     int64_t run_id = 0;
     store_error se = {0, ""};
     store_status st = store_run_begin(x->db, &info, &run_id, &se);
     if (st != STORE_OK) {
+        counters_store_error(x->cnt, se.msg);
         LOG_ERROR("session", "client %llu: registering run '%s': %s", (unsigned long long)p->conn_id,
                   run, se.msg);
         REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not register run '%s': %s",
                     run, se.msg);
         return;
     }
+    if (owners_set(x->own, run, p->uid) != 0)
+        LOG_ERROR("session", "run '%s': out of memory recording its owner (uid %u)", run,
+                  (unsigned)p->uid);
     peer_hello(p, run_id, run, info.rank, h->has_pid, h->pid, collapse);
     if (alerts_feed_set_run(x->feed, run_id, h->thresholds, aerr, sizeof aerr) != 0)
         LOG_ERROR("session", "run %lld: thresholds refused by the alert engine: %s", (long long)run_id,
                   aerr);
-    LOG_INFO("session", "client %llu: hello run '%s' (id %lld) rank %d pid %d host %s",
+    LOG_INFO("session", "client %llu: hello run '%s' (id %lld) rank %d pid %d uid %u host %s",
              (unsigned long long)p->conn_id, p->run, (long long)run_id, p->rank, (int)p->pid,
-             h->host ? h->host : "-");
+             (unsigned)p->uid, host ? host : "-");
 
     char *served[GPU_MAX_LOCAL];
     size_t nserved = serve_devices(x, p, h, served);

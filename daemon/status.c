@@ -31,6 +31,11 @@ void status_send(const stage_ctx *x, conn *to)
     r.dropped = counters_get(x->cnt, CNT_DROPPED);
     r.has_rejected = 1;
     r.rejected = counters_get(x->cnt, CNT_REJECTED);
+    r.has_failed = 1;
+    r.failed = counters_get(x->cnt, CNT_FAILED);
+    r.has_store_errors = 1;
+    r.store_errors = counters_get(x->cnt, CNT_STORE_ERRORS);
+    r.last_store_error = (char *)counters_last_store_error(x->cnt);
     r.has_samples_stored = 1;
     r.samples_stored = counters_get(x->cnt, CNT_SAMPLES_STORED);
     r.has_alerts_active = 1;

@@ -1,5 +1,7 @@
-/* util.c — the helpers of util.h. Stage: none (a leaf). */
+/* util.c — the helpers of util.h. Stage: none (a leaf); calls proto/utf8.c. */
 #include "util.h"
+
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -31,6 +33,22 @@ uint64_t util_wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+int util_printable(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return 0;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l == 0 || utf8_is_control(cp))
+            return 0;
+        i += (size_t)l;
+    }
+    return 1;
 }
 
 static int make_dir(const char *dir, char *err, size_t errlen)

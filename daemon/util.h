@@ -16,6 +16,10 @@ uint64_t util_mono_ns(void);
 /* Unix time in milliseconds (what samples and alerts are stamped with). */
 uint64_t util_wall_ms(void);
 
+/* Text an operator may see as it is: well-formed UTF-8 of 1..max bytes with no control character
+ * (C0, DEL, C1: proto/utf8.h). */
+int util_printable(const char *s, size_t max);
+
 /* Creates the missing directories above path (mode 0755), as mkdir -p on its dirname. Returns 0,
  * or -1 with err naming the directory that could not be made. */
 int util_mkdir_parents(const char *path, char *err, size_t errlen);

@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-      libsqlite3-dev sqlite3 check python3 python3-numpy)
+      libsqlite3-dev sqlite3 check python3 python3-numpy
+      clang libclang-rt-dev)  # clang + libFuzzer: the fuzz run of tests/run.sh (tests/fuzz.sh)
 
 missing=()
 for p in "${pkgs[@]}"; do

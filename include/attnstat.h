@@ -359,6 +359,9 @@ typedef struct {
     uint32_t n_rejections;
     uint32_t reserved2;
     attnstat_rejection rejections[ATTNSTAT_STATUS_MAX_REJECTIONS];
+    uint64_t failed;          /* pushes failed in compute or store */
+    uint64_t store_errors;    /* store operations that failed (a full disk, I/O errors...) */
+    char last_store_error[256]; /* why the last one failed ("" when none) */
 } attnstat_daemon_status;
 
 /* The name of a protocol Code (an Ack's or Error's: "BAD_REQUEST", "DROPPED", ...), "unknown"

@@ -324,23 +324,41 @@ store_status store_alerts(store *st, int64_t run_id, int active_only, store_aler
     return deliver(st, s, ROW_ALERT, (void *)cb, ctx, NULL, "reading alerts", err);
 }
 
-store_status store_integrity_check(store *st, store_error *err)
+/* PRAGMA integrity_check or quick_check: STORE_OK when it answers "ok"; else STORE_ERROR with as
+ * many of its problems as fit in err (it lists at most 100). */
+static store_status run_check(store *st, const char *pragma, const char *what, store_error *err)
 {
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(s);
+    int rc = sqlite3_prepare_v2(st->db, pragma, -1, &s, NULL);
+    int rows = 0;
     store_status rs = STORE_OK;
-    if (rc == SQLITE_ROW) {
+    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
+        rc = sqlite3_step(s);
+        if (rc != SQLITE_ROW)
+            break;
         const char *r = (const char *)sqlite3_column_text(s, 0);
-        if (!r || strcmp(r, "ok") != 0) {
-            store_set_err(err, SQLITE_CORRUPT, "integrity check of '%s' failed: %s", st->path,
-                    r ? r : "(no answer)");
+        if (rows++ == 0 && r && strcmp(r, "ok") == 0)
+            continue;
+        if (rs == STORE_OK) {
+            store_set_err(err, SQLITE_CORRUPT, "%s of '%s' failed: %s", what, st->path,
+                          r ? r : "(no answer)");
             rs = STORE_ERROR;
+        } else {
+            store_append_err(err, "; %s", r ? r : "?");
         }
-    } else {
-        rs = store_db_err(st, err, rc, "checking the integrity of '%s'", st->path);
     }
+    if (rc != SQLITE_DONE && rs == STORE_OK)
+        rs = store_db_err(st, err, rc, "%s of '%s'", what, st->path);
     sqlite3_finalize(s);
     return rs;
+}
+
+store_status store_integrity_check(store *st, store_error *err)
+{
+    return run_check(st, "PRAGMA integrity_check(100)", "integrity check", err);
+}
+
+store_status store_quick_check(store *st, store_error *err)
+{
+    return run_check(st, "PRAGMA quick_check(100)", "quick check", err);
 }

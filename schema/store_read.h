@@ -84,9 +84,12 @@ store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_u
 store_status store_alerts(store *st, int64_t run_id, int active_only, store_alert_cb cb,
                           void *ctx, store_error *err);
 
-/* PRAGMA integrity_check: STORE_OK when it says "ok"; otherwise STORE_ERROR with the first
- * problem in err. */
+/* PRAGMA integrity_check: STORE_OK when it says "ok"; otherwise STORE_ERROR with the problems it
+ * found in err (as many as fit). store_quick_check: the same with PRAGMA quick_check (every page
+ * read and checked, indexes not compared with their tables: O(size) rather than O(size log size)),
+ * what the daemon runs at start. */
 store_status store_integrity_check(store *st, store_error *err);
+store_status store_quick_check(store *st, store_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The test command. On a fresh machine: installs the dependencies, builds attnstat (CUDA parts too
 # when nvcc is present), runs every test with ctest, then builds again with AddressSanitizer and
-# UndefinedBehaviorSanitizer and runs every test once more. Exits non-zero on any failure.
+# UndefinedBehaviorSanitizer and runs every test once more, then fuzzes the daemon's receiving side
+# in process for FUZZ_SECONDS (tests/fuzz.sh: libFuzzer under clang; skipped, saying why, where
+# clang is missing). Exits non-zero on any failure.
 #   ATTNSTAT_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
+#   FUZZ_SECONDS=N             fuzz for N seconds (default 60; 0 skips the fuzz run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,5 +27,8 @@ if [ "${ATTNSTAT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== tests (asan+ubsan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+fi
+if [ "${FUZZ_SECONDS:-60}" != 0 ]; then
+  bash tests/fuzz.sh "${FUZZ_SECONDS:-60}"
 fi
 echo "== all tests passed =="

@@ -317,6 +317,17 @@ START_TEST(test_rolled_back_batch_does_not_eat_transitions)
     fprintf(stderr, "rollback_alerts: with the disk full: codes %d %d (%s)\n", code1, code2, msg);
     ck_assert_msg(code1 == ATTNSTAT__CODE__INTERNAL && code2 == ATTNSTAT__CODE__INTERNAL,
                   "the batch was not rolled back (codes %d, %d): %s", code1, code2, msg);
+    /* The store's failure is in the status: counted, with its reason (it once said rejected 0). */
+    Attnstat__Envelope *st = dh_status(&c);
+    ck_assert_msg(st->status_reply->has_store_errors && st->status_reply->store_errors >= 1,
+                  "status shows no store error with the disk full");
+    ck_assert_msg(st->status_reply->failed >= 2, "status shows %llu failed pushes, not 2",
+                  (unsigned long long)st->status_reply->failed);
+    ck_assert_msg(st->status_reply->last_store_error &&
+                  strstr(st->status_reply->last_store_error, "full"),
+                  "the last store error does not say the disk is full: '%s'",
+                  st->status_reply->last_store_error ? st->status_reply->last_store_error : "");
+    attnstat__envelope__free_unpacked(st, NULL);
     snprintf(cmd, sizeof cmd, "rm -f %s/filler", mnt);
     ck_assert_int_eq(system(cmd), 0);
 

@@ -32,6 +32,7 @@ typedef struct {
     const char *metric;
     const char *rule;      /* NULL: every rule */
     int active;
+    int quick;             /* check-db --quick */
     int since_set;
     int64_t since_ms;      /* Unix time in milliseconds */
     int64_t newest;        /* 0: all */

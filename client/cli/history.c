@@ -1,4 +1,4 @@
-/* history.c — the attnstat CLI's history commands (see history.h): runs, trend (per-step
+/* history.c — the attnstat CLI's history commands (see history.h): runs, check-db, trend (per-step
  * statistics of one layer, with sparklines), heads (the layer x head grid of one step as a
  * heatmap) and alerts. Runs are given by name or id (--run) and resolved here, with the known
  * runs listed when the name matches none.
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attnstat.h"
@@ -40,7 +41,8 @@ static store *history_open_db(const cli_args *a)
     store_error err;
     store *st = store_open_readonly(a->db, 5000, &err);
     if (!st)
-        fprintf(stderr, "attnstat: cannot open database %s: %s\n", a->db, err.msg);
+        fprintf(stderr, "attnstat: cannot open database %s: %s\n", out_safe(a->db),
+                out_safe(err.msg));
     return st;
 }
 
@@ -97,15 +99,15 @@ static const char *history_run_name(const history_runlist *l, int64_t id)
     return "?";
 }
 
-/* store_get_run() callback: a copy of the run's name. */
+/* store_get_run() callback: a copy of the run's name, escaped for printing (out_escape). */
 static int history_copy_run_name(void *ctx, const store_run *r)
 {
     char **name = ctx;
-    size_t len = strlen(r->name) + 1;
+    size_t len = strlen(r->name) * 4 + 1;
     free(*name);
     *name = malloc(len);
     if (*name)
-        memcpy(*name, r->name, len);
+        out_escape(*name, len, r->name);
     return 0;
 }
 
@@ -128,7 +130,8 @@ static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char *
         if (s == STORE_OK)
             fprintf(stderr, "attnstat: out of memory\n");
         else
-            fprintf(stderr, "attnstat: cannot read run '%s': %s\n", a->run, err.msg);
+            fprintf(stderr, "attnstat: cannot read run '%s': %s\n", out_safe(a->run),
+                    out_safe(err.msg));
         free(*name);
         *name = NULL;
         return CLI_EXIT_FAIL;
@@ -137,26 +140,27 @@ static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char *
     store_error e2;
     store_list_runs(st, history_collect_run, &l, &e2);
     if (s == STORE_NOTFOUND) {
-        fprintf(stderr, "attnstat: no run '%s'%s in %s; ", a->run,
+        fprintf(stderr, "attnstat: no run '%s'%s in %s; ", out_safe(a->run),
                 a->rank >= 0 ? " with that rank" : "", store_path(st));
         if (l.n == 0) {
             fprintf(stderr, "the database has no runs yet\n");
         } else {
             fprintf(stderr, "known runs:");
             for (size_t i = 0; i < l.n; i++)
-                fprintf(stderr, "%s %s (id %lld, rank %d)", i ? "," : "", l.names[i],
+                fprintf(stderr, "%s %s (id %lld, rank %d)", i ? "," : "", out_safe(l.names[i]),
                         (long long)l.ids[i], l.ranks[i]);
             fputc('\n', stderr);
         }
     } else if (s == STORE_AMBIGUOUS) {
         fprintf(stderr, "attnstat: run '%s' has several ranks: pass --rank K or the run id:",
-                a->run);
+                out_safe(a->run));
         for (size_t i = 0; i < l.n; i++)
             if (!strcmp(l.names[i], a->run))
                 fprintf(stderr, " id %lld (rank %d)", (long long)l.ids[i], l.ranks[i]);
         fputc('\n', stderr);
     } else {
-        fprintf(stderr, "attnstat: cannot look up run '%s': %s\n", a->run, err.msg);
+        fprintf(stderr, "attnstat: cannot look up run '%s': %s\n", out_safe(a->run),
+                out_safe(err.msg));
     }
     history_runlist_free(&l);
     return CLI_EXIT_FAIL;
@@ -220,7 +224,7 @@ int history_runs(const cli_args *a)
     int oe = out_end(&o);
     store_close(st);
     if (s != STORE_OK) {
-        fprintf(stderr, "attnstat: cannot list runs: %s\n", err.msg);
+        fprintf(stderr, "attnstat: cannot list runs: %s\n", out_safe(err.msg));
         return CLI_EXIT_FAIL;
     }
     if (n == 0 && a->fmt == OUT_TABLE)
@@ -370,7 +374,8 @@ int history_trend(const cli_args *a)
     store_status s = store_trend(st, run_id, a->layer, a->head, a->from, a->to, a->every,
                                  history_collect_sample, &l, &err);
     if (s != STORE_OK || l.failed) {
-        fprintf(stderr, "attnstat: cannot read the trend: %s\n", l.failed ? "out of memory" : err.msg);
+        fprintf(stderr, "attnstat: cannot read the trend: %s\n",
+                l.failed ? "out of memory" : out_safe(err.msg));
         free(l.v);
         free(run);
         store_close(st);
@@ -477,7 +482,7 @@ int history_heads(const cli_args *a)
                         "runs for its step range)\n", run, (long long)a->step);
         } else {
             fprintf(stderr, "attnstat: cannot read the grid: %s\n",
-                    l.failed ? "out of memory" : err.msg);
+                    l.failed ? "out of memory" : out_safe(err.msg));
         }
         free(l.v);
         free(run);
@@ -756,7 +761,7 @@ int history_alerts(const cli_args *a)
     store_close(st);
     if (s != STORE_OK || newest.failed) {
         fprintf(stderr, "attnstat: cannot read alerts: %s\n",
-                s != STORE_OK ? err.msg : "out of memory");
+                s != STORE_OK ? out_safe(err.msg) : "out of memory");
         free(run);
         return CLI_EXIT_FAIL;
     }
@@ -768,4 +773,45 @@ int history_alerts(const cli_args *a)
     }
     free(run);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
+/* ---- check-db ----------------------------------------------------------------------------------*/
+int history_check_db(const cli_args *a)
+{
+    const char *what = a->quick ? "quick_check" : "integrity_check";
+    struct stat sb;
+    if (stat(a->db, &sb) != 0) {
+        history_open_db(a); /* says why (missing, or not readable) */
+        return CLI_EXIT_FAIL;
+    }
+    store_error err;
+    store *st = store_open_readonly(a->db, 5000, &err);
+    int ok = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (st) {
+        ok = (a->quick ? store_quick_check(st, &err) : store_integrity_check(st, &err)) == STORE_OK;
+        store_close(st);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    if (a->fmt == OUT_JSON) {
+        printf("{\"db\": ");
+        out_json_string(stdout, a->db);
+        printf(", \"check\": \"%s\", \"ok\": %s, \"ms\": %.1f, \"problems\": ", what,
+               ok ? "true" : "false", ms);
+        if (ok)
+            printf("null");
+        else
+            out_json_string(stdout, err.msg);
+        printf("}\n");
+    } else if (ok) {
+        printf("%s: ok (%s, %.0f ms)\n", out_safe(a->db), what, ms);
+    } else {
+        printf("%s: DAMAGED (%s): %s\n", out_safe(a->db), what, out_safe(err.msg));
+        printf("Stop attnstatd, move the database aside with its -wal and -shm files, and start "
+               "it again for a new one, or restore a copy ('sqlite3 %s .recover' may save what is "
+               "readable).\n", out_safe(a->db));
+    }
+    return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }

@@ -24,7 +24,7 @@ static attnstat_client *live_connect(const cli_args *a)
     attnstat_client *c = NULL;
     attnstat_error err;
     if (attnstat_connect_ex(&o, &c, &err) != ATTNSTAT_OK) {
-        fprintf(stderr, "attnstat: %s\n", err.msg);
+        fprintf(stderr, "attnstat: %s\n", out_safe(err.msg));
         return NULL;
     }
     return c;
@@ -43,7 +43,8 @@ int live_status(const cli_args *a)
     }
     attnstat_code rc = attnstat_status(c, ds, a->timeout_ms);
     if (rc != ATTNSTAT_OK) {
-        fprintf(stderr, "attnstat: status from %s: %s\n", a->socket, attnstat_last_error(c));
+        fprintf(stderr, "attnstat: status from %s: %s\n", out_safe(a->socket),
+                out_safe(attnstat_last_error(c)));
         free(ds);
         attnstat_close(c);
         return CLI_EXIT_FAIL;
@@ -56,12 +57,16 @@ int live_status(const cli_args *a)
         printf(", \"db\": ");
         out_json_string(stdout, ds->db_path);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"pushes\": %llu, \"pushes_done\": %llu, "
-               "\"dropped\": %llu, \"rejected\": %llu, \"samples_stored\": %llu, "
-               "\"alerts_active\": %u, \"push_rate\": %.3f, \"workers\": [",
+               "\"dropped\": %llu, \"rejected\": %llu, \"failed\": %llu, "
+               "\"samples_stored\": %llu, \"store_errors\": %llu, \"alerts_active\": %u, "
+               "\"push_rate\": %.3f, \"last_store_error\": ",
                ds->uptime_s, ds->clients, (unsigned long long)ds->pushes,
                (unsigned long long)ds->pushes_done, (unsigned long long)ds->dropped,
-               (unsigned long long)ds->rejected, (unsigned long long)ds->samples_stored,
+               (unsigned long long)ds->rejected, (unsigned long long)ds->failed,
+               (unsigned long long)ds->samples_stored, (unsigned long long)ds->store_errors,
                ds->alerts_active, ds->push_rate);
+        out_json_string(stdout, ds->last_store_error);
+        printf(", \"workers\": [");
         for (uint32_t i = 0; i < ds->n_workers; i++) {
             const attnstat_worker_status *w = &ds->workers[i];
             printf("%s{\"name\": ", i ? ", " : "");
@@ -92,13 +97,20 @@ int live_status(const cli_args *a)
         }
         printf("]}\n");
     } else {
-        printf("attnstatd %s at %s, up %.0f s\n", ds->daemon_version[0] ? ds->daemon_version : "?",
-               a->socket, ds->uptime_s);
-        printf("database       %s\n", ds->db_path[0] ? ds->db_path : "-");
+        printf("attnstatd %s at %s, up %.0f s\n",
+               ds->daemon_version[0] ? out_safe(ds->daemon_version) : "?", out_safe(a->socket),
+               ds->uptime_s);
+        printf("database       %s\n", ds->db_path[0] ? out_safe(ds->db_path) : "-");
         printf("clients        %u\n", ds->clients);
-        printf("pushes         %llu received, %llu done, %llu dropped, %llu rejected\n",
-               (unsigned long long)ds->pushes, (unsigned long long)ds->pushes_done,
-               (unsigned long long)ds->dropped, (unsigned long long)ds->rejected);
+        printf("pushes         %llu received, %llu done, %llu dropped, %llu rejected, %llu "
+               "failed\n", (unsigned long long)ds->pushes, (unsigned long long)ds->pushes_done,
+               (unsigned long long)ds->dropped, (unsigned long long)ds->rejected,
+               (unsigned long long)ds->failed);
+        if (ds->store_errors)
+            printf("store errors   %llu (last: %s)\n", (unsigned long long)ds->store_errors,
+                   out_safe(ds->last_store_error));
+        else
+            printf("store errors   0\n");
         printf("push rate      %.1f /s (last 10 s)\n", ds->push_rate);
         printf("samples stored %llu\n", (unsigned long long)ds->samples_stored);
         printf("alerts active  %u\n", ds->alerts_active);
@@ -206,7 +218,8 @@ static void live_print_alert(void *user, const attnstat_alert *al)
     } else {
         printf("%s  %-7s  %-13s  run %s rank %d  layer %u head %u  step %lld  value %.4g "
                "threshold %.4g\n",
-               t, attnstat_state_name(al->state), attnstat_rule_name(al->rule), al->run, al->rank,
+               t, attnstat_state_name(al->state), attnstat_rule_name(al->rule), out_safe(al->run),
+               al->rank,
                al->layer, al->head, (long long)al->step, al->value, al->threshold);
     }
     fflush(stdout);
@@ -228,7 +241,7 @@ int live_watch(const cli_args *a)
     }
     attnstat_set_alert_callback(c, live_print_alert, (void *)a);
     if (attnstat_subscribe(c, 1, 0) != ATTNSTAT_OK) {
-        fprintf(stderr, "attnstat: subscribe: %s\n", attnstat_last_error(c));
+        fprintf(stderr, "attnstat: subscribe: %s\n", out_safe(attnstat_last_error(c)));
         attnstat_close(c);
         return CLI_EXIT_FAIL;
     }
@@ -238,8 +251,8 @@ int live_watch(const cli_args *a)
     attnstat_code sc = ds ? attnstat_status(c, ds, a->timeout_ms) : ATTNSTAT_ENOMEM;
     free(ds);
     if (sc != ATTNSTAT_OK) {
-        fprintf(stderr, "attnstat: subscribing at %s: %s\n", a->socket,
-                sc == ATTNSTAT_ENOMEM ? "out of memory" : attnstat_last_error(c));
+        fprintf(stderr, "attnstat: subscribing at %s: %s\n", out_safe(a->socket),
+                sc == ATTNSTAT_ENOMEM ? "out of memory" : out_safe(attnstat_last_error(c)));
         attnstat_close(c);
         return CLI_EXIT_FAIL;
     }
@@ -257,7 +270,7 @@ int live_watch(const cli_args *a)
     int rc = CLI_EXIT_OK, up = 1;
     while (!live_stop) {
         if (attnstat_poll(c, 1000) != ATTNSTAT_OK) {
-            fprintf(stderr, "attnstat: %s\n", attnstat_last_error(c));
+            fprintf(stderr, "attnstat: %s\n", out_safe(attnstat_last_error(c)));
             rc = CLI_EXIT_FAIL;
             break;
         }
@@ -265,7 +278,7 @@ int live_watch(const cli_args *a)
         int now_up = attnstat_link_state(c, why, sizeof why) == ATTNSTAT_LINK_UP;
         if (up && !now_up)
             fprintf(stderr, "attnstat: lost attnstatd at %s (%s); waiting for it to come back\n",
-                    a->socket, why);
+                    out_safe(a->socket), out_safe(why));
         else if (!up && now_up)
             fprintf(stderr, "attnstat: attnstatd at %s is back; watching alerts again\n",
                     a->socket);

@@ -34,6 +34,7 @@ static const struct {
 } main_runs[] = {
     {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
     {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
+    {"check-db", history_check_db},
 };
 
 /* ---- Help, from the tables --------------------------------------------------------------------*/
@@ -351,6 +352,7 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_SINCE: a->since_ms = v; a->since_set = 1; break;
     case OPT_NEWEST: a->newest = v; break;
     case OPT_TIMEOUT: a->timeout_ms = (int)v; break;
+    case OPT_QUICK: a->quick = 1; break;
     case OPT_COUNT: break;
     }
     return 0;

@@ -32,6 +32,7 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_SINCE] = {OPT_SINCE, "--since", NULL, "TIME", OPT_TIME, 0, 0, NULL},
     [OPT_NEWEST] = {OPT_NEWEST, "--newest", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_TIMEOUT] = {OPT_TIMEOUT, "--timeout", NULL, "MS", OPT_INT, 1, INT32_MAX, NULL},
+    [OPT_QUICK] = {OPT_QUICK, "--quick", NULL, NULL, OPT_FLAG, 0, 0, NULL},
 };
 
 const opt_use opt_globals[] = {
@@ -77,6 +78,11 @@ static const opt_use opt_alerts[] = {
     {OPT_NEWEST, 0, "only the newest N (of those the other options keep)"},
 };
 
+static const opt_use opt_check_db[] = {
+    {OPT_QUICK, 0, "PRAGMA quick_check (what attnstatd runs at start: every page read once) "
+                   "instead of the full integrity_check"},
+};
+
 static const opt_use opt_status[] = {
     {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
 };
@@ -106,6 +112,11 @@ const opt_command opt_commands[] = {
      "Alert transitions (raised / cleared) in the order they happened, of every run or of the "
      "ones asked for. Every option narrows the list; together they all apply.",
      "table|json|csv", opt_alerts, OPT_N(opt_alerts)},
+    {"check-db", 0, "check the database file for damage",
+     "Runs SQLite's integrity_check (or quick_check) on the database, read-only (attnstatd may "
+     "be running): prints ok, or the problems found and what to do. Exit status 0 when the "
+     "database is whole, 1 when it is damaged or cannot be read.",
+     "table|json", opt_check_db, OPT_N(opt_check_db)},
     {"status", 1, "clients, pushes, drops, queue depths, rates",
      "Asks attnstatd for its status: uptime, clients, pushes done / dropped / rejected, push "
      "rate, samples stored, active alerts, each worker's queue, each client.",

@@ -1,7 +1,9 @@
 /* out.c — table / JSON / CSV records, sparklines and the heatmap of the attnstat CLI (see out.h).
  *
- * Stage: the CLI's output, called by history.c and live.c; calls libc only. */
+ * Stage: the CLI's output, called by history.c and live.c; calls proto/utf8.c and libc. */
 #include "out.h"
+
+#include "utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -27,36 +29,100 @@ size_t out_rows(const out_set *o)
 void out_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l == 0) {
+            fputs("\\ufffd", f);
+            i++;
+            continue;
+        }
+        switch (cp) {
         case '"': fputs("\\\"", f); break;
         case '\\': fputs("\\\\", f); break;
         case '\n': fputs("\\n", f); break;
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
         default:
-            if (*p < 0x20)
-                fprintf(f, "\\u%04x", *p);
+            if (utf8_is_control(cp))
+                fprintf(f, "\\u%04x", (unsigned)cp);
             else
-                fputc(*p, f);
+                fwrite(p + i, 1, (size_t)l, f);
         }
+        i += (size_t)l;
     }
     fputc('"', f);
 }
 
+char *out_escape(char *buf, size_t len, const char *s)
+{
+    if (len == 0)
+        return buf;
+    size_t o = 0, n = s ? strlen(s) : 0;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l > 0 && !utf8_is_control(cp)) {
+            if (o + (size_t)l >= len)
+                break;
+            memcpy(buf + o, p + i, (size_t)l);
+            o += (size_t)l;
+            i += (size_t)l;
+            continue;
+        }
+        if (l == 0)
+            l = 1;
+        int stop = 0;
+        for (int k = 0; k < l && !stop; k++) {
+            if (o + 4 >= len) {
+                stop = 1;
+                break;
+            }
+            snprintf(buf + o, len - o, "\\x%02x", p[i + (size_t)k]);
+            o += 4;
+        }
+        if (stop)
+            break;
+        i += (size_t)l;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+const char *out_safe(const char *s)
+{
+    static char slots[OUT_SAFE_SLOTS][OUT_SAFE_LEN];
+    static int next;
+    char *b = slots[next];
+    next = (next + 1) % OUT_SAFE_SLOTS;
+    return out_escape(b, OUT_SAFE_LEN, s ? s : "");
+}
+
+/* A CSV field: escaped like a table cell (no control character reaches a terminal that shows
+ * the file), then quoted when it holds a comma or a quote. */
 static void out_csv_string(FILE *f, const char *s)
 {
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
+    size_t cap = strlen(s) * 4 + 1;
+    char *e = malloc(cap);
+    if (!e)
+        return;
+    out_escape(e, cap, s);
+    if (!strpbrk(e, ",\"")) {
+        fputs(e, f);
+        free(e);
         return;
     }
     fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
+    for (const char *q = e; *q; q++) {
+        if (*q == '"')
             fputc('"', f);
-        fputc(*s, f);
+        fputc(*q, f);
     }
     fputc('"', f);
+    free(e);
 }
 
 /* Shortest text that reads back as the same double. */
@@ -165,8 +231,11 @@ void out_add(out_set *o, const out_val *vals)
     char **row = &o->cells[o->nrows * (size_t)o->ncols];
     for (int i = 0; i < o->ncols; i++) {
         const out_val *v = &vals[i];
-        if (v->kind == OUT_STR && v->s && *v->s) { /* whole, however long */
-            row[i] = out_strdup(v->s);
+        if (v->kind == OUT_STR && v->s && *v->s) { /* whole, however long, escaped */
+            size_t cap = strlen(v->s) * 4 + 1;
+            row[i] = malloc(cap);
+            if (row[i])
+                out_escape(row[i], cap, v->s);
         } else {
             out_table_cell(buf, sizeof buf, &o->cols[i], v);
             row[i] = out_strdup(buf);
@@ -293,7 +362,7 @@ void out_time(char *buf, size_t len, int64_t ms)
     }
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
-    if (!localtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+    if (!gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
         snprintf(buf, len, "%lld", (long long)ms);
 }
 

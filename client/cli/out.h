@@ -1,6 +1,8 @@
 /* out.h — output of the attnstat CLI: records of typed values printed as an aligned table,
  * as JSON (one object per line) or as CSV from one column description; sparklines and the
- * terminal heatmap of the layer x head grid. Writes to a FILE; keeps no global state.
+ * terminal heatmap of the layer x head grid. Every string cell is escaped (out_escape) in tables and
+ * CSV, and in JSON as JSON escapes. Writes to a FILE; keeps no global state but out_safe()'s
+ * buffers.
  *
  * Stage: the bottom of the CLI; includes libc only. */
 #ifndef ATTNSTAT_CLI_OUT_H
@@ -53,14 +55,26 @@ static inline out_val out_s(const char *s) { return (out_val){.kind = OUT_STR, .
 static inline out_val out_i(int64_t i) { return (out_val){.kind = OUT_INT, .i = i}; }
 static inline out_val out_d(double d) { return (out_val){.kind = OUT_NUM, .d = d}; }
 
-/* JSON string escaping into f, with the quotes. */
+/* JSON string escaping into f, with the quotes: control characters, DEL and C1 controls as \u00XX,
+ * bytes that are not UTF-8 as \ufffd. */
 void out_json_string(FILE *f, const char *s);
+
+/* Text from the database or a peer (run names, hosts, messages), made safe to print on a terminal:
+ * control characters (newlines, escape sequences), DEL, C1 controls and bytes that are not UTF-8
+ * become \xNN, so that nothing stored can move the cursor, recolour the screen or forge a line.
+ * Written into buf[len] (cut to fit), which is returned. */
+char *out_escape(char *buf, size_t len, const char *s);
+/* out_escape() into one of OUT_SAFE_SLOTS rotating buffers of OUT_SAFE_LEN bytes: for printf
+ * arguments ("run %s", out_safe(name)); valid until OUT_SAFE_SLOTS more calls. NULL gives "". */
+#define OUT_SAFE_SLOTS 8
+#define OUT_SAFE_LEN 1024
+const char *out_safe(const char *s);
 
 /* Writes a sparkline of n values (NaN: a gap) scaled between their min and max, at most width
  * cells (values are averaged into buckets when there are more). */
 void out_sparkline(FILE *f, const double *v, size_t n, size_t width);
 
-/* Local time "YYYY-MM-DD HH:MM:SS" of a Unix time in milliseconds ("-" for 0). */
+/* RFC 3339 UTC time "YYYY-MM-DDTHH:MM:SSZ" of a Unix time in milliseconds ("-" for 0). */
 void out_time(char *buf, size_t len, int64_t ms);
 
 /* v in at most width characters (width >= 4) without cutting it: three significant digits where

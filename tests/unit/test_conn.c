@@ -13,6 +13,7 @@
 #include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "envelope.h"
 #include "frame.h"
+#include "util.h"
 
 static dh_rng R; /* seeded by main, printed */
 
@@ -254,8 +255,9 @@ static Attnstat__Envelope *peer_read(int ms, int *eof)
     return NULL;
 }
 
-/* Expects Error(FRAME) mentioning needle, then the connection closed. */
-static void expect_frame_error(const char *needle)
+/* Expects Error(FRAME) mentioning needle, then the connection closed; nmsg messages were handed
+ * over before it. */
+static void expect_frame_error_after(const char *needle, int nmsg)
 {
     int eof;
     Attnstat__Envelope *e = peer_read(5000, &eof);
@@ -266,10 +268,25 @@ static void expect_frame_error(const char *needle)
     attnstat__envelope__free_unpacked(e, NULL);
     ck_assert_ptr_null(peer_read(5000, &eof));
     ck_assert_msg(eof, "the connection was not closed after its Error");
+    /* Lingering: our end is shut, but the conn reads (and drops) what the peer still sends until
+     * the peer closes its end, so that a peer busy writing reads the Error instead of an EPIPE. */
     spin(100, &F.closed, 1);
+    ck_assert_msg(F.closed == 0, "the conn closed before the peer closed its end: a peer that "
+                  "was writing would meet EPIPE and never read the Error");
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)rnd();
+    ck_assert_int_eq(write(F.peer, junk, sizeof junk), (ssize_t)sizeof junk);
+    ck_assert_int_eq(shutdown(F.peer, SHUT_WR), 0);
+    spin(5000, &F.closed, 1);
     ck_assert_int_eq(F.closed, 1);
     ck_assert_uint_eq(counters_get(F.cnt, CNT_FRAME_ERRORS), 1);
-    ck_assert_int_eq(F.nmsg, 0);
+    ck_assert_int_eq(F.nmsg, nmsg);
+}
+
+static void expect_frame_error(const char *needle)
+{
+    expect_frame_error_after(needle, 0);
 }
 
 /* ---- tests ---------------------------------------------------------------------------------- */
@@ -325,6 +342,35 @@ START_TEST(test_partial_frame_waits)
     spin(2000, &F.nmsg, 2);
     ck_assert_int_eq(F.nmsg, 2);
     free(f);
+    close_all();
+}
+END_TEST
+
+/* Half a frame and then nothing: conn_tick() past frame_timeout answers Error(FRAME) and closes
+ * the connection (its slot freed); before the deadline, and while no bytes are pending, it does
+ * nothing. The clock is the caller's: no test time passes. */
+START_TEST(test_partial_frame_times_out)
+{
+    const uint64_t timeout = 200ull * 1000000ull;
+    open_conn(FRAME_MAX_DEFAULT, 1 << 20, 0);
+    size_t len;
+    uint8_t *f = release_frame(((uint64_t)rnd() << 32) | rnd() | 1, &len);
+    peer_write(f, len); /* a whole frame: nothing pending */
+    spin(2000, &F.nmsg, 1);
+    ck_assert_int_eq(F.nmsg, 1);
+    conn_tick(F.c, util_mono_ns() + 100 * timeout, timeout);
+    spin(20, NULL, 0);
+    ck_assert_int_eq(F.closes, 0);
+    size_t cut = 1 + rnd() % (len - 1);
+    peer_write(f, cut);
+    spin(50, NULL, 0);
+    uint64_t t0 = util_mono_ns();
+    conn_tick(F.c, t0 + timeout / 2, timeout); /* inside the deadline: nothing */
+    spin(20, NULL, 0);
+    ck_assert_int_eq(F.closes, 0);
+    conn_tick(F.c, t0 + 10 * timeout, timeout);
+    free(f);
+    expect_frame_error_after("incomplete", 1);
     close_all();
 }
 END_TEST
@@ -513,6 +559,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_frames_whole_in_order);
     tcase_add_test(tc, test_partial_frame_waits);
+    tcase_add_test(tc, test_partial_frame_times_out);
     tcase_add_test(tc, test_zero_length_closes);
     tcase_add_test(tc, test_oversize_length_closes);
     tcase_add_test(tc, test_undecodable_frame_closes);

@@ -265,6 +265,9 @@ class DaemonStatus(ctypes.Structure):
         ("n_rejections", ctypes.c_uint32),
         ("reserved2", ctypes.c_uint32),
         ("rejections", Rejection * STATUS_MAX_REJECTIONS),
+        ("failed", ctypes.c_uint64),
+        ("store_errors", ctypes.c_uint64),
+        ("last_store_error", ctypes.c_char * 256),
     ]
 
 

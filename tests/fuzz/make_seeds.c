@@ -1,0 +1,146 @@
+/* make_seeds.c — writes fuzz_session's seed corpus (tests/fuzz/corpus/): framed message streams a
+ * client sends, each file one conversation, first byte the piece size fuzz_session writes them in
+ * (0: at once). Run once after a protocol change: make_seeds DIR. Built with the fuzz tree.
+ * Stage: a test tool; calls proto/ (envelope builders, frame_pack). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "frame.h"
+
+#define SHM "/attnstat-fuzz"
+#define SEED_MAX (1 << 16)
+
+static uint8_t buf[SEED_MAX];
+static size_t used;
+
+static void put(const Attnstat__Envelope *env)
+{
+    size_t len;
+    uint8_t *p = frame_pack(env, 1u << 20, &len);
+    if (!p || used + len > sizeof buf) {
+        fprintf(stderr, "make_seeds: a seed is too big\n");
+        exit(1);
+    }
+    memcpy(buf + used, p, len);
+    used += len;
+    free(p);
+}
+
+static void begin(uint8_t piece)
+{
+    used = 0;
+    buf[used++] = piece;
+}
+
+static void finish(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, used, f) != used || fclose(f) != 0) {
+        fprintf(stderr, "make_seeds: cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static void hello(const char *run, const char *host, const char *config)
+{
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, run);
+    h.has_rank = 1;
+    h.rank = 0;
+    h.host = (char *)host;
+    h.config = (char *)config;
+    put(&env);
+}
+
+static void reg(uint32_t id, uint64_t size)
+{
+    Attnstat__RegisterBuffer rb;
+    Attnstat__Envelope env;
+    put(envelope_register_shm(&env, &rb, id, SHM, size));
+}
+
+/* A push of q and k [1, H, N, D] bf16, contiguous, at offsets 0 and q's bytes of buffer 1. */
+static void push(uint64_t seq, int64_t step, uint32_t layer, uint64_t h, uint64_t n, uint64_t d,
+                 int causal, uint32_t sample_rows)
+{
+    uint64_t shape[4] = {1, h, n, d}, strides[4] = {h * n * d, n * d, d, 1};
+    uint64_t kshape[4] = {1, h, n, d}, kstrides[4] = {h * n * d, n * d, d, 1};
+    Attnstat__TensorRef q, k;
+    envelope_tensor(&q, 1, 0, ATTNSTAT__DTYPE__BF16, shape, strides);
+    envelope_tensor(&k, 1, h * n * d * 2, ATTNSTAT__DTYPE__BF16, kshape, kstrides);
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    envelope_push(&env, &p, seq, step, layer, &q, &k);
+    p.has_causal = 1;
+    p.causal = causal;
+    if (sample_rows) {
+        p.has_sample_rows = 1;
+        p.sample_rows = sample_rows;
+    }
+    put(&env);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_seeds DIR\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    Attnstat__Envelope env;
+
+    begin(0); /* the common life of a trainer */
+    hello("seed-run", "node-1", "{\"lr\": 0.001, \"layers\": [1, 2]}");
+    reg(1, 64 * 1024);
+    push(1, 0, 0, 2, 16, 16, 1, 0);
+    push(2, 0, 1, 2, 16, 16, 0, 8);
+    Attnstat__Status s;
+    put(envelope_status(&env, &s));
+    Attnstat__Forget fg;
+    put(envelope_forget(&env, &fg, 1, 1, 0, 0));
+    finish(dir, "trainer");
+
+    begin(7); /* the same, a few bytes at a time */
+    hello("seed-run-2", NULL, NULL);
+    reg(1, 32 * 1024);
+    push(1, 5, 3, 1, 8, 32, 1, 4);
+    finish(dir, "trainer-pieces");
+
+    begin(0); /* a watcher */
+    Attnstat__Subscribe sub;
+    put(envelope_subscribe(&env, &sub, 1, 1));
+    put(envelope_status(&env, &s));
+    finish(dir, "watcher");
+
+    begin(0); /* pushes before Hello, unknown buffers, a second Hello */
+    push(1, 0, 0, 1, 4, 4, 0, 0);
+    hello("x", NULL, NULL);
+    push(2, 0, 0, 1, 4, 4, 0, 0);
+    hello("y", NULL, NULL);
+    finish(dir, "out-of-order");
+
+    begin(0); /* bad Hellos */
+    hello("bad\nrun", NULL, NULL);
+    hello("r", "host\x1b[2J", NULL);
+    hello("r", NULL, "[1,2]");
+    hello("r", NULL, "{\"a\": {\"b\": [true, false, null, -1.5e3, \"\\u00e9\"]}}");
+    finish(dir, "bad-hellos");
+
+    begin(0); /* a push past the buffer, odd strides */
+    hello("bounds", NULL, NULL);
+    reg(1, 4096);
+    push(1, 0, 0, 4, 64, 64, 1, 0);
+    finish(dir, "out-of-bounds");
+
+    begin(0); /* framing: a zero length */
+    used += 4;
+    memset(buf + 1, 0, 4);
+    finish(dir, "zero-length");
+    return 0;
+}
