@@ -16,7 +16,10 @@
  * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
  * committed and acknowledged; shut each connection down after its writes drain (or after a grace
  * period); then stop the workers and close every handle in its close callback. uv_run() then
- * returns because nothing is left, and the loop closes cleanly. */
+ * returns because nothing is left, and the loop closes cleanly.
+ *
+ * The service manager (notify.h) is told READY=1 once every stage serves and STOPPING=1 when the
+ * shutdown begins. */
 #include "loop.h"
 
 #include <errno.h>
@@ -39,6 +42,7 @@
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
+#include "notify.h"
 #include "peer.h"
 #include "push.h"
 #include "session.h"
@@ -255,6 +259,9 @@ static void begin_shutdown(attnstatd *d, const char *why)
     d->x.stopping = 1;
     LOG_INFO("server", "%s: shutting down (finishing %u queued pushes)", why,
              worker_pool_busy(devices_pool(d->x.dev)));
+    char nerr[300];
+    if (notify_send("STOPPING=1", nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
     listen_close(d->lis);
     d->lis = NULL;
     for (clients_entry *e = clients_first(d->x.reg); e; e = e->next)
@@ -476,6 +483,11 @@ int loop_run(const cfg *c)
     LOG_INFO("server", "attnstatd %s ready (pid %d, cpu worker queue %llu, max_frame %llu)",
              ATTNSTAT_DAEMON_VERSION, (int)getpid(), (unsigned long long)c->queue_depth,
              (unsigned long long)c->max_frame);
+    char state[700], nerr[300];
+    snprintf(state, sizeof state, "READY=1\nSTATUS=serving on %s\nMAINPID=%d", c->socket_path,
+             (int)getpid());
+    if (notify_send(state, nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
     exit_code = 0;
     uv_run(loopp, UV_RUN_DEFAULT);
     goto out_store;

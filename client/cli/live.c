@@ -53,6 +53,8 @@ int live_status(const cli_args *a)
         out_json_string(stdout, a->socket);
         printf(", \"daemon_version\": ");
         out_json_string(stdout, ds->daemon_version);
+        printf(", \"client_version\": ");
+        out_json_string(stdout, attnstat_version());
         printf(", \"db\": ");
         out_json_string(stdout, ds->db_path);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"pushes\": %llu, \"pushes_done\": %llu, "
@@ -85,6 +87,8 @@ int live_status(const cli_args *a)
     } else {
         printf("attnstatd %s at %s, up %.0f s\n", ds->daemon_version[0] ? ds->daemon_version : "?",
                a->socket, ds->uptime_s);
+        printf("client         attnstat %s (libattnstat %s)\n", ATTNSTAT_VERSION,
+               attnstat_version());
         printf("database       %s\n", ds->db_path[0] ? ds->db_path : "-");
         printf("clients        %u\n", ds->clients);
         printf("pushes         %llu received, %llu done, %llu dropped, %llu rejected\n",

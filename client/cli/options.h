@@ -33,6 +33,7 @@ typedef enum {
     OPT_SINCE,
     OPT_NEWEST,
     OPT_TIMEOUT,
+    OPT_VERSION,
     OPT_COUNT
 } opt_id;
 
