@@ -128,7 +128,7 @@ class Manual(unittest.TestCase):
         for flag, default in flags.items():
             if flag == "--config":
                 continue
-            self.assertIn(flag, text)
+            self.assertTrue(flag in text, "%s is not in attnstatd.8" % flag)
             if default is not None:
                 key = flag[2:].replace("-", "_")
                 entry = text[text.index(".BI %s " % flag):]
