@@ -36,7 +36,7 @@ static const struct {
 };
 #define N_SERVICE (sizeof service_values / sizeof service_values[0])
 
-/* ---- Text helpers ------------------------------------------------------------------------------*/
+/* ---- Text helpers --------------------------------------------------------------------------- */
 /* roff text: backslashes and hyphens escaped, a line never starting with a control character. */
 static void roff(FILE *f, const char *s)
 {
@@ -66,20 +66,15 @@ static void flag_of(char *buf, size_t len, const char *key)
 /* text as '# ' comment lines wrapped at WIDTH. */
 static void comment(FILE *f, const char *text)
 {
-    const char *p = text;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", text);
     int col = 0;
-    while (*p) {
-        while (*p == ' ')
-            p++;
-        size_t w = strcspn(p, " ");
-        if (!w)
-            break;
-        if (col && col + 1 + (int)w > WIDTH) {
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        if (col && col + 1 + (int)strlen(w) > WIDTH) {
             fputc('\n', f);
             col = 0;
         }
-        col += col ? fprintf(f, " %.*s", (int)w, p) : fprintf(f, "# %.*s", (int)w, p);
-        p += w;
+        col += fprintf(f, col ? " %s" : "# %s", w);
     }
     if (col)
         fputc('\n', f);
@@ -125,7 +120,7 @@ static void th(FILE *f, const char *name, int section, const char *title)
             name, section, date, ATTNSTAT_VERSION, title);
 }
 
-/* ---- attnstatd ---------------------------------------------------------------------------------*/
+/* ---- attnstatd ------------------------------------------------------------------------------ */
 static void man_attnstatd(FILE *f)
 {
     th(f, "ATTNSTATD", 8, "System Administration");
@@ -312,7 +307,7 @@ static int check_values(void)
     return rc;
 }
 
-/* ---- attnstat ----------------------------------------------------------------------------------*/
+/* ---- attnstat ------------------------------------------------------------------------------- */
 /* "entropy_floor entropy_drop ..." (sep " ") or "entropy_floor, entropy_drop, ..." (sep ", "). */
 static void rule_names(char *buf, size_t len, const char *sep)
 {
@@ -486,7 +481,7 @@ static void bash_attnstat(FILE *f)
     fputs("    esac\n}\ncomplete -o default -F _attnstat attnstat\n", f);
 }
 
-/* ---- main --------------------------------------------------------------------------------------*/
+/* ---- main ----------------------------------------------------------------------------------- */
 static int write_file(const char *dir, const char *name, void (*gen)(FILE *), int (*check)(FILE *))
 {
     char path[4096];

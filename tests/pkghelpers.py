@@ -1,7 +1,8 @@
-"""pkghelpers.py — what the install and packaging suites share (test_docs, test_service, test_wheel,
-test_package): the paths ctest hands them, attnstat's version as include/attnstat.h writes it,
+"""pkghelpers.py — what the install and packaging suites share (test_docs, test_service,
+test_wheel, test_package): the paths ctest hands them, attnstat's version as include/attnstat.h writes it,
 running a command with a clear failure, a stand-in for systemd's notification socket, starting
-attnstatd and waiting for conditions with generous deadlines (never a timing margin).
+attnstatd and waiting for conditions with generous deadlines (never a timing margin), checking
+what pkg_pusher.py reports.
 Standard library only.
 """
 import json
@@ -25,6 +26,12 @@ DEADLINE_S = 120  # how long a condition is waited for before a test gives up
 def skip(why):
     print("SKIP: %s" % why)
     sys.exit(77)
+
+
+def version_line(program):
+    """The pattern of `PROGRAM --version` for a program linked with libattnstat."""
+    v = re.escape(header_version())
+    return r"^%s %s \(libattnstat %s(\+cuda)?\)$" % (re.escape(program), v, v)
 
 
 def header_version():
@@ -63,7 +70,8 @@ def wait_for(what, cond, deadline_s=DEADLINE_S, proc=None):
         if v:
             return v
         if proc is not None and proc.poll() is not None:
-            raise AssertionError("waiting for %s: the process exited with %d" % (what, proc.returncode))
+            raise AssertionError("waiting for %s: the process exited with %d"
+                                 % (what, proc.returncode))
         if time.monotonic() > end:
             raise AssertionError("waiting for %s: not after %d s" % (what, deadline_s))
         time.sleep(0.05)
@@ -161,7 +169,22 @@ class Daemon(object):
 
 
 def cli_json(cli, *args, **kw):
-    """attnstat ARGS --format json: the first line as an object, or the lines as a list."""
+    """attnstat ARGS --format json: its lines, each an object."""
     out = run([cli] + list(args) + ["--format", "json"], **kw).stdout
     rows = [json.loads(l) for l in out.splitlines() if l.strip()]
     return rows
+
+
+def check_results(tc, out, pushes):
+    """Asserts (on unittest.TestCase tc) that pkg_pusher.py's output out says every one of its
+    pushes was sent, flushed and answered with per-head values equal to its float64 reference."""
+    tc.assertTrue(out["pushed"] and out["flushed"], out)
+    tc.assertEqual(sorted(out["results"], key=int), [str(s) for s in range(pushes)])
+    for step, heads in out["results"].items():
+        ref = out["reference"][step]
+        tc.assertEqual(sorted(h["head"] for h in heads), list(range(len(ref))))
+        for h in heads:
+            r = ref[h["head"]]
+            for key in ("entropy_mean", "max_logit"):
+                tc.assertAlmostEqual(h[key], r[key], delta=1e-6 * max(1.0, abs(r[key])),
+                                     msg="step %s head %d %s" % (step, h["head"], key))

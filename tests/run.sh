@@ -3,6 +3,9 @@
 # when nvcc is present), runs every test with ctest, then builds again with AddressSanitizer and
 # UndefinedBehaviorSanitizer and runs every test once more. Exits non-zero on any failure.
 #   ATTNSTAT_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
+#   ATTNSTAT_TEST_NO_INSTALL=1 test_package builds and inspects the Debian packages but does not
+#                              install them (as root it otherwise installs them with dpkg, runs
+#                              them and purges them; the user attnstat it creates stays)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

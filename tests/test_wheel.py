@@ -7,9 +7,9 @@
 2. A fresh venv that does NOT see the system's packages (no --system-site-packages: no NumPy, no
    Debian python3-attnstat), the wheel installed with `pip install --no-index`; from outside the
    source tree, with no PYTHONPATH, ATTNSTAT_LIB or LD_LIBRARY_PATH, it loads the wheel's own
-   libattnstat and pushes fresh random float32 tensors (through __array_interface__ on ctypes
-   buffers: no NumPy) to a live attnstatd. The per-head entropy and max logit it gets back equal
-   a pure-Python float64 computation, and the samples are in the database (attnstat runs).
+   libattnstat and pushes fresh random float32 tensors (pkg_pusher.py: ctypes buffers read through
+   __array_interface__, no NumPy) to a live attnstatd. The per-head entropy and max logit it gets
+   back equal a pure-Python float64 computation, and the samples are in the database.
 3. `pip install` of the source (client/python, copied out of the tree) into a venv that DOES see
    the system's packages (--system-site-packages), because offline the build backend (setuptools,
    wheel) can only come from Debian's python3-setuptools and python3-wheel. That package is pure
@@ -40,79 +40,6 @@ for mod, deb in (("venv", "python3-venv"), ("ensurepip", "python3-venv"), ("buil
     if importlib.util.find_spec(mod) is None:
         ph.skip("%s has no %s (Debian: %s)" % (sys.executable, mod, deb))
 
-# Run by the venv's Python: a client of the installed package pushing host tensors made without
-# NumPy, with the results and a float64 reference printed as JSON.
-PUSHER = r'''
-import ctypes, json, math, os, random, sys
-import attnstat
-
-sock, run, pushes = sys.argv[1], sys.argv[2], int(sys.argv[3])
-B, H, N, D = 1, 3, 24, 16
-
-
-class HostTensor(object):
-    """A float32 [B, H, N, D] tensor in a ctypes buffer, read through __array_interface__."""
-
-    def __init__(self, scale):
-        values = [random.gauss(0.0, scale) for _ in range(B * H * N * D)]
-        while not any(values):
-            values = [random.gauss(0.0, scale) for _ in range(B * H * N * D)]
-        self.buf = (ctypes.c_float * len(values))(*values)
-        self.values = list(self.buf)  # as float32 rounded them
-        self.__array_interface__ = {"version": 3, "shape": (B, H, N, D), "typestr": "<f4",
-                                    "data": (ctypes.addressof(self.buf), False), "strides": None}
-
-    def row(self, h, i):
-        o = (h * N + i) * D
-        return self.values[o:o + D]
-
-
-def reference(q, k):
-    """Per head: entropy mean (nats) and max logit, in float64, no mask, scale 1/sqrt(D)."""
-    out = []
-    for h in range(H):
-        ents, mx = [], -math.inf
-        for i in range(N):
-            qi = q.row(h, i)
-            s = [sum(a * b for a, b in zip(qi, k.row(h, j))) / math.sqrt(D) for j in range(N)]
-            m = max(s)
-            e = [math.exp(x - m) for x in s]
-            z = sum(e)
-            ents.append(-sum((x / z) * math.log(x / z) for x in e if x > 0))
-            mx = max(mx, m)
-        out.append({"entropy_mean": sum(ents) / N, "max_logit": mx})
-    return out
-
-
-try:
-    import numpy  # noqa: F401
-    numpy_visible = True
-except ImportError:
-    numpy_visible = False
-lib = attnstat.load_library()
-results, refs = {}, {}
-c = attnstat.Client(socket=sock, run=run)
-c.on_result(lambda seq, step, layer, heads: results.__setitem__(step, heads))
-for step in range(pushes):
-    q, k = HostTensor(1.0 + step), HostTensor(1.0)
-    refs[step] = reference(q, k)
-    if not c.push(step, 0, q, k, want_results=True):
-        sys.exit("push %d was dropped" % step)
-flushed = c.flush(timeout_s=120)
-status = c.status()
-c.close()
-print(json.dumps({
-    "module": attnstat.__file__, "version": attnstat.__version__,
-    "library": lib._attnstat_path, "library_version": lib.attnstat_version().decode(),
-    "numpy_visible": numpy_visible, "flushed": flushed, "sys_path": sys.path,
-    "daemon_version": status["daemon_version"], "client_version": status["client_version"],
-    "results": {str(s): [{"head": h["head"], "entropy_mean": h["entropy_mean"],
-                          "max_logit": h["max_logit"]} for h in hs] for s, hs in results.items()},
-    "reference": {str(s): r for s, r in refs.items()},
-}))
-'''
-
-
 def clean_env(**extra):
     """The environment of a user's shell: none of the variables the tests or a build set."""
     env = {k: v for k, v in os.environ.items()
@@ -135,8 +62,7 @@ class Wheel(unittest.TestCase):
         wheels = [os.path.join(dist, w) for w in os.listdir(dist) if w.endswith(".whl")]
         assert len(wheels) == 1, wheels
         cls.wheel = wheels[0]
-        with open(os.path.join(cls.dir, "pusher.py"), "w") as f:
-            f.write(PUSHER)
+        shutil.copy(os.path.join(ph.HERE, "pkg_pusher.py"), cls.dir)
 
     @classmethod
     def tearDownClass(cls):
@@ -156,7 +82,7 @@ class Wheel(unittest.TestCase):
         return os.path.join(path, "bin", "python")
 
     def push(self, python, run, pushes, env):
-        out = ph.run([python, os.path.join(self.dir, "pusher.py"), self.sock, run, str(pushes)],
+        out = ph.run([python, os.path.join(self.dir, "pkg_pusher.py"), self.sock, run, str(pushes)],
                      cwd=self.dir, env=env, timeout=600).stdout
         return json.loads(out)
 
@@ -173,7 +99,8 @@ class Wheel(unittest.TestCase):
             self.assertIn("attnstat/libattnstat.so", names)
             self.assertIn("attnstat/torch/__init__.py", names)
             self.assertIn('__version__ = "%s"' % V, z.read("attnstat/_version.py").decode())
-            self.assertIn("Root-Is-Purelib: false", z.read("attnstat-%s.dist-info/WHEEL" % V).decode())
+            wheel = z.read("attnstat-%s.dist-info/WHEEL" % V).decode()
+            self.assertIn("Root-Is-Purelib: false", wheel)
             meta = z.read("attnstat-%s.dist-info/METADATA" % V).decode()
             self.assertRegex(meta, r"(?m)^Version: %s$" % re.escape(V))
             # NumPy is an extra, never a requirement
@@ -206,17 +133,8 @@ class Wheel(unittest.TestCase):
         self.assertRegex(out["library_version"], r"^%s(\+cuda)?$" % re.escape(V))
         self.assertEqual(out["daemon_version"], V)
         self.assertEqual(out["client_version"], out["library_version"])
-        self.assertTrue(out["flushed"])
-        self.assertEqual(sorted(out["results"]), ["0", "1", "2"])
-        for step, heads in out["results"].items():
-            ref = out["reference"][step]
-            self.assertEqual(len(heads), len(ref))
-            for h in heads:
-                r = ref[h["head"]]
-                for key in ("entropy_mean", "max_logit"):
-                    self.assertAlmostEqual(h[key], r[key], delta=1e-6 * max(1, abs(r[key])),
-                                           msg="step %s head %d %s" % (step, h["head"], key))
-        self.assertEqual(self.stored("wheel-venv"), 3 * 3)
+        ph.check_results(self, out, 3)
+        self.assertEqual(self.stored("wheel-venv"), 3 * out["heads"])
 
     def test_source_install_finds_the_library_by_soname(self):
         src = os.path.join(self.dir, "src")
@@ -238,8 +156,8 @@ class Wheel(unittest.TestCase):
         self.assertTrue(os.path.basename(out["library"]).startswith("libattnstat.so.%s"
                                                                     % V.split(".")[0]))
         self.assertEqual(out["version"], V)
-        self.assertTrue(out["flushed"])
-        self.assertEqual(self.stored("source-venv"), 3)
+        ph.check_results(self, out, 1)
+        self.assertEqual(self.stored("source-venv"), out["heads"])
 
 
 if __name__ == "__main__":

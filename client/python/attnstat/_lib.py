@@ -373,11 +373,11 @@ def _loaded_path(p):
 
 
 def _check_version(lib):
-    """Warns when the library's version is not this binding's: the struct mirrors above are those
-    of this version's header."""
+    """Warns when the library's major.minor version is not this binding's: the struct mirrors
+    above are those of this version's header (a patch release changes no struct)."""
     f = getattr(lib, "attnstat_version", None)
     have = (f() or b"").decode(errors="replace").split("+")[0] if f else "?"
-    if have != __version__:
+    if have.split(".")[:2] != __version__.split(".")[:2]:
         warnings.warn("libattnstat %s (%s) is not the version of this attnstat package (%s): "
                       "install matching versions" % (have, lib._attnstat_path, __version__),
                       RuntimeWarning, stacklevel=3)
