@@ -310,6 +310,7 @@ int cfg_doc_row(size_t i, cfg_doc *out)
     out->integer = e->type == CFG_U64;
     out->min = e->min;
     out->max = e->max;
+    /* log.c's level names; attnstat-docgen refuses to run when cfg_set rejects one of them. */
     out->values = e->type == CFG_LEVEL ? "debug info warn error" : NULL;
     out->help = e->help;
     return 0;

@@ -82,6 +82,7 @@ typedef struct {
 
 /* Row i of the table in *out: 0, or -1 past the last row. */
 int cfg_doc_row(size_t i, cfg_doc *out);
+
 /* Logs every setting at info level. */
 void cfg_log(const cfg *c);
 

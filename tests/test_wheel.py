@@ -123,6 +123,9 @@ class Wheel(unittest.TestCase):
         ph.run([python, "-m", "pip", "install", "--no-index", "--no-cache-dir", "-q", self.wheel],
                env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"))
         out = self.push(python, "wheel-venv", 3, clean_env())
+        # attnstat.torch is there, and imports nothing until a monitor starts (no torch here).
+        ph.run([python, "-c", "import attnstat.torch, sys; assert 'torch' not in sys.modules"],
+               cwd=self.dir, env=clean_env())
         venv = os.path.join(self.dir, "venv-wheel")
         self.assertFalse(out["numpy_visible"], "the venv sees NumPy: it is not isolated")
         self.assertFalse([p for p in out["sys_path"] if "dist-packages" in p], out["sys_path"])
