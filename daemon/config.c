@@ -337,6 +337,24 @@ void cfg_print_help(const char *argv0, void *fp)
             "--help", "print this help", "--version", "print the version");
 }
 
+int cfg_doc_row(size_t i, cfg_doc *out)
+{
+    if (i >= CFG_N)
+        return -1;
+    const cfg_entry *e = &cfg_table[i];
+    out->name = e->name;
+    out->def = e->def;
+    out->numeric = e->type == CFG_U64 || e->type == CFG_DBL;
+    out->integer = e->type == CFG_U64;
+    out->min = e->min;
+    out->max = e->max;
+    /* log.c's level names; attnstat-docgen refuses to run when cfg_set rejects one of them. */
+    out->values = e->type == CFG_LEVEL ? "debug info warn error" : NULL;
+    out->help = e->help;
+    out->reload = e->reload;
+    return 0;
+}
+
 int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
 {
     /* The config file first, wherever --config appears, so that flags override it. */

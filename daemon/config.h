@@ -11,7 +11,10 @@
 
 #include "log.h"
 
-#define ATTNSTAT_DAEMON_VERSION "0.1.0"
+/* The version, from the build (daemon/CMakeLists.txt: ATTNSTAT_VERSION of include/attnstat.h). */
+#ifndef ATTNSTAT_DAEMON_VERSION
+#error "ATTNSTAT_DAEMON_VERSION is defined by the build (daemon/CMakeLists.txt)"
+#endif
 
 /* Alert thresholds (defaults for every run; a Hello may override each one). */
 typedef struct {
@@ -80,6 +83,23 @@ int cfg_reload(cfg *live, char *err, size_t errlen);
 
 /* Writes the table (name, default, bounds, help) to f. */
 void cfg_print_help(const char *argv0, void *f);
+
+/* One row of the table as text, for what is generated from it besides --help: the manual page,
+ * the shell completion and the example config file (deploy/docgen.c). */
+typedef struct {
+    const char *name;     /* the config-file key ("max_frame"); the flag is --max-frame */
+    const char *def;      /* the default as text; NULL when computed at start (socket, db) */
+    int numeric;          /* 1: a number, min and max bound it */
+    int integer;          /* 1: a whole number */
+    double min, max;
+    const char *values;   /* the accepted words, "debug info warn error"; NULL when free */
+    const char *help;
+    int reload;           /* 1: SIGHUP applies a new value without a restart */
+} cfg_doc;
+
+/* Row i of the table in *out: 0, or -1 past the last row. */
+int cfg_doc_row(size_t i, cfg_doc *out);
+
 /* Logs every setting at info level. */
 void cfg_log(const cfg *c);
 

@@ -19,7 +19,10 @@
  * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
  * committed and acknowledged; shut each connection down after its writes drain (or after a grace
  * period); then stop the workers and close every handle in its close callback. uv_run() then
- * returns because nothing is left, and the loop closes cleanly. */
+ * returns because nothing is left, and the loop closes cleanly.
+ *
+ * The service manager (notify.h) is told READY=1 once every stage serves and STOPPING=1 when the
+ * shutdown begins. */
 #include "loop.h"
 
 #include <errno.h>
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -45,6 +49,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "owners.h"
+#include "notify.h"
 #include "peer.h"
 #include "push.h"
 #include "session.h"
@@ -266,6 +271,9 @@ static void begin_shutdown(attnstatd *d, const char *why)
     d->x.stopping = 1;
     LOG_INFO("server", "%s: shutting down (finishing %u queued pushes)", why,
              worker_pool_busy(devices_pool(d->x.dev)));
+    char nerr[300];
+    if (notify_send("STOPPING=1", nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
     listen_close(d->lis);
     d->lis = NULL;
     for (clients_entry *e = clients_first(d->x.reg); e; e = e->next)
@@ -293,18 +301,27 @@ static void on_hup(uv_signal_t *h, int signum)
 {
     attnstatd *d = h->data;
     (void)signum;
-    char err[600];
+    char err[600], state[96], nerr[300];
+    /* systemd (ExecReload=kill -HUP): RELOADING=1 with the monotonic time, READY=1 when done. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    snprintf(state, sizeof state, "RELOADING=1\nMONOTONIC_USEC=%llu",
+             (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000);
+    if (notify_send(state, nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
     LOG_INFO("config", "SIGHUP: reading the settings again (%s)",
              d->cfg->config_path ? d->cfg->config_path : "no --config file: the flags only");
     int n = cfg_reload(d->cfg, err, sizeof err);
     if (n < 0) {
         LOG_ERROR("config", "reload failed, settings unchanged: %s", err);
-        return;
+    } else {
+        log_set_level(d->cfg->log_level);
+        if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
+            LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
+        LOG_INFO("config", "reload done: %d setting%s changed", n, n == 1 ? "" : "s");
     }
-    log_set_level(d->cfg->log_level);
-    if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
-        LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
-    LOG_INFO("config", "reload done: %d setting%s changed", n, n == 1 ? "" : "s");
+    if (notify_send("READY=1\nSTATUS=serving (settings reloaded)", nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -576,6 +593,11 @@ int loop_run(cfg *c)
     LOG_INFO("server", "attnstatd %s ready (pid %d, cpu worker queue %llu, max_frame %llu)",
              ATTNSTAT_DAEMON_VERSION, (int)getpid(), (unsigned long long)c->queue_depth,
              (unsigned long long)c->max_frame);
+    char state[700], nerr[300];
+    snprintf(state, sizeof state, "READY=1\nSTATUS=serving on %s\nMAINPID=%d", c->socket_path,
+             (int)getpid());
+    if (notify_send(state, nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
     exit_code = 0;
     uv_run(loopp, UV_RUN_DEFAULT);
     goto out_store;

@@ -47,6 +47,8 @@
 extern "C" {
 #endif
 
+/* The version of attnstat: the one place it is written. The build reads it from this line (the
+ * library's soname, the daemon, the CLI, the Debian packages, the Python package); keep its form. */
 #define ATTNSTAT_VERSION "0.1.0"
 
 /* ---- Results --------------------------------------------------------------------------------- */

@@ -6,6 +6,9 @@
 # clang is missing). Exits non-zero on any failure.
 #   ATTNSTAT_SKIP_SANITIZE=1   skip the sanitizer pass (quicker local runs)
 #   FUZZ_SECONDS=N             fuzz for N seconds (default 60; 0 skips the fuzz run)
+#   ATTNSTAT_TEST_NO_INSTALL=1 test_package builds and inspects the Debian packages but does not
+#                              install them (as root it otherwise installs them with dpkg, runs
+#                              them and purges them; the user attnstat it creates stays)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -37,6 +37,7 @@ typedef struct {
     int64_t since_ms;      /* Unix time in milliseconds */
     int64_t newest;        /* 0: all */
     int help;
+    int version;           /* --version: print it and exit */
     int timeout_ms;
 } cli_args;
 

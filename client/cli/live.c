@@ -54,6 +54,8 @@ int live_status(const cli_args *a)
         out_json_string(stdout, a->socket);
         printf(", \"daemon_version\": ");
         out_json_string(stdout, ds->daemon_version);
+        printf(", \"client_version\": ");
+        out_json_string(stdout, attnstat_version());
         printf(", \"db\": ");
         out_json_string(stdout, ds->db_path);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"pushes\": %llu, \"pushes_done\": %llu, "
@@ -100,6 +102,8 @@ int live_status(const cli_args *a)
         printf("attnstatd %s at %s, up %.0f s\n",
                ds->daemon_version[0] ? out_safe(ds->daemon_version) : "?", out_safe(a->socket),
                ds->uptime_s);
+        printf("client         attnstat %s (libattnstat %s)\n", ATTNSTAT_VERSION,
+               attnstat_version());
         printf("database       %s\n", ds->db_path[0] ? out_safe(ds->db_path) : "-");
         printf("clients        %u\n", ds->clients);
         printf("pushes         %llu received, %llu done, %llu dropped, %llu rejected, %llu "

@@ -5,9 +5,9 @@
  * libattnstat.
  *
  * The command line: attnstat [GLOBAL OPTIONS] COMMAND [OPTIONS]. Global options (--db, --socket,
- * --format, --color, --help) go before or after the command; the others only with a command whose
- * table has them. An option a command does not implement is a usage error that names it: a filter
- * that is not applied must never look applied.
+ * --format, --color, --help, --version) go before or after the command; the others only with a
+ * command whose table has them. An option a command does not implement is a usage error that
+ * names it: a filter that is not applied must never look applied.
  * Exit status: 0 success, 1 a runtime failure (missing database, unknown run, daemon unreachable),
  * 2 a usage error.
  *
@@ -338,6 +338,7 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_FORMAT: a->fmt = choice == 1 ? OUT_JSON : choice == 2 ? OUT_CSV : OUT_TABLE; break;
     case OPT_COLOR: a->color = choice == 1 ? 1 : choice == 2 ? 0 : -1; break;
     case OPT_HELP: a->help = 1; break;
+    case OPT_VERSION: a->version = 1; break;
     case OPT_RUN: a->run = val; break;
     case OPT_RANK: a->rank = (int32_t)v; break;
     case OPT_LAYER: a->layer = (int32_t)v; a->layer_set = 1; break;
@@ -528,6 +529,10 @@ int main(int argc, char **argv)
     int given[OPT_COUNT];
     if (main_parse(argc, argv, &a, &cmd, &topic, given) != 0)
         return CLI_EXIT_USAGE;
+    if (a.version) {
+        printf("attnstat %s (libattnstat %s)\n", ATTNSTAT_VERSION, attnstat_version());
+        return CLI_EXIT_OK;
+    }
     if (!cmd) { /* no command, or `attnstat help [COMMAND]` */
         if (topic) {
             const opt_command *t = opt_find_command(topic);

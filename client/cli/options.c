@@ -33,6 +33,7 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_NEWEST] = {OPT_NEWEST, "--newest", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_TIMEOUT] = {OPT_TIMEOUT, "--timeout", NULL, "MS", OPT_INT, 1, INT32_MAX, NULL},
     [OPT_QUICK] = {OPT_QUICK, "--quick", NULL, NULL, OPT_FLAG, 0, 0, NULL},
+    [OPT_VERSION] = {OPT_VERSION, "--version", NULL, NULL, OPT_FLAG, 0, 0, NULL},
 };
 
 const opt_use opt_globals[] = {
@@ -43,6 +44,7 @@ const opt_use opt_globals[] = {
     {OPT_FORMAT, 0, "table (default), json (one object per line) or csv"},
     {OPT_COLOR, 0, "auto (default: when stdout is a terminal and NO_COLOR is unset), always, never"},
     {OPT_HELP, 0, "this help; 'attnstat COMMAND --help' for a command's"},
+    {OPT_VERSION, 0, "print the version of attnstat and of its libattnstat, and exit"},
 };
 const int opt_nglobals = OPT_N(opt_globals);
 

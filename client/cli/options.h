@@ -34,6 +34,7 @@ typedef enum {
     OPT_NEWEST,
     OPT_TIMEOUT,
     OPT_QUICK,
+    OPT_VERSION,
     OPT_COUNT
 } opt_id;
 

@@ -122,7 +122,7 @@ static void synth_usage(FILE *f)
             "usage: attnstat-synth [--socket PATH] [--run NAME] [--steps N] [--layers L]\n"
             "                      [--heads H] [--kv-heads HKV] [--seq N] [--dim D] [--batch B]\n"
             "                      [--seed S] [--collapse L.H,...] [--grow L.H,...] [--rank R]\n"
-            "                      [--sample-every K] [--free-run] [--quiet]\n\n"
+            "                      [--sample-every K] [--free-run] [--quiet] [--version]\n\n"
             "A synthetic training process: pushes bf16 Q/K of every layer at every step to\n"
             "attnstatd through libattnstat. The heads named by --collapse drift into entropy\n"
             "collapse (default 1.3,2.5,3.0); those named by --grow have logits growing past 100\n"
@@ -165,6 +165,10 @@ static int synth_parse(int argc, char **argv, synth_opts *o)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             synth_usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--version")) {
+            printf("attnstat-synth %s (libattnstat %s)\n", ATTNSTAT_VERSION, attnstat_version());
             exit(0);
         }
         if (!strcmp(a, "--free-run")) {

@@ -16,13 +16,13 @@ torch.nn.functional.scaled_dot_product_attention):
 
 A thin ctypes binding over libattnstat.so: no compile step, and nothing beyond the standard library
 is imported (tensors are read through __array_interface__ / __cuda_array_interface__ or PyTorch's
-data_ptr() / stride(), duck-typed). The library is found through $ATTNSTAT_LIB, else this source
-tree's build*/client/libattnstat.so, else the system's library path.
+data_ptr() / stride(), duck-typed). The library is found through $ATTNSTAT_LIB, else the copy a
+wheel carries, else this source tree's build*/client/libattnstat.so, else the installed library by
+its soname (attnstat.load_library() says where it looked).
 """
 from ._client import Alert, AttnstatError, Client, default_socket
 from ._lib import BF16, F16, F32, LibraryNotFound, MEM_CUDA, MEM_HOST, load as load_library
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["Client", "AttnstatError", "Alert", "LibraryNotFound", "default_socket",
            "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA"]

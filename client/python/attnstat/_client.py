@@ -13,6 +13,7 @@ import weakref
 from . import _lib
 from . import _tensor
 from ._tensor import TensorError, describe
+from ._version import __version__
 
 
 class AttnstatError(Exception):
@@ -592,8 +593,9 @@ class Client(object):
 
     def status(self, timeout_s=5):
         """The daemon's status as a dict (the fields of attnstat_daemon_status; 'workers' and
-        'client_list' are lists of dicts, 'clients' is the number connected). Works without a
-        hello. It holds the client's lock while it waits for the reply (the library has no
+        'client_list' are lists of dicts, 'clients' is the number connected), with this client's
+        versions beside the daemon's: 'client_version' (libattnstat's) and 'binding_version'
+        (this package's). Works without a hello. It holds the client's lock while it waits for the reply (the library has no
         non-blocking form of it): pushes from other threads meanwhile are dropped as busy. Raises
         AttnstatError (ECLOSED) while the library reconnects to a daemon that went away."""
         with self._lock:
@@ -617,6 +619,9 @@ class Client(object):
         d["rejections"] = rej
         for k in ("n_rejections", "reserved2"):
             d.pop(k, None)
+        version = _lib.optional(self._lib, "attnstat_version")
+        d["client_version"] = _s(version()) if version else "?"
+        d["binding_version"] = __version__
         return d
 
     def subscribe(self, alerts=True, results=False):

@@ -1,12 +1,15 @@
-"""Finding and loading libattnstat.so, and ctypes mirrors of the structs in include/attnstat.h.
+"""Finding and loading libattnstat.so (candidates(): the wheel's copy, the source tree's build, the
+installed soname), and ctypes mirrors of the structs in include/attnstat.h.
 
 Every Structure here has the same fields, in the same order and with the same C types, as its
 counterpart in the header; tests/test_python.py compares sizes and offsets with a C compiler's.
 """
 import ctypes
-import ctypes.util
 import glob
 import os
+import warnings
+
+from ._version import __version__
 
 # ---- Codes and enums (attnstat.h) -----------------------------------------------------------------
 OK = 0
@@ -313,30 +316,51 @@ def _sanitized(lib_path):
         return False
 
 
+# The soname of the library this binding mirrors: its major version (include/attnstat.h).
+SONAME = "libattnstat.so.%s" % __version__.split(".")[0]
+
+
+def _source_root():
+    """The source tree this package sits in (client/python/attnstat/ of a checkout), or None."""
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    if (os.path.isfile(os.path.join(root, "include", "attnstat.h")) and
+            os.path.isfile(os.path.join(root, "client", "python", "attnstat", "_lib.py"))):
+        return root
+    return None
+
+
 def candidates():
-    """Where load() looks, in order: [(description, path or None)]."""
+    """Where load() looks, in order: [(description, path or name, or None)].
+
+    $ATTNSTAT_LIB; the copy a wheel carries (attnstat/libattnstat.so); when this package is the
+    one of a source tree, that tree's build*/client/libattnstat.so (the newest first, sanitized
+    builds last); the installed library by its soname (the dynamic loader's search: the Debian
+    package libattnstat0, or a cmake --install followed by ldconfig)."""
     out = []
     env = os.environ.get("ATTNSTAT_LIB")
     if env:
         out.append(("$ATTNSTAT_LIB", env))
-    # client/python/attnstat/ -> the source tree's root, where build*/ directories live.
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-    pattern = os.path.join(root, "build*", "client", "libattnstat.so")
-    # The newest first, sanitized builds last (their library needs the sanitizer runtimes
-    # preloaded into the interpreter).
-    built = sorted(glob.glob(pattern), key=lambda p: (_sanitized(p), -os.path.getmtime(p)))
-    if built:
-        for p in built:
-            out.append(("build tree", p))
-    else:
-        out.append(("build tree", pattern))
-    out.append(("ctypes.util.find_library('attnstat')", ctypes.util.find_library("attnstat")))
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattnstat.so")
+    if os.path.exists(packaged):
+        out.append(("the package's own copy", packaged))
+    root = _source_root()
+    if root:
+        pattern = os.path.join(root, "build*", "client", "libattnstat.so")
+        # The newest first, sanitized builds last (their library needs the sanitizer runtimes
+        # preloaded into the interpreter).
+        built = sorted(glob.glob(pattern), key=lambda p: (_sanitized(p), -os.path.getmtime(p)))
+        if built:
+            for p in built:
+                out.append(("build tree", p))
+        else:
+            out.append(("build tree", pattern))
+    out.append(("installed library (soname)", SONAME))
     return out
 
 
 def load(path=None):
-    """Loads libattnstat: path, else $ATTNSTAT_LIB, else the newest build*/client/libattnstat.so
-    of this source tree, else the system's (ctypes.util.find_library)."""
+    """Loads libattnstat: path, else the first of candidates() that loads. A path that was asked
+    for ($ATTNSTAT_LIB or the argument) and fails is not silently replaced by another."""
     if path is not None:
         tried = [("argument", os.fspath(path))]
     else:
@@ -359,11 +383,39 @@ def load(path=None):
                 break
             continue
         _declare(lib)
-        lib._attnstat_path = p
+        lib._attnstat_path = _loaded_path(p)
+        _check_version(lib)
         return lib
     raise LibraryNotFound(
-        "libattnstat.so not found; looked at:\n  " + "\n  ".join(notes) +
-        "\nBuild it (cmake -S . -B build && cmake --build build) or set ATTNSTAT_LIB to its path.")
+        "libattnstat not found; looked at:\n  " + "\n  ".join(notes) +
+        "\nInstall the wheel (it carries the library), the Debian package libattnstat0, or build "
+        "it (cmake -S . -B build && cmake --build build); or set ATTNSTAT_LIB to its path.")
+
+
+def _loaded_path(p):
+    """The file the dynamic loader loaded for p (a soname is resolved through /proc/self/maps)."""
+    if os.sep in p:
+        return p
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(p):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return p
+
+
+def _check_version(lib):
+    """Warns when the library's major.minor version is not this binding's: the struct mirrors
+    above are those of this version's header (a patch release changes no struct)."""
+    f = getattr(lib, "attnstat_version", None)
+    have = (f() or b"").decode(errors="replace").split("+")[0] if f else "?"
+    if have.split(".")[:2] != __version__.split(".")[:2]:
+        warnings.warn("libattnstat %s (%s) is not the version of this attnstat package (%s): "
+                      "install matching versions" % (have, lib._attnstat_path, __version__),
+                      RuntimeWarning, stacklevel=3)
 
 
 def _fn(lib, name, restype, argtypes, required=True):
