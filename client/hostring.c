@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +19,30 @@ static attnstat_code hostring_fail(attnstat_client *c, attnstat_code code)
 {
     hostring_free(c);
     return code;
+}
+
+/* The ring is created 0600: only this uid reads it. A daemon of another uid (the packaged service
+ * runs as attnstat, and admits the users of its group) reads it through its own group: the
+ * segment is given the daemon's primary group (SO_PEERCRED of the connected socket), which this
+ * process may do only as a member of that group, and made 0640. Nobody else sees the tensors. */
+static attnstat_code hostring_share(attnstat_client *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (c->fd < 0 || getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return ATTNSTAT_OK; /* not connected to a daemon we can ask: the mode stays 0600 */
+    if (cred.uid == geteuid() || cred.uid == 0)
+        return ATTNSTAT_OK;
+    if (fchown(c->shm_fd, (uid_t)-1, cred.gid) != 0)
+        return client_fail(c, ATTNSTAT_EREFUSED,
+                           "attnstatd runs as uid %u, gid %u, and reads the host ring through its "
+                           "group; uid %u may not give %s to gid %u (%s): add this user to that "
+                           "group (usermod -aG GROUP USER, then log in again), or run the daemon "
+                           "as this user", (unsigned)cred.uid, (unsigned)cred.gid,
+                           (unsigned)geteuid(), c->shm_name, (unsigned)cred.gid, strerror(errno));
+    if (fchmod(c->shm_fd, 0640) != 0)
+        return client_fail(c, ATTNSTAT_EIO, "fchmod(%s, 0640): %s", c->shm_name, strerror(errno));
+    return ATTNSTAT_OK;
 }
 
 attnstat_code hostring_make(attnstat_client *c)
@@ -37,6 +62,9 @@ attnstat_code hostring_make(attnstat_client *c)
         return client_fail(c, ATTNSTAT_EIO, "shm_open(%s): %s (is /dev/shm mounted and writable?)",
                            c->shm_name, strerror(errno));
     c->shm_linked = 1;
+    attnstat_code rc = hostring_share(c);
+    if (rc != ATTNSTAT_OK)
+        return hostring_fail(c, rc);
     if (ftruncate(c->shm_fd, (off_t)c->ring_bytes) != 0)
         return hostring_fail(c, client_fail(c, ATTNSTAT_EIO, "ftruncate(%s, %llu bytes): %s",
                                             c->shm_name, (unsigned long long)c->ring_bytes,

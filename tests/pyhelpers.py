@@ -208,13 +208,18 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=
 class Daemon(object):
     """attnstatd on a temporary socket and database, for the life of a test class."""
 
-    def __init__(self, args=()):
+    def __init__(self, args=(), prefix=()):
+        """prefix: a command the daemon runs under (setpriv ... -- to run it as another uid; the
+        directory is then open to every uid, the files in it keep the daemon's modes)."""
         self.dir = tempfile.TemporaryDirectory(prefix="attnstat-py-")
+        if prefix:
+            os.chmod(self.dir.name, 0o777)
         self.socket = os.path.join(self.dir.name, "d.sock")
         self.db = os.path.join(self.dir.name, "d.db")
         self.log = open(os.path.join(self.dir.name, "d.log"), "w+")
-        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--db", self.db]
-                                     + list(args), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(list(prefix) + [DAEMON, "--socket", self.socket, "--db",
+                                                     self.db] + list(args),
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while True:
             if self.proc.poll() is not None:

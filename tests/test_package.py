@@ -331,14 +331,9 @@ class Installed(unittest.TestCase):
         return json.loads(ph.run(prefix + ["/usr/bin/python3", self.pusher, self.SOCK, run, "2"],
                                  cwd="/", env=env).stdout)
 
-    @unittest.expectedFailure
     def test_push_from_another_user(self):
-        """KNOWN ISSUE, outside packaging: a trainer whose user is not the daemon's (here a member
-        of the group attnstat, as the service intends) is refused at hello, because libattnstat
-        creates its host ring with mode 0600 (client/hostring.c) and the daemon, user attnstat,
-        cannot shm_open it ("Permission denied"). Remove expectedFailure once the ring reaches the
-        daemon another way (a memfd passed over the socket, or a segment readable by the
-        socket's group)."""
+        """A trainer whose user is not the daemon's, a member of the group attnstat as the service
+        intends: its host ring is given the daemon's group (client/hostring.c)."""
         gid = grp.getgrnam("attnstat").gr_gid
         out = self.push(["setpriv", "--reuid", "65534", "--regid", "65534", "--groups", str(gid),
                          "--"], "deb-member-%d" % os.getpid())

@@ -14,6 +14,8 @@ Environment: ATTNSTAT_LIB (libattnstat.so), ATTNSTAT_DAEMON (attnstatd), ATTNSTA
 compiler), ATTNSTAT_INCLUDE (include/). Without NumPy it exits 77 (skipped).
 """
 import ctypes
+import grp
+import json
 import math
 import os
 import signal
@@ -25,8 +27,8 @@ import time
 import types
 import unittest
 
-from pyhelpers import (HERE, LIB, RNG, ROOT, DaemonCase, FakeDevice, FakeTensor,  # noqa: E402
-                       FakeTorch, need_daemon, need_lib, np, np_sdpa, randn,
+from pyhelpers import (DAEMON, HERE, LIB, RNG, ROOT, Daemon, DaemonCase, FakeDevice,  # noqa: E402
+                       FakeTensor, FakeTorch, need_daemon, need_lib, np, np_sdpa, randn,
                        reference_stats)
 
 import attnstat  # noqa: E402
@@ -617,6 +619,62 @@ class TestEndToEnd(DaemonCase):
             for layer in range(2):
                 self.check_stored(run, step, layer,
                                   reference_stats(qs[layer], ks[layer], causal=True), 1e-6)
+
+
+# A trainer of one uid, a daemon of another: the packaged service runs as attnstat and admits the
+# members of its group. libattnstat's host ring is created 0600 and, when the daemon's uid is
+# another, given the daemon's group and made 0640 (a ring the daemon could not open once refused
+# every such trainer at hello, GPU-only ones too).
+CROSS_PUSHER = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import attnstat
+rng = np.random.default_rng()
+c = attnstat.Client(socket=sys.argv[2], run=sys.argv[3], lib=sys.argv[4])
+q = (rng.standard_normal((1, 2, 24, 16)) + 0.1).astype(np.float32)
+k = (rng.standard_normal((1, 2, 24, 16)) + 0.1).astype(np.float32)
+assert c.push(0, 0, q, k)
+c.flush()
+c.close()
+json.dump({"q": q.tolist(), "k": k.tolist()}, sys.stdout)
+"""
+
+
+@unittest.skipIf(os.geteuid() != 0, "needs root to run the daemon and a trainer as two other uids")
+@unittest.skipIf(LIB is None or DAEMON is None, "the library or the daemon is not built")
+class TestAnotherUsersDaemon(DaemonCase):
+    DAEMON_IDS = ["--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    TRAINER = ["--reuid", "4243", "--regid", "4243"]
+
+    @classmethod
+    def setUpClass(cls):
+        gname = grp.getgrgid(65534).gr_name
+        cls.d = Daemon(["--allow-group", gname], prefix=["setpriv"] + cls.DAEMON_IDS + ["--"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def push_as(self, groups, run):
+        return subprocess.run(["setpriv"] + self.TRAINER + groups +
+                              ["--", sys.executable, "-c", CROSS_PUSHER,
+                               os.path.join(ROOT, "client", "python"), self.d.socket, run,
+                               LIB._attnstat_path],
+                              capture_output=True, text=True, timeout=60, cwd="/")
+
+    def test_member_of_the_daemons_group_pushes(self):
+        run = "cross-member-%d" % os.getpid()
+        p = self.push_as(["--groups", "65534"], run)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:] + "\n" + self.d.log_text())
+        data = json.loads(p.stdout)
+        q, k = np.array(data["q"], np.float32), np.array(data["k"], np.float32)
+        self.check_stored(run, 0, 0, reference_stats(q, k), 1e-5)
+
+    def test_outsider_is_refused_with_the_reason(self):
+        p = self.push_as(["--clear-groups"], "cross-outsider-%d" % os.getpid())
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("permission denied", p.stderr)
 
 
 @need_daemon
