@@ -12,10 +12,15 @@
  * What is computed: exactly stats_cpu()'s stats_head and per-row outputs (stats.h), in float32 on
  * the device with the shifted accumulator of stats_cpu.c (in base 2: cuda/common.cuh) and the true
  * row max, reduced per head in a fixed order (the results do not depend on scheduling). Q.K^T runs on the tensor cores
- * (bf16/f16 in, f32 accumulation) when dtype is bf16 or f16, the data are 16-byte aligned and the
- * strides are multiples of 8 elements: wgmma on Hopper for head_dim 33..128, mma.sync otherwise
- * (and on Ampere); everything else (f32 inputs, odd strides) takes a CUDA-core path that gives the
- * same results more slowly. The implementation: cuda/ (launch.cu plans and launches; the kernels
+ * (bf16/f16 in, f32 accumulation) when the data are 16-byte aligned and the strides are multiples
+ * of 8 elements: wgmma on Hopper for head_dim 33..128, mma.sync otherwise (and on Ampere); float32
+ * tensors are rounded to the operand type as their tiles load. Everything else (odd strides, a
+ * 16-bit tensor computed in the other 16-bit type, general masks) takes a CUDA-core path that gives
+ * the same results more slowly.
+ * Precision: the logits' inputs are q and k rounded to compute_dtype (stats.h); float32 tensors
+ * with compute_dtype STATS_F32 (plain float32, no autocast) are computed as STATS_BF16 on every
+ * GPU path (stats_cpu() computes them exactly): bench/RESULTS.md measures what that costs against
+ * exact float32 (at most ~1e-2 nats per row). The implementation: cuda/ (launch.cu plans and launches; the kernels
  * and their numbers in cuda/variants.h); kernels/dev/stats_dev runs one variant against
  * stats_cpu() and times it.
  *

@@ -533,7 +533,10 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     k.collapse = p->collapse_threshold > 0.0f ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
     k.row_h = row_entropy, k.row_m = row_maxlogit;
     k.sampled = p->sample_every > 1 || p->sample_rows > 0;
-    k.compute = (int)p->compute_dtype;
+    /* Plain float32 is computed as bf16 on every GPU path, as on the tensor cores (operand_dtype):
+     * the CUDA-core kernel a misaligned float32 push falls to gives the same values. */
+    k.compute = p->dtype == STATS_F32 && p->compute_dtype == STATS_F32 ? (int)STATS_BF16
+                                                                       : (int)p->compute_dtype;
     part *parts = (part *)((char *)ctx->ws + pl.parts_off);
     stats_head *heads_ws = (stats_head *)heads_dev;
 

@@ -2,9 +2,19 @@
 """A stand-in training process for tests/gpu/test_gpu.py: pushes CUDA tensors to attnstatd through
 the Python binding, in a process of its own.
 
-    gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N]
-        pushes the fixed cases (make_cases) with want_results, waits for every result, saves the
-        tensors (host copies), the per-head results and the client's counters to OUT.pt
+    gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N] [--cases inputs]
+        pushes the fixed cases (make_cases; --cases inputs: make_input_cases, every dtype x both
+        layouts x masks) with want_results, waits for every result, saves the tensors (host
+        copies), the per-head results and the client's counters to OUT.pt
+    gpu_trainer.py llama SOCKET OUT.pt
+        a transformers Llama model (GQA, rotary) trains two steps under bf16 autocast on a padded
+        batch, monitored through attnstat.torch.monitor(model=...) with its defaults; saves what
+        its attention function was handed (q, k, mask, scaling per call), the results and the
+        monitor's counters
+    gpu_trainer.py flex SOCKET OUT.pt
+        flex_attention with BlockMasks (a document mask, causal within each document; a causal
+        sliding window) under attnstat.torch.monitor(doors=("flex",)); saves q, k, the masks'
+        definitions, the results and the counters
     gpu_trainer.py loop SOCKET READY_FILE [--run NAME]
         pushes forever (zero-copy), touching READY_FILE once 20 pushes were acknowledged
     gpu_trainer.py memory SOCKET OUT.json
@@ -58,6 +68,58 @@ def make_cases(seed, dev):
     return cases
 
 
+def make_input_cases(seed, dev):
+    """What real models hand over: float32 / float16 / bfloat16 q and k, in [B, H, N, D] and in
+    [B, N, H, D] (the layout of a fused projection's view), with SDPA's masks: none (causal),
+    a boolean causal + padding [B, 1, N, N] (one row that sees no key), an additive [B, 1, 1, N]
+    key padding in the tensors' dtype; plus float32 computed as bf16 and f16 (autocast), float16
+    computed as bf16, and one general mask (finite biases: the CUDA-core path). The layout name
+    is kept in the case: the reference transposes 'bnhd' back."""
+    g = torch.Generator().manual_seed(seed)
+    B, HQ, HK, N, D = 3, 4, 2, 160, 64
+    valid = [N, N - 37, N - 90]
+
+    def qk(dtype, layout):
+        q = torch.randn(B, HQ, N, D, generator=g) * torch.linspace(0.6, 3.0, HQ).view(1, HQ, 1, 1)
+        k = torch.randn(B, HK, N, D, generator=g) + 0.2
+        if layout == "bnhd":
+            q, k = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
+        return q.to(dev, dtype), k.to(dev, dtype)
+
+    i = torch.arange(N).view(N, 1)
+    j = torch.arange(N).view(1, N)
+    causal_pad = torch.zeros(B, 1, N, N, dtype=torch.bool)
+    key_pad = torch.zeros(B, 1, 1, N)
+    for b in range(B):
+        causal_pad[b, 0] = (j <= i) & (j < valid[b])
+        key_pad[b, 0, 0, valid[b]:] = float("-inf")
+    causal_pad[1, 0, 5] = False  # a row that sees no key: left out of the statistics
+    cases = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for layout in ("bhnd", "bnhd"):
+            tag = "%s %s" % (str(dtype).split(".")[-1], layout)
+            q, k = qk(dtype, layout)
+            cases.append(dict(name=tag + " causal", q=q, k=k, causal=True, layout=layout))
+            q, k = qk(dtype, layout)
+            cases.append(dict(name=tag + " bool causal+padding", q=q, k=k, causal=False,
+                              layout=layout, mask=causal_pad.to(dev)))
+            q, k = qk(dtype, layout)
+            cases.append(dict(name=tag + " additive key padding", q=q, k=k, causal=False,
+                              layout=layout, mask=key_pad.to(dev, dtype)))
+    for dtype, comp in ((torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+                        (torch.float16, torch.bfloat16)):
+        q, k = qk(dtype, "bnhd")
+        name = "%s computed as %s, bool causal+padding" % (str(dtype)[6:], str(comp)[6:])
+        cases.append(dict(name=name, q=q, k=k, causal=False, layout="bnhd",
+                          mask=causal_pad.to(dev), compute=comp))
+    q, k = qk(torch.bfloat16, "bhnd")
+    bias = torch.randn(1, HQ, N, N, generator=g) * 2
+    bias[:, :, :, 100:] = float("-inf")
+    cases.append(dict(name="bf16 general additive mask (finite biases)", q=q, k=k, causal=False,
+                      layout="bhnd", mask=bias.to(dev, torch.bfloat16)))
+    return cases
+
+
 def run_values(args):
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
@@ -65,11 +127,14 @@ def run_values(args):
     client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__(step, heads))
-    cases = make_cases(args.seed, dev)
+    cases = (make_input_cases if args.cases == "inputs" else make_cases)(args.seed, dev)
     for i, c in enumerate(cases):
         cu = c.get("cu")
+        comp = c.get("compute")
         ok = client.push(i, 0, c["q"], c["k"], v=c.get("v"), causal=c["causal"], want_results=True,
-                         cu_seqlens_q=cu, cu_seqlens_k=cu)
+                         cu_seqlens_q=cu, cu_seqlens_k=cu, layout=c.get("layout", "bhnd"),
+                         attn_mask=c.get("mask"),
+                         compute_dtype=str(comp).split(".")[-1] if comp is not None else None)
         if not ok:
             raise SystemExit("push %d (%s) was dropped: %s" % (i, c["name"], client.stats()))
     held_after_push = client.stats()["held"]
@@ -83,6 +148,103 @@ def run_values(args):
     client.close()
     print(json.dumps({k: st[k] for k in ("pushed", "acked", "rejected", "cuda_zero_copy",
                                          "cuda_staged", "held", "releases_pending")}))
+
+
+def _save_monitored(args, client, mon, calls, results, extra=None):
+    if not client.flush(timeout_s=120):
+        raise SystemExit("flush timed out: %s" % client.stats())
+    counters = {k: getattr(mon, k) for k in ("calls", "pushed", "skipped", "rejected", "dropped",
+                                             "errors")}
+    counters["skipped_by"] = dict(mon.skipped_by)
+    out = dict(calls=calls, results=results, monitor=counters, stats=client.stats())
+    out.update(extra or {})
+    torch.save(out, args.out)
+    client.close()
+    print(json.dumps(counters))
+
+
+def run_llama(args):
+    """A Llama model as a fine-tuning job runs it: bf16 autocast (q and k reach attention as
+    float32: the rotary tables are float32), a padded batch (transformers hands sdpa a boolean
+    [B, 1, N, N] mask), GQA. The attention function is wrapped beneath the monitor so that the
+    test sees exactly what the monitor saw."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    import attnstat.torch as at
+    torch.manual_seed(args.seed)
+    dev = torch.device("cuda", 0)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                      attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    B, N = 3, 256
+    ids = torch.randint(0, cfg.vocab_size, (B, N), device=dev)
+    mask = torch.ones(B, N, dtype=torch.long, device=dev)
+    mask[1, N - 60:] = 0
+    mask[2, N - 131:] = 0
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    calls = []
+    orig = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    mon = None
+
+    def seen(module, query, key, value, attention_mask, *a, **kw):
+        calls.append(dict(step=mon.current_step, layer=module.layer_idx,
+                          q=query.detach().cpu(), k=key.detach().cpu(),
+                          mask=None if attention_mask is None else attention_mask.detach().cpu(),
+                          scale=kw.get("scaling"), autocast=torch.is_autocast_enabled("cuda")))
+        return orig(module, query, key, value, attention_mask, *a, **kw)
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = seen
+    try:
+        mon = at.monitor(client, every=1, model=model, want_results=True)
+        with mon:
+            for _ in range(2):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+    finally:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = orig
+    _save_monitored(args, client, mon, calls, results, {"doors": list(mon.doors_open)})
+
+
+def run_flex(args):
+    """flex_attention with BlockMasks through the monitor's flex door: a document mask (three
+    documents packed in one sequence, causal within each) and a causal sliding window of 64."""
+    import torch.nn.attention.flex_attention as fa
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    g = torch.Generator().manual_seed(args.seed)
+    B, H, N, D = 1, 4, 384, 64
+    bounds = [0, 100, 250, N]
+    doc = torch.zeros(N, dtype=torch.int32)
+    for d in range(len(bounds) - 1):
+        doc[bounds[d]:bounds[d + 1]] = d
+    doc_dev = doc.to(dev)
+
+    def document(b, h, qi, ki):
+        return (doc_dev[qi] == doc_dev[ki]) & (ki <= qi)
+
+    def window(b, h, qi, ki):
+        return (ki <= qi) & (qi - ki < 64)
+    masks = {"document": document, "window": window}
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    calls = []
+    mon = at.monitor(client, every=1, doors=("flex",), want_results=True)
+    with mon:
+        for layer, name in enumerate(masks):
+            q = (torch.randn(B, H, N, D, generator=g) * 1.5).to(dev, torch.bfloat16)
+            k = torch.randn(B, H, N, D, generator=g).to(dev, torch.bfloat16)
+            v = torch.randn(B, H, N, D, generator=g).to(dev, torch.bfloat16)
+            bm = fa.create_block_mask(masks[name], B=None, H=None, Q_LEN=N, KV_LEN=N, device=dev)
+            fa.flex_attention(q, k, v, block_mask=bm)
+            calls.append(dict(step=0, layer=layer, mask_name=name, q=q.cpu(), k=k.cpu()))
+    _save_monitored(args, client, mon, calls, results, {"doc": doc, "window": 64})
 
 
 def run_loop(args):
@@ -243,16 +405,18 @@ def run_memory(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("values", "loop", "nosync", "memory"))
+    ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", type=int, default=0, help="values: the CUDA device to push from")
     ap.add_argument("--pushes", type=int, default=2000)
+    ap.add_argument("--cases", default="paths", choices=("paths", "inputs"),
+                    help="values: make_cases (paths) or make_input_cases (inputs)")
     args = ap.parse_args()
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
-     "memory": run_memory}[args.mode](args)
+     "memory": run_memory, "llama": run_llama, "flex": run_flex}[args.mode](args)
 
 
 if __name__ == "__main__":

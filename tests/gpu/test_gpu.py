@@ -13,10 +13,16 @@ What is checked
     on its stream; its CPU time (p50, p99) is measured and recorded;
   - a trainer SIGKILLed mid-run: the daemon closes its handles and serves the next trainer;
   - a raw-frame client that lies about offsets and buffer sizes is refused (gpu_raw_push);
-  - two trainers at once on one daemon.
+  - two trainers at once on one daemon;
+  - what real models hand over: float32/float16/bfloat16 x both layouts x SDPA's masks (boolean,
+    additive, general), compute dtypes; a transformers Llama model under bf16 autocast with a
+    padded batch through attnstat.torch.monitor(model=...); flex_attention with a document mask
+    and a sliding window through the monitor's flex door. Values against float64 computed from
+    q and k rounded to the precision the daemon computes in (plain float32: bf16).
 Environment: ATTNSTAT_LIB, ATTNSTAT_DAEMON, ATTNSTAT_RAW_PUSH (set by ctest); ATTNSTAT_GPU_OUT: a
 directory where the measurements (nosync.json) and the daemon's log are copied.
 """
+import importlib.util
 import json
 import math
 import os
@@ -113,28 +119,60 @@ def trainer(mode, sock, out, *extra, env=None, check=True, timeout=240):
     return r
 
 
+def _mask_4d(m, B, H, Nq, Nk):
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    return m.expand(B, H, Nq, Nk)
+
+
 def reference(c):
-    """float64 per-head statistics: {head: (mean, min, max, max_logit, rows)}."""
-    q, k = c["q"].double(), c["k"].double()
-    hq, hk = q.shape[1], k.shape[1]
+    """float64 per-head statistics: {head: (mean, min, max, max_logit, rows)}. q and k are first
+    rounded to the precision the daemon computes in: the case's compute dtype, else their own,
+    and bf16 for plain float32 (the GPU's float32 mode, stats_cuda.h). Masks follow SDPA: boolean
+    True = the key takes part; additive values are added to the logits, -inf and the dtype's
+    lowest value exclude the key; the max logit is the largest logit without the additive values.
+    Rows that see no key are left out."""
+    q, k = c["q"], c["k"]
+    if c.get("layout") == "bnhd":
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    comp = c.get("compute")
+    if comp is None and q.dtype == torch.float32:
+        comp = torch.bfloat16
+    if comp is not None and comp != torch.float32:
+        q, k = q.to(comp), k.to(comp)
+    q, k = q.double(), k.double()
+    B, hq, hk = q.shape[0], q.shape[1], k.shape[1]
     k = k.repeat_interleave(hq // hk, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = c.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+    mask = c.get("mask")
     if c.get("cu"):
         cu = c["cu"]
         segs = [(0, cu[i], cu[i + 1], cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
     else:
-        segs = [(b, 0, q.shape[2], 0, k.shape[2]) for b in range(q.shape[0])]
+        segs = [(b, 0, q.shape[2], 0, k.shape[2]) for b in range(B)]
     ent = [[] for _ in range(hq)]
     mx = [[] for _ in range(hq)]
     for b, q0, q1, k0, k1 in segs:
         s = scale * torch.matmul(q[b, :, q0:q1], k[b, :, k0:k1].transpose(-1, -2))
         lq, lk = q1 - q0, k1 - k0
+        keep = torch.ones_like(s, dtype=torch.bool)
+        bias = torch.zeros_like(s)
         if c["causal"]:
             i = torch.arange(lq).view(-1, 1)
             j = torch.arange(lk).view(1, -1)
-            s = s.masked_fill(~(j <= i + (lk - lq)), float("-inf"))
-        m = s.max(dim=-1).values
-        t = s - m.unsqueeze(-1)
+            keep &= (j <= i + (lk - lq))
+        if mask is not None:
+            m = _mask_4d(mask.cpu(), B, hq, lq, lk)[b]
+            if m.dtype == torch.bool:
+                keep &= m
+            else:
+                out = (m == float("-inf")) | (m == torch.finfo(m.dtype).min)
+                keep &= ~out
+                bias = torch.where(out, torch.zeros_like(s), m.double())
+        m_raw = s.masked_fill(~keep, float("-inf")).max(dim=-1).values
+        sb = (s + bias).masked_fill(~keep, float("-inf"))
+        m = sb.max(dim=-1).values
+        t = sb - m.unsqueeze(-1)
         p = torch.exp(t)
         l = p.sum(-1)
         w = torch.where(torch.isfinite(t), p * t, torch.zeros_like(t)).sum(-1)
@@ -142,7 +180,7 @@ def reference(c):
         ok = torch.isfinite(m)
         for hh in range(hq):
             ent[hh].append(h[hh][ok[hh]].clamp_min(0))
-            mx[hh].append(m[hh][ok[hh]])
+            mx[hh].append(m_raw[hh][ok[hh]])
     out = {}
     for hh in range(hq):
         e = torch.cat(ent[hh])
@@ -151,22 +189,28 @@ def reference(c):
     return out
 
 
+def compare_heads(c, got, bad):
+    """got: the daemon's heads of case c ({head: result}); appends every value off by more than
+    tests/gpu's tolerances to bad."""
+    for hh, (mean, mn, mxe, ml, rows) in reference(c).items():
+        g = got[hh]
+        checks = [("rows", g["rows"], rows, 0, 0),
+                  ("entropy_mean", g["entropy_mean"], mean, 1e-4, 1e-6),
+                  ("entropy_min", g["entropy_min"], mn, 0, 1e-3),
+                  ("entropy_max", g["entropy_max"], mxe, 0, 1e-3),
+                  ("max_logit", g["max_logit"], ml, 1e-5, 1e-5 if abs(ml) < 1 else 0)]
+        for name, a, b, rel, ab in checks:
+            if not abs(a - b) <= rel * abs(b) + ab:
+                bad.append("%s head %d %s: daemon %.9g, float64 %.9g" % (c["name"], hh, name, a, b))
+
+
 def compare(tc, data):
     bad = []
     for i, c in enumerate(data["cases"]):
         got = {h["head"]: h for h in data["results"].get(i, [])}
-        tc.assertEqual(len(got), c["q"].shape[1], "case %s: heads in the result" % c["name"])
-        for hh, (mean, mn, mxe, ml, rows) in reference(c).items():
-            g = got[hh]
-            checks = [("rows", g["rows"], rows, 0, 0),
-                      ("entropy_mean", g["entropy_mean"], mean, 1e-4, 1e-6),
-                      ("entropy_min", g["entropy_min"], mn, 0, 1e-3),
-                      ("entropy_max", g["entropy_max"], mxe, 0, 1e-3),
-                      ("max_logit", g["max_logit"], ml, 1e-5, 1e-5 if abs(ml) < 1 else 0)]
-            for name, a, b, rel, ab in checks:
-                if not abs(a - b) <= rel * abs(b) + ab:
-                    bad.append("%s head %d %s: daemon %.9g, float64 %.9g" % (c["name"], hh, name,
-                                                                             a, b))
+        tc.assertEqual(len(got), c["q"].shape[2 if c.get("layout") == "bnhd" else 1],
+                       "case %s: heads in the result" % c["name"])
+        compare_heads(c, got, bad)
     tc.assertEqual(bad, [], "\n".join(bad))
 
 
@@ -181,9 +225,9 @@ class TestGPU(unittest.TestCase):
         cls.d.close()
         cls.tmp.cleanup()
 
-    def values(self, name, env=None):
+    def values(self, name, env=None, extra=()):
         out = os.path.join(self.tmp.name, name + ".pt")
-        r = trainer("values", self.d.socket, out, "--run", name, env=env)
+        r = trainer("values", self.d.socket, out, "--run", name, *extra, env=env)
         data = torch.load(out, weights_only=False)
         st = data["stats"]
         self.assertEqual(st["acked"], len(data["cases"]), r.stdout + r.stderr)
@@ -310,6 +354,74 @@ class TestGPU(unittest.TestCase):
         self.assertTrue(res["replay_ok"], "the captured graph no longer replays correctly")
         self.assertGreaterEqual(res["dropped_local"], 1)
         self.assertIsNone(self.d.proc.poll(), "attnstatd died")
+
+    def test_9_dtypes_layouts_masks(self):
+        """float32 / float16 / bfloat16 x [B,H,N,D] / [B,N,H,D] x no mask / boolean / additive,
+        compute dtypes, a general mask: every push zero-copy, every value against float64."""
+        data, r = self.values("inputs", extra=("--cases", "inputs"))
+        st = data["stats"]
+        self.assertEqual(st["cuda_zero_copy"], len(data["cases"]), r.stdout)
+        self.assertGreaterEqual(len(data["cases"]), 22)
+
+    def monitored(self, mode):
+        out = os.path.join(self.tmp.name, mode + ".pt")
+        r = trainer(mode, self.d.socket, out, "--run", "monitored-" + mode)
+        data = torch.load(out, weights_only=False)
+        mon, st = data["monitor"], data["stats"]
+        # every call pushed, nothing skipped, rejected, dropped or failed
+        self.assertEqual(mon["pushed"], len(data["calls"]), (mon, r.stdout, r.stderr[-3000:]))
+        self.assertEqual((mon["skipped"], mon["rejected"], mon["dropped"], mon["errors"]),
+                         (0, 0, 0, 0), (mon, r.stderr[-3000:]))
+        self.assertEqual(st["rejected"], 0, st)
+        self.assertEqual(st["acked"], len(data["calls"]), st)
+        return data, r
+
+    def test_10_llama_padded_batch_under_autocast(self):
+        """A transformers Llama model, bf16 autocast, a padded batch, monitor(model=model) with
+        its defaults: the calls are seen through transformers' attention interface with float32
+        q and k and a boolean mask; each is pushed, computed as bf16 (what the model's attention
+        computes), and equals float64."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        data, r = self.monitored("llama")
+        self.assertIn("transformers", data["doors"])
+        calls = data["calls"]
+        self.assertEqual(len(calls), 2 * 3, "two steps of three layers")
+        bad = []
+        for c in calls:
+            self.assertEqual(c["q"].dtype, torch.float32, "q under autocast: float32 expected")
+            self.assertTrue(c["autocast"])
+            self.assertIsNotNone(c["mask"], "a padded batch comes with a mask")
+            case = dict(name="llama step %d layer %d" % (c["step"], c["layer"]), q=c["q"],
+                        k=c["k"], mask=c["mask"], causal=False, compute=torch.bfloat16,
+                        scale=c["scale"])
+            got = data["results"].get((c["step"], c["layer"]))
+            self.assertIsNotNone(got, "no result for step %d layer %d (have %s)"
+                                 % (c["step"], c["layer"], sorted(data["results"])))
+            compare_heads(case, {h["head"]: h for h in got}, bad)
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def test_11_flex_attention_block_masks(self):
+        """flex_attention with a document mask and a sliding window: the BlockMask's mask_mod is
+        honoured (evaluated into a dense mask), values equal float64 of the same mask."""
+        if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
+            self.skipTest("this PyTorch has no flex_attention")
+        data, r = self.monitored("flex")
+        doc, w = data["doc"], data["window"]
+        bad = []
+        for c in data["calls"]:
+            n = c["q"].shape[2]
+            i = torch.arange(n).view(-1, 1)
+            j = torch.arange(n).view(1, -1)
+            if c["mask_name"] == "document":
+                m = (doc.view(-1, 1) == doc.view(1, -1)) & (j <= i)
+            else:
+                m = (j <= i) & (i - j < w)
+            case = dict(name="flex " + c["mask_name"], q=c["q"], k=c["k"], mask=m, causal=False)
+            got = data["results"].get((c["step"], c["layer"]))
+            self.assertIsNotNone(got, "no result for %s" % c["mask_name"])
+            compare_heads(case, {h["head"]: h for h in got}, bad)
+        self.assertEqual(bad, [], "\n".join(bad))
 
 
 if __name__ == "__main__":
