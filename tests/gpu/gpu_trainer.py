@@ -200,6 +200,7 @@ def run_llama(args):
     try:
         mon = at.monitor(client, every=1, model=model, want_results=True)
         with mon:
+            doors = list(mon.doors_open)
             for _ in range(2):
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
@@ -208,7 +209,7 @@ def run_llama(args):
                 opt.zero_grad(set_to_none=True)
     finally:
         ALL_ATTENTION_FUNCTIONS["sdpa"] = orig
-    _save_monitored(args, client, mon, calls, results, {"doors": list(mon.doors_open)})
+    _save_monitored(args, client, mon, calls, results, {"doors": doors})
 
 
 def run_flex(args):
