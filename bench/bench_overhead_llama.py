@@ -33,10 +33,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 
-def start_daemon(path, workdir):
+def start_daemon(path, workdir, extra):
     sock, db = os.path.join(workdir, "d.sock"), os.path.join(workdir, "d.db")
     log = open(os.path.join(workdir, "attnstatd.log"), "w")
-    proc = subprocess.Popen([path, "--socket", sock, "--db", db], stdout=log,
+    proc = subprocess.Popen([path, "--socket", sock, "--db", db] + extra, stdout=log,
                             stderr=subprocess.STDOUT)
     for _ in range(400):
         if os.path.exists(sock):
@@ -51,6 +51,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", default=None)
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "daemon", "attnstatd"))
+    ap.add_argument("--daemon-args", default="",
+                    help="settings for the daemon this bench starts (default: none, its defaults)")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=2048)
@@ -94,7 +96,7 @@ def main():
     proc = None
     sock = a.socket
     if sock is None:
-        proc, sock, _ = start_daemon(a.daemon, workdir)
+        proc, sock, _ = start_daemon(a.daemon, workdir, a.daemon_args.split())
     client = attnstat.Client(socket=sock, run="bench-llama", rank=0)
     modes = a.modes.split(",")
 
@@ -154,9 +156,11 @@ def main():
         return v[len(v) // 2]
     base_med, base_mean = med(times["off"]), sum(times["off"]) / len(times["off"])
     dev = torch.cuda.get_device_name()
-    print("# %s, torch %s, transformers %s, %.2f B parameters, B=%d N=%d, %d steps per mode"
+    print("# %s, torch %s, transformers %s, %.2f B parameters, B=%d N=%d, %d steps per mode, "
+          "attnstatd %s, MPS %s"
           % (dev, torch.__version__, transformers.__version__, nparams / 1e9, a.batch, a.seq,
-             len(times["off"])))
+             len(times["off"]), a.daemon_args or "defaults",
+             "on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "off"))
     print("%-10s %10s %10s %9s %9s  %s" % ("mode", "median ms", "mean ms", "d median", "d mean",
                                             "monitor"))
     for m in modes:

@@ -133,6 +133,14 @@ static int guards_ok(worker_job *job)
     return 1;
 }
 
+void worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg)
+{
+    pthread_mutex_lock(&w->pool->lock);
+    for (const worker_job *j = w->head; j; j = j->next)
+        fn(j, arg);
+    pthread_mutex_unlock(&w->pool->lock);
+}
+
 static void run_job(worker *w, worker_job *job)
 {
     job->started_ns = util_mono_ns();

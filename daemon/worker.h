@@ -76,6 +76,11 @@ worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
  * not delivered to the done callback. Returns 0, or -1 when the pool is stopping (fn not run). */
 int worker_run_on(worker *w, void (*fn)(void *arg), void *arg);
 
+/* Worker thread (from its compute function): calls fn(job, arg) under the pool's lock for each job
+ * queued behind the running one, oldest first; fn may read the jobs (they stay queued, and only
+ * this thread takes them off) but must not keep them past its call. */
+void worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg);
+
 /* Stats of one worker (the pool index of w is not needed). */
 void worker_stats_of(worker *w, worker_stats *out);
 
