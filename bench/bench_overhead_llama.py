@@ -13,7 +13,7 @@ attnstat.torch.monitor(client, model=model, ...) with the model's own doors.
 
 Modes, in blocks of --block steps, the order shuffled every round so that clock or load drift hits
 all alike: off; every10 (every 10th step); every1 (every step); every1-s8 (every step, every 8th
-query row). Each monitored mode starts with the monitor's state reset. Prints one JSON line per
+query row); MODE:alt pushes to a second daemon started with --alt-daemon-args. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
 mode (median and mean step time, overhead against off, and what the monitor and client counted:
 calls, pushed, skipped, rejected, dropped) and a table. The daemon (--daemon, default the build
 tree's) is started with its defaults on a private socket and database unless --socket names a
@@ -53,6 +53,9 @@ def main():
     ap.add_argument("--daemon", default=os.path.join(ROOT, "build", "daemon", "attnstatd"))
     ap.add_argument("--daemon-args", default="",
                     help="settings for the daemon this bench starts (default: none, its defaults)")
+    ap.add_argument("--alt-daemon-args", default=None,
+                    help="a second daemon with these settings: modes named MODE:alt push to it "
+                         "(both daemons' figures side by side in one run)")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=2048)
@@ -98,24 +101,33 @@ def main():
     if sock is None:
         proc, sock, _ = start_daemon(a.daemon, workdir, a.daemon_args.split())
     client = attnstat.Client(socket=sock, run="bench-llama", rank=0)
+    clients = [client]
+    alt, alt_proc = None, None
+    if a.alt_daemon_args is not None:
+        altdir = tempfile.mkdtemp(prefix="attnstat-bench-alt-")
+        alt_proc, alt_sock, _ = start_daemon(a.daemon, altdir, a.alt_daemon_args.split())
+        alt = attnstat.Client(socket=alt_sock, run="bench-llama-alt", rank=0)
+        clients.append(alt)
     modes = a.modes.split(",")
 
     def monitor_for(mode):
         if mode == "off":
             return None
-        every = 10 if mode.startswith("every10") else 1
+        name, _, where = mode.partition(":")
+        every = 10 if name.startswith("every10") else 1
         kw = {}
-        if mode.endswith("-s8"):
+        if name.endswith("-s8"):
             kw["sample_every"] = 8
-        return at.monitor(client, every=every, model=model, **kw)
+        return at.monitor(alt if where == "alt" else client, every=every, model=model, **kw)
 
     # warm-up: kernels, the allocator, the daemon's worker and its exported buffers
     for i in range(a.warmup):
         step(i)
-    with at.monitor(client, every=1, model=model):
-        for i in range(3):
-            step(i)
-    client.flush(timeout_s=120)
+    for c in clients:
+        with at.monitor(c, every=1, model=model):
+            for i in range(3):
+                step(i)
+        c.flush(timeout_s=120)
     torch.cuda.synchronize()
 
     times = {m: [] for m in modes}
@@ -143,13 +155,17 @@ def main():
                     mon.__exit__(None, None, None)
                     for k in counts[m]:
                         counts[m][k] += getattr(mon, k)
-            client.poll(0)
-    client.flush(timeout_s=120)
+            for c in clients:
+                c.poll(0)
+    for c in clients:
+        c.flush(timeout_s=120)
     st = client.stats()
-    client.close()
-    if proc is not None:
-        proc.terminate()
-        proc.wait(30)
+    for c in clients:
+        c.close()
+    for p in (proc, alt_proc):
+        if p is not None:
+            p.terminate()
+            p.wait(30)
 
     def med(v):
         v = sorted(v)
@@ -161,7 +177,9 @@ def main():
           % (dev, torch.__version__, transformers.__version__, nparams / 1e9, a.batch, a.seq,
              len(times["off"]), a.daemon_args or "defaults",
              "on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "off"))
-    print("%-10s %10s %10s %9s %9s  %s" % ("mode", "median ms", "mean ms", "d median", "d mean",
+    if a.alt_daemon_args is not None:
+        print("# :alt = a second attnstatd with %s" % a.alt_daemon_args)
+    print("%-16s %10s %10s %9s %9s  %s" % ("mode", "median ms", "mean ms", "d median", "d mean",
                                             "monitor"))
     for m in modes:
         v = times[m]
@@ -171,7 +189,7 @@ def main():
                "overhead_mean_pct": 100 * (mn / base_mean - 1), "steps": len(v),
                "monitor": counts[m]}
         print(json.dumps(row))
-        print("%-10s %10.2f %10.2f %8.2f%% %8.2f%%  %s" % (m, 1e3 * md, 1e3 * mn,
+        print("%-16s %10.2f %10.2f %8.2f%% %8.2f%%  %s" % (m, 1e3 * md, 1e3 * mn,
                                                          row["overhead_median_pct"],
                                                          row["overhead_mean_pct"],
                                                          counts[m] if m != "off" else ""))
