@@ -1,12 +1,14 @@
 /* store_read.c — the reading half of the store, behind store_read.h: runs (list, get, resolve),
  * trend, grid, alert transitions, integrity check. Used by the CLI on a read-only handle and by
- * the daemon's restore. Calls store.c's helpers (store_internal.h) and SQLite; nothing of
- * store_write.c.
+ * the daemon's restore. Calls store.c's helpers (store_internal.h), the tiers reader
+ * (store_tiers.h) and SQLite; nothing of store_write.c or store_retain.c.
  *
  * How it works
- * - Each query is one statement of store.c's table; deliver() steps it to its end and hands each
- *   row to the caller's callback as a struct whose strings point into SQLite's current row (hence
- *   valid only during the call). The order of the rows is the statement's ORDER BY.
+ * - Runs and alerts are one statement each of store_sql.c's table; deliver() steps it to its end
+ *   and hands each row to the caller's callback as a struct whose strings point into SQLite's
+ *   current row (hence valid only during the call). The order is the statement's ORDER BY.
+ * - Trend and grid read three statements, one per tier, merged by store_tiers.c inside one read
+ *   transaction (store_read_begin()).
  * - The latest step of a run is the runs table's summary (step_max), never a scan of samples.
  */
 #include "store_read.h"
@@ -19,11 +21,7 @@
 #include <string.h>
 
 #include "store_internal.h"
-
-static double col_f64(sqlite3_stmt *s, int i)
-{
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
+#include "store_tiers.h"
 
 static const char *col_text(sqlite3_stmt *s, int i)
 {
@@ -46,30 +44,11 @@ static void read_run(sqlite3_stmt *s, store_run *r)
     r->step_min = sqlite3_column_int64(s, 10);
     r->step_max = sqlite3_column_int64(s, 11);
     r->last_time_ms = sqlite3_column_int64(s, 12);
+    r->bytes = sqlite3_column_int64(s, 13);
+    r->retain_ms = sqlite3_column_int64(s, 14);
+    r->retain_bytes = sqlite3_column_int64(s, 15);
     if (!r->name)
         r->name = "";
-}
-
-static void read_sample(sqlite3_stmt *s, store_sample *o)
-{
-    o->run_id = sqlite3_column_int64(s, 0);
-    o->layer = sqlite3_column_int(s, 1);
-    o->head = sqlite3_column_int(s, 2);
-    o->step = sqlite3_column_int64(s, 3);
-    o->time_ms = sqlite3_column_int64(s, 4);
-    stats_head *h = &o->stats;
-    h->rows = sqlite3_column_int64(s, 5);
-    h->rows_norm = sqlite3_column_int64(s, 6);
-    h->rows_empty = sqlite3_column_int64(s, 7);
-    h->nonfinite_rows = sqlite3_column_int64(s, 8);
-    h->entropy_mean = col_f64(s, 9);
-    h->entropy_std = col_f64(s, 10);
-    h->entropy_min = col_f64(s, 11);
-    h->entropy_max = col_f64(s, 12);
-    h->entropy_norm_mean = col_f64(s, 13);
-    h->collapsed_frac = col_f64(s, 14);
-    h->max_logit = col_f64(s, 15);
-    h->sampled = sqlite3_column_int(s, 16);
 }
 
 static void read_alert(sqlite3_stmt *s, store_alert *a)
@@ -90,7 +69,7 @@ static void read_alert(sqlite3_stmt *s, store_alert *a)
         a->rule = "";
 }
 
-enum { ROW_RUN, ROW_SAMPLE, ROW_ALERT };
+enum { ROW_RUN, ROW_ALERT };
 
 /* Step a bound statement to its end, handing each row to cb. *rows counts the rows delivered.
  * Resets the statement. */
@@ -106,10 +85,6 @@ static store_status deliver(store *st, sqlite3_stmt *s, int kind, void *cb, void
             store_run r;
             read_run(s, &r);
             stop = ((store_run_cb)cb)(ctx, &r);
-        } else if (kind == ROW_SAMPLE) {
-            store_sample r;
-            read_sample(s, &r);
-            stop = ((store_sample_cb)cb)(ctx, &r);
         } else {
             store_alert r;
             read_alert(s, &r);
@@ -142,6 +117,8 @@ store_status store_list_runs(store *st, store_run_cb cb, void *ctx, store_error 
 {
     if (check_cb((const void *)cb, err))
         return STORE_EINVAL;
+    if (st->in_batch && store_flush_deltas(st, err)) /* the summaries of the open batch */
+        return STORE_ERROR;
     sqlite3_stmt *s = store_stmt(st, S_RUNS_ALL, err);
     if (!s)
         return STORE_ERROR;
@@ -153,10 +130,12 @@ store_status store_get_run(store *st, int64_t run_id, store_run_cb cb, void *ctx
 {
     if (check_cb((const void *)cb, err))
         return STORE_EINVAL;
+    if (st->in_batch && store_flush_deltas(st, err))
+        return STORE_ERROR;
     sqlite3_stmt *s = store_stmt(st, S_RUN_ONE, err);
     if (!s)
         return STORE_ERROR;
-    int rc = bind_i64(s, ":run", run_id);
+    int rc = bind_i64(s, 1, run_id);
     if (rc != SQLITE_OK) {
         stmt_done(s);
         return store_db_err(st, err, rc, "binding the run id");
@@ -194,8 +173,8 @@ store_status store_resolve_run(store *st, const char *spec, int32_t rank, int64_
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
-    BIND(bind_text(s, ":name", spec));
-    BIND(bind_i64(s, ":rank", rank));
+    BIND(bind_text(s, 1, spec));
+    BIND(bind_i64(s, 2, rank));
     int n = 0;
     char ids[160] = "";
     size_t used = 0;
@@ -236,22 +215,45 @@ store_status store_trend(store *st, int64_t run_id, int32_t layer, int32_t head,
 {
     if (check_cb((const void *)cb, err))
         return STORE_EINVAL;
-    sqlite3_stmt *s = store_stmt(st, head >= 0 ? S_TREND_HEAD : S_TREND_LAYER, err);
-    if (!s)
+    int began = 0;
+    store_status rs = store_read_begin(st, &began, err);
+    if (rs == STORE_OK)
+        rs = store_tiers_trend(st, run_id, layer, head, step_from, step_to, every, cb, ctx, NULL,
+                               err);
+    store_read_end(st, began);
+    return rs;
+}
+
+/* The highest step of a run (its summary). STORE_NOTFOUND when there is no run or no sample. */
+static store_status latest_step(store *st, int64_t run_id, int64_t *step, store_error *err)
+{
+    sqlite3_stmt *q = store_stmt(st, S_RUN_ONE, err);
+    if (!q)
         return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, ":run", run_id));
-    BIND(bind_i64(s, ":layer", layer));
-    if (head >= 0)
-        BIND(bind_i64(s, ":head", head));
-    BIND(bind_i64(s, ":from", step_from));
-    BIND(bind_i64(s, ":to", step_to));
-    BIND(bind_i64(s, ":every", every > 1 ? every : 1));
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the trend query");
+    int rc = bind_i64(q, 1, run_id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(q);
+    int have = 0;
+    if (rc == SQLITE_ROW) {
+        have = sqlite3_column_type(q, 11) != SQLITE_NULL;
+        *step = sqlite3_column_int64(q, 11);
+        rc = SQLITE_DONE;
+    } else if (rc == SQLITE_DONE) {
+        stmt_done(q);
+        store_set_err(err, 0, "no run with id %" PRId64 " in '%s'", run_id, st->path);
+        return STORE_NOTFOUND;
     }
-    return deliver(st, s, ROW_SAMPLE, (void *)cb, ctx, NULL, "reading a trend", err);
+    if (rc != SQLITE_DONE) {
+        store_db_err(st, err, rc, "finding the latest step of run %" PRId64, run_id);
+        stmt_done(q);
+        return STORE_ERROR;
+    }
+    stmt_done(q);
+    if (!have) {
+        store_set_err(err, 0, "run %" PRId64 " has no samples yet", run_id);
+        return STORE_NOTFOUND;
+    }
+    return STORE_OK;
 }
 
 store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_used,
@@ -259,48 +261,16 @@ store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_u
 {
     if (check_cb((const void *)cb, err))
         return STORE_EINVAL;
-    if (step == STORE_STEP_LATEST) {
-        sqlite3_stmt *q = store_stmt(st, S_RUN_ONE, err);
-        if (!q)
-            return STORE_ERROR;
-        int rc = bind_i64(q, ":run", run_id);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_step(q);
-        int have = 0;
-        if (rc == SQLITE_ROW) {
-            have = sqlite3_column_type(q, 11) != SQLITE_NULL;
-            step = sqlite3_column_int64(q, 11);
-            rc = SQLITE_DONE;
-        } else if (rc == SQLITE_DONE) {
-            stmt_done(q);
-            store_set_err(err, 0, "no run with id %" PRId64 " in '%s'", run_id, st->path);
-            return STORE_NOTFOUND;
-        }
-        if (rc != SQLITE_DONE) {
-            store_db_err(st, err, rc, "finding the latest step of run %" PRId64, run_id);
-            stmt_done(q);
-            return STORE_ERROR;
-        }
-        stmt_done(q);
-        if (!have) {
-            store_set_err(err, 0, "run %" PRId64 " has no samples yet", run_id);
-            return STORE_NOTFOUND;
-        }
-    }
-    if (step_used)
+    int began = 0;
+    store_status rs = store_read_begin(st, &began, err);
+    if (rs == STORE_OK && step == STORE_STEP_LATEST)
+        rs = latest_step(st, run_id, &step, err);
+    if (rs == STORE_OK && step_used)
         *step_used = step;
-    sqlite3_stmt *s = store_stmt(st, S_GRID, err);
-    if (!s)
-        return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, ":run", run_id));
-    BIND(bind_i64(s, ":step", step));
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the grid query");
-    }
     int64_t n = 0;
-    store_status rs = deliver(st, s, ROW_SAMPLE, (void *)cb, ctx, &n, "reading a step", err);
+    if (rs == STORE_OK)
+        rs = store_tiers_grid(st, run_id, step, cb, ctx, &n, err);
+    store_read_end(st, began);
     if (rs == STORE_OK && n == 0) {
         store_set_err(err, 0, "run %" PRId64 " has no sample at step %" PRId64, run_id, step);
         return STORE_NOTFOUND;
@@ -316,7 +286,7 @@ store_status store_alerts(store *st, int64_t run_id, int active_only, store_aler
     sqlite3_stmt *s = store_stmt(st, active_only ? S_ALERTS_ACTIVE : S_ALERTS_ALL, err);
     if (!s)
         return STORE_ERROR;
-    int rc = bind_i64(s, ":run", run_id > 0 ? run_id : 0);
+    int rc = bind_i64(s, 1, run_id > 0 ? run_id : 0);
     if (rc != SQLITE_OK) {
         stmt_done(s);
         return store_db_err(st, err, rc, "binding the alert query");
