@@ -53,7 +53,9 @@ enum {
     S_COARSE_AT,
     S_LAYERS,
     S_ALERTS_ALL,
+    S_ALERTS_RUN,
     S_ALERTS_ACTIVE,
+    S_ALERTS_ACTIVE_RUN,
     S_COUNT_ONE,
     S_COUNT_ALL,
     /* retention (store_retain.c) */

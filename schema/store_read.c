@@ -283,13 +283,17 @@ store_status store_alerts(store *st, int64_t run_id, int active_only, store_aler
 {
     if (check_cb((const void *)cb, err))
         return STORE_EINVAL;
-    sqlite3_stmt *s = store_stmt(st, active_only ? S_ALERTS_ACTIVE : S_ALERTS_ALL, err);
+    int id = run_id > 0 ? (active_only ? S_ALERTS_ACTIVE_RUN : S_ALERTS_RUN)
+                        : (active_only ? S_ALERTS_ACTIVE : S_ALERTS_ALL);
+    sqlite3_stmt *s = store_stmt(st, id, err);
     if (!s)
         return STORE_ERROR;
-    int rc = bind_i64(s, 1, run_id > 0 ? run_id : 0);
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the alert query");
+    if (run_id > 0) {
+        int rc = bind_i64(s, 1, run_id);
+        if (rc != SQLITE_OK) {
+            stmt_done(s);
+            return store_db_err(st, err, rc, "binding the alert query");
+        }
     }
     return deliver(st, s, ROW_ALERT, (void *)cb, ctx, NULL, "reading alerts", err);
 }

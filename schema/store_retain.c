@@ -924,6 +924,9 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
         int none;
         rs = downsample_run(st, best, width, 0, 0, &left, rep, &none, err);
     }
+    /* a spent budget may have left work in any phase: one more call finds out */
+    if (left <= 0)
+        rep->more = 1;
     return rs;
 }
 

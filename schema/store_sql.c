@@ -92,15 +92,15 @@ const char *const store_sql[S_COUNT] = {
     [S_PACK_TREND] = "SELECT step, time, data FROM history WHERE run_id = ?1 AND layer = ?2 "
                      "AND step BETWEEN ?3 AND ?4 ORDER BY step",
     /* ?1 run, ?2 step */
-    [S_PACK_GRID] = "SELECT layer, time, data FROM history WHERE run_id = ?1 AND step = ?2 "
-                    "ORDER BY layer",
+    [S_PACK_GRID] = "SELECT layer, time, data FROM history INDEXED BY history_step "
+                    "WHERE run_id = ?1 AND step = ?2 ORDER BY layer",
     /* ?1 run, ?2 layer, ?3 from, ?4 to: the buckets that overlap [from, to] */
     [S_COARSE_TREND] = "SELECT " BUCKET_COLS " FROM coarse WHERE run_id = ?1 AND layer = ?2 "
                        "AND step_lo <= ?4 AND step_hi >= ?3 ORDER BY step_lo",
     /* ?1 run, ?2 step: the buckets that hold the step, every layer */
     [S_COARSE_AT] =
-        "SELECT layer, " BUCKET_COLS " FROM coarse WHERE run_id = ?1 AND step_lo = "
-        "(SELECT max(step_lo) FROM coarse WHERE run_id = ?1 AND step_lo <= ?2) "
+        "SELECT layer, " BUCKET_COLS " FROM coarse INDEXED BY coarse_step WHERE run_id = ?1 "
+        "AND step_lo = (SELECT max(step_lo) FROM coarse WHERE run_id = ?1 AND step_lo <= ?2) "
         "AND step_hi >= ?2 ORDER BY layer",
     /* ?1 run: the layers a run has samples of, in any tier (the compact tier and the buckets by
      * a skip-scan of their keys; the exact tier, small once the retention step runs, by a scan) */
@@ -113,13 +113,17 @@ const char *const store_sql[S_COUNT] = {
         "FROM c WHERE c.layer IS NOT NULL) "
         "SELECT layer FROM h WHERE layer IS NOT NULL UNION SELECT layer FROM c WHERE layer IS NOT "
         "NULL UNION SELECT layer FROM samples WHERE run_id = ?1 ORDER BY 1",
-    /* ?1 run (0: all) */
-    [S_ALERTS_ALL] =
-        "SELECT " ALERT_COLS " FROM alerts WHERE (?1 = 0 OR run_id = ?1) ORDER BY id",
+    /* every run's alerts; S_ALERTS_RUN: ?1 run's */
+    [S_ALERTS_ALL] = "SELECT " ALERT_COLS " FROM alerts ORDER BY id",
+    [S_ALERTS_RUN] = "SELECT " ALERT_COLS " FROM alerts WHERE run_id = ?1 ORDER BY id",
+    /* the latest transition of each (run, layer, head, rule), when it is a raise: every run's
+     * (a walk of the alerts_key index), or ?1 run's (S_ALERTS_ACTIVE_RUN, a range of it) */
     [S_ALERTS_ACTIVE] =
         "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
-        "WHERE (?1 = 0 OR run_id = ?1) GROUP BY run_id, layer, head, rule) "
-        "AND state = 'raised' ORDER BY id",
+        "GROUP BY run_id, layer, head, rule) AND state = 'raised' ORDER BY id",
+    [S_ALERTS_ACTIVE_RUN] =
+        "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
+        "WHERE run_id = ?1 GROUP BY run_id, layer, head, rule) AND state = 'raised' ORDER BY id",
     /* ?1 run */
     [S_COUNT_ONE] = "SELECT samples FROM runs WHERE id = ?1",
     [S_COUNT_ALL] = "SELECT coalesce(sum(samples), 0) FROM runs",
