@@ -537,6 +537,7 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
                                      int64_t *nbuckets, store_error *err)
 {
     int32_t nkept = 0, nacc = 0, nsteps = 0;
+    int64_t nkept_rows = 0;
     store_status rs = kept_steps(st, run, layer, w_lo, w_hi, &nkept, err);
     if (rs)
         return rs;
@@ -553,7 +554,7 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
         rc = SQLITE_OK;
         int64_t step = sqlite3_column_int64(s, 0);
         if (is_kept(st, nkept, step)) {
-            (*kept)++;
+            nkept_rows++;
             continue;
         }
         const uint8_t *b = sqlite3_column_blob(s, 2);
@@ -611,8 +612,9 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
         rs = put_bucket(st, run, layer, w_lo, w_hi, nacc, &bytes, err);
     if (rs == STORE_OK)
         rs = adjust_run(st, run, bytes, 0, err);
-    if (rs == STORE_OK) {
+    if (rs == STORE_OK) { /* kept rows count once: when their layer's bucket is written */
         *merged_out += merged;
+        *kept += nkept_rows;
         (*nbuckets)++;
     }
     return rs;
@@ -699,6 +701,27 @@ static store_status window_time(store *st, int64_t run, int64_t lo, int64_t hi, 
     return rs;
 }
 
+/* *started: window lo of run has a bucket already (an earlier step began it). */
+static store_status window_started(store *st, int64_t run, int64_t lo, int *started,
+                                   store_error *err)
+{
+    sqlite3_stmt *s = store_stmt(st, S_COARSE_STARTED, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, 1, run));
+    BIND(bind_i64(s, 2, lo));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        return store_db_err(st, err, rc, "binding the window check");
+    }
+    int64_t n = 0;
+    int isnull;
+    store_status rs = one_int(st, s, &n, &isnull, "checking a window", err);
+    *started = n > 0;
+    return rs;
+}
+
 /* Downsample window [lo, hi] of r layer by layer within *left; *complete when every layer is
  * done (coarse_upto then moves past it). */
 static store_status downsample_window(store *st, run_state *r, int64_t lo, int64_t hi,
@@ -712,10 +735,6 @@ static store_status downsample_window(store *st, run_state *r, int64_t lo, int64
     int64_t layer = -1;
     store_status rs = STORE_OK;
     for (;;) {
-        if (*left <= 0) {
-            rep->more = 1;
-            return STORE_OK;
-        }
         int isnull = 1;
         int rc = SQLITE_OK;
         BIND(bind_i64(nl, 1, r->id));
@@ -727,7 +746,11 @@ static store_status downsample_window(store *st, run_state *r, int64_t lo, int64
         if ((rs = one_int(st, nl, &layer, &isnull, "finding the next layer", err)))
             return rs;
         if (isnull)
-            break;
+            break; /* every layer done: the window is complete */
+        if (*left <= 0) {
+            rep->more = 1;
+            return STORE_OK;
+        }
         int64_t merged = 0;
         rs = downsample_layer(st, r->id, (int32_t)layer, lo, hi, &merged, &rep->kept,
                               &rep->buckets, err);
@@ -868,6 +891,17 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
         return rs; /* nothing is compacted, so nothing may be downsampled */
     int64_t width = p->bucket_steps > 0 ? p->bucket_steps : STORE_BUCKET_STEPS_DEFAULT;
     int64_t now = p->now_ms ? p->now_ms : clock_ms();
+    /* a window that an earlier step left half done is finished first, whatever the limits say
+     * now, so that no window stays part buckets, part rows */
+    for (int32_t i = 0; rs == STORE_OK && i < nruns && left > 0; i++) {
+        int64_t lo, hi;
+        int found, started = 0, complete;
+        rs = next_window(st, &runs[i], width, &lo, &hi, &found, err);
+        if (rs == STORE_OK && found)
+            rs = window_started(st, runs[i].id, lo, &started, err);
+        if (rs == STORE_OK && started)
+            rs = downsample_window(st, &runs[i], lo, hi, &left, rep, &complete, err);
+    }
     /* 2. by age */
     for (int32_t i = 0; rs == STORE_OK && i < nruns && left > 0; i++) {
         run_state *r = &runs[i];

@@ -160,6 +160,8 @@ const char *const store_sql[S_COUNT] = {
     /* ?1 run, ?2 layer, ?3 step_lo */
     [S_COARSE_GET] = "SELECT " BUCKET_COLS ", samples FROM coarse WHERE run_id = ?1 AND layer = ?2 "
                      "AND step_lo = ?3",
+    /* ?1 run, ?2 step_lo: whether any layer has a bucket of that window */
+    [S_COARSE_STARTED] = "SELECT count(*) FROM coarse WHERE run_id = ?1 AND step_lo = ?2",
     /* ?1 run, ?2 layer, ?3 step_lo, ?4 step_hi, ?5 time, ?6 samples, ?7 merged, ?8 lo, ?9 mean,
      * ?10 hi */
     [S_COARSE_PUT] =

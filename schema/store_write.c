@@ -243,11 +243,14 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                 nheads);
         return STORE_EINVAL;
     }
+    int began = !st->in_batch;
     if ((rs = batch_begin(st, err)))
         return rs;
     if ((rs = store_check_run(st, run_id, err))) {
         if (rs == STORE_ERROR)
             return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
         return rs;
     }
     if (!time_ms)
@@ -307,11 +310,14 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
                       "raised or cleared");
         return STORE_EINVAL;
     }
+    int began = !st->in_batch;
     if ((rs = batch_begin(st, err)))
         return rs;
     if ((rs = store_check_run(st, a->run_id, err))) {
         if (rs == STORE_ERROR)
             return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
         return rs;
     }
     sqlite3_stmt *s = store_stmt(st, S_ALERT_INSERT, err);

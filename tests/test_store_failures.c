@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "store_retain.h"
 #include "store_testutil.h"
 /* ---- errors ------------------------------------------------------------------------------------ */
 
@@ -409,6 +410,62 @@ START_TEST(test_fault_injection)
         ck_assert_msg(err.msg[0] != '\0', "read failure %ld without a message", n);
     }
     fprintf(stderr, "  reads: %d injected failures before success\n", failures);
+    store_close(st);
+    ck_assert_int_eq(sqlite3_memory_used(), baseline);
+
+    /* a retention step (compaction, then downsampling by age), then deleting the run: every
+     * failure keeps nothing of the step, and the handle goes on */
+    st = store_open(dbpath, 0, &err);
+    ck_assert_ptr_nonnull(st);
+    for (int64_t s = 10; s < 40; s++)
+        for (int l = 0; l < 3; l++)
+            ck_assert_int_eq(store_add_samples(st, run, s, l, hs, 8, 1000 + s, &err), STORE_OK);
+    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
+    const char *tiers = "SELECT (SELECT count(*) FROM samples) * 1000000 + "
+                        "(SELECT count(*) FROM history) * 1000 + (SELECT count(*) FROM coarse)";
+    int64_t before = raw_int(dbpath, tiers), total = 0;
+    ck_assert_int_eq(store_count_samples(st, run, &total, &err), STORE_OK);
+    store_retention p = {.exact_steps = 2, .retain_ms = 10, .bucket_steps = 4,
+                         .now_ms = 4102444800000}; /* 2100: everything is old */
+    store_retain_report rep;
+    failures = 0;
+    for (n = 1; n < 100000; n++) {
+        memset(&err, 0, sizeof err);
+        fi_arm(n);
+        store_status rs = store_retain_step(st, &p, 0, &rep, &err);
+        fi_armed = 0;
+        if (rs == STORE_OK)
+            break;
+        failures++;
+        ck_assert_msg(err.msg[0] != '\0', "retention failure %ld without a message", n);
+        ck_assert_int_eq(raw_int(dbpath, tiers), before);
+    }
+    ck_assert_int_gt(failures, 0);
+    ck_assert(rep.compacted > 0 && rep.downsampled > 0);
+    ck_assert_int_ne(raw_int(dbpath, tiers), before);
+    int64_t after = 0;
+    ck_assert_int_eq(store_count_samples(st, run, &after, &err), STORE_OK);
+    ck_assert_int_eq(after, total);
+    fprintf(stderr, "  retention step: %d injected failures before success\n", failures);
+    before = raw_int(dbpath, tiers);
+    failures = 0;
+    for (n = 1; n < 100000; n++) {
+        int done = 0;
+        memset(&err, 0, sizeof err);
+        fi_arm(n);
+        store_status rs = store_delete_run(st, run, 0, &done, &err);
+        fi_armed = 0;
+        if (rs == STORE_OK) {
+            ck_assert_int_eq(done, 1);
+            break;
+        }
+        failures++;
+        ck_assert_msg(err.msg[0] != '\0', "delete failure %ld without a message", n);
+        ck_assert_int_eq(raw_int(dbpath, tiers), before);
+    }
+    fprintf(stderr, "  delete run: %d injected failures before success\n", failures);
+    ck_assert_int_eq(raw_int(dbpath, tiers), 0);
+    ck_assert_int_eq(store_integrity_check(st, &err), STORE_OK);
     store_close(st);
     ck_assert_int_eq(sqlite3_memory_used(), baseline);
     fi_uninstall();
