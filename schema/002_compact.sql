@@ -43,26 +43,32 @@ INSERT INTO samples_v2 (run_id, layer, head, step, time, rows, rows_norm, rows_e
 DROP TABLE samples;
 ALTER TABLE samples_v2 RENAME TO samples;
 
--- 2. The compact tier. Keyed layer first: one layer's (and so one head's) history is one range of
--- the B-tree. The retention step writes it a block of steps at a time, layer by layer, so its
--- inserts are sequential runs as well. history_step finds a step across layers (the grid) and
--- covers the time, which the age limit reads.
+-- 2. The compact tier. A rowid table: compaction appends its rows, so pages fill (an index
+-- B-tree, as WITHOUT ROWID makes, keeps at most ~1 KB of a row in a 4 KB page and spills the
+-- rest of a 64-head row, 1.2 KB, to an overflow page of its own: 4x the bytes, measured).
+-- history_key finds a layer's (and so a head's) history as one range of the index, and the
+-- retention step writes a block of steps at a time, layer by layer, so a layer's consecutive rows
+-- are neighbours in the table too. history_step finds a step across layers (the grid) and covers
+-- the time, which the age limit reads.
 CREATE TABLE history (
+  id      INTEGER PRIMARY KEY,
   run_id  INTEGER NOT NULL,
   layer   INTEGER NOT NULL CHECK (layer >= 0),
   step    INTEGER NOT NULL,
   time    INTEGER NOT NULL,          -- the row's time (ms); heads of another time are listed in data
   heads   INTEGER NOT NULL,          -- heads packed in data
-  data    BLOB    NOT NULL,          -- schema/store_pack.h
-  PRIMARY KEY (run_id, layer, step)
-) WITHOUT ROWID;
+  data    BLOB    NOT NULL           -- schema/store_pack.h
+);
+CREATE UNIQUE INDEX history_key ON history (run_id, layer, step);
 CREATE INDEX history_step ON history (run_id, step, layer, time);
 
 -- 3. Downsampled buckets: the window [step_lo, step_hi] of one layer. lo, mean and hi are rows in
 -- the compact format holding, per head, the minimum, the mean and the maximum of each field over
 -- the samples merged; merged holds each head's number of samples (varints, heads in the order of
 -- mean). Windows are aligned to the bucket width, so one step finds its buckets across layers.
+-- A rowid table for the same reason as history (a bucket of 64 heads is ~3.7 KB).
 CREATE TABLE coarse (
+  id      INTEGER PRIMARY KEY,
   run_id  INTEGER NOT NULL,
   layer   INTEGER NOT NULL CHECK (layer >= 0),
   step_lo INTEGER NOT NULL,
@@ -72,10 +78,10 @@ CREATE TABLE coarse (
   merged  BLOB    NOT NULL,
   lo      BLOB    NOT NULL,
   mean    BLOB    NOT NULL,
-  hi      BLOB    NOT NULL,
-  PRIMARY KEY (run_id, layer, step_lo)
-) WITHOUT ROWID;
-CREATE INDEX coarse_step ON coarse (run_id, step_lo);
+  hi      BLOB    NOT NULL
+);
+CREATE UNIQUE INDEX coarse_key ON coarse (run_id, layer, step_lo);
+CREATE INDEX coarse_step ON coarse (run_id, step_lo, layer);
 
 -- Alerts by step: downsampling keeps the rows of the steps that raised or cleared an alert.
 CREATE INDEX alerts_step ON alerts (run_id, step);

@@ -863,16 +863,21 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
     run_state *runs = NULL;
     int32_t nruns = 0;
     store_status rs = load_runs(st, &runs, &nruns, err);
-    int64_t left = budget;
+    /* compaction takes at most half the budget, so that a steady ingest cannot starve
+     * downsampling; what it leaves goes to the other phases */
+    int64_t left = (budget + 1) / 2, rest = budget - left;
     /* 1. compaction */
     for (int32_t i = 0; rs == STORE_OK && i < nruns; i++) {
         run_state *r = &runs[i];
         if ((rs = hot_min(st, r, err)))
             break;
         if (p->exact_steps < 0 || !r->has_steps || !r->has_hot ||
-            r->step_max < INT64_MIN + p->exact_steps)
+            r->step_max < INT64_MIN / 2 + p->exact_steps)
             continue;
-        int64_t cutoff = r->step_max - p->exact_steps;
+        /* blocks of exact_steps steps, aligned: the exact tier holds between exact_steps and
+         * 2 * exact_steps steps, and a block writes each layer's rows side by side */
+        int64_t block = p->exact_steps > 0 ? p->exact_steps : 1, lim = r->step_max - p->exact_steps;
+        int64_t cutoff = (lim / block - (lim % block < 0)) * block;
         while (rs == STORE_OK && r->has_hot && r->hot_min < cutoff) {
             if (left <= 0) {
                 rep->more = 1;
@@ -889,6 +894,7 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
     }
     if (p->exact_steps < 0)
         return rs; /* nothing is compacted, so nothing may be downsampled */
+    left = (left > 0 ? left : 0) + rest;
     int64_t width = p->bucket_steps > 0 ? p->bucket_steps : STORE_BUCKET_STEPS_DEFAULT;
     int64_t now = p->now_ms ? p->now_ms : clock_ms();
     /* a window that an earlier step left half done is finished first, whatever the limits say
@@ -986,11 +992,12 @@ store_status store_retain_step(store *st, const store_retention *policy, int64_t
     }
     if (budget <= 0)
         budget = STORE_RETAIN_BUDGET_DEFAULT;
-    int64_t t0 = mono_us();
+    int64_t w0 = mono_us();
     if (store_step_simple(st, S_BEGIN, err) != SQLITE_OK) {
         store_append_err(err, " (starting a retention step in '%s')", st->path);
         return STORE_ERROR;
     }
+    int64_t t0 = mono_us();
     rs = retain_work(st, &p, budget, rep, err);
     if (rs == STORE_OK)
         rs = used_bytes(st, &rep->used_bytes, err);
@@ -1004,6 +1011,7 @@ store_status store_retain_step(store *st, const store_retention *policy, int64_t
         *rep = zero;
     }
     rep->lock_us = mono_us() - t0;
+    rep->wait_us = t0 - w0;
     return rs;
 }
 

@@ -6,11 +6,15 @@
  * The retention step
  *   store_retain_step() does a bounded amount of work in one short transaction and returns; call it
  *   again while it reports more (rep.more), then now and then (every few seconds) as data ages.
- *   In order, within its budget:
+ *   In order, within its budget (compaction takes at most half of it, so that a steady ingest
+ *   cannot starve downsampling):
  *   1. Compaction. A run's samples more than policy.exact_steps steps behind its latest step are
- *      packed from the exact tier into the compact tier (schema/store_pack.h), a block of whole
- *      steps at a time, layer by layer (sequential inserts). A sample pushed again after its step
- *      was compacted replaces the packed head when it is compacted in turn.
+ *      packed from the exact tier into the compact tier (schema/store_pack.h), in aligned blocks
+ *      of exact_steps steps (steps below the latest multiple of exact_steps that is at least
+ *      exact_steps behind the latest step), layer by layer, so a layer's rows of a block lie side
+ *      by side; the exact tier so holds between exact_steps and 2 * exact_steps steps of each run
+ *      (exact_steps 0: everything but the latest step). A sample pushed again after its step was
+ *      compacted replaces the packed head when it is compacted in turn.
  *   2. Downsampling by age. Windows of policy.bucket_steps steps (aligned: [k*w, k*w + w - 1])
  *      whose newest sample is older than the run's retain_ms are merged into one bucket per layer:
  *      each head's minimum, mean and maximum of every field (store.h, "Tiers"). Only windows that
@@ -43,7 +47,7 @@ extern "C" {
 
 #define STORE_EXACT_STEPS_DEFAULT 64
 #define STORE_BUCKET_STEPS_DEFAULT 100
-#define STORE_RETAIN_BUDGET_DEFAULT 32768
+#define STORE_RETAIN_BUDGET_DEFAULT 4096
 
 typedef struct {
     int64_t exact_steps;  /* steps behind a run's latest that stay exact; < 0: never compact (and
@@ -65,6 +69,7 @@ typedef struct {
     int64_t kept;         /* full-resolution rows that alerts kept inside downsampled windows */
     int64_t used_bytes;   /* the database's bytes in use after the step */
     int64_t lock_us;      /* microseconds the step held the write lock */
+    int64_t wait_us;      /* microseconds it waited for the lock (another handle's batch) */
     int more;             /* 1: the budget stopped it with work left: call again soon */
     int over_limit;       /* 1: a size limit is exceeded and nothing more may be downsampled */
 } store_retain_report;

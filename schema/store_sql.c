@@ -5,8 +5,8 @@
  * Includes store_internal.h.
  *
  * The three tiers (002_compact.sql): samples (exact, keyed run, step, layer, head), history
- * (compact, keyed run, layer, step; history_step by step), coarse (buckets, keyed run, layer,
- * step_lo; coarse_step by step_lo).
+ * (compact, rowid; history_key on run, layer, step; history_step on run, step), coarse (buckets,
+ * rowid; coarse_key on run, layer, step_lo; coarse_step on run, step_lo, layer).
  */
 #include "store_internal.h"
 

@@ -249,6 +249,14 @@ static inline int count_alert(void *ctx, const store_alert *a)
     return 0;
 }
 
+/* The retention step's compaction point (store_retain.h): steps below it are compacted, with
+ * exact_steps e and the run's latest step. */
+static inline int64_t compact_cutoff(int64_t step_max, int64_t e)
+{
+    int64_t block = e > 0 ? e : 1, lim = step_max - e;
+    return (lim / block - (lim % block < 0)) * block;
+}
+
 /* The seed of this run: ATTNSTAT_TEST_SEED, else fresh; printed so that a failure can be replayed. */
 static inline void seed_init(const char *suite)
 {

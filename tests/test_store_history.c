@@ -424,7 +424,7 @@ static void t_compact(store *st, tmodel *m, int64_t e)
     } while (rep.more);
     ck_assert_int_gt(calls, 0);
     for (int i = 0; i < T_STEPS; i++)
-        if (m->steps[i] < m->steps[T_STEPS - 1] - e)
+        if (m->steps[i] < compact_cutoff(m->steps[T_STEPS - 1], e))
             for (int l = 0; l < T_LAYERS; l++)
                 for (int h = 0; h < T_HEADS; h++)
                     if (m->have[i][l][h])
@@ -532,7 +532,7 @@ START_TEST(test_tiers_read_as_one)
 
     int64_t e = rnd_range(5, 40);
     t_compact(st, &m, e);
-    int64_t cutoff = m.steps[T_STEPS - 1] - e;
+    int64_t cutoff = compact_cutoff(m.steps[T_STEPS - 1], e);
     char hot_sql[96];
     snprintf(hot_sql, sizeof hot_sql, "SELECT count(*) FROM samples WHERE run_id = %" PRId64, run);
     ck_assert_int_eq(raw_int(dbpath, hot_sql), t_count(&m, cutoff));
@@ -601,13 +601,13 @@ static const struct {
                         "SEARCH samples USING PRIMARY KEY (run_id=? AND step>?)"}},
     {S_HOT_TREND_LAYER, {"SEARCH samples USING PRIMARY KEY (run_id=? AND step=? AND layer=?)"}},
     {S_HOT_GRID, {"SEARCH samples USING PRIMARY KEY (run_id=? AND step=?)"}},
-    {S_PACK_TREND, {"SEARCH history USING PRIMARY KEY (run_id=? AND layer=? AND step>? AND step<?)"}},
+    {S_PACK_TREND, {"SEARCH history USING INDEX history_key (run_id=? AND layer=? AND step>? AND step<?)"}},
     {S_PACK_GRID, {"SEARCH history USING INDEX history_step (run_id=? AND step=?)"}},
-    {S_COARSE_TREND, {"SEARCH coarse USING PRIMARY KEY (run_id=? AND layer=? AND step_lo<?)"}},
+    {S_COARSE_TREND, {"SEARCH coarse USING INDEX coarse_key (run_id=? AND layer=? AND step_lo<?)"}},
     {S_COARSE_AT, {"SEARCH coarse USING INDEX coarse_step (run_id=? AND step_lo=?)",
                    "SEARCH coarse USING COVERING INDEX coarse_step (run_id=? AND step_lo<?)"}},
-    {S_LAYERS, {"SEARCH history USING PRIMARY KEY (run_id=? AND layer>?)",
-                "SEARCH coarse USING PRIMARY KEY (run_id=? AND layer>?)",
+    {S_LAYERS, {"SEARCH history USING COVERING INDEX history_key (run_id=? AND layer>?)",
+                "SEARCH coarse USING COVERING INDEX coarse_key (run_id=? AND layer>?)",
                 "SEARCH samples USING PRIMARY KEY (run_id=?)"}},
     {S_ALERTS_ACTIVE, {"SCAN alerts USING COVERING INDEX alerts_key"}},
     {S_ALERTS_ACTIVE_RUN, {"SEARCH alerts USING COVERING INDEX alerts_key (run_id=?)"}},
@@ -617,18 +617,18 @@ static const struct {
     {S_HOT_MIN_STEP, {"SEARCH samples USING PRIMARY KEY (run_id=?)"}},
     {S_HOT_BLOCK, {"SEARCH samples USING PRIMARY KEY (run_id=? AND step>? AND step<?)"}},
     {S_HOT_DELETE, {"SEARCH samples USING PRIMARY KEY (run_id=? AND step>? AND step<?)"}},
-    {S_PACK_GET, {"SEARCH history USING PRIMARY KEY (run_id=? AND layer=? AND step=?)"}},
+    {S_PACK_GET, {"SEARCH history USING INDEX history_key (run_id=? AND layer=? AND step=?)"}},
     {S_PACK_NEXT_STEP, {"SEARCH history USING COVERING INDEX history_step (run_id=? AND step>?)"}},
     {S_PACK_WINDOW_TIME,
      {"SEARCH history USING COVERING INDEX history_step (run_id=? AND step>? AND step<?)"}},
-    {S_NEXT_LAYER, {"SEARCH history USING PRIMARY KEY (run_id=? AND layer>?)"}},
-    {S_PACK_DELETE, {"SEARCH history USING PRIMARY KEY (run_id=? AND layer=? AND step=?)"}},
+    {S_NEXT_LAYER, {"SEARCH history USING COVERING INDEX history_key (run_id=? AND layer>?)"}},
+    {S_PACK_DELETE, {"SEARCH history USING INDEX history_key (run_id=? AND layer=? AND step=?)"}},
     {S_ALERT_STEPS, {"SEARCH alerts USING INDEX alerts_step (run_id=? AND step>? AND step<?)"}},
-    {S_COARSE_GET, {"SEARCH coarse USING PRIMARY KEY (run_id=? AND layer=? AND step_lo=?)"}},
+    {S_COARSE_GET, {"SEARCH coarse USING INDEX coarse_key (run_id=? AND layer=? AND step_lo=?)"}},
     {S_DEL_HOT_BOUND, {"SEARCH samples USING PRIMARY KEY (run_id=?)"}},
     {S_DEL_HOT, {"SEARCH samples USING PRIMARY KEY (run_id=? AND step<?)"}},
-    {S_DEL_PACK_BOUND, {"SEARCH history USING PRIMARY KEY (run_id=?)"}},
-    {S_DEL_PACK, {"SEARCH history USING PRIMARY KEY (run_id=? AND (layer,step)<(?,?))"}},
+    {S_DEL_PACK_BOUND, {"SEARCH history USING COVERING INDEX history_key (run_id=?)"}},
+    {S_DEL_PACK, {"SEARCH history USING INDEX history_key (run_id=? AND (layer,step)<(?,?))"}},
     {S_DEL_COARSE, {"SEARCH coarse USING ", "(run_id=?)"}},
 };
 

@@ -140,10 +140,12 @@ START_TEST(test_compaction_budget)
         calls++;
     } while (rep.more);
     ck_assert_int_gt(calls, 1);
-    /* the exact tier keeps the steps within e of the latest (nsteps) */
+    /* the exact tier keeps the steps from the aligned block boundary on (the latest is nsteps) */
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT min(step) FROM samples WHERE run_id = %" PRId64, run);
-    ck_assert_int_eq(raw_int(dbpath, sql), nsteps - e);
+    ck_assert_int_eq(raw_int(dbpath, sql), compact_cutoff(nsteps, e));
+    ck_assert_int_le(compact_cutoff(nsteps, e), nsteps - e);
+    ck_assert_int_gt(compact_cutoff(nsteps, e), nsteps - 2 * e);
     ck_assert_int_eq(moved + raw_int(dbpath, "SELECT count(*) FROM samples"), count);
     ck_assert_int_eq(run_field(st, run, 0), count); /* compaction changes no count */
     ck_assert_int_lt(run_field(st, run, 1), bytes0);
@@ -288,9 +290,9 @@ START_TEST(test_downsample_age)
     p.now_ms = 100000 + 10 * age_step + p.retain_ms;
     retain_all(st, &p, rnd_range(20, 400), &tot);
     ck_assert_int_gt(tot.buckets, 0);
-    /* windows wholly older than the cutoff and wholly below the exact tier's first step (the
-     * latest, A_STEPS - 1, minus exact_steps): a prefix of the run */
-    int64_t hot_min = A_STEPS - 1 - 10, done_hi = -1;
+    /* windows wholly older than the cutoff and wholly below the exact tier's first step: a
+     * prefix of the run */
+    int64_t hot_min = compact_cutoff(A_STEPS - 1, 10), done_hi = -1;
     for (int64_t lo = 0; lo + w - 1 < hot_min && lo + w - 1 < age_step; lo += w)
         done_hi = lo + w - 1;
     ck_assert_int_ge(done_hi, 0);
