@@ -18,11 +18,18 @@ A thin ctypes binding over libattnstat.so: no compile step, and nothing beyond t
 is imported (tensors are read through __array_interface__ / __cuda_array_interface__ or PyTorch's
 data_ptr() / stride(), duck-typed). The library is found through $ATTNSTAT_LIB, else this source
 tree's build*/client/libattnstat.so, else the system's library path.
+
+The history the daemon stores, read with Python's sqlite3 alone (no library, no daemon):
+
+    h = attnstat.history("/var/lib/attnstat/history.db")
+    rows = h.samples("gpt-small", layer=3, step_from=1000)   # dicts; h.dataframe(...) with pandas
 """
 from ._client import Alert, AttnstatError, Client, default_socket
+from ._history import History, HistoryError, history
 from ._lib import BF16, F16, F32, LibraryNotFound, MEM_CUDA, MEM_HOST, load as load_library
 
 __version__ = "0.1.0"
 
 __all__ = ["Client", "AttnstatError", "Alert", "LibraryNotFound", "default_socket",
-           "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA"]
+           "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA", "history", "History",
+           "HistoryError"]
