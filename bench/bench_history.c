@@ -46,6 +46,15 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of the calling thread (user + system): on a machine shared with other work, the
+ * work done apart from the waiting. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 typedef struct {
     int64_t wchar, write_bytes;
 } io_counts;
@@ -132,7 +141,7 @@ static const stats_head *heads_at(int64_t k)
 /* ---- 1. ingest beside the plain program ------------------------------------------------------- */
 
 typedef struct {
-    double secs;
+    double secs, cpu;
     io_counts io;
 } run_result;
 
@@ -165,7 +174,7 @@ static run_result ingest_store(const char *path, int64_t pushes, int layers, int
     if (store_run_begin(st, &info, &run, &err))
         die("store_run_begin", &err);
     io_counts a = proc_io();
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int64_t p = 0; p < pushes; p++) {
         if (store_add_samples(st, run, p / layers, (int32_t)(p % layers), heads_at(p), heads,
                               1700000000000 + p, &err))
@@ -175,7 +184,7 @@ static run_result ingest_store(const char *path, int64_t pushes, int layers, int
     }
     if (store_commit(st, &err))
         die("store_commit", &err);
-    run_result r = {now_s() - t0, proc_io()};
+    run_result r = {now_s() - t0, cpu_s() - c0, proc_io()};
     r.io.wchar -= a.wchar;
     r.io.write_bytes -= a.write_bytes;
     store_close(st);
@@ -238,7 +247,7 @@ static run_result ingest_plain(const char *path, int64_t pushes, int layers, int
         exit(1);
     }
     io_counts a = proc_io();
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int64_t batch_first = 0;
     plain_exec(db, "BEGIN IMMEDIATE");
     for (int64_t p = 0; p < pushes; p++) {
@@ -284,7 +293,7 @@ static run_result ingest_plain(const char *path, int64_t pushes, int layers, int
             batch_first = p + 1;
         }
     }
-    run_result r = {now_s() - t0, proc_io()};
+    run_result r = {now_s() - t0, cpu_s() - c0, proc_io()};
     r.io.wchar -= a.wchar;
     r.io.write_bytes -= a.write_bytes;
     sqlite3_finalize(ins);
@@ -313,7 +322,7 @@ static void ingest_section(const char *dir, int quick)
         {"plain SQLite, version 1's key, 100 pushes a commit", 200000, 100, 0, 1, 0, 0},
     };
     int ncases = (int)(sizeof cases / sizeof cases[0]), trials = quick ? 1 : 3;
-    static double secs[16][3];
+    static double secs[16][3], cpu[16][3];
     static io_counts io[16];
     for (int t = 0; t < trials; t++)
         for (int c = 0; c < ncases; c++) { /* interleaved: the machine's noise hits all alike */
@@ -326,20 +335,21 @@ static void ingest_section(const char *dir, int quick)
                                : ingest_plain(path, n, LAYERS, HEADS, cases[c].per_commit,
                                               cases[c].v1, cases[c].full, cases[c].upsert);
             secs[c][t] = r.secs;
+            cpu[c][t] = r.cpu;
             if (t == 0)
                 io[c] = r.io;
             remove_db(path);
         }
     printf("\n## 1. Ingest: tiny pushes (1 layer x %d heads), median of %d interleaved trials\n",
            HEADS, trials);
-    printf("%-52s %9s %12s %12s %14s %14s\n", "case", "pushes", "pushes/s", "samples/s",
-           "wchar/sample", "written/sample");
+    printf("%-52s %9s %12s %12s %14s %14s %14s\n", "case", "pushes", "pushes/s", "samples/s",
+           "samples/CPU-s", "wchar/sample", "written/sample");
     for (int c = 0; c < ncases; c++) {
         int64_t n = quick ? cases[c].pushes / 10 : cases[c].pushes;
-        double s = pct(secs[c], (size_t)trials, 50);
+        double s = pct(secs[c], (size_t)trials, 50), cs = pct(cpu[c], (size_t)trials, 50);
         double samples = (double)n * HEADS;
-        printf("%-52s %9" PRId64 " %12.0f %12.0f %14.1f %14.1f\n", cases[c].name, n,
-               (double)n / s, samples / s, (double)io[c].wchar / samples,
+        printf("%-52s %9" PRId64 " %12.0f %12.0f %14.0f %14.1f %14.1f\n", cases[c].name, n,
+               (double)n / s, samples / s, samples / cs, (double)io[c].wchar / samples,
                (double)io[c].write_bytes / samples);
     }
     fflush(stdout);
@@ -386,11 +396,11 @@ static void build_section(const char *path, bigdb *b)
     double *lock_ms = malloc((size_t)b->steps * 2 * sizeof *lock_ms);
     size_t nlock = 0;
     int32_t raised[256] = {0};
-    double t_ingest = 0, t_retain = 0, t_start = now_s();
+    double t_ingest = 0, t_retain = 0, c_ingest = 0, c_retain = 0, t_start = now_s();
     io_counts a = proc_io();
     int64_t compacted = 0;
     for (int64_t s = 0; s < b->steps; s++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         for (int l = 0; l < b->layers; l++)
             if (store_add_samples(st, b->run, s, l, heads_at(s * b->layers + l), b->heads,
                                   b->t0_ms + s * 1000, &err))
@@ -398,10 +408,12 @@ static void build_section(const char *path, bigdb *b)
         add_alerts(st, b, s, raised);
         if (store_commit(st, &err))
             die("store_commit", &err);
-        double t1 = now_s();
+        double t1 = now_s(), c1 = cpu_s();
         store_retain_report rep;
         if (store_retain_step(st, &pol, 0, &rep, &err))
             die("store_retain_step", &err);
+        c_ingest += c1 - c0;
+        c_retain += cpu_s() - c1;
         compacted += rep.compacted;
         if (rep.compacted)
             lock_ms[nlock++] = (double)rep.lock_us / 1000;
@@ -435,6 +447,9 @@ static void build_section(const char *path, bigdb *b)
     printf("total %.1f s: %.0f samples/s overall; ingest (add + commit) %.1f s = %.0f samples/s, "
            "%.0f pushes/s; retention %.1f s\n", total, per / total, t_ingest, per / t_ingest,
            (double)b->steps * b->layers / t_ingest, t_retain);
+    printf("CPU: ingest %.1f s = %.0f samples per CPU-second; retention %.1f s = %.0f samples "
+           "compacted per CPU-second\n", c_ingest, per / c_ingest, c_retain,
+           (double)compacted / c_retain);
     printf("compacted %" PRId64 " samples; retention step lock time (ms): p50 %.2f p99 %.2f max "
            "%.2f over %zu calls that compacted\n", compacted, pct(lock_ms, nlock, 50),
            pct(lock_ms, nlock, 99), pct(lock_ms, nlock, 100), nlock);
@@ -565,27 +580,30 @@ static void query_section(const char *path, const bigdb *b, const char *title, i
     printf("\n## 3. Queries%s: a read-only handle (the CLI's), %d runs each with random layer / "
            "head / step; the first call is the handle's first use of that statement\n", title,
            reps);
-    printf("%-56s %10s %10s %10s %10s\n", "query", "rows", "first ms", "median ms", "max ms");
+    printf("%-56s %10s %10s %10s %10s %12s\n", "query", "rows", "first ms", "median ms",
+           "max ms", "median CPU ms");
     for (int q = 0; q < NQ; q++) {
-        double ms[64], first = 0;
+        double ms[64], cms[64], first = 0;
         int64_t rows = 0;
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = now_s(), c0 = cpu_s();
             rows = query(st, b, q);
             ms[r] = (now_s() - t0) * 1000;
+            cms[r] = (cpu_s() - c0) * 1000;
             if (r == 0)
                 first = ms[r];
         }
-        printf("%-56s %10" PRId64 " %10.2f %10.2f %10.2f\n", qname[q], rows, first,
-               pct(ms, (size_t)reps, 50), pct(ms, (size_t)reps, 100));
+        printf("%-56s %10" PRId64 " %10.2f %10.2f %10.2f %12.2f\n", qname[q], rows, first,
+               pct(ms, (size_t)reps, 50), pct(ms, (size_t)reps, 100),
+               pct(cms, (size_t)reps, 50));
     }
     export_ctx e = {0, 2000000};
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     if (store_export(st, b->run, export_cb, &e, &err))
         die("store_export", &err);
-    double s = now_s() - t0;
-    printf("export (the first %" PRId64 " rows, formatted as CSV): %.2f s = %.0f rows/s\n", e.rows,
-           s, (double)e.rows / s);
+    double s = now_s() - t0, cs = cpu_s() - c0;
+    printf("export (the first %" PRId64 " rows, formatted as CSV): %.2f s = %.0f rows/s (%.0f rows "
+           "per CPU-second)\n", e.rows, s, (double)e.rows / s, (double)e.rows / cs);
     store_close(st);
     fflush(stdout);
 }
@@ -605,7 +623,7 @@ static void downsample_section(const char *path, const bigdb *b)
     size_t n = 0;
     int64_t merged = 0, buckets = 0, used = 0;
     io_counts a = proc_io();
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     store_retain_report rep;
     do {
         if (store_retain_step(st, &pol, 0, &rep, &err))
@@ -616,14 +634,16 @@ static void downsample_section(const char *path, const bigdb *b)
         if (n < 100000)
             lock_ms[n++] = (double)rep.lock_us / 1000;
     } while (rep.more);
-    double s = now_s() - t0;
+    double s = now_s() - t0, cs = cpu_s() - c0;
     io_counts io = proc_io();
     printf("\n## 4. Retention\n");
     printf("downsampling the older half by age (windows of %d steps, budget %d samples a call): "
-           "%" PRId64 " samples into %" PRId64 " buckets in %.1f s = %.0f samples/s; %zu calls, "
+           "%" PRId64 " samples into %" PRId64 " buckets in %.1f s = %.0f samples/s (%.0f per "
+           "CPU-second); %zu calls, "
            "lock time per call (ms) p50 %.2f p99 %.2f max %.2f; written %.1f bytes per sample "
            "merged (write_bytes)\n", STORE_BUCKET_STEPS_DEFAULT, STORE_RETAIN_BUDGET_DEFAULT,
-           merged, buckets, s, (double)merged / s, n, pct(lock_ms, n, 50), pct(lock_ms, n, 99),
+           merged, buckets, s, (double)merged / s, (double)merged / cs, n, pct(lock_ms, n, 50),
+           pct(lock_ms, n, 99),
            pct(lock_ms, n, 100), (double)(io.write_bytes - a.write_bytes) / (double)merged);
     printf("bytes in use after: %" PRId64 " = %.2f bytes per sample stored\n", used,
            (double)used / (double)b->samples);
@@ -670,7 +690,7 @@ static void *retain_thread(void *arg)
 
 /* Ingest a run of b's shape for `seconds`: samples/s and commit latencies (ms). */
 static double ingest_for(const char *path, const bigdb *b, const char *name, double seconds,
-                         double *lat, size_t *nlat)
+                         double *lat, size_t *nlat, double *cpu_rate)
 {
     store_error err;
     store *st = store_open(path, 0, &err);
@@ -680,7 +700,7 @@ static double ingest_for(const char *path, const bigdb *b, const char *name, dou
     int64_t run;
     if (store_run_begin(st, &info, &run, &err))
         die("store_run_begin", &err);
-    double t0 = now_s();
+    double t0 = now_s(), cstart = cpu_s();
     int64_t s = 0;
     *nlat = 0;
     while (now_s() - t0 < seconds) {
@@ -696,6 +716,7 @@ static double ingest_for(const char *path, const bigdb *b, const char *name, dou
         s++;
     }
     double rate = (double)s * b->layers * b->heads / (now_s() - t0);
+    *cpu_rate = (double)s * b->layers * b->heads / (cpu_s() - cstart);
     store_close(st);
     return rate;
 }
@@ -704,7 +725,8 @@ static void concurrent_section(const char *path, const bigdb *b, double seconds)
 {
     static double lat[100000];
     size_t nlat;
-    double alone = ingest_for(path, b, "alone", seconds, lat, &nlat);
+    double alone_cpu, with_cpu;
+    double alone = ingest_for(path, b, "alone", seconds, lat, &nlat, &alone_cpu);
     double a50 = pct(lat, nlat, 50), a99 = pct(lat, nlat, 99), amax = pct(lat, nlat, 100);
     static retainer r;
     memset(&r, 0, sizeof r);
@@ -715,7 +737,7 @@ static void concurrent_section(const char *path, const bigdb *b, double seconds)
     pthread_t th;
     if (pthread_create(&th, NULL, retain_thread, &r) != 0)
         die("pthread_create", NULL);
-    double with = ingest_for(path, b, "beside retention", seconds, lat, &nlat);
+    double with = ingest_for(path, b, "beside retention", seconds, lat, &nlat, &with_cpu);
     r.stop = 1;
     pthread_join(th, NULL);
     printf("ingest of a second run (%d x %d samples a commit) for %.0f s: alone %.0f samples/s "
@@ -723,6 +745,8 @@ static void concurrent_section(const char *path, const bigdb *b, double seconds)
            "%.0f samples/s (commit p50 %.2f p99 %.2f max %.2f ms) = %.0f%% of alone\n",
            b->layers, b->heads, seconds, alone, a50, a99, amax, with, pct(lat, nlat, 50),
            pct(lat, nlat, 99), pct(lat, nlat, 100), 100 * with / alone);
+    printf("ingest per CPU-second: alone %.0f, beside retention %.0f samples\n", alone_cpu,
+           with_cpu);
     printf("the retention thread meanwhile: %" PRId64 " calls, %" PRId64 " samples downsampled, "
            "%" PRId64 " compacted (%.0f samples/s); lock held per call p50 %.2f p99 %.2f max "
            "%.2f ms; waited for it p50 %.2f max %.2f ms\n", r.calls, r.downsampled, r.compacted,
@@ -769,7 +793,16 @@ int main(int argc, char **argv)
     if (quick)
         seconds = 2;
     make_pool();
-    printf("# bench_history: SQLite %s, %s\n", sqlite3_libversion(), quick ? "quick" : "full");
+    double load[3] = {0, 0, 0};
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = load[1] = load[2] = 0;
+        fclose(lf);
+    }
+    printf("# bench_history: SQLite %s, %s, %ld CPUs, load average at start %.2f %.2f %.2f\n",
+           sqlite3_libversion(), quick ? "quick" : "full", sysconf(_SC_NPROCESSORS_ONLN), load[0],
+           load[1], load[2]);
     ingest_section(dir, quick);
     char path[512];
     path_in(path, sizeof path, dir, "history");
@@ -780,6 +813,12 @@ int main(int argc, char **argv)
     downsample_section(path, &b);
     concurrent_section(path, &b, seconds);
     query_section(path, &b, " after downsampling the older 3/4 of the run", 10);
+    lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) == 3)
+            printf("\nload average at the end %.2f %.2f %.2f\n", load[0], load[1], load[2]);
+        fclose(lf);
+    }
     if (keep)
         printf("\nkept %s\n", path);
     else

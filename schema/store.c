@@ -541,3 +541,51 @@ void *store_scratch(store *st, int id, size_t bytes, store_error *err)
     b->cap = cap;
     return p;
 }
+
+/* ---- small statement helpers (the upkeep files) ---------------------------------------------- */
+
+store_status store_one_int(store *st, sqlite3_stmt *s, int64_t *v, int *isnull, const char *what,
+                            store_error *err)
+{
+    int rc = sqlite3_step(s);
+    store_status rs = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *isnull = sqlite3_column_type(s, 0) == SQLITE_NULL;
+        *v = sqlite3_column_int64(s, 0);
+    } else if (rc == SQLITE_DONE) {
+        *isnull = 1;
+        *v = 0;
+    } else {
+        rs = store_db_err(st, err, rc, "%s in '%s'", what, st->path);
+    }
+    stmt_done(s);
+    return rs;
+}
+
+store_status store_run_done(store *st, sqlite3_stmt *s, const char *what, store_error *err)
+{
+    int rc = sqlite3_step(s);
+    stmt_done(s);
+    if (rc != SQLITE_DONE)
+        return store_db_err(st, err, rc, "%s in '%s'", what, st->path);
+    return STORE_OK;
+}
+
+store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t samples,
+                               store_error *err)
+{
+    if (!bytes && !samples)
+        return STORE_OK;
+    sqlite3_stmt *s = store_stmt(st, S_RUN_ADJUST, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, 1, run));
+    BIND(bind_i64(s, 2, bytes));
+    BIND(bind_i64(s, 3, samples));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        return store_db_err(st, err, rc, "binding a run's summary");
+    }
+    return store_run_done(st, s, "updating a run's summary", err);
+}

@@ -1,7 +1,7 @@
 /* store_internal.h — private to schema/: the handle (struct store), the statement ids, and the
  * helpers that store.c gives the other files of the store (errors, statements, the run check, the
- * end of a batch, read transactions, scratch memory, parameter binding). Included by store.c,
- * store_sql.c, store_write.c, store_read.c, store_tiers.c, store_export.c and store_retain.c only,
+ * end of a batch, read transactions, scratch memory, parameter binding). Included by every .c file
+ * of schema/ (store*.c but store_pack.c) and the private headers store_tiers.h, store_upkeep.h,
  * never by a user of the store (the tests of the statements' plans excepted). Includes store.h,
  * store_pack.h, SQLite and libc.
  *
@@ -164,6 +164,17 @@ store_status store_flush_deltas(store *st, store_error *err);
  * store_read_end() ends it when began. */
 store_status store_read_begin(store *st, int *began, store_error *err);
 void store_read_end(store *st, int began);
+
+/* One integer from a bound statement's first row (*isnull: NULL or no row); resets it. */
+store_status store_one_int(store *st, sqlite3_stmt *s, int64_t *v, int *isnull, const char *what,
+                           store_error *err);
+
+/* Run a bound statement that returns no row; resets it. */
+store_status store_run_done(store *st, sqlite3_stmt *s, const char *what, store_error *err);
+
+/* Add to a run's size estimate and sample count (both may be negative; the size stops at 0). */
+store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t samples,
+                              store_error *err);
 
 /* Scratch memory: buffer id grown to at least `bytes`. NULL with err set when out of memory. */
 void *store_scratch(store *st, int id, size_t bytes, store_error *err);
