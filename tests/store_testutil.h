@@ -1,9 +1,9 @@
 /* store_testutil.h — shared by the store's test suites (test_store.c, test_store_failures.c,
  * test_store_history.c, test_store_retain.c): a seeded generator (ATTNSTAT_TEST_SEED=<n> replays a
  * run), a temporary directory per test, random statistics, exact comparisons, raw SQLite access to
- * check what the store wrote, and collectors for the read callbacks. Header-only (static
- * functions), as tests/stats_testutil.h. Includes check.h, sqlite3.h, store_read.h and
- * store_write.h.
+ * check what the store wrote, collectors for the read callbacks, and the retention step run to its
+ * end. Header-only (static functions), as tests/stats_testutil.h. Includes check.h, sqlite3.h,
+ * store_read.h, store_retain.h and store_write.h.
  */
 #ifndef ATTNSTAT_STORE_TESTUTIL_H
 #define ATTNSTAT_STORE_TESTUTIL_H
@@ -20,6 +20,7 @@
 #include <sqlite3.h>
 
 #include "store_read.h"
+#include "store_retain.h"
 #include "store_write.h"
 
 static uint64_t g_seed;
@@ -247,6 +248,20 @@ static inline int count_alert(void *ctx, const store_alert *a)
     (void)a;
     (*(int64_t *)ctx)++;
     return 0;
+}
+
+/* Retention steps until none reports more work (a bounded number: a step that makes no progress
+ * fails here, not by the suite's timeout). Returns the number of calls. */
+static inline int retain_until_done(store *st, const store_retention *p, int64_t budget)
+{
+    store_error err = {0};
+    store_retain_report rep;
+    int calls = 0;
+    do {
+        ck_assert_msg(store_retain_step(st, p, budget, &rep, &err) == STORE_OK, "%s", err.msg);
+        ck_assert_msg(++calls < 5000, "the retention step never finishes");
+    } while (rep.more);
+    return calls;
 }
 
 /* The retention step's compaction point (store_retain.h): steps below it are compacted, with

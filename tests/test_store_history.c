@@ -44,15 +44,7 @@ static void t_compact(store *st, tmodel *m, int64_t e)
 {
     store_retention p = STORE_RETENTION_DEFAULT;
     p.exact_steps = e;
-    store_retain_report rep;
-    store_error err = {0};
-    int calls = 0;
-    do {
-        ck_assert_msg(store_retain_step(st, &p, rnd_range(1, 400), &rep, &err) == STORE_OK, "%s",
-                      err.msg);
-        calls++;
-    } while (rep.more);
-    ck_assert_int_gt(calls, 0);
+    ck_assert_int_gt(retain_until_done(st, &p, rnd_range(1, 400)), 0);
     for (int i = 0; i < T_STEPS; i++)
         if (m->steps[i] < compact_cutoff(m->steps[T_STEPS - 1], e))
             for (int l = 0; l < T_LAYERS; l++)
@@ -303,10 +295,7 @@ START_TEST(test_query_plans)
             ck_assert_int_eq(store_add_samples(st, run, s, l, hs, 4, 1000 + s, &err), STORE_OK);
     ck_assert_int_eq(store_commit(st, &err), STORE_OK);
     store_retention p = {.exact_steps = 20, .retain_ms = 100, .now_ms = 1300};
-    store_retain_report rep;
-    do
-        ck_assert_int_eq(store_retain_step(st, &p, 0, &rep, &err), STORE_OK);
-    while (rep.more);
+    retain_until_done(st, &p, 0);
     ck_assert_int_gt(raw_int(dbpath, "SELECT count(*) FROM coarse"), 0);
     const char *bad = check_plans(st);
     ck_assert_msg(bad == NULL, "query plans changed:\n%s", bad);
@@ -439,10 +428,7 @@ START_TEST(test_export)
     ck_assert_int_eq(store_commit(st, &err), STORE_OK);
     /* three tiers: buckets below ~step 200, compact rows, the exact tail */
     store_retention p = {.exact_steps = 50, .retain_ms = 200, .bucket_steps = 16, .now_ms = 1400};
-    store_retain_report rep;
-    do
-        ck_assert_int_eq(store_retain_step(st, &p, 300, &rep, &err), STORE_OK);
-    while (rep.more);
+    retain_until_done(st, &p, 300);
     samples_vec all = {0};
     ck_assert_int_eq(store_export(st, run, collect_sample, &all, &err), STORE_OK);
     /* the same rows as each layer's whole trend, in order */

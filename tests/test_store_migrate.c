@@ -355,11 +355,7 @@ START_TEST(test_migrate_v1)
         if (pass == 0) { /* compact the exact tier: every sample but each run's latest step */
             store_retention p = STORE_RETENTION_DEFAULT;
             p.exact_steps = 0;
-            store_retain_report rep;
-            do
-                ck_assert_msg(store_retain_step(st, &p, 500, &rep, &err) == STORE_OK, "%s",
-                              err.msg);
-            while (rep.more);
+            retain_until_done(st, &p, 500);
             v1_check_samples(st, &t, 1);
             int64_t n0 = 0;
             ck_assert_int_eq(store_count_samples(st, 0, &n0, &err), STORE_OK);

@@ -47,7 +47,7 @@ static void retain_all(store *st, const store_retention *p, int64_t budget,
         total->over_limit |= rep.over_limit;
         if (!rep.more)
             break;
-        ck_assert_msg(calls < 100000, "the retention step never finishes");
+        ck_assert_msg(calls < 5000, "the retention step never finishes");
     }
 }
 
@@ -137,7 +137,7 @@ START_TEST(test_compaction_budget)
         ck_assert_int_gt(rep.used_bytes, 0);
         ck_assert_int_ge(rep.lock_us, 0);
         moved += rep.compacted;
-        calls++;
+        ck_assert_msg(++calls < 5000, "the retention step never finishes");
     } while (rep.more);
     ck_assert_int_gt(calls, 1);
     /* the exact tier keeps the steps from the aligned block boundary on (the latest is nsteps) */
