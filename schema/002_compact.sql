@@ -1,4 +1,4 @@
--- 002_compact.sql: history at the scale of real runs (schema version 2). Applied by schema/store.c
+-- 002_compact.sql: history at the scale of real runs (schema version 2). Applied by schema/store_core.c
 -- in the same transaction as any earlier migration; no row is lost and no value changes.
 -- A run's samples now live in three tiers, which the store reads as one (schema/store_read.c):
 --   samples  the exact tier: what was just pushed, every double as it came (version 1's table).

@@ -1,7 +1,7 @@
 /* store_compact.c — compaction, behind store_upkeep.h: a block of whole steps of a run's exact
  * tier packed into the compact tier (schema/store_pack.h), one row per (layer, step), merged with
- * the row already there. Called by the retention step (store_retain.c). Calls store.c's helpers
- * (store_internal.h), the compact format, the exact-row reader of store_tiers.h, SQLite and libc.
+ * the row already there. Called by the retention step (store_retain.c). Calls store_core.c's helpers
+ * (store_internal.h), the compact format, the exact-row reader of store_rows.c, SQLite and libc.
  *
  * How it works
  * - The block is read in the exact tier's key order (step, layer, head) and grouped by
@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "store_internal.h"
-#include "store_tiers.h"
 #include "store_upkeep.h"
 
 typedef struct {
@@ -136,7 +135,7 @@ store_status store_compact_block(store *st, int64_t run, int64_t from, int64_t t
         int32_t layer;
         int64_t step;
         store_pack_head h;
-        store_tiers_read_hot(s, &h, &layer, &step);
+        store_row_hot(s, &h, &layer, &step);
         if (nrows >= *left && step != last) { /* the budget is spent and a new step begins */
             *more = 1;
             break;

@@ -1,8 +1,8 @@
 /* store_downsample.c — downsampling, behind store_upkeep.h: a run's windows of steps merged into
  * buckets (per head, the minimum, mean and maximum of each field), window by window, layer by
  * layer, and the questions the retention step asks about windows (the next one, its age, whether
- * an earlier step began it). Calls store.c's helpers (store_internal.h), the compact format, the
- * bucket reader of store_tiers.h, SQLite and libc.
+ * an earlier step began it). Calls store_core.c's helpers (store_internal.h), the compact format, the
+ * bucket reader of store_rows.c, SQLite and libc.
  *
  * How it works
  * - A layer's rows of the window are folded into per-head accumulators (count, and per field the
@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "store_internal.h"
-#include "store_tiers.h"
 #include "store_upkeep.h"
 
 /* ---- one layer of a window ------------------------------------------------------------------- */
@@ -212,7 +211,7 @@ static store_status fold_old_bucket(store *st, int64_t run, int32_t layer, int64
     store_status rs = STORE_OK;
     if (rc == SQLITE_ROW) {
         int32_t n = 0;
-        if (store_tiers_bucket(st, s, 3, sqlite3_column_int64(s, 2), &n, err))
+        if (store_row_bucket(st, s, 3, sqlite3_column_int64(s, 2), &n, err))
             rs = STORE_ERROR;
         else
             rs = fold_heads(st, n, 1, nacc, err);
@@ -452,7 +451,7 @@ store_status store_window_started(store *st, int64_t run, int64_t lo, int *start
 /* Downsample window [lo, hi] of r layer by layer within *left; *complete when every layer is
  * done (coarse_upto then moves past it). */
 store_status store_downsample_window(store *st, store_run_state *r, int64_t lo, int64_t hi,
-                                      int64_t *left, store_retain_report *rep, int *complete,
+                                      int64_t *left, store_upkeep_counts *rep, int *complete,
                                       store_error *err)
 {
     *complete = 0;
@@ -507,7 +506,7 @@ store_status store_downsample_window(store *st, store_run_state *r, int64_t lo, 
 /* Downsample r's windows while `eligible` holds for the next one (age: its newest sample older
  * than cutoff; size: always) and the budget lasts. *none: no window was eligible at all. */
 store_status store_downsample_run(store *st, store_run_state *r, int64_t width, int by_age,
-                                   int64_t cutoff, int64_t *left, store_retain_report *rep,
+                                   int64_t cutoff, int64_t *left, store_upkeep_counts *rep,
                                    int *none, store_error *err)
 {
     *none = 1;

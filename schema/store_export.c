@@ -1,13 +1,14 @@
 /* store_export.c — a run's whole history as a stream, behind store_read.h: store_export() and the
- * row formatter store_format_sample() (CSV, JSON lines). Calls store.c's helpers
- * (store_internal.h), the tiers reader (store_tiers.h), SQLite and libc.
+ * row formatter store_format_sample() (CSV, JSON lines). Calls store_trend() (store_read.c),
+ * store_core.c's helpers (store_internal.h), SQLite and libc.
  *
  * How it works
- * - One read transaction for the export. The run's layers come first (S_LAYERS: a skip-scan of
- *   the compact tier's and the buckets' keys, and the exact tier's rows); then each layer is read
- *   as a trend over every step, which is the order the export promises: layer, step, head.
- * - The layers are copied out before the first trend runs (a trend resets statements the layer
- *   list does not share, but the list is small and a copy keeps the two independent).
+ * - One read transaction for the export (store_trend() runs inside it without opening its own).
+ *   The run's layers come first (S_LAYERS: a skip-scan of the compact tier's and the buckets'
+ *   keys, and the exact tier's rows); then each layer is read as a trend over every step, which is
+ *   the order the export promises: layer, step, head.
+ * - The layers are copied out before the first trend runs; a callback that stops ends the export
+ *   (the trend says nothing of it: a wrapper notes it).
  */
 #include "store_read.h"
 
@@ -18,7 +19,20 @@
 #include <string.h>
 
 #include "store_internal.h"
-#include "store_tiers.h"
+
+/* The caller's callback, and whether it asked to stop. */
+typedef struct {
+    store_sample_cb cb;
+    void *ctx;
+    int stopped;
+} stop_watch;
+
+static int watch(void *ctx, const store_sample *s)
+{
+    stop_watch *w = ctx;
+    w->stopped = w->cb(w->ctx, s) != 0;
+    return w->stopped;
+}
 
 store_status store_export(store *st, int64_t run_id, store_sample_cb cb, void *ctx,
                           store_error *err)
@@ -54,10 +68,9 @@ store_status store_export(store *st, int64_t run_id, store_sample_cb cb, void *c
             stmt_done(s);
     }
     /* BUF_BYTES is not used by the trend reader: the list stays valid through it */
-    int stopped = 0;
-    for (size_t i = 0; rs == STORE_OK && i < n && !stopped; i++)
-        rs = store_tiers_trend(st, run_id, layers[i], -1, INT64_MIN, INT64_MAX, 1, cb, ctx,
-                               &stopped, err);
+    stop_watch w = {cb, ctx, 0};
+    for (size_t i = 0; rs == STORE_OK && i < n && !w.stopped; i++)
+        rs = store_trend(st, run_id, layers[i], -1, INT64_MIN, INT64_MAX, 1, watch, &w, err);
     store_read_end(st, began);
     return rs;
 }

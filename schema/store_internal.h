@@ -1,7 +1,7 @@
 /* store_internal.h — private to schema/: the handle (struct store), the statement ids, and the
- * helpers that store.c gives the other files of the store (errors, statements, the run check, the
+ * helpers that store_core.c gives the other files of the store (errors, statements, the run check, the
  * end of a batch, read transactions, scratch memory, parameter binding). Included by every .c file
- * of schema/ (store*.c but store_pack.c) and the private headers store_tiers.h, store_upkeep.h,
+ * of schema/ (store*.c but store_pack.c) and the private header store_upkeep.h,
  * never by a user of the store (the tests of the statements' plans excepted). Includes store.h,
  * store_pack.h, SQLite and libc.
  *
@@ -40,7 +40,7 @@ enum {
     S_SAMPLE_UPDATE,
     S_RUN_SUMMARY,
     S_ALERT_INSERT,
-    /* reads (store_read.c, store_tiers.c, store_export.c) */
+    /* reads (store_read.c, store_export.c) */
     S_RUNS_ALL,
     S_RUN_ONE,
     S_RUN_BY_NAME,
@@ -123,7 +123,7 @@ struct store {
     char path[];              /* as given to open */
 };
 
-/* ---- errors (store.c) ------------------------------------------------------------------------ */
+/* ---- errors (store_core.c) ------------------------------------------------------------------- */
 
 /* Set err (when not NULL): the code, and the message formatted from fmt. */
 void store_set_err(store_error *err, int code, const char *fmt, ...)
@@ -138,7 +138,7 @@ void store_append_err(store_error *err, const char *fmt, ...) __attribute__((for
 store_status store_db_err(store *st, store_error *err, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* ---- statements and transactions (store.c) --------------------------------------------------- */
+/* ---- statements and transactions (store_core.c) ---------------------------------------------- */
 
 /* The prepared statement id, preparing it on first use. NULL with err set on failure. */
 sqlite3_stmt *store_stmt(store *st, int id, store_error *err);
@@ -178,6 +178,23 @@ store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t sam
 
 /* Scratch memory: buffer id grown to at least `bytes`. NULL with err set when out of memory. */
 void *store_scratch(store *st, int id, size_t bytes, store_error *err);
+
+/* ---- rows of the tiers (store_rows.c) ------------------------------------------------------------ */
+
+/* The exact-tier row the statement is on (the columns of HOT_COLS, store_sql.c) into h; its
+ * layer to *layer, its step to *step (either may be NULL). */
+void store_row_hot(sqlite3_stmt *s, store_pack_head *h, int32_t *layer, int64_t *step);
+
+/* The compact row at columns time_col / data_col into BUF_A: every head (head < 0) or the one of
+ * id head; *n: the heads decoded. -1 with err set when the row is damaged or memory runs out. */
+int store_row_pack(store *st, sqlite3_stmt *s, int time_col, int data_col, int32_t head,
+                   int32_t *n, store_error *err);
+
+/* A bucket's columns (merged, lo, mean, hi at columns c .. c+3 of s): n heads into the handle's
+ * scratch buffers BUF_LO, BUF_A, BUF_HI and BUF_COUNTS. -1 with err set when they do not agree
+ * (a damaged row) or memory runs out. */
+int store_row_bucket(store *st, sqlite3_stmt *s, int c, int64_t time, int32_t *n,
+                     store_error *err);
 
 /* ---- binding: by position; statements are reset, bindings cleared, after every use ----------- */
 

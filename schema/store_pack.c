@@ -1,6 +1,6 @@
 /* store_pack.c — the compact sample format, behind store_pack.h: field encodings (binary32, the
  * two fixed-point kinds), varints, and a row's encoding and decoding. Pure C and libc (math.h,
- * string.h): no SQLite, no allocation. Called by the store's compact tier (store_tiers.c,
+ * string.h): no SQLite, no allocation. Called by the store's compact tier (store_rows.c,
  * store_retain.c) and the tests.
  *
  * How it works

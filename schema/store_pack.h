@@ -1,6 +1,6 @@
 /* store_pack.h — the compact sample format of the store: every head of one (run, step, layer) in
  * one BLOB, 18 bytes and one bit per head plus a few bytes per row. Private to schema/ (the store's
- * compact tier and its buckets, schema/store_retain.c and schema/store_tiers.c) and to the tests;
+ * compact tier and its buckets: store_rows.c, store_compact.c, store_downsample.c) and to the tests;
  * client/python/attnstat/_history.py decodes the same bytes and follows this description.
  * Pure functions: no SQLite, no allocation, no global state. Includes kernels/stats.h.
  *

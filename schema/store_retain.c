@@ -1,5 +1,5 @@
 /* store_retain.c — upkeep of the history, behind store_retain.h: the retention step (compaction,
- * downsampling by age and by size), per-run limits, deleting a run. Calls store.c's helpers
+ * downsampling by age and by size), per-run limits, deleting a run. Calls store_core.c's helpers
  * (store_internal.h), compaction (store_compact.c) and downsampling (store_downsample.c) through
  * store_upkeep.h, SQLite and libc; nothing of store_write.c or store_read.c.
  *
@@ -150,6 +150,7 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
     }
     if (p->exact_steps < 0)
         return rs; /* nothing is compacted, so nothing may be downsampled */
+    store_upkeep_counts dc = {0, 0, 0, 0};
     left = (left > 0 ? left : 0) + rest;
     int64_t width = p->bucket_steps > 0 ? p->bucket_steps : STORE_BUCKET_STEPS_DEFAULT;
     int64_t now = p->now_ms ? p->now_ms : clock_ms();
@@ -162,7 +163,7 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
         if (rs == STORE_OK && found)
             rs = store_window_started(st, runs[i].id, lo, &started, err);
         if (rs == STORE_OK && started)
-            rs = store_downsample_window(st, &runs[i], lo, hi, &left, rep, &complete, err);
+            rs = store_downsample_window(st, &runs[i], lo, hi, &left, &dc, &complete, err);
     }
     /* 2. by age */
     for (int32_t i = 0; rs == STORE_OK && i < nruns && left > 0; i++) {
@@ -170,7 +171,7 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
         int64_t ms = r->has_retain_ms && r->retain_ms >= 0 ? r->retain_ms : p->retain_ms;
         int none;
         if (ms > 0)
-            rs = store_downsample_run(st, r, width, 1, now - ms, &left, rep, &none, err);
+            rs = store_downsample_run(st, r, width, 1, now - ms, &left, &dc, &none, err);
     }
     /* 3. by size: each run's own limit, then the database's */
     for (int32_t i = 0; rs == STORE_OK && i < nruns; i++) {
@@ -184,7 +185,7 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
                 break;
             }
             int none;
-            if ((rs = store_downsample_run(st, r, width, 0, 0, &left, rep, &none, err)) || none) {
+            if ((rs = store_downsample_run(st, r, width, 0, 0, &left, &dc, &none, err)) || none) {
                 rep->over_limit |= none;
                 break;
             }
@@ -218,11 +219,15 @@ static store_status retain_work(store *st, const store_retention *p, int64_t bud
             break;
         }
         int none;
-        rs = store_downsample_run(st, best, width, 0, 0, &left, rep, &none, err);
+        rs = store_downsample_run(st, best, width, 0, 0, &left, &dc, &none, err);
     }
     /* a spent budget may have left work in any phase: one more call finds out */
     if (left <= 0)
         rep->more = 1;
+    rep->downsampled = dc.downsampled;
+    rep->buckets = dc.buckets;
+    rep->kept = dc.kept;
+    rep->more |= dc.more;
     return rs;
 }
 

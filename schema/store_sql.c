@@ -13,7 +13,7 @@
 #define RUN_COLS                                                                                   \
     "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
     "step_max, last_time, bytes, coalesce(retain_ms, -1), coalesce(retain_bytes, -1)"
-/* The exact tier's columns in the order read_hot() (store_tiers.c) reads them. */
+/* The exact tier's columns in the order store_row_hot() (store_rows.c) reads them. */
 #define HOT_COLS                                                                                   \
     "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
     "entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled"

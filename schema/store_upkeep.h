@@ -1,14 +1,19 @@
 /* store_upkeep.h — private to schema/: the pieces of the retention step (store_retain.c) that live
  * in files of their own: compaction (store_compact.c) and downsampling (store_downsample.c), and
  * the state of a run they share. Every function here runs inside the step's transaction, counts
- * its work in samples against *left, and reports through store_retain_report. Includes
- * store_internal.h and store_retain.h.
+ * its work in samples against *left, and adds what it did to a store_upkeep_counts (which the step
+ * copies into its store_retain_report). Includes store_internal.h only.
  */
 #ifndef ATTNSTAT_STORE_UPKEEP_H
 #define ATTNSTAT_STORE_UPKEEP_H
 
 #include "store_internal.h"
-#include "store_retain.h"
+
+/* What downsampling did, for the step's report (store_retain_report's fields of the same names). */
+typedef struct {
+    int64_t downsampled, buckets, kept;
+    int more;
+} store_upkeep_counts;
 
 /* A run as the retention step sees it (runs' columns, and its exact tier's first step). */
 typedef struct {
@@ -47,13 +52,13 @@ store_status store_window_started(store *st, int64_t run, int64_t lo, int *start
 /* Downsample window [lo, hi] of r layer by layer within *left; *complete when every layer is done
  * (coarse_upto then moves past it); rep counts what was merged, kept and written. */
 store_status store_downsample_window(store *st, store_run_state *r, int64_t lo, int64_t hi,
-                                     int64_t *left, store_retain_report *rep, int *complete,
+                                     int64_t *left, store_upkeep_counts *rep, int *complete,
                                      store_error *err);
 
 /* Downsample r's windows in order while the next one is eligible: by_age, its newest sample older
  * than cutoff; otherwise (size) just one window. *none: no window was eligible. */
 store_status store_downsample_run(store *st, store_run_state *r, int64_t width, int by_age,
-                                  int64_t cutoff, int64_t *left, store_retain_report *rep,
+                                  int64_t cutoff, int64_t *left, store_upkeep_counts *rep,
                                   int *none, store_error *err);
 
 #endif /* ATTNSTAT_STORE_UPKEEP_H */

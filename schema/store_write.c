@@ -1,6 +1,6 @@
 /* store_write.c — the daemon's half of the store, behind store_write.h: runs begun or resumed,
  * samples and alert transitions added to the open batch, commit and rollback, counts.
- * Calls store.c's helpers (store_internal.h) and SQLite; nothing of store_read.c.
+ * Calls store_core.c's helpers (store_internal.h) and SQLite; nothing of store_read.c.
  *
  * How it works
  * - The batch is one transaction, begun with BEGIN IMMEDIATE by the first write (so it holds the

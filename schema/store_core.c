@@ -1,7 +1,8 @@
-/* store.c — the store's core, behind store.h: opening a handle (read-write or read-only, with its
+/* store_core.c — the store's core, behind store.h: opening a handle (read-write or read-only, with its
  * options), the schema check and the migrations, statements, errors, the batch's per-run deltas,
  * read transactions, scratch memory, and closing. The other files of the store (store_write.c,
- * store_read.c, store_tiers.c, store_export.c, store_retain.c) build on the helpers it exports
+ * store_read.c, store_rows.c, store_export.c, store_retain.c, store_compact.c,
+ * store_downsample.c) build on the helpers it exports
  * through store_internal.h; it calls none of them. Includes store_internal.h (store.h, SQLite),
  * the generated store_schema.h and libc.
  *
