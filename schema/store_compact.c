@@ -57,16 +57,12 @@ static store_status put_group(store *st, int64_t run, const group *g, int64_t *b
 {
     store_pack_head *heads = (store_pack_head *)st->buf[BUF_B].p + g->first;
     int32_t n = g->n;
-    sqlite3_stmt *get = store_stmt(st, S_PACK_GET, err);
-    sqlite3_stmt *put = get ? store_stmt(st, S_PACK_PUT, err) : NULL;
-    if (!put)
+    sqlite3_stmt *put = store_stmt(st, S_PACK_PUT, err);
+    sqlite3_stmt *get = put ? store_bind_ints(st, S_PACK_GET, (const int64_t[]){run, g->layer,
+                                              g->step}, 3, "reading a compact row", err) : NULL;
+    if (!get)
         return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(get, 1, run));
-    BIND(sqlite3_bind_int(get, 2, g->layer));
-    BIND(bind_i64(get, 3, g->step));
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(get);
+    int rc = sqlite3_step(get);
     if (rc == SQLITE_ROW) { /* merge with the compact row already there */
         const uint8_t *b = sqlite3_column_blob(get, 1);
         size_t len = (size_t)sqlite3_column_bytes(get, 1);
@@ -119,18 +115,14 @@ static store_status put_group(store *st, int64_t run, const group *g, int64_t *b
 store_status store_compact_block(store *st, int64_t run, int64_t from, int64_t to,
                                   int64_t *left, int64_t *done, int *more, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_HOT_BLOCK, err);
+    sqlite3_stmt *s = store_bind_ints(st, S_HOT_BLOCK, (const int64_t[]){run, from, to}, 3,
+                                      "reading the exact tier", err);
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(bind_i64(s, 2, from));
-    BIND(bind_i64(s, 3, to));
     int32_t nrows = 0, ngroups = 0;
     int64_t last = from;
     store_status rs = STORE_OK;
-    if (rc != SQLITE_OK)
-        rs = store_db_err(st, err, rc, "binding the compaction");
     while (rs == STORE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         int32_t layer;
         int64_t step;
@@ -163,21 +155,9 @@ store_status store_compact_block(store *st, int64_t run, int64_t from, int64_t t
     int64_t bytes = -(int64_t)nrows * STORE_EXACT_ROW_BYTES, replaced = 0;
     for (int32_t i = 0; rs == STORE_OK && i < ngroups; i++)
         rs = put_group(st, run, &((group *)st->buf[BUF_COUNTS].p)[i], &bytes, &replaced, err);
-    sqlite3_stmt *del = rs == STORE_OK ? store_stmt(st, S_HOT_DELETE, err) : NULL;
-    if (rs == STORE_OK && !del)
-        rs = STORE_ERROR;
-    if (rs == STORE_OK) {
-        rc = SQLITE_OK;
-        BIND(bind_i64(del, 1, run));
-        BIND(bind_i64(del, 2, from));
-        BIND(bind_i64(del, 3, last));
-        if (rc != SQLITE_OK) {
-            stmt_done(del);
-            rs = store_db_err(st, err, rc, "binding the exact tier's delete");
-        } else {
-            rs = store_run_done(st, del, "deleting compacted rows", err);
-        }
-    }
+    if (rs == STORE_OK)
+        rs = store_exec_ints(st, S_HOT_DELETE, (const int64_t[]){run, from, last}, 3,
+                             "deleting compacted rows", err);
     if (rs == STORE_OK)
         rs = store_adjust_run(st, run, bytes, -replaced, err); /* a replaced head was counted twice */
     if (rs == STORE_OK) {

@@ -572,21 +572,42 @@ store_status store_run_done(store *st, sqlite3_stmt *s, const char *what, store_
     return STORE_OK;
 }
 
+sqlite3_stmt *store_bind_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                              store_error *err)
+{
+    sqlite3_stmt *s = store_stmt(st, id, err);
+    if (!s)
+        return NULL;
+    int rc = SQLITE_OK;
+    for (int i = 0; i < n; i++)
+        BIND(bind_i64(s, i + 1, args[i]));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        store_db_err(st, err, rc, "binding the parameters of %s", what);
+        return NULL;
+    }
+    return s;
+}
+
+store_status store_exec_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                             store_error *err)
+{
+    sqlite3_stmt *s = store_bind_ints(st, id, args, n, what, err);
+    return s ? store_run_done(st, s, what, err) : STORE_ERROR;
+}
+
+store_status store_query_int(store *st, int id, const int64_t *args, int n, int64_t *v,
+                             int *isnull, const char *what, store_error *err)
+{
+    sqlite3_stmt *s = store_bind_ints(st, id, args, n, what, err);
+    return s ? store_one_int(st, s, v, isnull, what, err) : STORE_ERROR;
+}
+
 store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t samples,
-                               store_error *err)
+                              store_error *err)
 {
     if (!bytes && !samples)
         return STORE_OK;
-    sqlite3_stmt *s = store_stmt(st, S_RUN_ADJUST, err);
-    if (!s)
-        return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(bind_i64(s, 2, bytes));
-    BIND(bind_i64(s, 3, samples));
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding a run's summary");
-    }
-    return store_run_done(st, s, "updating a run's summary", err);
+    return store_exec_ints(st, S_RUN_ADJUST, (const int64_t[]){run, bytes, samples}, 3,
+                           "updating a run's summary", err);
 }

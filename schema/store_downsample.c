@@ -199,15 +199,11 @@ static store_status put_bucket(store *st, int64_t run, int32_t layer, int64_t w_
 static store_status fold_old_bucket(store *st, int64_t run, int32_t layer, int64_t w_lo,
                                     int32_t *nacc, int64_t *bytes, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_COARSE_GET, err);
+    sqlite3_stmt *s = store_bind_ints(st, S_COARSE_GET, (const int64_t[]){run, layer, w_lo}, 3,
+                                      "reading a bucket", err);
     if (!s)
         return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(sqlite3_bind_int(s, 2, layer));
-    BIND(bind_i64(s, 3, w_lo));
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(s);
+    int rc = sqlite3_step(s);
     store_status rs = STORE_OK;
     if (rc == SQLITE_ROW) {
         int32_t n = 0;
@@ -229,14 +225,11 @@ static store_status fold_old_bucket(store *st, int64_t run, int32_t layer, int64
 static store_status kept_steps(store *st, int64_t run, int32_t layer, int64_t w_lo, int64_t w_hi,
                                int32_t *nkept, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_ALERT_STEPS, err);
+    sqlite3_stmt *s = store_bind_ints(st, S_ALERT_STEPS, (const int64_t[]){run, w_lo, w_hi, layer},
+                                      4, "reading the alerts of a window", err);
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(bind_i64(s, 2, w_lo));
-    BIND(bind_i64(s, 3, w_hi));
-    BIND(sqlite3_bind_int(s, 4, layer));
     int32_t n = 0;
     store_status rs = STORE_OK;
     while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -275,14 +268,11 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
     store_status rs = kept_steps(st, run, layer, w_lo, w_hi, &nkept, err);
     if (rs)
         return rs;
-    sqlite3_stmt *s = store_stmt(st, S_PACK_TREND, err);
+    sqlite3_stmt *s = store_bind_ints(st, S_PACK_TREND, (const int64_t[]){run, layer, w_lo, w_hi},
+                                      4, "reading a window", err);
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(sqlite3_bind_int(s, 2, layer));
-    BIND(bind_i64(s, 3, w_lo));
-    BIND(bind_i64(s, 4, w_hi));
     int64_t bytes = 0, merged = 0;
     while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         rc = SQLITE_OK;
@@ -325,21 +315,9 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
     if (!del_steps)
         return STORE_ERROR;
     memcpy(del_steps, st->buf[BUF_HI].p, (size_t)nsteps * sizeof *del_steps);
-    sqlite3_stmt *d = store_stmt(st, S_PACK_DELETE, err);
-    if (!d)
-        return STORE_ERROR;
-    for (int32_t i = 0; rs == STORE_OK && i < nsteps; i++) {
-        rc = SQLITE_OK;
-        BIND(bind_i64(d, 1, run));
-        BIND(sqlite3_bind_int(d, 2, layer));
-        BIND(bind_i64(d, 3, ((int64_t *)st->buf[BUF_BYTES].p)[i]));
-        if (rc != SQLITE_OK) {
-            stmt_done(d);
-            rs = store_db_err(st, err, rc, "binding a compact row's delete");
-        } else {
-            rs = store_run_done(st, d, "deleting a downsampled row", err);
-        }
-    }
+    for (int32_t i = 0; rs == STORE_OK && i < nsteps; i++)
+        rs = store_exec_ints(st, S_PACK_DELETE, (const int64_t[]){run, layer, del_steps[i]}, 3,
+                             "deleting a downsampled row", err);
     if (rs == STORE_OK)
         rs = fold_old_bucket(st, run, layer, w_lo, &nacc, &bytes, err);
     if (rs == STORE_OK)
@@ -358,17 +336,9 @@ static store_status downsample_layer(store *st, int64_t run, int32_t layer, int6
 
 store_status store_hot_min(store *st, store_run_state *r, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_HOT_MIN_STEP, err);
-    if (!s)
-        return STORE_ERROR;
     int isnull = 1;
-    int rc = bind_i64(s, 1, r->id);
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the exact tier's first step");
-    }
-    store_status rs = store_one_int(st, s, &r->hot_min, &isnull, "finding the exact tier's first step",
-                              err);
+    store_status rs = store_query_int(st, S_HOT_MIN_STEP, &r->id, 1, &r->hot_min, &isnull,
+                                      "finding the exact tier's first step", err);
     r->has_hot = !isnull;
     return rs;
 }
@@ -379,19 +349,11 @@ store_status store_next_window(store *st, const store_run_state *r, int64_t widt
                                 int64_t *hi, int *found, store_error *err)
 {
     *found = 0;
-    sqlite3_stmt *s = store_stmt(st, S_PACK_NEXT_STEP, err);
-    if (!s)
-        return STORE_ERROR;
     int64_t first = 0;
     int isnull = 1;
-    int rc = bind_i64(s, 1, r->id);
-    if (rc == SQLITE_OK)
-        rc = bind_i64(s, 2, r->has_upto ? r->coarse_upto : INT64_MIN);
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the next window");
-    }
-    store_status rs = store_one_int(st, s, &first, &isnull, "finding the next window", err);
+    store_status rs = store_query_int(
+        st, S_PACK_NEXT_STEP, (const int64_t[]){r->id, r->has_upto ? r->coarse_upto : INT64_MIN},
+        2, &first, &isnull, "finding the next window", err);
     if (rs || isnull)
         return rs;
     /* floor division: windows are aligned for negative steps too */
@@ -409,19 +371,9 @@ store_status store_next_window(store *st, const store_run_state *r, int64_t widt
 store_status store_window_time(store *st, int64_t run, int64_t lo, int64_t hi, int64_t *t,
                                 store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_PACK_WINDOW_TIME, err);
-    if (!s)
-        return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(bind_i64(s, 2, lo));
-    BIND(bind_i64(s, 3, hi));
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the window's time");
-    }
     int isnull = 1;
-    store_status rs = store_one_int(st, s, t, &isnull, "reading the window's time", err);
+    store_status rs = store_query_int(st, S_PACK_WINDOW_TIME, (const int64_t[]){run, lo, hi}, 3,
+                                      t, &isnull, "reading the window's time", err);
     if (isnull)
         *t = INT64_MIN;
     return rs;
@@ -431,19 +383,10 @@ store_status store_window_time(store *st, int64_t run, int64_t lo, int64_t hi, i
 store_status store_window_started(store *st, int64_t run, int64_t lo, int *started,
                                    store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_COARSE_STARTED, err);
-    if (!s)
-        return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(s, 1, run));
-    BIND(bind_i64(s, 2, lo));
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the window check");
-    }
     int64_t n = 0;
     int isnull;
-    store_status rs = store_one_int(st, s, &n, &isnull, "checking a window", err);
+    store_status rs = store_query_int(st, S_COARSE_STARTED, (const int64_t[]){run, lo}, 2, &n,
+                                      &isnull, "checking a window", err);
     *started = n > 0;
     return rs;
 }
@@ -455,21 +398,12 @@ store_status store_downsample_window(store *st, store_run_state *r, int64_t lo, 
                                       store_error *err)
 {
     *complete = 0;
-    sqlite3_stmt *nl = store_stmt(st, S_NEXT_LAYER, err);
-    if (!nl)
-        return STORE_ERROR;
     int64_t layer = -1;
     store_status rs = STORE_OK;
     for (;;) {
         int isnull = 1;
-        int rc = SQLITE_OK;
-        BIND(bind_i64(nl, 1, r->id));
-        BIND(bind_i64(nl, 2, layer));
-        if (rc != SQLITE_OK) {
-            stmt_done(nl);
-            return store_db_err(st, err, rc, "binding the next layer");
-        }
-        if ((rs = store_one_int(st, nl, &layer, &isnull, "finding the next layer", err)))
+        if ((rs = store_query_int(st, S_NEXT_LAYER, (const int64_t[]){r->id, layer}, 2, &layer,
+                                  &isnull, "finding the next layer", err)))
             return rs;
         if (isnull)
             break; /* every layer done: the window is complete */
@@ -485,17 +419,8 @@ store_status store_downsample_window(store *st, store_run_state *r, int64_t lo, 
         *left -= merged + 1;
         rep->downsampled += merged;
     }
-    sqlite3_stmt *u = store_stmt(st, S_RUN_DOWNSAMPLED, err);
-    if (!u)
-        return STORE_ERROR;
-    int rc = SQLITE_OK;
-    BIND(bind_i64(u, 1, r->id));
-    BIND(bind_i64(u, 2, hi + 1));
-    if (rc != SQLITE_OK) {
-        stmt_done(u);
-        return store_db_err(st, err, rc, "binding the downsampling point");
-    }
-    if ((rs = store_run_done(st, u, "moving the downsampling point", err)))
+    if ((rs = store_exec_ints(st, S_RUN_DOWNSAMPLED, (const int64_t[]){r->id, hi + 1}, 2,
+                              "moving the downsampling point", err)))
         return rs;
     r->coarse_upto = hi + 1;
     r->has_upto = 1;

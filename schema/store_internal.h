@@ -172,6 +172,17 @@ store_status store_one_int(store *st, sqlite3_stmt *s, int64_t *v, int *isnull, 
 /* Run a bound statement that returns no row; resets it. */
 store_status store_run_done(store *st, sqlite3_stmt *s, const char *what, store_error *err);
 
+/* Statement id with its parameters 1 .. n bound to args[0 .. n-1] (integers): store_bind_ints()
+ * returns it bound (the caller steps and resets it; NULL with err set on failure);
+ * store_exec_ints() runs one that returns no row; store_query_int() one that returns one integer
+ * (*isnull: NULL or no row). `what` names the work for an error message. */
+sqlite3_stmt *store_bind_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                              store_error *err);
+store_status store_exec_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                             store_error *err);
+store_status store_query_int(store *st, int id, const int64_t *args, int n, int64_t *v,
+                             int *isnull, const char *what, store_error *err);
+
 /* Add to a run's size estimate and sample count (both may be negative; the size stops at 0). */
 store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t samples,
                               store_error *err);

@@ -57,9 +57,8 @@ static store_status check_upkeep(store *st, store_error *err)
 
 static store_status used_bytes(store *st, int64_t *v, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_PAGES_USED, err);
     int isnull;
-    return s ? store_one_int(st, s, v, &isnull, "measuring the database", err) : STORE_ERROR;
+    return store_query_int(st, S_PAGES_USED, NULL, 0, v, &isnull, "measuring the database", err);
 }
 
 /* Every run's retention state, into BUF_RUNS. */
@@ -101,16 +100,9 @@ static store_status load_runs(store *st, store_run_state **out, int32_t *n, stor
 
 static store_status run_bytes(store *st, store_run_state *r, store_error *err)
 {
-    sqlite3_stmt *s = store_stmt(st, S_RUNS_RETAIN_ONE, err);
-    if (!s)
-        return STORE_ERROR;
     int isnull;
-    int rc = bind_i64(s, 1, r->id);
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding a run's size");
-    }
-    return store_one_int(st, s, &r->bytes, &isnull, "reading a run's size", err);
+    return store_query_int(st, S_RUNS_RETAIN_ONE, &r->id, 1, &r->bytes, &isnull,
+                           "reading a run's size", err);
 }
 
 static store_status retain_work(store *st, const store_retention *p, int64_t budget,
@@ -307,8 +299,7 @@ static store_status delete_some(store *st, int64_t run, int bound_id, int del_id
                                 int64_t limit, int *gone, store_error *err)
 {
     sqlite3_stmt *b = store_stmt(st, bound_id, err);
-    sqlite3_stmt *d = b ? store_stmt(st, del_id, err) : NULL;
-    if (!d)
+    if (!b)
         return STORE_ERROR;
     int64_t k1 = INT64_MAX, k2 = INT64_MAX;
     int rc = SQLITE_OK;
@@ -329,16 +320,8 @@ static store_status delete_some(store *st, int64_t run, int bound_id, int del_id
             return store_db_err(st, err, rc, "finding what to delete of run %" PRId64, run);
     }
     for (int pass = 0; pass < 2; pass++) {
-        rc = SQLITE_OK;
-        BIND(bind_i64(d, 1, run));
-        BIND(bind_i64(d, 2, k1));
-        if (two_keys)
-            BIND(bind_i64(d, 3, k2));
-        if (rc != SQLITE_OK) {
-            stmt_done(d);
-            return store_db_err(st, err, rc, "binding a delete");
-        }
-        store_status rs = store_run_done(st, d, "deleting rows of a run", err);
+        store_status rs = store_exec_ints(st, del_id, (const int64_t[]){run, k1, k2},
+                                          two_keys ? 3 : 2, "deleting rows of a run", err);
         /* keys below a bound on the very first step: none; take that whole step instead */
         if (rs || *gone || two_keys || sqlite3_changes(st->db) > 0 || k1 == INT64_MAX)
             return rs;
@@ -371,23 +354,10 @@ store_status store_delete_run(store *st, int64_t run_id, int64_t budget, int *do
     if (rs == STORE_OK && gone)
         rs = delete_some(st, run_id, S_DEL_PACK_BOUND, S_DEL_PACK, 1,
                          budget > 0 ? (budget + 63) / 64 : -1, &gone, err);
-    if (rs == STORE_OK && gone) {
-        sqlite3_stmt *s = store_stmt(st, S_DEL_COARSE, err);
-        int rc = s ? bind_i64(s, 1, run_id) : SQLITE_OK;
-        if (!s)
-            rs = STORE_ERROR;
-        else if (rc != SQLITE_OK)
-            rs = store_db_err(st, err, rc, "binding a delete");
-        else
-            rs = store_run_done(st, s, "deleting the buckets of a run", err);
-        if (rs == STORE_OK && (s = store_stmt(st, S_DEL_RUN, err)) == NULL)
-            rs = STORE_ERROR;
-        if (rs == STORE_OK) { /* the alerts go with it (foreign key, ON DELETE CASCADE) */
-            rc = bind_i64(s, 1, run_id);
-            rs = rc == SQLITE_OK ? store_run_done(st, s, "deleting a run", err)
-                                 : store_db_err(st, err, rc, "binding a delete");
-        }
-    }
+    if (rs == STORE_OK && gone)
+        rs = store_exec_ints(st, S_DEL_COARSE, &run_id, 1, "deleting the buckets of a run", err);
+    if (rs == STORE_OK && gone) /* the alerts go with it (foreign key, ON DELETE CASCADE) */
+        rs = store_exec_ints(st, S_DEL_RUN, &run_id, 1, "deleting a run", err);
     if (rs == STORE_OK && store_step_simple(st, S_COMMIT, err) != SQLITE_OK) {
         store_append_err(err, " (committing the delete of run %" PRId64 ")", run_id);
         rs = STORE_ERROR;
