@@ -1,5 +1,5 @@
 -- 001_init.sql: the first attnstat schema. Runs, per-(run, layer, head, step) samples, alerts.
--- Applied by schema/store.c inside one transaction, which then sets PRAGMA user_version = 1.
+-- Applied by schema/store_core.c inside one transaction, which then sets PRAGMA user_version = 1.
 -- Times are Unix milliseconds. Statistics that are undefined (a head with no counted rows) are NULL.
 
 CREATE TABLE runs (

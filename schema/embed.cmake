@@ -1,4 +1,4 @@
-# embed.cmake: turns the numbered schema migrations into store_schema.h for schema/store.c.
+# embed.cmake: turns the numbered schema migrations into store_schema.h for schema/store_core.c.
 # Run as: cmake -DOUT=<header> -DFILES="<a.sql>;<b.sql>" -P embed.cmake
 # Every file becomes a NUL-terminated byte array (hex, so no quoting issue can arise) and the
 # header lists them in order: migration k (1-based) brings the schema to user_version k.

@@ -1,18 +1,27 @@
 /* store.h — the attnstat history database (SQLite): runs, per-(run, layer, head, step) statistics,
  * and alert transitions. What every user of the store sees: status codes, errors, opening and
- * closing a handle, and what the store promises. The calls come in two halves on top of this one:
- *   store_write.h  the daemon's half: begin a run, add samples and alerts to a batch, commit,
- *                  roll back, count
- *   store_read.h   the CLI's half (and the daemon's restore at start-up): list, get and resolve
- *                  runs, trend, grid, alerts, integrity check
+ * closing a handle, and what the store promises. The calls come in three parts on top of this one:
+ *   store_write.h   the daemon's half: begin a run, add samples and alerts to a batch, commit,
+ *                   roll back, count
+ *   store_read.h    the CLI's half (and the daemon's restore at start-up): list, get and resolve
+ *                   runs, trend, grid, alerts, export, integrity check
+ *   store_retain.h  upkeep, for a background thread of the daemon and the CLI: the retention step
+ *                   (compaction, downsampling by age and by size), per-run limits, deleting a run
  * The daemon writes through one read-write handle; the CLI reads through a read-only handle that
  * works whether the daemon is running or not. Includes only <stdint.h>: this header names no
  * SQLite type and nothing of the daemon or the client.
  *
  * What the store promises
- * - Durability. The database is in WAL mode with synchronous=NORMAL: a batch is durable against a
- *   crash of the process (kill -9) once store_commit() returned STORE_OK, and the file always passes
- *   PRAGMA integrity_check. (A power loss can lose the last few commits but never corrupts.)
+ * - Durability, chosen at open (store_options.durability); the database is always in WAL mode and
+ *   always passes PRAGMA integrity_check, whatever happens to the process or the machine:
+ *     STORE_SYNC_NORMAL (the default; synchronous=NORMAL): a batch is durable against a crash of
+ *       the process (kill -9, the OOM killer, an abort) once store_commit() returned STORE_OK. A
+ *       power loss or an operating-system crash can lose the commits made since the last
+ *       checkpoint (SQLite syncs the WAL when it checkpoints, every ~1000 pages written by
+ *       default), never part of a commit. No fsync on the commit path.
+ *     STORE_SYNC_FULL (synchronous=FULL): the WAL is synced before store_commit() returns, so a
+ *       returned commit survives a power loss or an operating-system crash too, as far as the disk
+ *       honours fsync. One fsync per commit: batch accordingly (bench/RESULTS.md, "History").
  * - Batches. store_add_samples() and store_add_alert() write into the open batch (one transaction,
  *   begun by the first write); nothing of it is visible to other connections, or survives a crash,
  *   until store_commit(). The daemon acknowledges a push only after the commit that holds it.
@@ -27,13 +36,22 @@
  *   for SQLite failures, the extended result code (err->code) and sqlite3_errmsg(). err may be NULL.
  *   Nothing here exits or aborts.
  * - Threads. A handle is used by one thread at a time. Different handles (even in different
- *   processes) may share one file.
- * - Missing values. Statistics that are NaN (a head with rows == 0 has NaN means) are stored as NULL
- *   and read back as NaN. Every other double reads back bit for bit, infinities included (max_logit
- *   is -inf when rows == 0), except that -0.0 reads back as +0.0.
+ *   processes) may share one file; writes from several handles take turns (the busy timeout).
+ * - Tiers and precision. A sample is stored exactly when it is written (the exact tier). The
+ *   retention step (store_retain.h) later packs samples older than the newest few steps of their
+ *   run into the compact tier, and may merge old ones into downsampled buckets. Reads see the three
+ *   tiers as one history. What reads back:
+ *     exact tier: statistics that are NaN (a head with rows == 0 has NaN means) are stored as NULL
+ *       and read back as NaN. Every other double reads back bit for bit, infinities included
+ *       (max_logit is -inf when rows == 0), except that -0.0 reads back as +0.0.
+ *     compact tier: each field at the precision that schema/store_pack.h states (binary32 for
+ *       entropy_mean and max_logit, 1/2048 nat for entropy_std/min/max, 1/65534 for the two
+ *       fractions, counts and times exact, sampled as 0/1); NaN and infinities as in the exact tier.
+ *     buckets: per head, the minimum, the mean and the maximum of each field over the samples the
+ *       window merged, at the compact precision (store_read.h says how a bucket reads).
  * - Queries. Reads deliver rows through callbacks, in a fixed order: runs by id; a trend by step,
- *   then head; a grid by layer, then head; alert transitions by id (order of insertion). A
- *   read-write handle may read too. Details in store_read.h.
+ *   then head; a grid by layer, then head; alert transitions by id (order of insertion); an export
+ *   by layer, then step, then head. A read-write handle may read too. Details in store_read.h.
  */
 #ifndef ATTNSTAT_STORE_H
 #define ATTNSTAT_STORE_H
@@ -85,9 +103,31 @@ int store_schema_version(void);
 
 /* ---- Opening ------------------------------------------------------------------------------ */
 
+/* store_options.durability: see "Durability" above. */
+typedef enum {
+    STORE_SYNC_NORMAL = 0,
+    STORE_SYNC_FULL = 1,
+} store_durability;
+
+typedef struct {
+    int busy_ms;                 /* wait for another handle's write lock; 0: 5000 ms */
+    store_durability durability; /* writing handles; ignored by a read-only one */
+    int readonly;                /* 1: as store_open_readonly() */
+    int64_t cache_kib;           /* this handle's page cache in KiB; 0: SQLite's default (2 MiB) */
+} store_options;
+
+/* Every option at its default: a read-write handle, STORE_SYNC_NORMAL, 5 s busy timeout. */
+#define STORE_OPTIONS_DEFAULT {0, STORE_SYNC_NORMAL, 0, 0}
+
+/* Open with options (NULL: STORE_OPTIONS_DEFAULT). A read-write open creates the database when it
+ * is missing, migrates it, and sets WAL, the durability asked for and foreign keys on. Returns
+ * NULL with err set on failure (a bad option included). */
+store *store_open_ex(const char *path, const store_options *opt, store_error *err);
+
 /* Open (creating it when missing) the database at path for writing, migrate it, and prepare the
  * statements. Sets WAL, synchronous=NORMAL, foreign keys on, a busy timeout of busy_ms
- * (0: 5000 ms). Returns NULL with err set on failure. */
+ * (0: 5000 ms). Returns NULL with err set on failure. Same as store_open_ex() with busy_ms and
+ * every other option at its default. */
 store *store_open(const char *path, int busy_ms, store_error *err);
 
 /* Open an existing database for reading only (the CLI). Never creates, migrates or writes the
@@ -100,6 +140,9 @@ void store_close(store *st);
 
 /* The handle's path, as given to open. */
 const char *store_path(const store *st);
+
+/* The durability this handle writes with (STORE_SYNC_NORMAL for a read-only handle). */
+store_durability store_durability_of(const store *st);
 
 #ifdef __cplusplus
 }

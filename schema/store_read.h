@@ -1,7 +1,16 @@
 /* store_read.h — the reading half of the store: runs (list, get, resolve a name), the trend of a
- * layer or head over steps, the grid of one step, alert transitions, and the integrity check.
- * Used by the CLI on a read-only handle (store_open_readonly()) and by the daemon's restore at
- * start-up on its read-write handle. None of these calls writes to the database.
+ * layer or head over steps, the grid of one step, alert transitions, a run's export (with a CSV /
+ * JSON-lines formatter), and the integrity check. Used by the CLI on a read-only handle
+ * (store_open_readonly()) and by the daemon's restore at start-up on its read-write handle. None
+ * of these calls writes to the database (on a handle with an open batch they see that batch).
+ *
+ * The three tiers (store.h) read as one history: where a step has a row in the exact tier and in
+ * the compact tier (a sample pushed again after it was compacted), each head is read from the
+ * exact tier when it is there. A bucket (a downsampled window of steps) reads as one row per head
+ * whose step is the window's first step (store_sample.step_last its last, .merged its number of
+ * samples, .stats the means, .min / .max the extremes). A read that runs several statements runs
+ * them in one read transaction, so it sees one snapshot even while the retention step moves rows
+ * between tiers.
  * Includes store.h and kernels/stats.h (stats_head, the statistics of one head).
  *
  * Reads deliver rows through callbacks: each row struct and its strings are valid only during the
@@ -33,17 +42,28 @@ typedef struct {
     int64_t last_hello_ms;   /* latest Hello */
     const char *config;      /* NULL when none */
     const char *thresholds;  /* NULL when none */
-    int64_t samples;         /* committed sample rows */
+    int64_t samples;         /* committed samples (a bucket counts the samples it merged) */
     int64_t step_min, step_max; /* 0 when samples == 0 */
     int64_t last_time_ms;    /* time of the newest sample; 0 when none */
+    int64_t bytes;           /* estimate of the bytes its samples take (store_retain.h) */
+    int64_t retain_ms, retain_bytes; /* its own retention limits; -1: the policy's */
 } store_run;
+
+/* store_sample.tier: where a row comes from, and so its precision (store.h, "Tiers"). */
+#define STORE_TIER_EXACT 0
+#define STORE_TIER_COMPACT 1
+#define STORE_TIER_BUCKET 2
 
 typedef struct {
     int64_t run_id;
     int32_t layer, head;
     int64_t step;
-    int64_t time_ms;
-    stats_head stats;
+    int64_t time_ms;         /* a bucket: the newest time it merged */
+    stats_head stats;        /* a bucket: each field's mean over the samples it merged */
+    int32_t tier;            /* STORE_TIER_EXACT, _COMPACT or _BUCKET */
+    int64_t step_last;       /* == step, except for a bucket: its window's last step */
+    int64_t merged;          /* 1, except for a bucket: the samples of this head it merged */
+    const stats_head *min, *max; /* a bucket's minima and maxima; NULL for a sample */
 } store_sample;
 
 typedef int (*store_run_cb)(void *ctx, const store_run *run);
@@ -65,14 +85,16 @@ store_status store_resolve_run(store *st, const char *spec, int32_t rank, int64_
 
 /* Trend of one layer of one run over steps [step_from, step_to] (inclusive), head >= 0 for one
  * head, head < 0 for every head. Thinning: of the distinct steps in the range (that have a sample
- * of the selected head(s)), the first one and then every `every`-th (every <= 1: all).
- * Rows come ordered by step, then head. */
+ * of the selected head(s)), the first one and then every `every`-th (every <= 1: all); a bucket
+ * that overlaps the range counts as one step (its first). Rows come ordered by step, then head;
+ * a bucket comes before a sample of the same step. */
 store_status store_trend(store *st, int64_t run_id, int32_t layer, int32_t head,
                          int64_t step_from, int64_t step_to, int64_t every,
                          store_sample_cb cb, void *ctx, store_error *err);
 
 /* Every (layer, head) sample of one step of one run: the grid. step == STORE_STEP_LATEST: the
- * run's highest stored step. The step used is written to *step_used (may be NULL).
+ * run's highest stored step. The step used is written to *step_used (may be NULL). A step that
+ * was downsampled reads as the buckets whose window holds it (when no sample of it remains).
  * STORE_NOTFOUND when the run has no sample (or none at that step).
  * Rows come ordered by layer, then head. */
 store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_used,
@@ -83,6 +105,36 @@ store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_u
  * when that one is a raise. */
 store_status store_alerts(store *st, int64_t run_id, int active_only, store_alert_cb cb,
                           void *ctx, store_error *err);
+
+/* Every sample of one run, every tier, as a stream: ordered by layer, then step, then head, with
+ * each bucket at its first step (before a sample of that step), as store_trend() reads one layer
+ * over all steps. One read transaction holds the snapshot for the whole export: writers go on
+ * (WAL), but the WAL file cannot be checkpointed past it until the export ends. STORE_NOTFOUND
+ * when there is no such run. */
+store_status store_export(store *st, int64_t run_id, store_sample_cb cb, void *ctx,
+                          store_error *err);
+
+/* Text formats of an exported row (store_format_sample()). */
+typedef enum {
+    STORE_FORMAT_CSV = 0,   /* STORE_EXPORT_CSV_HEADER's columns; NaN is an empty cell */
+    STORE_FORMAT_JSONL = 1, /* one JSON object a line, keys as the CSV columns; NaN and
+                             * infinities are null (JSON has neither) */
+} store_format;
+
+/* The columns of an export, in order (CSV header line, newline included). The *_lo / *_hi columns
+ * are a bucket's minima and maxima (a sample's own value otherwise); doubles are printed with
+ * %.17g (they read back exactly), times in Unix milliseconds, tier as exact/compact/bucket. */
+#define STORE_EXPORT_CSV_HEADER                                                                    \
+    "run_id,layer,head,step,step_last,tier,merged,time_ms,rows,rows_norm,rows_empty,"             \
+    "nonfinite_rows,sampled,entropy_mean,entropy_std,entropy_min,entropy_max,entropy_norm_mean,"  \
+    "collapsed_frac,max_logit,entropy_mean_lo,entropy_mean_hi,entropy_std_lo,entropy_std_hi,"     \
+    "entropy_min_lo,entropy_min_hi,entropy_max_lo,entropy_max_hi,entropy_norm_mean_lo,"           \
+    "entropy_norm_mean_hi,collapsed_frac_lo,collapsed_frac_hi,max_logit_lo,max_logit_hi\n"
+
+/* Format one row as a line (newline included) into buf: the length it needs, as snprintf (the
+ * line is cut when len is too small). A row takes at most STORE_FORMAT_MAX bytes. */
+#define STORE_FORMAT_MAX 1536
+size_t store_format_sample(const store_sample *s, store_format f, char *buf, size_t len);
 
 /* PRAGMA integrity_check: STORE_OK when it says "ok"; otherwise STORE_ERROR with the problems it
  * found in err (as many as fit). store_quick_check: the same with PRAGMA quick_check (every page

@@ -1,17 +1,24 @@
 /* store_write.c — the daemon's half of the store, behind store_write.h: runs begun or resumed,
  * samples and alert transitions added to the open batch, commit and rollback, counts.
- * Calls store.c's helpers (store_internal.h) and SQLite; nothing of store_read.c.
+ * Calls store_core.c's helpers (store_internal.h) and SQLite; nothing of store_read.c.
  *
  * How it works
  * - The batch is one transaction, begun with BEGIN IMMEDIATE by the first write (so it holds the
  *   write lock from the start and never fails half-way on a lock upgrade); store_commit() ends it.
+ *   The run a write names is checked inside it (and cached for the rest of the batch only), so a
+ *   run deleted through another handle is never written to.
  *   A write failure rolls it back. SQLite itself may roll a transaction back on some errors (out
  *   of memory, I/O, full disk); after any failure the handle checks sqlite3_get_autocommit() (in
  *   store_db_err()) so its idea of the batch never drifts from SQLite's.
- * - The runs table carries a per-run summary (sample count, step range, last time) updated by each
- *   push in the same transaction, so listing runs and finding the latest step never scan samples.
+ * - The runs table carries a per-run summary (sample count, step range, last time, size) so that
+ *   listing runs and finding the latest step never scan samples. A batch gathers what it does to
+ *   each run in memory (store_run_delta) and writes it once, before its commit: one UPDATE per run
+ *   per batch instead of one per push.
+ * - The hot path is one prepared INSERT per head into the exact tier, its 17 parameters bound by
+ *   position; the tier is keyed (run, step, layer, head), so a push appends at the B-tree's end.
  *   A sample is inserted with ON CONFLICT DO NOTHING and updated in place when that inserted
- *   nothing, which tells new rows from replaced ones and keeps the count exact.
+ *   nothing, which tells new rows from replaced ones and keeps the count exact. The run is checked
+ *   once per push (cached), not by a foreign key per row.
  */
 #include "store_write.h"
 
@@ -51,6 +58,9 @@ static store_status batch_begin(store *st, store_error *err)
     }
     st->in_batch = 1;
     st->pending = 0;
+    /* The batch holds the write lock: a run checked from now on cannot be deleted by another
+     * handle before the commit, and one deleted before it is looked up again. */
+    st->known_run = 0;
     return STORE_OK;
 }
 
@@ -77,6 +87,10 @@ store_status store_commit(store *st, store_error *err)
 {
     if (!st->in_batch)
         return STORE_OK;
+    if (store_flush_deltas(st, err) != STORE_OK) {
+        store_append_err(err, " (committing a batch to '%s')", st->path);
+        return batch_fail(st, err);
+    }
     if (store_step_simple(st, S_COMMIT, err) != SQLITE_OK) {
         store_append_err(err, " (committing a batch to '%s')", st->path);
         return batch_fail(st, err);
@@ -99,12 +113,14 @@ int64_t store_samples_written(const store *st)
 
 store_status store_count_samples(store *st, int64_t run_id, int64_t *count, store_error *err)
 {
+    if (st->in_batch && store_flush_deltas(st, err)) /* as the summary stood with this batch */
+        return STORE_ERROR;
     sqlite3_stmt *s = store_stmt(st, run_id > 0 ? S_COUNT_ONE : S_COUNT_ALL, err);
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
     if (run_id > 0)
-        BIND(bind_i64(s, ":run", run_id));
+        BIND(bind_i64(s, 1, run_id));
     if (rc == SQLITE_OK)
         rc = sqlite3_step(s);
     store_status rs = STORE_OK;
@@ -142,13 +158,13 @@ store_status store_run_begin(store *st, const store_run_info *info, int64_t *run
     if (!s)
         return batch_fail(st, err);
     int rc = SQLITE_OK;
-    BIND(bind_text(s, ":name", info->name));
-    BIND(bind_i64(s, ":rank", info->rank));
-    BIND(bind_text(s, ":host", info->host));
-    BIND(bind_i64(s, ":pid", info->pid));
-    BIND(bind_i64(s, ":time", info->time_ms ? info->time_ms : now_ms()));
-    BIND(bind_text(s, ":config", info->config));
-    BIND(bind_text(s, ":thresholds", info->thresholds));
+    BIND(bind_text(s, 1, info->name));
+    BIND(bind_i64(s, 2, info->rank));
+    BIND(bind_text(s, 3, info->host));
+    BIND(bind_i64(s, 4, info->pid));
+    BIND(bind_i64(s, 5, info->time_ms ? info->time_ms : now_ms()));
+    BIND(bind_text(s, 6, info->config));
+    BIND(bind_text(s, 7, info->thresholds));
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(s);
         if (rc == SQLITE_ROW) {
@@ -167,28 +183,51 @@ store_status store_run_begin(store *st, const store_run_info *info, int64_t *run
     return store_commit(st, err);
 }
 
+/* Bind one head's row: the parameters of S_SAMPLE_INSERT and S_SAMPLE_UPDATE (HOT_COLS order). */
 static int bind_sample(sqlite3_stmt *s, int64_t run_id, int32_t layer, int32_t head,
                        int64_t step, int64_t time_ms, const stats_head *h)
 {
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, ":run", run_id));
-    BIND(bind_i64(s, ":layer", layer));
-    BIND(bind_i64(s, ":head", head));
-    BIND(bind_i64(s, ":step", step));
-    BIND(bind_i64(s, ":time", time_ms));
-    BIND(bind_i64(s, ":rows", h->rows));
-    BIND(bind_i64(s, ":rows_norm", h->rows_norm));
-    BIND(bind_i64(s, ":rows_empty", h->rows_empty));
-    BIND(bind_i64(s, ":nonfinite_rows", h->nonfinite_rows));
-    BIND(bind_f64(s, ":entropy_mean", h->entropy_mean));
-    BIND(bind_f64(s, ":entropy_std", h->entropy_std));
-    BIND(bind_f64(s, ":entropy_min", h->entropy_min));
-    BIND(bind_f64(s, ":entropy_max", h->entropy_max));
-    BIND(bind_f64(s, ":entropy_norm_mean", h->entropy_norm_mean));
-    BIND(bind_f64(s, ":collapsed_frac", h->collapsed_frac));
-    BIND(bind_f64(s, ":max_logit", h->max_logit));
-    BIND(bind_i64(s, ":sampled", h->sampled));
+    BIND(sqlite3_bind_int64(s, 1, run_id));
+    BIND(sqlite3_bind_int(s, 2, layer));
+    BIND(sqlite3_bind_int(s, 3, head));
+    BIND(sqlite3_bind_int64(s, 4, step));
+    BIND(sqlite3_bind_int64(s, 5, time_ms));
+    BIND(sqlite3_bind_int64(s, 6, h->rows));
+    BIND(sqlite3_bind_int64(s, 7, h->rows_norm));
+    BIND(sqlite3_bind_int64(s, 8, h->rows_empty));
+    BIND(sqlite3_bind_int64(s, 9, h->nonfinite_rows));
+    BIND(bind_f64(s, 10, h->entropy_mean));
+    BIND(bind_f64(s, 11, h->entropy_std));
+    BIND(bind_f64(s, 12, h->entropy_min));
+    BIND(bind_f64(s, 13, h->entropy_max));
+    BIND(bind_f64(s, 14, h->entropy_norm_mean));
+    BIND(bind_f64(s, 15, h->collapsed_frac));
+    BIND(bind_f64(s, 16, h->max_logit));
+    BIND(sqlite3_bind_int(s, 17, h->sampled));
     return rc;
+}
+
+/* The open batch's delta of run_id (created when missing). NULL with err set when out of memory. */
+static store_run_delta *delta_of(store *st, int64_t run_id, int64_t step, store_error *err)
+{
+    for (int i = 0; i < st->ndeltas; i++)
+        if (st->deltas[i].run_id == run_id)
+            return &st->deltas[i];
+    if (st->ndeltas == st->capdeltas) {
+        int cap = st->capdeltas ? st->capdeltas * 2 : 8;
+        store_run_delta *d = sqlite3_realloc64(st->deltas, (uint64_t)cap * sizeof *d);
+        if (!d) {
+            store_set_err(err, SQLITE_NOMEM, "out of memory (the batch's run summaries)");
+            return NULL;
+        }
+        st->deltas = d;
+        st->capdeltas = cap;
+    }
+    store_run_delta *d = &st->deltas[st->ndeltas++];
+    *d = (store_run_delta){.run_id = run_id, .step_min = step, .step_max = step,
+                           .time_max = INT64_MIN};
+    return d;
 }
 
 store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t layer,
@@ -204,19 +243,22 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                 nheads);
         return STORE_EINVAL;
     }
+    int began = !st->in_batch;
+    if ((rs = batch_begin(st, err)))
+        return rs;
     if ((rs = store_check_run(st, run_id, err))) {
         if (rs == STORE_ERROR)
             return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
         return rs;
     }
-    if ((rs = batch_begin(st, err)))
-        return rs;
     if (!time_ms)
         time_ms = now_ms();
     sqlite3_stmt *ins = store_stmt(st, S_SAMPLE_INSERT, err);
     sqlite3_stmt *upd = ins ? store_stmt(st, S_SAMPLE_UPDATE, err) : NULL;
-    sqlite3_stmt *sum = upd ? store_stmt(st, S_RUN_SUMMARY, err) : NULL;
-    if (!sum)
+    store_run_delta *d = upd ? delta_of(st, run_id, step, err) : NULL;
+    if (!d)
         return batch_fail(st, err);
     int64_t added = 0;
     int rc = SQLITE_OK;
@@ -238,29 +280,21 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                 if (rc != SQLITE_OK)
                     store_db_err(st, err, rc, "replacing sample run %" PRId64 " layer %" PRId32
                            " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
-                stmt_done(upd);
+                sqlite3_reset(upd);
             }
         } else {
             store_db_err(st, err, rc, "storing sample run %" PRId64 " layer %" PRId32
                          " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
         }
-        stmt_done(ins);
-    }
-    if (rc == SQLITE_OK) {
-        BIND(bind_i64(sum, ":added", added));
-        BIND(bind_i64(sum, ":step", step));
-        BIND(bind_i64(sum, ":time", time_ms));
-        BIND(bind_i64(sum, ":run", run_id));
-        if (rc == SQLITE_OK)
-            rc = sqlite3_step(sum);
-        if (rc == SQLITE_DONE)
-            rc = SQLITE_OK;
-        if (rc != SQLITE_OK)
-            store_db_err(st, err, rc, "updating the summary of run %" PRId64, run_id);
-        stmt_done(sum);
+        /* every parameter is bound again for the next head: no need to clear them */
+        sqlite3_reset(ins);
     }
     if (rc != SQLITE_OK)
         return batch_fail(st, err);
+    d->added += added;
+    d->step_min = step < d->step_min ? step : d->step_min;
+    d->step_max = step > d->step_max ? step : d->step_max;
+    d->time_max = time_ms > d->time_max ? time_ms : d->time_max;
     st->pending += nheads;
     return STORE_OK;
 }
@@ -276,27 +310,30 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
                       "raised or cleared");
         return STORE_EINVAL;
     }
+    int began = !st->in_batch;
+    if ((rs = batch_begin(st, err)))
+        return rs;
     if ((rs = store_check_run(st, a->run_id, err))) {
         if (rs == STORE_ERROR)
             return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
         return rs;
     }
-    if ((rs = batch_begin(st, err)))
-        return rs;
     sqlite3_stmt *s = store_stmt(st, S_ALERT_INSERT, err);
     if (!s)
         return batch_fail(st, err);
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, ":run", a->run_id));
-    BIND(bind_i64(s, ":layer", a->layer));
-    BIND(bind_i64(s, ":head", a->head));
-    BIND(bind_i64(s, ":step", a->step));
-    BIND(bind_text(s, ":rule", a->rule));
-    BIND(bind_text(s, ":state", a->state == STORE_ALERT_RAISED ? "raised" : "cleared"));
-    BIND(bind_f64(s, ":value", a->value));
-    BIND(bind_f64(s, ":threshold", a->threshold));
-    BIND(bind_i64(s, ":time", a->time_ms ? a->time_ms : now_ms()));
-    BIND(bind_text(s, ":message", a->message));
+    BIND(bind_i64(s, 1, a->run_id));
+    BIND(bind_i64(s, 2, a->layer));
+    BIND(bind_i64(s, 3, a->head));
+    BIND(bind_i64(s, 4, a->step));
+    BIND(bind_text(s, 5, a->rule));
+    BIND(bind_text(s, 6, a->state == STORE_ALERT_RAISED ? "raised" : "cleared"));
+    BIND(bind_f64(s, 7, a->value));
+    BIND(bind_f64(s, 8, a->threshold));
+    BIND(bind_i64(s, 9, a->time_ms ? a->time_ms : now_ms()));
+    BIND(bind_text(s, 10, a->message));
     if (rc == SQLITE_OK)
         rc = sqlite3_step(s);
     if (rc == SQLITE_DONE)

@@ -1,9 +1,22 @@
 /* store_write.h — the daemon's half of the store: begin (or resume) a run, add the samples and
  * alert transitions of pushes to the open batch, commit or roll it back, and count what was
- * written. Only a handle from store_open() writes: on a read-only handle store_run_begin(),
- * store_add_samples() and store_add_alert() return STORE_EINVAL. The batch and durability rules
- * are store.h's.
+ * written. Only a handle from store_open() / store_open_ex() writes: on a read-only handle
+ * store_run_begin(), store_add_samples() and store_add_alert() return STORE_EINVAL. The batch and
+ * durability rules are store.h's.
  * Includes store.h and kernels/stats.h (stats_head, the statistics of one head).
+ *
+ * Writing at the SQLite limit (bench/RESULTS.md, "History", measures it beside a plain SQLite
+ * program with the same tables):
+ * - store_add_samples() is one prepared INSERT per head into the exact tier, bound by position,
+ *   appended at the end of its B-tree (the tier is keyed run, step, layer, head); the run is looked
+ *   up once per batch; the runs table's summary is written once per run per batch, at the commit.
+ *   Nothing is allocated per push once the handle has warmed up.
+ * - The cost that remains per push is the commit's: batch. A writer thread that adds every push
+ *   waiting in its queue and commits when the queue drains (or every few milliseconds) gets tens
+ *   of thousands of small pushes a second; a commit per push gets what one WAL append per commit
+ *   allows (and one fsync per commit with STORE_SYNC_FULL).
+ * - The exact tier only grows until the retention step (store_retain.h) packs it; the daemon runs
+ *   that step between batches or on a thread and handle of its own.
  */
 #ifndef ATTNSTAT_STORE_WRITE_H
 #define ATTNSTAT_STORE_WRITE_H
@@ -61,7 +74,10 @@ int64_t store_pending(const store *st);
 /* Samples committed through this handle since it was opened (for the daemon's status). */
 int64_t store_samples_written(const store *st);
 
-/* Number of committed sample rows of one run (run_id > 0) or of all runs (run_id == 0). */
+/* Number of committed samples of one run (run_id > 0) or of all runs (run_id == 0): the runs'
+ * summaries (a bucket counts the samples it merged; with a batch open on this handle, that batch
+ * counts too). A sample pushed again after its step was compacted counts twice until the next
+ * retention step merges it. */
 store_status store_count_samples(store *st, int64_t run_id, int64_t *count, store_error *err);
 
 #ifdef __cplusplus

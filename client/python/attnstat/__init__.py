@@ -19,10 +19,17 @@ is imported (tensors are read through __array_interface__ / __cuda_array_interfa
 data_ptr() / stride(), duck-typed). The library is found through $ATTNSTAT_LIB, else the copy a
 wheel carries, else this source tree's build*/client/libattnstat.so, else the installed library by
 its soname (attnstat.load_library() says where it looked).
+
+The history the daemon stores, read with Python's sqlite3 alone (no library, no daemon):
+
+    h = attnstat.history("/var/lib/attnstat/history.db")
+    rows = h.samples("gpt-small", layer=3, step_from=1000)   # dicts; h.dataframe(...) with pandas
 """
 from ._client import Alert, AttnstatError, Client, default_socket
+from ._history import History, HistoryError, history
 from ._lib import BF16, F16, F32, LibraryNotFound, MEM_CUDA, MEM_HOST, load as load_library
 from ._version import __version__
 
 __all__ = ["Client", "AttnstatError", "Alert", "LibraryNotFound", "default_socket",
-           "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA"]
+           "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA", "history", "History",
+           "HistoryError"]

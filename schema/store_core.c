@@ -1,13 +1,16 @@
-/* store.c — the store's core, behind store.h: opening a handle (read-write or read-only), the
- * schema check and the migrations, the statement table, errors, and closing. The two halves
- * (store_write.c, store_read.c) build on the helpers it exports through store_internal.h; it calls
- * neither of them. Includes store_internal.h (store.h, SQLite), the generated store_schema.h and
- * libc.
+/* store_core.c — the store's core, behind store.h: opening a handle (read-write or read-only, with its
+ * options), the schema check and the migrations, statements, errors, the batch's per-run deltas,
+ * read transactions, scratch memory, and closing. The other files of the store (store_write.c,
+ * store_read.c, store_rows.c, store_export.c, store_retain.c, store_compact.c,
+ * store_downsample.c) build on the helpers it exports
+ * through store_internal.h; it calls none of them. Includes store_internal.h (store.h, SQLite),
+ * the generated store_schema.h and libc.
  *
  * How it works
- * - Every statement lives in one table (store_sql[]), is prepared the first time it is needed with
- *   SQLITE_PREPARE_PERSISTENT, kept for the life of the handle, bound by parameter name, and reset
- *   (bindings cleared) after every use, whatever happened.
+ * - Every statement lives in one table (store_sql[], store_sql.c), is prepared the first time it
+ *   is needed with SQLITE_PREPARE_PERSISTENT, kept for the life of the handle, bound by position
+ *   (never by name on the hot path), and reset (bindings cleared) after every use, whatever
+ *   happened.
  * - Every SQLite return code is checked. A failure is turned into a store_error that says what was
  *   being done, sqlite3_errmsg() and the extended code, captured before anything else touches the
  *   connection (a rollback would overwrite the message).
@@ -26,73 +29,6 @@
 
 /* 'atst': PRAGMA application_id of an attnstat database. */
 #define STORE_APPLICATION_ID 0x61747374
-
-#define RUN_COLS                                                                                   \
-    "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
-    "step_max, last_time"
-#define SAMPLE_COLS                                                                                \
-    "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
-    "entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled"
-#define ALERT_COLS "id, run_id, layer, head, step, rule, state, value, threshold, time, message"
-
-static const char *const store_sql[S_COUNT] = {
-    [S_BEGIN] = "BEGIN IMMEDIATE",
-    [S_COMMIT] = "COMMIT",
-    [S_ROLLBACK] = "ROLLBACK",
-    [S_RUN_UPSERT] =
-        "INSERT INTO runs (name, rank, host, pid, started, last_hello, config, thresholds) "
-        "VALUES (:name, :rank, :host, :pid, :time, :time, :config, :thresholds) "
-        "ON CONFLICT (name, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
-        "last_hello = excluded.last_hello, config = excluded.config, "
-        "thresholds = excluded.thresholds RETURNING id",
-    [S_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = :run",
-    [S_SAMPLE_INSERT] =
-        "INSERT INTO samples (" SAMPLE_COLS ") VALUES (:run, :layer, :head, :step, :time, :rows, "
-        ":rows_norm, :rows_empty, :nonfinite_rows, :entropy_mean, :entropy_std, :entropy_min, "
-        ":entropy_max, :entropy_norm_mean, :collapsed_frac, :max_logit, :sampled) "
-        "ON CONFLICT (run_id, layer, head, step) DO NOTHING",
-    [S_SAMPLE_UPDATE] =
-        "UPDATE samples SET time = :time, rows = :rows, rows_norm = :rows_norm, "
-        "rows_empty = :rows_empty, nonfinite_rows = :nonfinite_rows, "
-        "entropy_mean = :entropy_mean, entropy_std = :entropy_std, entropy_min = :entropy_min, "
-        "entropy_max = :entropy_max, entropy_norm_mean = :entropy_norm_mean, "
-        "collapsed_frac = :collapsed_frac, max_logit = :max_logit, sampled = :sampled "
-        "WHERE run_id = :run AND layer = :layer AND head = :head AND step = :step",
-    [S_RUN_SUMMARY] =
-        "UPDATE runs SET samples = samples + :added, "
-        "step_min = min(coalesce(step_min, :step), :step), "
-        "step_max = max(coalesce(step_max, :step), :step), "
-        "last_time = max(coalesce(last_time, :time), :time) WHERE id = :run",
-    [S_ALERT_INSERT] =
-        "INSERT INTO alerts (run_id, layer, head, step, rule, state, value, threshold, time, "
-        "message) VALUES (:run, :layer, :head, :step, :rule, :state, :value, :threshold, :time, "
-        ":message)",
-    [S_RUNS_ALL] = "SELECT " RUN_COLS " FROM runs ORDER BY id",
-    [S_RUN_ONE] = "SELECT " RUN_COLS " FROM runs WHERE id = :run",
-    [S_RUN_BY_NAME] =
-        "SELECT id, rank FROM runs WHERE name = :name AND (:rank < 0 OR rank = :rank) "
-        "ORDER BY rank, id",
-    [S_TREND_HEAD] =
-        "SELECT " SAMPLE_COLS " FROM (SELECT *, row_number() OVER (ORDER BY step) - 1 AS i "
-        "FROM samples WHERE run_id = :run AND layer = :layer AND head = :head "
-        "AND step BETWEEN :from AND :to) WHERE i % :every = 0 ORDER BY step",
-    [S_TREND_LAYER] =
-        "WITH steps AS (SELECT step, row_number() OVER (ORDER BY step) - 1 AS i FROM "
-        "(SELECT DISTINCT step FROM samples WHERE run_id = :run AND layer = :layer "
-        "AND step BETWEEN :from AND :to)) "
-        "SELECT " SAMPLE_COLS " FROM samples WHERE run_id = :run AND layer = :layer "
-        "AND step IN (SELECT step FROM steps WHERE i % :every = 0) ORDER BY step, head",
-    [S_GRID] = "SELECT " SAMPLE_COLS " FROM samples WHERE run_id = :run AND step = :step "
-               "ORDER BY layer, head",
-    [S_ALERTS_ALL] =
-        "SELECT " ALERT_COLS " FROM alerts WHERE (:run = 0 OR run_id = :run) ORDER BY id",
-    [S_ALERTS_ACTIVE] =
-        "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
-        "WHERE (:run = 0 OR run_id = :run) GROUP BY run_id, layer, head, rule) "
-        "AND state = 'raised' ORDER BY id",
-    [S_COUNT_ONE] = "SELECT samples FROM runs WHERE id = :run",
-    [S_COUNT_ALL] = "SELECT coalesce(sum(samples), 0) FROM runs",
-};
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
@@ -129,7 +65,10 @@ static void note_lost_batch(store *st, store_error *err)
                          st->pending);
         st->in_batch = 0;
         st->pending = 0;
+        st->ndeltas = 0;
     }
+    if (st->in_read && sqlite3_get_autocommit(st->db))
+        st->in_read = 0;
 }
 
 store_status store_db_err(store *st, store_error *err, int rc, const char *fmt, ...)
@@ -174,6 +113,11 @@ int store_schema_version(void)
 const char *store_path(const store *st)
 {
     return st->path;
+}
+
+store_durability store_durability_of(const store *st)
+{
+    return st->durability;
 }
 
 /* ---- statements ----------------------------------------------------------------------------- */
@@ -234,6 +178,9 @@ static void store_free(store *st)
         return;
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
+    for (int i = 0; i < BUF_N; i++)
+        sqlite3_free(st->buf[i].p);
+    sqlite3_free(st->deltas);
     sqlite3_close_v2(st->db);
     sqlite3_free(st);
 }
@@ -299,12 +246,26 @@ static store_status migrate(store *st, store_error *err)
     return rs;
 }
 
-static store *open_common(const char *path, int readonly, int busy_ms, store_error *err)
+static store *open_common(const char *path, const store_options *opt, store_error *err)
 {
+    store_options o = STORE_OPTIONS_DEFAULT;
+    if (opt)
+        o = *opt;
     if (!path || !*path) {
         store_set_err(err, 0, "no database path given");
         return NULL;
     }
+    if (o.durability != STORE_SYNC_NORMAL && o.durability != STORE_SYNC_FULL) {
+        store_set_err(err, 0, "opening database '%s': durability %d is neither STORE_SYNC_NORMAL "
+                      "nor STORE_SYNC_FULL", path, (int)o.durability);
+        return NULL;
+    }
+    if (o.busy_ms < 0 || o.cache_kib < 0) {
+        store_set_err(err, 0, "opening database '%s': busy_ms (%d) and cache_kib (%lld) must not "
+                      "be negative", path, o.busy_ms, (long long)o.cache_kib);
+        return NULL;
+    }
+    int readonly = o.readonly != 0;
     int rc = sqlite3_initialize();
     if (rc != SQLITE_OK) {
         store_set_err(err, rc, "initialising SQLite: %s (SQLite error %d)", sqlite3_errstr(rc), rc);
@@ -332,8 +293,9 @@ static store *open_common(const char *path, int readonly, int busy_ms, store_err
         return NULL;
     }
     st->readonly = readonly;
+    st->durability = readonly ? STORE_SYNC_NORMAL : o.durability;
     sqlite3_extended_result_codes(st->db, 1);
-    rc = sqlite3_busy_timeout(st->db, busy_ms > 0 ? busy_ms : 5000);
+    rc = sqlite3_busy_timeout(st->db, o.busy_ms > 0 ? o.busy_ms : 5000);
     if (rc != SQLITE_OK) {
         store_db_err(st, err, rc, "setting the busy timeout of '%s'", path);
         store_free(st);
@@ -387,16 +349,26 @@ static store *open_common(const char *path, int readonly, int busy_ms, store_err
         }
         sqlite3_finalize(s);
         if (rs == STORE_OK)
-            rs = exec_sql(st, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON",
-                          "setting synchronous=NORMAL and foreign_keys", err);
+            rs = exec_sql(st, st->durability == STORE_SYNC_FULL ? "PRAGMA synchronous = FULL"
+                                                                : "PRAGMA synchronous = NORMAL",
+                          "setting the durability (synchronous)", err);
+        /* Migrations run with foreign keys off: a table rebuilt by one is copied, not
+         * re-checked row by row (foreign_keys cannot change inside their transaction). */
+        if (rs == STORE_OK && version < STORE_SCHEMA_VERSION)
+            rs = migrate(st, err);
+        if (rs == STORE_OK)
+            rs = exec_sql(st, "PRAGMA foreign_keys = ON", "setting foreign_keys", err);
         if (rs == STORE_OK)
             rs = query_int(st, "PRAGMA foreign_keys", &dummy, "checking foreign_keys", err);
         if (rs == STORE_OK && dummy != 1) {
             store_set_err(err, 0, "database '%s': this SQLite cannot enforce foreign keys", path);
             rs = STORE_ERROR;
         }
-        if (rs == STORE_OK && version < STORE_SCHEMA_VERSION)
-            rs = migrate(st, err);
+    }
+    if (rs == STORE_OK && o.cache_kib > 0) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA cache_size = -%lld", (long long)o.cache_kib);
+        rs = exec_sql(st, sql, "setting the page cache size", err);
     }
     if (rs == STORE_OK && readonly)
         rs = exec_sql(st, "PRAGMA query_only = ON", "setting query_only", err);
@@ -411,14 +383,24 @@ static store *open_common(const char *path, int readonly, int busy_ms, store_err
     return st;
 }
 
+store *store_open_ex(const char *path, const store_options *opt, store_error *err)
+{
+    return open_common(path, opt, err);
+}
+
 store *store_open(const char *path, int busy_ms, store_error *err)
 {
-    return open_common(path, 0, busy_ms, err);
+    store_options o = STORE_OPTIONS_DEFAULT;
+    o.busy_ms = busy_ms > 0 ? busy_ms : 0;
+    return open_common(path, &o, err);
 }
 
 store *store_open_readonly(const char *path, int busy_ms, store_error *err)
 {
-    return open_common(path, 1, busy_ms, err);
+    store_options o = STORE_OPTIONS_DEFAULT;
+    o.busy_ms = busy_ms > 0 ? busy_ms : 0;
+    o.readonly = 1;
+    return open_common(path, &o, err);
 }
 
 void store_close(store *st)
@@ -454,7 +436,9 @@ void store_batch_rollback(store *st)
             sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     }
     st->in_batch = 0;
+    st->in_read = 0;
     st->pending = 0;
+    st->ndeltas = 0;
 }
 
 store_status store_check_run(store *st, int64_t run_id, store_error *err)
@@ -465,7 +449,7 @@ store_status store_check_run(store *st, int64_t run_id, store_error *err)
     if (!s)
         return STORE_ERROR;
     int rc = SQLITE_OK;
-    BIND(bind_i64(s, ":run", run_id));
+    BIND(bind_i64(s, 1, run_id));
     if (rc == SQLITE_OK)
         rc = sqlite3_step(s);
     stmt_done(s);
@@ -478,4 +462,152 @@ store_status store_check_run(store *st, int64_t run_id, store_error *err)
         return STORE_NOTFOUND;
     }
     return store_db_err(st, err, rc, "looking up run %" PRId64, run_id);
+}
+
+/* ---- the batch's per-run deltas ----------------------------------------------------------------- */
+
+store_status store_flush_deltas(store *st, store_error *err)
+{
+    if (st->ndeltas == 0)
+        return STORE_OK;
+    sqlite3_stmt *s = store_stmt(st, S_RUN_SUMMARY, err);
+    if (!s)
+        return STORE_ERROR;
+    /* from the end, each one dropped once written: a failure half-way leaves exactly the deltas
+     * not yet written, for the next try (the commit) */
+    while (st->ndeltas > 0) {
+        const store_run_delta *d = &st->deltas[st->ndeltas - 1];
+        int rc = SQLITE_OK;
+        BIND(bind_i64(s, 1, d->run_id));
+        BIND(bind_i64(s, 2, d->added));
+        BIND(bind_i64(s, 3, d->step_min));
+        BIND(bind_i64(s, 4, d->step_max));
+        BIND(bind_i64(s, 5, d->time_max));
+        BIND(bind_i64(s, 6, d->added * STORE_EXACT_ROW_BYTES));
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(s);
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+        stmt_done(s);
+        if (rc != SQLITE_OK)
+            return store_db_err(st, err, rc, "updating the summary of run %" PRId64, d->run_id);
+        st->ndeltas--;
+    }
+    return STORE_OK;
+}
+
+/* ---- read transactions ----------------------------------------------------------------------- */
+
+store_status store_read_begin(store *st, int *began, store_error *err)
+{
+    *began = 0;
+    if (!sqlite3_get_autocommit(st->db)) {
+        /* inside a batch: the reader sees it, summaries included */
+        return st->in_batch ? store_flush_deltas(st, err) : STORE_OK;
+    }
+    if (store_step_simple(st, S_READ_BEGIN, err) != SQLITE_OK)
+        return STORE_ERROR;
+    st->in_read = 1;
+    *began = 1;
+    return STORE_OK;
+}
+
+void store_read_end(store *st, int began)
+{
+    if (!began || !st->in_read)
+        return;
+    st->in_read = 0;
+    /* A read transaction has nothing to keep: COMMIT ends it; if even that fails, ROLLBACK. */
+    if (!sqlite3_get_autocommit(st->db) && store_step_simple(st, S_COMMIT, NULL) != SQLITE_OK &&
+        store_step_simple(st, S_ROLLBACK, NULL) != SQLITE_OK)
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* ---- scratch memory --------------------------------------------------------------------------- */
+
+void *store_scratch(store *st, int id, size_t bytes, store_error *err)
+{
+    store_buf *b = &st->buf[id];
+    if (b->cap >= bytes && b->p)
+        return b->p;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < bytes)
+        cap *= 2;
+    void *p = sqlite3_realloc64(b->p, cap);
+    if (!p) {
+        store_set_err(err, SQLITE_NOMEM, "out of memory (%zu bytes of scratch space)", cap);
+        return NULL;
+    }
+    b->p = p;
+    b->cap = cap;
+    return p;
+}
+
+/* ---- small statement helpers (the upkeep files) ---------------------------------------------- */
+
+store_status store_one_int(store *st, sqlite3_stmt *s, int64_t *v, int *isnull, const char *what,
+                            store_error *err)
+{
+    int rc = sqlite3_step(s);
+    store_status rs = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *isnull = sqlite3_column_type(s, 0) == SQLITE_NULL;
+        *v = sqlite3_column_int64(s, 0);
+    } else if (rc == SQLITE_DONE) {
+        *isnull = 1;
+        *v = 0;
+    } else {
+        rs = store_db_err(st, err, rc, "%s in '%s'", what, st->path);
+    }
+    stmt_done(s);
+    return rs;
+}
+
+store_status store_run_done(store *st, sqlite3_stmt *s, const char *what, store_error *err)
+{
+    int rc = sqlite3_step(s);
+    stmt_done(s);
+    if (rc != SQLITE_DONE)
+        return store_db_err(st, err, rc, "%s in '%s'", what, st->path);
+    return STORE_OK;
+}
+
+sqlite3_stmt *store_bind_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                              store_error *err)
+{
+    sqlite3_stmt *s = store_stmt(st, id, err);
+    if (!s)
+        return NULL;
+    int rc = SQLITE_OK;
+    for (int i = 0; i < n; i++)
+        BIND(bind_i64(s, i + 1, args[i]));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        store_db_err(st, err, rc, "binding the parameters of %s", what);
+        return NULL;
+    }
+    return s;
+}
+
+store_status store_exec_ints(store *st, int id, const int64_t *args, int n, const char *what,
+                             store_error *err)
+{
+    sqlite3_stmt *s = store_bind_ints(st, id, args, n, what, err);
+    return s ? store_run_done(st, s, what, err) : STORE_ERROR;
+}
+
+store_status store_query_int(store *st, int id, const int64_t *args, int n, int64_t *v,
+                             int *isnull, const char *what, store_error *err)
+{
+    sqlite3_stmt *s = store_bind_ints(st, id, args, n, what, err);
+    return s ? store_one_int(st, s, v, isnull, what, err) : STORE_ERROR;
+}
+
+store_status store_adjust_run(store *st, int64_t run, int64_t bytes, int64_t samples,
+                              store_error *err)
+{
+    if (!bytes && !samples)
+        return STORE_OK;
+    return store_exec_ints(st, S_RUN_ADJUST, (const int64_t[]){run, bytes, samples}, 3,
+                           "updating a run's summary", err);
 }

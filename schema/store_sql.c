@@ -1,0 +1,196 @@
+/* store_sql.c — every SQL statement of the store, in one table indexed by the statement ids of
+ * store_internal.h. Data only: no code. Parameters are numbered (?1, ?2, ...) and bound by
+ * position; each statement's comment gives them. The plans these statements must keep (which
+ * index each one searches) are checked by tests/test_store_history.c (EXPLAIN QUERY PLAN).
+ * Includes store_internal.h.
+ *
+ * The three tiers (002_compact.sql): samples (exact, keyed run, step, layer, head), history
+ * (compact, rowid; history_key on run, layer, step; history_step on run, step), coarse (buckets,
+ * rowid; coarse_key on run, layer, step_lo; coarse_step on run, step_lo, layer).
+ */
+#include "store_internal.h"
+
+#define RUN_COLS                                                                                   \
+    "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
+    "step_max, last_time, bytes, coalesce(retain_ms, -1), coalesce(retain_bytes, -1)"
+/* The exact tier's columns in the order store_row_hot() (store_rows.c) reads them. */
+#define HOT_COLS                                                                                   \
+    "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
+    "entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled"
+#define HOT_COLS_Q                                                                                 \
+    "samples.run_id, samples.layer, samples.head, samples.step, samples.time, samples.rows, "     \
+    "samples.rows_norm, samples.rows_empty, samples.nonfinite_rows, samples.entropy_mean, "        \
+    "samples.entropy_std, samples.entropy_min, samples.entropy_max, samples.entropy_norm_mean, "   \
+    "samples.collapsed_frac, samples.max_logit, samples.sampled"
+#define ALERT_COLS "id, run_id, layer, head, step, rule, state, value, threshold, time, message"
+#define BUCKET_COLS "step_lo, step_hi, time, merged, lo, mean, hi"
+
+/* The distinct steps of a run's exact tier in [?3, ?4], one index seek each (a skip-scan), so
+ * that a trend reads one layer's rows without walking every other layer's. */
+#define HOT_STEPS                                                                                  \
+    "WITH RECURSIVE s(step) AS ("                                                                  \
+    "SELECT (SELECT min(step) FROM samples WHERE run_id = ?1 AND step >= ?3) "                     \
+    "UNION ALL SELECT (SELECT min(step) FROM samples WHERE run_id = ?1 AND step > s.step) "        \
+    "FROM s WHERE s.step < ?4) "
+
+const char *const store_sql[S_COUNT] = {
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
+    [S_READ_BEGIN] = "BEGIN",
+
+    /* ?1 name, ?2 rank, ?3 host, ?4 pid, ?5 time, ?6 config, ?7 thresholds */
+    [S_RUN_UPSERT] =
+        "INSERT INTO runs (name, rank, host, pid, started, last_hello, config, thresholds) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7) "
+        "ON CONFLICT (name, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+        "last_hello = excluded.last_hello, config = excluded.config, "
+        "thresholds = excluded.thresholds RETURNING id",
+    /* ?1 run */
+    [S_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
+    /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 time, ?6..?9 counts, ?10..?16 statistics, ?17 sampled
+     * (the order of HOT_COLS; S_SAMPLE_UPDATE takes the same parameters) */
+    [S_SAMPLE_INSERT] =
+        "INSERT INTO samples (" HOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+        "?12, ?13, ?14, ?15, ?16, ?17) ON CONFLICT (run_id, step, layer, head) DO NOTHING",
+    [S_SAMPLE_UPDATE] =
+        "UPDATE samples SET time = ?5, rows = ?6, rows_norm = ?7, rows_empty = ?8, "
+        "nonfinite_rows = ?9, entropy_mean = ?10, entropy_std = ?11, entropy_min = ?12, "
+        "entropy_max = ?13, entropy_norm_mean = ?14, collapsed_frac = ?15, max_logit = ?16, "
+        "sampled = ?17 WHERE run_id = ?1 AND step = ?4 AND layer = ?2 AND head = ?3",
+    /* ?1 run, ?2 samples added, ?3 lowest step, ?4 highest step, ?5 newest time, ?6 bytes added */
+    [S_RUN_SUMMARY] =
+        "UPDATE runs SET samples = samples + ?2, step_min = min(coalesce(step_min, ?3), ?3), "
+        "step_max = max(coalesce(step_max, ?4), ?4), "
+        "last_time = max(coalesce(last_time, ?5), ?5), bytes = bytes + ?6 WHERE id = ?1",
+    /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 rule, ?6 state, ?7 value, ?8 threshold, ?9 time,
+     * ?10 message */
+    [S_ALERT_INSERT] =
+        "INSERT INTO alerts (run_id, layer, head, step, rule, state, value, threshold, time, "
+        "message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+
+    [S_RUNS_ALL] = "SELECT " RUN_COLS " FROM runs ORDER BY id",
+    /* ?1 run */
+    [S_RUN_ONE] = "SELECT " RUN_COLS " FROM runs WHERE id = ?1",
+    /* ?1 name, ?2 rank (< 0: any) */
+    [S_RUN_BY_NAME] =
+        "SELECT id, rank FROM runs WHERE name = ?1 AND (?2 < 0 OR rank = ?2) ORDER BY rank, id",
+    /* ?1 run, ?2 layer, ?3 from, ?4 to, ?5 head: rows by step (the CROSS JOIN keeps the steps the
+     * outer loop, in their order) */
+    [S_HOT_TREND_HEAD] =
+        HOT_STEPS "SELECT " HOT_COLS_Q " FROM s CROSS JOIN samples ON samples.run_id = ?1 "
+        "AND samples.step = s.step AND samples.layer = ?2 AND samples.head = ?5 "
+        "WHERE s.step <= ?4",
+    /* ?1 run, ?2 layer, ?3 from, ?4 to: rows by step, then head */
+    [S_HOT_TREND_LAYER] =
+        HOT_STEPS "SELECT " HOT_COLS_Q " FROM s CROSS JOIN samples ON samples.run_id = ?1 "
+        "AND samples.step = s.step AND samples.layer = ?2 WHERE s.step <= ?4",
+    /* ?1 run, ?2 step */
+    [S_HOT_GRID] = "SELECT " HOT_COLS " FROM samples WHERE run_id = ?1 AND step = ?2 "
+                   "ORDER BY layer, head",
+    /* ?1 run, ?2 layer, ?3 from, ?4 to */
+    [S_PACK_TREND] = "SELECT step, time, data FROM history WHERE run_id = ?1 AND layer = ?2 "
+                     "AND step BETWEEN ?3 AND ?4 ORDER BY step",
+    /* ?1 run, ?2 step */
+    [S_PACK_GRID] = "SELECT layer, time, data FROM history INDEXED BY history_step "
+                    "WHERE run_id = ?1 AND step = ?2 ORDER BY layer",
+    /* ?1 run, ?2 layer, ?3 from, ?4 to: the buckets that overlap [from, to] */
+    [S_COARSE_TREND] = "SELECT " BUCKET_COLS " FROM coarse WHERE run_id = ?1 AND layer = ?2 "
+                       "AND step_lo <= ?4 AND step_hi >= ?3 ORDER BY step_lo",
+    /* ?1 run, ?2 step: the buckets that hold the step, every layer */
+    [S_COARSE_AT] =
+        "SELECT layer, " BUCKET_COLS " FROM coarse INDEXED BY coarse_step WHERE run_id = ?1 "
+        "AND step_lo = (SELECT max(step_lo) FROM coarse WHERE run_id = ?1 AND step_lo <= ?2) "
+        "AND step_hi >= ?2 ORDER BY layer",
+    /* ?1 run: the layers a run has samples of, in any tier (the compact tier and the buckets by
+     * a skip-scan of their keys; the exact tier, small once the retention step runs, by a scan) */
+    [S_LAYERS] =
+        "WITH RECURSIVE h(layer) AS (SELECT (SELECT min(layer) FROM history WHERE run_id = ?1) "
+        "UNION ALL SELECT (SELECT min(layer) FROM history WHERE run_id = ?1 AND layer > h.layer) "
+        "FROM h WHERE h.layer IS NOT NULL), "
+        "c(layer) AS (SELECT (SELECT min(layer) FROM coarse WHERE run_id = ?1) "
+        "UNION ALL SELECT (SELECT min(layer) FROM coarse WHERE run_id = ?1 AND layer > c.layer) "
+        "FROM c WHERE c.layer IS NOT NULL) "
+        "SELECT layer FROM h WHERE layer IS NOT NULL UNION SELECT layer FROM c WHERE layer IS NOT "
+        "NULL UNION SELECT layer FROM samples WHERE run_id = ?1 ORDER BY 1",
+    /* every run's alerts; S_ALERTS_RUN: ?1 run's */
+    [S_ALERTS_ALL] = "SELECT " ALERT_COLS " FROM alerts ORDER BY id",
+    [S_ALERTS_RUN] = "SELECT " ALERT_COLS " FROM alerts WHERE run_id = ?1 ORDER BY id",
+    /* the latest transition of each (run, layer, head, rule), when it is a raise: every run's
+     * (a walk of the alerts_key index), or ?1 run's (S_ALERTS_ACTIVE_RUN, a range of it) */
+    [S_ALERTS_ACTIVE] =
+        "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
+        "GROUP BY run_id, layer, head, rule) AND state = 'raised' ORDER BY id",
+    [S_ALERTS_ACTIVE_RUN] =
+        "SELECT " ALERT_COLS " FROM alerts WHERE id IN (SELECT max(id) FROM alerts "
+        "WHERE run_id = ?1 GROUP BY run_id, layer, head, rule) AND state = 'raised' ORDER BY id",
+    /* ?1 run */
+    [S_COUNT_ONE] = "SELECT samples FROM runs WHERE id = ?1",
+    [S_COUNT_ALL] = "SELECT coalesce(sum(samples), 0) FROM runs",
+
+    [S_RUNS_RETAIN] =
+        "SELECT id, step_max, retain_ms, retain_bytes, coarse_upto, bytes FROM runs ORDER BY id",
+    /* ?1 run: its size estimate */
+    [S_RUNS_RETAIN_ONE] = "SELECT bytes FROM runs WHERE id = ?1",
+    /* ?1 run, ?2 layer: the next layer of the compact tier */
+    [S_NEXT_LAYER] = "SELECT min(layer) FROM history WHERE run_id = ?1 AND layer > ?2",
+    /* ?1 run */
+    [S_HOT_MIN_STEP] = "SELECT min(step) FROM samples WHERE run_id = ?1",
+    /* ?1 run, ?2 from, ?3 to */
+    [S_HOT_BLOCK] = "SELECT " HOT_COLS " FROM samples WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 "
+                    "ORDER BY step, layer, head",
+    [S_HOT_DELETE] = "DELETE FROM samples WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3",
+    /* ?1 run, ?2 layer, ?3 step */
+    [S_PACK_GET] = "SELECT time, data FROM history WHERE run_id = ?1 AND layer = ?2 AND step = ?3",
+    /* ?1 run, ?2 layer, ?3 step, ?4 time, ?5 heads, ?6 data */
+    [S_PACK_PUT] =
+        "INSERT INTO history (run_id, layer, step, time, heads, data) VALUES (?1, ?2, ?3, ?4, ?5, "
+        "?6) ON CONFLICT (run_id, layer, step) DO UPDATE SET time = excluded.time, "
+        "heads = excluded.heads, data = excluded.data",
+    /* ?1 run, ?2 from: the first step of the compact tier at or after from */
+    [S_PACK_NEXT_STEP] = "SELECT min(step) FROM history WHERE run_id = ?1 AND step >= ?2",
+    /* ?1 run, ?2 from, ?3 to: the newest time in the window, and its number of rows */
+    [S_PACK_WINDOW_TIME] = "SELECT max(time), count(*) FROM history WHERE run_id = ?1 "
+                           "AND step BETWEEN ?2 AND ?3",
+    /* ?1 run, ?2 layer, ?3 step */
+    [S_PACK_DELETE] = "DELETE FROM history WHERE run_id = ?1 AND layer = ?2 AND step = ?3",
+    /* ?1 run, ?2 from, ?3 to, ?4 layer: the steps an alert keeps at full resolution */
+    [S_ALERT_STEPS] = "SELECT DISTINCT step FROM alerts WHERE run_id = ?1 AND layer = ?4 "
+                      "AND step BETWEEN ?2 AND ?3",
+    /* ?1 run, ?2 layer, ?3 step_lo */
+    [S_COARSE_GET] = "SELECT " BUCKET_COLS ", samples FROM coarse WHERE run_id = ?1 AND layer = ?2 "
+                     "AND step_lo = ?3",
+    /* ?1 run, ?2 step_lo: whether any layer has a bucket of that window */
+    [S_COARSE_STARTED] = "SELECT count(*) FROM coarse WHERE run_id = ?1 AND step_lo = ?2",
+    /* ?1 run, ?2 layer, ?3 step_lo, ?4 step_hi, ?5 time, ?6 samples, ?7 merged, ?8 lo, ?9 mean,
+     * ?10 hi */
+    [S_COARSE_PUT] =
+        "INSERT INTO coarse (run_id, layer, step_lo, step_hi, time, samples, merged, lo, mean, hi) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (run_id, layer, step_lo) "
+        "DO UPDATE SET step_hi = excluded.step_hi, time = excluded.time, "
+        "samples = excluded.samples, merged = excluded.merged, lo = excluded.lo, "
+        "mean = excluded.mean, hi = excluded.hi",
+    /* ?1 run, ?2 steps below this are downsampled */
+    [S_RUN_DOWNSAMPLED] = "UPDATE runs SET coarse_upto = ?2 WHERE id = ?1",
+    /* ?1 run, ?2 bytes added (may be negative), ?3 samples added (may be negative) */
+    [S_RUN_ADJUST] = "UPDATE runs SET bytes = max(0, bytes + ?2), samples = samples + ?3 "
+                     "WHERE id = ?1",
+    /* ?1 run, ?2 retain_ms, ?3 retain_bytes (NULL: the global limit) */
+    [S_RUN_SET_RETAIN] = "UPDATE runs SET retain_ms = ?2, retain_bytes = ?3 WHERE id = ?1",
+    /* bytes of the database in pages that hold data (the freelist is reused before the file
+     * grows) */
+    [S_PAGES_USED] = "SELECT (p.page_count - f.freelist_count) * s.page_size FROM "
+                     "pragma_page_count() AS p, pragma_freelist_count() AS f, "
+                     "pragma_page_size() AS s",
+
+    /* ?1 run, ?2 rows to skip: the step below which deleting takes about that many rows */
+    [S_DEL_HOT_BOUND] = "SELECT step FROM samples WHERE run_id = ?1 ORDER BY step LIMIT 1 OFFSET ?2",
+    /* ?1 run, ?2 below (INT64_MAX: all) */
+    [S_DEL_HOT] = "DELETE FROM samples WHERE run_id = ?1 AND step < ?2",
+    [S_DEL_PACK_BOUND] = "SELECT layer, step FROM history WHERE run_id = ?1 ORDER BY layer, step "
+                         "LIMIT 1 OFFSET ?2",
+    /* ?1 run, ?2 layer, ?3 step: every row before (layer, step) */
+    [S_DEL_PACK] = "DELETE FROM history WHERE run_id = ?1 AND (layer, step) < (?2, ?3)",
+    [S_DEL_COARSE] = "DELETE FROM coarse WHERE run_id = ?1",
+    [S_DEL_RUN] = "DELETE FROM runs WHERE id = ?1",
+};

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""test_python_history.py — tests of attnstat.history (client/python/attnstat/_history.py), the
+reader of the history database that needs only Python's sqlite3 module.
+
+A database written through the store by tests/store_dbgen (every tier: exact rows, compact rows
+with listed head ids and per-head times, buckets; empty heads with NaN / -inf; alerts) comes with
+the store's own export of every run (JSON lines, store_format_sample). The reader's rows must equal
+the store's, field for field and bit for bit, in the same order, whole and filtered by layer, head
+and step range. Also: runs by id and name, ambiguous and unknown runs, a file that is not an
+attnstat database, a version-1 database (001_init.sql, exact rows only), active alerts.
+pandas is not installed on the development machine: dataframe() is then checked to raise
+ImportError with a message; where pandas exists, the frame is checked against samples().
+
+Environment: ATTNSTAT_STORE_DBGEN (the store_dbgen executable). Without it, exits 77 (skipped).
+"""
+import json
+import math
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+import attnstat  # noqa: E402
+from attnstat import _history  # noqa: E402
+
+DBGEN = os.environ.get("ATTNSTAT_STORE_DBGEN")
+SEED = int(os.environ.get("ATTNSTAT_TEST_SEED") or random.SystemRandom().randrange(1, 1 << 62))
+
+
+def same(a, b):
+    """Equal as the export says: null for NaN and infinities, else the exact double."""
+    if isinstance(b, float) or b is None:
+        if b is None:
+            return isinstance(a, float) and not math.isfinite(a)
+        return a == b
+    return a == b
+
+
+class HistoryReader(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="attnstat-pyhist-")
+        cls.db = os.path.join(cls.tmp.name, "history.db")
+        export = os.path.join(cls.tmp.name, "export.jsonl")
+        subprocess.run([DBGEN, cls.db, export, str(SEED)], check=True)
+        with open(export) as f:
+            cls.want = [json.loads(line) for line in f]
+        cls.h = attnstat.history(cls.db)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.h.close()
+        cls.tmp.cleanup()
+
+    def check_rows(self, got, want, what):
+        self.assertEqual(len(got), len(want), what)
+        for i, (g, w) in enumerate(zip(got, want)):
+            self.assertEqual(set(g), set(w), what)
+            for k in w:
+                self.assertTrue(same(g[k], w[k]), "%s row %d (%s layer %d head %d step %d): %s "
+                                "is %r, the store says %r" % (what, i, w["tier"], w["layer"],
+                                                               w["head"], w["step"], k, g[k],
+                                                               w[k]))
+
+    def test_runs(self):
+        runs = self.h.runs()
+        self.assertEqual([(r["name"], r["rank"]) for r in runs],
+                         [("gpt", 0), ("gpt", 1), ("bert", 0)])
+        self.assertEqual(runs[0]["step_max"], 119)
+        self.assertEqual(self.h.run_id("bert"), runs[2]["id"])
+        self.assertEqual(self.h.run_id("gpt", rank=1), runs[1]["id"])
+        with self.assertRaisesRegex(attnstat.HistoryError, "matches 2 runs"):
+            self.h.run_id("gpt")
+        with self.assertRaisesRegex(attnstat.HistoryError, "no run named"):
+            self.h.samples("nope")
+        with self.assertRaisesRegex(attnstat.HistoryError, "no run with id"):
+            self.h.samples(9999)
+
+    def test_every_row_as_the_store_reads_it(self):
+        tiers = set()
+        for r in self.h.runs():
+            want = [w for w in self.want if w["run_id"] == r["id"]]
+            got = self.h.samples(r["id"])
+            self.check_rows(got, want, "run %d" % r["id"])
+            tiers |= {w["tier"] for w in want}
+        self.assertEqual(tiers, {"exact", "compact", "bucket"})
+        # heads 0, 1 of bert's step 60 layer 0 are in both tiers: the exact ones, then compact
+        bert = self.h.run_id("bert")
+        at60 = [(w["head"], w["tier"]) for w in self.want
+                if w["run_id"] == bert and w["layer"] == 0 and w["step"] == 60]
+        self.assertEqual(at60[:3], [(0, "exact"), (1, "exact"), (2, "compact")])
+        # the row with listed head ids (head 40) and the per-head times came through
+        gpt = self.h.run_id("gpt", rank=0)
+        self.assertTrue(any(w["head"] == 40 and w["tier"] == "compact" for w in self.want
+                            if w["run_id"] == gpt))
+
+    def test_filters(self):
+        rng = random.Random(SEED)
+        rid = self.h.run_id("bert")
+        allw = [w for w in self.want if w["run_id"] == rid]
+        for _ in range(12):
+            layer = rng.choice([None, 0, 1, 2])
+            head = rng.choice([None, 0, 3, 5])
+            lo, hi = sorted(rng.randrange(-5, 125) for _ in range(2))
+            if rng.random() < 0.3:
+                lo, hi = None, None
+            want = [w for w in allw
+                    if (layer is None or w["layer"] == layer) and
+                    (head is None or w["head"] == head) and
+                    (lo is None or (w["step_last"] >= lo and w["step"] <= hi))]
+            got = self.h.samples(rid, layer=layer, head=head, step_from=lo, step_to=hi)
+            self.check_rows(got, want, "layer %s head %s steps %s..%s" % (layer, head, lo, hi))
+
+    def test_alerts(self):
+        alerts = self.h.alerts()
+        self.assertEqual(len(alerts), 3 * 12)
+        self.assertEqual(alerts, sorted(alerts, key=lambda a: a["id"]))
+        active = self.h.alerts(run="bert", active=True)
+        self.assertTrue(active and all(a["state"] == "raised" for a in active))
+        keys = {(a["layer"], a["head"], a["rule"]) for a in active}
+        self.assertEqual(len(keys), len(active))
+
+    def test_dataframe(self):
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            print("pandas is not installed: dataframe() is checked to say so", file=sys.stderr)
+            with self.assertRaisesRegex(ImportError, "pandas"):
+                self.h.dataframe("bert")
+            return
+        df = self.h.dataframe("bert", layer=1)
+        self.assertEqual(len(df), len(self.h.samples("bert", layer=1)))
+
+    def test_not_a_history(self):
+        other = os.path.join(self.tmp.name, "other.db")
+        con = sqlite3.connect(other)
+        con.execute("CREATE TABLE x (y)")
+        con.commit()
+        con.close()
+        with self.assertRaisesRegex(attnstat.HistoryError, "not an attnstat history"):
+            attnstat.history(other)
+        with self.assertRaisesRegex(attnstat.HistoryError, "cannot read"):
+            attnstat.history(os.path.join(self.tmp.name, "missing.db"))
+
+    def test_version_1(self):
+        path = os.path.join(self.tmp.name, "v1.db")
+        con = sqlite3.connect(path)
+        with open(os.path.join(ROOT, "schema", "001_init.sql")) as f:
+            con.executescript(f.read())
+        con.execute("PRAGMA user_version = 1")
+        con.execute("PRAGMA application_id = %d" % 0x61747374)
+        con.execute("INSERT INTO runs (id, name, started, last_hello) VALUES (1, 'old', 1, 1)")
+        con.execute("INSERT INTO samples VALUES (1, 0, 1, 7, 99, 5, 4, 0, 0, 1.5, NULL, 0.5, 2.5, "
+                    "0.75, 0.0, 12.0, 0)")
+        con.commit()
+        con.close()
+        with attnstat.history(path) as h:
+            rows = h.samples("old")
+            self.assertEqual(len(rows), 1)
+            r = rows[0]
+            self.assertEqual((r["tier"], r["head"], r["step"], r["rows"]), ("exact", 1, 7, 5))
+            self.assertTrue(math.isnan(r["entropy_std"]))
+            self.assertEqual(r["max_logit_hi"], 12.0)
+
+    def test_damaged_compact_row(self):
+        with self.assertRaisesRegex(attnstat.HistoryError, "compact row"):
+            _history.unpack(b"\x01\x05\x00" + b"\x00" * 10, 0)
+        with self.assertRaisesRegex(attnstat.HistoryError, "format"):
+            _history.unpack(b"\x02\x01\x00", 0)
+
+
+if __name__ == "__main__":
+    if not DBGEN:
+        print("SKIP: ATTNSTAT_STORE_DBGEN (tests/store_dbgen) is not set")
+        sys.exit(77)
+    print("test_python_history: seed %d (ATTNSTAT_TEST_SEED=%d to replay)" % (SEED, SEED))
+    unittest.main(verbosity=1)

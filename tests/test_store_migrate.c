@@ -1,0 +1,402 @@
+/* test_store_migrate.c — Check suite for the store's migration from schema version 1 (schema/):
+ * a database built exactly as version 1's code built it (schema/001_init.sql, then version 1's
+ * statements, bound by name as it bound them: runs, samples pushed and pushed again, alerts), opened
+ * by this code: every sample and every alert read back exactly, the runs' summaries, the new key of
+ * the exact tier; then compacted, every sample at the compact precision; then through a read-only
+ * handle. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
+ *
+ * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
+ * works in its own temporary directory.
+ */
+#include "store_internal.h"
+#include "store_retain.h"
+#include "store_testutil.h"
+
+#ifndef ATTNSTAT_SCHEMA_DIR
+#error "ATTNSTAT_SCHEMA_DIR (the schema/ folder) must be defined by the build"
+#endif
+
+/* ---- a version-1 database, built as version 1's code built it ---------------------------------- */
+
+/* Version 1's statements (schema/store.c at schema version 1), bound by name as it bound them. */
+static const char *const v1_run_upsert =
+    "INSERT INTO runs (name, rank, host, pid, started, last_hello, config, thresholds) "
+    "VALUES (:name, :rank, :host, :pid, :time, :time, :config, :thresholds) "
+    "ON CONFLICT (name, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+    "last_hello = excluded.last_hello, config = excluded.config, "
+    "thresholds = excluded.thresholds RETURNING id";
+static const char *const v1_sample_insert =
+    "INSERT INTO samples (run_id, layer, head, step, time, rows, rows_norm, rows_empty, "
+    "nonfinite_rows, entropy_mean, entropy_std, entropy_min, entropy_max, entropy_norm_mean, "
+    "collapsed_frac, max_logit, sampled) VALUES (:run, :layer, :head, :step, :time, :rows, "
+    ":rows_norm, :rows_empty, :nonfinite_rows, :entropy_mean, :entropy_std, :entropy_min, "
+    ":entropy_max, :entropy_norm_mean, :collapsed_frac, :max_logit, :sampled) "
+    "ON CONFLICT (run_id, layer, head, step) DO NOTHING";
+static const char *const v1_sample_update =
+    "UPDATE samples SET time = :time, rows = :rows, rows_norm = :rows_norm, "
+    "rows_empty = :rows_empty, nonfinite_rows = :nonfinite_rows, "
+    "entropy_mean = :entropy_mean, entropy_std = :entropy_std, entropy_min = :entropy_min, "
+    "entropy_max = :entropy_max, entropy_norm_mean = :entropy_norm_mean, "
+    "collapsed_frac = :collapsed_frac, max_logit = :max_logit, sampled = :sampled "
+    "WHERE run_id = :run AND layer = :layer AND head = :head AND step = :step";
+static const char *const v1_run_summary =
+    "UPDATE runs SET samples = samples + :added, "
+    "step_min = min(coalesce(step_min, :step), :step), "
+    "step_max = max(coalesce(step_max, :step), :step), "
+    "last_time = max(coalesce(last_time, :time), :time) WHERE id = :run";
+static const char *const v1_alert_insert =
+    "INSERT INTO alerts (run_id, layer, head, step, rule, state, value, threshold, time, "
+    "message) VALUES (:run, :layer, :head, :step, :rule, :state, :value, :threshold, :time, "
+    ":message)";
+
+static void v1_exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK, "%.80s: %s", sql,
+                  msg ? msg : "?");
+}
+
+static sqlite3_stmt *v1_prep(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *s = NULL;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    return s;
+}
+
+static void b_i64(sqlite3_stmt *s, const char *name, int64_t v)
+{
+    ck_assert_int_eq(sqlite3_bind_int64(s, sqlite3_bind_parameter_index(s, name), v), SQLITE_OK);
+}
+
+static void b_f64(sqlite3_stmt *s, const char *name, double v)
+{
+    int i = sqlite3_bind_parameter_index(s, name);
+    ck_assert_int_eq(isnan(v) ? sqlite3_bind_null(s, i) : sqlite3_bind_double(s, i, v), SQLITE_OK);
+}
+
+static void b_text(sqlite3_stmt *s, const char *name, const char *v)
+{
+    int i = sqlite3_bind_parameter_index(s, name);
+    ck_assert_int_eq(v ? sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(s, i),
+                     SQLITE_OK);
+}
+
+static void v1_bind_sample(sqlite3_stmt *s, int64_t run, int layer, int head, int64_t step,
+                           int64_t time, const stats_head *h)
+{
+    b_i64(s, ":run", run);
+    b_i64(s, ":layer", layer);
+    b_i64(s, ":head", head);
+    b_i64(s, ":step", step);
+    b_i64(s, ":time", time);
+    b_i64(s, ":rows", h->rows);
+    b_i64(s, ":rows_norm", h->rows_norm);
+    b_i64(s, ":rows_empty", h->rows_empty);
+    b_i64(s, ":nonfinite_rows", h->nonfinite_rows);
+    b_f64(s, ":entropy_mean", h->entropy_mean);
+    b_f64(s, ":entropy_std", h->entropy_std);
+    b_f64(s, ":entropy_min", h->entropy_min);
+    b_f64(s, ":entropy_max", h->entropy_max);
+    b_f64(s, ":entropy_norm_mean", h->entropy_norm_mean);
+    b_f64(s, ":collapsed_frac", h->collapsed_frac);
+    b_f64(s, ":max_logit", h->max_logit);
+    b_i64(s, ":sampled", h->sampled);
+}
+
+enum { V1_RUNS = 3, V1_LAYERS = 4, V1_HEADS = 6, V1_STEPS = 40, V1_ALERTS = 30 };
+
+typedef struct {
+    int64_t run_id[V1_RUNS];
+    int64_t steps[V1_RUNS][V1_STEPS];
+    int nsteps[V1_RUNS];
+    int have[V1_RUNS][V1_STEPS][V1_LAYERS][V1_HEADS];
+    stats_head h[V1_RUNS][V1_STEPS][V1_LAYERS][V1_HEADS];
+    int64_t time[V1_RUNS][V1_STEPS];
+    store_alert alerts[V1_ALERTS];
+    char rules[V1_ALERTS][24], msgs[V1_ALERTS][40];
+} v1_truth;
+
+/* Build a version-1 database at path (001_init.sql, then version 1's inserts) and say in *t what
+ * it holds. Run 2 has no sample; samples are pushed again (replaced) as version 1 replaced them. */
+static void v1_build(const char *path, v1_truth *t)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                     SQLITE_OK);
+    v1_exec(db, "PRAGMA journal_mode = WAL");
+    v1_exec(db, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON");
+    char file[512];
+    snprintf(file, sizeof file, "%s/001_init.sql", ATTNSTAT_SCHEMA_DIR);
+    FILE *f = fopen(file, "rb");
+    ck_assert_msg(f != NULL, "cannot read %s", file);
+    static char sql[1 << 16];
+    size_t n = fread(sql, 1, sizeof sql - 1, f);
+    fclose(f);
+    sql[n] = '\0';
+    v1_exec(db, "BEGIN IMMEDIATE");
+    v1_exec(db, sql);
+    v1_exec(db, "PRAGMA user_version = 1; PRAGMA application_id = 1635021684");
+    v1_exec(db, "COMMIT");
+
+    sqlite3_stmt *run = v1_prep(db, v1_run_upsert), *ins = v1_prep(db, v1_sample_insert);
+    sqlite3_stmt *upd = v1_prep(db, v1_sample_update), *sum = v1_prep(db, v1_run_summary);
+    sqlite3_stmt *al = v1_prep(db, v1_alert_insert);
+    memset(t, 0, sizeof *t);
+    for (int r = 0; r < V1_RUNS; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "v1run%d", r);
+        b_text(run, ":name", name);
+        b_i64(run, ":rank", r % 2);
+        b_text(run, ":host", r ? "node" : NULL);
+        b_i64(run, ":pid", 100 + r);
+        b_i64(run, ":time", 1700000000000 + r);
+        b_text(run, ":config", "{\"model\":\"v1\"}");
+        b_text(run, ":thresholds", r == 1 ? "{\"entropy_floor\":0.2}" : NULL);
+        ck_assert_int_eq(sqlite3_step(run), SQLITE_ROW);
+        t->run_id[r] = sqlite3_column_int64(run, 0);
+        sqlite3_reset(run);
+        sqlite3_clear_bindings(run);
+    }
+    for (int r = 0; r < V1_RUNS - 1; r++) {
+        int64_t step = rnd_range(-3, 10);
+        t->nsteps[r] = V1_STEPS;
+        for (int i = 0; i < V1_STEPS; i++, step += rnd_range(1, 9)) {
+            t->steps[r][i] = step;
+            t->time[r][i] = 1700000000000 + step * 1000;
+            v1_exec(db, "BEGIN IMMEDIATE");
+            for (int l = 0; l < V1_LAYERS; l++) {
+                int nh = (l == 2 && i % 3 == 0) ? V1_HEADS - 2 : V1_HEADS; /* heads missing */
+                for (int pass = 0; pass < (i % 7 == 0 ? 2 : 1); pass++) { /* pushed again */
+                    int64_t added = 0;
+                    for (int h = 0; h < nh; h++) {
+                        stats_head x = rand_head(1);
+                        if (rnd() % 5 == 0 && x.rows > 0) {
+                            x.entropy_mean = rand_bits_double();
+                            x.max_logit = rand_bits_double();
+                        }
+                        t->h[r][i][l][h] = x;
+                        t->have[r][i][l][h] = 1;
+                        v1_bind_sample(ins, t->run_id[r], l, h, step, t->time[r][i], &x);
+                        ck_assert_int_eq(sqlite3_step(ins), SQLITE_DONE);
+                        if (sqlite3_changes(db) > 0) {
+                            added++;
+                        } else {
+                            v1_bind_sample(upd, t->run_id[r], l, h, step, t->time[r][i], &x);
+                            ck_assert_int_eq(sqlite3_step(upd), SQLITE_DONE);
+                            sqlite3_reset(upd);
+                            sqlite3_clear_bindings(upd);
+                        }
+                        sqlite3_reset(ins);
+                        sqlite3_clear_bindings(ins);
+                    }
+                    b_i64(sum, ":added", added);
+                    b_i64(sum, ":step", step);
+                    b_i64(sum, ":time", t->time[r][i]);
+                    b_i64(sum, ":run", t->run_id[r]);
+                    ck_assert_int_eq(sqlite3_step(sum), SQLITE_DONE);
+                    sqlite3_reset(sum);
+                    sqlite3_clear_bindings(sum);
+                }
+            }
+            v1_exec(db, "COMMIT");
+        }
+    }
+    static const char *rules[] = {"entropy_floor", "entropy_drop", "logit_ceiling", "nonfinite"};
+    for (int a = 0; a < V1_ALERTS; a++) {
+        store_alert *x = &t->alerts[a];
+        int r = (int)rnd_range(0, 1);
+        snprintf(t->rules[a], sizeof t->rules[a], "%s", rules[rnd() % 4]);
+        snprintf(t->msgs[a], sizeof t->msgs[a], "alert %d", a);
+        *x = (store_alert){.run_id = t->run_id[r], .layer = (int32_t)rnd_range(0, V1_LAYERS - 1),
+                           .head = (int32_t)rnd_range(0, V1_HEADS - 1),
+                           .step = t->steps[r][rnd() % V1_STEPS], .rule = t->rules[a],
+                           .state = rnd() % 2 ? STORE_ALERT_RAISED : STORE_ALERT_CLEARED,
+                           .value = rnd() % 4 ? rand_bits_double() : NAN,
+                           .threshold = rnd() % 4 ? rnd_unit() : NAN,
+                           .time_ms = 1700000000000 + a,
+                           .message = a % 3 ? t->msgs[a] : NULL};
+        b_i64(al, ":run", x->run_id);
+        b_i64(al, ":layer", x->layer);
+        b_i64(al, ":head", x->head);
+        b_i64(al, ":step", x->step);
+        b_text(al, ":rule", x->rule);
+        b_text(al, ":state", x->state == STORE_ALERT_RAISED ? "raised" : "cleared");
+        b_f64(al, ":value", x->value);
+        b_f64(al, ":threshold", x->threshold);
+        b_i64(al, ":time", x->time_ms);
+        b_text(al, ":message", x->message);
+        ck_assert_int_eq(sqlite3_step(al), SQLITE_DONE);
+        x->id = sqlite3_last_insert_rowid(db);
+        sqlite3_reset(al);
+        sqlite3_clear_bindings(al);
+    }
+    sqlite3_stmt *all[] = {run, ins, upd, sum, al};
+    for (int i = 0; i < 5; i++)
+        sqlite3_finalize(all[i]);
+    ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
+}
+
+static int64_t v1_count(const v1_truth *t, int r)
+{
+    int64_t n = 0;
+    for (int i = 0; i < t->nsteps[r]; i++)
+        for (int l = 0; l < V1_LAYERS; l++)
+            for (int h = 0; h < V1_HEADS; h++)
+                n += t->have[r][i][l][h];
+    return n;
+}
+
+typedef struct {
+    store_alert v[64];
+    char rule[64][24], msg[64][40];
+    int n;
+} alerts_vec;
+
+static int collect_full_alert(void *ctx, const store_alert *a)
+{
+    alerts_vec *v = ctx;
+    if (v->n < 64) {
+        v->v[v->n] = *a;
+        snprintf(v->rule[v->n], sizeof v->rule[0], "%s", a->rule);
+        snprintf(v->msg[v->n], sizeof v->msg[0], "%s", a->message ? a->message : "(null)");
+    }
+    v->n++;
+    return 0;
+}
+
+/* Every sample of the truth read back through the grid of its step: exactly, or (compact) at the
+ * compact precision. */
+static void v1_check_samples(store *st, const v1_truth *t, int compacted_below_latest)
+{
+    store_error err = {0};
+    for (int r = 0; r < V1_RUNS - 1; r++)
+        for (int i = 0; i < t->nsteps[r]; i++) {
+            samples_vec v = {0};
+            ck_assert_msg(store_grid(st, t->run_id[r], t->steps[r][i], NULL, collect_sample, &v,
+                                     &err) == STORE_OK, "%s", err.msg);
+            int k = 0;
+            int compact = compacted_below_latest && i < t->nsteps[r] - 1;
+            for (int l = 0; l < V1_LAYERS; l++)
+                for (int h = 0; h < V1_HEADS; h++) {
+                    if (!t->have[r][i][l][h])
+                        continue;
+                    ck_assert_int_lt(k, v.n);
+                    const store_sample *s = &v.v[k++];
+                    ck_assert_int_eq(s->layer, l);
+                    ck_assert_int_eq(s->head, h);
+                    ck_assert_int_eq(s->time_ms, t->time[r][i]);
+                    ck_assert_int_eq(s->tier, compact ? STORE_TIER_COMPACT : STORE_TIER_EXACT);
+                    stats_head want = t->h[r][i][l][h];
+                    if (compact)
+                        store_pack_round(&want);
+                    char where[96];
+                    snprintf(where, sizeof where, "run %d step %" PRId64 " layer %d head %d", r,
+                             t->steps[r][i], l, h);
+                    assert_same_head(&s->stats, &want, where);
+                }
+            ck_assert_int_eq(k, v.n);
+            free(v.v);
+        }
+}
+
+START_TEST(test_migrate_v1)
+{
+    static v1_truth t;
+    v1_build(dbpath, &t);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 1);
+    int64_t rows_v1 = raw_int(dbpath, "SELECT count(*) FROM samples");
+    ck_assert_int_eq(rows_v1, v1_count(&t, 0) + v1_count(&t, 1));
+
+    /* a read-only open refuses the old schema; the writer migrates it */
+    store_error err = {0};
+    ck_assert_ptr_null(store_open_readonly(dbpath, 0, &err));
+    ck_assert_msg(strstr(err.msg, "older"), "%s", err.msg);
+    store *st = open_ok(dbpath);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), store_schema_version());
+    ck_assert_int_eq(store_integrity_check(st, &err), STORE_OK);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM samples"), rows_v1);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_schema WHERE name = 'samples' "
+                                     "AND sql LIKE '%PRIMARY KEY (run_id, step, layer, head)%'"), 1);
+    /* runs: summaries, names, texts */
+    rows_vec rv = {0};
+    ck_assert_int_eq(store_list_runs(st, collect_run, &rv, &err), STORE_OK);
+    ck_assert_int_eq(rv.n, V1_RUNS);
+    for (int r = 0; r < V1_RUNS; r++) {
+        ck_assert_int_eq(rv.ids[r], t.run_id[r]);
+        ck_assert_int_eq(rv.runs[r].samples, v1_count(&t, r));
+        ck_assert_int_eq(rv.runs[r].bytes, v1_count(&t, r) * STORE_EXACT_ROW_BYTES);
+        ck_assert_int_eq(rv.runs[r].retain_ms, -1);
+        if (r < V1_RUNS - 1) {
+            ck_assert_int_eq(rv.runs[r].step_min, t.steps[r][0]);
+            ck_assert_int_eq(rv.runs[r].step_max, t.steps[r][V1_STEPS - 1]);
+            ck_assert_int_eq(rv.runs[r].last_time_ms, t.time[r][V1_STEPS - 1]);
+        }
+    }
+    v1_check_samples(st, &t, 0);
+    /* alerts: every transition, in order, every field; and again after compaction */
+    for (int pass = 0; pass < 2; pass++) {
+        static alerts_vec av;
+        av.n = 0;
+        ck_assert_int_eq(store_alerts(st, 0, 0, collect_full_alert, &av, &err), STORE_OK);
+        ck_assert_int_eq(av.n, V1_ALERTS);
+        for (int a = 0; a < V1_ALERTS; a++) {
+            const store_alert *g = &av.v[a], *w = &t.alerts[a];
+            ck_assert_int_eq(g->id, w->id);
+            ck_assert_int_eq(g->run_id, w->run_id);
+            ck_assert_int_eq(g->layer, w->layer);
+            ck_assert_int_eq(g->head, w->head);
+            ck_assert_int_eq(g->step, w->step);
+            ck_assert_int_eq(g->state, w->state);
+            ck_assert_int_eq(g->time_ms, w->time_ms);
+            ck_assert_str_eq(av.rule[a], w->rule);
+            ck_assert_str_eq(av.msg[a], w->message ? w->message : "(null)");
+            ck_assert(same_double(g->value, w->value) && same_double(g->threshold, w->threshold));
+        }
+        if (pass == 0) { /* compact the exact tier: every sample but each run's latest step */
+            store_retention p = STORE_RETENTION_DEFAULT;
+            p.exact_steps = 0;
+            retain_until_done(st, &p, 500);
+            v1_check_samples(st, &t, 1);
+            int64_t n0 = 0;
+            ck_assert_int_eq(store_count_samples(st, 0, &n0, &err), STORE_OK);
+            ck_assert_int_eq(n0, rows_v1);
+            int64_t latest = 0; /* the exact tier keeps each run's latest step */
+            for (int r = 0; r < V1_RUNS - 1; r++)
+                for (int l = 0; l < V1_LAYERS; l++)
+                    for (int h = 0; h < V1_HEADS; h++)
+                        latest += t.have[r][V1_STEPS - 1][l][h];
+            ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM samples"), latest);
+            ck_assert_int_gt(raw_int(dbpath, "SELECT count(*) FROM history"), 0);
+        }
+    }
+    store_close(st);
+    /* the migrated database reads through a read-only handle too */
+    st = store_open_readonly(dbpath, 0, &err);
+    ck_assert_msg(st != NULL, "%s", err.msg);
+    v1_check_samples(st, &t, 1);
+    store_close(st);
+}
+END_TEST
+
+/* ---- runner ------------------------------------------------------------------------------------ */
+
+static Suite *make_migrate_suite(void)
+{
+    Suite *s = suite_create("store migration");
+    TCase *tc = tcase_create("version 1");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_migrate_v1);
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    seed_init("test_store_migrate");
+    SRunner *sr = srunner_create(make_migrate_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
