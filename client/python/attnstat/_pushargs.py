@@ -1,0 +1,151 @@
+"""What Client.push checks and describes besides q, k and v: the arguments, the mask, the compute
+dtype, packed offsets, and the objects kept alive while the daemon reads them."""
+import ctypes
+import math
+
+from . import _lib
+from . import _tensor
+from ._errors import AttnstatError
+
+
+_COMPUTE = {"float32": _lib.F32, "f32": _lib.F32, "float": _lib.F32, "float16": _lib.F16,
+            "f16": _lib.F16, "half": _lib.F16, "bfloat16": _lib.BF16, "bf16": _lib.BF16}
+
+
+class _Ext(object):
+    """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets."""
+
+    def __init__(self, mask, compute, cu_q, cu_k):
+        self.mask = _tensor.describe_mask(mask) if mask is not None else None
+        self.compute = -1
+        if compute is not None:
+            name = str(compute).replace("torch.", "")
+            if isinstance(compute, int) and compute in (_lib.F32, _lib.F16, _lib.BF16):
+                self.compute = compute
+            elif name in _COMPUTE:
+                self.compute = _COMPUTE[name]
+            else:
+                raise _tensor.TensorError("compute_dtype is %r: 'bfloat16', 'float16' or "
+                                          "'float32'" % (compute,))
+        self.cu_q = self.cu_k = None
+        if _is_cuda(cu_q) or _is_cuda(cu_k):
+            if cu_q is None or cu_k is None:
+                raise _tensor.TensorError("cu_seqlens_q and cu_seqlens_k go together")
+            self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
+            self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
+        self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None)
+        self._ext = self._tm = self._tcq = self._tck = None
+
+    def descs(self):
+        return [d for d in (self.mask, self.cu_q, self.cu_k) if d is not None]
+
+    def owners(self):
+        return tuple(d.owner for d in self.descs())
+
+    def fill(self, lib):
+        """A pointer to an attnstat_push_ext describing this (kept alive by this object)."""
+        e = _lib.PushExt()
+        lib.attnstat_push_ext_init(ctypes.byref(e))
+        e.compute_dtype = self.compute
+        if self.mask is not None:
+            self._tm = _lib.Tensor()
+            self.mask.fill(self._tm)
+            e.mask = ctypes.pointer(self._tm)
+        if self.cu_q is not None:
+            self._tcq, self._tck = _lib.Tensor(), _lib.Tensor()
+            self.cu_q.fill(self._tcq)
+            self.cu_k.fill(self._tck)
+            e.cu_seqlens_q = ctypes.pointer(self._tcq)
+            e.cu_seqlens_k = ctypes.pointer(self._tck)
+        self._ext = e
+        return ctypes.byref(e)
+
+
+def _is_cuda(x):
+    if x is None:
+        return False
+    if getattr(x, "is_cuda", False):
+        return True
+    try:
+        return getattr(x, "__cuda_array_interface__", None) is not None
+    except Exception:
+        return False
+
+
+class _Held(tuple):
+    """The objects one push keeps alive, with .nbytes, the spans of its tensors."""
+    nbytes = 0
+
+
+def _detached(o):
+    """o.detach() where o has it (a tensor: the same memory without its autograd graph), else o."""
+    detach = getattr(o, "detach", None)
+    if callable(detach):
+        try:
+            return detach()
+        except Exception:
+            pass
+    return o
+
+
+def _span_bytes(d):
+    """The bytes from the first to one past the last element of a described tensor."""
+    if any(n == 0 for n in d.shape):
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(d.shape, d.strides))) * _lib.DTYPE_SIZES[d.dtype]
+
+
+def _nonneg_int(v, name):
+    v = int(v)
+    if v < 0:
+        raise AttnstatError(_lib.EINVAL, "%s is %d: must be >= 0" % (name, v))
+    return v
+
+
+def _u32(v, name):
+    v = int(v)
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError("%s is %d: must be 0..4294967295" % (name, v))
+    return v
+
+
+def _i32(v, name):
+    v = int(v)
+    if not -0x80000000 <= v <= 0x7FFFFFFF:
+        raise ValueError("%s is %d: must fit in 32 bits" % (name, v))
+    return v
+
+
+def _float(v, name):
+    f = float(v if v is not None else 0.0)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError("%s is %r: must be finite and >= 0" % (name, v))
+    return f
+
+
+def _int32_array(x, name):
+    """A ctypes int32 array of the values of x (a sequence, or anything iterable / array-like)."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    try:
+        vals = [int(v) for v in x]
+    except (TypeError, ValueError):
+        raise AttnstatError(_lib.EINVAL, "%s must be a sequence of integers" % name)
+    for v in vals:
+        if not -0x80000000 <= v <= 0x7FFFFFFF:
+            raise AttnstatError(_lib.EINVAL, "%s has %d: offsets are int32" % (name, v))
+    return (ctypes.c_int32 * len(vals))(*vals)
+
+
+def _cu_pair(cq, ck):
+    if cq is None and ck is None:
+        return None
+    if cq is None or ck is None:
+        raise AttnstatError(_lib.EINVAL, "cu_seqlens_q and cu_seqlens_k go together")
+    aq, ak = _int32_array(cq, "cu_seqlens_q"), _int32_array(ck, "cu_seqlens_k")
+    if len(aq) != len(ak) or len(aq) < 2:
+        raise AttnstatError(_lib.EINVAL, "cu_seqlens_q and cu_seqlens_k need the same length, "
+                            "n_seqs + 1 >= 2 (got %d and %d)" % (len(aq), len(ak)))
+    # aq and ak stay referenced by the tuple (and by the casts) for the duration of the push.
+    return (ctypes.cast(aq, ctypes.POINTER(ctypes.c_int32)),
+            ctypes.cast(ak, ctypes.POINTER(ctypes.c_int32)), len(aq) - 1, aq, ak)
