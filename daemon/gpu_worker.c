@@ -50,6 +50,11 @@ struct gpu_ctx {
     int32_t *cu_dev;          /* packed offsets, device copy */
     size_t cu_cap;            /* int32 entries */
     uint64_t batch_ns;        /* gpu_batch_ms: set before the worker's first job */
+    /* Pipelined jobs: each pending job's per-head statistics land in its slot of this pinned
+     * arena; the arena is reset when none is pending and grows only then. */
+    stats_head *pin;
+    size_t pin_cap, pin_used;  /* heads */
+    int npend;                 /* jobs left pending (gpu_finish completes them) */
 };
 
 struct gpu_mem {
@@ -206,7 +211,12 @@ void gpu_ctx_stop(void *arg)
         return;
     g->ready = 0;
     snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
-    cudaError_t e = g->cu_dev ? cudaFree(g->cu_dev) : cudaSuccess;
+    cudaError_t e = g->pin ? cudaFreeHost(g->pin) : cudaSuccess; /* nothing is pending: a task */
+    if (e != cudaSuccess)
+        LOG_WARN("gpu", "cudaFreeHost of the result slots on %s: %s", g->uuid, cudaGetErrorString(e));
+    g->pin = NULL;
+    g->pin_cap = g->pin_used = 0;
+    e = g->cu_dev ? cudaFree(g->cu_dev) : cudaSuccess;
     if (e != cudaSuccess)
         LOG_WARN("gpu", "cudaFree of the packed offsets on %s: %s", g->uuid, cudaGetErrorString(e));
     g->cu_dev = NULL;
@@ -462,6 +472,37 @@ static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, w
     return STATS_OK;
 }
 
+/* A pinned slot of n heads for a pipelined job, NULL when none is free (the job then runs
+ * synchronously). The arena grows only while no job is pending (their copies target it). */
+static stats_head *gpu_pin_slot(gpu_ctx *g, size_t n)
+{
+    if (g->pin_used + n > g->pin_cap) {
+        if (g->npend)
+            return NULL;
+        size_t want = n * 32 > 4096 ? n * 32 : 4096;
+        if (g->pin) {
+            cudaError_t e = cudaFreeHost(g->pin);
+            if (e != cudaSuccess)
+                LOG_WARN("gpu", "cudaFreeHost of the result slots on %s: %s", g->uuid,
+                         cudaGetErrorString(e));
+        }
+        g->pin = NULL;
+        g->pin_cap = g->pin_used = 0;
+        cudaError_t e = cudaMallocHost((void **)&g->pin, want * sizeof *g->pin);
+        if (e != cudaSuccess) {
+            LOG_WARN("gpu", "cudaMallocHost of %zu result slots on %s: %s (pushes run one at a "
+                     "time)", want, g->uuid, cudaGetErrorString(e));
+            (void)cudaGetLastError();
+            g->pin = NULL;
+            return NULL;
+        }
+        g->pin_cap = want;
+    }
+    stats_head *slot = g->pin + g->pin_used;
+    g->pin_used += n;
+    return slot;
+}
+
 /* Batching a step's pushes (gpu_batch_ms). Without MPS the GPU time-slices between the trainer's
  * context and the daemon's: each time the daemon's kernel runs while the trainer has work, the GPU
  * switches contexts twice, which cost ~1 ms a push measured on an H100 (a Llama model's 16 layers:
@@ -567,11 +608,24 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
         if (st != STATS_OK)
             return st;
     }
-    stats_status st = stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
+    /* Enqueued into a pinned slot and left pending (gpu_finish), so that the worker enqueues the
+     * next push before this one is done: a batch of pushes is one run of kernels on the device
+     * (one context switch without MPS, see gpu_batch_wait); synchronously when no slot is free. */
+    stats_head *slot = gpu_pin_slot(g, (size_t)p.heads_q);
+    stats_status st = slot ? stats_cuda_run_to(g->sc, &p, g->stream, slot, NULL, NULL, &job->err)
+                           : stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
     if (st != STATS_OK) {
         job->fail_code = st == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST : ATTNSTAT__CODE__INTERNAL;
         cudaError_t e = cudaGetLastError(); /* clears a sticky-free error for the next job */
         (void)e;
+        if (slot)
+            g->pin_used -= (size_t)p.heads_q;
+        return st;
+    }
+    if (slot) {
+        r->slot = slot;
+        job->pending = 1;
+        g->npend++;
     }
     return st;
 }
@@ -606,7 +660,31 @@ stats_status gpu_compute(void *arg, worker_job *job)
 {
     gpu_ctx *g = arg;
     stats_status st = gpu_compute_job(g, job);
+    if (job->pending)
+        return st; /* gpu_finish releases it */
     gpu_release_job(g, job->ext);
+    return st;
+}
+
+stats_status gpu_finish(void *arg, worker_job *job)
+{
+    gpu_ctx *g = arg;
+    gpu_refs *r = job->ext;
+    stats_status st = STATS_OK;
+    /* The first of a batch waits for them all; the others find the stream done. */
+    cudaError_t e = cudaStreamSynchronize(g->stream);
+    if (e != cudaSuccess) {
+        st = JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                      "stats_cuda on %s: %s (a kernel may have faulted)", g->uuid,
+                      cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    } else {
+        memcpy(job->heads, r->slot, sizeof *job->heads * (size_t)job->prob.heads_q);
+    }
+    r->slot = NULL;
+    if (--g->npend == 0)
+        g->pin_used = 0;
+    gpu_release_job(g, r);
     return st;
 }
 
@@ -660,6 +738,12 @@ stats_status gpu_compute(void *g, worker_job *job)
 {
     (void)g;
     snprintf(job->err.msg, sizeof job->err.msg, "attnstatd was built without CUDA");
+    return STATS_ENOTSUP;
+}
+
+stats_status gpu_finish(void *g, worker_job *job)
+{
+    (void)g, (void)job;
     return STATS_ENOTSUP;
 }
 
