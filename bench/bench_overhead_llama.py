@@ -102,7 +102,7 @@ def main():
         proc, sock, _ = start_daemon(a.daemon, workdir, a.daemon_args.split())
     client = attnstat.Client(socket=sock, run="bench-llama", rank=0)
     clients = [client]
-    alt, alt_proc = None, None
+    alt, alt_proc, altdir = None, None, None
     if a.alt_daemon_args is not None:
         altdir = tempfile.mkdtemp(prefix="attnstat-bench-alt-")
         alt_proc, alt_sock, _ = start_daemon(a.daemon, altdir, a.alt_daemon_args.split())
@@ -131,6 +131,7 @@ def main():
     torch.cuda.synchronize()
 
     times = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}  # until step() returns: how far the CPU runs ahead of the GPU
     counts = {m: {"calls": 0, "pushed": 0, "skipped": 0, "rejected": 0, "dropped": 0,
                   "errors": 0} for m in modes}
     rnd = random.Random(a.seed)
@@ -147,6 +148,7 @@ def main():
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     step(it)
+                    cpu[m].append(time.perf_counter() - t0)
                     torch.cuda.synchronize()
                     times[m].append(time.perf_counter() - t0)
                     it += 1
@@ -162,10 +164,15 @@ def main():
     st = client.stats()
     for c in clients:
         c.close()
-    for p in (proc, alt_proc):
+    for p, d in ((proc, workdir), (alt_proc, altdir if alt_proc else None)):
         if p is not None:
             p.terminate()
             p.wait(30)
+            with open(os.path.join(d, "attnstatd.log")) as f:  # the GPU worker's batching
+                for line in f:
+                    if "pipelined" in line or "waited for the trainer" in line:
+                        print("# attnstatd%s: %s" % (" (alt)" if d != workdir else "",
+                                                     line.strip().split("] ", 1)[-1]))
 
     def med(v):
         v = sorted(v)
@@ -187,6 +194,7 @@ def main():
         row = {"mode": m, "median_ms": 1e3 * md, "mean_ms": 1e3 * mn,
                "overhead_median_pct": 100 * (md / base_med - 1),
                "overhead_mean_pct": 100 * (mn / base_mean - 1), "steps": len(v),
+               "cpu_median_ms": 1e3 * med(cpu[m]),
                "monitor": counts[m]}
         print(json.dumps(row))
         print("%-16s %10.2f %10.2f %8.2f%% %8.2f%%  %s" % (m, 1e3 * md, 1e3 * mn,

@@ -55,6 +55,7 @@ struct gpu_ctx {
     stats_head *pin;
     size_t pin_cap, pin_used;  /* heads */
     int npend;                 /* jobs left pending (gpu_finish completes them) */
+    uint64_t batch_waits, batch_wait_ns; /* gpu_batch_wait: waits for a later push, their time */
 };
 
 struct gpu_mem {
@@ -210,6 +211,10 @@ void gpu_ctx_stop(void *arg)
     if (!g->ready)
         return;
     g->ready = 0;
+    if (g->batch_waits)
+        LOG_INFO("gpu", "%s: %llu pushes waited for the trainer's later pushes (gpu_batch_ms), "
+                 "%.1f ms on average", g->uuid, (unsigned long long)g->batch_waits,
+                 (double)g->batch_wait_ns / 1e6 / (double)g->batch_waits);
     snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
     cudaError_t e = g->pin ? cudaFreeHost(g->pin) : cudaSuccess; /* nothing is pending: a task */
     if (e != cudaSuccess)
@@ -533,6 +538,7 @@ static void gpu_batch_wait(gpu_ctx *g, gpu_refs *r)
     if (!f.last || f.last == r->ev || gpu_event_open(f.last) != 0)
         return;
     uint64_t t0 = util_mono_ns();
+    g->batch_waits++;
     long sleep_ns = 20000;
     while (cudaEventQuery(f.last->ev) == cudaErrorNotReady && util_mono_ns() - t0 < g->batch_ns &&
            !(r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE))) {
@@ -541,6 +547,7 @@ static void gpu_batch_wait(gpu_ctx *g, gpu_refs *r)
         if (sleep_ns < 200000)
             sleep_ns *= 2;
     }
+    g->batch_wait_ns += util_mono_ns() - t0;
 }
 
 static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)

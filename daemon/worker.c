@@ -58,6 +58,7 @@ struct worker {
     int stop;
     pthread_cond_t cond;
     uint64_t processed, dropped;
+    uint64_t batches, batched; /* pipelined: finish_pending runs, and the jobs they finished */
     uint64_t busy_ns[BUSY_BUCKETS];
     uint64_t busy_epoch[BUSY_BUCKETS];
 };
@@ -208,6 +209,8 @@ typedef struct {
 static void finish_pending(worker *w, pending_list *pl)
 {
     worker_pool *p = w->pool;
+    w->batches++;
+    w->batched += (uint64_t)pl->n;
     while (pl->head) {
         worker_job *job = pl->head;
         pl->head = job->next;
@@ -314,6 +317,10 @@ static void *worker_main(void *arg)
         }
         hand_back(w, job);
     }
+    if (w->batches)
+        LOG_INFO("worker", "%s: %llu jobs, %llu of them pipelined in %llu batches (%.1f a batch)",
+                 w->name, (unsigned long long)w->processed, (unsigned long long)w->batched,
+                 (unsigned long long)w->batches, (double)w->batched / (double)w->batches);
     w->exited = 1;
     pthread_cond_broadcast(&p->exited_cond);
     pthread_mutex_unlock(&p->lock);
