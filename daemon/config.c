@@ -69,9 +69,9 @@ static const cfg_entry cfg_table[] = {
      "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
      "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
     {"gpu_batch_ms", CFG_U64, F(gpu_batch_ms), "250", 0, 10000,
-     "a GPU push whose data the trainer's GPU has not reached yet waits up to this long for "
-     "the trainer's later queued pushes, so that a step's kernels run together: without MPS "
-     "the GPU switches between the two processes once per step instead of once per layer "
+     "the first GPU push of a batch waits up to this long for the trainer's next pushes (until "
+     "none comes for 5 ms), so that a step's pushes run on the device together: without MPS "
+     "the GPU switches between the two processes once per batch instead of once per layer "
      "(0: each push as soon as its data are ready)", 0, NULL},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)", 0, NULL},

@@ -509,13 +509,12 @@ static stats_head *gpu_pin_slot(gpu_ctx *g, size_t n)
 }
 
 /* Batching a step's pushes (gpu_batch_ms). Without MPS the GPU time-slices between the trainer's
- * context and the daemon's: each time the daemon's kernel runs while the trainer has work, the GPU
- * switches contexts twice, which cost ~1 ms a push measured on an H100 (a Llama model's 16 layers:
- * +7% step time at every step with 1/8 of the rows, where the kernels themselves take 0.5%). A
- * trainer's CPU runs ahead of its GPU, so when a push's data are not ready yet the pushes of the
- * layers after it are usually queued already: waiting for the last of them (bounded) lets the
- * step's kernels run back to back, one switch for the step. A push whose data are ready runs at
- * once (the rest of a batch, or a trainer whose CPU does not run ahead). */
+ * context and the daemon's, and each time the daemon's work runs while the trainer has work the
+ * GPU switches contexts. The first push of a batch (none pending) is held until the trainer's
+ * pushes stop coming: it waits for the event of the trainer's last queued push, then for a next
+ * push up to GPU_BATCH_GAP_NS, and so on, at most gpu_batch_ms in all; the pushes behind it then
+ * have their data ready and are enqueued back to back (pipelined, see gpu_finish), so that a
+ * step's forward pass costs one run of the daemon's kernels instead of one per layer. */
 typedef struct {
     const int *client;
     gpu_event *last;
@@ -529,25 +528,49 @@ static void batch_find_last(const worker_job *job, void *arg)
         f->last = r->ev;
 }
 
+/* The batch ends when the trainer's next push is this late (a step's forward pass pushes its
+ * layers a few ms apart; its backward pass, tens of ms long, pushes nothing). */
+#define GPU_BATCH_GAP_NS 5000000ull
+
 static void gpu_batch_wait(gpu_ctx *g, gpu_refs *r)
 {
-    if (cudaEventQuery(r->ev->ev) != cudaErrorNotReady)
-        return; /* ready (or an error, which gpu_wait_event reports) */
-    batch_last f = {r->client_gone, NULL};
-    worker_each_queued(g->w, batch_find_last, &f);
-    if (!f.last || f.last == r->ev || gpu_event_open(f.last) != 0)
-        return;
     uint64_t t0 = util_mono_ns();
-    g->batch_waits++;
-    long sleep_ns = 20000;
-    while (cudaEventQuery(f.last->ev) == cudaErrorNotReady && util_mono_ns() - t0 < g->batch_ns &&
-           !(r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE))) {
-        struct timespec ts = {0, sleep_ns};
-        nanosleep(&ts, NULL);
-        if (sleep_ns < 200000)
-            sleep_ns *= 2;
+    gpu_event *waited = NULL;
+    int counted = 0;
+    for (;;) {
+        uint64_t used = util_mono_ns() - t0;
+        if (used >= g->batch_ns ||
+            (r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE)))
+            break;
+        batch_last f = {r->client_gone, NULL};
+        int queued = worker_each_queued(g->w, batch_find_last, &f);
+        if (!f.last || f.last == waited) {
+            /* Nothing of this trainer's queued behind but what was waited for: wait a little for
+             * its next push. */
+            uint64_t left = g->batch_ns - used;
+            if (!worker_wait_queued(g->w, queued, left < GPU_BATCH_GAP_NS ? left : GPU_BATCH_GAP_NS))
+                break;
+            continue;
+        }
+        if (gpu_event_open(f.last) != 0)
+            break;
+        if (!counted) {
+            g->batch_waits++;
+            counted = 1;
+        }
+        long sleep_ns = 20000;
+        while (cudaEventQuery(f.last->ev) == cudaErrorNotReady &&
+               util_mono_ns() - t0 < g->batch_ns &&
+               !(r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE))) {
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            if (sleep_ns < 200000)
+                sleep_ns *= 2;
+        }
+        waited = f.last;
     }
-    g->batch_wait_ns += util_mono_ns() - t0;
+    if (counted)
+        g->batch_wait_ns += util_mono_ns() - t0;
 }
 
 static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
@@ -609,8 +632,8 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     if (r->ev) {
         if (gpu_event_open(r->ev) != 0)
             return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
-        if (g->batch_ns)
-            gpu_batch_wait(g, r);
+        if (g->batch_ns && g->npend == 0)
+            gpu_batch_wait(g, r); /* the first of a batch gathers it; the rest follow at once */
         stats_status st = gpu_wait_event(g, r->ev, r->client_gone, job);
         if (st != STATS_OK)
             return st;
