@@ -68,11 +68,6 @@ static const cfg_entry cfg_table[] = {
     {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,
      "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
      "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
-    {"gpu_batch_ms", CFG_U64, F(gpu_batch_ms), "250", 0, 10000,
-     "the first GPU push of a batch waits up to this long for the trainer's next pushes (until "
-     "none comes for 5 ms), so that a step's pushes run on the device together: without MPS "
-     "the GPU switches between the two processes once per batch instead of once per layer "
-     "(0: each push as soon as its data are ready)", 0, NULL},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on 127.0.0.1:PORT (0: off)", 0, NULL},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,

@@ -45,7 +45,6 @@ typedef struct {
     uint64_t commit_ms;     /* longest wait to batch results into one transaction */
     uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push (CPU) */
     uint64_t max_push_work_gpu; /* the same for pushes of device tensors (GPU workers) */
-    uint64_t gpu_batch_ms;  /* a GPU push waits up to this long for the trainer's later pushes */
     uint64_t metrics_port;  /* Prometheus text on 127.0.0.1:port; 0 = off */
     uint64_t metrics_timeout_ms; /* a scrape connection is closed this long after it opened */
     uint64_t max_heads_per_run; /* distinct (layer, head) alert states of one run */

@@ -49,13 +49,11 @@ struct gpu_ctx {
     cudaStream_t stream;
     int32_t *cu_dev;          /* packed offsets, device copy */
     size_t cu_cap;            /* int32 entries */
-    uint64_t batch_ns;        /* gpu_batch_ms: set before the worker's first job */
     /* Pipelined jobs: each pending job's per-head statistics land in its slot of this pinned
      * arena; the arena is reset when none is pending and grows only then. */
     stats_head *pin;
     size_t pin_cap, pin_used;  /* heads */
     int npend;                 /* jobs left pending (gpu_finish completes them) */
-    uint64_t batch_waits, batch_wait_ns; /* gpu_batch_wait: waits for a later push, their time */
 };
 
 struct gpu_mem {
@@ -160,11 +158,6 @@ gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
     return g;
 }
 
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms)
-{
-    g->batch_ns = ms * 1000000ull;
-}
-
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w)
 {
     g->w = w;
@@ -211,10 +204,6 @@ void gpu_ctx_stop(void *arg)
     if (!g->ready)
         return;
     g->ready = 0;
-    if (g->batch_waits)
-        LOG_INFO("gpu", "%s: %llu pushes waited for the trainer's later pushes (gpu_batch_ms), "
-                 "%.1f ms on average", g->uuid, (unsigned long long)g->batch_waits,
-                 (double)g->batch_wait_ns / 1e6 / (double)g->batch_waits);
     snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
     cudaError_t e = g->pin ? cudaFreeHost(g->pin) : cudaSuccess; /* nothing is pending: a task */
     if (e != cudaSuccess)
@@ -508,71 +497,6 @@ static stats_head *gpu_pin_slot(gpu_ctx *g, size_t n)
     return slot;
 }
 
-/* Batching a step's pushes (gpu_batch_ms). Without MPS the GPU time-slices between the trainer's
- * context and the daemon's, and each time the daemon's work runs while the trainer has work the
- * GPU switches contexts. The first push of a batch (none pending) is held until the trainer's
- * pushes stop coming: it waits for the event of the trainer's last queued push, then for a next
- * push up to GPU_BATCH_GAP_NS, and so on, at most gpu_batch_ms in all; the pushes behind it then
- * have their data ready and are enqueued back to back (pipelined, see gpu_finish), so that a
- * step's forward pass costs one run of the daemon's kernels instead of one per layer. */
-typedef struct {
-    const int *client;
-    gpu_event *last;
-} batch_last;
-
-static void batch_find_last(const worker_job *job, void *arg)
-{
-    batch_last *f = arg;
-    const gpu_refs *r = job->ext;
-    if (r && r->ev && r->client_gone == f->client)
-        f->last = r->ev;
-}
-
-/* The batch ends when the trainer's next push is this late (a step's forward pass pushes its
- * layers a few ms apart; its backward pass, tens of ms long, pushes nothing). */
-#define GPU_BATCH_GAP_NS 5000000ull
-
-static void gpu_batch_wait(gpu_ctx *g, gpu_refs *r)
-{
-    uint64_t t0 = util_mono_ns();
-    gpu_event *waited = NULL;
-    int counted = 0;
-    for (;;) {
-        uint64_t used = util_mono_ns() - t0;
-        if (used >= g->batch_ns ||
-            (r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE)))
-            break;
-        batch_last f = {r->client_gone, NULL};
-        int queued = worker_each_queued(g->w, batch_find_last, &f);
-        if (!f.last || f.last == waited) {
-            /* Nothing of this trainer's queued behind but what was waited for: wait a little for
-             * its next push. */
-            uint64_t left = g->batch_ns - used;
-            if (!worker_wait_queued(g->w, queued, left < GPU_BATCH_GAP_NS ? left : GPU_BATCH_GAP_NS))
-                break;
-            continue;
-        }
-        if (gpu_event_open(f.last) != 0)
-            break;
-        if (!counted) {
-            g->batch_waits++;
-            counted = 1;
-        }
-        long sleep_ns = 20000;
-        while (cudaEventQuery(f.last->ev) == cudaErrorNotReady &&
-               util_mono_ns() - t0 < g->batch_ns &&
-               !(r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE))) {
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
-            if (sleep_ns < 200000)
-                sleep_ns *= 2;
-        }
-        waited = f.last;
-    }
-    if (counted)
-        g->batch_wait_ns += util_mono_ns() - t0;
-}
-
 static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
 {
     gpu_refs *r = job->ext;
@@ -632,15 +556,14 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     if (r->ev) {
         if (gpu_event_open(r->ev) != 0)
             return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
-        if (g->batch_ns && g->npend == 0)
-            gpu_batch_wait(g, r); /* the first of a batch gathers it; the rest follow at once */
         stats_status st = gpu_wait_event(g, r->ev, r->client_gone, job);
         if (st != STATS_OK)
             return st;
     }
     /* Enqueued into a pinned slot and left pending (gpu_finish), so that the worker enqueues the
-     * next push before this one is done: a batch of pushes is one run of kernels on the device
-     * (one context switch without MPS, see gpu_batch_wait); synchronously when no slot is free. */
+     * pushes queued behind this one before it is done: the device runs them back to back, with no
+     * round trip to this thread between them (measured in bench/RESULTS.md, "Overhead on a real
+     * model"); synchronously when no slot is free. */
     stats_head *slot = gpu_pin_slot(g, (size_t)p.heads_q);
     stats_status st = slot ? stats_cuda_run_to(g->sc, &p, g->stream, slot, NULL, NULL, &job->err)
                            : stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
@@ -741,12 +664,6 @@ gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
 {
     (void)ordinal, (void)uuid;
     return NULL;
-}
-
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms)
-{
-    (void)g;
-    (void)ms;
 }
 
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w)

@@ -70,7 +70,6 @@ int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen);
  * gpu_ctx_start() (post it with worker_run_on right after adding the worker). */
 gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid);
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w);
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms); /* gpu_batch_ms; before the first job */
 void gpu_ctx_start(void *g);         /* worker thread: device, stats context, low-priority stream */
 void gpu_ctx_stop(void *g);          /* worker thread: closes everything; the ctx stays allocated */
 stats_status gpu_compute(void *g, worker_job *job);  /* worker_compute_fn; job->ext is gpu_refs */

@@ -143,43 +143,6 @@ void worker_set_finish(worker *w, worker_finish_fn finish)
     pthread_mutex_unlock(&w->pool->lock);
 }
 
-static int queued_count(const worker *w)
-{
-    int n = 0;
-    for (const worker_job *j = w->head; j; j = j->next)
-        n++;
-    return n;
-}
-
-int worker_wait_queued(worker *w, int more_than, uint64_t timeout_ns)
-{
-    worker_pool *p = w->pool;
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    uint64_t ns = (uint64_t)deadline.tv_nsec + timeout_ns;
-    deadline.tv_sec += (time_t)(ns / 1000000000ull);
-    deadline.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_mutex_lock(&p->lock);
-    while (queued_count(w) <= more_than && !w->task_head && !w->stop && !p->abandoned &&
-           !p->closing) {
-        if (pthread_cond_timedwait(&w->cond, &p->lock, &deadline) != 0)
-            break;
-    }
-    int more = queued_count(w) > more_than;
-    pthread_mutex_unlock(&p->lock);
-    return more;
-}
-
-int worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg)
-{
-    int n = 0;
-    pthread_mutex_lock(&w->pool->lock);
-    for (const worker_job *j = w->head; j; j = j->next, n++)
-        fn(j, arg);
-    pthread_mutex_unlock(&w->pool->lock);
-    return n;
-}
-
 static void run_job(worker *w, worker_job *job)
 {
     job->started_ns = util_mono_ns();

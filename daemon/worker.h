@@ -87,16 +87,6 @@ int worker_run_on(worker *w, void (*fn)(void *arg), void *arg);
  * task runs, or when many are pending. Set before the first job is submitted. */
 void worker_set_finish(worker *w, worker_finish_fn finish);
 
-/* Worker thread (from its compute function): waits up to timeout_ns until more than more_than jobs
- * are queued behind the running one; 1 when they are, 0 otherwise (also when a task is queued or
- * the pool is stopping: the worker should get on). */
-int worker_wait_queued(worker *w, int more_than, uint64_t timeout_ns);
-
-/* Worker thread (from its compute function): calls fn(job, arg) under the pool's lock for each job
- * queued behind the running one, oldest first; fn may read the jobs (they stay queued, and only
- * this thread takes them off) but must not keep them past its call. Returns how many are queued. */
-int worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg);
-
 /* Stats of one worker (the pool index of w is not needed). */
 void worker_stats_of(worker *w, worker_stats *out);
 
