@@ -396,7 +396,8 @@ void attnstat_close(attnstat_client *c);
  * the tensors' memory unchanged until the push is released: attnstat_push_ex() tells which pushes
  * these are, and the release callback says when. Memory that cannot be exported that way
  * (PyTorch's expandable_segments, other cuMemMap pools) is copied on the caller's stream into a
- * device staging ring (ATTNSTAT_CUDA_STAGING_BYTES, default 64 MiB per device); when the ring is
+ * device staging ring per device, made at the first staged push with room for four such pushes
+ * (64 MiB at least, 1/32 of the device at most; ATTNSTAT_CUDA_STAGING_BYTES sets it); when the ring is
  * full the push is dropped and counted. A push never synchronises the device and never waits for
  * the daemon. The library links the CUDA runtime statically and reaches the driver only at the
  * first CUDA call: it loads on machines without a GPU driver. */
