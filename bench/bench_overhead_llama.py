@@ -13,7 +13,8 @@ attnstat.torch.monitor(client, model=model, ...) with the model's own doors.
 
 Modes, in blocks of --block steps, the order shuffled every round so that clock or load drift hits
 all alike: off; every10 (every 10th step); every1 (every step); every1-s8 (every step, every 8th
-query row); MODE:alt pushes to a second daemon started with --alt-daemon-args. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
+query row); MODE:alt pushes to a second daemon started with --alt-daemon-args; MODE:local
+computes in this process (Client(local_compute=True)) and sends the daemon the results. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
 mode (median and mean step time, overhead against off, and what the monitor and client counted:
 calls, pushed, skipped, rejected, dropped) and a table. The daemon (--daemon, default the build
 tree's) is started with its defaults on a private socket and database unless --socket names a
@@ -109,6 +110,10 @@ def main():
         alt = attnstat.Client(socket=alt_sock, run="bench-llama-alt", rank=0)
         clients.append(alt)
     modes = a.modes.split(",")
+    local = None
+    if any(m.endswith(":local") for m in modes):
+        local = attnstat.Client(socket=sock, run="bench-llama-local", rank=0, local_compute=True)
+        clients.append(local)
 
     def monitor_for(mode):
         if mode == "off":
@@ -118,7 +123,8 @@ def main():
         kw = {}
         if name.endswith("-s8"):
             kw["sample_every"] = 8
-        return at.monitor(alt if where == "alt" else client, every=every, model=model, **kw)
+        c = alt if where == "alt" else local if where == "local" else client
+        return at.monitor(c, every=every, model=model, **kw)
 
     # warm-up: kernels, the allocator, the daemon's worker and its exported buffers
     for i in range(a.warmup):

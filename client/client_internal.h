@@ -15,6 +15,9 @@
  *   hostring.c the host ring: shm_*, map, ring, inflight (allocates it), st.ring_bytes.
  *   push.c     the pushes: fills an in-flight slot when a push is sent, next_seq, gpu; the push
  *              counters of st (pushed, sent, in_flight++, dropped_*, cuda_*, releases_pending++).
+ *   local.c    local mode: local_on, local; for its pushes, what push.c does for the others, and
+ *              for their completion what replies.c does on a Release (releases_pending--,
+ *              in_flight-- and the slot when the result cannot be sent).
  *   replies.c  what the daemon answers: run_id, got_hello_reply, features, status_env, wait_error*, the
  *              callbacks, in-flight slots (frees them), max_frame and rd.max_frame (set from the
  *              HelloReply), the reply counters of st (acked, released, errors, alerts, rejected,
@@ -59,6 +62,9 @@ typedef enum {
 #define CLIENT_FEATURE_MASK 1u          /* "mask" */
 #define CLIENT_FEATURE_COMPUTE_DTYPE 2u /* "compute_dtype" */
 #define CLIENT_FEATURE_CU_REF 4u        /* "cu_seqlens_ref" */
+#define CLIENT_FEATURE_COMPUTED 8u      /* "computed": results computed by the client (local.c) */
+
+typedef struct local_state local_state; /* local.c */
 
 typedef struct {
     uint64_t seq; /* 0: free slot */
@@ -121,6 +127,10 @@ struct attnstat_client {
     /* push.c */
     uint64_t next_seq;
     gpu_state *gpu;          /* made at the first CUDA push */
+
+    /* local.c: local mode (attnstat_set_local_compute) */
+    int local_on;
+    local_state *local;      /* made at the first local push */
 
     /* replies.c: what a blocking call waits for, and the callbacks */
     int64_t run_id;

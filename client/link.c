@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "local.h"
 #include "hostring.h"
 #include "replies.h"
 
@@ -426,12 +427,14 @@ void link_advance(attnstat_client *c)
     if (c->link == LINK_UP) {
         if (!c->closed) {
             conn_pump_in(c); /* Releases free ring space */
+            local_progress(c); /* local mode: the results computed since */
             conn_pump_out(c);
         }
         if (c->closed)
             link_lost(c);
         return;
     }
+    local_progress(c); /* not up: finished local computations release their tensors */
     if (c->link == LINK_CLOSED)
         return;
     /* What an attempt writes into c->err is the attempt's, not the caller's (whose call may well

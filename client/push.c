@@ -15,8 +15,11 @@
  * push's in-flight slot keeps what it holds (event, staging block, exported allocations) until
  * replies.c releases it.
  *
+ * In local mode (attnstat_set_local_compute) CUDA pushes go to local.c instead: computed in this
+ * process, their results sent when done.
+ *
  * Stage: the sending end of a push. Calls link.c (is the link up; the connection lost), conn.c,
- * gather.c, ring.c, gpu_export.c and util.c. */
+ * gather.c, ring.c, gpu_export.c, local.c and util.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +28,7 @@
 #include "conn.h"
 #include "gather.h"
 #include "link.h"
+#include "local.h"
 
 /* The tensors of one push, in the order the Push message and the GPU path take them: q, k, then
  * those present of v, the mask and the device packed offsets (cu_q, cu_k). */
@@ -525,6 +529,15 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
      * would share it and a Release would find the wrong one. */
     c->next_seq++;
 
+    if (cuda && c->local_on) {
+        local_tensors lt = {q, k, set.imask >= 0 ? set.t[set.imask] : NULL,
+                            set.icu >= 0 ? set.t[set.icu] : NULL,
+                            set.icu >= 0 ? set.t[set.icu + 1] : NULL, set.compute_dtype};
+        rc = local_push(c, o, &lt, seq, slot);
+        if (rc == ATTNSTAT_OK && seq_out)
+            *seq_out = seq; /* its tensors are read until its kernel is done: held */
+        return rc;
+    }
     if (cuda)
         return push_cuda(c, o, &set, seq, slot, seq_out);
     return push_host(c, o, &set, seq, slot);

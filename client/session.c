@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "hostring.h"
 #include "link.h"
+#include "local.h"
 #include "replies.h"
 
 #define SESSION_RING_DEFAULT (64ull << 20)
@@ -86,6 +87,7 @@ void attnstat_close(attnstat_client *c)
 {
     if (!c)
         return;
+    local_free(c); /* waits for the local computations: they read the caller's memory */
     conn_shutdown(c);
     hostring_free(c);
     replies_forget_status(c);
@@ -179,9 +181,11 @@ attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms)
 {
     if (!c)
         return ATTNSTAT_EINVAL;
-    if (c->link != LINK_UP)
+    if (c->link != LINK_UP || local_busy(c))
         link_advance(c);
-    link_wait(c, timeout_ms);
+    /* Local computations finish on the device, not on the socket: look again every millisecond. */
+    link_wait(c, local_busy(c) && (timeout_ms < 0 || timeout_ms > 1) ? 1 : timeout_ms);
+    local_progress(c);
     return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
 }
 
@@ -223,7 +227,7 @@ attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms)
             return client_fail(c, ATTNSTAT_ETIMEDOUT,
                                "%llu pushes still unacknowledged after %d ms",
                                (unsigned long long)c->st.in_flight, timeout_ms);
-        conn_wait_once(c, left);
+        conn_wait_once(c, local_busy(c) && (left < 0 || left > 1) ? 1 : left);
     }
 }
 

@@ -30,6 +30,7 @@ struct push {
     int nmaps;
     gpu_refs gref;           /* device pushes: buffers and event, referenced until unmapped */
     int computing;           /* counted in p->computing */
+    int local;               /* a Computed message: the client computed it (no memory, no Release) */
     validate_plan plan;
     uint64_t received_ns;
     int64_t time_ms;
@@ -245,6 +246,73 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     peer_computing(p, +1);
 }
 
+void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m)
+{
+    const cfg *c = x->cfg;
+    counters_count_push(x->cnt);
+    peer_count(p, PEER_PUSHES);
+    if (!p->hello) {
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__NO_HELLO, "Computed before Hello");
+        return;
+    }
+    if (x->stopping) {
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
+        return;
+    }
+    char msg[512];
+    if (p->computing >= c->client_inflight) {
+        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
+                 "computing (client_inflight)", p->computing);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        return;
+    }
+    push *u = calloc(1, sizeof *u);
+    stats_head *heads = calloc(VALIDATE_MAX_HEADS, sizeof *heads);
+    if (!u || !heads) {
+        free(u);
+        free(heads);
+        counters_inc(x->cnt, CNT_FAILED);
+        ack_now(x, p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    Attnstat__Code code = validate_computed(m, heads, msg, sizeof msg);
+    if (code != ATTNSTAT__CODE__OK) {
+        free(u);
+        free(heads);
+        refuse(x, p, CNT_REJECTED, m->seq, code, msg);
+        return;
+    }
+    /* Through the CPU worker's queue like any push, so that Acks keep their order and the
+     * client's in-flight count holds; the worker does nothing with it (precomputed). */
+    stats_problem_init(&u->job.prob);
+    u->job.prob.heads_q = (int32_t)m->n_heads;
+    u->job.heads = heads;
+    u->job.precomputed = 1;
+    u->job.owner = u;
+    u->x = x;
+    u->p = p;
+    u->local = 1;
+    peer_push_start(p);
+    u->seq = m->seq;
+    u->step = m->step;
+    u->layer = m->layer;
+    u->want_results = m->want_results;
+    u->received_ns = util_mono_ns();
+    u->time_ms = (int64_t)util_wall_ms();
+    worker *target = devices_cpu(x->dev);
+    if (worker_submit(target, &u->job) != 0) {
+        worker_stats ws;
+        worker_stats_of(target, &ws);
+        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u)",
+                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        push_free(u);
+        return;
+    }
+    u->computing = 1;
+    peer_computing(p, +1);
+}
+
 push *push_of_job(worker_job *job)
 {
     return job->owner;
@@ -264,7 +332,7 @@ int push_computed(push *u)
 {
     unpin(u);
     peer *p = u->p;
-    if (p->c) {
+    if (p->c && !u->local) {
         Attnstat__Release rel;
         Attnstat__Envelope env;
         conn_write(p->c, envelope_release(&env, &rel, u->seq), 1);

@@ -205,7 +205,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     envelope_hello_reply(&env, &rep, run_id, (uint32_t)c->max_frame, (uint32_t)c->queue_depth);
     rep.n_served_devices = nserved;
     rep.served_devices = served;
-    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref"};
+    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed"};
     rep.n_features = sizeof features / sizeof features[0];
     rep.features = features;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
@@ -278,6 +278,9 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
         break;
     case ATTNSTAT__ENVELOPE__MSG_PUSH:
         push_receive(x, p, env->push);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_COMPUTED:
+        push_receive_computed(x, p, env->computed);
         break;
     case ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE:
         if (p->c) {

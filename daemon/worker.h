@@ -41,6 +41,7 @@ struct worker_job {
     /* Set by a compute function that enqueued the work and returns before it is done (the GPU
      * workers): the worker's finish function completes it later (worker_set_finish). */
     int pending;
+    int precomputed;         /* heads already filled (a client's Computed): nothing to compute */
     /* Results. */
     stats_status status;
     int fail_code;           /* non-zero: the Ack code of a failure (else derived from status) */

@@ -366,6 +366,21 @@ typedef struct {
     char last_store_error[256]; /* why the last one failed ("" when none) */
 } attnstat_daemon_status;
 
+/* Local mode: CUDA pushes are computed in this process, by the daemon's statistics kernel (linked
+ * into libattnstat) on a stream of the lowest priority in the tensors' CUDA context, ordered after
+ * the push's stream; only the per-head results go to attnstatd (which stores them and checks them
+ * against the alert rules as its own). Without MPS the GPU time-slices between the trainer's
+ * context and the daemon's, and the daemon's kernels stop the trainer's instead of sharing the
+ * GPU: computing in the trainer's own context removes that (bench/RESULTS.md, "Overhead on a real
+ * model"). A push still never synchronises the device or waits for the kernel; attnstat_push_ex
+ * returns its seq, and the release callback says when the kernel has read the tensors (keep them
+ * alive until then). Its Ack comes once the results reached the daemon (attnstat_flush waits for
+ * both). The collapse threshold is the hello's (attnstat_thresholds) or the kernels' default 0.1,
+ * not the daemon's setting. Host tensors are unaffected. on: 1 local, 0 the daemon computes (the
+ * default). ENOTSUP from a libattnstat without CUDA; a daemon whose HelloReply does not list
+ * "computed" refuses each local push with ENOTSUP. */
+attnstat_code attnstat_set_local_compute(attnstat_client *c, int on);
+
 /* The name of a protocol Code (an Ack's or Error's: "BAD_REQUEST", "DROPPED", ...), "unknown"
  * otherwise. */
 const char *attnstat_proto_code_name(int32_t code);

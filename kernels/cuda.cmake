@@ -32,6 +32,13 @@ target_sources(attnstat_kernels PRIVATE $<TARGET_OBJECTS:attnstat_cuda_obj>)
 target_compile_definitions(attnstat_kernels PUBLIC ATTNSTAT_HAVE_CUDA=1)
 target_link_libraries(attnstat_kernels PUBLIC CUDA::cudart_static)
 
+# The problem's checks (stats.c), position-independent, for libattnstat's local mode
+# (client/local.c), which links them with attnstat_cuda_obj into the shared library.
+add_library(attnstat_stats_pic OBJECT stats.c)
+target_include_directories(attnstat_stats_pic PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(attnstat_stats_pic PRIVATE attnstat_warnings)
+set_target_properties(attnstat_stats_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
 # For the PyTorch comparison (bench/bench_kernel.py): built on request only.
 add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_OBJECTS:attnstat_cuda_obj>)
 target_include_directories(attnstat_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})

@@ -93,6 +93,13 @@ class Client(object):
     An exception raised by a callback is re-raised by the next poll(), flush() or status() (the
     first one only), never by push(): a push that was sent returns True whatever a callback did.
 
+    local_compute=True computes CUDA pushes in this process (the daemon's kernel on a stream of
+    the lowest priority in this process' CUDA context) and sends the daemon only their per-head
+    results: without MPS the GPU time-slices between this process and the daemon, which makes
+    every-step monitoring cost several percent of the step; in one context the kernel shares the
+    GPU instead (bench/RESULTS.md). The tensors are held until the kernel has read them; the
+    collapse threshold is this hello's (thresholds=) or 0.1. Host tensors are unaffected.
+
     A daemon restart does not end monitoring: the library reconnects on its own (inside push(),
     poll(), flush() and status(); no thread), says the same hello again and carries on the same
     run. Meanwhile push() returns False (counted in stats()['dropped_disconnected'], with one
@@ -105,7 +112,8 @@ class Client(object):
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
                  ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
-                 devices=None, held_bytes_max=2 << 30, held_pushes_max=1024):
+                 devices=None, held_bytes_max=2 << 30, held_pushes_max=1024,
+                 local_compute=False):
         self._c = None
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
@@ -175,6 +183,16 @@ class Client(object):
         self._release_cb = set_release is not None and self._push_ex is not None
         if self._release_cb:
             set_release(handle, self._release_fn, None)
+
+        self.local_compute = bool(local_compute)
+        if self.local_compute:
+            set_local = _lib.optional(lib, "attnstat_set_local_compute")
+            rc = set_local(handle, 1) if set_local is not None else _lib.ENOTSUP
+            if rc != _lib.OK:
+                msg = (_s(lib.attnstat_last_error(handle)) if set_local is not None
+                       else "this libattnstat has no local mode (attnstat_set_local_compute)")
+                self.close()
+                raise AttnstatError(rc, msg)
 
         self.run = run
         self.rank = int(rank)

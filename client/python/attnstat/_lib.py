@@ -478,6 +478,8 @@ def _declare(lib):
         required=False)
     # Daemon restarts: where the client stands, and why.
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
+    # Local mode: CUDA pushes computed in this process.
+    _fn(lib, "attnstat_set_local_compute", code, [c, i32], required=False)
 
 
 def optional(lib, name):
