@@ -19,8 +19,11 @@ add_library(attnstat_cuda_obj OBJECT
   cuda/generic.cu)     # variant 5; fill_rows, packed_offsets, reduce_heads
 target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings)
+# No exceptions on the host side: libattnstat links these objects for local mode, and the only
+# C++ runtime they then need is the guard of nvcc's per-kernel handle statics (deploy/wheel.cmake
+# links that statically into the wheel's library).
 target_compile_options(attnstat_cuda_obj PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:${ATTNSTAT_CUDA_GENCODE} -Xptxas=-warn-spills>)
+  $<$<COMPILE_LANGUAGE:CUDA>:${ATTNSTAT_CUDA_GENCODE} -Xptxas=-warn-spills -Xcompiler=-fno-exceptions>)
 set_target_properties(attnstat_cuda_obj PROPERTIES POSITION_INDEPENDENT_CODE ON
   CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
 
