@@ -17,6 +17,10 @@
 #include "util.h"
 #include "validate.h"
 
+/* The largest global layer or head number (a layout's offsets are checked against the same bound,
+ * schema/store_write.c): far past any model, and a sum of two never overflows an int32_t. */
+#define PUSH_GLOBAL_MAX (1 << 24)
+
 struct push {
     worker_job job;          /* queued on a worker: job.owner is the push */
     batch_item item;         /* batched: item.owner is the push */
@@ -25,6 +29,7 @@ struct push {
     uint64_t seq;
     int64_t step;
     uint32_t layer;
+    int32_t glayer, head_base; /* the global numbers of its layer and its query head 0 (layout) */
     int want_results;
     buffers_map *maps[VALIDATE_MAX_TENSORS]; /* host buffers pinned while a worker may read them */
     int nmaps;
@@ -200,6 +205,23 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
         return;
     }
+    /* The global numbers, by the layout in force now (a later Layout is for later pushes). */
+    int64_t glayer = (int64_t)m->layer + (p->has_layout ? p->layout.layer_offset : 0);
+    int64_t head_base = !p->has_layout              ? 0
+                        : p->layout.head_offset >= 0 ? p->layout.head_offset
+                                                     : (int64_t)p->layout.tp_rank * u->plan.prob.heads_q;
+    if (glayer > PUSH_GLOBAL_MAX || head_base + u->plan.prob.heads_q > PUSH_GLOBAL_MAX) {
+        snprintf(msg, sizeof msg, "layer %u with layer_offset %d, %d query heads of tp_rank %d "
+                 "(head_offset %d): global numbers past %d; check the layout", m->layer,
+                 (int)p->layout.layer_offset, (int)u->plan.prob.heads_q, (int)p->layout.tp_rank,
+                 (int)p->layout.head_offset, PUSH_GLOBAL_MAX);
+        validate_plan_free(&u->plan);
+        free(u);
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__BAD_REQUEST, msg);
+        return;
+    }
+    u->glayer = (int32_t)glayer;
+    u->head_base = (int32_t)head_base;
     u->job.prob = u->plan.prob;
     u->job.heads = calloc((size_t)u->plan.prob.heads_q, sizeof(stats_head));
     if (!u->job.heads) {
@@ -288,7 +310,8 @@ int push_computed(push *u)
     it->rank = p->rank;
     it->seq = u->seq;
     it->step = u->step;
-    it->layer = (int32_t)u->layer;
+    it->layer = u->glayer;
+    it->head_base = u->head_base;
     it->heads = job->heads;
     it->nheads = job->prob.heads_q;
     it->time_ms = u->time_ms;
@@ -380,10 +403,13 @@ void push_answer(push *u, Attnstat__Code code, const char *msg, push_result_fn r
             ptrs = heads_pb(u, &hs);
         ack_stored(u, u->want_results ? ptrs : NULL, n);
         if (results && ptrs) {
+            /* The Ack says the push's own numbers; subscribers see the job's global ones. */
+            for (size_t i = 0; i < n; i++)
+                hs[i].head = (uint32_t)u->head_base + (uint32_t)i;
             Attnstat__Result r;
             Attnstat__Envelope env;
-            results(data, envelope_result(&env, &r, u->p->run, u->p->run_id, u->step, u->layer,
-                                          ptrs, n));
+            results(data, envelope_result(&env, &r, u->p->run, u->p->run_id, u->step,
+                                          (uint32_t)u->glayer, ptrs, n));
         }
         free(ptrs);
         free(hs);
