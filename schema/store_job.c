@@ -89,14 +89,9 @@ store_status store_job_get_run(store *st, int64_t run_id, store_job_run_cb cb, v
     }
     if (st->in_batch && store_flush_deltas(st, err))
         return STORE_ERROR;
-    sqlite3_stmt *s = store_stmt(st, S_JOB_RUN_ONE, err);
+    sqlite3_stmt *s = store_bind_ints(st, S_JOB_RUN_ONE, &run_id, 1, "reading a run", err);
     if (!s)
         return STORE_ERROR;
-    int rc = bind_i64(s, 1, run_id);
-    if (rc != SQLITE_OK) {
-        stmt_done(s);
-        return store_db_err(st, err, rc, "binding the run id");
-    }
     int64_t n;
     store_status rs = deliver_runs(st, s, cb, ctx, &n, err);
     if (rs == STORE_OK && n == 0) {

@@ -83,6 +83,24 @@ static store_status batch_fail(store *st, store_error *err)
     return STORE_ERROR;
 }
 
+/* The batch open (begun when none was) and run_id checked to exist. A run that does not exist
+ * leaves the batch as it was (none, when this call began it). */
+static store_status begin_for_run(store *st, int64_t run_id, store_error *err)
+{
+    int began = !st->in_batch;
+    store_status rs = batch_begin(st, err);
+    if (rs)
+        return rs;
+    if ((rs = store_check_run(st, run_id, err))) {
+        if (rs == STORE_ERROR)
+            return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
+        return rs;
+    }
+    return STORE_OK;
+}
+
 store_status store_commit(store *st, store_error *err)
 {
     if (!st->in_batch)
@@ -256,16 +274,8 @@ store_status store_add_samples_at(store *st, int64_t run_id, int64_t step, int32
                 step, layer, head_base, head_base, nheads - 1, INT32_MAX);
         return STORE_EINVAL;
     }
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
+    if ((rs = begin_for_run(st, run_id, err)))
         return rs;
-    if ((rs = store_check_run(st, run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st); /* the batch as it was: none */
-        return rs;
-    }
     if (!time_ms)
         time_ms = now_ms();
     sqlite3_stmt *ins = store_stmt(st, S_SAMPLE_INSERT, err);
@@ -361,16 +371,8 @@ store_status store_run_set_layout(store *st, int64_t run_id, const store_layout 
         return rs;
     if (l && (rs = store_layout_check(l, err)))
         return rs;
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
+    if ((rs = begin_for_run(st, run_id, err)))
         return rs;
-    if ((rs = store_check_run(st, run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st); /* the batch as it was: none */
-        return rs;
-    }
     sqlite3_stmt *s = store_stmt(st, S_RUN_SET_LAYOUT, err);
     if (!s)
         return batch_fail(st, err);
@@ -403,16 +405,8 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
                       "raised or cleared");
         return STORE_EINVAL;
     }
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
+    if ((rs = begin_for_run(st, a->run_id, err)))
         return rs;
-    if ((rs = store_check_run(st, a->run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st); /* the batch as it was: none */
-        return rs;
-    }
     sqlite3_stmt *s = store_stmt(st, S_ALERT_INSERT, err);
     if (!s)
         return batch_fail(st, err);
