@@ -79,6 +79,8 @@ void metrics_value(double v, char *out, size_t len)
         snprintf(out, len, "NaN");
     else if (isinf(v))
         snprintf(out, len, v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 1e15) /* steps, counts: every digit */
+        snprintf(out, len, "%.0f", v);
     else
         snprintf(out, len, "%.10g", v);
 }

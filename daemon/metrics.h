@@ -28,7 +28,7 @@ void metrics_printf(metrics_buf *b, const char *fmt, ...) __attribute__((format(
 /* A label value escaped as the text format wants it (backslash, double quote, newline) into out
  * (cut at len, NUL-terminated). */
 void metrics_label(const char *in, char *out, size_t len);
-/* A sample value: "+Inf", "-Inf", "NaN" or the number (%.10g). */
+/* A sample value: "+Inf", "-Inf", "NaN", an integer with every digit (a step), else %.10g. */
 void metrics_value(double v, char *out, size_t len);
 
 /* What the scrape says of one connected process that said Hello: its run and its layout

@@ -234,12 +234,13 @@ START_TEST(test_escaping_bound_expiry)
     headtab_expire(t, 4500, 3000);
     ck_assert_uint_eq(headtab_count(t), 2);
     headtab_observe(t, "other", 2, 0, 0, h, 4, 2, 5000);
-    headtab_observe(t, "third", 3, 9, 100, h, 1, 2, 5000);
+    headtab_observe(t, "third", 3, 9, 100, h, 1, 12345678901, 5000); /* every digit printed */
     ck_assert_uint_eq(headtab_count(t), 5);
     txt = render(t, HEADTAB_ALL, 10);
     ck_assert(isnan(value_of(txt, "attnstat_head_max_logit", "run=\"a\\\"b\\\\c\",layer=\"0\",head=\"0\"")));
     ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"other\",layer=\"0\",head=\"3\""), 4);
-    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"third\",layer=\"9\",head=\"100\""), 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"third\",layer=\"9\",head=\"100\""),
+                        12345678901.0);
     free(txt);
     headtab_expire(t, 1000000, 3000);
     ck_assert_uint_eq(headtab_count(t), 0);
