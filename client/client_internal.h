@@ -8,7 +8,7 @@
  *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
  *              hello_sent; timeout_ms (for the length of one attnstat_status call); wait_error
  *              (cleared before it waits for a reply); sub_* (what attnstat_subscribe asked for);
- *              flush_abandoned.
+ *              flush_abandoned; has_layout and layout (attnstat_set_layout).
  *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, got_hello_reply
  *              (cleared before a Hello), the link counters of st (disconnects, reconnects,
  *              dropped_disconnected, and dropped_local for the pushes it drops).
@@ -63,6 +63,7 @@ typedef enum {
 #define CLIENT_FEATURE_COMPUTE_DTYPE 2u /* "compute_dtype" */
 #define CLIENT_FEATURE_CU_REF 4u        /* "cu_seqlens_ref" */
 #define CLIENT_FEATURE_COMPUTED 8u      /* "computed": results computed by the client (local.c) */
+#define CLIENT_FEATURE_LAYOUT 16u       /* "layout" */
 
 typedef struct local_state local_state; /* local.c */
 
@@ -111,6 +112,8 @@ struct attnstat_client {
     char link_retry_why[300];   /* why the last attempt failed */
     char *hello_run, *hello_config; /* the hello, kept to be sent again (NULL: none) */
     int32_t hello_rank, hello_ndev;
+    int has_layout;             /* a layout was set (session.c): said after every Hello */
+    attnstat_layout layout;
     int hello_has_th;
     attnstat_thresholds hello_th;
     char **hello_devices;

@@ -125,14 +125,35 @@ static attnstat_code link_send_hello(attnstat_client *c)
     return conn_send(c, &env, 0);
 }
 
+attnstat_code link_send_layout(attnstat_client *c)
+{
+    const attnstat_layout *l = &c->layout;
+    Attnstat__ParallelLayout m = ATTNSTAT__PARALLEL_LAYOUT__INIT;
+#define LINK_LAYOUT(f)                                                                             \
+    m.has_##f = 1;                                                                                 \
+    m.f = (uint32_t)l->f;
+    LINK_LAYOUT(tp_rank) LINK_LAYOUT(tp_size) LINK_LAYOUT(pp_rank) LINK_LAYOUT(pp_size)
+    LINK_LAYOUT(dp_rank) LINK_LAYOUT(dp_size) LINK_LAYOUT(cp_rank) LINK_LAYOUT(cp_size)
+    LINK_LAYOUT(layer_offset)
+#undef LINK_LAYOUT
+    if (l->head_offset >= 0) {
+        m.has_head_offset = 1;
+        m.head_offset = (uint32_t)l->head_offset;
+    }
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_LAYOUT;
+    env.layout = &m;
+    return conn_send(c, &env, 0);
+}
+
 /* How the GPU path sends its registrations: never dropped. */
 static attnstat_code link_emit(void *ctx, const Attnstat__Envelope *env)
 {
     return conn_send(ctx, env, 0);
 }
 
-/* What a connection needs once its Hello is answered (or at once, without a run): the host ring
- * (a run's), the GPU path's registrations, the subscription (on a connection made again), then a
+/* What a connection needs once its Hello is answered (or at once, without a run): the layout
+ * when one was set, the host ring (a run's), the GPU path's registrations, the subscription (on a connection made again), then a
  * Status: RegisterBuffer and Subscribe have no reply of their own, and the daemon answers the
  * Status only after handling them, so an Error for the ring, if any, arrives first. */
 static attnstat_code link_send_registrations(attnstat_client *c)
@@ -142,6 +163,11 @@ static attnstat_code link_send_registrations(attnstat_client *c)
     Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
     attnstat_code rc;
     if (c->hello_sent) {
+        /* The layout first: every push of this connection gets its global numbers. A daemon that
+         * takes none (an older one came back) keeps the local ones. */
+        if (c->has_layout && (c->features & CLIENT_FEATURE_LAYOUT) &&
+            (rc = link_send_layout(c)) != ATTNSTAT_OK)
+            return rc;
         if ((rc = hostring_make(c)) != ATTNSTAT_OK)
             return rc;
         Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;

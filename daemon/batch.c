@@ -24,8 +24,8 @@ struct batch {
 
 static store_status sqlite_add(void *db, const batch_item *it, store_error *err)
 {
-    return store_add_samples(db, it->run_id, it->step, it->layer, it->heads, it->nheads,
-                             it->time_ms, err);
+    return store_add_samples_at(db, it->run_id, it->step, it->layer, it->head_base, it->heads,
+                                it->nheads, it->time_ms, err);
 }
 
 static store_status sqlite_commit(void *db, store_error *err)

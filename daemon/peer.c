@@ -70,6 +70,12 @@ void peer_subscribe(peer *p, int alerts, int results)
     p->sub_results = results;
 }
 
+void peer_layout(peer *p, const store_layout *l)
+{
+    p->has_layout = 1;
+    p->layout = *l;
+}
+
 void peer_count(peer *p, peer_counter what)
 {
     switch (what) {

@@ -127,6 +127,12 @@ Attnstat__Envelope *envelope_status(Attnstat__Envelope *env, Attnstat__Status *m
     return env;
 }
 
+Attnstat__Envelope *envelope_layout(Attnstat__Envelope *env, Attnstat__ParallelLayout *m)
+{
+    WRAP(env, LAYOUT, layout, m);
+    return env;
+}
+
 Attnstat__Envelope *envelope_hello_reply(Attnstat__Envelope *env, Attnstat__HelloReply *m,
                                          int64_t run_id, uint32_t max_frame,
                                          uint32_t queue_capacity)

@@ -56,6 +56,9 @@ Attnstat__Envelope *envelope_subscribe(Attnstat__Envelope *env, Attnstat__Subscr
 
 Attnstat__Envelope *envelope_status(Attnstat__Envelope *env, Attnstat__Status *m);
 
+/* ParallelLayout: m is the caller's, filled (attnstat__parallel_layout__init and its fields). */
+Attnstat__Envelope *envelope_layout(Attnstat__Envelope *env, Attnstat__ParallelLayout *m);
+
 /* ---- daemon to client ------------------------------------------------------------------------ */
 
 /* HelloReply at the frame protocol's version (daemon_version, served_devices: on m). */

@@ -3,7 +3,8 @@
  * Ack (with the results when asked for) and no Release, checked by the alert rules like the
  * daemon's own results, refused with BAD_REQUEST and the reason when malformed (heads out of
  * order, counts that disagree, a negative entropy, no heads, too many), refused before Hello; the
- * daemon keeps serving the client after every refusal. The HelloReply lists "computed". */
+ * daemon keeps serving the client after every refusal; a parallel layout gives them global numbers.
+ * The HelloReply lists "computed". */
 #include <math.h>
 
 #include "daemon_harness.h"
@@ -134,6 +135,60 @@ START_TEST(test_computed_stored_and_acked)
     dh_cleanup(&d, rc != 0 || bad);
     ck_assert_int_eq(rc, 0);
     ck_assert_int_eq(stored, STEPS * LAYERS * NH);
+    ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
+/* A process's parallel layout applies to its Computed messages as to its pushes: global layer
+ * layer_offset + l, global head tp_rank x heads + h. */
+START_TEST(test_computed_global_numbers)
+{
+    dh_rng rng = dh_rng_new("computed_global_numbers");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, (const char *)NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t run_id;
+    dh_hello(&c, "local-tp", 0, &run_id);
+    enum { NH = 4 };
+    uint32_t tp_rank = 1 + (uint32_t)(dh_next(&rng) % 3), layer_offset = 8 + (uint32_t)(dh_next(&rng) % 8);
+    Attnstat__ParallelLayout lay;
+    attnstat__parallel_layout__init(&lay);
+    lay.has_tp_rank = lay.has_tp_size = lay.has_layer_offset = 1;
+    lay.tp_rank = tp_rank;
+    lay.tp_size = 4;
+    lay.layer_offset = layer_offset;
+    Attnstat__Envelope env;
+    ck_assert_int_eq(dh_send(&c, envelope_layout(&env, &lay)), 0);
+    Attnstat__HeadStats hs[NH], *ptrs[NH];
+    Attnstat__Computed m;
+    fill_computed(&m, hs, ptrs, NH, 1, 3, 2, &rng, 2.5 + dh_gauss(&rng) * 0.1);
+    send_computed(&c, &m);
+    char msg[256];
+    ck_assert_int_eq(ack_of(&c, 1, msg, sizeof msg, NULL), ATTNSTAT__CODE__OK);
+    dh_close(&c);
+    int rc = dh_stop(&d);
+    sqlite3 *db = dh_db_open(&d);
+    int bad = 0;
+    for (int h = 0; h < NH; h++) {
+        char sql[300];
+        sqlite3_stmt *st;
+        snprintf(sql, sizeof sql, "SELECT entropy_mean FROM samples WHERE run_id = %lld AND "
+                 "step = 3 AND layer = %u AND head = %u", (long long)run_id, layer_offset + 2,
+                 tp_rank * NH + (uint32_t)h);
+        ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+        bad += sqlite3_step(st) != SQLITE_ROW ||
+               !dh_close_enough(sqlite3_column_double(st, 0), hs[h].entropy_mean);
+        sqlite3_finalize(st);
+    }
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM samples WHERE run_id = %lld", (long long)run_id);
+    int64_t stored = dh_db_int(db, sql);
+    sqlite3_close(db);
+    dh_cleanup(&d, rc != 0 || bad);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(stored, NH);
     ck_assert_int_eq(bad, 0);
 }
 END_TEST
@@ -269,6 +324,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("computed");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_computed_stored_and_acked);
+    tcase_add_test(t, test_computed_global_numbers);
     tcase_add_test(t, test_computed_raise_alerts);
     tcase_add_test(t, test_computed_refused_with_reasons);
     suite_add_tcase(s, t);

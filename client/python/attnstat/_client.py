@@ -10,7 +10,7 @@ import time
 import warnings
 import weakref
 
-from . import _lib
+from . import _layout, _lib
 from ._tensor import TensorError, describe
 from ._version import __version__
 from ._errors import AttnstatError
@@ -70,6 +70,7 @@ class Client(object):
     thresholds for this run (keys: %s). config: a str or a JSON-serialisable object stored with
     the run. ring_bytes, queue_bytes: sizes of the shared-memory ring and the outgoing queue.
     timeout_s: for connect and hello. lib: a path to libattnstat.so or an already loaded CDLL.
+    layout: this process's parallel layout, said after the hello (see set_layout()).
     hello=False connects without introducing a run (for status() and subscribe() only).
     devices: the GPUs this process will push CUDA tensors from, named in the hello so that the
     daemon starts their workers at once: CUDA ordinals, torch.device objects or UUID strings
@@ -113,7 +114,7 @@ class Client(object):
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
                  ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
                  devices=None, held_bytes_max=2 << 30, held_pushes_max=1024,
-                 local_compute=False):
+                 local_compute=False, layout=None):
         self._c = None
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
@@ -197,12 +198,33 @@ class Client(object):
         self.run = run
         self.rank = int(rank)
         self.devices = []
+        self.layout = None
         if hello:
             try:
                 self._hello(run, rank, thresholds, config, devices)
+                if layout is not None:
+                    self.set_layout(layout)
             except BaseException:
                 self.close()
                 raise
+
+    def set_layout(self, layout=None, **fields):
+        """Tells the daemon where this process's heads and layers sit in the whole model (tensor,
+        pipeline, data and context parallelism: attnstat._layout says each field), so that every
+        process of the job stores global (layer, head) numbers. A dict, an object with the fields
+        as attributes, or keywords (tp_rank=1, tp_size=4, ...). Applies to the pushes after it;
+        kept and said again after a reconnection. Raises AttnstatError: EINVAL for a bad layout,
+        ENOTSUP when the daemon (or the library) is too old to take one."""
+        d = _layout.as_dict(layout, **fields)
+        fn = _lib.optional(self._lib, "attnstat_set_layout")
+        if fn is None:
+            raise AttnstatError(_lib.ENOTSUP, "this libattnstat takes no parallel layout (no "
+                                "attnstat_set_layout): an older library")
+        c = _layout.to_c(self._lib, d)
+        with self._lock:
+            self._enter()
+            self._check(fn(self._handle(), ctypes.byref(c)))
+            self.layout = d
 
     # ---- setup ----------------------------------------------------------------------------------
     def _device_uuids(self, devices):
