@@ -520,7 +520,7 @@ class TestEndToEnd(DaemonCase):
         try:
             c = self.d.client(run, local_compute=True)
         except attnstat.AttnstatError as e:
-            self.assertIn("without CUDA", str(e))
+            self.assertIn("built with CUDA", str(e))
             self.assertNotIn("+cuda", _lib.load().attnstat_version().decode())
             return
         with c:
