@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "envelope.h"
 #include "ring.h"
 #include "util.h"
 
@@ -117,32 +118,19 @@ static void gpu_pool_restore_device(int d, int saved)
 /* Registers event i of the pool with the daemon. */
 static attnstat_code gpu_pool_send_event(const gpu_pool *p, int i, gpu_emit_fn emit, void *ectx)
 {
-    Attnstat__RegisterEvent re = ATTNSTAT__REGISTER_EVENT__INIT;
-    re.id = p->ev_id[i];
-    re.ipc_handle.data = (uint8_t *)p->ev_h[i].reserved;
-    re.ipc_handle.len = sizeof p->ev_h[i].reserved;
-    re.device_uuid = (char *)p->uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_EVENT;
-    env.register_event = &re;
-    return emit(ectx, &env);
+    Attnstat__RegisterEvent re;
+    Attnstat__Envelope env;
+    return emit(ectx, envelope_register_event(&env, &re, p->ev_id[i],
+                                              (const uint8_t *)p->ev_h[i].reserved,
+                                              sizeof p->ev_h[i].reserved, p->uuid));
 }
 
 attnstat_code gpu_pool_send_buffer(uint32_t id, uint64_t size, const void *handle, size_t hlen,
                                    const char *uuid, gpu_emit_fn emit, void *ectx)
 {
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = size;
-    rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)handle;
-    rb.ipc_handle.len = hlen;
-    rb.device_uuid = (char *)uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    return emit(ectx, &env);
+    Attnstat__RegisterBuffer rb;
+    Attnstat__Envelope env;
+    return emit(ectx, envelope_register_cuda(&env, &rb, id, handle, hlen, size, uuid));
 }
 
 /* Registers the staging ring with the daemon. */

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envelope.h"
 #include "conn.h"
 #include "local.h"
 #include "hostring.h"
@@ -105,9 +106,9 @@ static attnstat_code link_send_hello(attnstat_client *c)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
 
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    h.run = c->hello_run;
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, c->hello_run);
     h.has_rank = 1;
     h.rank = c->hello_rank;
     h.has_pid = 1;
@@ -117,9 +118,6 @@ static attnstat_code link_send_hello(attnstat_client *c)
     h.config = c->hello_config;
     h.n_device_uuids = (size_t)c->hello_ndev;
     h.device_uuids = c->hello_devices;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
     c->wait_error = 0;
     c->got_hello_reply = 0;
     return conn_send(c, &env, 0);
@@ -140,10 +138,8 @@ attnstat_code link_send_layout(attnstat_client *c)
         m.has_head_offset = 1;
         m.head_offset = (uint32_t)l->head_offset;
     }
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_LAYOUT;
-    env.layout = &m;
-    return conn_send(c, &env, 0);
+    Attnstat__Envelope env;
+    return conn_send(c, envelope_layout(&env, &m), 0);
 }
 
 /* How the GPU path sends its registrations: never dropped. */
@@ -160,7 +156,7 @@ static attnstat_code link_send_registrations(attnstat_client *c)
 {
     c->wait_error = 0;
     replies_forget_status(c);
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    Attnstat__Envelope env;
     attnstat_code rc;
     if (c->hello_sent) {
         /* The layout first: every push of this connection gets its global numbers. A daemon that
@@ -170,32 +166,21 @@ static attnstat_code link_send_registrations(attnstat_client *c)
             return rc;
         if ((rc = hostring_make(c)) != ATTNSTAT_OK)
             return rc;
-        Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-        rb.id = CLIENT_RING_ID;
-        rb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-        rb.size = c->ring_bytes;
-        rb.shm_name = c->shm_name;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-        env.register_buffer = &rb;
+        Attnstat__RegisterBuffer rb;
+        envelope_register_shm(&env, &rb, CLIENT_RING_ID, c->shm_name, c->ring_bytes);
         if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
             return rc;
         if ((rc = gpu_reregister(c->gpu, link_emit, c)) != ATTNSTAT_OK)
             return rc;
     }
     if (c->link_resuming && c->subscribed) {
-        Attnstat__Subscribe sub = ATTNSTAT__SUBSCRIBE__INIT;
-        sub.has_alerts = sub.has_results = 1;
-        sub.alerts = c->sub_alerts != 0;
-        sub.results = c->sub_results != 0;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-        env.subscribe = &sub;
+        Attnstat__Subscribe sub;
+        envelope_subscribe(&env, &sub, c->sub_alerts != 0, c->sub_results != 0);
         if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
             return rc;
     }
-    Attnstat__Status s = ATTNSTAT__STATUS__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-    env.status = &s;
-    return conn_send(c, &env, 0);
+    Attnstat__Status s;
+    return conn_send(c, envelope_status(&env, &s), 0);
 }
 
 /* ---- The phases of an attempt ------------------------------------------------------------------*/

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "envelope.h"
 #include "conn.h"
 
 attnstat_code attnstat_set_local_compute(attnstat_client *c, int on)
@@ -407,17 +408,11 @@ static attnstat_code local_send(attnstat_client *c, const local_entry *en)
             local_head_pb(&hs[i], (uint32_t)i, &en->heads[i]);
             ptrs[i] = &hs[i];
         }
-        Attnstat__Computed m = ATTNSTAT__COMPUTED__INIT;
-        m.seq = en->seq;
-        m.step = en->step;
-        m.layer = en->layer;
-        m.n_heads = n;
-        m.heads = ptrs;
+        Attnstat__Computed m;
+        Attnstat__Envelope env;
+        envelope_computed(&env, &m, en->seq, en->step, en->layer, ptrs, n);
         m.has_want_results = en->want_results;
         m.want_results = en->want_results;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_COMPUTED;
-        env.computed = &m;
         rc = conn_send(c, &env, 1);
     }
     free(hs);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "client_internal.h"
+#include "envelope.h"
 #include "conn.h"
 #include "gather.h"
 #include "link.h"
@@ -185,11 +186,8 @@ static uint64_t push_align(uint64_t n)
 }
 
 /* The Push fields that come from the options. */
-static void push_fill(Attnstat__Push *p, const attnstat_push_opts *o, uint64_t seq)
+static void push_fill(Attnstat__Push *p, const attnstat_push_opts *o)
 {
-    p->seq = seq;
-    p->step = o->step;
-    p->layer = o->layer;
     p->has_causal = o->causal != 0;
     p->causal = o->causal != 0;
     p->has_window_left = o->window_left >= 0;
@@ -229,10 +227,10 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
                                const push_set *set, Attnstat__TensorRef *refs, int has_event,
                                uint32_t event_id)
 {
-    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-    push_fill(&p, o, seq);
-    p.q = &refs[0];
-    p.k = &refs[1];
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    envelope_push(&env, &p, seq, o->step, o->layer, &refs[0], &refs[1]);
+    push_fill(&p, o);
     p.v = set->iv >= 0 ? &refs[set->iv] : NULL;
     p.mask = set->imask >= 0 ? &refs[set->imask] : NULL;
     if (set->icu >= 0) {
@@ -244,9 +242,6 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
                                               : ATTNSTAT__DTYPE__F32;
     p.has_event_id = has_event;
     p.event_id = event_id;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-    env.push = &p;
     return conn_send(c, &env, 1);
 }
 
