@@ -188,19 +188,30 @@ static int global_numbers(const peer *p, uint32_t layer, int32_t heads_q, push *
     return 0;
 }
 
-void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
+/* Counts a Push or Computed (what) and refuses it before Hello or while the daemon stops;
+ * 0 when it may go on. */
+static int push_admit(const stage_ctx *x, peer *p, uint64_t seq, const char *what)
 {
-    const cfg *c = x->cfg;
     counters_count_push(x->cnt);
     peer_count(p, PEER_PUSHES);
     if (!p->hello) {
-        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__NO_HELLO, "Push before Hello");
-        return;
+        char msg[64];
+        snprintf(msg, sizeof msg, "%s before Hello", what);
+        refuse(x, p, CNT_REJECTED, seq, ATTNSTAT__CODE__NO_HELLO, msg);
+        return -1;
     }
     if (x->stopping) {
-        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
-        return;
+        refuse(x, p, CNT_DROPPED, seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
+        return -1;
     }
+    return 0;
+}
+
+void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
+{
+    const cfg *c = x->cfg;
+    if (push_admit(x, p, m->seq, "Push") != 0)
+        return;
     validate_limits lim = {.max_push_work = c->max_push_work,
                            .max_push_work_gpu = c->max_push_work_gpu,
                            .collapse_threshold = (float)p->collapse_threshold};
@@ -281,16 +292,8 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
 void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m)
 {
     const cfg *c = x->cfg;
-    counters_count_push(x->cnt);
-    peer_count(p, PEER_PUSHES);
-    if (!p->hello) {
-        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__NO_HELLO, "Computed before Hello");
+    if (push_admit(x, p, m->seq, "Computed") != 0)
         return;
-    }
-    if (x->stopping) {
-        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
-        return;
-    }
     char msg[512];
     if (p->computing >= c->client_inflight) {
         snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
