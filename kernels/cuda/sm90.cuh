@@ -157,6 +157,16 @@ __device__ __forceinline__ unsigned long long wg_desc_sw128(const void *p)
            ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+/* The descriptor of p + bytes from p's descriptor d (either kind above; bytes a multiple of 16):
+ * one 32-bit add to the start address field (bits [0,14), address >> 4) instead of building the
+ * descriptor again. Exact while p + bytes stays inside shared memory: addresses there are below
+ * 228 KiB < 2^18, so the field never carries into the bits above it (and the & 0x3ffff above
+ * never dropped anything). */
+__device__ __forceinline__ unsigned long long wg_desc_advance(unsigned long long d, unsigned bytes)
+{
+    return (d & 0xffffffff00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));
+}
+
 /* ---- mbarriers ------------------------------------------------------------------------------- */
 
 /* mbarrier in shared memory (sm_80+): init with an arrival count, arrive (release), wait for the

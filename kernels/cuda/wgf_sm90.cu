@@ -244,24 +244,27 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
            : (unsigned)(((n0 >> 3) * CH + cg) * 128 + (n0 & 7) * 16);
     const int krem = (p.d - cg * 8) * 2, kbytes = krem >= 16 ? 16 : (krem > 0 ? krem : 0);
     const long long kpitch = p.ksn * ES; /* bytes between keys */
-    const long long goff0 = (long long)n0 * kpitch + cg * 8 * ES;
+    /* the strides in bytes once (a tile, a thread's next chunk), so that a tile's addresses are
+     * one multiply-add and then an add per chunk, not a 64-bit product per chunk */
+    const long long ktile = (long long)BN * kpitch, kchunk = (long long)NS * kpitch;
+    const char *kthr = krow0 + (long long)n0 * kpitch + cg * 8 * ES; /* chunk 0 of tile 0 */
+    const int klim = kbytes > 0 ? si.lk - n0 : 0; /* chunk i of tile t in range: t*BN + i*NS < klim */
     const bool last_ok = tid + (NIT - 1) * NTH < BN * CH;
     auto load_tile = [&](int stage, int t) {
         const int j0 = t * BN;
-        const char *tb = krow0 + (long long)j0 * kpitch + goff0;
+        const char *src = kthr + (long long)t * ktile;
         unsigned short *dst = (unsigned short *)((char *)sk + (size_t)stage * S::KTILE * 2 + soff0);
 #pragma unroll
         for (int i = 0; i < NIT; i++) {
             if (i == NIT - 1 && !last_ok)
                 break;
-            const bool in = j0 + n0 + i * NS < si.lk && kbytes > 0;
+            const bool in = j0 + i * NS < klim;
             if (CVT)
                 st_chunk_from_f32<F16>((char *)dst + i * SSTEP,
-                                       (const float *)(in ? tb + i * NS * kpitch : p.k),
-                                       in ? kbytes / 2 : 0);
+                                       (const float *)(in ? src : p.k), in ? kbytes / 2 : 0);
             else
-                cp_async16((char *)dst + i * SSTEP, in ? tb + i * NS * kpitch : p.k,
-                           in ? kbytes : 0);
+                cp_async16((char *)dst + i * SSTEP, in ? src : p.k, in ? kbytes : 0);
+            src += kchunk;
         }
     };
 
@@ -339,14 +342,15 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
             cp_async_commit();
         }
         const unsigned short *kt = sk + (it & (ST - 1)) * S::KTILE;
+        /* the tile's descriptor once, then a constant added per k16 step (elements x 2 bytes) */
+        const unsigned long long kd = SW ? wg_desc_sw128(kt) : wg_desc(kt, 128, CH * 128);
         reg_fence(cur[0]);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
             wgmma_op<NT, false, F16>::run(
                 cur[0], qf[ks], 0ull,
-                SW ? wg_desc_sw128(kt + (ks >> 2) * BN * 64 + (ks & 3) * 16)
-                   : wg_desc(kt + ks * 128, 128, CH * 128),
+                wg_desc_advance(kd, SW ? ((ks >> 2) * BN * 64 + (ks & 3) * 16) * 2 : ks * 128 * 2),
                 ks > 0);
         wgmma_commit();
         if (CVT && !MB && t + PF <= t_end) /* synchronous loads, under this tile's wgmma */
