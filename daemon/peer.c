@@ -70,6 +70,11 @@ void peer_subscribe(peer *p, int alerts, int results)
     p->sub_results = results;
 }
 
+void peer_goodbye(peer *p)
+{
+    p->goodbye = 1;
+}
+
 void peer_count(peer *p, peer_counter what)
 {
     switch (what) {

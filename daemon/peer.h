@@ -38,6 +38,7 @@ struct peer {
     int32_t pid;             /* from Hello, else SO_PEERCRED */
     double collapse_threshold; /* the computation's: the Hello's, else the config's */
     int sub_alerts, sub_results;
+    int goodbye;             /* it said Goodbye: its run ends when the connection closes */
     buffers *bufs;
     int gone;                /* the connection closed (read atomically by GPU workers) */
     uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
@@ -60,6 +61,8 @@ void peer_detach(peer *p);
 void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
                 double collapse_threshold);
 void peer_subscribe(peer *p, int alerts, int results);
+/* It said Goodbye. */
+void peer_goodbye(peer *p);
 
 typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;
 void peer_count(peer *p, peer_counter what);

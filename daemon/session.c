@@ -1,6 +1,6 @@
 /* session.c — protocol dispatch (see session.h). Stage: session; calls peer, buffers, push,
- * status, the alert feed, devices, the store, validate, owners, json, counters, conn, envelope,
- * names, util and log. */
+ * status, command, the alert feed, devices, runs and life (a Hello's run), validate, json,
+ * counters, conn, envelope, names, util and log. */
 #include "session.h"
 
 #include <stdio.h>
@@ -16,8 +16,10 @@
 #include "json.h"
 #include "log.h"
 #include "names.h"
-#include "owners.h"
+#include "command.h"
+#include "life.h"
 #include "push.h"
+#include "runs.h"
 #include "status.h"
 #include "store_write.h"
 #include "util.h"
@@ -141,7 +143,8 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         }
     }
     uid_t owner;
-    if (owners_get(x->own, run, &owner) && owner != p->uid) {
+    int32_t rank = h->has_rank ? h->rank : 0;
+    if (runs_owner(x->runs, run, &owner) && owner != p->uid) {
         REPLY_ERROR(p, ATTNSTAT__CODE__PERMISSION, 0, 0,
                     "run '%s' belongs to uid %u, who started it; uid %u may not write into it: "
                     "choose another run name", run, (unsigned)owner, (unsigned)p->uid);
@@ -163,34 +166,38 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "thresholds: %s", aerr);
         return;
     }
-    if (owners_tag(thjson, sizeof thjson, p->uid) != 0) {
-        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the run's record does not fit");
+    run_entry *e = runs_find(x->runs, run, rank);
+    if (e && e->state == RUN_DELETING) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BUSY, 0, 0,
+                    "run '%s' rank %d is being deleted (attnstat delete-run): say Hello again "
+                    "once it is gone, or choose another run name", run, (int)rank);
         return;
+    }
+    if (!e && !(e = runs_add(x->runs, run, rank, p->uid))) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory registering the run");
+        return;
+    }
+    if (!e->has_owner) { /* recorded before owners were kept: the first uid takes it */
+        e->has_owner = 1;
+        e->owner = p->uid;
     }
     store_run_info info = {
         .name = run,
-        .rank = h->has_rank ? h->rank : 0,
+        .rank = rank,
         .host = host,
         .pid = h->has_pid ? h->pid : (p->c ? conn_pid(p->c) : 0),
-        .time_ms = 0,
+        .time_ms = (int64_t)util_wall_ms(),
         .config = config,
         .thresholds = thjson,
     };
-    int64_t run_id = 0;
-    store_error se = {0, ""};
-    store_status st = store_run_begin(x->db, &info, &run_id, &se);
-    if (st != STORE_OK) {
-        counters_store_error(x->cnt, se.msg);
-        LOG_ERROR("session", "client %llu: registering run '%s': %s", (unsigned long long)p->conn_id,
-                  run, se.msg);
-        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not register run '%s': %s",
-                    run, se.msg);
+    /* The run's record goes to the store thread, ahead of every push of this connection: the Hello
+     * is answered now, without waiting on the database. */
+    if (life_hello(x, e, &info) != 0) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory recording the run");
         return;
     }
-    if (owners_set(x->own, run, p->uid) != 0)
-        LOG_ERROR("session", "run '%s': out of memory recording its owner (uid %u)", run,
-                  (unsigned)p->uid);
-    peer_hello(p, run_id, run, info.rank, h->has_pid, h->pid, collapse);
+    int64_t run_id = e->id;
+    peer_hello(p, run_id, run, rank, h->has_pid, h->pid, collapse);
     if (alerts_feed_set_run(x->feed, run_id, h->thresholds, aerr, sizeof aerr) != 0)
         LOG_ERROR("session", "run %lld: thresholds refused by the alert engine: %s", (long long)run_id,
                   aerr);
@@ -290,12 +297,24 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
         if (p->c)
             status_send(x, p->c);
         break;
+    case ATTNSTAT__ENVELOPE__MSG_GOODBYE:
+        if (p->hello) {
+            peer_goodbye(p);
+            LOG_INFO("session", "client %llu: goodbye from run '%s' (id %lld): it ends when this "
+                     "connection closes", (unsigned long long)p->conn_id, p->run,
+                     (long long)p->run_id);
+        }
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_COMMAND:
+        command_handle(x, p, env->command);
+        break;
     case ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY:
     case ATTNSTAT__ENVELOPE__MSG_RELEASE:
     case ATTNSTAT__ENVELOPE__MSG_ACK:
     case ATTNSTAT__ENVELOPE__MSG_ALERT:
     case ATTNSTAT__ENVELOPE__MSG_RESULT:
     case ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY:
+    case ATTNSTAT__ENVELOPE__MSG_COMMAND_REPLY:
     case ATTNSTAT__ENVELOPE__MSG_ERROR:
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
                     "message type %d is sent by the daemon, not to it", (int)env->msg_case);

@@ -421,8 +421,8 @@ store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const cha
     if (!s)
         return batch_fail(st, err);
     BIND(bind_i64(s, 1, run_id));
-    BIND(bind_i64(s, 2, t));
-    BIND(bind_text(s, 3, reason ? reason : "ended"));
+    BIND(reason ? bind_i64(s, 2, t) : sqlite3_bind_null(s, 2));
+    BIND(bind_text(s, 3, reason));
     if (rc != SQLITE_OK) {
         stmt_done(s);
         store_db_err(st, err, rc, "binding the end of run %" PRId64, run_id);
@@ -430,6 +430,8 @@ store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const cha
     }
     if (store_run_done(st, s, "recording the end of a run", err) != STORE_OK)
         return batch_fail(st, err);
+    if (!reason)
+        return STORE_OK; /* running again: its silences stay as they are */
     int64_t args[2] = {run_id, t};
     if (store_exec_ints(st, S_SILENCES_END_RUN, args, 2, "ending the run's silences", err))
         return batch_fail(st, err);

@@ -64,8 +64,9 @@ store_status store_add_run(store *st, const store_run_info *info, int64_t *run_i
 
 /* The run ended at time_ms (0: now) for `reason` (text, e.g. "goodbye"), into the open batch: its
  * `ended` and `end_reason` are set (store_run), and its silences that last "until the run ends"
- * end then. A later store_add_run() of the same (name, rank) clears both. STORE_NOTFOUND when
- * there is no such run. */
+ * end then. A later store_add_run() of the same (name, rank) clears both, and so does reason NULL
+ * (the run runs again: a push after an end for idleness). STORE_NOTFOUND when there is no such
+ * run. */
 store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const char *reason,
                            store_error *err);
 
