@@ -168,7 +168,7 @@ static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char *
 
 /* Opens the database and resolves --run: CLI_EXIT_OK with *st open (close it) and *name to free,
  * or an exit code with everything closed and the reason printed. */
-static int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
+int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
 {
     *st = history_open_db(a);
     if (!*st)
