@@ -69,7 +69,7 @@ static const cfg_entry cfg_table[] = {
      "normal: an acknowledged sample survives a crash of attnstatd (kill -9, OOM), not always a "
      "power loss or a kernel crash (SQLite synchronous=NORMAL: no fsync per commit); full: it "
      "survives those too (one fsync per commit, synchronous=FULL)", 0, "normal|full"},
-    {"cpu_workers", CFG_U64, F(cpu_workers), "0", 0, 1024,
+    {"cpu_workers", CFG_U64, F(cpu_workers), "0", 0, 32,
      "threads computing host pushes (each layer of a run always on the same one); 0: one per CPU "
      "this process may run on", 0, NULL},
     {"retain_days", CFG_DBL, F(retain_days), "0", 0, 36500,

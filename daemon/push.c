@@ -220,7 +220,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     u->received_ns = util_mono_ns();
     u->time_ms = (int64_t)util_wall_ms();
     /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
-    worker *target = devices_cpu(x->dev);
+    worker *target = devices_cpu(x->dev, p->run_id, m->layer);
     if (u->plan.kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
         target = pin_device(u, m, &code, msg, sizeof msg);
         if (!target) {

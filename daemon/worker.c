@@ -67,7 +67,7 @@ struct worker_pool {
     void *ctx;
     pthread_mutex_t lock;
     worker_job *done_head, *done_tail; /* under lock */
-    worker *workers[16];
+    worker *workers[64];     /* the CPU workers (DEVICES_MAX_CPU) and the GPUs' (GPU_MAX_LOCAL) */
     int nworkers;
     int closing;             /* no more jobs: queued ones are handed back uncomputed */
     int abandoned;           /* a stuck worker was left behind: no thread touches the loop */
