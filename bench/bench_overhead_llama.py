@@ -13,7 +13,8 @@ attnstat.torch.monitor(client, model=model, ...) with the model's own doors.
 
 Modes, in blocks of --block steps, the order shuffled every round so that clock or load drift hits
 all alike: off; every10 (every 10th step); every1 (every step); every1-s8 (every step, every 8th
-query row); MODE:alt pushes to a second daemon started with --alt-daemon-args. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
+query row); MODE:alt pushes to a second daemon started with --alt-daemon-args; MODE:local
+computes in this process (Client(local_compute=True)) and sends the daemon the results. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
 mode (median and mean step time, overhead against off, and what the monitor and client counted:
 calls, pushed, skipped, rejected, dropped) and a table. The daemon (--daemon, default the build
 tree's) is started with its defaults on a private socket and database unless --socket names a
@@ -102,13 +103,17 @@ def main():
         proc, sock, _ = start_daemon(a.daemon, workdir, a.daemon_args.split())
     client = attnstat.Client(socket=sock, run="bench-llama", rank=0)
     clients = [client]
-    alt, alt_proc = None, None
+    alt, alt_proc, altdir = None, None, None
     if a.alt_daemon_args is not None:
         altdir = tempfile.mkdtemp(prefix="attnstat-bench-alt-")
         alt_proc, alt_sock, _ = start_daemon(a.daemon, altdir, a.alt_daemon_args.split())
         alt = attnstat.Client(socket=alt_sock, run="bench-llama-alt", rank=0)
         clients.append(alt)
     modes = a.modes.split(",")
+    local = None
+    if any(m.endswith(":local") for m in modes):
+        local = attnstat.Client(socket=sock, run="bench-llama-local", rank=0, local_compute=True)
+        clients.append(local)
 
     def monitor_for(mode):
         if mode == "off":
@@ -118,7 +123,8 @@ def main():
         kw = {}
         if name.endswith("-s8"):
             kw["sample_every"] = 8
-        return at.monitor(alt if where == "alt" else client, every=every, model=model, **kw)
+        c = alt if where == "alt" else local if where == "local" else client
+        return at.monitor(c, every=every, model=model, **kw)
 
     # warm-up: kernels, the allocator, the daemon's worker and its exported buffers
     for i in range(a.warmup):
@@ -131,6 +137,7 @@ def main():
     torch.cuda.synchronize()
 
     times = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}  # until step() returns: how far the CPU runs ahead of the GPU
     counts = {m: {"calls": 0, "pushed": 0, "skipped": 0, "rejected": 0, "dropped": 0,
                   "errors": 0} for m in modes}
     rnd = random.Random(a.seed)
@@ -147,6 +154,7 @@ def main():
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     step(it)
+                    cpu[m].append(time.perf_counter() - t0)
                     torch.cuda.synchronize()
                     times[m].append(time.perf_counter() - t0)
                     it += 1
@@ -162,10 +170,15 @@ def main():
     st = client.stats()
     for c in clients:
         c.close()
-    for p in (proc, alt_proc):
+    for p, d in ((proc, workdir), (alt_proc, altdir if alt_proc else None)):
         if p is not None:
             p.terminate()
             p.wait(30)
+            with open(os.path.join(d, "attnstatd.log")) as f:  # the GPU worker's batching
+                for line in f:
+                    if "pipelined" in line or "waited for the trainer" in line:
+                        print("# attnstatd%s: %s" % (" (alt)" if d != workdir else "",
+                                                     line.strip().split("] ", 1)[-1]))
 
     def med(v):
         v = sorted(v)
@@ -187,6 +200,7 @@ def main():
         row = {"mode": m, "median_ms": 1e3 * md, "mean_ms": 1e3 * mn,
                "overhead_median_pct": 100 * (md / base_med - 1),
                "overhead_mean_pct": 100 * (mn / base_mean - 1), "steps": len(v),
+               "cpu_median_ms": 1e3 * med(cpu[m]),
                "monitor": counts[m]}
         print(json.dumps(row))
         print("%-16s %10.2f %10.2f %8.2f%% %8.2f%%  %s" % (m, 1e3 * md, 1e3 * mn,

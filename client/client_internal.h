@@ -8,13 +8,16 @@
  *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
  *              hello_sent; timeout_ms (for the length of one attnstat_status call); wait_error
  *              (cleared before it waits for a reply); sub_* (what attnstat_subscribe asked for);
- *              flush_abandoned.
+ *              flush_abandoned; has_layout and layout (attnstat_set_layout).
  *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, got_hello_reply
  *              (cleared before a Hello), the link counters of st (disconnects, reconnects,
  *              dropped_disconnected, and dropped_local for the pushes it drops).
  *   hostring.c the host ring: shm_*, map, ring, inflight (allocates it), st.ring_bytes.
  *   push.c     the pushes: fills an in-flight slot when a push is sent, next_seq, gpu; the push
  *              counters of st (pushed, sent, in_flight++, dropped_*, cuda_*, releases_pending++).
+ *   local.c    local mode: local_on, local; for its pushes, what push.c does for the others, and
+ *              for their completion what replies.c does on a Release (releases_pending--,
+ *              in_flight-- and the slot when the result cannot be sent).
  *   replies.c  what the daemon answers: run_id, got_hello_reply, features, status_env, wait_error*, the
  *              callbacks, in-flight slots (frees them), max_frame and rd.max_frame (set from the
  *              HelloReply), the reply counters of st (acked, released, errors, alerts, rejected,
@@ -59,6 +62,10 @@ typedef enum {
 #define CLIENT_FEATURE_MASK 1u          /* "mask" */
 #define CLIENT_FEATURE_COMPUTE_DTYPE 2u /* "compute_dtype" */
 #define CLIENT_FEATURE_CU_REF 4u        /* "cu_seqlens_ref" */
+#define CLIENT_FEATURE_COMPUTED 8u      /* "computed": results computed by the client (local.c) */
+#define CLIENT_FEATURE_LAYOUT 16u       /* "layout" */
+
+typedef struct local_state local_state; /* local.c */
 
 typedef struct {
     uint64_t seq; /* 0: free slot */
@@ -105,6 +112,8 @@ struct attnstat_client {
     char link_retry_why[300];   /* why the last attempt failed */
     char *hello_run, *hello_config; /* the hello, kept to be sent again (NULL: none) */
     int32_t hello_rank, hello_ndev;
+    int has_layout;             /* a layout was set (session.c): said after every Hello */
+    attnstat_layout layout;
     int hello_has_th;
     attnstat_thresholds hello_th;
     char **hello_devices;
@@ -121,6 +130,10 @@ struct attnstat_client {
     /* push.c */
     uint64_t next_seq;
     gpu_state *gpu;          /* made at the first CUDA push */
+
+    /* local.c: local mode (attnstat_set_local_compute) */
+    int local_on;
+    local_state *local;      /* made at the first local push */
 
     /* replies.c: what a blocking call waits for, and the callbacks */
     int64_t run_id;

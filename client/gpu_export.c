@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "envelope.h"
 #include "util.h"
 
 #ifdef ATTNSTAT_HAVE_CUDA
@@ -195,13 +196,9 @@ static attnstat_code gpu_dev_ready(gpu_state *g, int d, char *err, size_t errlen
 static void gpu_forget(gpu_state *g, gpu_buf *b, gpu_emit_fn emit, void *ectx)
 {
     if (!b->dead && !b->staged_only) {
-        Attnstat__Forget f = ATTNSTAT__FORGET__INIT;
-        f.has_buffer_id = 1;
-        f.buffer_id = b->id;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_FORGET;
-        env.forget = &f;
-        emit(ectx, &env); /* the connection may be gone: nothing is left to forget then */
+        Attnstat__Forget f;
+        Attnstat__Envelope env;
+        emit(ectx, envelope_forget(&env, &f, 1, b->id, 0, 0)); /* the connection may be gone: nothing is left to forget then */
         g->live--;
     }
     b->dead = 1;

@@ -2,7 +2,8 @@
  *
  * Events are created and exported in chunks of GPU_POOL_EVENT_CHUNK (cudaEventInterprocess,
  * timing disabled), each registered with the daemon once; a stack of free indices hands them out.
- * The staging ring is one cudaMalloc'd block (ATTNSTAT_CUDA_STAGING_BYTES, default 64 MiB) managed
+ * The staging ring is one cudaMalloc'd block (sized by the first staged push: gpu_pool_staging;
+ * ATTNSTAT_CUDA_STAGING_BYTES sets it) managed
  * by ring.c, exported once. A staged push's block is keyed by its seq; when the push is released
  * while the copy into its block may still be queued on the caller's stream, block and event are
  * kept aside (defer[]) until cudaEventQuery says the copy is done. The IPC handles of the events
@@ -17,12 +18,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "envelope.h"
 #include "ring.h"
 #include "util.h"
 
 #define GPU_POOL_EVENT_CHUNK 16
 #define GPU_POOL_MAX_EVENTS 1024
-#define GPU_POOL_STAGING_DEFAULT (64ull << 20)
+#define GPU_POOL_STAGING_DEFAULT (64ull << 20) /* the least a staging ring is made with */
+#define GPU_POOL_STAGING_PUSHES 4               /* pushes of the first one's size it holds */
 #define GPU_POOL_STAGE_ALIGN 256u
 
 /* A staging block given back while the caller's stream may still be copying into it: freed (and
@@ -115,32 +118,19 @@ static void gpu_pool_restore_device(int d, int saved)
 /* Registers event i of the pool with the daemon. */
 static attnstat_code gpu_pool_send_event(const gpu_pool *p, int i, gpu_emit_fn emit, void *ectx)
 {
-    Attnstat__RegisterEvent re = ATTNSTAT__REGISTER_EVENT__INIT;
-    re.id = p->ev_id[i];
-    re.ipc_handle.data = (uint8_t *)p->ev_h[i].reserved;
-    re.ipc_handle.len = sizeof p->ev_h[i].reserved;
-    re.device_uuid = (char *)p->uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_EVENT;
-    env.register_event = &re;
-    return emit(ectx, &env);
+    Attnstat__RegisterEvent re;
+    Attnstat__Envelope env;
+    return emit(ectx, envelope_register_event(&env, &re, p->ev_id[i],
+                                              (const uint8_t *)p->ev_h[i].reserved,
+                                              sizeof p->ev_h[i].reserved, p->uuid));
 }
 
 attnstat_code gpu_pool_send_buffer(uint32_t id, uint64_t size, const void *handle, size_t hlen,
                                    const char *uuid, gpu_emit_fn emit, void *ectx)
 {
-    Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-    rb.id = id;
-    rb.kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
-    rb.size = size;
-    rb.has_ipc_handle = 1;
-    rb.ipc_handle.data = (uint8_t *)handle;
-    rb.ipc_handle.len = hlen;
-    rb.device_uuid = (char *)uuid;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-    env.register_buffer = &rb;
-    return emit(ectx, &env);
+    Attnstat__RegisterBuffer rb;
+    Attnstat__Envelope env;
+    return emit(ectx, envelope_register_cuda(&env, &rb, id, handle, hlen, size, uuid));
 }
 
 /* Registers the staging ring with the daemon. */
@@ -241,15 +231,18 @@ attnstat_code gpu_pool_reserve_event(gpu_pool *p, uint32_t *next_event_id, gpu_e
 }
 
 /* ---- The staging ring ------------------------------------------------------------------------- */
-/* Made and registered at its first use. */
-static attnstat_code gpu_pool_staging(gpu_pool *p, uint32_t *next_buf_id, gpu_emit_fn emit,
-                                      void *ectx, char *err, size_t errlen)
+/* Made and registered at its first use, sized by that first push (need bytes): room for
+ * GPU_POOL_STAGING_PUSHES such pushes, at least GPU_POOL_STAGING_DEFAULT, at most 1/32 of the
+ * device's memory; ATTNSTAT_CUDA_STAGING_BYTES sets the size instead. (A fixed 64 MiB refused
+ * every push of a 1 B-parameter Llama at 4 x 2048 tokens: 96 MB of float32 q and k a layer.) */
+static attnstat_code gpu_pool_staging(gpu_pool *p, uint64_t need, uint32_t *next_buf_id,
+                                      gpu_emit_fn emit, void *ectx, char *err, size_t errlen)
 {
     if (p->stage_state == 1)
         return ATTNSTAT_OK;
     if (p->stage_state < 0)
         return util_fail(err, errlen, ATTNSTAT_ENOTSUP, "%s", p->stage_err);
-    uint64_t bytes = GPU_POOL_STAGING_DEFAULT;
+    uint64_t bytes = 0;
     const char *env = getenv("ATTNSTAT_CUDA_STAGING_BYTES");
     if (env && *env) {
         char *end = NULL;
@@ -260,6 +253,19 @@ static attnstat_code gpu_pool_staging(gpu_pool *p, uint32_t *next_buf_id, gpu_em
     int d = p->dev, saved = 0;
     cudaError_t e = gpu_pool_on_device(d, &saved);
     if (e == cudaSuccess) {
+        if (!bytes) {
+            size_t free_b = 0, total_b = 0;
+            uint64_t cap = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess
+                               ? (uint64_t)total_b / 32 : GPU_POOL_STAGING_DEFAULT;
+            (void)cudaGetLastError();
+            bytes = need > UINT64_MAX / GPU_POOL_STAGING_PUSHES ? UINT64_MAX
+                                                                 : need * GPU_POOL_STAGING_PUSHES;
+            if (bytes > cap)
+                bytes = cap;
+            if (bytes < GPU_POOL_STAGING_DEFAULT)
+                bytes = GPU_POOL_STAGING_DEFAULT;
+            bytes = (bytes + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+        }
         e = cudaMalloc(&p->stage, bytes);
         gpu_pool_restore_device(d, saved);
     }
@@ -377,9 +383,6 @@ attnstat_code gpu_pool_stage(gpu_pool *p, const uintptr_t *ptr, const uint64_t *
                              void *ectx, uint64_t *off, attnstat_counters *st, char *err,
                              size_t errlen)
 {
-    attnstat_code rc = gpu_pool_staging(p, next_buf_id, emit, ectx, err, errlen);
-    if (rc != ATTNSTAT_OK)
-        return rc;
     gpu_pool_span iv[GPU_MAX_TENSORS];
     if (nt > GPU_MAX_TENSORS)
         return util_fail(err, errlen, ATTNSTAT_EINVAL, "%d tensors to stage (at most %d)", nt,
@@ -391,6 +394,9 @@ attnstat_code gpu_pool_stage(gpu_pool *p, const uintptr_t *ptr, const uint64_t *
         total += (iv[j].hi - iv[j].lo + GPU_POOL_STAGE_ALIGN - 1) / GPU_POOL_STAGE_ALIGN *
                  GPU_POOL_STAGE_ALIGN;
     }
+    attnstat_code rc = gpu_pool_staging(p, total, next_buf_id, emit, ectx, err, errlen);
+    if (rc != ATTNSTAT_OK)
+        return rc;
     if (total > p->stage_bytes)
         return util_fail(err, errlen, ATTNSTAT_EINVAL,
                          "the staged tensors need %llu bytes, more than the %llu-byte CUDA "

@@ -27,7 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "envelope.h"
 #include "conn.h"
+#include "local.h"
 #include "hostring.h"
 #include "replies.h"
 
@@ -104,9 +106,9 @@ static attnstat_code link_send_hello(attnstat_client *c)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
 
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    h.run = c->hello_run;
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, c->hello_run);
     h.has_rank = 1;
     h.rank = c->hello_rank;
     h.has_pid = 1;
@@ -116,12 +118,28 @@ static attnstat_code link_send_hello(attnstat_client *c)
     h.config = c->hello_config;
     h.n_device_uuids = (size_t)c->hello_ndev;
     h.device_uuids = c->hello_devices;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
     c->wait_error = 0;
     c->got_hello_reply = 0;
     return conn_send(c, &env, 0);
+}
+
+attnstat_code link_send_layout(attnstat_client *c)
+{
+    const attnstat_layout *l = &c->layout;
+    Attnstat__ParallelLayout m = ATTNSTAT__PARALLEL_LAYOUT__INIT;
+#define LINK_LAYOUT(f)                                                                             \
+    m.has_##f = 1;                                                                                 \
+    m.f = (uint32_t)l->f;
+    LINK_LAYOUT(tp_rank) LINK_LAYOUT(tp_size) LINK_LAYOUT(pp_rank) LINK_LAYOUT(pp_size)
+    LINK_LAYOUT(dp_rank) LINK_LAYOUT(dp_size) LINK_LAYOUT(cp_rank) LINK_LAYOUT(cp_size)
+    LINK_LAYOUT(layer_offset)
+#undef LINK_LAYOUT
+    if (l->head_offset >= 0) {
+        m.has_head_offset = 1;
+        m.head_offset = (uint32_t)l->head_offset;
+    }
+    Attnstat__Envelope env;
+    return conn_send(c, envelope_layout(&env, &m), 0);
 }
 
 /* How the GPU path sends its registrations: never dropped. */
@@ -130,45 +148,39 @@ static attnstat_code link_emit(void *ctx, const Attnstat__Envelope *env)
     return conn_send(ctx, env, 0);
 }
 
-/* What a connection needs once its Hello is answered (or at once, without a run): the host ring
- * (a run's), the GPU path's registrations, the subscription (on a connection made again), then a
+/* What a connection needs once its Hello is answered (or at once, without a run): the layout
+ * when one was set, the host ring (a run's), the GPU path's registrations, the subscription (on a connection made again), then a
  * Status: RegisterBuffer and Subscribe have no reply of their own, and the daemon answers the
  * Status only after handling them, so an Error for the ring, if any, arrives first. */
 static attnstat_code link_send_registrations(attnstat_client *c)
 {
     c->wait_error = 0;
     replies_forget_status(c);
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    Attnstat__Envelope env;
     attnstat_code rc;
     if (c->hello_sent) {
+        /* The layout first: every push of this connection gets its global numbers. A daemon that
+         * takes none (an older one came back) keeps the local ones. */
+        if (c->has_layout && (c->features & CLIENT_FEATURE_LAYOUT) &&
+            (rc = link_send_layout(c)) != ATTNSTAT_OK)
+            return rc;
         if ((rc = hostring_make(c)) != ATTNSTAT_OK)
             return rc;
-        Attnstat__RegisterBuffer rb = ATTNSTAT__REGISTER_BUFFER__INIT;
-        rb.id = CLIENT_RING_ID;
-        rb.kind = ATTNSTAT__BUFFER_KIND__HOST_SHM;
-        rb.size = c->ring_bytes;
-        rb.shm_name = c->shm_name;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER;
-        env.register_buffer = &rb;
+        Attnstat__RegisterBuffer rb;
+        envelope_register_shm(&env, &rb, CLIENT_RING_ID, c->shm_name, c->ring_bytes);
         if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
             return rc;
         if ((rc = gpu_reregister(c->gpu, link_emit, c)) != ATTNSTAT_OK)
             return rc;
     }
     if (c->link_resuming && c->subscribed) {
-        Attnstat__Subscribe sub = ATTNSTAT__SUBSCRIBE__INIT;
-        sub.has_alerts = sub.has_results = 1;
-        sub.alerts = c->sub_alerts != 0;
-        sub.results = c->sub_results != 0;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-        env.subscribe = &sub;
+        Attnstat__Subscribe sub;
+        envelope_subscribe(&env, &sub, c->sub_alerts != 0, c->sub_results != 0);
         if ((rc = conn_send(c, &env, 0)) != ATTNSTAT_OK)
             return rc;
     }
-    Attnstat__Status s = ATTNSTAT__STATUS__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-    env.status = &s;
-    return conn_send(c, &env, 0);
+    Attnstat__Status s;
+    return conn_send(c, envelope_status(&env, &s), 0);
 }
 
 /* ---- The phases of an attempt ------------------------------------------------------------------*/
@@ -426,12 +438,14 @@ void link_advance(attnstat_client *c)
     if (c->link == LINK_UP) {
         if (!c->closed) {
             conn_pump_in(c); /* Releases free ring space */
+            local_progress(c); /* local mode: the results computed since */
             conn_pump_out(c);
         }
         if (c->closed)
             link_lost(c);
         return;
     }
+    local_progress(c); /* not up: finished local computations release their tensors */
     if (c->link == LINK_CLOSED)
         return;
     /* What an attempt writes into c->err is the attempt's, not the caller's (whose call may well

@@ -39,6 +39,10 @@ attnstat_code link_set_hello(attnstat_client *c, const char *run, int32_t rank,
  * else UP (it still serves status and poll, as any connection without a run). */
 attnstat_code link_establish(attnstat_client *c);
 
+/* Sends the kept parallel layout (c->layout) on the current connection. ATTNSTAT_OK, or what
+ * conn_send says. */
+attnstat_code link_send_layout(attnstat_client *c);
+
 /* Moves the link on without waiting: processes what arrived and sends what is queued; notices a
  * lost connection (link_lost); moves an attempt on as its answers arrive; makes the next attempt
  * once its time has come. */

@@ -15,16 +15,21 @@
  * push's in-flight slot keeps what it holds (event, staging block, exported allocations) until
  * replies.c releases it.
  *
+ * In local mode (attnstat_set_local_compute) CUDA pushes go to local.c instead: computed in this
+ * process, their results sent when done.
+ *
  * Stage: the sending end of a push. Calls link.c (is the link up; the connection lost), conn.c,
- * gather.c, ring.c, gpu_export.c and util.c. */
+ * gather.c, ring.c, gpu_export.c, local.c and util.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client_internal.h"
+#include "envelope.h"
 #include "conn.h"
 #include "gather.h"
 #include "link.h"
+#include "local.h"
 
 /* The tensors of one push, in the order the Push message and the GPU path take them: q, k, then
  * those present of v, the mask and the device packed offsets (cu_q, cu_k). */
@@ -181,11 +186,8 @@ static uint64_t push_align(uint64_t n)
 }
 
 /* The Push fields that come from the options. */
-static void push_fill(Attnstat__Push *p, const attnstat_push_opts *o, uint64_t seq)
+static void push_fill(Attnstat__Push *p, const attnstat_push_opts *o)
 {
-    p->seq = seq;
-    p->step = o->step;
-    p->layer = o->layer;
     p->has_causal = o->causal != 0;
     p->causal = o->causal != 0;
     p->has_window_left = o->window_left >= 0;
@@ -225,10 +227,10 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
                                const push_set *set, Attnstat__TensorRef *refs, int has_event,
                                uint32_t event_id)
 {
-    Attnstat__Push p = ATTNSTAT__PUSH__INIT;
-    push_fill(&p, o, seq);
-    p.q = &refs[0];
-    p.k = &refs[1];
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    envelope_push(&env, &p, seq, o->step, o->layer, &refs[0], &refs[1]);
+    push_fill(&p, o);
     p.v = set->iv >= 0 ? &refs[set->iv] : NULL;
     p.mask = set->imask >= 0 ? &refs[set->imask] : NULL;
     if (set->icu >= 0) {
@@ -240,9 +242,6 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
                                               : ATTNSTAT__DTYPE__F32;
     p.has_event_id = has_event;
     p.event_id = event_id;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_PUSH;
-    env.push = &p;
     return conn_send(c, &env, 1);
 }
 
@@ -525,6 +524,15 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
      * would share it and a Release would find the wrong one. */
     c->next_seq++;
 
+    if (cuda && c->local_on) {
+        local_tensors lt = {q, k, set.imask >= 0 ? set.t[set.imask] : NULL,
+                            set.icu >= 0 ? set.t[set.icu] : NULL,
+                            set.icu >= 0 ? set.t[set.icu + 1] : NULL, set.compute_dtype};
+        rc = local_push(c, o, &lt, seq, slot);
+        if (rc == ATTNSTAT_OK && seq_out)
+            *seq_out = seq; /* its tensors are read until its kernel is done: held */
+        return rc;
+    }
     if (cuda)
         return push_cuda(c, o, &set, seq, slot, seq_out);
     return push_host(c, o, &set, seq, slot);

@@ -180,6 +180,8 @@ static void replies_on_hello_reply(attnstat_client *c, const Attnstat__HelloRepl
         c->features |= strcmp(f, "mask") == 0              ? CLIENT_FEATURE_MASK
                        : strcmp(f, "compute_dtype") == 0   ? CLIENT_FEATURE_COMPUTE_DTYPE
                        : strcmp(f, "cu_seqlens_ref") == 0  ? CLIENT_FEATURE_CU_REF
+                       : strcmp(f, "computed") == 0        ? CLIENT_FEATURE_COMPUTED
+                       : strcmp(f, "layout") == 0          ? CLIENT_FEATURE_LAYOUT
                                                            : 0u;
     }
     if (h->max_frame >= 256 && h->max_frame < c->max_frame)

@@ -18,6 +18,7 @@
 #include "envelope.h"
 #include "hostring.h"
 #include "link.h"
+#include "local.h"
 #include "replies.h"
 
 #define SESSION_RING_DEFAULT (64ull << 20)
@@ -87,6 +88,7 @@ void attnstat_close(attnstat_client *c)
 {
     if (!c)
         return;
+    local_free(c); /* waits for the local computations: they read the caller's memory */
     if (c->hello_done && c->link == LINK_UP && c->fd >= 0 && !c->closed) {
         /* The run ends here (its alerts are resolved): said without waiting, before the close. */
         Attnstat__Goodbye g;
@@ -146,6 +148,66 @@ attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t ran
     return link_establish(c);
 }
 
+/* ---- Parallel layout --------------------------------------------------------------------------- */
+#define SESSION_LAYOUT_SIZE_MAX (1 << 20)   /* as the daemon's bounds (schema/store_write.c) */
+#define SESSION_LAYOUT_OFFSET_MAX (1 << 24)
+
+void attnstat_layout_init(attnstat_layout *l)
+{
+    if (!l)
+        return;
+    memset(l, 0, sizeof *l);
+    l->size = sizeof *l;
+    l->tp_size = l->pp_size = l->dp_size = l->cp_size = 1;
+    l->head_offset = -1;
+}
+
+attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l)
+{
+    if (!c)
+        return ATTNSTAT_EINVAL;
+    c->err[0] = '\0';
+    if (!l || l->size != sizeof *l)
+        return client_fail(c, ATTNSTAT_EINVAL, "attnstat_set_layout: the layout is NULL or was not "
+                           "set up by attnstat_layout_init (size %u, expected %zu)",
+                           l ? (unsigned)l->size : 0u, sizeof *l);
+    const struct {
+        const char *name;
+        int32_t rank, size;
+    } g[] = {{"tp", l->tp_rank, l->tp_size}, {"pp", l->pp_rank, l->pp_size},
+             {"dp", l->dp_rank, l->dp_size}, {"cp", l->cp_rank, l->cp_size}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        if (g[i].size < 1 || g[i].size > SESSION_LAYOUT_SIZE_MAX || g[i].rank < 0 ||
+            g[i].rank >= g[i].size)
+            return client_fail(c, ATTNSTAT_EINVAL, "layout: %s_rank %d of %s_size %d: the size "
+                               "must be 1 .. %d and the rank 0 .. size - 1", g[i].name,
+                               (int)g[i].rank, g[i].name, (int)g[i].size, SESSION_LAYOUT_SIZE_MAX);
+    if (l->layer_offset < 0 || l->layer_offset > SESSION_LAYOUT_OFFSET_MAX)
+        return client_fail(c, ATTNSTAT_EINVAL, "layout: layer_offset %d is not in 0 .. %d",
+                           (int)l->layer_offset, SESSION_LAYOUT_OFFSET_MAX);
+    if (l->head_offset < -1 || l->head_offset > SESSION_LAYOUT_OFFSET_MAX)
+        return client_fail(c, ATTNSTAT_EINVAL, "layout: head_offset %d is not in 0 .. %d (or -1: "
+                           "tp_rank x the push's heads)", (int)l->head_offset,
+                           SESSION_LAYOUT_OFFSET_MAX);
+    if (!c->hello_sent)
+        return client_fail(c, ATTNSTAT_ESTATE, "attnstat_set_layout comes after attnstat_hello");
+    link_advance(c);
+    if (!c->hello_done)
+        return conn_closed(c);
+    if (c->link == LINK_UP && !(c->features & CLIENT_FEATURE_LAYOUT))
+        return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no parallel layout (it is "
+                           "older than this library): its heads keep their local numbers");
+    c->has_layout = 1;
+    c->layout = *l;
+    if (c->link != LINK_UP) /* said with the hello of the connection being made */
+        return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
+    attnstat_code rc = link_send_layout(c);
+    if (rc != ATTNSTAT_ECLOSED)
+        return rc;
+    link_advance(c); /* the loss: said again when the link is made again */
+    return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
+}
+
 int64_t attnstat_run_id(const attnstat_client *c)
 {
     return c && c->hello_done ? c->run_id : -1;
@@ -186,9 +248,11 @@ attnstat_code attnstat_poll(attnstat_client *c, int timeout_ms)
 {
     if (!c)
         return ATTNSTAT_EINVAL;
-    if (c->link != LINK_UP)
+    if (c->link != LINK_UP || local_busy(c))
         link_advance(c);
-    link_wait(c, timeout_ms);
+    /* Local computations finish on the device, not on the socket: look again every millisecond. */
+    link_wait(c, local_busy(c) && (timeout_ms < 0 || timeout_ms > 1) ? 1 : timeout_ms);
+    local_progress(c);
     return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
 }
 
@@ -230,7 +294,7 @@ attnstat_code attnstat_flush(attnstat_client *c, int timeout_ms)
             return client_fail(c, ATTNSTAT_ETIMEDOUT,
                                "%llu pushes still unacknowledged after %d ms",
                                (unsigned long long)c->st.in_flight, timeout_ms);
-        conn_wait_once(c, left);
+        conn_wait_once(c, local_busy(c) && (left < 0 || left > 1) ? 1 : left);
     }
 }
 

@@ -459,7 +459,8 @@ static int observe(alerts_feed *f, const batch_item *it, int64_t now_ms)
     int rc = 0;
     for (int32_t h = 0; h < it->nheads; h++) {
         alerts_transition tr[ALERTS_NRULES];
-        int k = alerts_observe(f->engine, it->run_id, it->layer, h, it->step, &it->heads[h], tr);
+        int32_t head = it->head_base + h; /* global (the run's layout) */
+        int k = alerts_observe(f->engine, it->run_id, it->layer, head, it->step, &it->heads[h], tr);
         if (k == ALERTS_OBSERVE_RUN_FULL || k == ALERTS_OBSERVE_FULL) {
             /* A limit, not a failure: the samples are stored, this head is not alerted on. Said
              * once per run (and, for the engine's limit, again at each power of two). */
@@ -470,11 +471,11 @@ static int observe(alerts_feed *f, const batch_item *it, int64_t now_ms)
             if (k == ALERTS_OBSERVE_RUN_FULL && run_n == 1)
                 LOG_WARN("alerts", "run '%s' has more than %u distinct (layer, head) pairs "
                          "(max_heads_per_run): new ones, from layer %u head %d on, are stored but "
-                         "not alerted on", it->run, lim.max_heads_per_run, (unsigned)it->layer, h);
+                         "not alerted on", it->run, lim.max_heads_per_run, (unsigned)it->layer, head);
             else if (k == ALERTS_OBSERVE_FULL && (run_n == 1 || (all_n & (all_n - 1)) == 0))
                 LOG_WARN("alerts", "the alert engine holds its maximum of %u (layer, head) states: "
                          "new heads (run '%s' layer %u head %d; %llu refused so far) are stored but "
-                         "not alerted on", lim.max_heads, it->run, (unsigned)it->layer, h,
+                         "not alerted on", lim.max_heads, it->run, (unsigned)it->layer, head,
                          (unsigned long long)all_n);
             continue;
         }

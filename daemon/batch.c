@@ -27,8 +27,8 @@ struct batch {
 
 store_status batch_add_samples(void *db, const batch_item *it, store_error *err)
 {
-    return store_add_samples(db, it->run_id, it->step, it->layer, it->heads, it->nheads,
-                             it->time_ms, err);
+    return store_add_samples_at(db, it->run_id, it->step, it->layer, it->head_base, it->heads,
+                                it->nheads, it->time_ms, err);
 }
 
 batch *batch_new(storer *st, batch_add_fn add, const batch_hooks *hooks, void *data,

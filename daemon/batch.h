@@ -42,7 +42,8 @@ typedef struct {
     int32_t rank;
     uint64_t seq;
     int64_t step;
-    int32_t layer;
+    int32_t layer;           /* global (the run's layout applied) */
+    int32_t head_base;       /* heads[i] is global head head_base + i */
     const stats_head *heads; /* [nheads] */
     int32_t nheads;
     int64_t time_ms;         /* when it was received (Unix ms) */

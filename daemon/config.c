@@ -103,13 +103,25 @@ static const cfg_entry cfg_table[] = {
     {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,
      "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
      "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
-    {"gpu_batch_ms", CFG_U64, F(gpu_batch_ms), "250", 0, 10000,
-     "a GPU push whose data the trainer's GPU has not reached yet waits up to this long for "
-     "the trainer's later queued pushes, so that a step's kernels run together: without MPS "
-     "the GPU switches between the two processes once per step instead of once per layer "
-     "(0: each push as soon as its data are ready)", 0, NULL},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
-     "serve Prometheus metrics on 127.0.0.1:PORT (0: off)", 0, NULL},
+     "serve Prometheus metrics on metrics_bind:PORT (0: off)", 0, NULL},
+    {"metrics_bind", CFG_STR, F(metrics_bind), "127.0.0.1", 0, 0,
+     "address the metrics port listens on: an IPv4 or IPv6 address (0.0.0.0 or :: for every "
+     "interface, e.g. for a Prometheus on another host or pod)", 0, NULL},
+    {"metrics_heads", CFG_CHOICE, F(metrics_heads), "top", 0, 0,
+     "per-head series on /metrics: top (per job, the metrics_top heads of lowest normalised "
+     "entropy and of highest max logit, and every head with an alert raised), all (every head: "
+     "a layer x head map; mind the cardinality of large models), layers (per-layer aggregates "
+     "only) or off; per-layer aggregates and raised alerts come with all but off", 1,
+     "top|all|layers|off"},
+    {"metrics_top", CFG_U64, F(metrics_top), "10", 1, 4096,
+     "with metrics_heads = top: heads named per job for each of the two rankings", 1, NULL},
+    {"metrics_max_heads", CFG_U64, F(metrics_max_heads), "65536", 1, 4194304,
+     "(job, layer, head) keys kept for the per-head metrics (about 200 bytes each); new ones past "
+     "it are counted, not kept", 0, NULL},
+    {"metrics_stale_s", CFG_U64, F(metrics_stale_s), "3600", 10, 31536000,
+     "a head without a sample or an alert transition for this long leaves /metrics (a job that "
+     "ended)", 1, NULL},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
      "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)", 0, NULL},
     {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "32", 1, 65536,

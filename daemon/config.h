@@ -55,8 +55,12 @@ typedef struct {
     uint64_t run_idle_ms;   /* a run with no push stored for this long ends (0: never) */
     uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push (CPU) */
     uint64_t max_push_work_gpu; /* the same for pushes of device tensors (GPU workers) */
-    uint64_t gpu_batch_ms;  /* a GPU push waits up to this long for the trainer's later pushes */
-    uint64_t metrics_port;  /* Prometheus text on 127.0.0.1:port; 0 = off */
+    uint64_t metrics_port;  /* Prometheus text on metrics_bind:port; 0 = off */
+    char *metrics_bind;     /* the metrics port's address (127.0.0.1) */
+    char *metrics_heads;    /* per-head series: top, all, layers or off (headtab.h) */
+    uint64_t metrics_top;   /* heads per job in each ranking of metrics_heads = top */
+    uint64_t metrics_max_heads; /* keys the per-head table keeps */
+    uint64_t metrics_stale_s;   /* a key not updated this long leaves the scrape */
     uint64_t metrics_timeout_ms; /* a scrape connection is closed this long after it opened */
     uint64_t max_heads_per_run; /* distinct (layer, head) alert states of one run */
     uint64_t max_clients_per_uid; /* connections one uid may hold (of max_clients) */

@@ -147,7 +147,7 @@ worker *devices_gpu_worker(devices *d, int idx, char *err, size_t errlen)
         return NULL;
     }
     gpu_ctx_set_worker(g, w);
-    gpu_ctx_set_batch_ms(g, d->cfg->gpu_batch_ms);
+    worker_set_finish(w, gpu_finish);
     if (worker_run_on(w, gpu_ctx_start, g) != 0)
         LOG_ERROR("gpu", "cannot start the CUDA set-up of %s", info->uuid);
     d->gpu_w[idx] = w;

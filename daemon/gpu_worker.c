@@ -49,7 +49,11 @@ struct gpu_ctx {
     cudaStream_t stream;
     int32_t *cu_dev;          /* packed offsets, device copy */
     size_t cu_cap;            /* int32 entries */
-    uint64_t batch_ns;        /* gpu_batch_ms: set before the worker's first job */
+    /* Pipelined jobs: each pending job's per-head statistics land in its slot of this pinned
+     * arena; the arena is reset when none is pending and grows only then. */
+    stats_head *pin;
+    size_t pin_cap, pin_used;  /* heads */
+    int npend;                 /* jobs left pending (gpu_finish completes them) */
 };
 
 struct gpu_mem {
@@ -154,11 +158,6 @@ gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
     return g;
 }
 
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms)
-{
-    g->batch_ns = ms * 1000000ull;
-}
-
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w)
 {
     g->w = w;
@@ -206,7 +205,12 @@ void gpu_ctx_stop(void *arg)
         return;
     g->ready = 0;
     snprintf(g->err, sizeof g->err, "the worker of %s has stopped", g->uuid);
-    cudaError_t e = g->cu_dev ? cudaFree(g->cu_dev) : cudaSuccess;
+    cudaError_t e = g->pin ? cudaFreeHost(g->pin) : cudaSuccess; /* nothing is pending: a task */
+    if (e != cudaSuccess)
+        LOG_WARN("gpu", "cudaFreeHost of the result slots on %s: %s", g->uuid, cudaGetErrorString(e));
+    g->pin = NULL;
+    g->pin_cap = g->pin_used = 0;
+    e = g->cu_dev ? cudaFree(g->cu_dev) : cudaSuccess;
     if (e != cudaSuccess)
         LOG_WARN("gpu", "cudaFree of the packed offsets on %s: %s", g->uuid, cudaGetErrorString(e));
     g->cu_dev = NULL;
@@ -462,44 +466,35 @@ static stats_status gpu_wait_event(gpu_ctx *g, gpu_event *ev, const int *gone, w
     return STATS_OK;
 }
 
-/* Batching a step's pushes (gpu_batch_ms). Without MPS the GPU time-slices between the trainer's
- * context and the daemon's: each time the daemon's kernel runs while the trainer has work, the GPU
- * switches contexts twice, which cost ~1 ms a push measured on an H100 (a Llama model's 16 layers:
- * +7% step time at every step with 1/8 of the rows, where the kernels themselves take 0.5%). A
- * trainer's CPU runs ahead of its GPU, so when a push's data are not ready yet the pushes of the
- * layers after it are usually queued already: waiting for the last of them (bounded) lets the
- * step's kernels run back to back, one switch for the step. A push whose data are ready runs at
- * once (the rest of a batch, or a trainer whose CPU does not run ahead). */
-typedef struct {
-    const int *client;
-    gpu_event *last;
-} batch_last;
-
-static void batch_find_last(const worker_job *job, void *arg)
+/* A pinned slot of n heads for a pipelined job, NULL when none is free (the job then runs
+ * synchronously). The arena grows only while no job is pending (their copies target it). */
+static stats_head *gpu_pin_slot(gpu_ctx *g, size_t n)
 {
-    batch_last *f = arg;
-    const gpu_refs *r = job->ext;
-    if (r && r->ev && r->client_gone == f->client)
-        f->last = r->ev;
-}
-
-static void gpu_batch_wait(gpu_ctx *g, gpu_refs *r)
-{
-    if (cudaEventQuery(r->ev->ev) != cudaErrorNotReady)
-        return; /* ready (or an error, which gpu_wait_event reports) */
-    batch_last f = {r->client_gone, NULL};
-    worker_each_queued(g->w, batch_find_last, &f);
-    if (!f.last || f.last == r->ev || gpu_event_open(f.last) != 0)
-        return;
-    uint64_t t0 = util_mono_ns();
-    long sleep_ns = 20000;
-    while (cudaEventQuery(f.last->ev) == cudaErrorNotReady && util_mono_ns() - t0 < g->batch_ns &&
-           !(r->client_gone && __atomic_load_n(r->client_gone, __ATOMIC_ACQUIRE))) {
-        struct timespec ts = {0, sleep_ns};
-        nanosleep(&ts, NULL);
-        if (sleep_ns < 200000)
-            sleep_ns *= 2;
+    if (g->pin_used + n > g->pin_cap) {
+        if (g->npend)
+            return NULL;
+        size_t want = n * 32 > 4096 ? n * 32 : 4096;
+        if (g->pin) {
+            cudaError_t e = cudaFreeHost(g->pin);
+            if (e != cudaSuccess)
+                LOG_WARN("gpu", "cudaFreeHost of the result slots on %s: %s", g->uuid,
+                         cudaGetErrorString(e));
+        }
+        g->pin = NULL;
+        g->pin_cap = g->pin_used = 0;
+        cudaError_t e = cudaMallocHost((void **)&g->pin, want * sizeof *g->pin);
+        if (e != cudaSuccess) {
+            LOG_WARN("gpu", "cudaMallocHost of %zu result slots on %s: %s (pushes run one at a "
+                     "time)", want, g->uuid, cudaGetErrorString(e));
+            (void)cudaGetLastError();
+            g->pin = NULL;
+            return NULL;
+        }
+        g->pin_cap = want;
     }
+    stats_head *slot = g->pin + g->pin_used;
+    g->pin_used += n;
+    return slot;
 }
 
 static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
@@ -561,17 +556,29 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     if (r->ev) {
         if (gpu_event_open(r->ev) != 0)
             return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s", r->ev->err);
-        if (g->batch_ns)
-            gpu_batch_wait(g, r);
         stats_status st = gpu_wait_event(g, r->ev, r->client_gone, job);
         if (st != STATS_OK)
             return st;
     }
-    stats_status st = stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
+    /* Enqueued into a pinned slot and left pending (gpu_finish), so that the worker enqueues the
+     * pushes queued behind this one before it is done: the device runs them back to back, with no
+     * round trip to this thread between them (measured in bench/RESULTS.md, "Overhead on a real
+     * model"); synchronously when no slot is free. */
+    stats_head *slot = gpu_pin_slot(g, (size_t)p.heads_q);
+    stats_status st = slot ? stats_cuda_run_to(g->sc, &p, g->stream, slot, NULL, NULL, &job->err)
+                           : stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
     if (st != STATS_OK) {
         job->fail_code = st == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST : ATTNSTAT__CODE__INTERNAL;
         cudaError_t e = cudaGetLastError(); /* clears a sticky-free error for the next job */
         (void)e;
+        if (slot)
+            g->pin_used -= (size_t)p.heads_q;
+        return st;
+    }
+    if (slot) {
+        r->slot = slot;
+        job->pending = 1;
+        g->npend++;
     }
     return st;
 }
@@ -606,7 +613,31 @@ stats_status gpu_compute(void *arg, worker_job *job)
 {
     gpu_ctx *g = arg;
     stats_status st = gpu_compute_job(g, job);
+    if (job->pending)
+        return st; /* gpu_finish releases it */
     gpu_release_job(g, job->ext);
+    return st;
+}
+
+stats_status gpu_finish(void *arg, worker_job *job)
+{
+    gpu_ctx *g = arg;
+    gpu_refs *r = job->ext;
+    stats_status st = STATS_OK;
+    /* The first of a batch waits for them all; the others find the stream done. */
+    cudaError_t e = cudaStreamSynchronize(g->stream);
+    if (e != cudaSuccess) {
+        st = JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE,
+                      "stats_cuda on %s: %s (a kernel may have faulted)", g->uuid,
+                      cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    } else {
+        memcpy(job->heads, r->slot, sizeof *job->heads * (size_t)job->prob.heads_q);
+    }
+    r->slot = NULL;
+    if (--g->npend == 0)
+        g->pin_used = 0;
+    gpu_release_job(g, r);
     return st;
 }
 
@@ -635,12 +666,6 @@ gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid)
     return NULL;
 }
 
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms)
-{
-    (void)g;
-    (void)ms;
-}
-
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w)
 {
     (void)g, (void)w;
@@ -660,6 +685,12 @@ stats_status gpu_compute(void *g, worker_job *job)
 {
     (void)g;
     snprintf(job->err.msg, sizeof job->err.msg, "attnstatd was built without CUDA");
+    return STATS_ENOTSUP;
+}
+
+stats_status gpu_finish(void *g, worker_job *job)
+{
+    (void)g, (void)job;
     return STATS_ENOTSUP;
 }
 

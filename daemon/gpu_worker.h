@@ -53,6 +53,7 @@ typedef struct {
     int held[6];             /* the push counts among the pushes that keep mem[i] mapped */
     gpu_event *ev;           /* NULL: no event (the client says its data are ready) */
     const int *client_gone;  /* set (atomically) when the client disconnects */
+    stats_head *slot;        /* worker thread: a pending job's pinned result slot */
 } gpu_refs;
 
 /* Loop thread. hold: right before worker_submit (the worker lets go when it is done with the
@@ -69,10 +70,11 @@ int gpu_enumerate(gpu_devinfo *out, int max, char *why, size_t whylen);
  * gpu_ctx_start() (post it with worker_run_on right after adding the worker). */
 gpu_ctx *gpu_ctx_new(int ordinal, const char *uuid);
 void gpu_ctx_set_worker(gpu_ctx *g, worker *w);
-void gpu_ctx_set_batch_ms(gpu_ctx *g, uint64_t ms); /* gpu_batch_ms; before the first job */
 void gpu_ctx_start(void *g);         /* worker thread: device, stats context, low-priority stream */
 void gpu_ctx_stop(void *g);          /* worker thread: closes everything; the ctx stays allocated */
 stats_status gpu_compute(void *g, worker_job *job);  /* worker_compute_fn; job->ext is gpu_refs */
+stats_status gpu_finish(void *g, worker_job *job);   /* worker_finish_fn: a job gpu_compute left
+                                                        pending (worker_set_finish) */
 
 /* Loop thread. size: the registered size; handle: GPU_IPC_HANDLE_BYTES bytes. NULL on no memory. */
 gpu_mem *gpu_mem_new(gpu_ctx *g, const uint8_t *handle, uint64_t size);

@@ -9,9 +9,10 @@
  *   worker  -> loop (the pool's done callback): push_computed() (Release), then batch_add()
  *   batch   -> the store thread (storer.h: every write of the daemon, group commit; its idle work
  *              is the retention step, retain.h) -> loop (the storer's drained hook: batch_drained)
- *   batch   -> loop (hooks): stored -> life_touch() (the run is active) and alerts_feed_batch();
- *              answer -> push_answer() (Ack, and the Result to subscribers); done ->
- *              alerts_feed_deliver() -> alerts_deliver_one()
+ *   batch   -> loop (hooks): stored -> life_touch() (the run is active), alerts_feed_batch() and
+ *              headtab_observe() (the per-head metrics); answer -> push_answer() (Ack, and the
+ *              Result to subscribers); done -> alerts_feed_deliver() -> (once recorded) on_alert:
+ *              headtab_alert(), alerts_deliver_one()
  *   conn closed -> life_detach() (the run waits run_grace_ms for its client, or ends at once after
  *              a Goodbye); the tick -> life_check() (runs whose time has come end: alerts resolved)
  * A push's path, as push.h draws it: conn -> session -> push (validate, buffers) -> worker ->
@@ -52,11 +53,13 @@
 #include "ctx.h"
 #include "dbfile.h"
 #include "devices.h"
+#include "headtab.h"
 #include "life.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
 #include "metrics_runs.h"
+#include "names.h"
 #include "notify.h"
 #include "peer.h"
 #include "push.h"
@@ -64,6 +67,7 @@
 #include "runs.h"
 #include "session.h"
 #include "storer.h"
+#include "store_read.h"
 #include "store_write.h"
 #include "util.h"
 
@@ -85,6 +89,8 @@ typedef struct {
     batch *bat;
     alerts_deliver *out;
     metrics_http *metrics_http;
+    headtab *heads;          /* the per-head metrics (NULL: no metrics port) */
+    uint32_t ticks;          /* of the housekeeping timer */
     int lock_fd;             /* the database's lock (dbfile.h) */
     int draining_done;       /* queued work finished; connections are closing */
     int torn_down;           /* workers stopped, handles closing */
@@ -198,6 +204,24 @@ static void on_stored(void *data, batch_item *const *items, const Attnstat__Code
         if (codes[i] == ATTNSTAT__CODE__OK && items[i]->run_id != last)
             life_touch(&d->x, last = items[i]->run_id);
     alerts_feed_batch(d->x.feed, items, codes, n);
+    if (!d->heads)
+        return;
+    int64_t now = (int64_t)util_wall_ms();
+    for (size_t i = 0; i < n; i++)
+        if (codes[i] == ATTNSTAT__CODE__OK)
+            headtab_observe(d->heads, items[i]->run, items[i]->run_id, items[i]->layer,
+                            items[i]->head_base, items[i]->heads, items[i]->nheads, items[i]->step,
+                            now);
+}
+
+/* The alert feed's sink: the per-head metrics see each transition, then it is delivered. */
+static void on_alert(void *data, const feed_alert *a)
+{
+    attnstatd *d = data;
+    if (d->heads)
+        headtab_alert(d->heads, a->run, a->t.layer, a->t.head, (int)a->t.rule,
+                      a->t.state == ALERTS_RAISED, (int64_t)util_wall_ms());
+    alerts_deliver_one(d->out, a);
 }
 
 static void on_store_drained(void *data)
@@ -227,12 +251,21 @@ static void on_batch_done(void *data)
     maybe_finish(d);
 }
 
-static size_t render_metrics(void *data, char *buf, size_t cap)
+static void render_metrics(void *data, metrics_buf *out)
 {
     attnstatd *d = data;
-    size_t n = metrics_render(buf, cap, d->x.cnt, clients_count(d->x.reg),
-                              alerts_feed_active(d->x.feed), devices_pool(d->x.dev));
-    return n + metrics_render_runs(buf + n, cap - n, &d->x);
+    uint32_t n = 0, cap = clients_count(d->x.reg);
+    metrics_client *cl = cap ? calloc(cap, sizeof *cl) : NULL;
+    for (clients_entry *e = clients_first(d->x.reg); cl && e && n < cap; e = e->next)
+        if (e->p && e->p->hello)
+            cl[n++] = (metrics_client){e->p->run, e->p->rank, e->p->has_layout, e->p->layout};
+    metrics_render(out, d->x.cnt, clients_count(d->x.reg), alerts_feed_active(d->x.feed),
+                   devices_pool(d->x.dev), cl, n);
+    free(cl);
+    if (d->heads)
+        headtab_render(d->heads, (headtab_mode)headtab_mode_from(d->cfg->metrics_heads),
+                       (uint32_t)d->cfg->metrics_top, out);
+    metrics_render_runs(out, &d->x);
 }
 
 /* ---- shutdown ------------------------------------------------------------------------------- */
@@ -404,6 +437,8 @@ static void on_tick(uv_timer_t *t)
         conn_tick(e->c, now, c->frame_timeout_ms * 1000000ull);
     }
     life_check(&d->x);
+    if (d->heads && ++d->ticks % 10 == 0)
+        headtab_expire(d->heads, (int64_t)util_wall_ms(), (int64_t)c->metrics_stale_s * 1000);
     log_flush();
 }
 
@@ -447,20 +482,67 @@ static void raise_fd_limit(const cfg *c)
                  (unsigned long long)old);
 }
 
+/* The per-head metrics start with the alerts the store holds raised (a restart keeps them on
+ * /metrics); each is keyed by its run's name. */
+typedef struct {
+    attnstatd *d;
+    int64_t run_id;
+    char run[PEER_RUN_MAX];
+} restore_ctx;
+
+static int restore_run_name(void *ctx, const store_run *r)
+{
+    restore_ctx *rc = ctx;
+    snprintf(rc->run, sizeof rc->run, "%s", r->name);
+    return 1;
+}
+
+static int restore_head_alert(void *ctx, const store_alert *a)
+{
+    restore_ctx *rc = ctx;
+    if (a->run_id != rc->run_id) {
+        rc->run_id = a->run_id;
+        rc->run[0] = '\0';
+        store_error se = {0, ""};
+        store_get_run(rc->d->x.db, a->run_id, restore_run_name, rc, &se);
+    }
+    int rule = names_alert_rule_from(a->rule);
+    if (rc->run[0] && rule)
+        headtab_alert(rc->d->heads, rc->run, a->layer, a->head, rule, 1, (int64_t)util_wall_ms());
+    return 0;
+}
+
+static void start_headtab(attnstatd *d)
+{
+    const cfg *c = d->cfg;
+    if (!c->metrics_port)
+        return;
+    d->heads = headtab_new((uint32_t)c->metrics_max_heads);
+    if (!d->heads) {
+        LOG_ERROR("server", "out of memory for the per-head metrics: /metrics has the counters only");
+        return;
+    }
+    restore_ctx rc = {d, 0, ""};
+    store_error se = {0, ""};
+    if (d->x.db && store_alerts(d->x.db, 0, 1, restore_head_alert, &rc, &se) != STORE_OK)
+        LOG_WARN("server", "reading the raised alerts for /metrics: %s (they show again at their "
+                 "next transition)", se.msg);
+}
+
 /* The stages after the store, wired: workers, batch, alert feed and delivery. 0, or -1 with what
  * failed logged (what was made is closed by the teardown). */
 static int start_stages(attnstatd *d)
 {
     const cfg *c = d->cfg;
     char err[600];
+    start_headtab(d);
     d->out = alerts_deliver_new(d->loop, c, d->x.cnt, d->x.reg);
     if (!d->out) {
         LOG_ERROR("server", "alerts: out of memory");
         return -1;
     }
     /* The feed restores from the store on this thread, before the store thread owns the handle. */
-    d->x.feed = alerts_feed_new(c, d->x.db, d->x.runs, d->x.cnt, alerts_deliver_one, d->out, err,
-                                sizeof err);
+    d->x.feed = alerts_feed_new(c, d->x.db, d->x.runs, d->x.cnt, on_alert, d, err, sizeof err);
     if (!d->x.feed) {
         LOG_ERROR("server", "alerts: %s", err);
         return -1;
@@ -520,14 +602,17 @@ static int start_serving(attnstatd *d)
     uv_unref((uv_handle_t *)&d->tick);
     uv_unref((uv_handle_t *)&d->sig_hup);
     if (c->metrics_port) {
-        d->metrics_http = metrics_http_start(d->loop, (int)c->metrics_port, c->metrics_timeout_ms,
-                                             render_metrics, d, err, sizeof err);
+        d->metrics_http = metrics_http_start(d->loop, c->metrics_bind, (int)c->metrics_port,
+                                             c->metrics_timeout_ms, render_metrics, d, err,
+                                             sizeof err);
         if (!d->metrics_http) {
             LOG_ERROR("server", "%s", err);
             return -1;
         }
-        LOG_INFO("server", "metrics on http://127.0.0.1:%llu/metrics",
-                 (unsigned long long)c->metrics_port);
+        int v6 = strchr(c->metrics_bind, ':') != NULL;
+        LOG_INFO("server", "metrics on http://%s%s%s:%llu/metrics (per-head series: %s)",
+                 v6 ? "[" : "", c->metrics_bind, v6 ? "]" : "", (unsigned long long)c->metrics_port,
+                 c->metrics_heads);
     }
     if (listen_start(d->lis, err, sizeof err) != 0) {
         LOG_ERROR("server", "%s", err);
@@ -678,6 +763,8 @@ out_store:
     storer_free(d->x.st);
     retain_free(d->x.ret);
     alerts_feed_free(d->x.feed);
+    headtab_free(d->heads);
+    d->heads = NULL;
     alerts_deliver_free(d->out);
     if (d->x.dev)
         devices_free(d->x.dev);

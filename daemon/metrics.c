@@ -1,11 +1,13 @@
-/* metrics.c — the Prometheus text of attnstatd's counters and gauges, and a minimal HTTP responder
- * for scrapes: every request on --metrics-port gets the current text and the connection is closed
+/* metrics.c — the Prometheus text of attnstatd's counters and gauges (and the text buffer every
+ * part of a scrape writes into), and a minimal HTTP responder for scrapes: every request on
+ * --metrics-bind:--metrics-port gets the current text and the connection is closed
  * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
  * connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are closed), and at
  * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted).
  * Stage: metrics (see metrics.h). */
 #include "metrics.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,56 +19,124 @@
 
 /* ---- the text ------------------------------------------------------------------------------- */
 
-/* Appends to buf[*len..cap), keeping it NUL-terminated; stops quietly at the end. */
-__attribute__((format(printf, 4, 5))) static void emit(char *buf, size_t cap, size_t *len,
-                                                       const char *fmt, ...)
+void metrics_printf(metrics_buf *b, const char *fmt, ...)
 {
-    if (*len + 1 >= cap)
+    if (b->full)
         return;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
-    va_end(ap);
-    if (w > 0)
-        *len += (size_t)w < cap - *len ? (size_t)w : cap - *len - 1;
+    for (;;) {
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) { /* an encoding error: nothing of it */
+            if (b->p)
+                b->p[b->len] = '\0';
+            return;
+        }
+        if (b->p && (size_t)w < room) {
+            b->len += (size_t)w;
+            return;
+        }
+        size_t need = b->len + (size_t)w + 1;
+        size_t ncap = b->cap ? b->cap : 64 * 1024;
+        while (ncap < need)
+            ncap *= 2;
+        if (need > b->limit || ncap > b->limit + 1)
+            ncap = b->limit + 1;
+        char *np = need <= ncap ? realloc(b->p, ncap) : NULL;
+        if (!np) {
+            if (b->p)
+                b->p[b->len] = '\0';
+            b->full = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
 }
 
-size_t metrics_render(char *buf, size_t cap, const counters *cnt, uint32_t clients,
-                      uint32_t alerts_active, worker_pool *pool)
+void metrics_label(const char *in, char *out, size_t len)
 {
-    size_t len = 0;
+    size_t o = 0;
+    for (const char *c = in; *c && o + 3 < len; c++) {
+        if (*c == '\\' || *c == '"') {
+            out[o++] = '\\';
+            out[o++] = *c;
+        } else if (*c == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+        } else {
+            out[o++] = *c;
+        }
+    }
+    out[o] = '\0';
+}
+
+void metrics_value(double v, char *out, size_t len)
+{
+    if (isnan(v))
+        snprintf(out, len, "NaN");
+    else if (isinf(v))
+        snprintf(out, len, v > 0 ? "+Inf" : "-Inf");
+    else if (v == floor(v) && fabs(v) < 1e15) /* steps, counts: every digit */
+        snprintf(out, len, "%.0f", v);
+    else
+        snprintf(out, len, "%.10g", v);
+}
+
+void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
+                    uint32_t alerts_active, worker_pool *pool, const metrics_client *cl,
+                    size_t ncl)
+{
     for (int id = 0; id < CNT_N; id++) {
         const char *name = counters_name((counter_id)id);
         if (!name)
             continue;
-        emit(buf, cap, &len, "# HELP attnstat_%s %s\n# TYPE attnstat_%s counter\nattnstat_%s %llu\n",
-             name, counters_help((counter_id)id), name, name,
-             (unsigned long long)counters_get(cnt, (counter_id)id));
+        metrics_printf(out, "# HELP attnstat_%s %s\n# TYPE attnstat_%s counter\nattnstat_%s %llu\n",
+                       name, counters_help((counter_id)id), name, name,
+                       (unsigned long long)counters_get(cnt, (counter_id)id));
     }
-    emit(buf, cap, &len, "# HELP attnstat_clients Connected clients.\n# TYPE attnstat_clients gauge\n"
-         "attnstat_clients %u\n", clients);
-    emit(buf, cap, &len, "# HELP attnstat_alerts_active Alerts raised and not cleared.\n"
-         "# TYPE attnstat_alerts_active gauge\nattnstat_alerts_active %u\n", alerts_active);
-    emit(buf, cap, &len, "# HELP attnstat_push_answers_total Pushes answered with another code "
-         "than OK, by code.\n# TYPE attnstat_push_answers_total counter\n");
+    metrics_printf(out, "# HELP attnstat_clients Connected clients.\n# TYPE attnstat_clients gauge\n"
+                   "attnstat_clients %u\n", clients);
+    metrics_printf(out, "# HELP attnstat_alerts_active Alerts raised and not cleared.\n"
+                   "# TYPE attnstat_alerts_active gauge\nattnstat_alerts_active %u\n", alerts_active);
+    metrics_printf(out, "# HELP attnstat_push_answers_total Pushes answered with another code "
+                   "than OK, by code.\n# TYPE attnstat_push_answers_total counter\n");
     for (int code = 1; code < COUNTERS_CODES; code++)
         if (counters_answered(cnt, code))
-            emit(buf, cap, &len, "attnstat_push_answers_total{code=\"%s\"} %llu\n",
-                 names_code(code), (unsigned long long)counters_answered(cnt, code));
-    emit(buf, cap, &len, "# HELP attnstat_queue_depth Pushes queued or computing.\n"
-         "# TYPE attnstat_queue_depth gauge\n");
+            metrics_printf(out, "attnstat_push_answers_total{code=\"%s\"} %llu\n", names_code(code),
+                           (unsigned long long)counters_answered(cnt, code));
+    metrics_printf(out, "# HELP attnstat_queue_depth Pushes queued or computing.\n"
+                   "# TYPE attnstat_queue_depth gauge\n");
     for (int i = 0; i < worker_pool_count(pool); i++) {
         worker_stats st;
         worker_pool_stats(pool, i, &st);
-        emit(buf, cap, &len, "attnstat_queue_depth{worker=\"%s\"} %u\n", st.name, st.queue_depth);
+        metrics_printf(out, "attnstat_queue_depth{worker=\"%s\"} %u\n", st.name, st.queue_depth);
     }
-    return len;
+    metrics_printf(out, "# HELP attnstat_run_info A process connected to this daemon: its run (the "
+                   "job's name), its rank and its parallel layout (ranks and sizes).\n"
+                   "# TYPE attnstat_run_info gauge\n");
+    for (size_t i = 0; i < ncl; i++) {
+        char run[3 * 256];
+        metrics_label(cl[i].run, run, sizeof run);
+        store_layout l = cl[i].layout;
+        if (!cl[i].has_layout)
+            l = (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
+        metrics_printf(out, "attnstat_run_info{run=\"%s\",rank=\"%d\",tp_rank=\"%d\",tp_size=\"%d\","
+                       "pp_rank=\"%d\",pp_size=\"%d\",dp_rank=\"%d\",dp_size=\"%d\",cp_rank=\"%d\","
+                       "cp_size=\"%d\",layer_offset=\"%d\"} 1\n", run, (int)cl[i].rank,
+                       (int)l.tp_rank, (int)l.tp_size, (int)l.pp_rank, (int)l.pp_size,
+                       (int)l.dp_rank, (int)l.dp_size, (int)l.cp_rank, (int)l.cp_size,
+                       (int)l.layer_offset);
+    }
 }
 
 /* ---- HTTP ----------------------------------------------------------------------------------- */
 
 #define HTTP_REQ_MAX 4096
-#define HTTP_BODY_MAX (256 * 1024)
+#define HTTP_BODY_MAX (64u << 20) /* a scrape's text at most (every head of large models fits) */
+#define HTTP_HEAD_MAX 256
 #define HTTP_MAX_SCRAPES 16
 
 typedef struct scrape scrape;
@@ -167,21 +237,30 @@ static void scrape_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         return;
     s->answered = 1;
     uv_read_stop(st);
-    char *body = malloc(HTTP_BODY_MAX);
-    s->out = malloc(HTTP_BODY_MAX + 256);
-    if (!body || !s->out) {
-        free(body);
+    /* The text goes after room for the header, which is written in front of it once its length
+     * is known: one buffer, one write. */
+    metrics_buf body = {.limit = HTTP_BODY_MAX + HTTP_HEAD_MAX};
+    metrics_printf(&body, "%*s", HTTP_HEAD_MAX, "");
+    if (!body.full)
+        s->h->render(s->h->ctx, &body);
+    if (body.full && body.len <= HTTP_HEAD_MAX) {
+        free(body.p);
+        LOG_WARN("metrics", "out of memory rendering a scrape");
         scrape_close(s);
         return;
     }
-    size_t blen = s->h->render(s->h->ctx, body, HTTP_BODY_MAX);
-    int hlen = snprintf(s->out, 256,
-                        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+    if (body.full)
+        LOG_WARN("metrics", "a scrape's text reached %u bytes or memory ran out: the rest is left "
+                 "out (lower metrics_heads or metrics_top)", HTTP_BODY_MAX);
+    size_t blen = body.len - HTTP_HEAD_MAX;
+    char head[HTTP_HEAD_MAX];
+    int hlen = snprintf(head, sizeof head,
+                        "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                         "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                         blen);
-    memcpy(s->out + hlen, body, blen);
-    free(body);
-    uv_buf_t b = uv_buf_init(s->out, (unsigned)((size_t)hlen + blen));
+    s->out = body.p;
+    memcpy(s->out + HTTP_HEAD_MAX - hlen, head, (size_t)hlen);
+    uv_buf_t b = uv_buf_init(s->out + HTTP_HEAD_MAX - hlen, (unsigned)((size_t)hlen + blen));
     s->wr.data = s;
     int rc = uv_write(&s->wr, st, &b, 1, scrape_written);
     if (rc != 0) {
@@ -263,7 +342,7 @@ static void http_listener_closed(uv_handle_t *hd)
     http_maybe_free(h);
 }
 
-metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
+metrics_http *metrics_http_start(uv_loop_t *loop, const char *bind, int port, uint64_t timeout_ms,
                                  metrics_render_fn render, void *ctx, char *err, size_t errlen)
 {
     metrics_http *h = calloc(1, sizeof *h);
@@ -282,15 +361,23 @@ metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
     }
     h->listener.data = h;
     h->open_handles = 1;
-    struct sockaddr_in addr;
-    rc = uv_ip4_addr("127.0.0.1", port, &addr);
-    if (rc == 0)
-        rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&addr, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&h->listener, 16, http_accept);
+    struct sockaddr_storage addr;
+    int v6 = strchr(bind, ':') != NULL;
+    rc = v6 ? uv_ip6_addr(bind, port, (struct sockaddr_in6 *)&addr)
+            : uv_ip4_addr(bind, port, (struct sockaddr_in *)&addr);
     if (rc != 0) {
-        snprintf(err, errlen, "metrics port 127.0.0.1:%d: %s (choose another --metrics-port or 0)",
-                 port, uv_strerror(rc));
+        snprintf(err, errlen, "metrics_bind '%s' is not an IPv4 or IPv6 address (127.0.0.1, "
+                 "0.0.0.0, ::1, ...)", bind);
+    } else {
+        rc = uv_tcp_bind(&h->listener, (const struct sockaddr *)&addr, 0);
+        if (rc == 0)
+            rc = uv_listen((uv_stream_t *)&h->listener, 16, http_accept);
+        if (rc != 0)
+            snprintf(err, errlen, "metrics port %s%s%s:%d: %s (choose another --metrics-port or "
+                     "--metrics-bind, or --metrics-port 0)", v6 ? "[" : "", bind, v6 ? "]" : "",
+                     port, uv_strerror(rc));
+    }
+    if (rc != 0) {
         h->stopping = 1;
         uv_close((uv_handle_t *)&h->listener, http_listener_closed);
         return NULL;

@@ -1,8 +1,9 @@
 /* metrics.h — the optional Prometheus endpoint (--metrics-port: text format over plain HTTP on
- * 127.0.0.1) and the text it serves: the counters (counters.h) and the gauges (clients, active
- * alerts, queue depths). Stage: metrics, beside the flow; it reads counters and worker statistics
- * and calls nothing else of the daemon: what to render comes from a callback the loop gives it.
- * Loop thread only. */
+ * --metrics-bind, 127.0.0.1 by default) and the text it serves: the counters (counters.h), the
+ * gauges (clients, active alerts, queue depths), the connected processes' runs and layouts
+ * (attnstat_run_info), and the text buffer the per-head table (headtab.h) writes into. Stage:
+ * metrics, beside the flow; it reads counters and worker statistics and calls nothing else of the
+ * daemon: what to render comes from a callback the loop gives it. Loop thread only. */
 #ifndef ATTNSTAT_METRICS_H
 #define ATTNSTAT_METRICS_H
 
@@ -11,22 +12,49 @@
 #include <uv.h>
 
 #include "counters.h"
+#include "store.h"
 #include "worker.h"
 
-/* The Prometheus text of the counters and gauges into buf (at most cap bytes, NUL-terminated);
- * returns its length. */
-size_t metrics_render(char *buf, size_t cap, const counters *cnt, uint32_t clients,
-                      uint32_t alerts_active, worker_pool *pool);
+/* The text of one scrape: grows as it is written, up to limit bytes (then `full` is set and
+ * nothing more is written: every line written is whole). */
+typedef struct {
+    char *p;
+    size_t len, cap, limit;
+    int full;                /* a line did not fit (limit, or no memory) */
+} metrics_buf;
 
-/* Writes the text of one scrape into buf (at most cap bytes) and returns its length; called when
- * a scrape arrives, so that gauges are read then. */
-typedef size_t (*metrics_render_fn)(void *ctx, char *buf, size_t cap);
+/* Appends one printf-formatted piece, all or nothing. */
+void metrics_printf(metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A label value escaped as the text format wants it (backslash, double quote, newline) into out
+ * (cut at len, NUL-terminated). */
+void metrics_label(const char *in, char *out, size_t len);
+/* A sample value: "+Inf", "-Inf", "NaN", an integer with every digit (a step), else %.10g. */
+void metrics_value(double v, char *out, size_t len);
+
+/* What the scrape says of one connected process that said Hello: its run and its layout
+ * (attnstat_run_info). */
+typedef struct {
+    const char *run;
+    int32_t rank;
+    int has_layout;
+    store_layout layout;
+} metrics_client;
+
+/* The Prometheus text of the counters and gauges, and one attnstat_run_info line per client of
+ * clients[0 .. nclients - 1], into out. */
+void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
+                    uint32_t alerts_active, worker_pool *pool, const metrics_client *cl,
+                    size_t ncl);
+
+/* Writes the text of one scrape into out; called when a scrape arrives, so that gauges are read
+ * then. */
+typedef void (*metrics_render_fn)(void *ctx, metrics_buf *out);
 
 typedef struct metrics_http metrics_http;
 
-/* Listens on 127.0.0.1:port; a scrape connection is closed timeout_ms after it was accepted
- * whatever it did. Returns NULL with err set on failure. */
-metrics_http *metrics_http_start(uv_loop_t *loop, int port, uint64_t timeout_ms,
+/* Listens on bind:port (an IPv4 or IPv6 address: metrics_bind); a scrape connection is closed
+ * timeout_ms after it was accepted whatever it did. Returns NULL with err set on failure. */
+metrics_http *metrics_http_start(uv_loop_t *loop, const char *bind, int port, uint64_t timeout_ms,
                                  metrics_render_fn render, void *ctx, char *err, size_t errlen);
 /* Closes the listener and every open scrape connection; frees itself in the close callbacks.
  * NULL is allowed (nothing to stop). */

@@ -10,8 +10,9 @@
 #include <stddef.h>
 
 #include "ctx.h"
+#include "metrics.h"
 
-/* The text into buf (at most cap bytes, NUL-terminated); returns its length. */
-size_t metrics_render_runs(char *buf, size_t cap, const stage_ctx *x);
+/* The text, appended to out. */
+void metrics_render_runs(metrics_buf *out, const stage_ctx *x);
 
 #endif /* ATTNSTAT_METRICS_RUNS_H */

@@ -75,6 +75,12 @@ void peer_goodbye(peer *p)
     p->goodbye = 1;
 }
 
+void peer_layout(peer *p, const store_layout *l)
+{
+    p->has_layout = 1;
+    p->layout = *l;
+}
+
 void peer_count(peer *p, peer_counter what)
 {
     switch (what) {

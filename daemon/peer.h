@@ -1,7 +1,8 @@
 /* peer.h — one connected client as the stages after the connection know it: its run (from its
  * Hello), its subscriptions, its registered buffers, its pushes in flight and its counters.
  * Stage: shared by session (which sets it up), push (which counts on it) and status (which reads
- * it); calls buffers, conn (ids) and log, nothing of those stages.
+ * it); calls buffers, conn (ids) and log, nothing of those stages (store.h only for the type of
+ * its layout).
  *
  * Glossary: a conn is the transport (conn.h); a peer is the client behind it; the session
  * (session.h) is what each of its messages means.
@@ -22,6 +23,7 @@
 #include "buffers.h"
 #include "config.h"
 #include "conn.h"
+#include "store.h"
 
 #define PEER_RUN_MAX 256
 
@@ -37,6 +39,8 @@ struct peer {
     int32_t rank;
     int32_t pid;             /* from Hello, else SO_PEERCRED */
     double collapse_threshold; /* the computation's: the Hello's, else the config's */
+    int has_layout;          /* a ParallelLayout was accepted: its pushes get global numbers */
+    store_layout layout;
     int sub_alerts, sub_results;
     int goodbye;             /* it said Goodbye: its run ends when the connection closes */
     buffers *bufs;
@@ -63,6 +67,8 @@ void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_
 void peer_subscribe(peer *p, int alerts, int results);
 /* It said Goodbye. */
 void peer_goodbye(peer *p);
+/* Its ParallelLayout was accepted (checked): the pushes received from now on get global numbers. */
+void peer_layout(peer *p, const store_layout *l);
 
 typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;
 void peer_count(peer *p, peer_counter what);

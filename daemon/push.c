@@ -17,6 +17,10 @@
 #include "util.h"
 #include "validate.h"
 
+/* The largest global layer or head number (a layout's offsets are checked against the same bound,
+ * schema/store_write.c): far past any model, and a sum of two never overflows an int32_t. */
+#define PUSH_GLOBAL_MAX (1 << 24)
+
 struct push {
     worker_job job;          /* queued on a worker: job.owner is the push */
     batch_item item;         /* batched: item.owner is the push */
@@ -25,11 +29,13 @@ struct push {
     uint64_t seq;
     int64_t step;
     uint32_t layer;
+    int32_t glayer, head_base; /* the global numbers of its layer and its query head 0 (layout) */
     int want_results;
     buffers_map *maps[VALIDATE_MAX_TENSORS]; /* host buffers pinned while a worker may read them */
     int nmaps;
     gpu_refs gref;           /* device pushes: buffers and event, referenced until unmapped */
     int computing;           /* counted in p->computing */
+    int local;               /* a Computed message: the client computed it (no memory, no Release) */
     validate_plan plan;
     uint64_t received_ns;
     int64_t time_ms;
@@ -161,6 +167,27 @@ static void pin_host(push *u)
     }
 }
 
+/* The global numbers of a push's layer and query head 0, by the layout in force now (a later
+ * Layout is for later pushes); -1 with a message when they pass the bound. */
+static int global_numbers(const peer *p, uint32_t layer, int32_t heads_q, push *u, char *msg,
+                          size_t cap)
+{
+    int64_t glayer = (int64_t)layer + (p->has_layout ? p->layout.layer_offset : 0);
+    int64_t head_base = !p->has_layout              ? 0
+                        : p->layout.head_offset >= 0 ? p->layout.head_offset
+                                                     : (int64_t)p->layout.tp_rank * heads_q;
+    if (glayer > PUSH_GLOBAL_MAX || head_base + heads_q > PUSH_GLOBAL_MAX) {
+        snprintf(msg, cap, "layer %u with layer_offset %d, %d query heads of tp_rank %d "
+                 "(head_offset %d): global numbers past %d; check the layout", layer,
+                 (int)p->layout.layer_offset, (int)heads_q, (int)p->layout.tp_rank,
+                 (int)p->layout.head_offset, PUSH_GLOBAL_MAX);
+        return -1;
+    }
+    u->glayer = (int32_t)glayer;
+    u->head_base = (int32_t)head_base;
+    return 0;
+}
+
 void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
 {
     const cfg *c = x->cfg;
@@ -198,6 +225,12 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
                  "computing (client_inflight)", p->computing);
         refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        return;
+    }
+    if (global_numbers(p, m->layer, u->plan.prob.heads_q, u, msg, sizeof msg) != 0) {
+        validate_plan_free(&u->plan);
+        free(u);
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__BAD_REQUEST, msg);
         return;
     }
     u->job.prob = u->plan.prob;
@@ -245,6 +278,80 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     peer_computing(p, +1);
 }
 
+void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m)
+{
+    const cfg *c = x->cfg;
+    counters_count_push(x->cnt);
+    peer_count(p, PEER_PUSHES);
+    if (!p->hello) {
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__NO_HELLO, "Computed before Hello");
+        return;
+    }
+    if (x->stopping) {
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, "the daemon is shutting down");
+        return;
+    }
+    char msg[512];
+    if (p->computing >= c->client_inflight) {
+        snprintf(msg, sizeof msg, "dropped: this client already has %u pushes queued or "
+                 "computing (client_inflight)", p->computing);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        return;
+    }
+    push *u = calloc(1, sizeof *u);
+    stats_head *heads = calloc(VALIDATE_MAX_HEADS, sizeof *heads);
+    if (!u || !heads) {
+        free(u);
+        free(heads);
+        counters_inc(x->cnt, CNT_FAILED);
+        ack_now(x, p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
+        return;
+    }
+    Attnstat__Code code = validate_computed(m, heads, msg, sizeof msg);
+    if (code != ATTNSTAT__CODE__OK) {
+        free(u);
+        free(heads);
+        refuse(x, p, CNT_REJECTED, m->seq, code, msg);
+        return;
+    }
+    if (global_numbers(p, m->layer, (int32_t)m->n_heads, u, msg, sizeof msg) != 0) {
+        free(u);
+        free(heads);
+        refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__BAD_REQUEST, msg);
+        return;
+    }
+    /* Through the CPU worker of its (run, layer) like any push, so that a layer's Acks keep their
+     * order and the client's in-flight count holds; the worker does nothing with it
+     * (precomputed). */
+    stats_problem_init(&u->job.prob);
+    u->job.prob.heads_q = (int32_t)m->n_heads;
+    u->job.heads = heads;
+    u->job.precomputed = 1;
+    u->job.owner = u;
+    u->x = x;
+    u->p = p;
+    u->local = 1;
+    peer_push_start(p);
+    u->seq = m->seq;
+    u->step = m->step;
+    u->layer = m->layer;
+    u->want_results = m->want_results;
+    u->received_ns = util_mono_ns();
+    u->time_ms = (int64_t)util_wall_ms();
+    worker *target = devices_cpu(x->dev, p->run_id, m->layer);
+    if (worker_submit(target, &u->job) != 0) {
+        worker_stats ws;
+        worker_stats_of(target, &ws);
+        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u)",
+                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
+        push_free(u);
+        return;
+    }
+    u->computing = 1;
+    peer_computing(p, +1);
+}
+
 push *push_of_job(worker_job *job)
 {
     return job->owner;
@@ -264,7 +371,7 @@ int push_computed(push *u)
 {
     unpin(u);
     peer *p = u->p;
-    if (p->c) {
+    if (p->c && !u->local) {
         Attnstat__Release rel;
         Attnstat__Envelope env;
         conn_write(p->c, envelope_release(&env, &rel, u->seq), 1);
@@ -288,7 +395,8 @@ int push_computed(push *u)
     it->rank = p->rank;
     it->seq = u->seq;
     it->step = u->step;
-    it->layer = (int32_t)u->layer;
+    it->layer = u->glayer;
+    it->head_base = u->head_base;
     it->heads = job->heads;
     it->nheads = job->prob.heads_q;
     it->time_ms = u->time_ms;
@@ -380,10 +488,13 @@ void push_answer(push *u, Attnstat__Code code, const char *msg, push_result_fn r
             ptrs = heads_pb(u, &hs);
         ack_stored(u, u->want_results ? ptrs : NULL, n);
         if (results && ptrs) {
+            /* The Ack says the push's own numbers; subscribers see the job's global ones. */
+            for (size_t i = 0; i < n; i++)
+                hs[i].head = (uint32_t)u->head_base + (uint32_t)i;
             Attnstat__Result r;
             Attnstat__Envelope env;
-            results(data, envelope_result(&env, &r, u->p->run, u->p->run_id, u->step, u->layer,
-                                          ptrs, n));
+            results(data, envelope_result(&env, &r, u->p->run, u->p->run_id, u->step,
+                                          (uint32_t)u->glayer, ptrs, n));
         }
         free(ptrs);
         free(hs);

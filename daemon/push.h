@@ -43,6 +43,11 @@ typedef void (*push_result_fn)(void *data, const Attnstat__Envelope *env);
 /* Created: see above. Counts PUSHES, and REJECTED / DROPPED / FAILED for one refused at once. */
 void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m);
 
+/* A Computed message (statistics the client computed in its own process): checked
+ * (validate_computed), then the same path as a push's results, through the CPU worker's queue
+ * without a computation and without a Release. Counts as a push. */
+void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m);
+
 /* The push of a job the pool handed back, of an item the batch answers. */
 push *push_of_job(worker_job *job);
 push *push_of_item(batch_item *it);

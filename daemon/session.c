@@ -4,6 +4,7 @@
 #include "session.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alerts_feed.h"
@@ -21,6 +22,7 @@
 #include "push.h"
 #include "runs.h"
 #include "status.h"
+#include "storer.h"
 #include "store_write.h"
 #include "util.h"
 #include "validate.h"
@@ -212,12 +214,96 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     envelope_hello_reply(&env, &rep, run_id, (uint32_t)c->max_frame, (uint32_t)c->queue_depth);
     rep.n_served_devices = nserved;
     rep.served_devices = served;
-    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref"};
+    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed", "layout"};
     rep.n_features = sizeof features / sizeof features[0];
     rep.features = features;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
     if (p->c)
         conn_write(p->c, &env, 1);
+}
+
+/* ---- the parallel layout -------------------------------------------------------------------- */
+
+/* The layout's record, on the store thread (store_run_set_layout commits it itself: an op run
+ * alone), ahead of every push that follows it on this connection. */
+typedef struct {
+    storer_op op;
+    const stage_ctx *x;
+    peer *p;
+    int64_t run_id;
+    store_layout l;
+} layout_op;
+
+static store_status layout_run(void *db, storer_op *op, store_error *err)
+{
+    layout_op *o = (layout_op *)op;
+    return store_run_set_layout(db, o->run_id, &o->l, err);
+}
+
+static void layout_done(storer_op *op)
+{
+    layout_op *o = (layout_op *)op;
+    peer *p = o->p;
+    if (op->status != STORE_OK) {
+        counters_store_error(o->x->cnt, op->err.msg);
+        LOG_ERROR("session", "client %llu: recording the layout of run '%s': %s",
+                  (unsigned long long)p->conn_id, p->run, op->err.msg);
+        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not record the layout of "
+                    "run '%s': %s", p->run, op->err.msg);
+    }
+    peer_unref(p);
+    free(o);
+}
+
+/* A ParallelLayout after Hello: checked, used for the pushes that follow (their global layer and
+ * head numbers), and recorded with the run by the store thread before any of them is stored (a
+ * failure to record it is answered with an Error). */
+static void on_layout(const stage_ctx *x, peer *p, const Attnstat__ParallelLayout *m)
+{
+    if (!p->hello) {
+        reply_error(p, ATTNSTAT__CODE__NO_HELLO, 0, 0, "ParallelLayout before Hello");
+        return;
+    }
+    /* Unset: rank 0 of a group of 1, no offsets. A value past INT32_MAX stays past every bound. */
+#define LAYOUT_FIELD(f, dflt) (m->has_##f ? (m->f > INT32_MAX ? INT32_MAX : (int32_t)m->f) : (dflt))
+    store_layout l = {
+        .tp_rank = LAYOUT_FIELD(tp_rank, 0), .tp_size = LAYOUT_FIELD(tp_size, 1),
+        .pp_rank = LAYOUT_FIELD(pp_rank, 0), .pp_size = LAYOUT_FIELD(pp_size, 1),
+        .dp_rank = LAYOUT_FIELD(dp_rank, 0), .dp_size = LAYOUT_FIELD(dp_size, 1),
+        .cp_rank = LAYOUT_FIELD(cp_rank, 0), .cp_size = LAYOUT_FIELD(cp_size, 1),
+        .layer_offset = LAYOUT_FIELD(layer_offset, 0), .head_offset = LAYOUT_FIELD(head_offset, -1),
+    };
+#undef LAYOUT_FIELD
+    store_error se = {0, ""};
+    if (store_layout_check(&l, &se) != STORE_OK) {
+        reply_error(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, se.msg);
+        return;
+    }
+    layout_op *o = calloc(1, sizeof *o);
+    if (!o) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory recording the layout");
+        return;
+    }
+    o->op.mode = STORER_ALONE;
+    o->op.run = layout_run;
+    o->op.done = layout_done;
+    o->x = x;
+    o->p = p;
+    o->run_id = p->run_id;
+    o->l = l;
+    peer_ref(p);
+    life_before_push(x, p->run_id); /* the run's record first, if it was rolled back */
+    storer_submit(x->st, &o->op);
+    peer_layout(p, &l);
+    char heads[48];
+    if (l.head_offset >= 0)
+        snprintf(heads, sizeof heads, "%d", (int)l.head_offset);
+    else
+        snprintf(heads, sizeof heads, "tp_rank x heads");
+    LOG_INFO("session", "client %llu: run '%s' rank %d layout tp %d/%d pp %d/%d dp %d/%d cp %d/%d, "
+             "layer offset %d, head offset %s", (unsigned long long)p->conn_id, p->run, p->rank,
+             (int)l.tp_rank, (int)l.tp_size, (int)l.pp_rank, (int)l.pp_size, (int)l.dp_rank,
+             (int)l.dp_size, (int)l.cp_rank, (int)l.cp_size, (int)l.layer_offset, heads);
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */
@@ -286,6 +372,9 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
     case ATTNSTAT__ENVELOPE__MSG_PUSH:
         push_receive(x, p, env->push);
         break;
+    case ATTNSTAT__ENVELOPE__MSG_COMPUTED:
+        push_receive_computed(x, p, env->computed);
+        break;
     case ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE:
         if (p->c) {
             peer_subscribe(p, env->subscribe->alerts, env->subscribe->results);
@@ -307,6 +396,9 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
         break;
     case ATTNSTAT__ENVELOPE__MSG_COMMAND:
         command_handle(x, p, env->command);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_LAYOUT:
+        on_layout(x, p, env->layout);
         break;
     case ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY:
     case ATTNSTAT__ENVELOPE__MSG_RELEASE:

@@ -536,3 +536,54 @@ int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
     }
     return 0;
 }
+
+/* ---- Computed: statistics a client computed itself -------------------------------------------- */
+/* Sets msg and returns BAD_REQUEST. */
+#define COMPUTED_BAD(...) (util_err(msg, msglen, __VA_ARGS__), ATTNSTAT__CODE__BAD_REQUEST)
+
+Attnstat__Code validate_computed(const Attnstat__Computed *m, stats_head *out, char *msg,
+                                 size_t msglen)
+{
+    if (m->n_heads == 0 || m->n_heads > VALIDATE_MAX_HEADS)
+        return COMPUTED_BAD("a Computed message carries %zu heads: 1 to %d", m->n_heads,
+                        VALIDATE_MAX_HEADS);
+    if (m->layer > VALIDATE_MAX_LAYER)
+        return COMPUTED_BAD("layer %u is over %u", m->layer, VALIDATE_MAX_LAYER);
+    for (size_t i = 0; i < m->n_heads; i++) {
+        const Attnstat__HeadStats *h = m->heads[i];
+        if (!h || h->head != i)
+            return COMPUTED_BAD("heads[%zu] is head %u: the heads come in order 0..n-1",
+                            i, h ? h->head : 0u);
+        if (h->rows > (uint64_t)INT64_MAX || h->rows_norm > h->rows ||
+            h->rows_empty > (uint64_t)INT64_MAX || h->nonfinite_rows > (uint64_t)INT64_MAX)
+            return COMPUTED_BAD("head %zu: row counts that do not agree (rows %llu, "
+                            "rows_norm %llu)", i, (unsigned long long)h->rows,
+                            (unsigned long long)h->rows_norm);
+        const double ent[4] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max};
+        const int has[4] = {h->has_entropy_mean, h->has_entropy_std, h->has_entropy_min,
+                            h->has_entropy_max};
+        for (int j = 0; j < 4; j++)
+            if (has[j] && !(ent[j] >= 0.0 && isfinite(ent[j])))
+                return COMPUTED_BAD("head %zu: an entropy of %g (entropies are finite "
+                                "and >= 0)", i, ent[j]);
+        if (h->has_collapsed_frac && !(h->collapsed_frac >= 0.0 && h->collapsed_frac <= 1.0))
+            return COMPUTED_BAD("head %zu: collapsed_frac %g is not in [0, 1]", i,
+                            h->collapsed_frac);
+        stats_head *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->rows = (int64_t)h->rows;
+        o->rows_norm = (int64_t)h->rows_norm;
+        o->rows_empty = (int64_t)h->rows_empty;
+        o->nonfinite_rows = (int64_t)h->nonfinite_rows;
+        o->entropy_mean = h->has_entropy_mean ? h->entropy_mean : NAN;
+        o->entropy_std = h->has_entropy_std ? h->entropy_std : NAN;
+        o->entropy_min = h->has_entropy_min ? h->entropy_min : NAN;
+        o->entropy_max = h->has_entropy_max ? h->entropy_max : NAN;
+        o->entropy_norm_mean = h->has_entropy_norm_mean ? h->entropy_norm_mean : NAN;
+        o->collapsed_frac = h->has_collapsed_frac ? h->collapsed_frac : 0.0;
+        o->max_logit = h->has_max_logit ? h->max_logit : h->rows ? NAN : -INFINITY;
+        o->sampled = h->has_sampled && h->sampled;
+    }
+    return ATTNSTAT__CODE__OK;
+}
+#undef COMPUTED_BAD

@@ -60,6 +60,14 @@ typedef struct {
     uint64_t work;                   /* multiply-adds */
 } validate_plan;
 
+/* A Computed message (per-head statistics a client computed in its own process): 1 to
+ * VALIDATE_MAX_HEADS heads in order 0..n-1, a layer up to VALIDATE_MAX_LAYER, counts that agree
+ * (rows_norm <= rows), entropies >= 0 where given, a collapsed fraction in [0, 1]. Into out[n]
+ * (n = m->n_heads, checked first: out must hold VALIDATE_MAX_HEADS) as the kernels give them:
+ * absent values NaN, a head without rows max_logit -inf. OK, or BAD_REQUEST with msg. */
+Attnstat__Code validate_computed(const Attnstat__Computed *m, stats_head *out, char *msg,
+                                 size_t msglen);
+
 /* Returns ATTNSTAT__CODE__OK with *plan filled (free with validate_plan_free), or an error code
  * with msg set (plan left empty). */
 Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn lookup, void *ctx,

@@ -29,6 +29,7 @@
 #define BUSY_BUCKETS 6
 #define WORKER_CLOSE_WAIT_MS 5000 /* worker_pool_close waits this long for a running job */
 #define BUSY_BUCKET_NS 10000000000ull /* 10 s */
+#define WORKER_PIPELINE 32 /* jobs left pending at most before they are finished */
 
 typedef struct worker_task {
     struct worker_task *next;
@@ -41,6 +42,7 @@ struct worker {
     char name[64];
     uint32_t capacity;
     worker_compute_fn compute;
+    worker_finish_fn finish; /* NULL: no job is left pending */
     void *wctx;
     stats_cpu_workspace *ws; /* the CPU worker's: grow-only, used by its thread only */
     pthread_t thread;
@@ -56,6 +58,7 @@ struct worker {
     int stop;
     pthread_cond_t cond;
     uint64_t processed, dropped;
+    uint64_t batches, batched; /* pipelined: finish_pending runs, and the jobs they finished */
     uint64_t busy_ns[BUSY_BUCKETS];
     uint64_t busy_epoch[BUSY_BUCKETS];
 };
@@ -133,11 +136,10 @@ static int guards_ok(worker_job *job)
     return 1;
 }
 
-void worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg)
+void worker_set_finish(worker *w, worker_finish_fn finish)
 {
     pthread_mutex_lock(&w->pool->lock);
-    for (const worker_job *j = w->head; j; j = j->next)
-        fn(j, arg);
+    w->finish = finish;
     pthread_mutex_unlock(&w->pool->lock);
 }
 
@@ -145,7 +147,9 @@ static void run_job(worker *w, worker_job *job)
 {
     job->started_ns = util_mono_ns();
     job->err.msg[0] = '\0';
-    if (!guards_ok(job)) {
+    if (job->precomputed) {
+        job->status = STATS_OK;
+    } else if (!guards_ok(job)) {
         job->status = STATS_EINVAL;
     } else {
         sigjmp_buf jb;
@@ -156,12 +160,69 @@ static void run_job(worker *w, worker_job *job)
         } else {
             worker_guard_jmp = NULL;
             job->status = STATS_EINVAL;
+            job->pending = 0;
             snprintf(job->err.msg, sizeof job->err.msg,
                      "reading a registered shared-memory segment faulted (SIGBUS): the segment was "
                      "truncated while in use");
         }
     }
     job->done_ns = util_mono_ns();
+}
+
+/* Under the pool's lock: a finished job (computed, failed or handed back uncomputed) goes to the
+ * loop thread. */
+static void hand_back(worker *w, worker_job *job)
+{
+    worker_pool *p = w->pool;
+    uint64_t epoch = job->done_ns / BUSY_BUCKET_NS;
+    int b = (int)(epoch % BUSY_BUCKETS);
+    if (w->busy_epoch[b] != epoch) {
+        w->busy_epoch[b] = epoch;
+        w->busy_ns[b] = 0;
+    }
+    w->busy_ns[b] += job->done_ns - job->started_ns;
+    w->processed++;
+    w->depth--;
+    if (p->done_tail)
+        p->done_tail->next = job;
+    else
+        p->done_head = job;
+    p->done_tail = job;
+    /* Thread-safe; the only uv call made off the loop thread. Under the lock, so that it never
+     * races with the pool closing the handle after giving up on this thread. */
+    uv_async_send(&p->async);
+}
+
+/* Jobs the compute function left pending, in submission order (this thread's own list). */
+typedef struct {
+    worker_job *head, *tail;
+    int n;
+} pending_list;
+
+/* Called with the lock held; returns with it held (it is dropped while each job finishes). */
+static void finish_pending(worker *w, pending_list *pl)
+{
+    worker_pool *p = w->pool;
+    w->batches++;
+    w->batched += (uint64_t)pl->n;
+    while (pl->head) {
+        worker_job *job = pl->head;
+        pl->head = job->next;
+        if (!pl->head)
+            pl->tail = NULL;
+        pl->n--;
+        job->next = NULL;
+        w->running = job;
+        pthread_mutex_unlock(&p->lock);
+        job->status = w->finish(w->wctx, job);
+        job->pending = 0;
+        job->done_ns = util_mono_ns();
+        pthread_mutex_lock(&p->lock);
+        w->running = NULL;
+        if (p->abandoned)
+            return; /* the pool gave up on this thread: touch nothing of the loop's */
+        hand_back(w, job);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -181,13 +242,25 @@ static void *worker_main(void *arg)
      * leaves at its next look, running no more tasks, handing back no job and never calling
      * uv_async_send (the handle is closed, its loop may be gone). `abandoned` is set under the lock
      * before the handle is closed, and uv_async_send is only called under the lock after this
-     * check, so the two cannot race. */
+     * check, so the two cannot race.
+     *
+     * Pipelining (worker_set_finish): a job the compute function leaves pending is kept here, and
+     * the next queued job is computed right away; the pending ones are finished, in order, when
+     * the queue is empty, before a task (a task may unmap what they read), at WORKER_PIPELINE jobs
+     * and before the thread leaves. */
+    pending_list pend = {NULL, NULL, 0};
     pthread_mutex_lock(&p->lock);
     for (;;) {
+        if (p->abandoned)
+            break; /* touch nothing of the loop's */
+        if (pend.n && (!w->head || w->task_head || w->stop || pend.n >= WORKER_PIPELINE)) {
+            finish_pending(w, &pend);
+            continue;
+        }
         while (!w->head && !w->task_head && !w->stop && !p->abandoned)
             pthread_cond_wait(&w->cond, &p->lock);
         if (p->abandoned)
-            break; /* touch nothing of the loop's */
+            break;
         if (w->task_head) {
             worker_task *t = w->task_head;
             w->task_head = t->next;
@@ -200,7 +273,7 @@ static void *worker_main(void *arg)
             continue;
         }
         if (!w->head)
-            break; /* stop requested and the queue is empty */
+            break; /* stop requested and the queue is empty (nothing pending: finished above) */
         worker_job *job = w->head;
         w->head = job->next;
         if (!w->head)
@@ -218,31 +291,30 @@ static void *worker_main(void *arg)
             w->running_since_ns = util_mono_ns();
             pthread_mutex_unlock(&p->lock);
 
+            job->pending = 0;
             run_job(w, job);
 
             pthread_mutex_lock(&p->lock);
             w->running = NULL;
             if (p->abandoned)
                 break; /* the pool gave up on this thread: touch nothing of the loop's */
+            if (job->pending && w->finish) {
+                if (pend.tail)
+                    pend.tail->next = job;
+                else
+                    pend.head = job;
+                pend.tail = job;
+                pend.n++;
+                continue;
+            }
+            job->pending = 0;
         }
-        uint64_t epoch = job->done_ns / BUSY_BUCKET_NS;
-        int b = (int)(epoch % BUSY_BUCKETS);
-        if (w->busy_epoch[b] != epoch) {
-            w->busy_epoch[b] = epoch;
-            w->busy_ns[b] = 0;
-        }
-        w->busy_ns[b] += job->done_ns - job->started_ns;
-        w->processed++;
-        w->depth--;
-        if (p->done_tail)
-            p->done_tail->next = job;
-        else
-            p->done_head = job;
-        p->done_tail = job;
-        /* Thread-safe; the only uv call made off the loop thread. Under the lock, so that it
-         * never races with the pool closing the handle after giving up on this thread. */
-        uv_async_send(&p->async);
+        hand_back(w, job);
     }
+    if (w->batches)
+        LOG_INFO("worker", "%s: %llu jobs, %llu of them pipelined in %llu batches (%.1f a batch)",
+                 w->name, (unsigned long long)w->processed, (unsigned long long)w->batched,
+                 (unsigned long long)w->batches, (double)w->batched / (double)w->batches);
     w->exited = 1;
     pthread_cond_broadcast(&p->exited_cond);
     pthread_mutex_unlock(&p->lock);

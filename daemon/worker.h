@@ -38,6 +38,10 @@ struct worker_job {
     int nguards;
     void *ext;               /* the compute function's own per-job data (GPU: gpu_refs) */
     void *owner;             /* the submitter's object (a push), handed back untouched */
+    /* Set by a compute function that enqueued the work and returns before it is done (the GPU
+     * workers): the worker's finish function completes it later (worker_set_finish). */
+    int pending;
+    int precomputed;         /* heads already filled (a client's Computed): nothing to compute */
     /* Results. */
     stats_status status;
     int fail_code;           /* non-zero: the Ack code of a failure (else derived from status) */
@@ -51,6 +55,9 @@ typedef struct worker_pool worker_pool;
 
 /* Computes one job on the worker's thread: fills job->heads, returns the status (err on failure). */
 typedef stats_status (*worker_compute_fn)(void *wctx, worker_job *job);
+/* Completes, on the worker's thread, a job its compute function left pending: waits for its
+ * results and returns its status. Jobs are finished in the order they were computed. */
+typedef stats_status (*worker_finish_fn)(void *wctx, worker_job *job);
 /* Called on the loop thread for every finished job, in completion order. */
 typedef void (*worker_done_fn)(void *ctx, worker_job *job);
 
@@ -76,10 +83,10 @@ worker *worker_pool_add(worker_pool *p, const char *name, uint32_t capacity,
  * not delivered to the done callback. Returns 0, or -1 when the pool is stopping (fn not run). */
 int worker_run_on(worker *w, void (*fn)(void *arg), void *arg);
 
-/* Worker thread (from its compute function): calls fn(job, arg) under the pool's lock for each job
- * queued behind the running one, oldest first; fn may read the jobs (they stay queued, and only
- * this thread takes them off) but must not keep them past its call. */
-void worker_each_queued(worker *w, void (*fn)(const worker_job *job, void *arg), void *arg);
+/* Lets w's compute function leave jobs pending (job->pending = 1): the next queued job is computed
+ * at once, and finish() completes the pending ones, in order, when the queue runs empty, before a
+ * task runs, or when many are pending. Set before the first job is submitted. */
+void worker_set_finish(worker *w, worker_finish_fn finish);
 
 /* Stats of one worker (the pool index of w is not needed). */
 void worker_stats_of(worker *w, worker_stats *out);

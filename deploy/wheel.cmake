@@ -19,7 +19,8 @@ if(NOT ATTNSTAT_PROTOBUFC_STATIC)
   return()
 endif()
 
-add_library(attnstat_wheel_lib SHARED EXCLUDE_FROM_ALL $<TARGET_OBJECTS:attnstat_client_objs>)
+add_library(attnstat_wheel_lib SHARED EXCLUDE_FROM_ALL $<TARGET_OBJECTS:attnstat_client_objs>
+            ${ATTNSTAT_KERNEL_OBJECTS})
 set_target_properties(attnstat_wheel_lib PROPERTIES OUTPUT_NAME attnstat
   LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/python/lib
   SOVERSION ${PROJECT_VERSION_MAJOR}
@@ -32,7 +33,9 @@ target_link_libraries(attnstat_wheel_lib PRIVATE
   $<TARGET_FILE:attnstat_proto> $<TARGET_FILE:attnstat_proto_gen> ${ATTNSTAT_PROTOBUFC_STATIC} m)
 add_dependencies(attnstat_wheel_lib attnstat_proto attnstat_proto_gen)
 if(ATTNSTAT_HAVE_CUDA)
+  # The kernels of local mode need the C++ runtime's guarded statics: linked in, hidden.
   target_link_libraries(attnstat_wheel_lib PRIVATE CUDA::cudart_static)
+  target_link_options(attnstat_wheel_lib PRIVATE -static-libstdc++ -static-libgcc)
 endif()
 
 set(wheel_stage ${PROJECT_BINARY_DIR}/python/src)

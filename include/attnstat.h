@@ -187,6 +187,35 @@ void attnstat_thresholds_init(attnstat_thresholds *t);
 attnstat_code attnstat_hello(attnstat_client *c, const char *run, int32_t rank,
                              const attnstat_thresholds *thresholds, const char *config_json);
 
+/* ---- Parallel layout ------------------------------------------------------------------------- *
+ * Where this process's heads and layers sit in the whole model, and which ranks it is, so that
+ * every process of a job (tensor, pipeline, data and context parallelism, on one node or many)
+ * lands on one layer x head map with global numbers: the daemon stores query head h of a push as
+ * head_offset + h (head_offset -1: tp_rank x the push's query heads, Megatron's contiguous split)
+ * and layer l as layer_offset + l. Data-parallel replicas and context-parallel ranks hold the same
+ * global heads over other rows; their samples merge exactly (deploy/CLUSTER.md). Give every process
+ * of the job the same run name and its own rank (its global rank). */
+typedef struct {
+    uint32_t size;            /* sizeof(attnstat_layout): attnstat_layout_init sets it */
+    int32_t tp_rank, tp_size; /* tensor parallelism (the heads of a layer split) */
+    int32_t pp_rank, pp_size; /* pipeline parallelism (the layers split) */
+    int32_t dp_rank, dp_size; /* data parallelism (replicas) */
+    int32_t cp_rank, cp_size; /* context parallelism (the rows of a sequence split) */
+    int32_t layer_offset;     /* global number of this stage's layer 0 */
+    int32_t head_offset;      /* global number of query head 0; -1: tp_rank x the push's heads */
+} attnstat_layout;
+
+/* Defaults: ranks 0, sizes 1, layer_offset 0, head_offset -1 (a process that is the whole model). */
+void attnstat_layout_init(attnstat_layout *l);
+
+/* Tells the daemon this process's layout. Call it after attnstat_hello and before the pushes it is
+ * for (pushes already sent keep the numbers they were sent with); it is kept and said again after
+ * every reconnection. Returns ATTNSTAT_OK (sent, or kept for the connection being made again),
+ * ATTNSTAT_EINVAL for a layout out of range (a rank not under its size, a size under 1, an offset
+ * past 2^24: the message names the field), ATTNSTAT_ESTATE before hello, ATTNSTAT_ENOTSUP when the
+ * daemon is older and cannot take one (its HelloReply does not list "layout"). */
+attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l);
+
 /* The run id the daemon gave this connection (after hello), else -1. */
 int64_t attnstat_run_id(const attnstat_client *c);
 
@@ -367,6 +396,21 @@ typedef struct {
     char last_store_error[256]; /* why the last one failed ("" when none) */
 } attnstat_daemon_status;
 
+/* Local mode: CUDA pushes are computed in this process, by the daemon's statistics kernel (linked
+ * into libattnstat) on a stream of the lowest priority in the tensors' CUDA context, ordered after
+ * the push's stream; only the per-head results go to attnstatd (which stores them and checks them
+ * against the alert rules as its own). Without MPS the GPU time-slices between the trainer's
+ * context and the daemon's, and the daemon's kernels stop the trainer's instead of sharing the
+ * GPU: computing in the trainer's own context removes that (bench/RESULTS.md, "Overhead on a real
+ * model"). A push still never synchronises the device or waits for the kernel; attnstat_push_ex
+ * returns its seq, and the release callback says when the kernel has read the tensors (keep them
+ * alive until then). Its Ack comes once the results reached the daemon (attnstat_flush waits for
+ * both). The collapse threshold is the hello's (attnstat_thresholds) or the kernels' default 0.1,
+ * not the daemon's setting. Host tensors are unaffected. on: 1 local, 0 the daemon computes (the
+ * default). ENOTSUP from a libattnstat without CUDA; a daemon whose HelloReply does not list
+ * "computed" refuses each local push with ENOTSUP. */
+attnstat_code attnstat_set_local_compute(attnstat_client *c, int on);
+
 /* The name of a protocol Code (an Ack's or Error's: "BAD_REQUEST", "DROPPED", ...), "unknown"
  * otherwise. */
 const char *attnstat_proto_code_name(int32_t code);
@@ -399,7 +443,8 @@ void attnstat_close(attnstat_client *c);
  * the tensors' memory unchanged until the push is released: attnstat_push_ex() tells which pushes
  * these are, and the release callback says when. Memory that cannot be exported that way
  * (PyTorch's expandable_segments, other cuMemMap pools) is copied on the caller's stream into a
- * device staging ring (ATTNSTAT_CUDA_STAGING_BYTES, default 64 MiB per device); when the ring is
+ * device staging ring per device, made at the first staged push with room for four such pushes
+ * (64 MiB at least, 1/32 of the device at most; ATTNSTAT_CUDA_STAGING_BYTES sets it); when the ring is
  * full the push is dropped and counted. A push never synchronises the device and never waits for
  * the daemon. The library links the CUDA runtime statically and reaches the driver only at the
  * first CUDA call: it loads on machines without a GPU driver. */

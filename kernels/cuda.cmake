@@ -19,8 +19,11 @@ add_library(attnstat_cuda_obj OBJECT
   cuda/generic.cu)     # variant 5; fill_rows, packed_offsets, reduce_heads
 target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings)
+# No exceptions on the host side: libattnstat links these objects for local mode, and the only
+# C++ runtime they then need is the guard of nvcc's per-kernel handle statics (deploy/wheel.cmake
+# links that statically into the wheel's library).
 target_compile_options(attnstat_cuda_obj PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:${ATTNSTAT_CUDA_GENCODE} -Xptxas=-warn-spills>)
+  $<$<COMPILE_LANGUAGE:CUDA>:${ATTNSTAT_CUDA_GENCODE} -Xptxas=-warn-spills -Xcompiler=-fno-exceptions>)
 set_target_properties(attnstat_cuda_obj PROPERTIES POSITION_INDEPENDENT_CODE ON
   CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
 
@@ -31,6 +34,13 @@ set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES 0)
 target_sources(attnstat_kernels PRIVATE $<TARGET_OBJECTS:attnstat_cuda_obj>)
 target_compile_definitions(attnstat_kernels PUBLIC ATTNSTAT_HAVE_CUDA=1)
 target_link_libraries(attnstat_kernels PUBLIC CUDA::cudart_static)
+
+# The problem's checks (stats.c), position-independent, for libattnstat's local mode
+# (client/local.c), which links them with attnstat_cuda_obj into the shared library.
+add_library(attnstat_stats_pic OBJECT stats.c)
+target_include_directories(attnstat_stats_pic PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(attnstat_stats_pic PRIVATE attnstat_warnings)
+set_target_properties(attnstat_stats_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
 # For the PyTorch comparison (bench/bench_kernel.py): built on request only.
 add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_OBJECTS:attnstat_cuda_obj>)

@@ -93,10 +93,20 @@ stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, void *strea
                             stats_error *err);
 
 /* Same computation, enqueued only: heads_dev is device memory [heads_q] that holds the statistics
- * once the stream reaches this point. Never synchronizes (unless the workspace must grow). */
+ * once the stream reaches this point. Never synchronizes (unless the workspace must grow): a
+ * masked run decides between the tensor-core and the CUDA-core kernel on the device. The
+ * workspace is the context's: runs on one stream may be enqueued back to back. */
 stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void *stream,
                                   stats_head *heads_dev, float *row_entropy, float *row_maxlogit,
                                   stats_error *err);
+
+/* stats_cuda_run without its synchronisation: the per-head statistics are copied to heads_host
+ * (pinned host memory, [heads_q]) once the stream reaches this point. The caller synchronizes the
+ * stream (or an event recorded after this call) before it reads heads_host or lets go of the
+ * tensors; runs on one stream may be enqueued back to back, each into its own heads_host. */
+stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
+                               stats_head *heads_host, float *row_entropy, float *row_maxlogit,
+                               stats_error *err);
 
 #ifdef __cplusplus
 }

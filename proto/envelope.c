@@ -127,6 +127,26 @@ Attnstat__Envelope *envelope_status(Attnstat__Envelope *env, Attnstat__Status *m
     return env;
 }
 
+Attnstat__Envelope *envelope_computed(Attnstat__Envelope *env, Attnstat__Computed *m, uint64_t seq,
+                                      int64_t step, uint32_t layer, Attnstat__HeadStats **heads,
+                                      size_t n)
+{
+    attnstat__computed__init(m);
+    m->seq = seq;
+    m->step = step;
+    m->layer = layer;
+    m->heads = heads;
+    m->n_heads = n;
+    WRAP(env, COMPUTED, computed, m);
+    return env;
+}
+
+Attnstat__Envelope *envelope_layout(Attnstat__Envelope *env, Attnstat__ParallelLayout *m)
+{
+    WRAP(env, LAYOUT, layout, m);
+    return env;
+}
+
 Attnstat__Envelope *envelope_hello_reply(Attnstat__Envelope *env, Attnstat__HelloReply *m,
                                          int64_t run_id, uint32_t max_frame,
                                          uint32_t queue_capacity)

@@ -56,6 +56,14 @@ Attnstat__Envelope *envelope_subscribe(Attnstat__Envelope *env, Attnstat__Subscr
 
 Attnstat__Envelope *envelope_status(Attnstat__Envelope *env, Attnstat__Status *m);
 
+/* Computed: per-head results a client computed itself (heads: n of them, head i = query head i). */
+Attnstat__Envelope *envelope_computed(Attnstat__Envelope *env, Attnstat__Computed *m, uint64_t seq,
+                                      int64_t step, uint32_t layer, Attnstat__HeadStats **heads,
+                                      size_t n);
+
+/* ParallelLayout: m is the caller's, filled (attnstat__parallel_layout__init and its fields). */
+Attnstat__Envelope *envelope_layout(Attnstat__Envelope *env, Attnstat__ParallelLayout *m);
+
 /* ---- daemon to client ------------------------------------------------------------------------ */
 
 /* HelloReply at the frame protocol's version (daemon_version, served_devices: on m). */

@@ -5,6 +5,8 @@
  *                   roll back, count
  *   store_read.h    the CLI's half (and the daemon's restore at start-up): list, get and resolve
  *                   runs, trend, grid, alerts, export, integrity check
+ *   store_job.h     a job across its processes (runs of one name, with their parallel layouts)
+ *                   and databases: its runs, and samples pooled over disjoint rows
  *   store_retain.h  upkeep, for a background thread of the daemon and the CLI: the retention step
  *                   (compaction, downsampling by age and by size), per-run limits, deleting a run
  * The daemon writes through one read-write handle; the CLI reads through a read-only handle that
@@ -124,6 +126,19 @@ typedef struct {
     int64_t time_ms;         /* when; 0: now (writes) */
     int64_t until_ms;        /* 0: until the run ends */
 } store_silence;
+
+/* The parallel layout of a run (schema/004_layout.sql; proto's ParallelLayout): the ranks that
+ * produce its samples and the offsets that turn its local numbers into global ones. A size is
+ * >= 1 and a rank is less than its size; head_offset is -1 when each push's offset is
+ * tp_rank x its query heads. */
+typedef struct {
+    int32_t tp_rank, tp_size;   /* tensor parallelism: the heads of a layer are split */
+    int32_t pp_rank, pp_size;   /* pipeline: the layers are split */
+    int32_t dp_rank, dp_size;   /* data parallelism: replicas */
+    int32_t cp_rank, cp_size;   /* context parallelism: the rows of a sequence are split */
+    int32_t layer_offset;       /* global number of the stage's layer 0, >= 0 */
+    int32_t head_offset;        /* global number of query head 0, >= 0, or -1 (see above) */
+} store_layout;
 
 const char *store_status_name(store_status st);
 

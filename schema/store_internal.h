@@ -91,6 +91,10 @@ enum {
     S_DEL_PACK,
     S_DEL_COARSE,
     S_DEL_RUN,
+    /* the parallel layout of runs, a job's runs (store_write.c, store_job.c) */
+    S_RUN_SET_LAYOUT,
+    S_JOB_RUNS,
+    S_JOB_RUN_ONE,
     S_COUNT
 };
 

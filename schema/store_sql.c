@@ -26,6 +26,10 @@
 #define ALERT_COLS                                                                                 \
     "id, run_id, layer, head, step, rule, state, value, threshold, time, message, reason, uid, "   \
     "ack_uid, ack_time"
+/* A run with its layout, in the order store_job.c reads them. */
+#define JOB_RUN_COLS                                                                               \
+    "id, name, rank, host, samples, step_min, step_max, last_time, tp_rank, tp_size, pp_rank, "   \
+    "pp_size, dp_rank, dp_size, cp_rank, cp_size, layer_offset, head_offset"
 #define BUCKET_COLS "step_lo, step_hi, time, merged, lo, mean, hi"
 
 /* The distinct steps of a run's exact tier in [?3, ?4], one index seek each (a skip-scan), so
@@ -221,4 +225,15 @@ const char *const store_sql[S_COUNT] = {
     [S_DEL_PACK] = "DELETE FROM history WHERE run_id = ?1 AND (layer, step) < (?2, ?3)",
     [S_DEL_COARSE] = "DELETE FROM coarse WHERE run_id = ?1",
     [S_DEL_RUN] = "DELETE FROM runs WHERE id = ?1",
+
+    /* ?1 run, ?2 .. ?11 tp_rank, tp_size, pp_rank, pp_size, dp_rank, dp_size, cp_rank, cp_size,
+     * layer_offset, head_offset (store_layout's order; NULL: none) */
+    [S_RUN_SET_LAYOUT] =
+        "UPDATE runs SET tp_rank = ?2, tp_size = ?3, pp_rank = ?4, pp_size = ?5, dp_rank = ?6, "
+        "dp_size = ?7, cp_rank = ?8, cp_size = ?9, layer_offset = ?10, head_offset = ?11 "
+        "WHERE id = ?1",
+    /* ?1 name: the runs of a job, by rank (the UNIQUE (name, rank) index) */
+    [S_JOB_RUNS] = "SELECT " JOB_RUN_COLS " FROM runs WHERE name = ?1 ORDER BY rank, id",
+    /* ?1 run */
+    [S_JOB_RUN_ONE] = "SELECT " JOB_RUN_COLS " FROM runs WHERE id = ?1",
 };

@@ -84,6 +84,27 @@ static store_status batch_fail(store *st, store_error *err)
     return STORE_ERROR;
 }
 
+/* The batch open (begun when none was) and run_id checked to exist: STORE_OK with the batch open;
+ * a read-only store or a run that does not exist leaves the batch as it was (none, when this call
+ * began it); an SQLite failure rolls it back. */
+static store_status begin_for_run(store *st, int64_t run_id, store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    int began = !st->in_batch;
+    if ((rs = batch_begin(st, err)))
+        return rs;
+    if ((rs = store_check_run(st, run_id, err))) {
+        if (rs == STORE_ERROR)
+            return batch_fail(st, err);
+        if (began)
+            store_rollback(st); /* the batch as it was: none */
+        return rs;
+    }
+    return STORE_OK;
+}
+
 store_status store_commit(store *st, store_error *err)
 {
     if (!st->in_batch)
@@ -272,6 +293,13 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                                const stats_head *heads, int32_t nheads, int64_t time_ms,
                                store_error *err)
 {
+    return store_add_samples_at(st, run_id, step, layer, 0, heads, nheads, time_ms, err);
+}
+
+store_status store_add_samples_at(store *st, int64_t run_id, int64_t step, int32_t layer,
+                                  int32_t head_base, const stats_head *heads, int32_t nheads,
+                                  int64_t time_ms, store_error *err)
+{
     store_status rs = check_writable(st, err);
     if (rs)
         return rs;
@@ -281,16 +309,14 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                 nheads);
         return STORE_EINVAL;
     }
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
-        return rs;
-    if ((rs = store_check_run(st, run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st); /* the batch as it was: none */
-        return rs;
+    if (head_base < 0 || head_base > INT32_MAX - nheads + 1) {
+        store_set_err(err, 0, "samples of run %" PRId64 " step %" PRId64 " layer %" PRId32 ": heads "
+                "%" PRId32 " .. %" PRId32 " + %" PRId32 " are not all in 0 .. %" PRId32, run_id,
+                step, layer, head_base, head_base, nheads - 1, INT32_MAX);
+        return STORE_EINVAL;
     }
+    if ((rs = begin_for_run(st, run_id, err)))
+        return rs;
     if (!time_ms)
         time_ms = now_ms();
     sqlite3_stmt *ins = store_stmt(st, S_SAMPLE_INSERT, err);
@@ -302,7 +328,8 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
     int rc = SQLITE_OK;
     int32_t h;
     for (h = 0; h < nheads && rc == SQLITE_OK; h++) {
-        rc = bind_sample(ins, run_id, layer, h, step, time_ms, &heads[h]);
+        int32_t head = head_base + h;
+        rc = bind_sample(ins, run_id, layer, head, step, time_ms, &heads[h]);
         if (rc == SQLITE_OK)
             rc = sqlite3_step(ins);
         if (rc == SQLITE_DONE) {
@@ -310,19 +337,19 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
             if (sqlite3_changes(st->db) > 0) {
                 added++;
             } else { /* already stored: replace */
-                rc = bind_sample(upd, run_id, layer, h, step, time_ms, &heads[h]);
+                rc = bind_sample(upd, run_id, layer, head, step, time_ms, &heads[h]);
                 if (rc == SQLITE_OK)
                     rc = sqlite3_step(upd);
                 if (rc == SQLITE_DONE)
                     rc = SQLITE_OK;
                 if (rc != SQLITE_OK)
                     store_db_err(st, err, rc, "replacing sample run %" PRId64 " layer %" PRId32
-                           " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
+                           " head %" PRId32 " step %" PRId64, run_id, layer, head, step);
                 sqlite3_reset(upd);
             }
         } else {
             store_db_err(st, err, rc, "storing sample run %" PRId64 " layer %" PRId32
-                         " head %" PRId32 " step %" PRId64, run_id, layer, h, step);
+                         " head %" PRId32 " step %" PRId64, run_id, layer, head, step);
         }
         /* every parameter is bound again for the next head: no need to clear them */
         sqlite3_reset(ins);
@@ -337,6 +364,77 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
     return STORE_OK;
 }
 
+/* ---- the parallel layout of a run ----------------------------------------------------------- */
+
+/* Bounds of a layout's fields: group sizes and offsets far past any model, small enough that a
+ * global number always fits in an int32_t. */
+#define LAYOUT_SIZE_MAX (1 << 20)
+#define LAYOUT_OFFSET_MAX (1 << 24)
+
+store_status store_layout_check(const store_layout *l, store_error *err)
+{
+    if (!l) {
+        store_set_err(err, 0, "no layout given");
+        return STORE_EINVAL;
+    }
+    const struct {
+        const char *name;
+        int32_t rank, size;
+    } g[] = {{"tp", l->tp_rank, l->tp_size}, {"pp", l->pp_rank, l->pp_size},
+             {"dp", l->dp_rank, l->dp_size}, {"cp", l->cp_rank, l->cp_size}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        if (g[i].size < 1 || g[i].size > LAYOUT_SIZE_MAX || g[i].rank < 0 ||
+            g[i].rank >= g[i].size) {
+            store_set_err(err, 0, "layout: %s_rank %" PRId32 " of %s_size %" PRId32 ": the size "
+                          "must be 1 .. %d and the rank 0 .. size - 1", g[i].name, g[i].rank,
+                          g[i].name, g[i].size, LAYOUT_SIZE_MAX);
+            return STORE_EINVAL;
+        }
+    }
+    if (l->layer_offset < 0 || l->layer_offset > LAYOUT_OFFSET_MAX) {
+        store_set_err(err, 0, "layout: layer_offset %" PRId32 " is not in 0 .. %d", l->layer_offset,
+                      LAYOUT_OFFSET_MAX);
+        return STORE_EINVAL;
+    }
+    if (l->head_offset < -1 || l->head_offset > LAYOUT_OFFSET_MAX) {
+        store_set_err(err, 0, "layout: head_offset %" PRId32 " is not in 0 .. %d (or unset)",
+                      l->head_offset, LAYOUT_OFFSET_MAX);
+        return STORE_EINVAL;
+    }
+    return STORE_OK;
+}
+
+store_status store_run_set_layout(store *st, int64_t run_id, const store_layout *l,
+                                  store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (l && (rs = store_layout_check(l, err)))
+        return rs;
+    if ((rs = begin_for_run(st, run_id, err)))
+        return rs;
+    sqlite3_stmt *s = store_stmt(st, S_RUN_SET_LAYOUT, err);
+    if (!s)
+        return batch_fail(st, err);
+    const int32_t v[10] = {l ? l->tp_rank : 0, l ? l->tp_size : 0, l ? l->pp_rank : 0,
+                           l ? l->pp_size : 0, l ? l->dp_rank : 0, l ? l->dp_size : 0,
+                           l ? l->cp_rank : 0, l ? l->cp_size : 0, l ? l->layer_offset : 0,
+                           l ? l->head_offset : -1};
+    int rc = bind_i64(s, 1, run_id);
+    for (int i = 0; i < 10; i++)
+        BIND(!l || (i == 9 && v[i] < 0) ? sqlite3_bind_null(s, i + 2) : bind_i64(s, i + 2, v[i]));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        store_db_err(st, err, rc, "recording the layout of run %" PRId64, run_id);
+        stmt_done(s);
+        return batch_fail(st, err);
+    }
+    stmt_done(s);
+    return store_commit(st, err);
+}
+
 store_status store_add_alert(store *st, const store_alert *a, store_error *err)
 {
     store_status rs = check_writable(st, err);
@@ -349,16 +447,8 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
                       "raised, cleared or resolved");
         return STORE_EINVAL;
     }
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
+    if ((rs = begin_for_run(st, a->run_id, err)))
         return rs;
-    if ((rs = store_check_run(st, a->run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st); /* the batch as it was: none */
-        return rs;
-    }
     sqlite3_stmt *s = store_stmt(st, S_ALERT_INSERT, err);
     if (!s)
         return batch_fail(st, err);
@@ -389,25 +479,6 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
 }
 
 /* ---- runs and alerts that end ------------------------------------------------------------------ */
-
-/* Begin the batch and check the run, for a write of the lifecycle: STORE_OK with the batch open,
- * or the failure with the batch as it was (a refused argument) or rolled back (SQLite). */
-static store_status begin_for_run(store *st, int64_t run_id, store_error *err)
-{
-    store_status rs = check_writable(st, err);
-    if (rs)
-        return rs;
-    int began = !st->in_batch;
-    if ((rs = batch_begin(st, err)))
-        return rs;
-    if ((rs = store_check_run(st, run_id, err))) {
-        if (rs == STORE_ERROR)
-            return batch_fail(st, err);
-        if (began)
-            store_rollback(st);
-    }
-    return rs;
-}
 
 store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const char *reason,
                            store_error *err)

@@ -89,6 +89,24 @@ store_status store_add_samples(store *st, int64_t run_id, int64_t step, int32_t 
                                const stats_head *heads, int32_t nheads, int64_t time_ms,
                                store_error *err);
 
+/* store_add_samples() for heads numbered from head_base: heads[i] is head head_base + i (the
+ * global numbers of a tensor-parallel rank's heads). head_base >= 0, and head_base + nheads - 1
+ * must fit in an int32_t; STORE_EINVAL otherwise. */
+store_status store_add_samples_at(store *st, int64_t run_id, int64_t step, int32_t layer,
+                                  int32_t head_base, const stats_head *heads, int32_t nheads,
+                                  int64_t time_ms, store_error *err);
+
+/* Record the parallel layout of a run (store.h, store_layout; NULL: none, the columns NULL). It is
+ * durable when this returns (an open batch is committed with it), like store_run_begin().
+ * STORE_EINVAL for a layout whose ranks, sizes or offsets are out of range, STORE_NOTFOUND for a
+ * run that does not exist. */
+store_status store_run_set_layout(store *st, int64_t run_id, const store_layout *l,
+                                  store_error *err);
+
+/* Check a layout: STORE_OK, or STORE_EINVAL with err naming the field (the daemon checks a
+ * client's layout with it before using it). */
+store_status store_layout_check(const store_layout *l, store_error *err);
+
 /* Add one alert transition (store_alert, in store.h) to the open batch. Same error rules as
  * store_add_samples(). */
 store_status store_add_alert(store *st, const store_alert *a, store_error *err);

@@ -38,6 +38,12 @@ int main(void)
     F(attnstat_thresholds, collapse_threshold); F(attnstat_thresholds, raise_after);
     F(attnstat_thresholds, clear_after);
 
+    S(attnstat_layout);
+    F(attnstat_layout, size); F(attnstat_layout, tp_rank); F(attnstat_layout, tp_size);
+    F(attnstat_layout, pp_rank); F(attnstat_layout, pp_size); F(attnstat_layout, dp_rank);
+    F(attnstat_layout, dp_size); F(attnstat_layout, cp_rank); F(attnstat_layout, cp_size);
+    F(attnstat_layout, layer_offset); F(attnstat_layout, head_offset);
+
     S(attnstat_counters);
     F(attnstat_counters, pushed); F(attnstat_counters, sent); F(attnstat_counters, acked);
     F(attnstat_counters, dropped_local); F(attnstat_counters, dropped_ring);

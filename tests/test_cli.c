@@ -661,6 +661,18 @@ START_TEST(test_operator_commands)
     ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
     cli_result_free(&r);
 
+    /* its history for analysis: CSV (a header, a row per sample) and the same as JSON lines */
+    r = cli_run(d.dir, "--db", d.db, "export", "--run", "oa", "--format", "csv");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "step"), "%s%s", r.out, r.err);
+    int rows = cli_count_lines(r.out) - 1;
+    ck_assert_int_eq(rows, 2 * 2 * 4); /* steps x layers x heads */
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "export", "--run", "oa", "--format", "jsonl");
+    ck_assert_msg(r.status == 0 && cli_count_lines(r.out) == rows, "%s%s", r.out, r.err);
+    for (char *l = r.out; *l; l = strchr(l, '\n') + 1)
+        ck_assert_msg(*l == '{' && cli_json_num(l, "step") >= 0, "not a JSON line: %.200s", l);
+    cli_result_free(&r);
+
     /* the job ends: the run is deleted, samples, alerts and all */
     attnstat_close(c);
     wait_runs_ended(&d, 1);

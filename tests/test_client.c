@@ -80,7 +80,8 @@ START_TEST(test_codes_and_args)
 END_TEST
 
 /* ---- A scripted peer -------------------------------------------------------------------------- */
-enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES };
+enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES,
+       PEER_LAYOUT /* PEER_ACK, and its HelloReply lists "layout" */ };
 
 typedef struct {
     int mode;
@@ -93,6 +94,8 @@ typedef struct {
     uint64_t last_offset_q;
     char shm_name[64];
     int stop_pipe[2];
+    int layouts;                      /* ParallelLayout messages received */
+    Attnstat__ParallelLayout layout;  /* the last one's fields (no pointers in it) */
 } peer;
 
 /* One accepted connection of the peer. */
@@ -118,11 +121,18 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
         hr.run_id = 42;
         hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
         hr.queue_capacity = 8;
+        static char *features[] = {"layout"};
+        hr.n_features = p->mode == PEER_LAYOUT ? 1 : 0;
+        hr.features = features;
         out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
         out.hello_reply = &hr;
         peer_send(k->fd, &out);
         if (p->mode == PEER_HANGUP)
             return -1;
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_LAYOUT) {
+        p->layout = *env->layout;
+        p->layout.base.unknown_fields = NULL;
+        p->layouts++;
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER) {
         Attnstat__RegisterBuffer *rb = env->register_buffer;
         if (p->mode == PEER_REFUSE_RING) {
@@ -176,7 +186,7 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
                 p->mismatches +=
                     pu->v ? peer_compare(k->map, k->map_size, pu->v, p->expect[2]) : 1;
         }
-        if (p->mode == PEER_ACK) {
+        if (p->mode == PEER_ACK || p->mode == PEER_LAYOUT) {
             Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
             rl.seq = pu->seq;
             out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
@@ -667,6 +677,78 @@ START_TEST(test_reads_frames_up_to_the_daemons_max_frame)
 }
 END_TEST
 
+/* attnstat_set_layout: after hello only, checked, refused by a daemon that does not list the
+ * feature, else sent as one ParallelLayout with the fields given (head_offset -1 left unset). */
+START_TEST(test_set_layout)
+{
+    attnstat_layout l;
+    attnstat_layout_init(&l);
+    ck_assert_uint_eq(l.size, sizeof l);
+    ck_assert(l.tp_size == 1 && l.pp_size == 1 && l.dp_size == 1 && l.cp_size == 1);
+    ck_assert(l.tp_rank == 0 && l.layer_offset == 0 && l.head_offset == -1);
+    ck_assert_int_eq(attnstat_set_layout(NULL, &l), ATTNSTAT_EINVAL);
+
+    peer old;
+    peer_start(&old, PEER_ACK); /* a daemon that takes no layout */
+    attnstat_client *c = connect_small(&old, 1 << 20, 0);
+    ck_assert_int_eq(attnstat_set_layout(c, &l), ATTNSTAT_ESTATE);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "after attnstat_hello"));
+    ck_assert_int_eq(attnstat_hello(c, "lay", 0, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_set_layout(c, &l), ATTNSTAT_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "older"));
+    attnstat_close(c);
+    peer_stop(&old);
+
+    peer p;
+    peer_start(&p, PEER_LAYOUT);
+    c = connect_small(&p, 1 << 20, 0);
+    ck_assert_int_eq(attnstat_hello(c, "lay", 5, NULL, NULL), ATTNSTAT_OK);
+    struct {
+        int field, value;
+        const char *says;
+    } bad[] = {{0, 4, "tp_rank 4 of tp_size 4"}, {1, 0, "pp_rank 0 of pp_size 0"},
+               {2, -1, "dp_rank -1"},           {3, (1 << 20) + 1, "cp_size"},
+               {4, -3, "layer_offset -3"},      {5, -2, "head_offset -2"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        attnstat_layout b;
+        attnstat_layout_init(&b);
+        b.tp_size = 4;
+        int32_t *f[] = {&b.tp_rank, &b.pp_size, &b.dp_rank, &b.cp_size, &b.layer_offset,
+                        &b.head_offset};
+        *f[bad[i].field] = bad[i].value;
+        ck_assert_int_eq(attnstat_set_layout(c, &b), ATTNSTAT_EINVAL);
+        ck_assert_msg(strstr(attnstat_last_error(c), bad[i].says), "case %zu: %s", i,
+                      attnstat_last_error(c));
+    }
+    l.size = 8;
+    ck_assert_int_eq(attnstat_set_layout(c, &l), ATTNSTAT_EINVAL);
+    attnstat_layout_init(&l);
+    l.tp_rank = 2;
+    l.tp_size = 4;
+    l.pp_rank = 1;
+    l.pp_size = 2;
+    l.dp_rank = 6;
+    l.dp_size = 7;
+    l.layer_offset = 24;
+    ck_assert_int_eq(attnstat_set_layout(c, &l), ATTNSTAT_OK);
+    /* a Status round trip: the peer has read everything sent before it */
+    attnstat_daemon_status ds;
+    ck_assert_int_eq(attnstat_status(c, &ds, 5000), ATTNSTAT_OK);
+    ck_assert_int_eq(p.layouts, 1);
+    ck_assert(p.layout.has_tp_rank && p.layout.tp_rank == 2 && p.layout.tp_size == 4);
+    ck_assert(p.layout.pp_rank == 1 && p.layout.pp_size == 2 && p.layout.dp_rank == 6 &&
+              p.layout.dp_size == 7 && p.layout.cp_size == 1 && p.layout.layer_offset == 24);
+    ck_assert(!p.layout.has_head_offset);
+    l.head_offset = 96;
+    ck_assert_int_eq(attnstat_set_layout(c, &l), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_status(c, &ds, 5000), ATTNSTAT_OK);
+    ck_assert_int_eq(p.layouts, 2);
+    ck_assert(p.layout.has_head_offset && p.layout.head_offset == 96);
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -681,6 +763,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_connection_lost);
     tcase_add_test(tc, test_failed_push_gives_its_ring_space_back);
     tcase_add_test(tc, test_reads_frames_up_to_the_daemons_max_frame);
+    tcase_add_test(tc, test_set_layout);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -62,6 +62,8 @@ typedef struct {
     int ndev, has_ceiling, sub_alerts, sub_results;
     double ceiling;
     uint32_t raise_after;
+    int layouts, layout_first;  /* Layout messages; 1: the first came before the ring */
+    uint32_t tp_rank, tp_size, layer_offset;
 } seen;
 
 typedef struct {
@@ -116,6 +118,12 @@ static void lpeer_note(lpeer *p, seen *s, const Attnstat__Envelope *env)
         s->has_ceiling = h->thresholds && h->thresholds->has_logit_ceiling;
         s->ceiling = s->has_ceiling ? h->thresholds->logit_ceiling : 0;
         s->raise_after = h->thresholds ? h->thresholds->raise_after : 0;
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_LAYOUT) {
+        if (s->layouts++ == 0)
+            s->layout_first = s->rings == 0;
+        s->tp_rank = env->layout->tp_rank;
+        s->tp_size = env->layout->tp_size;
+        s->layer_offset = env->layout->layer_offset;
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_REGISTER_BUFFER) {
         s->rings++;
         snprintf(s->shm, sizeof s->shm, "%s", env->register_buffer->shm_name);
@@ -177,6 +185,9 @@ static int lpeer_message(void *ctx, const Attnstat__Envelope *env)
         hr.protocol_version = 1;
         hr.run_id = 42;
         hr.max_frame = FRAME_MAX_DEFAULT;
+        static char *features[] = {"layout"};
+        hr.n_features = 1;
+        hr.features = features;
         lpeer_reply(k->fd, ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY, &hr);
         return k->a == ACT_HANGUP ? -1 : 0;
     }
@@ -380,6 +391,12 @@ START_TEST(test_resume_says_the_same_hello_again)
                            "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"};
     ck_assert_int_eq(attnstat_hello_ex(c, "resume", 3, &th, "{\"lr\": 0.1}", devs, 2),
                      ATTNSTAT_OK);
+    attnstat_layout lay;
+    attnstat_layout_init(&lay);
+    lay.tp_rank = 3;
+    lay.tp_size = 8;
+    lay.layer_offset = 12;
+    ck_assert_int_eq(attnstat_set_layout(c, &lay), ATTNSTAT_OK);
     ck_assert_int_eq(attnstat_subscribe(c, 1, 0), ATTNSTAT_OK);
     tensors t;
     tensors_make(&t, &rng);
@@ -429,6 +446,11 @@ START_TEST(test_resume_says_the_same_hello_again)
     ck_assert_str_eq(b.dev[0], devs[0]);
     ck_assert_str_eq(b.dev[1], devs[1]);
     ck_assert_int_eq(b.rings, 1);
+    /* the layout said again, before the ring: no push of the new connection goes without it */
+    ck_assert_int_eq(a.layouts, 1);
+    ck_assert_int_eq(b.layouts, 1);
+    ck_assert_int_eq(b.layout_first, 1);
+    ck_assert(b.tp_rank == 3 && b.tp_size == 8 && b.layer_offset == 12);
     ck_assert_str_ne(b.shm, a.shm);
     ck_assert_msg(!shm_exists(a.shm) && !shm_exists(b.shm), "a ring's name is left in /dev/shm");
     ck_assert_int_eq(a.subscribes, 1);

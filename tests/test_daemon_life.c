@@ -357,11 +357,12 @@ START_TEST(test_commands_and_metrics)
     int64_t ent = db_int(&d, "SELECT id FROM alerts WHERE rule='entropy_floor' AND state='raised'");
     int64_t lg = db_int(&d, "SELECT id FROM alerts WHERE rule='logit_ceiling' AND state='raised'");
 
-    char buf[65536], want[256];
+    static char buf[1 << 21];
+    char want[256];
     scrape(port, buf, sizeof buf);
     snprintf(want, sizeof want, "attnstat_run_alerts_active{run=\"marked\",rank=\"0\",run_id=\"%lld\"} 2",
              (long long)t.run_id);
-    ck_assert_msg(strstr(buf, want), "no '%s' in:\n%s", want, buf);
+    ck_assert_msg(strstr(buf, want), "no '%s' in the scrape (%zu bytes)", want, strlen(buf));
 
     /* ack: still active, who and when kept; one unacknowledged left */
     Attnstat__Envelope *r = command(&op, ATTNSTAT__COMMAND__ACTION__ACK, ent, 0, 0);
@@ -377,7 +378,7 @@ START_TEST(test_commands_and_metrics)
     scrape(port, buf, sizeof buf);
     snprintf(want, sizeof want, "attnstat_run_alerts_unacknowledged{run=\"marked\",rank=\"0\","
              "run_id=\"%lld\"} 1", (long long)t.run_id);
-    ck_assert_msg(strstr(buf, want), "no '%s' in:\n%s", want, buf);
+    ck_assert_msg(strstr(buf, want), "no '%s' in the scrape (%zu bytes)", want, strlen(buf));
 
     /* resolve the other: delivered RESOLVED ("operator"), recorded with the uid */
     r = command(&op, ATTNSTAT__COMMAND__ACTION__RESOLVE, lg, 0, 0);
@@ -428,8 +429,10 @@ START_TEST(test_commands_and_metrics)
     wait_alerts(&sub, t.run_id, ATTNSTAT__ALERT_STATE__RESOLVED, "goodbye", 1, 30000);
     ck_assert_uint_eq(active_now(&op), 0);
     scrape(port, buf, sizeof buf);
-    ck_assert_msg(!strstr(buf, "run=\"marked\""), "series of an ended run:\n%s", buf);
-    ck_assert_msg(strstr(buf, "attnstat_runs_live 0"), "runs_live:\n%s", buf);
+    ck_assert_msg(!strstr(buf, "attnstat_run_alerts_active{run=\"marked\""), "series of an ended "
+                  "run: %.300s", strstr(buf, "attnstat_run_alerts_active{run=\"marked\""));
+    ck_assert_msg(strstr(buf, "attnstat_runs_live 0"), "runs_live not 0: %.100s",
+                  strstr(buf, "attnstat_runs_live"));
 
     /* bad requests: neither an alert nor a run, an unknown run */
     r = command(&op, ATTNSTAT__COMMAND__ACTION__ACK, 0, 0, 0);

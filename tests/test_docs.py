@@ -19,7 +19,6 @@ import gzip
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -158,7 +157,8 @@ class Manual(unittest.TestCase):
         text = roff_text(os.path.join(GEN, "attnstat.1"))
         cmds = cli_commands()
         self.assertEqual(set(cmds), {"runs", "trend", "heads", "alerts", "status", "watch",
-                                          "check-db", "delete-run", "retention"})
+                                          "check-db", "job", "export", "delete-run",
+                                          "retention"})
         for cmd in cmds:
             start = text.index('.SS "%s"' % cmd)
             nxt = [i for i in (text.find(".SS", start + 3), text.find(".SH", start)) if i > 0]

@@ -512,6 +512,25 @@ class TestEndToEnd(DaemonCase):
         for layer, (dt, *_rest) in enumerate(cases):
             self.check_stored(run, 7, layer, refs[layer], 1e-6)
 
+    def test_local_compute_leaves_host_pushes_alone(self):
+        """local_compute=True changes CUDA pushes only (tests/gpu checks those): host tensors still
+        go to the daemon's CPU worker, with the same values. A libattnstat without CUDA refuses
+        the mode with the reason."""
+        run = self.run_name()
+        try:
+            c = self.d.client(run, local_compute=True)
+        except attnstat.AttnstatError as e:
+            self.assertIn("built with CUDA", str(e))
+            self.assertNotIn("+cuda", _lib.load().attnstat_version().decode())
+            return
+        with c:
+            self.assertTrue(c.local_compute)
+            q, k = randn(2, 4, 24, 16, scale=1.5), randn(2, 2, 24, 16, scale=1.5)
+            self.assertTrue(c.push(3, 0, q, k, causal=True))
+            self.assertTrue(c.flush(30))
+            self.assertEqual(c.stats()["acked"], 1)
+        self.check_stored(run, 3, 0, reference_stats(q, k, causal=True), 1e-6)
+
     def test_strided_views_and_packed_sequences(self):
         run = self.run_name()
         base_q, base_k = randn(2, 6, 40, 24), randn(2, 6, 50, 24)

@@ -14,11 +14,16 @@
 #define CLI_EXIT_FAIL 1    /* a runtime failure: missing database, unknown run, daemon unreachable */
 #define CLI_EXIT_USAGE 2   /* a usage error */
 
+#define CLI_MAX_DB_ARGS 64 /* --db given more than once (job, export) */
+
 typedef struct {
-    const char *db;
+    const char *db;          /* the first --db (or the default) */
+    const char *dbs[CLI_MAX_DB_ARGS]; /* every --db, in order (job, export read them all) */
+    int ndbs;
     const char *socket;
     char db_buf[4096], sock_buf[4096];
     out_format fmt;
+    int fmt_given;         /* --format was on the command line */
     int color;             /* -1 auto, 0 never, 1 always */
     const char *cmd;
     const char *run;
@@ -47,7 +52,6 @@ typedef struct {
     int bytes_set;
     int64_t bytes;         /* --bytes */
     int to_default;        /* --default */
-    int fmt_given;         /* --format was on the line */
     char cmd_buf[64];      /* a sub-command's full name ("alerts ack") */
 } cli_args;
 

@@ -1,7 +1,8 @@
 /* main.c — the attnstat command-line tool: the command line parsed against the option tables
  * (options.c), the help printed from them, the command run. History commands (runs, trend, heads,
  * alerts; history.c) read the database directly through the store's read-only API, so they work
- * with the daemon down; live commands (status, watch; live.c) talk to attnstatd through
+ * with the daemon down, and so do job and export (job.c), which read one job from several
+ * databases (--db given more than once); live commands (status, watch; live.c) talk to attnstatd through
  * libattnstat.
  *
  * The command line: attnstat [GLOBAL OPTIONS] COMMAND [OPTIONS]. Global options (--db, --socket,
@@ -11,7 +12,7 @@
  * Exit status: 0 success, 1 a runtime failure (missing database, unknown run, daemon unreachable),
  * 2 a usage error.
  *
- * Stage: the CLI's entry point. Calls options.c, history.c, live.c and libattnstat
+ * Stage: the CLI's entry point. Calls options.c, history.c, job.c, live.c and libattnstat
  * (attnstat_default_socket, attnstat_rule_name). */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "args.h"
 #include "attnstat.h"
 #include "history.h"
+#include "job.h"
 #include "live.h"
 #include "options.h"
 
@@ -35,7 +37,7 @@ static const struct {
 } main_runs[] = {
     {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
     {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
-    {"check-db", history_check_db},
+    {"check-db", history_check_db}, {"job", job_map}, {"export", job_export},
     {"alerts ack", admin_alerts_ack}, {"alerts resolve", admin_alerts_resolve},
     {"alerts silence", admin_alerts_silence}, {"delete-run", admin_delete_run},
     {"retention", admin_retention},
@@ -359,7 +361,16 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     }
     }
     switch (s->id) {
-    case OPT_DB: a->db = val; break;
+    case OPT_DB:
+        if (a->ndbs == CLI_MAX_DB_ARGS) {
+            fprintf(stderr, "attnstat: --db is given more than %d times (name a directory of "
+                    "*.db files instead)\n", CLI_MAX_DB_ARGS);
+            return -1;
+        }
+        a->dbs[a->ndbs++] = val;
+        if (!a->db)
+            a->db = val;
+        break;
     case OPT_SOCKET: a->socket = val; break;
     case OPT_FORMAT:
         a->fmt = choice == 1 || choice == 3 ? OUT_JSON : choice == 2 ? OUT_CSV : OUT_TABLE;
@@ -560,6 +571,20 @@ static int main_finish(cli_args *a, const opt_command *c, const int given[OPT_CO
         else
             snprintf(a->db_buf, sizeof a->db_buf, "/var/lib/attnstat/attnstat.db");
         a->db = a->db_buf;
+        a->dbs[a->ndbs++] = a->db;
+    }
+    int many = !strcmp(c->name, "job") || !strcmp(c->name, "export");
+    if (a->ndbs > 1 && !many) {
+        fprintf(stderr, "attnstat: %s reads one database: --db is given %d times (job and export "
+                "read several)\n", c->name, a->ndbs);
+        return -1;
+    }
+    if (!strcmp(c->name, "export") && a->fmt == OUT_TABLE) {
+        if (a->fmt_given) {
+            fprintf(stderr, "attnstat: export prints csv (the default) or json, not a table\n");
+            return -1;
+        }
+        a->fmt = OUT_CSV;
     }
     if (!a->socket) {
         if (!attnstat_default_socket(a->sock_buf, sizeof a->sock_buf)) {

@@ -44,7 +44,8 @@ const opt_spec opt_specs[OPT_COUNT] = {
 
 const opt_use opt_globals[] = {
     {OPT_DB, 0, "database (default $ATTNSTAT_DB, else $XDG_STATE_HOME/attnstat/attnstat.db, "
-                "else /var/lib/attnstat/attnstat.db)"},
+                "else /var/lib/attnstat/attnstat.db); job and export take it several times, and "
+                "a directory for every *.db file in it"},
     {OPT_SOCKET, 0, "attnstatd socket (default $ATTNSTAT_SOCKET, else "
                     "$XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else /run/attnstat/attnstatd.sock)"},
     {OPT_FORMAT, 0, "table (default), json (one object per line; jsonl is the same) or csv"},
@@ -84,6 +85,20 @@ static const opt_use opt_alerts[] = {
                    "'2024-05-01 12:00[:00]' or '2024-05-01' (UTC), or a time ago: '90s', '10m', "
                    "'2h', '3d'"},
     {OPT_NEWEST, 0, "only the newest N (of those the other options keep)"},
+};
+
+static const opt_use opt_job[] = {
+    {OPT_RUN, 1, "the job: the run name every one of its processes said hello with"},
+    {OPT_STEP, 0, "the step (default: the newest step every process of the job has reached)"},
+    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
+                    "(high = logits growing)"},
+};
+
+static const opt_use opt_export[] = {
+    {OPT_RUN, 1, "the job: the run name every one of its processes said hello with"},
+    {OPT_LAYER, 0, "only this (global) layer"},
+    {OPT_FROM, 0, "only samples of steps at or after S"},
+    {OPT_TO, 0, "only samples of steps at or before S"},
 };
 
 static const opt_use opt_check_db[] = {
@@ -154,6 +169,23 @@ const opt_command opt_commands[] = {
      "and silence take; an acknowledged raise says who and when. Every option narrows the list; "
      "together they all apply.",
      "table|json|csv", opt_alerts, OPT_N(opt_alerts)},
+    {"job", 0, "one job's layer x head map across its processes and databases",
+     "The layer x head map of one job (every process that said hello with its run name: "
+     "tensor-, pipeline-, data- and context-parallel ranks) at one step, by global layer and head "
+     "numbers, read from every database given (--db several times, or a directory of *.db files "
+     "copied from the nodes). Samples of one head from several processes (data-parallel "
+     "replicas, context-parallel ranks) are pooled into the statistics of all their rows. The "
+     "table names each process, its ranks and what it holds; json/csv print one record per head "
+     "with the ranks that produced it.",
+     "table|json|csv", opt_job, OPT_N(opt_job)},
+    {"export", 0, "one job's whole history as CSV or JSON lines, for offline analysis",
+     "Every sample of every process of one job, from every database given, one row each: the "
+     "job, the database, the process's rank, host and parallel layout, then the store's export "
+     "columns (global layer and head, step, tier, counts, statistics; a downsampled bucket's "
+     "minima and maxima). CSV (the default) has a header and one type per column (empty: no "
+     "value), as pandas, pyarrow or DuckDB read it; json (or jsonl, the same) prints one object "
+     "per line.",
+     "csv|json", opt_export, OPT_N(opt_export)},
     {"check-db", 0, "check the database file for damage",
      "Runs SQLite's integrity_check (or quick_check) on the database, read-only (attnstatd may "
      "be running): prints ok, or the problems found and what to do. Exit status 0 when the "

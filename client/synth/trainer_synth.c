@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "attnstat.h"
@@ -32,6 +33,9 @@ typedef struct {
     uint64_t seed;
     char collapse[256], grow[256];
     int free_run, quiet, sample_every;
+    int no_goodbye;          /* leave without Goodbye: the run stays live for run_grace_ms */
+    int has_layout;
+    attnstat_layout layout;  /* --tp-rank ... (set after hello when any is given) */
 } synth_opts;
 
 /* ---- Deterministic random numbers --------------------------------------------------------------*/
@@ -122,14 +126,23 @@ static void synth_usage(FILE *f)
             "usage: attnstat-synth [--socket PATH] [--run NAME] [--steps N] [--layers L]\n"
             "                      [--heads H] [--kv-heads HKV] [--seq N] [--dim D] [--batch B]\n"
             "                      [--seed S] [--collapse L.H,...] [--grow L.H,...] [--rank R]\n"
-            "                      [--sample-every K] [--free-run] [--quiet] [--version]\n\n"
+            "                      [--sample-every K] [--free-run] [--quiet] [--no-goodbye]\n"
+            "                      [--version]\n"
+            "                      [--tp-rank R --tp-size S] [--pp-rank R --pp-size S]\n"
+            "                      [--layer-offset L] [--dp-rank R --dp-size S]\n\n"
             "A synthetic training process: pushes bf16 Q/K of every layer at every step to\n"
             "attnstatd through libattnstat. The heads named by --collapse drift into entropy\n"
             "collapse (default 1.3,2.5,3.0); those named by --grow have logits growing past 100\n"
             "(default 3.6); the others stay healthy. Deterministic for a given --seed.\n"
             "Defaults: --run synth --steps 300 --layers 4 --heads 8 --seq 256 --dim 64 --batch 1\n"
             "--seed 1; socket as attnstatd's ($ATTNSTAT_SOCKET, $XDG_RUNTIME_DIR/attnstat/...).\n"
-            "Each step waits for the daemon's acknowledgements unless --free-run is given.\n");
+            "Each step waits for the daemon's acknowledgements unless --free-run is given.\n"
+            "At its end it closes its client, which ends the run (Goodbye: its alerts are\n"
+            "resolved); --no-goodbye leaves without it, as a process that crashed or restarts\n"
+            "from a checkpoint would: the run and its alerts stay for attnstatd's run_grace_ms.\n"
+            "The layout flags make it one process of a parallel job (attnstat_set_layout): its\n"
+            "--heads are tensor-parallel rank R's share, its --layers start at --layer-offset;\n"
+            "--collapse and --grow name its own (local) layers and heads.\n");
 }
 
 static int synth_int(const char *name, const char *v, long lo, long hi, int *out)
@@ -161,6 +174,7 @@ static int synth_parse(int argc, char **argv, synth_opts *o)
     o->sample_every = 1;
     snprintf(o->collapse, sizeof o->collapse, "1.3,2.5,3.0");
     snprintf(o->grow, sizeof o->grow, "3.6");
+    attnstat_layout_init(&o->layout);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -177,6 +191,10 @@ static int synth_parse(int argc, char **argv, synth_opts *o)
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-goodbye")) {
+            o->no_goodbye = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -212,6 +230,22 @@ static int synth_parse(int argc, char **argv, synth_opts *o)
             rc = synth_int(a, v, 0, 1 << 20, &o->rank);
         else if (!strcmp(a, "--sample-every"))
             rc = synth_int(a, v, 1, 1 << 20, &o->sample_every);
+        else if (!strcmp(a, "--tp-rank") || !strcmp(a, "--tp-size") || !strcmp(a, "--pp-rank") ||
+                 !strcmp(a, "--pp-size") || !strcmp(a, "--dp-rank") || !strcmp(a, "--dp-size") ||
+                 !strcmp(a, "--layer-offset")) {
+            attnstat_layout *l = &o->layout;
+            int32_t *f = !strcmp(a, "--tp-rank")   ? &l->tp_rank
+                         : !strcmp(a, "--tp-size") ? &l->tp_size
+                         : !strcmp(a, "--pp-rank") ? &l->pp_rank
+                         : !strcmp(a, "--pp-size") ? &l->pp_size
+                         : !strcmp(a, "--dp-rank") ? &l->dp_rank
+                         : !strcmp(a, "--dp-size") ? &l->dp_size
+                                                   : &l->layer_offset;
+            int x = 0;
+            rc = synth_int(a, v, 0, 1 << 20, &x);
+            *f = x;
+            o->has_layout = 1;
+        }
         else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -299,6 +333,11 @@ int main(int argc, char **argv)
              "\"collapse\": \"%s\", \"grow\": \"%s\"}",
              (unsigned long long)o.seed, o.steps, L, H, HKV, N, D, B, o.collapse, o.grow);
     if (attnstat_hello(c, o.run, o.rank, NULL, config) != ATTNSTAT_OK) {
+        fprintf(stderr, "attnstat-synth: %s\n", attnstat_last_error(c));
+        attnstat_close(c);
+        return 1;
+    }
+    if (o.has_layout && attnstat_set_layout(c, &o.layout) != ATTNSTAT_OK) {
         fprintf(stderr, "attnstat-synth: %s\n", attnstat_last_error(c));
         attnstat_close(c);
         return 1;
@@ -406,6 +445,10 @@ out:;
                (unsigned long long)st.dropped_local, (unsigned long long)st.dropped_daemon,
                (unsigned long long)st.rejected, st.last_error[0] ? "; last error: " : "",
                st.last_error);
+    if (o.no_goodbye) { /* everything was flushed: the process ends, its connection with it */
+        fflush(stdout);
+        _exit(rc);
+    }
     attnstat_close(c);
     free(q);
     free(k);

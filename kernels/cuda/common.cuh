@@ -129,6 +129,13 @@ static __device__ __forceinline__ int sampled_count_dev(const kparams &p, int lq
     return lq;
 }
 
+/* A gated kernel whose path the mask's analysis did not choose (kparams.gate): it returns before
+ * touching anything. */
+static __device__ __forceinline__ bool gate_closed(const int *gate, int gate_general)
+{
+    return gate && ((*(const volatile int *)gate != 0) != (gate_general != 0));
+}
+
 static __device__ __forceinline__ int clampi(int v, int lo, int hi)
 {
     return v < lo ? lo : (v > hi ? hi : v);

@@ -132,6 +132,8 @@ static __device__ __forceinline__ bool mask_take(const kparams &p, long long mro
  * reported max logit stays without them). */
 __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
 {
+    if (gate_closed(p.gate, p.gate_general))
+        return;
     __shared__ float s_q[GEN_WARPS][STATS_MAX_HEAD_DIM];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = blockIdx.y, x = blockIdx.x;
@@ -241,8 +243,11 @@ __global__ void mask_ranges_kernel(const kparams p, int mb, int mh, int2 *rr, in
 /* ---- after it: the per-head reduction -------------------------------------------------------- */
 
 /* grid Hq, block REDUCE_THREADS: parts [Hq][nparts] -> heads [Hq]. */
-__global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, stats_head *heads)
+__global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, stats_head *heads,
+                                    const int *gate, int gate_general)
 {
+    if (gate_closed(gate, gate_general))
+        return;
     const int h = blockIdx.x;
     part a;
     part_init(a);
@@ -312,8 +317,9 @@ cudaError_t launch_mask_ranges(const kparams &k, int mb, int mh, int2 *rr, int *
 }
 
 cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,
-                                int heads_q, cudaStream_t s)
+                                int heads_q, const int *gate, int gate_general, cudaStream_t s)
 {
-    reduce_heads_kernel<<<heads_q, REDUCE_THREADS, 0, s>>>(parts, nparts, sampled, heads);
+    reduce_heads_kernel<<<heads_q, REDUCE_THREADS, 0, s>>>(parts, nparts, sampled, heads, gate,
+                                                           gate_general);
     return cudaGetLastError();
 }

@@ -65,6 +65,12 @@ struct kparams {
     /* The precision of the logits' inputs (stats_problem.compute_dtype): the CUDA-core kernel
      * rounds q and k to it; the tensor-core kernels take their operand type from it. */
     int compute;
+    /* A masked run launches both paths behind mask_ranges_kernel, and the mask's analysis decides
+     * on the device which one computes (no synchronisation with the host): a kernel whose gate is
+     * set returns at once unless (*gate != 0) == gate_general, *gate being mask_ranges_kernel's
+     * "general" flag. NULL: no gate. */
+    const int *gate;
+    int gate_general;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
@@ -146,8 +152,8 @@ cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s
 cudaError_t launch_mask_ranges(const kparams &k, int mb, int mh, int2 *rr, int *general,
                                int sm_count, cudaStream_t s);
 
-/* parts [heads_q][nparts] -> heads [heads_q], in a fixed order. */
+/* parts [heads_q][nparts] -> heads [heads_q], in a fixed order; gated as kparams.gate says. */
 cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,
-                                int heads_q, cudaStream_t s);
+                                int heads_q, const int *gate, int gate_general, cudaStream_t s);
 
 #endif /* ATTNSTAT_CUDA_KERNELS_H */

@@ -38,7 +38,6 @@ struct stats_cuda {
     size_t ws_bytes;
     stats_head *host;  /* pinned staging for stats_cuda_run */
     size_t host_heads;
-    int *flag_host;    /* pinned: the mask analysis's "general" flag */
 };
 
 __attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err, stats_status st,
@@ -252,8 +251,6 @@ extern "C" void stats_cuda_destroy(stats_cuda *ctx)
         cudaFree(ctx->ws);
     if (ctx->host)
         cudaFreeHost(ctx->host);
-    if (ctx->flag_host)
-        cudaFreeHost(ctx->flag_host);
     if (prev >= 0)
         cudaSetDevice(prev);
     free(ctx);
@@ -359,6 +356,28 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     return STATS_OK;
 }
 
+/* A masked run whose tensors fit the tensor cores launches both paths behind the mask's analysis
+ * (kparams.gate): the tensor-core plan pl as laid out, then the CUDA-core kernel's parts at
+ * *gen_parts_off, past it. Returns the workspace bytes such a run needs (pl's own otherwise), and
+ * the CUDA-core plan in *gen when gen_parts_off is set. */
+static stats_status run_layout(const stats_cuda *ctx, const stats_problem *p, plan *pl, plan *gen,
+                               size_t *gen_parts_off, size_t *bytes, stats_error *err)
+{
+    stats_status st = make_plan(ctx, p, pl, err, 0);
+    if (st != STATS_OK)
+        return st;
+    *gen_parts_off = 0;
+    *bytes = pl->bytes;
+    if (!p->mask.ptr || pl->variant == STATS_VARIANT_GENERIC)
+        return STATS_OK;
+    st = make_plan(ctx, p, gen, err, 1);
+    if (st != STATS_OK)
+        return st;
+    *gen_parts_off = (pl->bytes + 255) & ~(size_t)255;
+    *bytes = *gen_parts_off + sizeof(part) * (size_t)gen->blocks_per_head * (size_t)p->heads_q;
+    return STATS_OK;
+}
+
 extern "C" int stats_cuda_plan_variant(const stats_cuda *ctx, const stats_problem *p)
 {
     plan pl;
@@ -411,14 +430,18 @@ extern "C" stats_status stats_cuda_reserve(stats_cuda *ctx, const stats_problem 
     if (!ctx || !p)
         return fail(err, STATS_EINVAL, "stats_cuda_reserve: context or problem is NULL");
     CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
-    /* the plan is largest on the CUDA-core path (fewer rows per block) */
-    stats_cuda tmp = *ctx;
-    tmp.path = STATS_CUDA_PATH_GENERIC;
-    plan pl;
-    stats_status st = make_plan(&tmp, p, &pl, err, 1);
+    /* the larger of the run's own layout and the CUDA-core path's (fewer rows per block) */
+    plan pl, pg;
+    size_t gen_off = 0, bytes = 0;
+    stats_status st = run_layout(ctx, p, &pl, &pg, &gen_off, &bytes, err);
     if (st != STATS_OK)
         return st;
-    st = grow(ctx, pl.bytes, NULL, err);
+    stats_cuda tmp = *ctx;
+    tmp.path = STATS_CUDA_PATH_GENERIC;
+    st = make_plan(&tmp, p, &pl, err, 1);
+    if (st != STATS_OK)
+        return st;
+    st = grow(ctx, bytes > pl.bytes ? bytes : pl.bytes, NULL, err);
     if (st != STATS_OK)
         return st;
     if (ctx->host_heads < (size_t)p->heads_q) {
@@ -467,49 +490,17 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
     CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
     cudaStream_t s = (cudaStream_t)stream;
-    plan pl;
-    st = make_plan(ctx, p, &pl, err, 0);
+    plan pl, pg;
+    size_t gen_off = 0, bytes = 0;
+    st = run_layout(ctx, p, &pl, &pg, &gen_off, &bytes, err);
     if (st != STATS_OK)
         return st;
-    st = grow(ctx, pl.bytes, stream, err);
+    st = grow(ctx, bytes, stream, err);
     if (st != STATS_OK)
         return st;
 
     kparams k;
     memset(&k, 0, sizeof k);
-    int general = 0;
-    if (p->mask.ptr) {
-        /* Each mask row's interval of keys; the one synchronisation of a masked run: whether the
-         * mask is general decides which kernel runs. */
-        k.mask = (const char *)p->mask.ptr;
-        k.msb = p->mask.stride_b, k.msh = p->mask.stride_h, k.msn = p->mask.stride_n;
-        k.mdtype = (int)p->mask_dtype;
-        k.len_q = p->len_q, k.len_k = p->len_k;
-        int2 *rr = (int2 *)((char *)ctx->ws + pl.rr_off);
-        int *flag = (int *)((char *)ctx->ws + pl.flag_off);
-        if (!ctx->flag_host)
-            CUDA_TRY(cudaMallocHost((void **)&ctx->flag_host, sizeof(int)),
-                     "cudaMallocHost(mask flag)");
-        CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(mask flag)");
-        CUDA_TRY(launch_mask_ranges(k, pl.mb, pl.mh, rr, flag, ctx->sm_count, s),
-                 "launch of mask_ranges_kernel");
-        CUDA_TRY(cudaMemcpyAsync(ctx->flag_host, flag, sizeof(int), cudaMemcpyDeviceToHost, s),
-                 "cudaMemcpyAsync(mask flag)");
-        CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize after the mask's analysis");
-        general = *ctx->flag_host != 0;
-        if (general) { /* read per logit by the CUDA-core kernel; the intervals are not used */
-            st = make_plan(ctx, p, &pl, err, 1);
-            if (st == STATS_OK)
-                st = grow(ctx, pl.bytes, stream, err);
-            if (st != STATS_OK)
-                return st;
-        } else {
-            k.mask = NULL;
-            k.rr = (const int2 *)((char *)ctx->ws + pl.rr_off);
-            k.rr_mb = pl.mb, k.rr_mh = pl.mh;
-        }
-    }
-
     const int packed = p->cu_seqlens_q != NULL;
     k.q = (const char *)p->q.ptr, k.k = (const char *)p->k.ptr;
     k.qsb = p->q.stride_b, k.qsh = p->q.stride_h, k.qsn = p->q.stride_n;
@@ -537,8 +528,13 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
      * the CUDA-core kernel a misaligned float32 push falls to gives the same values. */
     k.compute = p->dtype == STATS_F32 && p->compute_dtype == STATS_F32 ? (int)STATS_BF16
                                                                        : (int)p->compute_dtype;
-    part *parts = (part *)((char *)ctx->ws + pl.parts_off);
+    if (p->mask.ptr) { /* the general mask, as the CUDA-core kernel reads it per logit */
+        k.mask = (const char *)p->mask.ptr;
+        k.msb = p->mask.stride_b, k.msh = p->mask.stride_h, k.msn = p->mask.stride_n;
+        k.mdtype = (int)p->mask_dtype;
+    }
     stats_head *heads_ws = (stats_head *)heads_dev;
+    part *parts = (part *)((char *)ctx->ws + pl.parts_off);
 
     if (k.sampled && (row_entropy || row_maxlogit)) {
         long long n = (long long)(packed ? 1 : p->batch) * p->heads_q * p->len_q;
@@ -548,14 +544,96 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     if (packed)
         CUDA_TRY(launch_packed_offsets(k, (int *)((char *)ctx->ws + pl.off_off), s),
                  "launch of packed_offsets_kernel");
+
+    if (gen_off) {
+        /* A masked run on the tensor cores: each mask row's interval of keys, and the flag saying
+         * whether some row is not one interval (or has a finite bias). Both paths are launched,
+         * gated by the flag on the device: the tensor-core kernel with the per-row intervals, the
+         * CUDA-core kernel reading the mask per logit; the one not chosen returns at once. No
+         * synchronisation with the host, so that a run is one submission. */
+        int2 *rr = (int2 *)((char *)ctx->ws + pl.rr_off);
+        int *flag = (int *)((char *)ctx->ws + pl.flag_off);
+        CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(mask flag)");
+        CUDA_TRY(launch_mask_ranges(k, pl.mb, pl.mh, rr, flag, ctx->sm_count, s),
+                 "launch of mask_ranges_kernel");
+        kparams kg = k;
+        kg.gate = flag, kg.gate_general = 1;
+        kg.nblk = pg.nblk, kg.blocks_per_head = pg.blocks_per_head, kg.rows_per_cta = pg.rows_per_cta;
+        k.mask = NULL;
+        k.rr = rr, k.rr_mb = pl.mb, k.rr_mh = pl.mh;
+        k.gate = flag, k.gate_general = 0;
+        dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
+        pl.fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
+        cudaError_t le = cudaGetLastError();
+        if (le != cudaSuccess)
+            return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
+                        pl.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
+        CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q,
+                                     flag, 0, s),
+                 "launch of reduce_heads_kernel");
+        part *gparts = (part *)((char *)ctx->ws + gen_off);
+        dim3 ggrid((unsigned)pg.blocks_per_head, (unsigned)p->heads_q);
+        pg.fn<<<ggrid, pg.k->threads, pg.k->smem, s>>>(kg, gparts);
+        le = cudaGetLastError();
+        if (le != cudaSuccess)
+            return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
+                        pg.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
+        CUDA_TRY(launch_reduce_heads(gparts, pg.blocks_per_head, k.sampled, heads_ws, p->heads_q,
+                                     flag, 1, s),
+                 "launch of reduce_heads_kernel");
+        return STATS_OK;
+    }
+
     dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
     pl.fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess)
         return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
                     pl.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
-    CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q, s),
+    CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q, NULL,
+                                 0, s),
              "launch of reduce_heads_kernel");
+    return STATS_OK;
+}
+
+extern "C" stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
+                                          stats_head *heads_host, float *row_entropy,
+                                          float *row_maxlogit, stats_error *err)
+{
+    if (err)
+        err->msg[0] = '\0';
+    stats_status st = check_problem(ctx, p, err);
+    if (st != STATS_OK)
+        return st;
+    if (!heads_host)
+        return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
+    CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
+    plan pl, pg;
+    size_t gen_off = 0, bytes = 0;
+    st = run_layout(ctx, p, &pl, &pg, &gen_off, &bytes, err);
+    if (st != STATS_OK)
+        return st;
+    /* grown here, so that run_async does not move the workspace under heads_ws */
+    st = grow(ctx, bytes, stream, err);
+    if (st != STATS_OK)
+        return st;
+    stats_head *heads_ws = (stats_head *)((char *)ctx->ws + pl.heads_off);
+    st = stats_cuda_run_async(ctx, p, stream, heads_ws, row_entropy, row_maxlogit, err);
+    if (st != STATS_OK)
+        return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t ce = cudaMemcpyAsync(heads_host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
+                                     cudaMemcpyDeviceToHost, s);
+    if (ce != cudaSuccess) {
+        /* The kernels are launched: wait for them before returning, so that the caller does not
+         * release the memory they read while they still run. */
+        cudaError_t se = cudaStreamSynchronize(s);
+        return fail(err, STATS_EDEVICE,
+                    "stats_cuda: cudaMemcpyAsync(per-head statistics to the host) failed: %s (%s, "
+                    "code %d); cudaStreamSynchronize after it: %s", cudaGetErrorString(ce),
+                    cudaGetErrorName(ce), (int)ce,
+                    se == cudaSuccess ? "ok" : cudaGetErrorString(se));
+    }
     return STATS_OK;
 }
 
@@ -571,13 +649,6 @@ extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, 
     if (!heads)
         return fail(err, STATS_EINVAL, "stats_cuda: heads output is NULL");
     CUDA_TRY(cudaSetDevice(ctx->device), "cudaSetDevice");
-    plan pl;
-    st = make_plan(ctx, p, &pl, err, p->mask.ptr != NULL); /* the largest a masked run can need */
-    if (st != STATS_OK)
-        return st;
-    st = grow(ctx, pl.bytes, stream, err);
-    if (st != STATS_OK)
-        return st;
     if (ctx->host_heads < (size_t)p->heads_q) {
         if (ctx->host) {
             CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
@@ -589,24 +660,11 @@ extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, 
                  "cudaMallocHost(per-head staging)");
         ctx->host_heads = (size_t)p->heads_q;
     }
-    stats_head *heads_ws = (stats_head *)((char *)ctx->ws + pl.heads_off);
-    st = stats_cuda_run_async(ctx, p, stream, heads_ws, row_entropy, row_maxlogit, err);
+    st = stats_cuda_run_to(ctx, p, stream, ctx->host, row_entropy, row_maxlogit, err);
     if (st != STATS_OK)
         return st;
-    cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t ce = cudaMemcpyAsync(ctx->host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
-                                     cudaMemcpyDeviceToHost, s);
-    if (ce != cudaSuccess) {
-        /* The kernels are launched: wait for them before returning, so that the caller does not
-         * release the memory they read while they still run. */
-        cudaError_t se = cudaStreamSynchronize(s);
-        return fail(err, STATS_EDEVICE,
-                    "stats_cuda: cudaMemcpyAsync(per-head statistics to the host) failed: %s (%s, "
-                    "code %d); cudaStreamSynchronize after it: %s", cudaGetErrorString(ce),
-                    cudaGetErrorName(ce), (int)ce,
-                    se == cudaSuccess ? "ok" : cudaGetErrorString(se));
-    }
-    CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize (a kernel may have faulted)");
+    CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream),
+             "cudaStreamSynchronize (a kernel may have faulted)");
     memcpy(heads, ctx->host, sizeof(stats_head) * (size_t)p->heads_q);
     return STATS_OK;
 }

@@ -58,6 +58,8 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
 template <int DP, int MT, bool F16, bool CVT>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kparams p, part *parts)
 {
+    if (gate_closed(p.gate, p.gate_general))
+        return;
     using S = mma_shape<DP, MT>;
     constexpr int BM = S::BM, LD = S::LD, KS = DP / 16, NT = MMA_BN / 8, CH = DP / 8;
     extern __shared__ __align__(16) unsigned char smem[];

@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     stats_wgf_kernel(const kparams p, part *parts)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (gate_closed(p.gate, p.gate_general))
+        return;
     constexpr int NWG = WG_WARPGROUPS, NTH = NWG * 128, BN = WG_KEYS, NT = BN / 8;
     using S = wgf_shape<DP, SW, MB>;
     using P = wgf_pipe<MB>;

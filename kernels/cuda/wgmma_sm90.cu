@@ -59,6 +59,8 @@ template <int DP, bool F16, int NWG, int BN, bool SS, int POLY>
 __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams p, part *parts)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (gate_closed(p.gate, p.gate_general))
+        return;
     constexpr int NT = BN / 8, WG_BN = BN, WG_N = NWG;
     using S = wg_shape<DP, NWG, BN, SS>;
     constexpr int BM = S::BM, LDQ = S::LDQ, KS = DP / 16, CH = DP / 8, NTH = WG_N * 128;

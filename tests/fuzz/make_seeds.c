@@ -138,6 +138,27 @@ int main(int argc, char **argv)
     push(1, 0, 0, 4, 64, 64, 1, 0);
     finish(dir, "out-of-bounds");
 
+    begin(0); /* parallel layouts: before Hello, good ones, refused ones, one pushes overflow */
+    Attnstat__ParallelLayout lay;
+    attnstat__parallel_layout__init(&lay);
+    put(envelope_layout(&env, &lay));
+    hello("layout", NULL, NULL);
+    reg(1, 64 * 1024);
+    lay.has_tp_rank = lay.has_tp_size = lay.has_layer_offset = 1;
+    lay.tp_rank = 1;
+    lay.tp_size = 2;
+    lay.layer_offset = 12;
+    put(envelope_layout(&env, &lay));
+    push(1, 0, 0, 2, 16, 16, 1, 0);
+    lay.tp_rank = 2; /* not under its size */
+    put(envelope_layout(&env, &lay));
+    lay.tp_rank = 0;
+    lay.has_head_offset = 1;
+    lay.head_offset = 1u << 24; /* the largest: a push's heads go past it */
+    put(envelope_layout(&env, &lay));
+    push(2, 1, 0, 2, 16, 16, 1, 0);
+    finish(dir, "layouts");
+
     begin(0); /* framing: a zero length */
     used += 4;
     memset(buf + 1, 0, 4);

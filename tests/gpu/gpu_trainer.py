@@ -6,7 +6,8 @@ the Python binding, in a process of its own.
         pushes the fixed cases (make_cases; --cases inputs: make_input_cases, every dtype x both
         layouts x masks) with want_results, waits for every result, saves the tensors (host
         copies), the per-head results and the client's counters to OUT.pt
-    gpu_trainer.py llama SOCKET OUT.pt
+        --local: the same computed in this process (local_compute=True), results sent
+    gpu_trainer.py llama SOCKET OUT.pt [--local]
         a transformers Llama model (GQA, rotary) trains two steps under bf16 autocast on a padded
         batch, monitored through attnstat.torch.monitor(model=...) with its defaults; saves what
         its attention function was handed (q, k, mask, scaling per call), the results and the
@@ -124,7 +125,7 @@ def run_values(args):
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
     torch.cuda.init()
-    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__(step, heads))
     cases = (make_input_cases if args.cases == "inputs" else make_cases)(args.seed, dev)
@@ -183,7 +184,7 @@ def run_llama(args):
     mask = torch.ones(B, N, dtype=torch.long, device=dev)
     mask[1, N - 60:] = 0
     mask[2, N - 131:] = 0
-    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
     calls = []
@@ -413,6 +414,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", type=int, default=0, help="values: the CUDA device to push from")
     ap.add_argument("--pushes", type=int, default=2000)
+    ap.add_argument("--local", action="store_true",
+                    help="values, llama: compute in this process (Client(local_compute=True))")
     ap.add_argument("--cases", default="paths", choices=("paths", "inputs"),
                     help="values: make_cases (paths) or make_input_cases (inputs)")
     args = ap.parse_args()

@@ -363,9 +363,10 @@ class TestGPU(unittest.TestCase):
         self.assertEqual(st["cuda_zero_copy"], len(data["cases"]), r.stdout)
         self.assertGreaterEqual(len(data["cases"]), 22)
 
-    def monitored(self, mode):
-        out = os.path.join(self.tmp.name, mode + ".pt")
-        r = trainer(mode, self.d.socket, out, "--run", "monitored-" + mode)
+    def monitored(self, mode, extra=()):
+        out = os.path.join(self.tmp.name, mode + "".join(extra) + ".pt")
+        r = trainer(mode, self.d.socket, out, "--run", "monitored-" + mode + "".join(extra),
+                    *extra)
         data = torch.load(out, weights_only=False)
         mon, st = data["monitor"], data["stats"]
         # every call pushed, nothing skipped, rejected, dropped or failed
@@ -376,6 +377,21 @@ class TestGPU(unittest.TestCase):
         self.assertEqual(st["acked"], len(data["calls"]), st)
         return data, r
 
+    def test_12_local_compute(self):
+        """Local mode: every dtype, layout and mask computed in the trainer's process, only the
+        results sent; the same values against float64, nothing exported or staged, every push
+        acknowledged and its tensors let go."""
+        data, r = self.values("local", extra=("--cases", "inputs", "--local"))
+        st = data["stats"]
+        self.assertEqual((st["cuda_zero_copy"], st["cuda_staged"]), (0, 0), r.stdout)
+        self.assertGreater(data["held_after_push"], 0, "local pushes hold their tensors")
+
+    def test_13_llama_local_compute(self):
+        """The Llama model of test_10 monitored in local mode."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        self.llama(("--local",))
+
     def test_10_llama_padded_batch_under_autocast(self):
         """A transformers Llama model, bf16 autocast, a padded batch, monitor(model=model) with
         its defaults: the calls are seen through transformers' attention interface with float32
@@ -383,7 +399,10 @@ class TestGPU(unittest.TestCase):
         computes), and equals float64."""
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
-        data, r = self.monitored("llama")
+        self.llama(())
+
+    def llama(self, extra):
+        data, r = self.monitored("llama", extra)
         self.assertIn("transformers", data["doors"])
         calls = data["calls"]
         self.assertEqual(len(calls), 2 * 3, "two steps of three layers")

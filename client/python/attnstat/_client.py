@@ -10,7 +10,7 @@ import time
 import warnings
 import weakref
 
-from . import _lib
+from . import _layout, _lib
 from ._tensor import TensorError, describe
 from ._version import __version__
 from ._errors import AttnstatError
@@ -70,6 +70,7 @@ class Client(object):
     thresholds for this run (keys: %s). config: a str or a JSON-serialisable object stored with
     the run. ring_bytes, queue_bytes: sizes of the shared-memory ring and the outgoing queue.
     timeout_s: for connect and hello. lib: a path to libattnstat.so or an already loaded CDLL.
+    layout: this process's parallel layout, said after the hello (see set_layout()).
     hello=False connects without introducing a run (for status() and subscribe() only).
     devices: the GPUs this process will push CUDA tensors from, named in the hello so that the
     daemon starts their workers at once: CUDA ordinals, torch.device objects or UUID strings
@@ -93,6 +94,13 @@ class Client(object):
     An exception raised by a callback is re-raised by the next poll(), flush() or status() (the
     first one only), never by push(): a push that was sent returns True whatever a callback did.
 
+    local_compute=True computes CUDA pushes in this process (the daemon's kernel on a stream of
+    the lowest priority in this process' CUDA context) and sends the daemon only their per-head
+    results: without MPS the GPU time-slices between this process and the daemon, which makes
+    every-step monitoring cost several percent of the step; in one context the kernel shares the
+    GPU instead (bench/RESULTS.md). The tensors are held until the kernel has read them; the
+    collapse threshold is this hello's (thresholds=) or 0.1. Host tensors are unaffected.
+
     A daemon restart does not end monitoring: the library reconnects on its own (inside push(),
     poll(), flush() and status(); no thread), says the same hello again and carries on the same
     run. Meanwhile push() returns False (counted in stats()['dropped_disconnected'], with one
@@ -105,7 +113,8 @@ class Client(object):
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
                  ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
-                 devices=None, held_bytes_max=2 << 30, held_pushes_max=1024):
+                 devices=None, held_bytes_max=2 << 30, held_pushes_max=1024,
+                 local_compute=False, layout=None):
         self._c = None
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
@@ -176,15 +185,46 @@ class Client(object):
         if self._release_cb:
             set_release(handle, self._release_fn, None)
 
+        self.local_compute = bool(local_compute)
+        if self.local_compute:
+            set_local = _lib.optional(lib, "attnstat_set_local_compute")
+            rc = set_local(handle, 1) if set_local is not None else _lib.ENOTSUP
+            if rc != _lib.OK:
+                msg = (_s(lib.attnstat_last_error(handle)) if set_local is not None
+                       else "this libattnstat has no local mode (attnstat_set_local_compute)")
+                self.close()
+                raise AttnstatError(rc, msg)
+
         self.run = run
         self.rank = int(rank)
         self.devices = []
+        self.layout = None
         if hello:
             try:
                 self._hello(run, rank, thresholds, config, devices)
+                if layout is not None:
+                    self.set_layout(layout)
             except BaseException:
                 self.close()
                 raise
+
+    def set_layout(self, layout=None, **fields):
+        """Tells the daemon where this process's heads and layers sit in the whole model (tensor,
+        pipeline, data and context parallelism: attnstat._layout says each field), so that every
+        process of the job stores global (layer, head) numbers. A dict, an object with the fields
+        as attributes, or keywords (tp_rank=1, tp_size=4, ...). Applies to the pushes after it;
+        kept and said again after a reconnection. Raises AttnstatError: EINVAL for a bad layout,
+        ENOTSUP when the daemon (or the library) is too old to take one."""
+        d = _layout.as_dict(layout, **fields)
+        fn = _lib.optional(self._lib, "attnstat_set_layout")
+        if fn is None:
+            raise AttnstatError(_lib.ENOTSUP, "this libattnstat takes no parallel layout (no "
+                                "attnstat_set_layout): an older library")
+        c = _layout.to_c(self._lib, d)
+        with self._lock:
+            self._enter()
+            self._check(fn(self._handle(), ctypes.byref(c)))
+            self.layout = d
 
     # ---- setup ----------------------------------------------------------------------------------
     def _device_uuids(self, devices):

@@ -32,8 +32,8 @@ import struct
 __all__ = ["history", "History", "HistoryError"]
 
 _APPLICATION_ID = 0x61747374  # 'atst'
-_VERSIONS = (1, 2, 3)         # schema versions this reader understands (1: exact rows only; 3:
-                              # runs that end and alerts that end, the samples as in 2)
+_VERSIONS = (1, 2, 3, 4)      # schema versions this reader understands (1: exact rows only;
+                              # 3 and 4 add columns to runs, tiers unchanged)
 _FIELDS = ("entropy_mean", "entropy_std", "entropy_min", "entropy_max", "entropy_norm_mean",
            "collapsed_frac", "max_logit")
 _COUNTS = ("rows", "rows_norm", "rows_empty", "nonfinite_rows")

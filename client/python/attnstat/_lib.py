@@ -135,6 +135,23 @@ class Thresholds(ctypes.Structure):
     ]
 
 
+class Layout(ctypes.Structure):
+    """attnstat_layout"""
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("tp_rank", ctypes.c_int32),
+        ("tp_size", ctypes.c_int32),
+        ("pp_rank", ctypes.c_int32),
+        ("pp_size", ctypes.c_int32),
+        ("dp_rank", ctypes.c_int32),
+        ("dp_size", ctypes.c_int32),
+        ("cp_rank", ctypes.c_int32),
+        ("cp_size", ctypes.c_int32),
+        ("layer_offset", ctypes.c_int32),
+        ("head_offset", ctypes.c_int32),
+    ]
+
+
 class Counters(ctypes.Structure):
     """attnstat_counters (filled by attnstat_stats)"""
     _fields_ = [
@@ -289,6 +306,7 @@ C_NAMES = {
     "attnstat_daemon_status": DaemonStatus,
     "attnstat_rejection": Rejection,
     "attnstat_push_ext": PushExt,
+    "attnstat_layout": Layout,
 }
 
 # ---- Callback types ---------------------------------------------------------------------------------
@@ -476,8 +494,13 @@ def _declare(lib):
     _fn(lib, "attnstat_push2", code,
         [c, P(PushOpts), P(PushExt), P(Tensor), P(Tensor), P(Tensor), P(ctypes.c_uint64)],
         required=False)
+    # The parallel layout of a process of a job.
+    _fn(lib, "attnstat_layout_init", None, [P(Layout)], required=False)
+    _fn(lib, "attnstat_set_layout", code, [c, P(Layout)], required=False)
     # Daemon restarts: where the client stands, and why.
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
+    # Local mode: CUDA pushes computed in this process.
+    _fn(lib, "attnstat_set_local_compute", code, [c, i32], required=False)
 
 
 def optional(lib, name):

@@ -52,7 +52,7 @@ import warnings
 
 from .._client import AttnstatError
 from .. import _lib
-from . import _calls
+from . import _calls, _layout
 
 _DOORS = ("sdpa", "flex", "flash_attn", "transformers")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
@@ -74,12 +74,17 @@ class monitor(object):
     compiled: what happens inside torch.compile'd code: 'skip' (default: nothing is pushed, the
     compiled graph is untouched) or 'break' (a graph break around each push, so compiled models
     are monitored too, at the price of the break; not with fullgraph=True).
+    layout: this process's parallel layout, said to the daemon at __enter__ so that its heads and
+    layers get global numbers: 'auto' (Megatron-core's groups, else torch.distributed's ranks as
+    replicas), None, a dict or a DeviceMesh (torch/_layout.py). layer_offset: a pipeline stage's
+    first global layer (needed when the layout has pp_size > 1).
     """
 
     def __init__(self, client, every=1, sample_rows=0, sample_every=0, seed=0, model=None,
                  auto_step=None, start_step=0, layers=None, softcap=0.0, window=None,
                  want_results=False, modules=(), copy_to_host=False, strict=False,
-                 compiled="skip", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20):
+                 compiled="skip", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20,
+                 layout="auto", layer_offset=None):
         if compiled not in ("skip", "break"):
             raise ValueError("compiled is %r: 'skip' or 'break'" % (compiled,))
         if int(every) < 1:
@@ -103,6 +108,7 @@ class monitor(object):
         self.doors = doors
         self.compute_dtype = compute_dtype
         self.mask_bytes_max = int(mask_bytes_max)
+        self.layout, self.layer_offset = layout, layer_offset
         self._push_kw = dict(sample_rows=sample_rows, sample_every=sample_every, seed=seed,
                              want_results=want_results)
         self._softcap = float(softcap or 0.0)
@@ -158,6 +164,7 @@ class monitor(object):
     def __enter__(self):
         import torch  # only here: the rest of attnstat never imports it
         self._torch = torch
+        _layout.apply(self.client, self.layout, self.layer_offset, torch, self._warn_once)
         self._observe = self._observe_eager
         if self.compiled == "break":
             disable = getattr(getattr(torch, "compiler", None), "disable", None)

@@ -1,0 +1,546 @@
+/* headtab.c — the latest statistics of every (run, global layer, global head), and their
+ * Prometheus text (see headtab.h). Stage: metrics; calls store_job.h (store_merge_stats),
+ * metrics.h (the text buffer) and libc.
+ *
+ * How it is kept: the entries live in one dense array; an open-addressing index (linear probing,
+ * at most half full) finds an entry by its key. Runs are interned in a small array (a node serves
+ * few jobs) and an entry holds its run's index. Expiry compacts the array and rebuilds the index;
+ * it runs once a second at most (headtab_expire), so a scrape and a push never pay for it.
+ * A scrape sorts the entries by (run, layer, head) once and walks them per family. */
+#include "headtab.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_job.h"
+
+#define HEADTAB_CONTRIB 8 /* processes remembered per entry and step (pooling, re-pushes) */
+#define HEADTAB_RULES 4   /* proto's AlertRule 1 .. 4 */
+
+static const char *const headtab_rule_names[HEADTAB_RULES] = {"entropy_floor", "entropy_drop",
+                                                              "logit_ceiling", "nonfinite"};
+
+typedef struct {
+    uint32_t run;            /* index in t->runs */
+    int32_t layer, head;
+    int has_stats;           /* a sample was seen (an alert alone makes an entry without one) */
+    int64_t step;
+    int64_t touched_ms;      /* last sample or alert transition */
+    stats_head s;            /* pooled over the processes of contrib at step */
+    int64_t contrib[HEADTAB_CONTRIB];
+    uint32_t ncontrib;
+    uint16_t raised[HEADTAB_RULES]; /* raises minus clears per rule */
+} entry;
+
+typedef struct {
+    char *name;
+    uint32_t entries;        /* entries of this run */
+} run_slot;
+
+struct headtab {
+    entry *e;
+    uint32_t n, cap, max;
+    uint32_t *index;         /* entry index + 1; 0: empty */
+    uint32_t index_cap;      /* a power of two, >= 2 x cap */
+    run_slot *runs;
+    uint32_t nruns, capruns;
+    uint32_t last_run;       /* the run found last (pushes come in runs of one run) */
+    uint64_t untracked;
+};
+
+int headtab_mode_from(const char *name)
+{
+    static const char *const names[] = {"top", "all", "layers", "off"};
+    for (int i = 0; i < 4; i++)
+        if (name && strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+headtab *headtab_new(uint32_t max_heads)
+{
+    headtab *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->max = max_heads ? max_heads : 1;
+    return t;
+}
+
+void headtab_free(headtab *t)
+{
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < t->nruns; i++)
+        free(t->runs[i].name);
+    free(t->runs);
+    free(t->e);
+    free(t->index);
+    free(t);
+}
+
+size_t headtab_count(const headtab *t)
+{
+    return t->n;
+}
+
+uint64_t headtab_untracked(const headtab *t)
+{
+    return t->untracked;
+}
+
+/* ---- keys ---------------------------------------------------------------------------------- */
+
+static uint32_t key_hash(uint32_t run, int32_t layer, int32_t head)
+{
+    uint64_t k = ((uint64_t)run * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)layer << 32) ^
+                 (uint32_t)head;
+    k ^= k >> 31;
+    k *= 0xBF58476D1CE4E5B9ull;
+    k ^= k >> 29;
+    return (uint32_t)k;
+}
+
+/* The slot of the key in the index: its entry's, or the empty one where it would go. */
+static uint32_t slot_of(const headtab *t, uint32_t run, int32_t layer, int32_t head)
+{
+    uint32_t mask = t->index_cap - 1;
+    uint32_t i = key_hash(run, layer, head) & mask;
+    for (;;) {
+        uint32_t v = t->index[i];
+        if (v == 0)
+            return i;
+        const entry *x = &t->e[v - 1];
+        if (x->run == run && x->layer == layer && x->head == head)
+            return i;
+        i = (i + 1) & mask;
+    }
+}
+
+/* The index rebuilt for index_cap slots (a power of two). -1 on no memory (the old one kept). */
+static int reindex(headtab *t, uint32_t index_cap)
+{
+    uint32_t *ni = calloc(index_cap, sizeof *ni);
+    if (!ni)
+        return -1;
+    free(t->index);
+    t->index = ni;
+    t->index_cap = index_cap;
+    for (uint32_t k = 0; k < t->n; k++)
+        t->index[slot_of(t, t->e[k].run, t->e[k].layer, t->e[k].head)] = k + 1;
+    return 0;
+}
+
+/* The run called name (interned when new); UINT32_MAX on no memory. */
+static uint32_t run_of(headtab *t, const char *name)
+{
+    if (t->last_run < t->nruns && strcmp(t->runs[t->last_run].name, name) == 0)
+        return t->last_run;
+    for (uint32_t i = 0; i < t->nruns; i++)
+        if (strcmp(t->runs[i].name, name) == 0)
+            return t->last_run = i;
+    if (t->nruns == t->capruns) {
+        uint32_t ncap = t->capruns ? t->capruns * 2 : 8;
+        run_slot *nr = realloc(t->runs, ncap * sizeof *nr);
+        if (!nr)
+            return UINT32_MAX;
+        t->runs = nr;
+        t->capruns = ncap;
+    }
+    char *dup = strdup(name);
+    if (!dup)
+        return UINT32_MAX;
+    t->runs[t->nruns] = (run_slot){dup, 0};
+    return t->last_run = t->nruns++;
+}
+
+/* The entry of the key, made when missing; NULL when the table is full (counted) or on no memory. */
+static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head)
+{
+    uint32_t r = run_of(t, run);
+    if (r == UINT32_MAX)
+        return NULL;
+    if (t->index_cap) {
+        uint32_t sl = slot_of(t, r, layer, head);
+        if (t->index[sl])
+            return &t->e[t->index[sl] - 1];
+    }
+    if (t->n >= t->max) {
+        t->untracked++;
+        return NULL;
+    }
+    if (t->n == t->cap) {
+        uint32_t ncap = t->cap ? t->cap * 2 : 256;
+        if (ncap > t->max)
+            ncap = t->max;
+        entry *ne = realloc(t->e, (size_t)ncap * sizeof *ne);
+        if (!ne)
+            return NULL;
+        t->e = ne;
+        t->cap = ncap;
+    }
+    if ((uint64_t)(t->n + 1) * 2 > t->index_cap) {
+        uint32_t ic = t->index_cap ? t->index_cap * 2 : 512;
+        if (reindex(t, ic) != 0)
+            return NULL;
+    }
+    entry *x = &t->e[t->n];
+    memset(x, 0, sizeof *x);
+    x->run = r;
+    x->layer = layer;
+    x->head = head;
+    t->index[slot_of(t, r, layer, head)] = ++t->n;
+    t->runs[r].entries++;
+    return x;
+}
+
+/* ---- feeding ------------------------------------------------------------------------------- */
+
+void headtab_observe(headtab *t, const char *run, int64_t run_id, int32_t layer, int32_t head_base,
+                     const stats_head *heads, int32_t nheads, int64_t step, int64_t now_ms)
+{
+    for (int32_t i = 0; i < nheads; i++) {
+        entry *x = entry_of(t, run, layer, head_base + i);
+        if (!x)
+            continue;
+        x->touched_ms = now_ms;
+        int again = 0;
+        for (uint32_t k = 0; k < x->ncontrib && k < HEADTAB_CONTRIB; k++)
+            again |= x->contrib[k] == run_id;
+        if (!x->has_stats || x->step != step || again) {
+            /* the newest step (or a process's new word on its own step) replaces the entry */
+            x->has_stats = 1;
+            x->step = step;
+            x->s = heads[i];
+            x->contrib[0] = run_id;
+            x->ncontrib = 1;
+        } else {
+            /* another process's rows of the same step: pooled */
+            store_merge_stats(&x->s, &heads[i]);
+            if (x->ncontrib < HEADTAB_CONTRIB)
+                x->contrib[x->ncontrib] = run_id;
+            x->ncontrib++;
+        }
+    }
+}
+
+void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int rule, int raised,
+                   int64_t now_ms)
+{
+    if (rule < 1 || rule > HEADTAB_RULES)
+        return;
+    entry *x = entry_of(t, run, layer, head);
+    if (!x)
+        return;
+    x->touched_ms = now_ms;
+    uint16_t *c = &x->raised[rule - 1];
+    if (raised && *c < UINT16_MAX)
+        (*c)++;
+    else if (!raised && *c > 0)
+        (*c)--;
+}
+
+void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
+{
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < t->n; k++) {
+        if (now_ms - t->e[k].touched_ms > stale_ms) {
+            t->runs[t->e[k].run].entries--;
+            continue;
+        }
+        if (kept != k)
+            t->e[kept] = t->e[k];
+        kept++;
+    }
+    if (kept == t->n)
+        return;
+    t->n = kept;
+    /* Runs left without an entry go, and the others are renumbered. */
+    uint32_t *map = malloc((t->nruns ? t->nruns : 1) * sizeof *map);
+    if (map) {
+        uint32_t nr = 0;
+        for (uint32_t r = 0; r < t->nruns; r++) {
+            if (t->runs[r].entries == 0) {
+                free(t->runs[r].name);
+                map[r] = UINT32_MAX;
+                continue;
+            }
+            t->runs[nr] = t->runs[r];
+            map[r] = nr++;
+        }
+        t->nruns = nr;
+        t->last_run = 0;
+        for (uint32_t k = 0; k < t->n; k++)
+            t->e[k].run = map[t->e[k].run];
+        free(map);
+    }
+    /* Rebuilt in place (the same size: never more than half full). On no memory for the new index
+     * the old one is cleared and refilled. */
+    if (reindex(t, t->index_cap) != 0) {
+        memset(t->index, 0, (size_t)t->index_cap * sizeof *t->index);
+        for (uint32_t k = 0; k < t->n; k++)
+            t->index[slot_of(t, t->e[k].run, t->e[k].layer, t->e[k].head)] = k + 1;
+    }
+}
+
+/* ---- the text ------------------------------------------------------------------------------ */
+
+/* The order of a scrape: by run name, then layer, then head (qsort's context through a global is
+ * avoided: the entries are copied with their run's rank in the name order). */
+typedef struct {
+    uint32_t rrank;          /* the run's place in name order */
+    const entry *x;
+} sorted;
+
+static int cmp_sorted(const void *a, const void *b)
+{
+    const sorted *p = a, *q = b;
+    if (p->rrank != q->rrank)
+        return p->rrank < q->rrank ? -1 : 1;
+    if (p->x->layer != q->x->layer)
+        return p->x->layer < q->x->layer ? -1 : 1;
+    return (p->x->head > q->x->head) - (p->x->head < q->x->head);
+}
+
+typedef struct {
+    const headtab *t;
+    uint32_t i;
+} run_ref;
+
+static int cmp_run_ref(const void *a, const void *b)
+{
+    const run_ref *p = a, *q = b;
+    return strcmp(p->t->runs[p->i].name, q->t->runs[q->i].name);
+}
+
+static int any_raised(const entry *x)
+{
+    for (int r = 0; r < HEADTAB_RULES; r++)
+        if (x->raised[r])
+            return 1;
+    return 0;
+}
+
+/* A value for the ranking of the top heads: -1 when the head has none. */
+typedef struct {
+    double v;
+    uint32_t k;              /* index in the sorted array */
+} ranked;
+
+static int cmp_ranked_up(const void *a, const void *b)
+{
+    const ranked *p = a, *q = b;
+    if (p->v != q->v)
+        return p->v < q->v ? -1 : 1;
+    return (p->k > q->k) - (p->k < q->k);
+}
+
+static int cmp_ranked_down(const void *a, const void *b)
+{
+    return cmp_ranked_up(b, a);
+}
+
+/* Marks in sel[lo .. hi) the `top` heads of lowest normalised entropy and of highest max logit
+ * (heads without the value take no place), and every head with an alert raised. */
+static int select_top(const sorted *so, uint32_t lo, uint32_t hi, uint32_t top, uint8_t *sel)
+{
+    ranked *r = malloc((size_t)(hi - lo) * sizeof *r);
+    if (!r)
+        return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t n = 0;
+        for (uint32_t k = lo; k < hi; k++) {
+            const entry *x = so[k].x;
+            if (!x->has_stats)
+                continue;
+            double v = pass == 0 ? x->s.entropy_norm_mean : x->s.max_logit;
+            if (isnan(v) || (pass == 1 && isinf(v) && v < 0))
+                continue;
+            r[n++] = (ranked){v, k};
+        }
+        qsort(r, n, sizeof *r, pass == 0 ? cmp_ranked_up : cmp_ranked_down);
+        for (uint32_t i = 0; i < n && i < top; i++)
+            sel[r[i].k] = 1;
+    }
+    free(r);
+    for (uint32_t k = lo; k < hi; k++)
+        if (any_raised(so[k].x))
+            sel[k] = 1;
+    return 0;
+}
+
+/* The per-head families over the selected entries. */
+static void render_heads(const headtab *t, const sorted *so, uint32_t n, const uint8_t *sel,
+                         metrics_buf *out)
+{
+    static const struct {
+        const char *name, *help;
+        int field;
+    } fam[] = {
+        {"attnstat_head_entropy_normalized_ratio",
+         "Latest normalised attention entropy mean of a head (0..1: entropy / ln(visible keys)).", 0},
+        {"attnstat_head_entropy_nats", "Latest attention entropy mean of a head, in nats.", 1},
+        {"attnstat_head_max_logit", "Latest maximum scaled attention logit of a head.", 2},
+        {"attnstat_head_collapsed_ratio",
+         "Latest fraction of a head's rows whose normalised entropy is under the collapse "
+         "threshold.", 3},
+        {"attnstat_head_step", "Training step of a head's latest sample.", 4},
+        {"attnstat_head_nonfinite_rows",
+         "Rows with NaN or Inf logits in a head's latest sample (heads with any only).", 5},
+    };
+    char run[3 * 256], val[64];
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help,
+                       fam[f].name);
+        uint32_t last_run = UINT32_MAX;
+        for (uint32_t k = 0; k < n; k++) {
+            const entry *x = so[k].x;
+            if (!sel[k] || !x->has_stats)
+                continue;
+            double v;
+            switch (fam[f].field) {
+            case 0: v = x->s.entropy_norm_mean; break;
+            case 1: v = x->s.entropy_mean; break;
+            case 2: v = x->s.max_logit; break;
+            case 3: v = x->s.rows_norm > 0 ? x->s.collapsed_frac : NAN; break;
+            case 4: v = (double)x->step; break;
+            default: v = x->s.nonfinite_rows > 0 ? (double)x->s.nonfinite_rows : NAN; break;
+            }
+            /* No sample says nothing: NaN (no counted row) and -Inf (no logit) are left out. */
+            if (isnan(v) || (isinf(v) && v < 0))
+                continue;
+            if (x->run != last_run) {
+                metrics_label(t->runs[x->run].name, run, sizeof run);
+                last_run = x->run;
+            }
+            metrics_value(v, val, sizeof val);
+            metrics_printf(out, "%s{run=\"%s\",layer=\"%d\",head=\"%d\"} %s\n", fam[f].name, run,
+                           (int)x->layer, (int)x->head, val);
+        }
+    }
+}
+
+/* The per-layer aggregates: one pass per family over the sorted entries, a layer at a time. */
+static void render_layers(const headtab *t, const sorted *so, uint32_t n, metrics_buf *out)
+{
+    static const struct {
+        const char *name, *help;
+    } fam[] = {
+        {"attnstat_layer_min_entropy_normalized_ratio",
+         "Lowest latest normalised entropy mean over a layer's heads."},
+        {"attnstat_layer_mean_entropy_normalized_ratio",
+         "Mean over a layer's heads of their latest normalised entropy mean."},
+        {"attnstat_layer_max_logit", "Highest latest max logit over a layer's heads."},
+        {"attnstat_layer_heads", "Heads of a layer with a sample on this node."},
+        {"attnstat_layer_step", "Training step of a layer's newest sample."},
+    };
+    char run[3 * 256], val[64];
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help,
+                       fam[f].name);
+        for (uint32_t k = 0; k < n;) {
+            uint32_t r = so[k].x->run;
+            int32_t layer = so[k].x->layer;
+            double emin = INFINITY, esum = 0, lmax = -INFINITY;
+            int64_t step = INT64_MIN;
+            uint32_t ne = 0, heads = 0;
+            for (; k < n && so[k].x->run == r && so[k].x->layer == layer; k++) {
+                const entry *x = so[k].x;
+                if (!x->has_stats)
+                    continue;
+                heads++;
+                step = x->step > step ? x->step : step;
+                if (!isnan(x->s.entropy_norm_mean)) {
+                    emin = fmin(emin, x->s.entropy_norm_mean);
+                    esum += x->s.entropy_norm_mean;
+                    ne++;
+                }
+                lmax = fmax(lmax, x->s.max_logit);
+            }
+            if (heads == 0)
+                continue;
+            double v = f == 0 ? (ne ? emin : NAN)
+                     : f == 1 ? (ne ? esum / ne : NAN)
+                     : f == 2 ? lmax
+                     : f == 3 ? (double)heads
+                              : (double)step;
+            if (isnan(v) || (isinf(v) && v < 0))
+                continue;
+            metrics_label(t->runs[r].name, run, sizeof run);
+            metrics_value(v, val, sizeof val);
+            metrics_printf(out, "%s{run=\"%s\",layer=\"%d\"} %s\n", fam[f].name, run, (int)layer,
+                           val);
+        }
+    }
+}
+
+static void render_alerts(const headtab *t, const sorted *so, uint32_t n, metrics_buf *out)
+{
+    metrics_printf(out, "# HELP attnstat_head_alert An alert this daemon raised on a head and has "
+                   "not cleared (1), by rule; heads without one have no series.\n"
+                   "# TYPE attnstat_head_alert gauge\n");
+    char run[3 * 256];
+    for (uint32_t k = 0; k < n; k++) {
+        const entry *x = so[k].x;
+        for (int r = 0; r < HEADTAB_RULES; r++) {
+            if (!x->raised[r])
+                continue;
+            metrics_label(t->runs[x->run].name, run, sizeof run);
+            metrics_printf(out, "attnstat_head_alert{run=\"%s\",layer=\"%d\",head=\"%d\","
+                           "rule=\"%s\"} 1\n", run, (int)x->layer, (int)x->head,
+                           headtab_rule_names[r]);
+        }
+    }
+}
+
+void headtab_render(const headtab *t, headtab_mode mode, uint32_t top, metrics_buf *out)
+{
+    metrics_printf(out, "# HELP attnstat_metrics_heads (run, layer, head) keys this daemon keeps "
+                   "for its per-head metrics (metrics_max_heads at most).\n"
+                   "# TYPE attnstat_metrics_heads gauge\nattnstat_metrics_heads %u\n"
+                   "# HELP attnstat_metrics_heads_untracked_total Samples of new (run, layer, "
+                   "head) keys not kept for the metrics: metrics_max_heads was reached.\n"
+                   "# TYPE attnstat_metrics_heads_untracked_total counter\n"
+                   "attnstat_metrics_heads_untracked_total %llu\n",
+                   t->n, (unsigned long long)t->untracked);
+    if (mode == HEADTAB_OFF || t->n == 0)
+        return;
+    run_ref *rr = malloc((size_t)t->nruns * sizeof *rr);
+    uint32_t *rrank = malloc((size_t)t->nruns * sizeof *rrank);
+    sorted *so = malloc((size_t)t->n * sizeof *so);
+    uint8_t *sel = calloc(t->n, 1);
+    if (!rr || !rrank || !so || !sel) {
+        out->full = 1; /* said by the scrape's log line */
+        goto done;
+    }
+    for (uint32_t i = 0; i < t->nruns; i++)
+        rr[i] = (run_ref){t, i};
+    qsort(rr, t->nruns, sizeof *rr, cmp_run_ref);
+    for (uint32_t i = 0; i < t->nruns; i++)
+        rrank[rr[i].i] = i;
+    for (uint32_t k = 0; k < t->n; k++)
+        so[k] = (sorted){rrank[t->e[k].run], &t->e[k]};
+    qsort(so, t->n, sizeof *so, cmp_sorted);
+    if (mode == HEADTAB_ALL) {
+        memset(sel, 1, t->n);
+    } else if (mode == HEADTAB_TOP) {
+        for (uint32_t k = 0; k < t->n;) {
+            uint32_t lo = k;
+            while (k < t->n && so[k].x->run == so[lo].x->run)
+                k++;
+            if (select_top(so, lo, k, top, sel) != 0) {
+                out->full = 1;
+                goto done;
+            }
+        }
+    }
+    if (mode != HEADTAB_LAYERS)
+        render_heads(t, so, t->n, sel, out);
+    render_layers(t, so, t->n, out);
+    render_alerts(t, so, t->n, out);
+done:
+    free(rr);
+    free(rrank);
+    free(so);
+    free(sel);
+}

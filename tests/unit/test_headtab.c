@@ -1,0 +1,286 @@
+/* test_headtab.c — unit tests of daemon/headtab.c (the per-head metrics), no daemon: samples of
+ * one (job, layer, head) and step from several processes pool into the statistics of all their rows
+ * (store_merge_stats), a newer step or a process's own re-push replaces; tensor-parallel ranks'
+ * heads sit side by side; alerts count raises and clears per rule; each metrics_heads mode shows
+ * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
+ * one); run names are escaped; the table's bound counts what it refuses; expiry forgets a job
+ * that ended and the table keeps working. The text is read back line by line. Random data from a
+ * printed seed (ATTNSTAT_TEST_SEED replays it). */
+#include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
+#include "headtab.h"
+#include "store_job.h"
+
+static dh_rng R;
+
+static double unit(void)
+{
+    return (double)(dh_next(&R) >> 11) / 9007199254740992.0;
+}
+
+static stats_head head(double norm, double logit)
+{
+    stats_head h;
+    memset(&h, 0, sizeof h);
+    h.rows = 50 + (int64_t)(dh_next(&R) % 200);
+    h.rows_norm = h.rows - (int64_t)(dh_next(&R) % 5);
+    h.entropy_mean = 0.5 + 3 * unit();
+    h.entropy_std = unit();
+    h.entropy_min = h.entropy_mean - unit();
+    h.entropy_max = h.entropy_mean + unit();
+    h.entropy_norm_mean = norm;
+    h.collapsed_frac = unit();
+    h.max_logit = logit;
+    return h;
+}
+
+static char *render(const headtab *t, headtab_mode mode, uint32_t top)
+{
+    metrics_buf b = {.limit = 64u << 20};
+    headtab_render(t, mode, top, &b);
+    ck_assert(!b.full);
+    ck_assert_ptr_nonnull(b.p);
+    return b.p;
+}
+
+/* The value of the sample `name{labels}` in text; NAN when there is none. */
+static double value_of(const char *text, const char *name, const char *labels)
+{
+    char key[512];
+    snprintf(key, sizeof key, "\n%s{%s} ", name, labels);
+    const char *p = strstr(text, key);
+    return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+static int count_of(const char *text, const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "\n%s{", name);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, key)); p++)
+        n++;
+    return n;
+}
+
+START_TEST(test_pool_replace_repush)
+{
+    headtab *t = headtab_new(1000);
+    stats_head a = head(0.3 + unit() * 0.5, 20), b = head(0.3 + unit() * 0.5, 40);
+    headtab_observe(t, "job", 1, 2, 5, &a, 1, 100, 1000); /* replica 1 */
+    headtab_observe(t, "job", 2, 2, 5, &b, 1, 100, 1001); /* replica 2, same step: pooled */
+    stats_head want = a;
+    store_merge_stats(&want, &b);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    double v = value_of(txt, "attnstat_head_entropy_normalized_ratio", "run=\"job\",layer=\"2\",head=\"5\"");
+    ck_assert_msg(fabs(v - want.entropy_norm_mean) < 1e-9, "%.12g vs %.12g", v, want.entropy_norm_mean);
+    ck_assert(fabs(value_of(txt, "attnstat_head_entropy_nats", "run=\"job\",layer=\"2\",head=\"5\"") -
+                   want.entropy_mean) < 1e-9);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"job\",layer=\"2\",head=\"5\""), 40);
+    free(txt);
+    /* replica 1 pushes step 100 again: its word replaces the entry */
+    stats_head a2 = head(0.05, 3);
+    headtab_observe(t, "job", 1, 2, 5, &a2, 1, 100, 1002);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert(fabs(value_of(txt, "attnstat_head_entropy_normalized_ratio",
+                            "run=\"job\",layer=\"2\",head=\"5\"") - 0.05) < 1e-12);
+    free(txt);
+    /* a newer step replaces; so does an older one (a job resumed from a checkpoint) */
+    stats_head c = head(0.7, 9);
+    headtab_observe(t, "job", 2, 2, 5, &c, 1, 101, 1003);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"job\",layer=\"2\",head=\"5\""), 101);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_entropy_normalized_ratio",
+                                 "run=\"job\",layer=\"2\",head=\"5\""), 0.7);
+    free(txt);
+    headtab_observe(t, "job", 2, 2, 5, &a, 1, 50, 1004);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"job\",layer=\"2\",head=\"5\""), 50);
+    free(txt);
+    ck_assert_uint_eq(headtab_count(t), 1);
+    headtab_free(t);
+}
+END_TEST
+
+START_TEST(test_tensor_parallel_side_by_side)
+{
+    headtab *t = headtab_new(1000);
+    stats_head h[2][4];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 4; i++)
+            h[r][i] = head(unit(), 10 * r + i);
+        headtab_observe(t, "tp", 10 + r, 0, 4 * r, h[r], 4, 7, 1000);
+    }
+    ck_assert_uint_eq(headtab_count(t), 8);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 4; i++) {
+            char lab[64];
+            snprintf(lab, sizeof lab, "run=\"tp\",layer=\"0\",head=\"%d\"", 4 * r + i);
+            ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", lab), 10 * r + i);
+        }
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"tp\",layer=\"0\""), 8);
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_max_logit", "run=\"tp\",layer=\"0\""), 13);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+START_TEST(test_alerts)
+{
+    headtab *t = headtab_new(1000);
+    const char *lab = "run=\"j\",layer=\"1\",head=\"2\",rule=\"logit_ceiling\"";
+    headtab_alert(t, "j", 1, 2, 3, 1, 1000); /* two processes raise it */
+    headtab_alert(t, "j", 1, 2, 3, 1, 1000);
+    headtab_alert(t, "j", 1, 2, 3, 0, 1000); /* one clears: still raised */
+    char *txt = render(t, HEADTAB_LAYERS, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert", lab), 1);
+    /* an entry made by an alert alone has no values */
+    ck_assert_int_eq(count_of(txt, "attnstat_layer_heads"), 0);
+    free(txt);
+    headtab_alert(t, "j", 1, 2, 3, 0, 1000);
+    headtab_alert(t, "j", 1, 2, 3, 0, 1000); /* more clears than raises: no underflow */
+    headtab_alert(t, "j", 1, 2, 9, 1, 1000); /* not a rule */
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+START_TEST(test_modes)
+{
+    headtab *t = headtab_new(100000);
+    /* job a: 4 layers x 16 heads, distinct values; job b: 1 layer x 2 heads */
+    int lowest[2] = {-1, -1}, highest[2] = {-1, -1};
+    double norm[64], logit[64];
+    for (int k = 0; k < 64; k++) {
+        norm[k] = 0.2 + 0.7 * unit() + k * 1e-6;
+        logit[k] = 50 * unit() + k * 1e-6;
+    }
+    for (int l = 0; l < 4; l++) {
+        stats_head h[16];
+        for (int i = 0; i < 16; i++)
+            h[i] = head(norm[l * 16 + i], logit[l * 16 + i]);
+        headtab_observe(t, "a", 1, l, 0, h, 16, 3, 1000);
+    }
+    for (int pick = 0; pick < 2; pick++)
+        for (int k = 0; k < 64; k++) {
+            int used = k == lowest[0] || k == lowest[1];
+            if (!used && (lowest[pick] < 0 || norm[k] < norm[lowest[pick]]))
+                lowest[pick] = k;
+        }
+    for (int pick = 0; pick < 2; pick++)
+        for (int k = 0; k < 64; k++) {
+            int used = k == highest[0] || k == highest[1];
+            if (!used && (highest[pick] < 0 || logit[k] > logit[highest[pick]]))
+                highest[pick] = k;
+        }
+    stats_head hb[2] = {head(0.5, 1), head(0.6, 2)};
+    headtab_observe(t, "b", 2, 0, 0, hb, 2, 3, 1000);
+    headtab_alert(t, "a", 3, 15, 1, 1, 1000); /* an alerted head is always named */
+    char *txt = render(t, HEADTAB_TOP, 2);
+    char want[64][64];
+    int nw = 0;
+    int named[] = {lowest[0], lowest[1], highest[0], highest[1], 3 * 16 + 15};
+    for (int i = 0; i < 5; i++) {
+        snprintf(want[nw], sizeof want[nw], "run=\"a\",layer=\"%d\",head=\"%d\"", named[i] / 16,
+                 named[i] % 16);
+        ck_assert_msg(!isnan(value_of(txt, "attnstat_head_entropy_normalized_ratio", want[nw])),
+                      "head %s not named", want[nw]);
+        nw++;
+    }
+    int distinct = 0;
+    for (int i = 0; i < 5; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= named[i] == named[j];
+        distinct += !dup;
+    }
+    /* exactly those of job a, and both heads of job b (its top 2 of each ranking) */
+    ck_assert_int_eq(count_of(txt, "attnstat_head_entropy_normalized_ratio"), distinct + 2);
+    ck_assert_int_eq(count_of(txt, "attnstat_layer_min_entropy_normalized_ratio"), 5);
+    free(txt);
+    txt = render(t, HEADTAB_ALL, 2);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_entropy_normalized_ratio"), 66);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_step"), 66);
+    free(txt);
+    txt = render(t, HEADTAB_LAYERS, 2);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_entropy_normalized_ratio"), 0);
+    ck_assert_int_eq(count_of(txt, "attnstat_layer_mean_entropy_normalized_ratio"), 5);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 1);
+    free(txt);
+    txt = render(t, HEADTAB_OFF, 2);
+    ck_assert_int_eq(count_of(txt, "attnstat_layer_heads"), 0);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
+    ck_assert_ptr_nonnull(strstr(txt, "\nattnstat_metrics_heads 66\n"));
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+START_TEST(test_escaping_bound_expiry)
+{
+    headtab *t = headtab_new(5);
+    stats_head h[4] = {head(0.5, 1), head(0.5, 2), head(0.5, 3), head(0.5, 4)};
+    headtab_observe(t, "a\"b\\c", 1, 0, 0, h, 3, 1, 1000);
+    headtab_observe(t, "other", 2, 0, 0, h, 4, 1, 5000); /* only 2 fit */
+    ck_assert_uint_eq(headtab_count(t), 5);
+    ck_assert_uint_eq(headtab_untracked(t), 2);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit",
+                                 "run=\"a\\\"b\\\\c\",layer=\"0\",head=\"2\""), 3);
+    ck_assert_ptr_nonnull(strstr(txt, "\nattnstat_metrics_heads_untracked_total 2\n"));
+    free(txt);
+    /* the first job's heads are old at 4000: gone; the second job's stay and grow again */
+    headtab_expire(t, 4500, 3000);
+    ck_assert_uint_eq(headtab_count(t), 2);
+    headtab_observe(t, "other", 2, 0, 0, h, 4, 2, 5000);
+    headtab_observe(t, "third", 3, 9, 100, h, 1, 12345678901, 5000); /* every digit printed */
+    ck_assert_uint_eq(headtab_count(t), 5);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert(isnan(value_of(txt, "attnstat_head_max_logit", "run=\"a\\\"b\\\\c\",layer=\"0\",head=\"0\"")));
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"other\",layer=\"0\",head=\"3\""), 4);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"third\",layer=\"9\",head=\"100\""),
+                        12345678901.0);
+    free(txt);
+    headtab_expire(t, 1000000, 3000);
+    ck_assert_uint_eq(headtab_count(t), 0);
+    headtab_free(t);
+}
+END_TEST
+
+/* Many keys: the index grows, every key is found again (the values are the keys'). */
+START_TEST(test_many_keys)
+{
+    headtab *t = headtab_new(1 << 16);
+    stats_head h[64];
+    for (int i = 0; i < 64; i++)
+        h[i] = head(0.5, i);
+    for (int l = 0; l < 300; l++)
+        headtab_observe(t, l % 3 ? "x" : "y", 1 + l % 3, l, 64 * (l % 5), h, 64, 1, 1000);
+    ck_assert_uint_eq(headtab_count(t), 300 * 64);
+    for (int l = 0; l < 300; l += 37)
+        headtab_observe(t, l % 3 ? "x" : "y", 1 + l % 3, l, 64 * (l % 5), h, 64, 2, 1000);
+    ck_assert_uint_eq(headtab_count(t), 300 * 64);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_step"), 300 * 64);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"x\",layer=\"37\",head=\"191\""), 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"x\",layer=\"37\",head=\"191\""), 63);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+int main(void)
+{
+    R = dh_rng_new("test_headtab");
+    Suite *s = suite_create("headtab");
+    TCase *tc = tcase_create("headtab");
+    tcase_add_test(tc, test_pool_replace_repush);
+    tcase_add_test(tc, test_tensor_parallel_side_by_side);
+    tcase_add_test(tc, test_alerts);
+    tcase_add_test(tc, test_modes);
+    tcase_add_test(tc, test_escaping_bound_expiry);
+    tcase_add_test(tc, test_many_keys);
+    suite_add_tcase(s, tc);
+    return dh_run(s);
+}
