@@ -80,7 +80,8 @@ int retain_idle(void *ctx)
         r->stats.last_lock_ms = (double)rep.lock_us / 1000.0;
     } else {
         r->stats.failures++;
-        snprintf(r->stats.last_error, sizeof r->stats.last_error, "%s", err.msg);
+        snprintf(r->stats.last_error, sizeof r->stats.last_error, "%.*s",
+                 (int)sizeof r->stats.last_error - 1, err.msg);
     }
     pthread_mutex_unlock(&r->mu);
     if (st != STORE_OK) {

@@ -98,7 +98,7 @@ static void commit_group(storer *s, group *g)
     store_status st = STORE_OK;
     if (g->open && s->db.commit(s->db.db, &err) != STORE_OK) {
         char msg[sizeof err.msg];
-        snprintf(msg, sizeof msg, "commit failed: %s", err.msg);
+        snprintf(msg, sizeof msg, "commit failed: %.*s", (int)sizeof err.msg - 20, err.msg);
         snprintf(err.msg, sizeof err.msg, "%s", msg);
         s->db.rollback(s->db.db);
         st = STORE_ERROR;
