@@ -55,8 +55,14 @@ static const cfg_entry cfg_table[] = {
      "registered buffers and events per connection", 0, NULL},
     {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
      "largest registered buffer in bytes", 0, NULL},
-    {"queue_depth", CFG_U64, F(queue_depth), "64", 1, 1 << 20,
-     "pushes queued or computing per worker; a push finding it full is dropped", 0, NULL},
+    {"queue_depth", CFG_U64, F(queue_depth), "4096", 1, 1 << 20,
+     "pushes queued or computing per worker at most (a bound on memory); a push finding it full "
+     "is dropped", 0, NULL},
+    {"queue_work", CFG_U64, F(queue_work), "4294967296", 1, 1125899906842624.0,
+     "work queued or computing per CPU worker, in multiply-adds (batch x heads x sampled rows x "
+     "keys x head_dim of each push; about 1-2 s of one core by default): a push that would pass "
+     "it is dropped (one is always taken when the queue is empty), so the queue holds many tiny "
+     "pushes or a few big ones", 0, NULL},
     {"client_inflight", CFG_U64, F(client_inflight), "32", 1, 1 << 20,
      "pushes queued or computing per connection; more are dropped (fairness between clients)", 0, NULL},
     {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t max_buffers;   /* registered buffers + events per client */
     uint64_t max_buffer_bytes;
     uint64_t queue_depth;   /* per worker: queued + running pushes */
+    uint64_t queue_work;    /* per CPU worker: their multiply-adds */
     uint64_t client_inflight; /* per client: pushes queued or computing */
     uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
     uint64_t commit_ms;     /* longest a transaction stays open while results keep coming */

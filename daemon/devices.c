@@ -58,6 +58,7 @@ devices *devices_new(uv_loop_t *loop, const cfg *c, worker_done_fn done, void *d
             free(d);
             return NULL;
         }
+        worker_set_work_cap(d->cpu[i], c->queue_work);
         d->ncpu++;
     }
     LOG_INFO("server", "%d CPU worker%s (cpu_workers %s)", d->ncpu, d->ncpu == 1 ? "" : "s",

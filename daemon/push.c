@@ -234,6 +234,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         return;
     }
     u->job.prob = u->plan.prob;
+    u->job.work = u->plan.work;
     u->job.heads = calloc((size_t)u->plan.prob.heads_q, sizeof(stats_head));
     if (!u->job.heads) {
         validate_plan_free(&u->plan);
@@ -268,8 +269,15 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     if (worker_submit(target, &u->job) != 0) {
         worker_stats ws;
         worker_stats_of(target, &ws);
-        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not computed",
-                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        if (ws.work_cap && ws.queue_depth < ws.capacity)
+            snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u pushes, %llu of "
+                     "%llu multiply-adds queued, queue_work; this push %llu); not computed",
+                     ws.name ? ws.name : "cpu", ws.queue_depth,
+                     (unsigned long long)ws.queued_work, (unsigned long long)ws.work_cap,
+                     (unsigned long long)u->job.work);
+        else
+            snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not "
+                     "computed", ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
         refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
         push_free(u);
         return;
