@@ -5,7 +5,8 @@
  * Commands: ack (who and when kept on the raise), resolve (a RESOLVED transition with the uid),
  * silence (kept with who, and the silenced key's next transitions not sent to subscribers).
  * /metrics counts each run's active and unacknowledged alerts. A restart restores only what is
- * still live. Every wait is for a condition, with a generous deadline. */
+ * still live. The retention runs in the background while pushes are stored. Every wait is for a
+ * condition, with a generous deadline. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -505,6 +506,54 @@ START_TEST(test_restart_restores_only_live)
 }
 END_TEST
 
+/* ---- retention ------------------------------------------------------------------------------ */
+
+static Attnstat__Envelope *store_status(dh_conn *c)
+{
+    Attnstat__Envelope *st = dh_status(c);
+    ck_assert_msg(st->status_reply->store != NULL, "no StoreStatus in the StatusReply");
+    return st;
+}
+
+/* The retention runs in the background on the store thread: with one exact step and an age limit
+ * of under a second, older steps are packed and then downsampled (StoreStatus counts them), while
+ * pushes go on being stored and acknowledged. */
+START_TEST(test_retention_in_background)
+{
+    dh_rng rng = dh_rng_new("life_retention");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--retain-exact-steps", "1", "--retain-interval-ms", "10", "--retain-days",
+             "0.00001", "--retain-bucket-steps", "2", (const char *)NULL);
+    trainer t;
+    trainer_start(&t, &d, "kept", "life_kept");
+    for (int step = 0; step < 12; step++)
+        trainer_push(&rng, &t, step, 0);
+    Attnstat__Envelope *st = store_status(&t.c);
+    int64_t age = st->status_reply->store->retain_ms; /* 0.00001 days */
+    ck_assert_msg(age >= 863 && age <= 864, "retain_ms %lld", (long long)age);
+    ck_assert_str_eq(st->status_reply->store->durability, "normal");
+    attnstat__envelope__free_unpacked(st, NULL);
+    int64_t deadline = dh_now_ms() + 60000;
+    uint64_t compacted = 0, downsampled = 0;
+    int step = 12;
+    while (dh_now_ms() < deadline && (compacted == 0 || downsampled == 0)) {
+        trainer_push(&rng, &t, step++, 0); /* ingest goes on meanwhile */
+        st = store_status(&t.c);
+        compacted = st->status_reply->store->compacted;
+        downsampled = st->status_reply->store->downsampled;
+        attnstat__envelope__free_unpacked(st, NULL);
+        dh_sleep_ms(100);
+    }
+    ck_assert_msg(compacted > 0 && downsampled > 0, "after 60 s: %llu compacted, %llu downsampled",
+                  (unsigned long long)compacted, (unsigned long long)downsampled);
+    trainer_end(&t);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *life_suite(void)
 {
     Suite *s = suite_create("daemon_life");
@@ -516,6 +565,7 @@ static Suite *life_suite(void)
     tcase_add_test(tc, test_idle_ends_and_push_resumes);
     tcase_add_test(tc, test_commands_and_metrics);
     tcase_add_test(tc, test_restart_restores_only_live);
+    tcase_add_test(tc, test_retention_in_background);
     suite_add_tcase(s, tc);
     return s;
 }
