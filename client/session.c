@@ -15,6 +15,7 @@
 
 #include "client_internal.h"
 #include "conn.h"
+#include "envelope.h"
 #include "hostring.h"
 #include "link.h"
 #include "local.h"
@@ -88,6 +89,12 @@ void attnstat_close(attnstat_client *c)
     if (!c)
         return;
     local_free(c); /* waits for the local computations: they read the caller's memory */
+    if (c->hello_done && c->link == LINK_UP && c->fd >= 0 && !c->closed) {
+        /* The run ends here (its alerts are resolved): said without waiting, before the close. */
+        Attnstat__Goodbye g;
+        Attnstat__Envelope env;
+        conn_send(c, envelope_goodbye(&env, &g), 0);
+    }
     conn_shutdown(c);
     hostring_free(c);
     replies_forget_status(c);

@@ -116,6 +116,7 @@ const char *attnstat_state_name(int32_t state)
     switch (state) {
     case ATTNSTAT_ALERT_RAISED: return "raised";
     case ATTNSTAT_ALERT_CLEARED: return "cleared";
+    case ATTNSTAT_ALERT_RESOLVED: return "resolved";
     }
     return "unknown";
 }

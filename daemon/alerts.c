@@ -176,6 +176,10 @@ int alerts_config_format(const alerts_config *c, char *buf, size_t n)
 
 int alerts_format(const alerts_transition *t, char *buf, size_t n)
 {
+    if (t->state == ALERTS_RESOLVED)
+        return snprintf(buf, n, "%s resolved: run %" PRId64 " layer %" PRId32 " head %" PRId32
+                        " (raised at step %" PRId64 ")", alerts_rule_name(t->rule), t->run_id,
+                        t->layer, t->head, t->step);
     const char *what = "value", *cmp = "?";
     int raised = t->state == ALERTS_RAISED;
     switch (t->rule) {
@@ -618,6 +622,23 @@ alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, in
     return ALERTS_OK;
 }
 
+int alerts_resolve(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
+                   alerts_rule rule, int64_t step)
+{
+    if (!e || run_id <= 0 || rule < ALERTS_ENTROPY_FLOOR || rule > ALERTS_NONFINITE || !e->cap)
+        return 0;
+    head_state *s = probe(e, run_id, layer, head);
+    if (s->run_id == 0)
+        return 0;
+    rule_state *r = &s->r[rule - 1];
+    if (!r->raised || r->raise.step != step)
+        return 0;
+    r->raised = 0;
+    r->bad = 0;
+    r->good = 0;
+    return 1;
+}
+
 size_t alerts_active(const alerts_engine *e, int64_t run_id, alerts_transition *out, size_t max)
 {
     size_t n = 0;
@@ -657,7 +678,7 @@ static void remove_slot(alerts_engine *e, size_t i)
     e->count--;
 }
 
-void alerts_forget_run(alerts_engine *e, int64_t run_id)
+void alerts_forget_heads(alerts_engine *e, int64_t run_id)
 {
     if (!e || run_id <= 0)
         return;
@@ -667,6 +688,14 @@ void alerts_forget_run(alerts_engine *e, int64_t run_id)
         else
             i++;
     }
+    e->last_run = 0;
+}
+
+void alerts_forget_run(alerts_engine *e, int64_t run_id)
+{
+    if (!e || run_id <= 0)
+        return;
+    alerts_forget_heads(e, run_id);
     for (size_t i = 0; i < e->nruns; i++) {
         if (e->runs[i].run_id == run_id) {
             e->runs[i] = e->runs[--e->nruns];

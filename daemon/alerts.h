@@ -21,6 +21,8 @@
  *                  value = nonfinite_rows, threshold = 0.
  * Hysteresis: a rule raises after raise_after consecutive bad samples and clears after
  * clear_after consecutive good ones; one transition per edge, never repeated while the state holds.
+ * An alert also ends when its run ends or an operator resolves it (ALERTS_RESOLVED): the engine
+ * does not judge that, the feed does (alerts_forget_run(), alerts_resolve()).
  * Samples that say nothing: a sample with rows == 0 (no counted row: its means are NaN) changes
  * nothing for the entropy and logit rules; for NONFINITE it is bad when nonfinite_rows > 0 (a head
  * whose every row was non-finite) and changes nothing otherwise. A rule whose value is NaN (e.g.
@@ -246,6 +248,13 @@ int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head
 alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
                              alerts_rule rule, int64_t step, double value, double threshold);
 
+/* An operator resolved the alert of (run_id, layer, head, rule) that was raised at step: when it
+ * is raised now by that step, it is no longer raised and its streaks start again (a head still
+ * bad raises again after raise_after samples). 1 when it was, else 0 (it cleared meanwhile, or was
+ * raised again at another step: nothing changes). */
+int alerts_resolve(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
+                   alerts_rule rule, int64_t step);
+
 /* The alerts raised now, of one run (run_id > 0) or all (run_id == 0): writes up to max of them
  * to out (in no particular order; each as its raising transition) and returns how many there are.
  * out may be NULL when max == 0. */
@@ -254,6 +263,9 @@ size_t alerts_active(const alerts_engine *e, int64_t run_id, alerts_transition *
 /* Drop every state and the overrides of a run (it ended). Raised alerts are dropped without a
  * transition: the caller records the end of the run if it wants to. Never allocates. */
 void alerts_forget_run(alerts_engine *e, int64_t run_id);
+/* The same but the run's own thresholds stay: a run that ended for idleness, whose client is
+ * still connected and may push again. */
+void alerts_forget_heads(alerts_engine *e, int64_t run_id);
 
 /* Number of (run, layer, head) states kept. */
 size_t alerts_heads(const alerts_engine *e);

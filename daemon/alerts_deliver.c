@@ -77,7 +77,7 @@ static void run_exec(alerts_deliver *d, const feed_alert *a)
         LOG_WARN("alerts", "alert_exec skipped: %u commands still running", d->children);
         return;
     }
-    char vars[8][320];
+    char vars[9][320];
     snprintf(vars[0], sizeof vars[0], "ATTNSTAT_RUN=%s", a->run);
     snprintf(vars[1], sizeof vars[1], "ATTNSTAT_LAYER=%d", a->t.layer);
     snprintf(vars[2], sizeof vars[2], "ATTNSTAT_HEAD=%d", a->t.head);
@@ -86,10 +86,11 @@ static void run_exec(alerts_deliver *d, const feed_alert *a)
     snprintf(vars[5], sizeof vars[5], "ATTNSTAT_STATE=%s", alerts_state_name(a->t.state));
     snprintf(vars[6], sizeof vars[6], "ATTNSTAT_VALUE=%.17g", a->t.value);
     snprintf(vars[7], sizeof vars[7], "ATTNSTAT_THRESHOLD=%.17g", a->t.threshold);
+    snprintf(vars[8], sizeof vars[8], "ATTNSTAT_REASON=%s", a->reason);
     size_t nenv = 0;
     while (environ && environ[nenv])
         nenv++;
-    char **env = malloc((nenv + 9) * sizeof *env);
+    char **env = malloc((nenv + 10) * sizeof *env);
     exec_child *ch = calloc(1, sizeof *ch);
     if (!env || !ch) {
         free(env);
@@ -102,7 +103,7 @@ static void run_exec(alerts_deliver *d, const feed_alert *a)
     for (size_t i = 0; i < nenv; i++)
         if (strncmp(environ[i], "ATTNSTAT_", 9) != 0)
             env[k++] = environ[i];
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         env[k++] = vars[i];
     env[k] = NULL;
     char *args[] = {"/bin/sh", "-c", (char *)cmd, NULL};
@@ -139,7 +140,14 @@ static void run_exec(alerts_deliver *d, const feed_alert *a)
 void alerts_deliver_one(void *data, const feed_alert *a)
 {
     alerts_deliver *d = data;
-    counters_inc(d->cnt, a->t.state == ALERTS_RAISED ? CNT_ALERTS_RAISED : CNT_ALERTS_CLEARED);
+    counters_inc(d->cnt, a->t.state == ALERTS_RAISED    ? CNT_ALERTS_RAISED
+                         : a->t.state == ALERTS_CLEARED ? CNT_ALERTS_CLEARED
+                                                        : CNT_ALERTS_RESOLVED);
+    if (a->silenced) {
+        LOG_INFO("alerts", "run '%s': %s (silenced: not sent to watchers or alert_exec)", a->run,
+                 a->message);
+        return;
+    }
     LOG_WARN("alerts", "run '%s': %s", a->run, a->message);
     Attnstat__Alert al;
     Attnstat__Envelope env;
@@ -158,6 +166,7 @@ void alerts_deliver_one(void *data, const feed_alert *a)
     al.has_time_ms = 1;
     al.time_ms = a->time_ms;
     al.message = a->message[0] ? (char *)a->message : NULL;
+    al.reason = a->reason[0] ? (char *)a->reason : NULL;
     clients_broadcast(d->reg, &env, CLIENTS_ALERTS);
     run_exec(d, a);
 }

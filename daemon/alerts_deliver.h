@@ -1,6 +1,7 @@
 /* alerts_deliver.h — where an alert transition goes once its batch is answered: the log (one warn
  * line), the counters, every client subscribed to alerts (Alert), and --alert-exec (a shell
- * command with the alert in ATTNSTAT_* environment variables). Stage: alert delivery, the last of
+ * command with the alert in ATTNSTAT_* environment variables). A silenced transition (an
+ * operator's silence holds its key) goes to the log (info) and the counters only. Stage: alert delivery, the last of
  * the flow (the alert feed's sink); calls alerts (names), clients, proto/ (envelope), counters
  * and log. Loop thread only. */
 #ifndef ATTNSTAT_ALERTS_DELIVER_H

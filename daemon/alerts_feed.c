@@ -1,8 +1,15 @@
-/* alerts_feed.c — the alert engine between the store and delivery (see alerts_feed.h). Stage:
- * alerts feed; calls alerts, the store, counters, util and log, and its sink. */
+/* alerts_feed.c — the alert engine between the store and delivery, and the life of an alert (see
+ * alerts_feed.h). Stage: alerts feed; calls alerts, runs, the store (reads at start-up, writes
+ * through the storer), counters, util and log, and its sink.
+ *
+ * Besides the engine: `events`, the transitions to record and deliver; `marks`, the active alerts
+ * an operator acknowledged (key and raising step); `silences`, the keys whose transitions are not
+ * sent on (until a time, or until the run ends). Both lists are short (what operators did) and
+ * searched linearly. Recording copies the transitions into one storer op per batch. */
 #include "alerts_feed.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,16 +17,102 @@
 #include "log.h"
 #include "util.h"
 
+typedef struct {
+    int64_t run_id;
+    int32_t layer, head;
+    alerts_rule rule;
+    int64_t step;            /* marks: the step that raised it */
+    int64_t until_ms;        /* silences: 0 until the run ends */
+} feed_key;
+
+typedef struct {
+    feed_key *v;
+    size_t n, cap;
+} key_list;
+
 struct alerts_feed {
     const cfg *cfg;
-    store *db;
+    store *db;               /* start-up only */
+    storer *st;
+    runs *reg;
     counters *cnt;
     alerts_engine *engine;
     alerts_feed_sink sink;
     void *data;
-    feed_alert *events;      /* transitions of the last batch, until delivered */
+    feed_alert *events;      /* transitions to record and deliver */
     size_t nevents, capevents;
+    key_list marks, silences;
 };
+
+/* ---- small lists ---------------------------------------------------------------------------- */
+
+static int same_key(const feed_key *k, int64_t run, int32_t layer, int32_t head, alerts_rule rule)
+{
+    return k->run_id == run && k->layer == layer && k->head == head && k->rule == rule;
+}
+
+static feed_key *key_find(key_list *l, int64_t run, int32_t layer, int32_t head, alerts_rule rule)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (same_key(&l->v[i], run, layer, head, rule))
+            return &l->v[i];
+    return NULL;
+}
+
+static int key_put(key_list *l, feed_key k)
+{
+    feed_key *old = key_find(l, k.run_id, k.layer, k.head, k.rule);
+    if (old) {
+        *old = k;
+        return 0;
+    }
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        feed_key *nv = realloc(l->v, ncap * sizeof *nv);
+        if (!nv)
+            return -1;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    l->v[l->n++] = k;
+    return 0;
+}
+
+static void key_drop(key_list *l, size_t i)
+{
+    l->v[i] = l->v[--l->n];
+}
+
+/* Silences whose time is past go. */
+static void silences_expire(alerts_feed *f, int64_t now_ms)
+{
+    for (size_t i = 0; i < f->silences.n;)
+        if (f->silences.v[i].until_ms && f->silences.v[i].until_ms <= now_ms)
+            key_drop(&f->silences, i);
+        else
+            i++;
+}
+
+static int silenced(alerts_feed *f, const alerts_transition *t, int64_t now_ms)
+{
+    silences_expire(f, now_ms);
+    return key_find(&f->silences, t->run_id, t->layer, t->head, t->rule) != NULL;
+}
+
+static feed_alert *new_event(alerts_feed *f)
+{
+    if (f->nevents == f->capevents) {
+        size_t ncap = f->capevents ? f->capevents * 2 : 16;
+        feed_alert *ne = realloc(f->events, ncap * sizeof *ne);
+        if (!ne)
+            return NULL;
+        f->events = ne;
+        f->capevents = ncap;
+    }
+    feed_alert *a = &f->events[f->nevents++];
+    memset(a, 0, sizeof *a);
+    return a;
+}
 
 /* ---- thresholds ----------------------------------------------------------------------------- */
 
@@ -91,11 +184,17 @@ uint32_t alerts_feed_active(const alerts_feed *f)
     return (uint32_t)alerts_active(f->engine, 0, NULL, 0);
 }
 
+static int run_is_live(const alerts_feed *f, int64_t run_id)
+{
+    const run_entry *e = f->reg ? runs_get(f->reg, run_id) : NULL;
+    return !f->reg || (e && (e->state == RUN_LIVE || e->state == RUN_ORPHAN));
+}
+
 /* ---- start-up: the engine takes back what the store says is raised -------------------------- */
 
 typedef struct {
-    alerts_engine *e;
-    size_t runs, alerts, skipped;
+    alerts_feed *f;
+    size_t runs, alerts, skipped, ended;
 } restore_ctx;
 
 /* A run's thresholds as alerts_feed_check() wrote them (alerts_config_format(), then
@@ -105,7 +204,7 @@ static int restore_run_cb(void *ctx, const store_run *run)
     restore_ctx *rc = ctx;
     alerts_overrides o;
     memset(&o, 0, sizeof o);
-    if (!run->thresholds ||
+    if (run->ended_ms || !run->thresholds ||
         sscanf(run->thresholds,
                "{\"entropy_floor\":%lf,\"entropy_drop\":%lf,\"ema_alpha\":%lf,\"ema_warmup\":%" SCNu32
                ",\"logit_ceiling\":%lf,\"raise_after\":%" SCNu32 ",\"clear_after\":%" SCNu32,
@@ -115,22 +214,49 @@ static int restore_run_cb(void *ctx, const store_run *run)
     o.has_entropy_floor = o.has_entropy_drop = o.has_ema_alpha = o.has_ema_warmup = 1;
     o.has_logit_ceiling = o.has_raise_after = o.has_clear_after = 1;
     char aerr[256];
-    if (alerts_set_run(rc->e, run->id, &o, aerr, sizeof aerr) == ALERTS_OK)
+    if (alerts_set_run(rc->f->engine, run->id, &o, aerr, sizeof aerr) == ALERTS_OK)
         rc->runs++;
     else
         LOG_WARN("alerts", "run %lld: stored thresholds not restored: %s", (long long)run->id, aerr);
     return 0;
 }
 
+/* An active alert of a run that ended while no daemon saw it: resolved now ("ended"). */
+static void resolve_stale(restore_ctx *rc, const store_alert *a, alerts_rule rule)
+{
+    feed_alert *e = new_event(rc->f);
+    if (!e)
+        return;
+    const run_entry *r = rc->f->reg ? runs_get(rc->f->reg, a->run_id) : NULL;
+    e->t = (alerts_transition){.run_id = a->run_id, .layer = a->layer, .head = a->head,
+                               .step = a->step, .rule = rule, .state = ALERTS_RESOLVED,
+                               .value = NAN, .threshold = NAN};
+    snprintf(e->run, sizeof e->run, "%s", r ? r->name : "?");
+    e->rank = r ? r->rank : 0;
+    e->time_ms = (int64_t)util_wall_ms();
+    snprintf(e->reason, sizeof e->reason, "ended");
+    alerts_format(&e->t, e->message, sizeof e->message);
+    rc->ended++;
+}
+
 static int restore_alert_cb(void *ctx, const store_alert *a)
 {
     restore_ctx *rc = ctx;
     alerts_rule rule = alerts_rule_from_name(a->rule ? a->rule : "");
-    alerts_status st = rule ? alerts_restore(rc->e, a->run_id, a->layer, a->head, rule, a->step,
-                                             a->value, a->threshold)
+    if (rule && !run_is_live(rc->f, a->run_id)) {
+        resolve_stale(rc, a, rule);
+        return 0;
+    }
+    alerts_status st = rule ? alerts_restore(rc->f->engine, a->run_id, a->layer, a->head, rule,
+                                             a->step, a->value, a->threshold)
                             : ALERTS_EINVAL;
     if (st == ALERTS_OK) {
         rc->alerts++;
+        if (a->acked) {
+            feed_key k = {a->run_id, a->layer, a->head, rule, a->step, 0};
+            if (key_put(&rc->f->marks, k) != 0)
+                LOG_WARN("alerts", "out of memory restoring an acknowledgement");
+        }
     } else {
         rc->skipped++;
         LOG_WARN("alerts", "active alert %s of run %lld layer %d head %d not restored (%s): it "
@@ -142,26 +268,40 @@ static int restore_alert_cb(void *ctx, const store_alert *a)
     return 0;
 }
 
-/* The alerts the store has raised (and not cleared) go back into the engine, so that good samples
+static int restore_silence_cb(void *ctx, const store_silence *s)
+{
+    restore_ctx *rc = ctx;
+    alerts_rule rule = alerts_rule_from_name(s->rule);
+    feed_key k = {s->run_id, s->layer, s->head, rule, 0, s->until_ms};
+    if (rule && run_is_live(rc->f, s->run_id) && key_put(&rc->f->silences, k) != 0)
+        LOG_WARN("alerts", "out of memory restoring a silence");
+    return 0;
+}
+
+/* The alerts the store has raised (and not ended) go back into the engine, so that good samples
  * after a restart clear them. A failure to read is logged: the daemon runs on without them. */
 static void restore(alerts_feed *f)
 {
     if (!f->db)
         return;
-    restore_ctx rc = {.e = f->engine};
+    restore_ctx rc = {.f = f};
     store_error se = {0, ""};
     if (store_list_runs(f->db, restore_run_cb, &rc, &se) != STORE_OK)
         LOG_WARN("alerts", "reading the runs' thresholds: %s", se.msg);
     se.msg[0] = '\0';
     if (store_alerts(f->db, 0, 1, restore_alert_cb, &rc, &se) != STORE_OK)
         LOG_WARN("alerts", "reading the active alerts: %s (they are not restored)", se.msg);
-    if (rc.alerts || rc.skipped)
-        LOG_INFO("alerts", "restored %zu active alert%s from the store (%zu not restored)",
-                 rc.alerts, rc.alerts == 1 ? "" : "s", rc.skipped);
+    se.msg[0] = '\0';
+    if (store_silences(f->db, 0, 0, restore_silence_cb, &rc, &se) != STORE_OK)
+        LOG_WARN("alerts", "reading the silences: %s (they are not restored)", se.msg);
+    if (rc.alerts || rc.skipped || rc.ended)
+        LOG_INFO("alerts", "restored %zu active alert%s of live runs from the store (%zu not "
+                 "restored; %zu of runs that ended are resolved)", rc.alerts,
+                 rc.alerts == 1 ? "" : "s", rc.skipped, rc.ended);
 }
 
-alerts_feed *alerts_feed_new(const cfg *c, store *db, counters *cnt, alerts_feed_sink sink,
-                             void *data, char *err, size_t errlen)
+alerts_feed *alerts_feed_new(const cfg *c, store *db, runs *reg, counters *cnt,
+                             alerts_feed_sink sink, void *data, char *err, size_t errlen)
 {
     alerts_feed *f = calloc(1, sizeof *f);
     if (!f) {
@@ -170,6 +310,7 @@ alerts_feed *alerts_feed_new(const cfg *c, store *db, counters *cnt, alerts_feed
     }
     f->cfg = c;
     f->db = db;
+    f->reg = reg;
     f->cnt = cnt;
     f->sink = sink;
     f->data = data;
@@ -198,13 +339,122 @@ void alerts_feed_free(alerts_feed *f)
         return;
     alerts_free(f->engine);
     free(f->events);
+    free(f->marks.v);
+    free(f->silences.v);
     free(f);
+}
+
+/* ---- recording ------------------------------------------------------------------------------ */
+
+typedef struct {
+    storer_op op;
+    alerts_feed *f;
+    size_t n;
+    size_t skipped;          /* rows the store refused alone (their run was deleted) */
+    feed_alert rows[];
+} record_op;
+
+/* Store thread: every row into the open transaction. */
+static store_status record_run(void *db, storer_op *op, store_error *err)
+{
+    record_op *r = (record_op *)op;
+    for (size_t i = 0; i < r->n; i++) {
+        const feed_alert *e = &r->rows[i];
+        if (e->recorded)
+            continue; /* an operator's resolve: in the store already */
+        store_alert sa = {
+            .run_id = e->t.run_id,
+            .layer = e->t.layer,
+            .head = e->t.head,
+            .step = e->t.step,
+            .rule = alerts_rule_name(e->t.rule),
+            .state = e->t.state == ALERTS_RAISED    ? STORE_ALERT_RAISED
+                     : e->t.state == ALERTS_CLEARED ? STORE_ALERT_CLEARED
+                                                    : STORE_ALERT_RESOLVED,
+            .value = e->t.value,
+            .threshold = e->t.threshold,
+            .time_ms = e->time_ms,
+            .message = e->message,
+            .reason = e->reason[0] ? e->reason : NULL,
+            .has_uid = e->has_uid,
+            .uid = e->uid,
+        };
+        store_status st = store_add_alert(db, &sa, err);
+        if (st == STORE_EINVAL || st == STORE_NOTFOUND)
+            r->skipped++;
+        else if (st != STORE_OK)
+            return st;
+    }
+    return STORE_OK;
+}
+
+/* Loop thread: the rows are in the table (or could not be): now they are delivered, in order. */
+static void record_done(storer_op *op)
+{
+    record_op *r = (record_op *)op;
+    if (op->status != STORE_OK)
+        LOG_ERROR("store", "%zu alert transitions not recorded in the alerts table (they are "
+                  "still delivered): %s", r->n, op->err.msg);
+    else if (r->skipped)
+        LOG_WARN("store", "%zu of %zu alert transitions not recorded: their run is gone (%s)",
+                 r->skipped, r->n, op->err.msg);
+    for (size_t i = 0; i < r->n; i++)
+        r->f->sink(r->f->data, &r->rows[i]);
+    free(r);
+}
+
+/* The kept transitions go to the store thread, in one op, and are delivered once recorded: a
+ * watcher that sees an alert finds it in the alerts table. Without a store thread (or memory for
+ * the op) they are delivered now. */
+static void record(alerts_feed *f)
+{
+    if (f->nevents == 0)
+        return;
+    record_op *r = f->st ? malloc(sizeof *r + f->nevents * sizeof r->rows[0]) : NULL;
+    if (!r) {
+        if (f->st) {
+            counters_store_error(f->cnt, "out of memory recording alert transitions");
+            LOG_ERROR("store", "out of memory: %zu alert transitions not recorded (they are still "
+                      "delivered)", f->nevents);
+        }
+        for (size_t i = 0; i < f->nevents; i++)
+            f->sink(f->data, &f->events[i]);
+        f->nevents = 0;
+        return;
+    }
+    memset(&r->op, 0, sizeof r->op);
+    r->op.mode = STORER_BATCHED;
+    r->op.run = record_run;
+    r->op.done = record_done;
+    r->f = f;
+    r->n = f->nevents;
+    r->skipped = 0;
+    memcpy(r->rows, f->events, f->nevents * sizeof r->rows[0]);
+    f->nevents = 0;
+    storer_submit(f->st, &r->op);
+}
+
+void alerts_feed_start(alerts_feed *f, storer *st)
+{
+    f->st = st;
+    f->db = NULL; /* the store thread owns the handle from now on */
+    alerts_feed_deliver(f);
 }
 
 /* ---- a batch -------------------------------------------------------------------------------- */
 
+/* The marks of an alert that ended go. */
+static void ended(alerts_feed *f, const alerts_transition *t)
+{
+    for (size_t i = 0; i < f->marks.n; i++)
+        if (same_key(&f->marks.v[i], t->run_id, t->layer, t->head, t->rule)) {
+            key_drop(&f->marks, i);
+            return;
+        }
+}
+
 /* Feeds every head of it to the engine; keeps the transitions. -1 on no memory. */
-static int observe(alerts_feed *f, const batch_item *it)
+static int observe(alerts_feed *f, const batch_item *it, int64_t now_ms)
 {
     int rc = 0;
     for (int32_t h = 0; h < it->nheads; h++) {
@@ -234,72 +484,165 @@ static int observe(alerts_feed *f, const batch_item *it)
             continue;
         }
         for (int i = 0; i < k; i++) {
-            if (f->nevents == f->capevents) {
-                size_t ncap = f->capevents ? f->capevents * 2 : 16;
-                feed_alert *ne = realloc(f->events, ncap * sizeof *ne);
-                if (!ne)
-                    return -1;
-                f->events = ne;
-                f->capevents = ncap;
-            }
-            feed_alert *a = &f->events[f->nevents++];
+            feed_alert *a = new_event(f);
+            if (!a)
+                return -1;
             a->t = tr[i];
             snprintf(a->run, sizeof a->run, "%s", it->run);
             a->rank = it->rank;
             a->time_ms = it->time_ms;
+            if (tr[i].state == ALERTS_CLEARED) {
+                snprintf(a->reason, sizeof a->reason, "samples");
+                ended(f, &tr[i]);
+            }
+            a->silenced = silenced(f, &tr[i], now_ms);
             alerts_format(&tr[i], a->message, sizeof a->message);
         }
     }
     return rc;
 }
 
-/* The kept transitions into the alerts table, in a transaction of their own. */
-static void record(alerts_feed *f)
-{
-    if (!f->db)
-        return;
-    store_error se = {0, ""};
-    int failed = 0;
-    for (size_t i = 0; i < f->nevents && !failed; i++) {
-        const feed_alert *e = &f->events[i];
-        store_alert sa = {
-            .run_id = e->t.run_id,
-            .layer = e->t.layer,
-            .head = e->t.head,
-            .step = e->t.step,
-            .rule = alerts_rule_name(e->t.rule),
-            .state = e->t.state == ALERTS_RAISED ? STORE_ALERT_RAISED : STORE_ALERT_CLEARED,
-            .value = e->t.value,
-            .threshold = e->t.threshold,
-            .time_ms = e->time_ms,
-            .message = e->message,
-        };
-        failed = store_add_alert(f->db, &sa, &se) != STORE_OK;
-    }
-    if (!failed && f->nevents > 0 && store_commit(f->db, &se) != STORE_OK)
-        failed = 1;
-    if (failed) {
-        store_rollback(f->db);
-        counters_inc(f->cnt, CNT_COMMIT_FAILURES);
-        counters_store_error(f->cnt, se.msg);
-        LOG_ERROR("store", "%zu alert transitions not recorded in the alerts table (they are "
-                  "still delivered): %s", f->nevents, se.msg);
-    }
-}
-
 void alerts_feed_batch(alerts_feed *f, batch_item *const *items, const Attnstat__Code *codes,
                        size_t n)
 {
+    int64_t now_ms = (int64_t)util_wall_ms();
     for (size_t i = 0; i < n; i++)
-        if (codes[i] == ATTNSTAT__CODE__OK && observe(f, items[i]) != 0)
+        if (codes[i] == ATTNSTAT__CODE__OK && run_is_live(f, items[i]->run_id) &&
+            observe(f, items[i], now_ms) != 0)
             LOG_ERROR("alerts", "alert engine: out of memory; alerts of this batch may be missing");
-    record(f);
 }
 
 void alerts_feed_deliver(alerts_feed *f)
 {
-    /* The sink may not add transitions (it only delivers), but it is handed a stable array. */
-    for (size_t i = 0; i < f->nevents; i++)
-        f->sink(f->data, &f->events[i]);
-    f->nevents = 0;
+    record(f); /* the sink runs once they are recorded */
+}
+
+/* ---- the end of a run, operators' marks ---------------------------------------------------- */
+
+uint32_t alerts_feed_end_run(alerts_feed *f, const run_entry *e, const char *reason)
+{
+    size_t n = alerts_active(f->engine, e->id, NULL, 0);
+    alerts_transition *act = n ? calloc(n, sizeof *act) : NULL;
+    if (n && !act) {
+        LOG_ERROR("alerts", "out of memory resolving the alerts of run '%s'", e->name);
+        n = 0;
+    }
+    n = act ? alerts_active(f->engine, e->id, act, n) : 0;
+    int64_t now_ms = (int64_t)util_wall_ms();
+    uint32_t done = 0;
+    for (size_t i = 0; i < n; i++) {
+        feed_alert *a = new_event(f);
+        if (!a)
+            break;
+        a->t = act[i];
+        a->t.state = ALERTS_RESOLVED;
+        a->t.value = NAN;
+        a->t.threshold = NAN;
+        a->t.streak = 0;
+        snprintf(a->run, sizeof a->run, "%s", e->name);
+        a->rank = e->rank;
+        a->time_ms = now_ms;
+        snprintf(a->reason, sizeof a->reason, "%s", reason);
+        a->silenced = silenced(f, &a->t, now_ms);
+        alerts_format(&a->t, a->message, sizeof a->message);
+        size_t ml = strlen(a->message);
+        snprintf(a->message + ml, sizeof a->message - ml, ": the run ended (%s)", reason);
+        done++;
+    }
+    free(act);
+    if (e->conns > 0)
+        alerts_forget_heads(f->engine, e->id); /* idle, still connected: its thresholds stay */
+    else
+        alerts_forget_run(f->engine, e->id);
+    for (size_t i = 0; i < f->marks.n;)
+        if (f->marks.v[i].run_id == e->id)
+            key_drop(&f->marks, i);
+        else
+            i++;
+    for (size_t i = 0; i < f->silences.n;)
+        if (f->silences.v[i].run_id == e->id && f->silences.v[i].until_ms == 0)
+            key_drop(&f->silences, i);
+        else
+            i++;
+    record(f);
+    return done;
+}
+
+void alerts_feed_mark(alerts_feed *f, feed_mark what, const store_alert *a, uint32_t uid,
+                      int64_t until_ms, const char *run, int32_t rank)
+{
+    alerts_rule rule = alerts_rule_from_name(a->rule ? a->rule : "");
+    if (!rule)
+        return;
+    feed_key k = {a->run_id, a->layer, a->head, rule, a->step, until_ms};
+    if (what == FEED_ACK) {
+        if (key_put(&f->marks, k) != 0)
+            LOG_ERROR("alerts", "out of memory keeping an acknowledgement");
+        return;
+    }
+    if (what == FEED_SILENCE) {
+        if (key_put(&f->silences, k) != 0)
+            LOG_ERROR("alerts", "out of memory keeping a silence");
+        return;
+    }
+    /* FEED_RESOLVE: the row is in the store; the engine lets the alert go, it is delivered. */
+    if (!alerts_resolve(f->engine, a->run_id, a->layer, a->head, rule, a->step))
+        return; /* it ended meanwhile, or raised again at another step */
+    alerts_transition t = {.run_id = a->run_id, .layer = a->layer, .head = a->head,
+                           .step = a->step, .rule = rule, .state = ALERTS_RESOLVED,
+                           .value = NAN, .threshold = NAN};
+    ended(f, &t);
+    feed_alert *e = new_event(f);
+    if (!e)
+        return;
+    int64_t now_ms = (int64_t)util_wall_ms();
+    e->t = t;
+    snprintf(e->run, sizeof e->run, "%s", run);
+    e->rank = rank;
+    e->time_ms = now_ms;
+    snprintf(e->reason, sizeof e->reason, "operator");
+    e->has_uid = 1;
+    e->uid = uid;
+    e->recorded = 1;
+    e->silenced = silenced(f, &t, now_ms);
+    alerts_format(&t, e->message, sizeof e->message);
+    size_t ml = strlen(e->message);
+    snprintf(e->message + ml, sizeof e->message - ml, " by uid %u", (unsigned)uid);
+}
+
+/* ---- counts for the metrics ----------------------------------------------------------------- */
+
+static int by_run(const void *a, const void *b)
+{
+    int64_t x = ((const alerts_transition *)a)->run_id, y = ((const alerts_transition *)b)->run_id;
+    return x < y ? -1 : x > y;
+}
+
+void alerts_feed_counts(alerts_feed *f, void (*fn)(void *ctx, int64_t run_id, uint32_t active,
+                                                    uint32_t unacked),
+                        void *ctx)
+{
+    size_t n = alerts_active(f->engine, 0, NULL, 0);
+    if (!n)
+        return;
+    alerts_transition *act = calloc(n, sizeof *act);
+    if (!act)
+        return;
+    n = alerts_active(f->engine, 0, act, n);
+    qsort(act, n, sizeof *act, by_run);
+    int64_t now_ms = (int64_t)util_wall_ms();
+    silences_expire(f, now_ms);
+    for (size_t i = 0; i < n;) {
+        int64_t run = act[i].run_id;
+        uint32_t active = 0, unacked = 0;
+        for (; i < n && act[i].run_id == run; i++) {
+            const feed_key *m = key_find(&f->marks, run, act[i].layer, act[i].head, act[i].rule);
+            int acked = m && m->step == act[i].step;
+            active++;
+            unacked += !acked &&
+                       !key_find(&f->silences, run, act[i].layer, act[i].head, act[i].rule);
+        }
+        fn(ctx, run, active, unacked);
+    }
+    free(act);
 }

@@ -1,5 +1,9 @@
-/* batch.c — one store transaction per batch of computed pushes, then their answers (see batch.h).
- * Stage: batch; calls the store (through batch_store), counters, util and log, and its hooks. */
+/* batch.c — computed pushes through the store thread, then their answers (see batch.h). Stage:
+ * batch; calls the storer, the store (batch_add_samples, on the store thread), counters, util and
+ * log, and its hooks.
+ *
+ * An item's op is its own (batch_item.op): the op's done (loop thread) appends the item to the
+ * list of finished ones; batch_drained() hands that list to the hooks and empties it. */
 #include "batch.h"
 
 #include <stdio.h>
@@ -10,57 +14,33 @@
 #include "util.h"
 
 struct batch {
-    uv_timer_t timer;
-    uint64_t commit_ms;
-    batch_store st;
+    storer *st;
+    batch_add_fn add;
     batch_hooks hooks;
     void *data;
     counters *cnt;
-    int timer_armed;
-    int closing;
-    uint32_t n;
-    batch_item *items[BATCH_MAX];
+    uint32_t pending;        /* added, not answered */
+    batch_item **fin;        /* finished, not yet handed to the hooks */
+    Attnstat__Code *codes;
+    size_t nfin, capfin;
 };
 
-static store_status sqlite_add(void *db, const batch_item *it, store_error *err)
+store_status batch_add_samples(void *db, const batch_item *it, store_error *err)
 {
     return store_add_samples_at(db, it->run_id, it->step, it->layer, it->head_base, it->heads,
                                 it->nheads, it->time_ms, err);
 }
 
-static store_status sqlite_commit(void *db, store_error *err)
-{
-    return store_commit(db, err);
-}
-
-static void sqlite_rollback(void *db)
-{
-    store_rollback(db);
-}
-
-batch_store batch_store_of(store *db)
-{
-    batch_store st = {db, sqlite_add, sqlite_commit, sqlite_rollback};
-    return st;
-}
-
-batch *batch_new(uv_loop_t *loop, uint64_t commit_ms, const batch_store *st,
-                 const batch_hooks *hooks, void *data, counters *cnt, char *err, size_t errlen)
+batch *batch_new(storer *st, batch_add_fn add, const batch_hooks *hooks, void *data,
+                 counters *cnt, char *err, size_t errlen)
 {
     batch *b = calloc(1, sizeof *b);
     if (!b) {
         util_err(err, errlen, "out of memory");
         return NULL;
     }
-    int rc = uv_timer_init(loop, &b->timer);
-    if (rc != 0) {
-        util_err(err, errlen, "uv_timer_init: %s", uv_strerror(rc));
-        free(b);
-        return NULL;
-    }
-    b->timer.data = b;
-    b->commit_ms = commit_ms;
-    b->st = *st;
+    b->st = st;
+    b->add = add;
     b->hooks = *hooks;
     b->data = data;
     b->cnt = cnt;
@@ -69,112 +49,112 @@ batch *batch_new(uv_loop_t *loop, uint64_t commit_ms, const batch_store *st,
 
 uint32_t batch_pending(const batch *b)
 {
-    return b->n;
+    return b->pending;
 }
 
-void batch_flush(batch *b)
+/* Store thread: the item into the open transaction. */
+static store_status item_run(void *db, storer_op *op, store_error *err)
 {
-    if (b->timer_armed) {
-        uv_timer_stop(&b->timer);
-        b->timer_armed = 0;
-    }
-    if (b->n == 0)
-        return;
-    uint32_t n = b->n;
-    b->n = 0; /* this flush works on its own copy: the hooks may start the next batch */
-    batch_item *items[BATCH_MAX];
-    Attnstat__Code codes[BATCH_MAX];
-    char msgs[BATCH_MAX][256];   /* why an item the store refused alone was not stored */
-    memcpy(items, b->items, n * sizeof items[0]);
-
-    store_error se = {0, ""};
-    int failed = 0;
-    char failmsg[600] = "";
-    uint64_t rows = 0;
-    uint64_t t0 = util_mono_ns();
-
-    /* 1. The samples, in one transaction. */
-    for (uint32_t i = 0; i < n && !failed; i++) {
-        codes[i] = ATTNSTAT__CODE__OK;
-        msgs[i][0] = '\0';
-        store_status st = b->st.add(b->st.db, items[i], &se);
-        if (st == STORE_EINVAL || st == STORE_NOTFOUND) {
-            /* Refused before anything was written: the batch is intact, only this push fails. */
-            codes[i] = ATTNSTAT__CODE__INTERNAL;
-            snprintf(msgs[i], sizeof msgs[i], "not stored: %.240s", se.msg);
-            LOG_ERROR("store", "push %llu of run '%s' not stored: %s",
-                      (unsigned long long)items[i]->seq, items[i]->run, se.msg);
-            continue;
-        }
-        if (st != STORE_OK) {
-            failed = 1;
-            snprintf(failmsg, sizeof failmsg, "not stored: %s", se.msg);
-            break;
-        }
-        rows += (uint64_t)items[i]->nheads;
-    }
-    if (!failed && b->st.commit(b->st.db, &se) != STORE_OK) {
-        failed = 1;
-        snprintf(failmsg, sizeof failmsg, "not stored: commit failed: %s", se.msg);
-    }
-    if (failed) {
-        b->st.rollback(b->st.db);
-        counters_inc(b->cnt, CNT_COMMIT_FAILURES);
-        counters_store_error(b->cnt, failmsg);
-        LOG_ERROR("store", "batch of %u pushes rolled back: %s", n, failmsg);
-    } else {
-        counters_inc(b->cnt, CNT_COMMITS);
-        counters_add(b->cnt, CNT_SAMPLES_STORED, rows);
-        LOG_DEBUG("store", "committed %u pushes (%llu rows) in %.2f ms", n, (unsigned long long)rows,
-                  (double)(util_mono_ns() - t0) / 1e6);
-    }
-
-    /* 2. Only samples that are stored go on. */
-    if (!failed && b->hooks.stored)
-        b->hooks.stored(b->data, items, codes, n);
-    /* 3. One answer per item. */
-    for (uint32_t i = 0; i < n; i++) {
-        if (failed)
-            b->hooks.answer(b->data, items[i], ATTNSTAT__CODE__INTERNAL, failmsg);
-        else
-            b->hooks.answer(b->data, items[i], codes[i], msgs[i]);
-    }
-    /* 4. */
-    if (b->hooks.done)
-        b->hooks.done(b->data);
+    batch_item *it = (batch_item *)op; /* op is the item's first member */
+    batch *b = op->data;
+    return b->add(db, it, err);
 }
 
-static void timer_cb(uv_timer_t *t)
+/* Loop thread: the item is committed (or not); it waits for batch_drained(). */
+static void item_done(storer_op *op)
 {
-    batch *b = t->data;
-    b->timer_armed = 0;
-    batch_flush(b);
+    batch_item *it = (batch_item *)op;
+    batch *b = op->data;
+    if (b->nfin == b->capfin) {
+        size_t ncap = b->capfin ? b->capfin * 2 : 256;
+        batch_item **nf = realloc(b->fin, ncap * sizeof *nf);
+        Attnstat__Code *nc = nf ? realloc(b->codes, ncap * sizeof *nc) : NULL;
+        if (nf)
+            b->fin = nf;
+        if (!nf || !nc) {
+            /* No room to wait: answered now, alone (the alert feed does not see it). */
+            LOG_ERROR("store", "out of memory: push %llu of run '%s' answered without its alerts",
+                      (unsigned long long)it->seq, it->run);
+            b->pending--;
+            b->hooks.answer(b->data, it, op->status == STORE_OK ? ATTNSTAT__CODE__OK
+                                                                : ATTNSTAT__CODE__INTERNAL,
+                            op->status == STORE_OK ? "" : "not stored: out of memory");
+            return;
+        }
+        b->codes = nc;
+        b->capfin = ncap;
+    }
+    b->fin[b->nfin] = it;
+    b->codes[b->nfin] = op->status == STORE_OK ? ATTNSTAT__CODE__OK : ATTNSTAT__CODE__INTERNAL;
+    b->nfin++;
 }
 
 void batch_add(batch *b, batch_item *it)
 {
-    b->items[b->n++] = it;
-    if (b->n >= BATCH_MAX || b->closing) {
-        batch_flush(b);
-    } else if (!b->timer_armed) {
-        int rc = uv_timer_start(&b->timer, timer_cb, b->commit_ms, 0);
-        if (rc != 0) {
-            LOG_ERROR("store", "cannot arm the commit timer (%s): committing now", uv_strerror(rc));
-            batch_flush(b);
-        } else {
-            b->timer_armed = 1;
+    it->op.mode = STORER_BATCHED;
+    it->op.run = item_run;
+    it->op.done = item_done;
+    it->op.data = b;
+    b->pending++;
+    storer_submit(b->st, &it->op);
+}
+
+void batch_drained(batch *b)
+{
+    storer_counts sc;
+    memset(&sc, 0, sizeof sc);
+    storer_take(b->st, &sc);
+    counters_add(b->cnt, CNT_COMMITS, sc.commits);
+    if (sc.rollbacks) {
+        counters_add(b->cnt, CNT_COMMIT_FAILURES, sc.rollbacks);
+        counters_store_error(b->cnt, sc.last_error);
+        LOG_ERROR("store", "%llu transaction%s rolled back: %s", (unsigned long long)sc.rollbacks,
+                  sc.rollbacks == 1 ? "" : "s", sc.last_error);
+    }
+    if (b->nfin == 0)
+        return;
+    /* This turn works on its own copy: the hooks may add items, finished in a later turn. */
+    size_t n = b->nfin;
+    batch_item **items = b->fin;
+    Attnstat__Code *codes = b->codes;
+    b->fin = NULL;
+    b->codes = NULL;
+    b->nfin = b->capfin = 0;
+    uint64_t rows = 0;
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (codes[i] == ATTNSTAT__CODE__OK) {
+            rows += (uint64_t)items[i]->nheads;
+            ok++;
+        } else if (items[i]->op.status == STORE_EINVAL || items[i]->op.status == STORE_NOTFOUND) {
+            LOG_ERROR("store", "push %llu of run '%s' not stored: %s",
+                      (unsigned long long)items[i]->seq, items[i]->run, items[i]->op.err.msg);
         }
     }
+    counters_add(b->cnt, CNT_SAMPLES_STORED, rows);
+    if (ok && b->hooks.stored)
+        b->hooks.stored(b->data, items, codes, n);
+    for (size_t i = 0; i < n; i++) {
+        char msg[600] = "";
+        if (codes[i] != ATTNSTAT__CODE__OK)
+            snprintf(msg, sizeof msg, "not stored: %s", items[i]->op.err.msg);
+        b->pending--;
+        b->hooks.answer(b->data, items[i], codes[i], msg);
+    }
+    free(items);
+    free(codes);
+    if (b->hooks.done)
+        b->hooks.done(b->data);
 }
 
-static void batch_closed(uv_handle_t *h)
+void batch_free(batch *b)
 {
-    free(h->data);
-}
-
-void batch_close(batch *b)
-{
-    b->closing = 1;
-    batch_flush(b);
-    uv_close((uv_handle_t *)&b->timer, batch_closed);
+    if (!b)
+        return;
+    if (b->pending)
+        LOG_ERROR("store", "%u pushes were never answered (the batch was freed before the store "
+                  "thread finished)", b->pending);
+    free(b->fin);
+    free(b->codes);
+    free(b);
 }

@@ -55,14 +55,55 @@ static const cfg_entry cfg_table[] = {
      "registered buffers and events per connection", 0, NULL},
     {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
      "largest registered buffer in bytes", 0, NULL},
-    {"queue_depth", CFG_U64, F(queue_depth), "64", 1, 1 << 20,
-     "pushes queued or computing per worker; a push finding it full is dropped", 0, NULL},
+    {"queue_depth", CFG_U64, F(queue_depth), "4096", 1, 1 << 20,
+     "pushes queued or computing per worker at most (a bound on memory); a push finding it full "
+     "is dropped", 0, NULL},
+    {"queue_work", CFG_U64, F(queue_work), "4294967296", 1, 1125899906842624.0,
+     "work queued or computing per CPU worker, in multiply-adds (batch x heads x sampled rows x "
+     "keys x head_dim of each push; about 1-2 s of one core by default): a push that would pass "
+     "it is dropped (one is always taken when the queue is empty), so the queue holds many tiny "
+     "pushes or a few big ones", 0, NULL},
     {"client_inflight", CFG_U64, F(client_inflight), "32", 1, 1 << 20,
      "pushes queued or computing per connection; more are dropped (fairness between clients)", 0, NULL},
     {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,
      "unsent bytes per connection before results/alerts to it are dropped and reading pauses", 0, NULL},
     {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,
-     "longest time finished results wait to be committed together in one transaction", 0, NULL},
+     "the store thread commits as soon as no result waits (a lone push is stored at once); while "
+     "results keep coming, a transaction is committed at least this often (0: only when none "
+     "waits, or 4096 are in it)", 0, NULL},
+    {"durability", CFG_CHOICE, F(durability), "normal", 0, 0,
+     "normal: an acknowledged sample survives a crash of attnstatd (kill -9, OOM), not always a "
+     "power loss or a kernel crash (SQLite synchronous=NORMAL: no fsync per commit); full: it "
+     "survives those too (one fsync per commit, synchronous=FULL)", 0, "normal|full"},
+    {"cpu_workers", CFG_U64, F(cpu_workers), "0", 0, 32,
+     "threads computing host pushes (each layer of a run always on the same one); 0: one per CPU "
+     "this process may run on", 0, NULL},
+    {"retain_days", CFG_DBL, F(retain_days), "0", 0, 36500,
+     "full resolution for samples younger than this many days (fractions allowed); older ones "
+     "are downsampled into buckets of retain_bucket_steps steps keeping min/mean/max (steps that "
+     "raised or cleared an alert keep theirs); 0: no age limit. A run's own: attnstat retention",
+     1, NULL},
+    {"retain_bytes", CFG_U64, F(retain_bytes), "0", 0, 1e18,
+     "while the database's bytes in use exceed this, its oldest data is downsampled (the newest "
+     "steps of every run are never touched); 0: no size limit", 1, NULL},
+    {"retain_exact_steps", CFG_U64, F(retain_exact_steps), "64", 1, 1000000,
+     "steps behind each run's latest kept exactly as pushed; older ones are packed (about 22 "
+     "bytes a sample)", 1, NULL},
+    {"retain_bucket_steps", CFG_U64, F(retain_bucket_steps), "100", 2, 1000000000,
+     "steps merged into one downsampled bucket", 1, NULL},
+    {"retain_budget", CFG_U64, F(retain_budget), "4096", 64, 10000000,
+     "samples one retention step touches, about: it holds the write lock that long (a few ms), "
+     "between the store thread's commits", 1, NULL},
+    {"retain_interval_ms", CFG_U64, F(retain_interval_ms), "2000", 10, 3600000,
+     "a retention step at least this often while it has nothing to do (it runs without pause "
+     "while it has, whenever the store thread is idle)", 1, NULL},
+    {"run_grace_ms", CFG_U64, F(run_grace_ms), "60000", 0, 86400000,
+     "a run whose client disconnected without Goodbye (or that had not ended when attnstatd "
+     "started) ends this long after, unless a client says its Hello again (libattnstat "
+     "reconnects by itself); its active alerts are then resolved", 1, NULL},
+    {"run_idle_ms", CFG_U64, F(run_idle_ms), "3600000", 0, 31536000000.0,
+     "a run with a client connected but no push stored for this long ends (its alerts are "
+     "resolved; its next push resumes it); 0: never", 1, NULL},
     {"max_push_work", CFG_U64, F(max_push_work), "17179869184", 1, 1125899906842624.0,
      "largest push of host tensors (the CPU worker): batch x heads x sampled rows x keys x head_dim multiply-adds", 0, NULL},
     {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,

@@ -40,9 +40,20 @@ typedef struct {
     uint64_t max_buffers;   /* registered buffers + events per client */
     uint64_t max_buffer_bytes;
     uint64_t queue_depth;   /* per worker: queued + running pushes */
+    uint64_t queue_work;    /* per CPU worker: their multiply-adds */
     uint64_t client_inflight; /* per client: pushes queued or computing */
     uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
-    uint64_t commit_ms;     /* longest wait to batch results into one transaction */
+    uint64_t commit_ms;     /* longest a transaction stays open while results keep coming */
+    char *durability;       /* normal or full (synchronous=NORMAL / FULL) */
+    uint64_t cpu_workers;   /* CPU compute threads; 0: one per CPU of the machine */
+    double retain_days;     /* full resolution for samples younger than this; 0: no age limit */
+    uint64_t retain_bytes;  /* the database's bytes in use at most (older data downsampled); 0: none */
+    uint64_t retain_exact_steps;  /* steps behind a run's latest kept in the exact tier */
+    uint64_t retain_bucket_steps; /* a downsampled bucket's window, in steps */
+    uint64_t retain_budget; /* samples one retention step touches, about */
+    uint64_t retain_interval_ms; /* a retention step at least this often when there is nothing to do */
+    uint64_t run_grace_ms;  /* a run whose client went away without Goodbye ends after this */
+    uint64_t run_idle_ms;   /* a run with no push stored for this long ends (0: never) */
     uint64_t max_push_work; /* B * Hq * sampled rows * Nk * D multiply-adds per push (CPU) */
     uint64_t max_push_work_gpu; /* the same for pushes of device tensors (GPU workers) */
     uint64_t metrics_port;  /* Prometheus text on metrics_bind:port; 0 = off */

@@ -26,6 +26,9 @@
       "Store operations that failed: batches and alert records rolled back, runs not recorded.")  \
     X(ALERTS_RAISED, "alerts_raised_total", "Alert raises.")                                      \
     X(ALERTS_CLEARED, "alerts_cleared_total", "Alert clears.")                                    \
+    X(ALERTS_RESOLVED, "alerts_resolved_total",                                                    \
+      "Alerts resolved: their run ended, or an operator resolved them.")                           \
+    X(RUNS_ENDED, "runs_ended_total", "Runs that ended (Goodbye, disconnected, idle, deleted).")   \
     X(MESSAGES_DROPPED, "messages_dropped_total", "Results/alerts not sent to slow subscribers.") \
     X(CONNS_ACCEPTED, "connections_total", "Connections accepted.")                               \
     X(CONNS_REFUSED, "connections_refused_total", "Connections refused.")                         \

@@ -1,7 +1,8 @@
-/* devices.c — the worker pool, its CPU worker and the GPU workers (see devices.h). Stage: beside
+/* devices.c — the worker pool, its CPU workers and the GPU workers (see devices.h). Stage: beside
  * the flow; calls worker, gpu_worker and log. */
 #include "devices.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
@@ -12,7 +13,8 @@
 struct devices {
     const cfg *cfg;
     worker_pool *pool;
-    worker *cpu;
+    worker *cpu[DEVICES_MAX_CPU];
+    int ncpu;
     gpu_devinfo gpus[GPU_MAX_LOCAL]; /* local devices, found at start-up */
     int ngpus;
     char gpu_why[256];               /* why there are none */
@@ -35,12 +37,32 @@ devices *devices_new(uv_loop_t *loop, const cfg *c, worker_done_fn done, void *d
         free(d);
         return NULL;
     }
-    d->cpu = worker_pool_add(d->pool, "cpu", (uint32_t)c->queue_depth, NULL, NULL, err, errlen);
-    if (!d->cpu) {
-        worker_pool_close(d->pool); /* the pool frees itself in its close callback */
-        free(d);
-        return NULL;
+    int ncpu = (int)c->cpu_workers;
+    if (ncpu == 0) {
+        cpu_set_t set;
+        ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
     }
+    if (ncpu < 1)
+        ncpu = 1;
+    if (ncpu > DEVICES_MAX_CPU)
+        ncpu = DEVICES_MAX_CPU;
+    for (int i = 0; i < ncpu; i++) {
+        char name[16];
+        if (i == 0)
+            snprintf(name, sizeof name, "cpu");
+        else
+            snprintf(name, sizeof name, "cpu%d", i);
+        d->cpu[i] = worker_pool_add(d->pool, name, (uint32_t)c->queue_depth, NULL, NULL, err, errlen);
+        if (!d->cpu[i]) {
+            worker_pool_close(d->pool); /* the pool frees itself (and its workers) in its close callback */
+            free(d);
+            return NULL;
+        }
+        worker_set_work_cap(d->cpu[i], c->queue_work);
+        d->ncpu++;
+    }
+    LOG_INFO("server", "%d CPU worker%s (cpu_workers %s)", d->ncpu, d->ncpu == 1 ? "" : "s",
+             c->cpu_workers ? "set" : "0: one per CPU");
     d->ngpus = gpu_enumerate(d->gpus, GPU_MAX_LOCAL, d->gpu_why, sizeof d->gpu_why);
     if (d->ngpus == 0)
         LOG_INFO("gpu", "no GPU workers: %s; CUDA_IPC buffers are refused (host tensors work)",
@@ -56,9 +78,16 @@ worker_pool *devices_pool(devices *d)
     return d->pool;
 }
 
-worker *devices_cpu(devices *d)
+worker *devices_cpu(devices *d, int64_t run_id, uint32_t layer)
 {
-    return d->cpu;
+    uint64_t h = (uint64_t)run_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)layer * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    return d->cpu[h % (uint64_t)d->ncpu];
+}
+
+int devices_ncpu(const devices *d)
+{
+    return d->ncpu;
 }
 
 int devices_count(const devices *d)

@@ -1,4 +1,4 @@
-/* devices.h — where pushes are computed: the worker pool with its CPU worker, and the local GPUs
+/* devices.h — where pushes are computed: the worker pool with its CPU workers, and the local GPUs
  * (found at start-up), each with a worker started when a client first names the device. Stage:
  * beside the flow (the push picks its worker here; the loop owns it); calls worker, gpu_worker and
  * log. Loop thread only. */
@@ -20,8 +20,15 @@ typedef struct devices devices;
 devices *devices_new(uv_loop_t *loop, const cfg *c, worker_done_fn done, void *data, char *err,
                      size_t errlen);
 
+#define DEVICES_MAX_CPU 32 /* CPU workers at most */
+
 worker_pool *devices_pool(devices *d);
-worker *devices_cpu(devices *d);
+/* The CPU worker of a push of (run_id, layer): one of the pool's cpu_workers threads (one per CPU
+ * this process may run on by default), always the same for a (run, layer), so that a layer's steps
+ * are computed, stored and alerted on in order while other layers and runs use the other cores. */
+worker *devices_cpu(devices *d, int64_t run_id, uint32_t layer);
+/* How many CPU workers there are. */
+int devices_ncpu(const devices *d);
 
 /* Local GPUs usable by the kernels: how many, each one's description, and why there are none. */
 int devices_count(const devices *d);

@@ -7,20 +7,27 @@
  *   conn    -> session_handle(): each decoded message of an admitted client
  *   session -> push_receive() -> worker queue (push.h: the object that carries a push)
  *   worker  -> loop (the pool's done callback): push_computed() (Release), then batch_add()
- *   batch   -> loop (hooks): stored -> alerts_feed_batch() and headtab_observe() (the per-head
- *              metrics); answer -> push_answer() (Ack, and the Result to subscribers); done ->
- *              alerts_feed_deliver() -> on_alert: headtab_alert(), alerts_deliver_one()
+ *   batch   -> the store thread (storer.h: every write of the daemon, group commit; its idle work
+ *              is the retention step, retain.h) -> loop (the storer's drained hook: batch_drained)
+ *   batch   -> loop (hooks): stored -> life_touch() (the run is active), alerts_feed_batch() and
+ *              headtab_observe() (the per-head metrics); answer -> push_answer() (Ack, and the
+ *              Result to subscribers); done -> alerts_feed_deliver() -> (once recorded) on_alert:
+ *              headtab_alert(), alerts_deliver_one()
+ *   conn closed -> life_detach() (the run waits run_grace_ms for its client, or ends at once after
+ *              a Goodbye); the tick -> life_check() (runs whose time has come end: alerts resolved)
  * A push's path, as push.h draws it: conn -> session -> push (validate, buffers) -> worker ->
  * batch -> store -> alerts feed -> alert delivery, the Release and the Ack sent by the push's own
  * steps at the hops above.
  *
- * Start-up: the database (its directory, its lock, its mode, the store, the check: dbfile.h), the
- * stages, then the socket. SIGHUP: the settings read again (on_hup).
+ * Start-up: the database (its directory, its lock, its mode, the store, the check: dbfile.h, the
+ * runs: runs.h), the stages (the alert feed restores from the store on this thread before the store
+ * thread starts and owns the handle), then the socket. SIGHUP: the settings read again (on_hup).
  *
  * Shutdown (SIGINT/SIGTERM): stop accepting and reading; wait for queued pushes to finish, be
  * committed and acknowledged; shut each connection down after its writes drain (or after a grace
- * period); then stop the workers and close every handle in its close callback. uv_run() then
- * returns because nothing is left, and the loop closes cleanly.
+ * period); then stop the workers and the store thread (it commits what it holds) and close every
+ * handle in its close callback. uv_run() then returns because nothing is left, and the loop closes
+ * cleanly. Runs are not ended by a shutdown: their clients reconnect to the next daemon.
  *
  * The service manager (notify.h) is told READY=1 once every stage serves and STOPPING=1 when the
  * shutdown begins. */
@@ -47,15 +54,19 @@
 #include "dbfile.h"
 #include "devices.h"
 #include "headtab.h"
+#include "life.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
+#include "metrics_runs.h"
 #include "names.h"
-#include "owners.h"
 #include "notify.h"
 #include "peer.h"
 #include "push.h"
+#include "retain.h"
+#include "runs.h"
 #include "session.h"
+#include "storer.h"
 #include "store_read.h"
 #include "store_write.h"
 #include "util.h"
@@ -71,6 +82,7 @@ typedef struct {
     uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t grace_timer;  /* bounds the shutdown */
     uv_timer_t tick;         /* once a second: housekeeping */
+    uv_timer_t life_timer;   /* a run to end at once (its last connection said Goodbye) */
     int handles;             /* the signals and timers were initialised */
     stage_ctx x;                   /* what the stages share */
     listener *lis;
@@ -97,6 +109,13 @@ static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
         session_handle(&d->x, e->p, env);
 }
 
+/* A run whose last connection said Goodbye ends now, outside of that connection's callbacks. */
+static void on_life_timer(uv_timer_t *t)
+{
+    attnstatd *d = t->data;
+    life_check(&d->x);
+}
+
 /* Half-closed with pushes in flight: kept open until they are answered (maybe_finish). */
 static int on_eof(void *data, conn *c)
 {
@@ -110,6 +129,9 @@ static void on_close(void *data, conn *c)
     clients_entry *e = data;
     attnstatd *d = e->owner;
     (void)c;
+    if (e->p && e->p->hello && life_detach(&d->x, e->p->run_id, e->p->goodbye) && d->handles &&
+        !d->torn_down)
+        uv_timer_start(&d->life_timer, on_life_timer, 0, 0); /* after this callback */
     if (e->p) {
         peer_detach(e->p);
         e->p = NULL;
@@ -166,8 +188,10 @@ static void on_job_done(void *data, worker_job *job)
         maybe_finish(d);
         return;
     }
-    if (d->bat)
+    if (d->bat) {
+        life_before_push(&d->x, push_item(u)->run_id);
         batch_add(d->bat, push_item(u));
+    }
     else
         push_answer(u, ATTNSTAT__CODE__INTERNAL, "not stored: the daemon is stopping", NULL, NULL);
 }
@@ -175,6 +199,10 @@ static void on_job_done(void *data, worker_job *job)
 static void on_stored(void *data, batch_item *const *items, const Attnstat__Code *codes, size_t n)
 {
     attnstatd *d = data;
+    int64_t last = 0;
+    for (size_t i = 0; i < n; i++)
+        if (codes[i] == ATTNSTAT__CODE__OK && items[i]->run_id != last)
+            life_touch(&d->x, last = items[i]->run_id);
     alerts_feed_batch(d->x.feed, items, codes, n);
     if (!d->heads)
         return;
@@ -194,6 +222,13 @@ static void on_alert(void *data, const feed_alert *a)
         headtab_alert(d->heads, a->run, a->t.layer, a->t.head, (int)a->t.rule,
                       a->t.state == ALERTS_RAISED, (int64_t)util_wall_ms());
     alerts_deliver_one(d->out, a);
+}
+
+static void on_store_drained(void *data)
+{
+    attnstatd *d = data;
+    if (d->bat)
+        batch_drained(d->bat);
 }
 
 static void on_result(void *data, const Attnstat__Envelope *env)
@@ -230,6 +265,7 @@ static void render_metrics(void *data, metrics_buf *out)
     if (d->heads)
         headtab_render(d->heads, (headtab_mode)headtab_mode_from(d->cfg->metrics_heads),
                        (uint32_t)d->cfg->metrics_top, out);
+    metrics_render_runs(out, &d->x);
 }
 
 /* ---- shutdown ------------------------------------------------------------------------------- */
@@ -252,9 +288,11 @@ static void start_teardown(attnstatd *d)
     d->torn_down = 1;
     LOG_INFO("server", "stopping workers and closing");
     if (d->x.dev)
-        devices_close(d->x.dev); /* delivers whatever finished; the batch commits it */
+        devices_close(d->x.dev); /* delivers whatever finished; the batch hands it on */
+    if (d->x.st)
+        storer_close(d->x.st); /* commits and answers everything it holds */
     if (d->bat) {
-        batch_close(d->bat);
+        batch_free(d->bat);
         d->bat = NULL;
     }
     if (d->handles) {
@@ -263,6 +301,7 @@ static void start_teardown(attnstatd *d)
         close_handle((uv_handle_t *)&d->sig_hup);
         close_handle((uv_handle_t *)&d->grace_timer);
         close_handle((uv_handle_t *)&d->tick);
+        close_handle((uv_handle_t *)&d->life_timer);
     }
     metrics_http_stop(d->metrics_http);
     d->metrics_http = NULL;
@@ -281,10 +320,8 @@ static void maybe_finish(attnstatd *d)
     if (!d->draining_done) {
         if (worker_pool_busy(devices_pool(d->x.dev)) > 0)
             return;
-        if (d->bat && batch_pending(d->bat) > 0) {
-            batch_flush(d->bat); /* calls back here */
-            return;
-        }
+        if (d->bat && batch_pending(d->bat) > 0)
+            return; /* the store thread is at it: its answers call back here */
         d->draining_done = 1;
         LOG_INFO("server", "queued work finished and committed; closing %u connections",
                  clients_count(d->x.reg));
@@ -351,6 +388,8 @@ static void on_hup(uv_signal_t *h, int signum)
         log_set_level(d->cfg->log_level);
         if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
             LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
+        if (d->x.ret)
+            retain_set_policy(d->x.ret, d->cfg);
         LOG_INFO("config", "reload done: %d setting%s changed", n, n == 1 ? "" : "s");
     }
     if (notify_send("READY=1\nSTATUS=serving (settings reloaded)", nerr, sizeof nerr) < 0)
@@ -397,6 +436,7 @@ static void on_tick(uv_timer_t *t)
         }
         conn_tick(e->c, now, c->frame_timeout_ms * 1000000ull);
     }
+    life_check(&d->x);
     if (d->heads && ++d->ticks % 10 == 0)
         headtab_expire(d->heads, (int64_t)util_wall_ms(), (int64_t)c->metrics_stale_s * 1000);
     log_flush();
@@ -501,19 +541,34 @@ static int start_stages(attnstatd *d)
         LOG_ERROR("server", "alerts: out of memory");
         return -1;
     }
-    d->x.feed = alerts_feed_new(c, d->x.db, d->x.cnt, on_alert, d, err, sizeof err);
+    /* The feed restores from the store on this thread, before the store thread owns the handle. */
+    d->x.feed = alerts_feed_new(c, d->x.db, d->x.runs, d->x.cnt, on_alert, d, err, sizeof err);
     if (!d->x.feed) {
         LOG_ERROR("server", "alerts: %s", err);
         return -1;
     }
+    d->x.ret = retain_new(d->x.db, c);
+    if (!d->x.ret) {
+        LOG_ERROR("server", "retention: out of memory");
+        return -1;
+    }
+    storer_db sdb = storer_db_of(d->x.db);
+    sdb.idle = retain_idle;
+    sdb.idle_ctx = d->x.ret;
+    storer_opts so = {c->commit_ms, 0, c->retain_interval_ms};
+    d->x.st = storer_new(d->loop, &sdb, &so, on_store_drained, d, err, sizeof err);
+    if (!d->x.st) {
+        LOG_ERROR("server", "store thread: %s", err);
+        return -1;
+    }
+    alerts_feed_start(d->x.feed, d->x.st);
     d->x.dev = devices_new(d->loop, c, on_job_done, d, err, sizeof err);
     if (!d->x.dev) {
         LOG_ERROR("server", "workers: %s", err);
         return -1;
     }
-    batch_store st = batch_store_of(d->x.db);
     batch_hooks hooks = {on_stored, on_answer, on_batch_done};
-    d->bat = batch_new(d->loop, c->commit_ms, &st, &hooks, d, d->x.cnt, err, sizeof err);
+    d->bat = batch_new(d->x.st, batch_add_samples, &hooks, d, d->x.cnt, err, sizeof err);
     if (!d->bat) {
         LOG_ERROR("server", "batch: %s", err);
         return -1;
@@ -532,9 +587,10 @@ static int start_serving(attnstatd *d)
     uv_signal_init(d->loop, &d->sig_hup);
     uv_timer_init(d->loop, &d->grace_timer);
     uv_timer_init(d->loop, &d->tick);
+    uv_timer_init(d->loop, &d->life_timer);
     d->handles = 1;
     d->sig_int.data = d->sig_term.data = d->sig_hup.data = d;
-    d->grace_timer.data = d->tick.data = d;
+    d->grace_timer.data = d->tick.data = d->life_timer.data = d;
     int rc;
     if ((rc = uv_signal_start(&d->sig_int, on_signal, SIGINT)) != 0 ||
         (rc = uv_signal_start(&d->sig_term, on_signal, SIGTERM)) != 0 ||
@@ -589,7 +645,9 @@ static int open_database(attnstatd *d)
         return -1;
     }
     store_error se = {0, ""};
-    d->x.db = store_open(c->db_path, 0, &se);
+    store_options so = STORE_OPTIONS_DEFAULT;
+    so.durability = strcmp(c->durability, "full") == 0 ? STORE_SYNC_FULL : STORE_SYNC_NORMAL;
+    d->x.db = store_open_ex(c->db_path, &so, &se);
     if (!d->x.db) {
         int primary = se.code & 0xff;
         if (primary == LOOP_SQLITE_CORRUPT || primary == LOOP_SQLITE_NOTADB)
@@ -601,13 +659,19 @@ static int open_database(attnstatd *d)
             LOG_ERROR("server", "cannot open the database %s: %s", c->db_path, se.msg);
         return -1;
     }
-    LOG_INFO("server", "database %s (schema version %d)", c->db_path, store_schema_version());
+    LOG_INFO("server", "database %s (schema version %d, durability %s: %s)", c->db_path,
+             store_schema_version(), c->durability,
+             so.durability == STORE_SYNC_FULL
+                 ? "an acknowledged sample survives a power loss; one fsync per commit"
+                 : "an acknowledged sample survives a crash of attnstatd, not always a power loss");
     if (dbfile_check(d->x.db, c->db_path, c->db_check, err, sizeof err) != 0) {
         LOG_ERROR("server", "%s", err);
         return -1;
     }
-    if (owners_load(d->x.own, d->x.db, err, sizeof err) != 0)
-        LOG_WARN("server", "%s: the first uid to say Hello with a run's name takes it", err);
+    if (runs_load(d->x.runs, d->x.db, util_mono_ns(), err, sizeof err) != 0) {
+        LOG_ERROR("server", "%s", err);
+        return -1;
+    }
     return 0;
 }
 
@@ -617,20 +681,20 @@ int loop_run(cfg *c)
     attnstatd *d = calloc(1, sizeof *d);
     counters *cnt = counters_new();
     clients *reg = clients_new();
-    owners *own = owners_new();
-    if (!d || !cnt || !reg || !own) {
+    runs *rs = runs_new();
+    if (!d || !cnt || !reg || !rs) {
         LOG_ERROR("server", "out of memory");
         free(d);
         counters_free(cnt);
         clients_free(reg);
-        owners_free(own);
+        runs_free(rs);
         return 1;
     }
     d->cfg = c;
     d->x.cfg = c;
     d->x.cnt = cnt;
     d->x.reg = reg;
-    d->x.own = own;
+    d->x.runs = rs;
     d->lock_fd = -1;
     dbfile_umask(c);
     raise_fd_limit(c);
@@ -696,6 +760,8 @@ out_teardown:
     start_teardown(d);
     uv_run(loopp, UV_RUN_DEFAULT);
 out_store:
+    storer_free(d->x.st);
+    retain_free(d->x.ret);
     alerts_feed_free(d->x.feed);
     headtab_free(d->heads);
     d->heads = NULL;
@@ -729,7 +795,7 @@ out_loop:
     dbfile_unlock(d->lock_fd);
 out_free:
     clients_free(reg);
-    owners_free(own);
+    runs_free(rs);
     counters_free(cnt);
     free(d);
     return exit_code;

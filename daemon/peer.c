@@ -70,6 +70,11 @@ void peer_subscribe(peer *p, int alerts, int results)
     p->sub_results = results;
 }
 
+void peer_goodbye(peer *p)
+{
+    p->goodbye = 1;
+}
+
 void peer_layout(peer *p, const store_layout *l)
 {
     p->has_layout = 1;

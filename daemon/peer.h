@@ -42,6 +42,7 @@ struct peer {
     int has_layout;          /* a ParallelLayout was accepted: its pushes get global numbers */
     store_layout layout;
     int sub_alerts, sub_results;
+    int goodbye;             /* it said Goodbye: its run ends when the connection closes */
     buffers *bufs;
     int gone;                /* the connection closed (read atomically by GPU workers) */
     uint32_t inflight;       /* pushes not yet acknowledged (holding a reference) */
@@ -64,6 +65,8 @@ void peer_detach(peer *p);
 void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
                 double collapse_threshold);
 void peer_subscribe(peer *p, int alerts, int results);
+/* It said Goodbye. */
+void peer_goodbye(peer *p);
 /* Its ParallelLayout was accepted (checked): the pushes received from now on get global numbers. */
 void peer_layout(peer *p, const store_layout *l);
 

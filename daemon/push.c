@@ -245,6 +245,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         return;
     }
     u->job.prob = u->plan.prob;
+    u->job.work = u->plan.work;
     u->job.heads = calloc((size_t)u->plan.prob.heads_q, sizeof(stats_head));
     if (!u->job.heads) {
         validate_plan_free(&u->plan);
@@ -264,7 +265,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     u->received_ns = util_mono_ns();
     u->time_ms = (int64_t)util_wall_ms();
     /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
-    worker *target = devices_cpu(x->dev);
+    worker *target = devices_cpu(x->dev, p->run_id, m->layer);
     if (u->plan.kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
         target = pin_device(u, m, &code, msg, sizeof msg);
         if (!target) {
@@ -279,8 +280,15 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     if (worker_submit(target, &u->job) != 0) {
         worker_stats ws;
         worker_stats_of(target, &ws);
-        snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not computed",
-                 ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
+        if (ws.work_cap && ws.queue_depth < ws.capacity)
+            snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u pushes, %llu of "
+                     "%llu multiply-adds queued, queue_work; this push %llu); not computed",
+                     ws.name ? ws.name : "cpu", ws.queue_depth,
+                     (unsigned long long)ws.queued_work, (unsigned long long)ws.work_cap,
+                     (unsigned long long)u->job.work);
+        else
+            snprintf(msg, sizeof msg, "dropped: the %s worker's queue is full (%u of %u); not "
+                     "computed", ws.name ? ws.name : "cpu", ws.queue_depth, ws.capacity);
         refuse(x, p, CNT_DROPPED, m->seq, ATTNSTAT__CODE__DROPPED, msg);
         push_free(u);
         return;
@@ -323,8 +331,9 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
         refuse(x, p, CNT_REJECTED, m->seq, ATTNSTAT__CODE__BAD_REQUEST, msg);
         return;
     }
-    /* Through the CPU worker's queue like any push, so that Acks keep their order and the
-     * client's in-flight count holds; the worker does nothing with it (precomputed). */
+    /* Through the CPU worker of its (run, layer) like any push, so that a layer's Acks keep their
+     * order and the client's in-flight count holds; the worker does nothing with it
+     * (precomputed). */
     stats_problem_init(&u->job.prob);
     u->job.prob.heads_q = (int32_t)m->n_heads;
     u->job.heads = heads;
@@ -340,7 +349,7 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
     u->want_results = m->want_results;
     u->received_ns = util_mono_ns();
     u->time_ms = (int64_t)util_wall_ms();
-    worker *target = devices_cpu(x->dev);
+    worker *target = devices_cpu(x->dev, p->run_id, m->layer);
     if (worker_submit(target, &u->job) != 0) {
         worker_stats ws;
         worker_stats_of(target, &ws);

@@ -1,9 +1,10 @@
 /* session.c — protocol dispatch (see session.h). Stage: session; calls peer, buffers, push,
- * status, the alert feed, devices, the store, validate, owners, json, counters, conn, envelope,
- * names, util and log. */
+ * status, command, the alert feed, devices, runs and life (a Hello's run), validate, json,
+ * counters, conn, envelope, names, util and log. */
 #include "session.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "alerts_feed.h"
@@ -16,9 +17,12 @@
 #include "json.h"
 #include "log.h"
 #include "names.h"
-#include "owners.h"
+#include "command.h"
+#include "life.h"
 #include "push.h"
+#include "runs.h"
 #include "status.h"
+#include "storer.h"
 #include "store_write.h"
 #include "util.h"
 #include "validate.h"
@@ -141,7 +145,8 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         }
     }
     uid_t owner;
-    if (owners_get(x->own, run, &owner) && owner != p->uid) {
+    int32_t rank = h->has_rank ? h->rank : 0;
+    if (runs_owner(x->runs, run, &owner) && owner != p->uid) {
         REPLY_ERROR(p, ATTNSTAT__CODE__PERMISSION, 0, 0,
                     "run '%s' belongs to uid %u, who started it; uid %u may not write into it: "
                     "choose another run name", run, (unsigned)owner, (unsigned)p->uid);
@@ -163,34 +168,38 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "thresholds: %s", aerr);
         return;
     }
-    if (owners_tag(thjson, sizeof thjson, p->uid) != 0) {
-        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the run's record does not fit");
+    run_entry *e = runs_find(x->runs, run, rank);
+    if (e && e->state == RUN_DELETING) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BUSY, 0, 0,
+                    "run '%s' rank %d is being deleted (attnstat delete-run): say Hello again "
+                    "once it is gone, or choose another run name", run, (int)rank);
         return;
+    }
+    if (!e && !(e = runs_add(x->runs, run, rank, p->uid))) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory registering the run");
+        return;
+    }
+    if (!e->has_owner) { /* recorded before owners were kept: the first uid takes it */
+        e->has_owner = 1;
+        e->owner = p->uid;
     }
     store_run_info info = {
         .name = run,
-        .rank = h->has_rank ? h->rank : 0,
+        .rank = rank,
         .host = host,
         .pid = h->has_pid ? h->pid : (p->c ? conn_pid(p->c) : 0),
-        .time_ms = 0,
+        .time_ms = (int64_t)util_wall_ms(),
         .config = config,
         .thresholds = thjson,
     };
-    int64_t run_id = 0;
-    store_error se = {0, ""};
-    store_status st = store_run_begin(x->db, &info, &run_id, &se);
-    if (st != STORE_OK) {
-        counters_store_error(x->cnt, se.msg);
-        LOG_ERROR("session", "client %llu: registering run '%s': %s", (unsigned long long)p->conn_id,
-                  run, se.msg);
-        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not register run '%s': %s",
-                    run, se.msg);
+    /* The run's record goes to the store thread, ahead of every push of this connection: the Hello
+     * is answered now, without waiting on the database. */
+    if (life_hello(x, e, &info) != 0) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory recording the run");
         return;
     }
-    if (owners_set(x->own, run, p->uid) != 0)
-        LOG_ERROR("session", "run '%s': out of memory recording its owner (uid %u)", run,
-                  (unsigned)p->uid);
-    peer_hello(p, run_id, run, info.rank, h->has_pid, h->pid, collapse);
+    int64_t run_id = e->id;
+    peer_hello(p, run_id, run, rank, h->has_pid, h->pid, collapse);
     if (alerts_feed_set_run(x->feed, run_id, h->thresholds, aerr, sizeof aerr) != 0)
         LOG_ERROR("session", "run %lld: thresholds refused by the alert engine: %s", (long long)run_id,
                   aerr);
@@ -215,8 +224,40 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
 
 /* ---- the parallel layout -------------------------------------------------------------------- */
 
-/* A ParallelLayout after Hello: checked, recorded with the run (durable before it applies), and
- * used for the pushes that follow (their global layer and head numbers). */
+/* The layout's record, on the store thread (store_run_set_layout commits it itself: an op run
+ * alone), ahead of every push that follows it on this connection. */
+typedef struct {
+    storer_op op;
+    const stage_ctx *x;
+    peer *p;
+    int64_t run_id;
+    store_layout l;
+} layout_op;
+
+static store_status layout_run(void *db, storer_op *op, store_error *err)
+{
+    layout_op *o = (layout_op *)op;
+    return store_run_set_layout(db, o->run_id, &o->l, err);
+}
+
+static void layout_done(storer_op *op)
+{
+    layout_op *o = (layout_op *)op;
+    peer *p = o->p;
+    if (op->status != STORE_OK) {
+        counters_store_error(o->x->cnt, op->err.msg);
+        LOG_ERROR("session", "client %llu: recording the layout of run '%s': %s",
+                  (unsigned long long)p->conn_id, p->run, op->err.msg);
+        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not record the layout of "
+                    "run '%s': %s", p->run, op->err.msg);
+    }
+    peer_unref(p);
+    free(o);
+}
+
+/* A ParallelLayout after Hello: checked, used for the pushes that follow (their global layer and
+ * head numbers), and recorded with the run by the store thread before any of them is stored (a
+ * failure to record it is answered with an Error). */
 static void on_layout(const stage_ctx *x, peer *p, const Attnstat__ParallelLayout *m)
 {
     if (!p->hello) {
@@ -238,14 +279,21 @@ static void on_layout(const stage_ctx *x, peer *p, const Attnstat__ParallelLayou
         reply_error(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, se.msg);
         return;
     }
-    if (store_run_set_layout(x->db, p->run_id, &l, &se) != STORE_OK) {
-        counters_store_error(x->cnt, se.msg);
-        LOG_ERROR("session", "client %llu: recording the layout of run '%s': %s",
-                  (unsigned long long)p->conn_id, p->run, se.msg);
-        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not record the layout of "
-                    "run '%s': %s", p->run, se.msg);
+    layout_op *o = calloc(1, sizeof *o);
+    if (!o) {
+        reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory recording the layout");
         return;
     }
+    o->op.mode = STORER_ALONE;
+    o->op.run = layout_run;
+    o->op.done = layout_done;
+    o->x = x;
+    o->p = p;
+    o->run_id = p->run_id;
+    o->l = l;
+    peer_ref(p);
+    life_before_push(x, p->run_id); /* the run's record first, if it was rolled back */
+    storer_submit(x->st, &o->op);
     peer_layout(p, &l);
     char heads[48];
     if (l.head_offset >= 0)
@@ -338,6 +386,17 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
         if (p->c)
             status_send(x, p->c);
         break;
+    case ATTNSTAT__ENVELOPE__MSG_GOODBYE:
+        if (p->hello) {
+            peer_goodbye(p);
+            LOG_INFO("session", "client %llu: goodbye from run '%s' (id %lld): it ends when this "
+                     "connection closes", (unsigned long long)p->conn_id, p->run,
+                     (long long)p->run_id);
+        }
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_COMMAND:
+        command_handle(x, p, env->command);
+        break;
     case ATTNSTAT__ENVELOPE__MSG_LAYOUT:
         on_layout(x, p, env->layout);
         break;
@@ -347,6 +406,7 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
     case ATTNSTAT__ENVELOPE__MSG_ALERT:
     case ATTNSTAT__ENVELOPE__MSG_RESULT:
     case ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY:
+    case ATTNSTAT__ENVELOPE__MSG_COMMAND_REPLY:
     case ATTNSTAT__ENVELOPE__MSG_ERROR:
         REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
                     "message type %d is sent by the daemon, not to it", (int)env->msg_case);

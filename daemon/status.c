@@ -1,5 +1,6 @@
 /* status.c — the StatusReply (see status.h). Stage: status; calls counters, devices (worker
- * statistics), clients, peer, conn, the alert feed and envelope. */
+ * statistics), clients, peer, conn, the alert feed, runs, the storer, the retention and
+ * envelope. */
 #include "status.h"
 
 #include <stdlib.h>
@@ -9,6 +10,9 @@
 #include "counters.h"
 #include "devices.h"
 #include "envelope.h"
+#include "retain.h"
+#include "runs.h"
+#include "storer.h"
 
 #define STATUS_MAX_WORKERS 16
 
@@ -43,6 +47,34 @@ void status_send(const stage_ctx *x, conn *to)
     r.has_push_rate = 1;
     r.push_rate = counters_push_rate(x->cnt);
     r.db_path = (char *)x->cfg->db_path;
+    r.has_runs_live = 1;
+    r.runs_live = runs_live(x->runs);
+    /* The store thread and the retention. */
+    Attnstat__StoreStatus ss;
+    attnstat__store_status__init(&ss);
+    ss.has_queued = 1;
+    ss.queued = x->st ? storer_pending(x->st) : 0;
+    ss.has_commits = 1;
+    ss.commits = counters_get(x->cnt, CNT_COMMITS);
+    ss.durability = (char *)x->cfg->durability;
+    if (x->ret) {
+        retain_stats rs;
+        retain_stats_get(x->ret, &rs);
+        ss.has_retain_ms = ss.has_retain_bytes = ss.has_retain_steps = ss.has_compacted = 1;
+        ss.has_downsampled = ss.has_used_bytes = ss.has_over_limit = ss.has_last_step_ms = 1;
+        ss.has_retain_busy_frac = 1;
+        ss.retain_ms = rs.retain_ms;
+        ss.retain_bytes = rs.retain_bytes;
+        ss.retain_steps = rs.steps;
+        ss.compacted = rs.compacted;
+        ss.downsampled = rs.downsampled;
+        ss.used_bytes = rs.used_bytes;
+        ss.over_limit = rs.over_limit != 0;
+        ss.last_step_ms = rs.last_lock_ms;
+        double up = counters_uptime_s(x->cnt);
+        ss.retain_busy_frac = up > 0 ? (double)rs.busy_ns / 1e9 / up : 0;
+    }
+    r.store = &ss;
     /* The pushes answered with another code than OK, by code, with each code's last message. */
     Attnstat__Rejection rej[COUNTERS_CODES], *rejp[COUNTERS_CODES];
     size_t nrej = 0;

@@ -55,6 +55,8 @@ struct worker {
     worker_job *head, *tail;
     worker_task *task_head, *task_tail;
     uint32_t depth;          /* queued + running */
+    uint64_t queued_work;    /* their work (multiply-adds) */
+    uint64_t work_cap;       /* 0: none */
     int stop;
     pthread_cond_t cond;
     uint64_t processed, dropped;
@@ -70,7 +72,7 @@ struct worker_pool {
     void *ctx;
     pthread_mutex_t lock;
     worker_job *done_head, *done_tail; /* under lock */
-    worker *workers[16];
+    worker *workers[64];     /* the CPU workers (DEVICES_MAX_CPU) and the GPUs' (GPU_MAX_LOCAL) */
     int nworkers;
     int closing;             /* no more jobs: queued ones are handed back uncomputed */
     int abandoned;           /* a stuck worker was left behind: no thread touches the loop */
@@ -183,6 +185,7 @@ static void hand_back(worker *w, worker_job *job)
     w->busy_ns[b] += job->done_ns - job->started_ns;
     w->processed++;
     w->depth--;
+    w->queued_work -= job->work;
     if (p->done_tail)
         p->done_tail->next = job;
     else
@@ -445,11 +448,19 @@ int worker_run_on(worker *w, void (*fn)(void *arg), void *arg)
     return 0;
 }
 
+void worker_set_work_cap(worker *w, uint64_t cap)
+{
+    pthread_mutex_lock(&w->pool->lock);
+    w->work_cap = cap;
+    pthread_mutex_unlock(&w->pool->lock);
+}
+
 int worker_submit(worker *w, worker_job *job)
 {
     worker_pool *p = w->pool;
     pthread_mutex_lock(&p->lock);
-    if (p->closing || w->depth >= w->capacity) {
+    if (p->closing || w->depth >= w->capacity ||
+        (w->work_cap && w->depth > 0 && w->queued_work + job->work > w->work_cap)) {
         w->dropped++;
         pthread_mutex_unlock(&p->lock);
         return -1;
@@ -463,6 +474,7 @@ int worker_submit(worker *w, worker_job *job)
         w->head = job;
     w->tail = job;
     w->depth++;
+    w->queued_work += job->work;
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&p->lock);
     return 0;
@@ -497,6 +509,8 @@ void worker_pool_stats(worker_pool *p, int i, worker_stats *out)
     out->name = w->name;
     out->queue_depth = w->depth;
     out->capacity = w->capacity;
+    out->queued_work = w->queued_work;
+    out->work_cap = w->work_cap;
     out->processed = w->processed;
     out->dropped = w->dropped;
     for (int b = 0; b < BUSY_BUCKETS; b++)

@@ -42,6 +42,7 @@ struct worker_job {
      * workers): the worker's finish function completes it later (worker_set_finish). */
     int pending;
     int precomputed;         /* heads already filled (a client's Computed): nothing to compute */
+    uint64_t work;           /* its weight in the queue, in multiply-adds (worker_set_work_cap) */
     /* Results. */
     stats_status status;
     int fail_code;           /* non-zero: the Ack code of a failure (else derived from status) */
@@ -65,6 +66,8 @@ typedef struct {
     const char *name;
     uint32_t queue_depth;    /* queued + running */
     uint32_t capacity;
+    uint64_t queued_work;    /* multiply-adds queued + running */
+    uint64_t work_cap;       /* 0: none */
     uint64_t processed;
     uint64_t dropped;
     double busy_frac;        /* share of the last minute spent computing (approximate) */
@@ -91,8 +94,13 @@ void worker_set_finish(worker *w, worker_finish_fn finish);
 /* Stats of one worker (the pool index of w is not needed). */
 void worker_stats_of(worker *w, worker_stats *out);
 
-/* Queues a job. Returns 0, or -1 when the worker's queue is full (the job is untouched; the
- * worker's drop counter goes up) or the pool is stopping. */
+/* Bounds w's queue by work too: a job is refused when the queue is not empty and the work queued
+ * (jobs' `work`, queued and running) plus its own would pass cap (0: no bound by work; the count,
+ * capacity, always holds). Loop thread, before the first submit. */
+void worker_set_work_cap(worker *w, uint64_t cap);
+
+/* Queues a job. Returns 0, or -1 when the worker's queue is full (capacity jobs, or its work cap:
+ * the job is untouched; the worker's drop counter goes up) or the pool is stopping. */
 int worker_submit(worker *w, worker_job *job);
 
 /* Jobs queued or running in every worker of the pool. */

@@ -474,16 +474,25 @@ static void bash_attnstat(FILE *f)
     fputs("    esac\n    compopt +o default 2>/dev/null\n    case $cmd in\n"
           "        '') COMPREPLY=($(compgen -W \"help",
           f);
+    /* A sub-command ("alerts ack") is offered as the second word of its command. */
     for (int i = 0; i < opt_ncommands; i++)
-        fprintf(f, " %s", opt_commands[i].name);
+        if (!strchr(opt_commands[i].name, ' '))
+            fprintf(f, " %s", opt_commands[i].name);
     use_names(f, opt_globals, opt_nglobals);
     fputs("\" -- \"$cur\")) ;;\n        help) COMPREPLY=($(compgen -W \"", f);
-    for (int i = 0; i < opt_ncommands; i++)
-        fprintf(f, "%s%s", i ? " " : "", opt_commands[i].name);
+    for (int i = 0, n = 0; i < opt_ncommands; i++)
+        if (!strchr(opt_commands[i].name, ' '))
+            fprintf(f, "%s%s", n++ ? " " : "", opt_commands[i].name);
     fputs("\" -- \"$cur\")) ;;\n", f);
     for (int i = 0; i < opt_ncommands; i++) {
         const opt_command *c = &opt_commands[i];
+        if (strchr(c->name, ' '))
+            continue;
         fprintf(f, "        %s) COMPREPLY=($(compgen -W \"", c->name);
+        size_t len = strlen(c->name);
+        for (int j = 0; j < opt_ncommands; j++) /* its sub-commands' words */
+            if (!strncmp(opt_commands[j].name, c->name, len) && opt_commands[j].name[len] == ' ')
+                fprintf(f, " %s", opt_commands[j].name + len + 1);
         use_names(f, c->opts, c->nopts);
         use_names(f, opt_globals, opt_nglobals);
         fputs("\" -- \"$cur\")) ;;\n", f);

@@ -279,11 +279,12 @@ typedef enum {
 
 typedef enum {
     ATTNSTAT_ALERT_RAISED = 1,
-    ATTNSTAT_ALERT_CLEARED = 2,
+    ATTNSTAT_ALERT_CLEARED = 2,  /* its samples are good again */
+    ATTNSTAT_ALERT_RESOLVED = 3, /* its run ended, or an operator resolved it */
 } attnstat_alert_state;
 
 const char *attnstat_rule_name(int32_t rule);    /* "entropy_floor", ... or "unknown" */
-const char *attnstat_state_name(int32_t state);  /* "raised", "cleared" or "unknown" */
+const char *attnstat_state_name(int32_t state);  /* "raised", "cleared", "resolved" or "unknown" */
 
 typedef struct {
     const char *run;          /* valid during the callback only */
@@ -429,7 +430,9 @@ int attnstat_fd(const attnstat_client *c);
 
 /* Sends what can be sent without waiting, then closes the connection and frees everything
  * (the ring is unmapped; its name is removed if hello did not get that far). Pushes not yet acknowledged are abandoned: call
- * attnstat_flush() first to wait for them. c may be NULL. */
+ * attnstat_flush() first to wait for them. After a hello, it tells the daemon that the run ends
+ * (Goodbye): its active alerts are resolved. A client that exits without it (a crash) leaves its
+ * run to the daemon's run_grace_ms (it may reconnect). c may be NULL. */
 void attnstat_close(attnstat_client *c);
 
 /* ---- GPU path ------------------------------------------------------------------------------ *

@@ -231,3 +231,32 @@ Attnstat__Envelope *envelope_status_reply(Attnstat__Envelope *env, Attnstat__Sta
     WRAP(env, STATUS_REPLY, status_reply, m);
     return env;
 }
+
+Attnstat__Envelope *envelope_goodbye(Attnstat__Envelope *env, Attnstat__Goodbye *m)
+{
+    attnstat__goodbye__init(m);
+    WRAP(env, GOODBYE, goodbye, m);
+    return env;
+}
+
+Attnstat__Envelope *envelope_command(Attnstat__Envelope *env, Attnstat__Command *m,
+                                     Attnstat__Command__Action action)
+{
+    attnstat__command__init(m);
+    m->action = action;
+    WRAP(env, COMMAND, command, m);
+    return env;
+}
+
+Attnstat__Envelope *envelope_command_reply(Attnstat__Envelope *env, Attnstat__CommandReply *m,
+                                           Attnstat__Code code, const char *message,
+                                           uint64_t count)
+{
+    attnstat__command_reply__init(m);
+    m->code = code;
+    m->message = (char *)message;
+    m->has_count = 1;
+    m->count = count;
+    WRAP(env, COMMAND_REPLY, command_reply, m);
+    return env;
+}

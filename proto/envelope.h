@@ -95,4 +95,14 @@ Attnstat__Envelope *envelope_alert(Attnstat__Envelope *env, Attnstat__Alert *m, 
 /* StatusReply, every field on m (all optional). */
 Attnstat__Envelope *envelope_status_reply(Attnstat__Envelope *env, Attnstat__StatusReply *m);
 
+/* Goodbye: the run of this connection ends (attnstat_close). */
+Attnstat__Envelope *envelope_goodbye(Attnstat__Envelope *env, Attnstat__Goodbye *m);
+/* Command with its action; the caller sets the optional fields it needs on m. */
+Attnstat__Envelope *envelope_command(Attnstat__Envelope *env, Attnstat__Command *m,
+                                     Attnstat__Command__Action action);
+/* CommandReply{code, message (may be NULL), count}. */
+Attnstat__Envelope *envelope_command_reply(Attnstat__Envelope *env, Attnstat__CommandReply *m,
+                                           Attnstat__Code code, const char *message,
+                                           uint64_t count);
+
 #endif /* ATTNSTAT_ENVELOPE_H */

@@ -42,7 +42,8 @@
 /* Alert edges (AlertState). */
 #define NAMES_ALERT_STATE(X)                                                                       \
     X(RAISED, 1, "raised")                                                                         \
-    X(CLEARED, 2, "cleared")
+    X(CLEARED, 2, "cleared")                                                                       \
+    X(RESOLVED, 3, "resolved")
 
 /* Result codes of Ack and Error (Code). */
 #define NAMES_CODE(X)                                                                              \

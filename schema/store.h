@@ -51,6 +51,11 @@
  *       fractions, counts and times exact, sampled as 0/1); NaN and infinities as in the exact tier.
  *     buckets: per head, the minimum, the mean and the maximum of each field over the samples the
  *       window merged, at the compact precision (store_read.h says how a bucket reads).
+ * - Lifecycle (schema version 3). A run has an owner (a uid) and may end (store_run_end(): when
+ *   and why; a new Hello of the same (name, rank) resumes it). An alert ends by a CLEARED or a
+ *   RESOLVED transition; while it is active (its latest transition is the raise) it may be
+ *   acknowledged (who and when, on the raise's row). Silences keep the transitions of one (run,
+ *   layer, head, rule) from being delivered for a while; the store only records them.
  * - Queries. Reads deliver rows through callbacks, in a fixed order: runs by id; a trend by step,
  *   then head; a grid by layer, then head; alert transitions by id (order of insertion); an export
  *   by layer, then step, then head. A read-write handle may read too. Details in store_read.h.
@@ -80,9 +85,12 @@ typedef struct {
 
 typedef struct store store;
 
-/* Alert state values; they match AlertState in proto/attnstat.proto. */
+/* Alert state values; they match AlertState in proto/attnstat.proto. An alert is raised, then
+ * cleared (its samples became good again) or resolved (its run ended, or an operator resolved
+ * it): either ends it. */
 #define STORE_ALERT_RAISED 1
 #define STORE_ALERT_CLEARED 2
+#define STORE_ALERT_RESOLVED 3
 
 /* One alert transition: written by store_add_alert(), read back by store_alerts(). */
 typedef struct {
@@ -91,12 +99,33 @@ typedef struct {
     int32_t layer, head;
     int64_t step;
     const char *rule;        /* rule name, e.g. "entropy_floor" (alerts_rule_name()) */
-    int32_t state;           /* STORE_ALERT_RAISED or STORE_ALERT_CLEARED */
+    int32_t state;           /* STORE_ALERT_RAISED, _CLEARED or _RESOLVED */
     double value;            /* observed value (NaN: none -> NULL) */
     double threshold;        /* threshold crossed (NaN: none -> NULL) */
     int64_t time_ms;         /* 0: now (writes) */
     const char *message;     /* optional human-readable text */
+    const char *reason;      /* CLEARED / RESOLVED: why ("samples", "goodbye", "operator"...);
+                              * NULL: none */
+    int has_uid;             /* RESOLVED by an operator: uid is who */
+    uint32_t uid;
+    /* Reads only: a raise that was acknowledged (store_ack_alert()), by whom and when. */
+    int acked;
+    uint32_t ack_uid;
+    int64_t ack_ms;
 } store_alert;
+
+/* A silence: the transitions of one (run, layer, head, rule) are kept but not delivered until
+ * until_ms, or until the run ends (until_ms 0). Written by store_add_silence() (store_write.h),
+ * read back by store_silences() (store_read.h). */
+typedef struct {
+    int64_t id;              /* set by the store */
+    int64_t run_id;
+    int32_t layer, head;
+    const char *rule;
+    uint32_t uid;            /* who silenced it */
+    int64_t time_ms;         /* when; 0: now (writes) */
+    int64_t until_ms;        /* 0: until the run ends */
+} store_silence;
 
 /* The parallel layout of a run (schema/004_layout.sql; proto's ParallelLayout): the ranks that
  * produce its samples and the offsets that turn its local numbers into global ones. A size is

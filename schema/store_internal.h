@@ -35,11 +35,18 @@ enum {
     S_READ_BEGIN,
     /* the write path (store_write.c) */
     S_RUN_UPSERT,
+    S_RUN_ID_TAKEN,
+    S_RUN_END,
+    S_SILENCES_END_RUN,
     S_RUN_EXISTS,
     S_SAMPLE_INSERT,
     S_SAMPLE_UPDATE,
     S_RUN_SUMMARY,
     S_ALERT_INSERT,
+    S_ALERT_ONE,
+    S_ALERT_ACK,
+    S_SILENCE_INSERT,
+    S_SILENCES,
     /* reads (store_read.c, store_export.c) */
     S_RUNS_ALL,
     S_RUN_ONE,

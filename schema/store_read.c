@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "store_internal.h"
 
@@ -53,6 +54,10 @@ static void read_run(sqlite3_stmt *s, store_run *r)
     r->bytes = sqlite3_column_int64(s, 13);
     r->retain_ms = sqlite3_column_int64(s, 14);
     r->retain_bytes = sqlite3_column_int64(s, 15);
+    r->has_owner = sqlite3_column_type(s, 16) != SQLITE_NULL;
+    r->owner_uid = r->has_owner ? (uint32_t)sqlite3_column_int64(s, 16) : 0;
+    r->ended_ms = sqlite3_column_int64(s, 17);
+    r->end_reason = r->ended_ms ? col_text(s, 18) : NULL;
     if (!r->name)
         r->name = "";
 }
@@ -66,11 +71,19 @@ static void read_alert(sqlite3_stmt *s, store_alert *a)
     a->step = sqlite3_column_int64(s, 4);
     a->rule = col_text(s, 5);
     const char *state = col_text(s, 6);
-    a->state = state && strcmp(state, "raised") == 0 ? STORE_ALERT_RAISED : STORE_ALERT_CLEARED;
+    a->state = state && strcmp(state, "raised") == 0     ? STORE_ALERT_RAISED
+               : state && strcmp(state, "resolved") == 0 ? STORE_ALERT_RESOLVED
+                                                         : STORE_ALERT_CLEARED;
     a->value = col_f64(s, 7);
     a->threshold = col_f64(s, 8);
     a->time_ms = sqlite3_column_int64(s, 9);
     a->message = col_text(s, 10);
+    a->reason = col_text(s, 11);
+    a->has_uid = sqlite3_column_type(s, 12) != SQLITE_NULL;
+    a->uid = a->has_uid ? (uint32_t)sqlite3_column_int64(s, 12) : 0;
+    a->acked = sqlite3_column_type(s, 13) != SQLITE_NULL;
+    a->ack_uid = a->acked ? (uint32_t)sqlite3_column_int64(s, 13) : 0;
+    a->ack_ms = a->acked ? sqlite3_column_int64(s, 14) : 0;
     if (!a->rule)
         a->rule = "";
 }
@@ -572,6 +585,98 @@ store_status store_alerts(store *st, int64_t run_id, int active_only, store_aler
         }
     }
     return deliver(st, s, ROW_ALERT, (void *)cb, ctx, NULL, "reading alerts", err);
+}
+
+/* ---- the lifecycle: one alert, silences ------------------------------------------------------- */
+
+static const char *state_word(int32_t state)
+{
+    return state == STORE_ALERT_RAISED    ? "a raise"
+           : state == STORE_ALERT_CLEARED ? "a clear"
+                                          : "a resolve";
+}
+
+store_status store_active_alert(store *st, int64_t alert_id, store_alert_cb cb, void *ctx,
+                                store_error *err)
+{
+    if (check_cb((const void *)cb, err))
+        return STORE_EINVAL;
+    sqlite3_stmt *s = store_stmt(st, S_ALERT_ONE, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = bind_i64(s, 1, alert_id);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        stmt_done(s);
+        store_set_err(err, 0, "no alert with id %" PRId64 " (see attnstat alerts)", alert_id);
+        return STORE_NOTFOUND;
+    }
+    if (rc != SQLITE_ROW) {
+        store_db_err(st, err, rc, "reading alert %" PRId64 " in '%s'", alert_id, st->path);
+        stmt_done(s);
+        return STORE_ERROR;
+    }
+    store_alert a;
+    read_alert(s, &a);
+    int64_t latest = sqlite3_column_int64(s, 15);
+    store_status rs = STORE_EINVAL;
+    if (a.state != STORE_ALERT_RAISED) {
+        store_set_err(err, 0, "alert %" PRId64 " is %s, not a raise: the raise it ends is listed "
+                      "before it (attnstat alerts --run %" PRId64 ")", alert_id,
+                      state_word(a.state), a.run_id);
+    } else if (latest != alert_id) {
+        store_set_err(err, 0, "alert %" PRId64 " (%s of run %" PRId64 " layer %" PRId32
+                      " head %" PRId32 ") is no longer active: transition %" PRId64
+                      " came after it", alert_id, a.rule, a.run_id, a.layer, a.head, latest);
+    } else {
+        rs = STORE_OK;
+        cb(ctx, &a);
+    }
+    stmt_done(s);
+    return rs;
+}
+
+store_status store_silences(store *st, int64_t run_id, int64_t now_ms, store_silence_cb cb,
+                            void *ctx, store_error *err)
+{
+    if (check_cb((const void *)cb, err))
+        return STORE_EINVAL;
+    if (now_ms == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+    sqlite3_stmt *s = store_stmt(st, S_SILENCES, err);
+    if (!s)
+        return STORE_ERROR;
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, 1, now_ms));
+    BIND(bind_i64(s, 2, run_id > 0 ? run_id : 0));
+    while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        store_silence v = {
+            .id = sqlite3_column_int64(s, 0),
+            .run_id = sqlite3_column_int64(s, 1),
+            .layer = sqlite3_column_int(s, 2),
+            .head = sqlite3_column_int(s, 3),
+            .rule = col_text(s, 4),
+            .uid = (uint32_t)sqlite3_column_int64(s, 5),
+            .time_ms = sqlite3_column_int64(s, 6),
+            .until_ms = sqlite3_column_int64(s, 7),
+        };
+        if (!v.rule)
+            v.rule = "";
+        if (cb(ctx, &v)) {
+            rc = SQLITE_DONE;
+            break;
+        }
+        rc = SQLITE_OK;
+    }
+    store_status rs = STORE_OK;
+    if (rc != SQLITE_DONE)
+        rs = store_db_err(st, err, rc, "reading silences in '%s'", st->path);
+    stmt_done(s);
+    return rs;
 }
 
 /* PRAGMA integrity_check or quick_check: STORE_OK when it answers "ok"; else STORE_ERROR with as

@@ -47,6 +47,10 @@ typedef struct {
     int64_t last_time_ms;    /* time of the newest sample; 0 when none */
     int64_t bytes;           /* estimate of the bytes its samples take (store_retain.h) */
     int64_t retain_ms, retain_bytes; /* its own retention limits; -1: the policy's */
+    int has_owner;           /* the uid that owns it (store_run_info.owner_uid) */
+    uint32_t owner_uid;
+    int64_t ended_ms;        /* when it ended (store_run_end()); 0: running, or never seen to end */
+    const char *end_reason;  /* why; NULL when ended_ms is 0 */
 } store_run;
 
 /* store_sample.tier: where a row comes from, and so its precision (store.h, "Tiers"). */
@@ -105,6 +109,19 @@ store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_u
  * when that one is a raise. */
 store_status store_alerts(store *st, int64_t run_id, int active_only, store_alert_cb cb,
                           void *ctx, store_error *err);
+
+/* The alert alert_id when it is active (a raise that no later transition of its (run, layer,
+ * head, rule) ended): cb gets it. STORE_NOTFOUND when there is no such alert; STORE_EINVAL, with
+ * a message saying what ended it, when it is not active. */
+store_status store_active_alert(store *st, int64_t alert_id, store_alert_cb cb, void *ctx,
+                                store_error *err);
+
+/* The silences in force at now_ms (0: now): those whose until_ms is later, and those that last
+ * until their run ends, of a run that has not ended. Of one run (run_id > 0) or of all (0),
+ * ordered by id. */
+typedef int (*store_silence_cb)(void *ctx, const store_silence *s);
+store_status store_silences(store *st, int64_t run_id, int64_t now_ms, store_silence_cb cb,
+                            void *ctx, store_error *err);
 
 /* Every sample of one run, every tier, as a stream: ordered by layer, then step, then head, with
  * each bucket at its first step (before a sample of that step), as store_trend() reads one layer

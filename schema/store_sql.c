@@ -12,7 +12,8 @@
 
 #define RUN_COLS                                                                                   \
     "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
-    "step_max, last_time, bytes, coalesce(retain_ms, -1), coalesce(retain_bytes, -1)"
+    "step_max, last_time, bytes, coalesce(retain_ms, -1), coalesce(retain_bytes, -1), owner_uid, " \
+    "ended, end_reason"
 /* The exact tier's columns in the order store_row_hot() (store_rows.c) reads them. */
 #define HOT_COLS                                                                                   \
     "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
@@ -22,7 +23,9 @@
     "samples.rows_norm, samples.rows_empty, samples.nonfinite_rows, samples.entropy_mean, "        \
     "samples.entropy_std, samples.entropy_min, samples.entropy_max, samples.entropy_norm_mean, "   \
     "samples.collapsed_frac, samples.max_logit, samples.sampled"
-#define ALERT_COLS "id, run_id, layer, head, step, rule, state, value, threshold, time, message"
+#define ALERT_COLS                                                                                 \
+    "id, run_id, layer, head, step, rule, state, value, threshold, time, message, reason, uid, "   \
+    "ack_uid, ack_time"
 /* A run with its layout, in the order store_job.c reads them. */
 #define JOB_RUN_COLS                                                                               \
     "id, name, rank, host, samples, step_min, step_max, last_time, tp_rank, tp_size, pp_rank, "   \
@@ -43,13 +46,22 @@ const char *const store_sql[S_COUNT] = {
     [S_ROLLBACK] = "ROLLBACK",
     [S_READ_BEGIN] = "BEGIN",
 
-    /* ?1 name, ?2 rank, ?3 host, ?4 pid, ?5 time, ?6 config, ?7 thresholds */
+    /* ?1 name, ?2 rank, ?3 host, ?4 pid, ?5 time, ?6 config, ?7 thresholds, ?8 owner uid (NULL:
+     * none), ?9 the id of a new run (NULL: SQLite's). A resumed run keeps its id and its owner
+     * (one it had none of takes ?8), and is running again. */
     [S_RUN_UPSERT] =
-        "INSERT INTO runs (name, rank, host, pid, started, last_hello, config, thresholds) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7) "
+        "INSERT INTO runs (id, name, rank, host, pid, started, last_hello, config, thresholds, "
+        "owner_uid) VALUES (?9, ?1, ?2, ?3, ?4, ?5, ?5, ?6, ?7, ?8) "
         "ON CONFLICT (name, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
         "last_hello = excluded.last_hello, config = excluded.config, "
-        "thresholds = excluded.thresholds RETURNING id",
+        "thresholds = excluded.thresholds, owner_uid = coalesce(runs.owner_uid, "
+        "excluded.owner_uid), ended = NULL, end_reason = NULL RETURNING id",
+    /* ?1 id: taken by another run than (?2 name, ?3 rank)? */
+    [S_RUN_ID_TAKEN] = "SELECT 1 FROM runs WHERE id = ?1 AND NOT (name = ?2 AND rank = ?3)",
+    /* ?1 run, ?2 time, ?3 reason */
+    [S_RUN_END] = "UPDATE runs SET ended = ?2, end_reason = ?3 WHERE id = ?1",
+    /* ?1 run, ?2 time: silences "until the run ends" end now */
+    [S_SILENCES_END_RUN] = "UPDATE silences SET until = ?2 WHERE run_id = ?1 AND until IS NULL",
     /* ?1 run */
     [S_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
     /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 time, ?6..?9 counts, ?10..?16 statistics, ?17 sampled
@@ -68,10 +80,26 @@ const char *const store_sql[S_COUNT] = {
         "step_max = max(coalesce(step_max, ?4), ?4), "
         "last_time = max(coalesce(last_time, ?5), ?5), bytes = bytes + ?6 WHERE id = ?1",
     /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 rule, ?6 state, ?7 value, ?8 threshold, ?9 time,
-     * ?10 message */
+     * ?10 message, ?11 reason, ?12 uid */
     [S_ALERT_INSERT] =
         "INSERT INTO alerts (run_id, layer, head, step, rule, state, value, threshold, time, "
-        "message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        "message, reason, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    /* ?1 alert: the row, and the id of the latest transition of its (run, layer, head, rule)
+     * (a range of alerts_key) */
+    [S_ALERT_ONE] =
+        "SELECT " ALERT_COLS ", (SELECT max(b.id) FROM alerts AS b WHERE b.run_id = a.run_id "
+        "AND b.layer = a.layer AND b.head = a.head AND b.rule = a.rule) FROM alerts AS a "
+        "WHERE id = ?1",
+    /* ?1 alert, ?2 uid, ?3 time */
+    [S_ALERT_ACK] = "UPDATE alerts SET ack_uid = ?2, ack_time = ?3 WHERE id = ?1",
+    /* ?1 run, ?2 layer, ?3 head, ?4 rule, ?5 uid, ?6 time, ?7 until (NULL: the run's end) */
+    [S_SILENCE_INSERT] = "INSERT INTO silences (run_id, layer, head, rule, uid, time, until) "
+                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    /* ?1 now, ?2 run (0: every run): the silences in force */
+    [S_SILENCES] =
+        "SELECT id, run_id, layer, head, rule, uid, time, coalesce(until, 0) FROM silences AS s "
+        "WHERE (?2 = 0 OR run_id = ?2) AND (until > ?1 OR (until IS NULL AND "
+        "(SELECT ended FROM runs WHERE id = s.run_id) IS NULL)) ORDER BY id",
 
     [S_RUNS_ALL] = "SELECT " RUN_COLS " FROM runs ORDER BY id",
     /* ?1 run */

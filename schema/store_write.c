@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "store_internal.h"
+#include "store_read.h"
 
 static int64_t now_ms(void)
 {
@@ -83,13 +84,16 @@ static store_status batch_fail(store *st, store_error *err)
     return STORE_ERROR;
 }
 
-/* The batch open (begun when none was) and run_id checked to exist. A run that does not exist
- * leaves the batch as it was (none, when this call began it). */
+/* The batch open (begun when none was) and run_id checked to exist: STORE_OK with the batch open;
+ * a read-only store or a run that does not exist leaves the batch as it was (none, when this call
+ * began it); an SQLite failure rolls it back. */
 static store_status begin_for_run(store *st, int64_t run_id, store_error *err)
 {
-    int began = !st->in_batch;
-    store_status rs = batch_begin(st, err);
+    store_status rs = check_writable(st, err);
     if (rs)
+        return rs;
+    int began = !st->in_batch;
+    if ((rs = batch_begin(st, err)))
         return rs;
     if ((rs = store_check_run(st, run_id, err))) {
         if (rs == STORE_ERROR)
@@ -156,8 +160,8 @@ store_status store_count_samples(store *st, int64_t run_id, int64_t *count, stor
 
 /* ---- writing --------------------------------------------------------------------------------- */
 
-store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
-                             store_error *err)
+store_status store_add_run(store *st, const store_run_info *info, int64_t *run_id,
+                           store_error *err)
 {
     store_status rs = check_writable(st, err);
     if (rs)
@@ -166,12 +170,40 @@ store_status store_run_begin(store *st, const store_run_info *info, int64_t *run
         store_set_err(err, 0, "a run needs a non-empty name");
         return STORE_EINVAL;
     }
-    if (info->rank < 0) {
-        store_set_err(err, 0, "run '%s': rank %" PRId32 " is negative", info->name, info->rank);
+    if (info->rank < 0 || info->id < 0) {
+        store_set_err(err, 0, "run '%s': rank %" PRId32 " and id %" PRId64 " must not be negative",
+                      info->name, info->rank, info->id);
         return STORE_EINVAL;
     }
+    int began = !st->in_batch;
     if ((rs = batch_begin(st, err)))
         return rs;
+    if (info->id > 0) { /* the id asked for must be free, or this run's own */
+        int64_t taken = 0;
+        int isnull = 1;
+        sqlite3_stmt *q = store_stmt(st, S_RUN_ID_TAKEN, err);
+        int rc = SQLITE_OK;
+        if (q) {
+            BIND(bind_i64(q, 1, info->id));
+            BIND(bind_text(q, 2, info->name));
+            BIND(bind_i64(q, 3, info->rank));
+        }
+        if (!q || rc != SQLITE_OK ||
+            store_one_int(st, q, &taken, &isnull, "checking a run id", err) != STORE_OK) {
+            if (q && rc != SQLITE_OK) {
+                store_db_err(st, err, rc, "binding a run id");
+                stmt_done(q);
+            }
+            return batch_fail(st, err);
+        }
+        if (!isnull) {
+            store_set_err(err, 0, "run '%s' rank %" PRId32 ": id %" PRId64 " belongs to another "
+                          "run", info->name, info->rank, info->id);
+            if (began)
+                store_rollback(st); /* the batch as it was: none */
+            return STORE_EINVAL;
+        }
+    }
     sqlite3_stmt *s = store_stmt(st, S_RUN_UPSERT, err);
     if (!s)
         return batch_fail(st, err);
@@ -183,6 +215,8 @@ store_status store_run_begin(store *st, const store_run_info *info, int64_t *run
     BIND(bind_i64(s, 5, info->time_ms ? info->time_ms : now_ms()));
     BIND(bind_text(s, 6, info->config));
     BIND(bind_text(s, 7, info->thresholds));
+    BIND(info->has_owner ? bind_i64(s, 8, info->owner_uid) : sqlite3_bind_null(s, 8));
+    BIND(info->id > 0 ? bind_i64(s, 9, info->id) : sqlite3_bind_null(s, 9));
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(s);
         if (rc == SQLITE_ROW) {
@@ -198,7 +232,14 @@ store_status store_run_begin(store *st, const store_run_info *info, int64_t *run
         return batch_fail(st, err);
     }
     stmt_done(s);
-    return store_commit(st, err);
+    return STORE_OK;
+}
+
+store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
+                             store_error *err)
+{
+    store_status rs = store_add_run(st, info, run_id, err);
+    return rs ? rs : store_commit(st, err);
 }
 
 /* Bind one head's row: the parameters of S_SAMPLE_INSERT and S_SAMPLE_UPDATE (HOT_COLS order). */
@@ -400,9 +441,10 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
     if (rs)
         return rs;
     if (!a || !a->rule || !*a->rule || a->layer < 0 || a->head < 0 ||
-        (a->state != STORE_ALERT_RAISED && a->state != STORE_ALERT_CLEARED)) {
+        (a->state != STORE_ALERT_RAISED && a->state != STORE_ALERT_CLEARED &&
+         a->state != STORE_ALERT_RESOLVED)) {
         store_set_err(err, 0, "an alert needs a rule name, layer >= 0, head >= 0 and state "
-                      "raised or cleared");
+                      "raised, cleared or resolved");
         return STORE_EINVAL;
     }
     if ((rs = begin_for_run(st, a->run_id, err)))
@@ -416,11 +458,15 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
     BIND(bind_i64(s, 3, a->head));
     BIND(bind_i64(s, 4, a->step));
     BIND(bind_text(s, 5, a->rule));
-    BIND(bind_text(s, 6, a->state == STORE_ALERT_RAISED ? "raised" : "cleared"));
+    BIND(bind_text(s, 6, a->state == STORE_ALERT_RAISED    ? "raised"
+                         : a->state == STORE_ALERT_CLEARED ? "cleared"
+                                                           : "resolved"));
     BIND(bind_f64(s, 7, a->value));
     BIND(bind_f64(s, 8, a->threshold));
     BIND(bind_i64(s, 9, a->time_ms ? a->time_ms : now_ms()));
     BIND(bind_text(s, 10, a->message));
+    BIND(bind_text(s, 11, a->reason));
+    BIND(a->has_uid ? bind_i64(s, 12, a->uid) : sqlite3_bind_null(s, 12));
     if (rc == SQLITE_OK)
         rc = sqlite3_step(s);
     if (rc == SQLITE_DONE)
@@ -430,4 +476,100 @@ store_status store_add_alert(store *st, const store_alert *a, store_error *err)
                      " head %" PRId32, a->rule, a->run_id, a->layer, a->head);
     stmt_done(s);
     return rc == SQLITE_OK ? STORE_OK : batch_fail(st, err);
+}
+
+/* ---- runs and alerts that end ------------------------------------------------------------------ */
+
+store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const char *reason,
+                           store_error *err)
+{
+    store_status rs = begin_for_run(st, run_id, err);
+    if (rs)
+        return rs;
+    int64_t t = time_ms ? time_ms : now_ms();
+    sqlite3_stmt *s = store_stmt(st, S_RUN_END, err);
+    int rc = SQLITE_OK;
+    if (!s)
+        return batch_fail(st, err);
+    BIND(bind_i64(s, 1, run_id));
+    BIND(reason ? bind_i64(s, 2, t) : sqlite3_bind_null(s, 2));
+    BIND(bind_text(s, 3, reason));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        store_db_err(st, err, rc, "binding the end of run %" PRId64, run_id);
+        return batch_fail(st, err);
+    }
+    if (store_run_done(st, s, "recording the end of a run", err) != STORE_OK)
+        return batch_fail(st, err);
+    if (!reason)
+        return STORE_OK; /* running again: its silences stay as they are */
+    int64_t args[2] = {run_id, t};
+    if (store_exec_ints(st, S_SILENCES_END_RUN, args, 2, "ending the run's silences", err))
+        return batch_fail(st, err);
+    return STORE_OK;
+}
+
+/* The alert alert_id, checked to be an active raise: its run to *run_id. */
+typedef struct {
+    int64_t run_id;
+} active_ctx;
+
+static int active_cb(void *ctx, const store_alert *a)
+{
+    ((active_ctx *)ctx)->run_id = a->run_id;
+    return 0;
+}
+
+store_status store_ack_alert(store *st, int64_t alert_id, uint32_t uid, int64_t time_ms,
+                             store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    active_ctx ac = {0};
+    if ((rs = store_active_alert(st, alert_id, active_cb, &ac, err)))
+        return rs;
+    if ((rs = begin_for_run(st, ac.run_id, err)))
+        return rs;
+    int64_t args[3] = {alert_id, (int64_t)uid, time_ms ? time_ms : now_ms()};
+    if (store_exec_ints(st, S_ALERT_ACK, args, 3, "acknowledging an alert", err))
+        return batch_fail(st, err);
+    return STORE_OK;
+}
+
+store_status store_add_silence(store *st, const store_silence *sil, int64_t *id, store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (!sil || !sil->rule || !*sil->rule || sil->layer < 0 || sil->head < 0 ||
+        sil->until_ms < 0) {
+        store_set_err(err, 0, "a silence needs a rule name, layer >= 0, head >= 0 and until >= 0");
+        return STORE_EINVAL;
+    }
+    if ((rs = begin_for_run(st, sil->run_id, err)))
+        return rs;
+    sqlite3_stmt *s = store_stmt(st, S_SILENCE_INSERT, err);
+    if (!s)
+        return batch_fail(st, err);
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, 1, sil->run_id));
+    BIND(bind_i64(s, 2, sil->layer));
+    BIND(bind_i64(s, 3, sil->head));
+    BIND(bind_text(s, 4, sil->rule));
+    BIND(bind_i64(s, 5, sil->uid));
+    BIND(bind_i64(s, 6, sil->time_ms ? sil->time_ms : now_ms()));
+    BIND(sil->until_ms ? bind_i64(s, 7, sil->until_ms) : sqlite3_bind_null(s, 7));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc != SQLITE_OK)
+        store_db_err(st, err, rc, "storing a silence of run %" PRId64, sil->run_id);
+    stmt_done(s);
+    if (rc != SQLITE_OK)
+        return batch_fail(st, err);
+    if (id)
+        *id = sqlite3_last_insert_rowid(st->db);
+    return STORE_OK;
 }

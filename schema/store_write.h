@@ -38,6 +38,12 @@ typedef struct {
     int64_t time_ms;         /* time of the Hello; 0: now */
     const char *config;      /* optional free text (JSON) */
     const char *thresholds;  /* optional: the run's effective thresholds as text (JSON) */
+    int has_owner;           /* the uid that owns the run (kept from its first Hello: a run that
+                              * has an owner keeps it; one recorded without gets this one) */
+    uint32_t owner_uid;
+    int64_t id;              /* > 0: the id a NEW run gets (a writer that hands out ids itself, as
+                              * attnstatd does); 0: the store picks one. An existing (name, rank)
+                              * keeps its id whatever this says. */
 } store_run_info;
 
 /* Begin (or resume) a run and return its id in *run_id.
@@ -49,6 +55,31 @@ typedef struct {
  * The run is durable when this returns: an open batch is committed together with it. */
 store_status store_run_begin(store *st, const store_run_info *info, int64_t *run_id,
                              store_error *err);
+
+/* The same into the open batch: the run (new, or resumed: its `ended` cleared) is durable at the
+ * batch's commit, and the batch's later writes may name it. A new run whose info->id is taken by
+ * another run is refused (STORE_EINVAL, nothing written). */
+store_status store_add_run(store *st, const store_run_info *info, int64_t *run_id,
+                           store_error *err);
+
+/* The run ended at time_ms (0: now) for `reason` (text, e.g. "goodbye"), into the open batch: its
+ * `ended` and `end_reason` are set (store_run), and its silences that last "until the run ends"
+ * end then. A later store_add_run() of the same (name, rank) clears both, and so does reason NULL
+ * (the run runs again: a push after an end for idleness). STORE_NOTFOUND when there is no such
+ * run. */
+store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const char *reason,
+                           store_error *err);
+
+/* An operator acknowledged the active alert alert_id (a raise that no later transition of its
+ * (run, layer, head, rule) ended) at time_ms (0: now): into the open batch. STORE_NOTFOUND when
+ * there is no such alert, STORE_EINVAL (with what it is) when it is not an active raise; neither
+ * writes anything. Acknowledging again replaces who and when. */
+store_status store_ack_alert(store *st, int64_t alert_id, uint32_t uid, int64_t time_ms,
+                             store_error *err);
+
+/* Add a silence (store_silence, in store.h) to the open batch; its id to *id (may be NULL). Same error rules as
+ * store_add_alert(). */
+store_status store_add_silence(store *st, const store_silence *s, int64_t *id, store_error *err);
 
 /* Add the statistics of one push (one layer, heads 0 .. nheads-1 of it) to the open batch, with
  * time time_ms (0: now). A (run, layer, head, step) that is already stored is replaced.

@@ -471,6 +471,21 @@ static void watch_stop(const watcher *w)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: watch exit status %d", w->out, st);
 }
 
+/* Waits (30 s at most) until n runs of the database have ended. */
+static void wait_runs_ended(const dh_daemon *d, int64_t n)
+{
+    int64_t deadline = dh_now_ms() + 30000, got = -1;
+    while (dh_now_ms() < deadline) {
+        sqlite3 *db = dh_db_open(d);
+        got = dh_db_int(db, "SELECT count(*) FROM runs WHERE ended IS NOT NULL");
+        sqlite3_close(db);
+        if (got == n)
+            return;
+        dh_sleep_ms(50);
+    }
+    ck_abort_msg("%lld runs ended, not %lld", (long long)got, (long long)n);
+}
+
 START_TEST(test_watch_filters)
 {
     tu_rng rng = {tu_seed()};
@@ -504,6 +519,9 @@ START_TEST(test_watch_filters)
     cli_push_steps(cb, &rng, 0, 2, 2, 1.0);
     attnstat_close(ca);
     attnstat_close(cb);
+    /* Each close said Goodbye: the runs end and their alerts are resolved; both ends recorded
+     * means every transition is in the database. */
+    wait_runs_ended(&d, 2);
 
     /* Every alert the database holds reaches the unfiltered watcher. */
     cli_result r = cli_run(d.dir, "--db", d.db, "alerts", "--format", "json");
@@ -558,8 +576,129 @@ START_TEST(test_watch_filters)
 }
 END_TEST
 
+static int64_t db_int(const dh_daemon *d, const char *sql)
+{
+    sqlite3 *db = dh_db_open(d);
+    int64_t v = dh_db_int(db, sql);
+    sqlite3_close(db);
+    return v;
+}
+
+/* The operators' commands: alerts ack|resolve|silence keep who and when (attnstat alerts shows
+ * them), bad requests are refused with the reason, delete-run is refused while the run's client is
+ * connected and then deletes the run (through the daemon, and with no daemon, in the database
+ * itself), status shows the store thread and the retention. */
+START_TEST(test_operator_commands)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--run-grace-ms", "600000", (const char *)NULL);
+    attnstat_thresholds th;
+    attnstat_thresholds_init(&th);
+    th.logit_ceiling = 1.0;
+    th.raise_after = 1;
+    attnstat_client *c = cli_trainer(d.sock, "oa", 0, &th, 0, 0);
+    cli_push_steps(c, &rng, 0, 2, 2, 3.0);
+    cli_result r = cli_run(d.dir, "--db", d.db, "alerts", "--active", "--format", "json");
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    int active = cli_count_lines(r.out);
+    ck_assert_msg(active >= 2, "%d active alerts:\n%s", active, r.out);
+    int64_t id1 = (int64_t)cli_json_num(r.out, "id");
+    int64_t id2 = (int64_t)cli_json_num(strchr(r.out, '\n') + 1, "id");
+    cli_result_free(&r);
+    char a1[32], a2[32], sql[256];
+    snprintf(a1, sizeof a1, "%lld", (long long)id1);
+    snprintf(a2, sizeof a2, "%lld", (long long)id2);
+
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "ack", "--id", a1);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "acknowledged"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM alerts WHERE id=%lld AND ack_uid=%u",
+             (long long)id1, (unsigned)getuid());
+    ck_assert_int_eq(db_int(&d, sql), 1);
+    r = cli_run(d.dir, "--db", d.db, "alerts", "--active", "--format", "json");
+    ck_assert_msg(cli_json_num(r.out, "ack_uid") == (double)getuid(), "%s", r.out);
+    cli_result_free(&r);
+
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "resolve", "--id", a2,
+                "--format", "json");
+    ck_assert_msg(r.status == 0 && cli_json_has(r.out, "code", "OK"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM alerts WHERE state='resolved' AND "
+             "reason='operator' AND uid=%u", (unsigned)getuid());
+    ck_assert_int_eq(db_int(&d, sql), 1);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "resolve", "--id", a2);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "no longer active"), "%d %s", r.status, r.err);
+    cli_result_free(&r);
+
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "silence", "--run", "oa",
+                "--for", "2h");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "silenced"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM silences WHERE uid=%u AND until > "
+             "(strftime('%%s','now') + 3600) * 1000", (unsigned)getuid());
+    ck_assert_int_eq(db_int(&d, sql), active - 1);
+
+    /* usage and refusals */
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "ack");
+    ck_assert_msg(r.status == 2 && strstr(r.err, "--id"), "%d %s", r.status, r.err);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "alerts", "ack", "--id", "999999");
+    ck_assert_msg(r.status == 1 && strstr(r.err, "999999"), "%d %s", r.status, r.err);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "delete-run", "--run", "oa");
+    ck_assert_msg(r.status == 1 && strstr(r.err, "stop its job"), "%d %s", r.status, r.err);
+    cli_result_free(&r);
+
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "status", "--format", "json");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "\"store\": {") &&
+                      cli_json_num(r.out, "runs_live") == 1 &&
+                      cli_json_has(r.out, "durability", "normal"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "retention", "--run", "oa", "--days",
+                "1.5");
+    ck_assert_msg(r.status == 0, "%s%s", r.out, r.err);
+    cli_result_free(&r);
+
+    /* its history for analysis: CSV (a header, a row per sample) and the same as JSON lines */
+    r = cli_run(d.dir, "--db", d.db, "export", "--run", "oa", "--format", "csv");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "step"), "%s%s", r.out, r.err);
+    int rows = cli_count_lines(r.out) - 1;
+    ck_assert_int_eq(rows, 2 * 2 * 4); /* steps x layers x heads */
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "export", "--run", "oa", "--format", "jsonl");
+    ck_assert_msg(r.status == 0 && cli_count_lines(r.out) == rows, "%s%s", r.out, r.err);
+    for (char *l = r.out; *l; l = strchr(l, '\n') + 1)
+        ck_assert_msg(*l == '{' && cli_json_num(l, "step") >= 0, "not a JSON line: %.200s", l);
+    cli_result_free(&r);
+
+    /* the job ends: the run is deleted, samples, alerts and all */
+    attnstat_close(c);
+    wait_runs_ended(&d, 1);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "delete-run", "--run", "oa");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "deleted"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    ck_assert_int_eq(db_int(&d, "SELECT count(*) FROM runs WHERE name='oa'"), 0);
+    ck_assert_int_eq(db_int(&d, "SELECT count(*) FROM alerts"), 0);
+
+    /* with no daemon: in the database itself */
+    c = cli_trainer(d.sock, "ob", 0, NULL, 0, 0);
+    cli_push_steps(c, &rng, 0, 3, 2, 1.0);
+    attnstat_close(c);
+    ck_assert_int_eq(dh_stop(&d), 0);
+    ck_assert_int_gt(db_int(&d, "SELECT count(*) FROM runs WHERE name='ob'"), 0);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "delete-run", "--run", "ob");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "no attnstatd"), "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    ck_assert_int_eq(db_int(&d, "SELECT count(*) FROM runs"), 0);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *tests[] = {test_alerts_filters, test_unknown_options_refused, test_watch_filters};
+    const TTest *tests[] = {test_alerts_filters, test_unknown_options_refused, test_watch_filters,
+                            test_operator_commands};
     return cli_run_tests("cli", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -38,7 +38,7 @@ START_TEST(test_config_file_and_errors)
 {
     dh_daemon d;
     dh_dir_init(&d);
-    char conf[300], out[8192];
+    char conf[300], out[65536]; /* the whole --help */
     snprintf(conf, sizeof conf, "%s/attnstatd.conf", d.dir);
     FILE *f = fopen(conf, "w");
     ck_assert_ptr_nonnull(f);

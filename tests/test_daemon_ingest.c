@@ -3,6 +3,8 @@
  * so the Ack proves durability) equal stats_cpu() on the same data computed here; results in the
  * Ack equal them too. Also: Status, and SIGTERM with pushes in flight (every one acknowledged,
  * exit status 0, socket removed, database intact). */
+#include <sched.h>
+
 #include "daemon_harness.h"
 
 typedef struct {
@@ -129,7 +131,11 @@ START_TEST(test_push_stored_equals_reference)
     ck_assert_uint_eq(st->status_reply->pushes, seq);
     ck_assert_uint_eq(st->status_reply->pushes_done, seq);
     ck_assert_uint_eq(st->status_reply->samples_stored, seq * 4);
-    ck_assert_uint_eq(st->status_reply->n_workers, 1);
+    /* one CPU worker per CPU this process may run on (cpu_workers 0), the first called "cpu" */
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    uint32_t ncpu = (uint32_t)CPU_COUNT(&set) < 32 ? (uint32_t)CPU_COUNT(&set) : 32;
+    ck_assert_uint_eq(st->status_reply->n_workers, ncpu < 16 ? ncpu : 16);
     ck_assert_str_eq(st->status_reply->workers[0]->name, "cpu");
     ck_assert_uint_eq(st->status_reply->n_client_list, 1);
     ck_assert_str_eq(st->status_reply->client_list[0]->run, "ingest");
@@ -195,6 +201,62 @@ START_TEST(test_sigterm_drains_queue)
 }
 END_TEST
 
+/* A CPU worker's queue is bounded by work, not by a count of pushes: with queue_work worth two
+ * big pushes, ten big ones sent at once are mostly dropped ("queue is full"), while 30 tiny ones
+ * sent at once are all taken (the count bound, queue_depth, is far away). No clock: the ten
+ * arrive long before the first is computed, and a slower machine only drops more. */
+START_TEST(test_queue_bounded_by_work)
+{
+    dh_rng rng = dh_rng_new("queue_by_work");
+    fixture f;
+    dh_dir_init(&f.d);
+    enum { BH = 8, BN = 512, BD = 128, NBIG = 10, NTINY = 30 };
+    char cap[32];
+    snprintf(cap, sizeof cap, "%llu", 2ull * BH * BN * BN * BD); /* two pushes' multiply-adds */
+    dh_start(&f.d, "--cpu-workers", "1", "--queue-work", cap, (const char *)NULL);
+    dh_connect(&f.c, &f.d);
+    dh_hello(&f.c, "by-work", 0, NULL);
+    dh_tensor q, k, tq, tk;
+    dh_tensor_contig(&q, 3, 0, ATTNSTAT__DTYPE__F32, 1, BH, BN, BD);
+    dh_tensor_contig(&k, 3, 0, ATTNSTAT__DTYPE__F32, 1, BH, BN, BD);
+    dh_tensor_contig(&tq, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 8, 8);
+    dh_tensor_contig(&tk, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 8, 8);
+    uint64_t size = dh_tensor_elems(&q) * 4;
+    dh_shm_create(&f.shm, "by_work", size);
+    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
+    dh_register(&f.c, 3, f.shm.name, size);
+    for (uint64_t s = 1; s <= NBIG; s++)
+        dh_push(&f.c, s, (int64_t)s, 0, &q, &k, 0, 0, 0);
+    int ok = 0, dropped = 0;
+    while (ok + dropped < NBIG) { /* the drops are answered before the first push is computed */
+        Attnstat__Envelope *e = dh_expect(&f.c, ATTNSTAT__ENVELOPE__MSG_ACK, 120000);
+        ck_assert_msg(e != NULL, "%d OK and %d dropped of %d answered", ok, dropped, NBIG);
+        ok += e->ack->code == ATTNSTAT__CODE__OK;
+        if (e->ack->code == ATTNSTAT__CODE__DROPPED) {
+            dropped++;
+            ck_assert_msg(e->ack->message && strstr(e->ack->message, "queue_work"), "push %llu: %s",
+                          (unsigned long long)e->ack->seq, e->ack->message);
+        }
+        attnstat__envelope__free_unpacked(e, NULL);
+    }
+    ck_assert_msg(ok >= 1 && ok <= 3 && ok + dropped == NBIG, "%d OK, %d dropped of %d", ok,
+                  dropped, NBIG);
+    for (uint64_t s = 1; s <= NTINY; s++)
+        dh_push(&f.c, 100 + s, (int64_t)(100 + s), 1, &tq, &tk, 0, 0, 0);
+    for (uint64_t s = 1; s <= NTINY; s++) {
+        char msg[256];
+        int code = dh_wait_ack(&f.c, 100 + s, msg, sizeof msg, 60000);
+        ck_assert_msg(code == ATTNSTAT__CODE__OK, "tiny push %llu: code %d %s",
+                      (unsigned long long)s, code, msg);
+    }
+    dh_close(&f.c);
+    dh_shm_destroy(&f.shm);
+    int code = dh_stop(&f.d);
+    dh_cleanup(&f.d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *daemon_ingest_suite(void)
 {
     Suite *s = suite_create("daemon_ingest");
@@ -202,6 +264,7 @@ static Suite *daemon_ingest_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_push_stored_equals_reference);
     tcase_add_test(tc, test_sigterm_drains_queue);
+    tcase_add_test(tc, test_queue_bounded_by_work);
     suite_add_tcase(s, tc);
     return s;
 }

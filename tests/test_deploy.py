@@ -183,8 +183,11 @@ class TestMetrics(unittest.TestCase):
             # 2 ranks x 6 local heads x 3 layers: global heads 0..11; rank 1's local head 2 of
             # layer 1 (global 8) and rank 0's head 4 of layer 2 (global 4) collapse (their
             # logits grow too: a growing head's attention sharpens, so no other head is named).
+            # The ranks leave without Goodbye, so that the job is still live (with its alerts)
+            # when scraped: a Goodbye ends a run and resolves its alerts.
             for rank, bad in ((0, "2.4"), (1, "1.2")):
-                ch.synth(self.synth, node, "tpjob", rank, "--tp-rank", rank, "--tp-size", 2,
+                ch.synth(self.synth, node, "tpjob", rank, "--no-goodbye", "--tp-rank", rank,
+                         "--tp-size", 2,
                          "--layers", 3, "--heads", 6, "--seq", 64, "--steps", 40,
                          "--seed", 11 + rank, "--collapse", bad, "--grow", bad)
             text = node.metrics_text()

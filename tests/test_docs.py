@@ -157,7 +157,8 @@ class Manual(unittest.TestCase):
         text = roff_text(os.path.join(GEN, "attnstat.1"))
         cmds = cli_commands()
         self.assertEqual(set(cmds), {"runs", "trend", "heads", "alerts", "status", "watch",
-                                          "check-db", "job", "export"})
+                                          "check-db", "job", "export", "delete-run",
+                                          "retention"})
         for cmd in cmds:
             start = text.index('.SS "%s"' % cmd)
             nxt = [i for i in (text.find(".SS", start + 3), text.find(".SH", start)) if i > 0]
@@ -200,7 +201,7 @@ class Completion(unittest.TestCase):
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "heads", "--metric", ""]),
                          {"entropy_norm", "entropy", "max_logit"})
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "--format", "=", "j"]),
-                         {"json"})
+                         {"json", "jsonl"})
         rules = complete(self.cli, "_attnstat", ["attnstat", "alerts", "--rule", ""])
         self.assertIn("logit_ceiling", rules)
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "alerts", "--layer", ""]),

@@ -1,9 +1,11 @@
-/* test_store_migrate.c — Check suite for the store's migration from schema version 1 (schema/):
- * a database built exactly as version 1's code built it (schema/001_init.sql, then version 1's
+/* test_store_migrate.c — Check suite for the store's migrations from schema versions 1, 2 and 3
+ * (schema/). Version 1: a database built exactly as version 1's code built it (schema/001_init.sql, then version 1's
  * statements, bound by name as it bound them: runs, samples pushed and pushed again, alerts), opened
  * by this code: every sample and every alert read back exactly, the runs' summaries, the new key of
  * the exact tier; then compacted, every sample at the compact precision; then through a read-only
- * handle. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
+ * handle. Version 2: the runs' owners move from the thresholds text into their column, alerts keep
+ * their ids and states. Version 3: everything of runs and alerts that end is kept, the layout
+ * columns (version 4) added; a fresh database has both. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
@@ -378,6 +380,209 @@ START_TEST(test_migrate_v1)
 }
 END_TEST
 
+/* ---- version 2 -> 3: the owner out of the thresholds text, alerts that end ------------------------ */
+
+static void exec_file(sqlite3 *db, const char *name)
+{
+    char file[512];
+    snprintf(file, sizeof file, "%s/%s", ATTNSTAT_SCHEMA_DIR, name);
+    FILE *f = fopen(file, "rb");
+    ck_assert_msg(f != NULL, "cannot read %s", file);
+    static char sql[1 << 16];
+    size_t n = fread(sql, 1, sizeof sql - 1, f);
+    fclose(f);
+    sql[n] = '\0';
+    v1_exec(db, sql);
+}
+
+typedef struct {
+    int n;
+    int64_t id[16];
+    int has_owner[16];
+    uint32_t owner[16];
+    char th[16][400];
+    int state[16];
+    char reason[16][16];
+} v2_rows;
+
+static int v2_run(void *ctx, const store_run *r)
+{
+    v2_rows *v = ctx;
+    v->id[v->n] = r->id;
+    v->has_owner[v->n] = r->has_owner;
+    v->owner[v->n] = r->owner_uid;
+    snprintf(v->th[v->n], sizeof v->th[0], "%s", r->thresholds ? r->thresholds : "(null)");
+    v->n++;
+    return 0;
+}
+
+static int v2_alert(void *ctx, const store_alert *a)
+{
+    v2_rows *v = ctx;
+    v->id[v->n] = a->id;
+    v->state[v->n] = a->state;
+    snprintf(v->reason[v->n], sizeof v->reason[0], "%s", a->reason ? a->reason : "");
+    v->n++;
+    return 0;
+}
+
+/* A version-2 database (001 + 002, as attnstatd at version 2 left it: the owner inside the
+ * thresholds text, after collapse_threshold), opened by this code: each owner is a column, the
+ * thresholds text is what it was without the owner (byte for byte: the alert engine parses it),
+ * a run without one has none; alerts keep their ids and states, clears get the reason "samples". */
+START_TEST(test_migrate_v2_owner)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                     SQLITE_OK);
+    v1_exec(db, "PRAGMA journal_mode = WAL");
+    v1_exec(db, "BEGIN IMMEDIATE");
+    exec_file(db, "001_init.sql");
+    exec_file(db, "002_compact.sql");
+    v1_exec(db, "PRAGMA user_version = 2; PRAGMA application_id = 1635021684");
+    v1_exec(db, "COMMIT");
+    uint32_t uid = (uint32_t)rnd_range(1, 4000000000u);
+    double floor = 0.05 + rnd_unit() * 0.5;
+    char th[400], tagged[460], sql[1200];
+    snprintf(th, sizeof th, "{\"entropy_floor\":%.17g,\"entropy_drop\":0.5,\"ema_alpha\":0.05,"
+             "\"ema_warmup\":20,\"logit_ceiling\":100,\"raise_after\":3,\"clear_after\":5,"
+             "\"collapse_threshold\":0.10000000000000001}", floor);
+    snprintf(tagged, sizeof tagged, "%.*s,\"owner_uid\":%u}", (int)strlen(th) - 1, th, uid);
+    snprintf(sql, sizeof sql, "INSERT INTO runs (id, name, rank, started, last_hello, thresholds) "
+             "VALUES (3, 'owned', 0, 1, 1, '%s'), (5, 'older', 0, 1, 1, '%s'), "
+             "(6, 'bare', 1, 1, 1, NULL)", tagged, th);
+    v1_exec(db, sql);
+    v1_exec(db, "INSERT INTO alerts (id, run_id, layer, head, step, rule, state, time) VALUES "
+                "(7, 3, 0, 1, 10, 'nonfinite', 'raised', 5), (9, 3, 0, 1, 11, 'nonfinite', "
+                "'cleared', 6), (12, 5, 1, 0, 4, 'entropy_floor', 'raised', 7)");
+    sqlite3_close(db);
+
+    store *st = open_ok(dbpath);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), store_schema_version());
+    store_error err = {0};
+    v2_rows r = {0};
+    ck_assert_int_eq(store_list_runs(st, v2_run, &r, &err), STORE_OK);
+    ck_assert_int_eq(r.n, 3);
+    ck_assert(r.has_owner[0]);
+    ck_assert_uint_eq(r.owner[0], uid);
+    ck_assert_str_eq(r.th[0], th);
+    ck_assert(!r.has_owner[1]);
+    ck_assert_str_eq(r.th[1], th);
+    ck_assert(!r.has_owner[2]);
+    ck_assert_str_eq(r.th[2], "(null)");
+    v2_rows a = {0};
+    ck_assert_int_eq(store_alerts(st, 0, 0, v2_alert, &a, &err), STORE_OK);
+    ck_assert_int_eq(a.n, 3);
+    ck_assert_int_eq(a.id[0], 7);
+    ck_assert_int_eq(a.id[1], 9);
+    ck_assert_int_eq(a.id[2], 12);
+    ck_assert_int_eq(a.state[1], STORE_ALERT_CLEARED);
+    ck_assert_str_eq(a.reason[1], "samples");
+    ck_assert_str_eq(a.reason[0], "");
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(store_alerts(st, 0, 1, v2_alert, &a, &err), STORE_OK);
+    ck_assert_int_eq(a.n, 1);
+    ck_assert_int_eq(a.id[0], 12);
+    /* the new state is accepted now */
+    store_alert res = {.run_id = 5, .layer = 1, .head = 0, .step = 5, .rule = "entropy_floor",
+                       .state = STORE_ALERT_RESOLVED, .value = NAN, .threshold = NAN,
+                       .reason = "goodbye"};
+    ck_assert_msg(store_add_alert(st, &res, &err) == STORE_OK, "%s", err.msg);
+    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
+    memset(&a, 0, sizeof a);
+    ck_assert_int_eq(store_alerts(st, 0, 1, v2_alert, &a, &err), STORE_OK);
+    ck_assert_int_eq(a.n, 0);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    store_close(st);
+}
+END_TEST
+
+/* ---- version 3 -> 4, and a fresh database: both lines of changes meet ------------------------- */
+
+/* The columns and tables of both version 3 (runs and alerts that end) and version 4 (the layout). */
+static void assert_v3_and_v4(void)
+{
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
+                                      "('owner_uid', 'ended', 'end_reason', 'tp_rank', 'tp_size', "
+                                      "'layer_offset', 'head_offset')"), 7);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('alerts') WHERE name "
+                                      "IN ('reason', 'uid', 'ack_uid', 'ack_time')"), 4);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_master WHERE name = 'silences'"),
+                     1);
+}
+
+/* A database this code makes from nothing is at the last version and has both. */
+START_TEST(test_fresh_has_every_version)
+{
+    ck_assert_int_eq(store_schema_version(), 4);
+    store *st = open_ok(dbpath);
+    store_close(st);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
+    assert_v3_and_v4();
+}
+END_TEST
+
+/* A version-3 database (001 + 002 + 003 as files, with an owner, an ended run, a resolved alert,
+ * an acknowledged raise and a silence) opens at version 4: everything of version 3 is kept and
+ * the layout columns are there, NULL. */
+START_TEST(test_migrate_v3_layout)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                     SQLITE_OK);
+    v1_exec(db, "PRAGMA journal_mode = WAL");
+    v1_exec(db, "BEGIN IMMEDIATE");
+    exec_file(db, "001_init.sql");
+    exec_file(db, "002_compact.sql");
+    exec_file(db, "003_lifecycle.sql");
+    v1_exec(db, "PRAGMA user_version = 3; PRAGMA application_id = 1635021684");
+    v1_exec(db, "COMMIT");
+    uint32_t uid = (uint32_t)rnd_range(1, 4000000000u), ack = (uint32_t)rnd_range(1, 60000);
+    char sql[1200];
+    snprintf(sql, sizeof sql, "INSERT INTO runs (id, name, rank, started, last_hello, owner_uid, "
+             "ended, end_reason) VALUES (3, 'owned', 0, 1, 1, %u, 50, 'goodbye'), "
+             "(4, 'live', 1, 1, 1, %u, NULL, NULL)", uid, uid);
+    v1_exec(db, sql);
+    snprintf(sql, sizeof sql, "INSERT INTO alerts (id, run_id, layer, head, step, rule, state, "
+             "time, reason, uid, ack_uid, ack_time) VALUES "
+             "(7, 3, 0, 1, 10, 'nonfinite', 'raised', 5, NULL, NULL, %u, 9), "
+             "(8, 3, 0, 1, 10, 'nonfinite', 'resolved', 6, 'operator', %u, NULL, NULL), "
+             "(9, 4, 2, 3, 12, 'entropy_floor', 'raised', 7, NULL, NULL, NULL, NULL)", ack, uid);
+    v1_exec(db, sql);
+    v1_exec(db, "INSERT INTO silences (run_id, layer, head, rule, uid, time, until) VALUES "
+                "(4, 2, 3, 'entropy_floor', 17, 8, NULL)");
+    sqlite3_close(db);
+
+    store *st = open_ok(dbpath);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
+    assert_v3_and_v4();
+    store_error err = {0};
+    v2_rows r = {0};
+    ck_assert_int_eq(store_list_runs(st, v2_run, &r, &err), STORE_OK);
+    ck_assert_int_eq(r.n, 2);
+    ck_assert(r.has_owner[0] && r.has_owner[1]);
+    ck_assert_uint_eq(r.owner[0], uid);
+    char q[200];
+    snprintf(q, sizeof q, "SELECT count(*) FROM runs WHERE end_reason = 'goodbye' AND ended = 50 "
+             "AND owner_uid = %u AND tp_rank IS NULL AND head_offset IS NULL", uid);
+    ck_assert_int_eq(raw_int(dbpath, q), 1);
+    snprintf(q, sizeof q, "SELECT count(*) FROM alerts WHERE (id = 7 AND ack_uid = %u AND "
+             "ack_time = 9) OR (id = 8 AND state = 'resolved' AND uid = %u)", ack, uid);
+    ck_assert_int_eq(raw_int(dbpath, q), 2);
+    v2_rows a = {0};
+    ck_assert_int_eq(store_alerts(st, 0, 1, v2_alert, &a, &err), STORE_OK);
+    ck_assert_int_eq(a.n, 1); /* 9: 7 was resolved by 8 */
+    ck_assert_int_eq(a.id[0], 9);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM silences WHERE uid = 17"), 1);
+    /* and a layout can be recorded on the migrated run */
+    store_layout l = {0, 2, 0, 1, 0, 1, 0, 1, 0, -1};
+    ck_assert_msg(store_run_set_layout(st, 4, &l, &err) == STORE_OK, "%s", err.msg);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM runs WHERE id = 4 AND tp_size = 2"), 1);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    store_close(st);
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static Suite *make_migrate_suite(void)
@@ -386,6 +591,9 @@ static Suite *make_migrate_suite(void)
     TCase *tc = tcase_create("version 1");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_migrate_v1);
+    tcase_add_test(tc, test_migrate_v2_owner);
+    tcase_add_test(tc, test_migrate_v3_layout);
+    tcase_add_test(tc, test_fresh_has_every_version);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;

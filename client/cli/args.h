@@ -44,6 +44,15 @@ typedef struct {
     int help;
     int version;           /* --version: print it and exit */
     int timeout_ms;
+    int64_t alert_id;      /* --id; 0: none */
+    int until_set;
+    int64_t until_ms;      /* --until, or now + --for (Unix ms) */
+    int days_set;
+    double days;           /* --days */
+    int bytes_set;
+    int64_t bytes;         /* --bytes */
+    int to_default;        /* --default */
+    char cmd_buf[64];      /* a sub-command's full name ("alerts ack") */
 } cli_args;
 
 #endif /* ATTNSTAT_CLI_ARGS_H */

@@ -168,7 +168,7 @@ static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char *
 
 /* Opens the database and resolves --run: CLI_EXIT_OK with *st open (close it) and *name to free,
  * or an exit code with everything closed and the reason printed. */
-static int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
+int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name)
 {
     *st = history_open_db(a);
     if (!*st)
@@ -592,7 +592,9 @@ static const out_col history_alert_cols[] = {
     {"head", NULL, OUT_INT, 0, 1},        {"step", NULL, OUT_INT, 0, 1},
     {"rule", NULL, OUT_STR, 0, 1},        {"state", NULL, OUT_STR, 0, 1},
     {"value", NULL, OUT_NUM, 4, 1},       {"threshold", NULL, OUT_NUM, 4, 1},
-    {"message", NULL, OUT_STR, 0, 0},
+    {"reason", NULL, OUT_STR, 0, 1},      {"by_uid", "by", OUT_NUM, 0, 1},
+    {"ack_uid", "acked by", OUT_NUM, 0, 1}, {"ack_time", "acked", OUT_STR, 0, 1},
+    {"ack_time_ms", NULL, OUT_NUM, 0, 0}, {"message", NULL, OUT_STR, 0, 0},
 };
 
 /* The filters of `alerts`: --run goes to the store's query; --rank, --layer, --head, --rule and
@@ -654,10 +656,12 @@ static void history_newest_add(history_newest *w, const store_alert *al)
         w->next = (w->next + 1) % w->n;
         free((char *)slot->rule);
         free((char *)slot->message);
+        free((char *)slot->reason);
     }
     *slot = *al;
     slot->rule = history_strdup(al->rule, &w->failed);
     slot->message = history_strdup(al->message, &w->failed);
+    slot->reason = history_strdup(al->reason, &w->failed);
 }
 
 static void history_newest_free(history_newest *w)
@@ -665,6 +669,7 @@ static void history_newest_free(history_newest *w)
     for (size_t i = 0; i < w->n; i++) {
         free((char *)w->v[i].rule);
         free((char *)w->v[i].message);
+        free((char *)w->v[i].reason);
     }
     free(w->v);
 }
@@ -678,8 +683,10 @@ typedef struct {
 
 static void history_alert_out(history_alert_ctx *c, const store_alert *al)
 {
-    char t[32];
+    char t[32], acked[32] = "";
     out_time(t, sizeof t, al->time_ms);
+    if (al->acked)
+        out_time(acked, sizeof acked, al->ack_ms);
     out_val v[] = {out_i(al->id),
                    out_s(t),
                    out_i(al->time_ms),
@@ -692,6 +699,11 @@ static void history_alert_out(history_alert_ctx *c, const store_alert *al)
                    out_s(attnstat_state_name(al->state)),
                    out_d(al->value),
                    out_d(al->threshold),
+                   out_s(al->reason ? al->reason : ""),
+                   out_d(al->has_uid ? (double)al->uid : NAN),
+                   out_d(al->acked ? (double)al->ack_uid : NAN),
+                   out_s(acked),
+                   out_d(al->acked ? (double)al->ack_ms : NAN),
                    out_s(al->message)};
     out_add(c->o, v);
 }

@@ -6,7 +6,11 @@
 #ifndef ATTNSTAT_CLI_HISTORY_H
 #define ATTNSTAT_CLI_HISTORY_H
 
+#include <stdint.h>
+
 #include "args.h"
+
+typedef struct store store;
 
 int history_runs(const cli_args *a);
 int history_trend(const cli_args *a);
@@ -15,5 +19,9 @@ int history_alerts(const cli_args *a);
 /* check-db: PRAGMA integrity_check (quick_check with --quick) of the database, read-only; exit 0
  * when it is whole, 1 with the problems found when it is not. */
 int history_check_db(const cli_args *a);
+/* Opens the database read-only and resolves --run (a name or an id; --rank): CLI_EXIT_OK with *st
+ * open (store_close it) and *name the run's name, escaped (free it), or an exit code with the
+ * reason printed and nothing open. Used by admin.c too. */
+int history_open_run(const cli_args *a, store **st, int64_t *run_id, char **name);
 
 #endif /* ATTNSTAT_CLI_HISTORY_H */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "attnstat.h"
 #include "live.h"
 #include "out.h"
@@ -49,6 +50,8 @@ int live_status(const cli_args *a)
         attnstat_close(c);
         return CLI_EXIT_FAIL;
     }
+    admin_store_status ss; /* the store thread and the retention: a Status of its own */
+    admin_store_status_get(a, &ss);
     if (a->fmt == OUT_JSON) {
         printf("{\"socket\": ");
         out_json_string(stdout, a->socket);
@@ -97,7 +100,20 @@ int live_status(const cli_args *a)
             out_json_string(stdout, rj->last_message);
             printf("}");
         }
-        printf("]}\n");
+        printf("]");
+        if (ss.have) {
+            printf(", \"runs_live\": %u, \"store\": {\"queued\": %u, \"commits\": %llu, "
+                   "\"durability\": ", ss.runs_live, ss.queued, (unsigned long long)ss.commits);
+            out_json_string(stdout, ss.durability);
+            printf(", \"retain_ms\": %lld, \"retain_bytes\": %lld, \"retain_steps\": %llu, "
+                   "\"compacted\": %llu, \"downsampled\": %llu, \"used_bytes\": %lld, "
+                   "\"over_limit\": %s, \"last_step_ms\": %.3f, \"retain_busy_frac\": %.4f}",
+                   (long long)ss.retain_ms, (long long)ss.retain_bytes,
+                   (unsigned long long)ss.retain_steps, (unsigned long long)ss.compacted,
+                   (unsigned long long)ss.downsampled, (long long)ss.used_bytes,
+                   ss.over_limit ? "true" : "false", ss.last_step_ms, ss.retain_busy_frac);
+        }
+        printf("}\n");
     } else {
         printf("attnstatd %s at %s, up %.0f s\n",
                ds->daemon_version[0] ? out_safe(ds->daemon_version) : "?", out_safe(a->socket),
@@ -118,6 +134,22 @@ int live_status(const cli_args *a)
         printf("push rate      %.1f /s (last 10 s)\n", ds->push_rate);
         printf("samples stored %llu\n", (unsigned long long)ds->samples_stored);
         printf("alerts active  %u\n", ds->alerts_active);
+        if (ss.have) {
+            printf("runs live      %u\n", ss.runs_live);
+            printf("store          durability %s, %llu commits, %u writes queued\n",
+                   out_safe(ss.durability), (unsigned long long)ss.commits, ss.queued);
+            char age[64] = "no age limit", size[64] = "no size limit";
+            if (ss.retain_ms > 0)
+                snprintf(age, sizeof age, "full resolution %.4g days", ss.retain_ms / 86400000.0);
+            if (ss.retain_bytes > 0)
+                snprintf(size, sizeof size, "at most %lld bytes", (long long)ss.retain_bytes);
+            printf("retention      %s, %s; %llu steps, %llu samples compacted, %llu downsampled, "
+                   "%lld bytes in use%s, last step %.2f ms, %.1f%% of the time\n", age, size,
+                   (unsigned long long)ss.retain_steps, (unsigned long long)ss.compacted,
+                   (unsigned long long)ss.downsampled, (long long)ss.used_bytes,
+                   ss.over_limit ? " (OVER THE LIMIT: nothing more to downsample)" : "",
+                   ss.last_step_ms, 100.0 * ss.retain_busy_frac);
+        }
         if (ds->n_workers) {
             static const out_col wc[] = {
                 {"worker", NULL, OUT_STR, 0, 1},   {"queue", NULL, OUT_INT, 0, 1},

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admin.h"
 #include "args.h"
 #include "attnstat.h"
 #include "history.h"
@@ -37,6 +38,9 @@ static const struct {
     {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
     {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
     {"check-db", history_check_db}, {"job", job_map}, {"export", job_export},
+    {"alerts ack", admin_alerts_ack}, {"alerts resolve", admin_alerts_resolve},
+    {"alerts silence", admin_alerts_silence}, {"delete-run", admin_delete_run},
+    {"retention", admin_retention},
 };
 
 /* ---- Help, from the tables --------------------------------------------------------------------*/
@@ -322,6 +326,28 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
         }
         break;
     }
+    case OPT_SPAN: {
+        size_t n = strlen(val);
+        int64_t ago = 0;
+        if (n < 2 || val[n - 1] < 'a' || main_parse_time(val, 0, &ago) != 0 || ago > 0) {
+            fprintf(stderr, "attnstat: %s wants a duration such as '90s', '10m', '2h' or '3d', "
+                    "not '%s'\n", name, val);
+            return -1;
+        }
+        v = -ago; /* main_parse_time gives now - span */
+        break;
+    }
+    case OPT_REAL: {
+        char *end;
+        errno = 0;
+        double d = strtod(val, &end);
+        if (errno || end == val || *end || !(d >= 0) || d > 1e9) {
+            fprintf(stderr, "attnstat: %s wants a number >= 0, not '%s'\n", name, val);
+            return -1;
+        }
+        a->days = d;
+        break;
+    }
     case OPT_TIME: {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -347,7 +373,7 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
         break;
     case OPT_SOCKET: a->socket = val; break;
     case OPT_FORMAT:
-        a->fmt = choice == 1 ? OUT_JSON : choice == 2 ? OUT_CSV : OUT_TABLE;
+        a->fmt = choice == 1 || choice == 3 ? OUT_JSON : choice == 2 ? OUT_CSV : OUT_TABLE;
         a->fmt_given = 1;
         break;
     case OPT_COLOR: a->color = choice == 1 ? 1 : choice == 2 ? 0 : -1; break;
@@ -368,6 +394,18 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_NEWEST: a->newest = v; break;
     case OPT_TIMEOUT: a->timeout_ms = (int)v; break;
     case OPT_QUICK: a->quick = 1; break;
+    case OPT_ID: a->alert_id = v; break;
+    case OPT_FOR: {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        a->until_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + v;
+        a->until_set = 1;
+        break;
+    }
+    case OPT_UNTIL: a->until_ms = v; a->until_set = 1; break;
+    case OPT_DAYS: a->days_set = 1; break;
+    case OPT_BYTES: a->bytes = v; a->bytes_set = 1; break;
+    case OPT_DEFAULT: a->to_default = 1; break;
     case OPT_COUNT: break;
     }
     return 0;
@@ -406,19 +444,40 @@ static int main_is_option(const char *arg)
     return arg[0] == '-' && arg[1];
 }
 
-/* The command: the first argument that is neither an option nor an option's value. */
-static const char *main_find_command(int argc, char **argv)
+/* The index of the first argument from i on that is neither an option nor an option's value, or
+ * argc. */
+static int main_next_word(int argc, char **argv, int i)
 {
-    for (int i = 1; i < argc; i++) {
+    for (; i < argc; i++) {
         if (!main_is_option(argv[i]))
-            return argv[i];
+            return i;
         char name[64];
         const char *val;
         const opt_spec *s = main_option(argv[i], name, sizeof name, &val);
         if (s && s->arg && !val)
             i++;
     }
-    return NULL;
+    return argc;
+}
+
+/* The command: the first word (an argument that is neither an option nor an option's value); with
+ * the next word when the two name a command ("alerts ack": *sub_i its index, else 0). *cmd_i: the
+ * first word's index. */
+static const char *main_find_command(int argc, char **argv, cli_args *a, int *cmd_i, int *sub_i)
+{
+    *cmd_i = main_next_word(argc, argv, 1);
+    *sub_i = 0;
+    if (*cmd_i >= argc)
+        return NULL;
+    int j = main_next_word(argc, argv, *cmd_i + 1);
+    if (j < argc) {
+        snprintf(a->cmd_buf, sizeof a->cmd_buf, "%s %s", argv[*cmd_i], argv[j]);
+        if (opt_find_command(a->cmd_buf)) {
+            *sub_i = j;
+            return a->cmd_buf;
+        }
+    }
+    return argv[*cmd_i];
 }
 
 /* Parses the command line into a; *topic is the command of `attnstat help COMMAND`, given[id]
@@ -438,7 +497,8 @@ static int main_parse(int argc, char **argv, cli_args *a, const opt_command **cm
     a->timeout_ms = 5000;
     *cmd = NULL;
     *topic = NULL;
-    a->cmd = main_find_command(argc, argv);
+    int cmd_i, sub_i;
+    a->cmd = main_find_command(argc, argv, a, &cmd_i, &sub_i);
     if (a->cmd && strcmp(a->cmd, "help") && !(*cmd = opt_find_command(a->cmd))) {
         fprintf(stderr, "attnstat: unknown command '%s' (commands:", a->cmd);
         for (int i = 0; i < opt_ncommands; i++)
@@ -446,12 +506,11 @@ static int main_parse(int argc, char **argv, cli_args *a, const opt_command **cm
         fprintf(stderr, "; see attnstat --help)\n");
         return -1;
     }
-    int seen_cmd = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!main_is_option(arg)) {
-            if (!seen_cmd && arg == a->cmd) {
-                seen_cmd = 1;
+            if (i == cmd_i || i == sub_i) {
+                continue;
             } else if (!*cmd && !*topic && a->cmd) { /* attnstat help COMMAND */
                 *topic = arg;
             } else {
@@ -534,8 +593,10 @@ static int main_finish(cli_args *a, const opt_command *c, const int given[OPT_CO
         }
         a->socket = a->sock_buf;
     }
-    if (a->fmt == OUT_CSV && !strstr(c->formats, "csv")) {
-        fprintf(stderr, "attnstat: %s prints table or json, not csv\n", c->name);
+    if ((a->fmt == OUT_CSV && !strstr(c->formats, "csv")) ||
+        (a->fmt == OUT_TABLE && !strstr(c->formats, "table"))) {
+        fprintf(stderr, "attnstat: %s prints %s, not %s\n", c->name, c->formats,
+                a->fmt == OUT_CSV ? "csv" : "a table");
         return -1;
     }
     for (int i = 0; i < c->nopts; i++) {

@@ -8,7 +8,7 @@
 
 #define OPT_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static const char *const opt_formats[] = {"table", "json", "csv", NULL};
+static const char *const opt_formats[] = {"table", "json", "csv", "jsonl", NULL};
 static const char *const opt_colors[] = {"auto", "always", "never", NULL};
 static const char *const opt_metrics[] = {"entropy_norm", "entropy", "max_logit", NULL};
 
@@ -34,6 +34,12 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_TIMEOUT] = {OPT_TIMEOUT, "--timeout", NULL, "MS", OPT_INT, 1, INT32_MAX, NULL},
     [OPT_QUICK] = {OPT_QUICK, "--quick", NULL, NULL, OPT_FLAG, 0, 0, NULL},
     [OPT_VERSION] = {OPT_VERSION, "--version", NULL, NULL, OPT_FLAG, 0, 0, NULL},
+    [OPT_ID] = {OPT_ID, "--id", NULL, "ID", OPT_INT, 1, INT64_MAX, NULL},
+    [OPT_FOR] = {OPT_FOR, "--for", NULL, "SPAN", OPT_SPAN, 0, 0, NULL},
+    [OPT_UNTIL] = {OPT_UNTIL, "--until", NULL, "TIME", OPT_TIME, 0, 0, NULL},
+    [OPT_DAYS] = {OPT_DAYS, "--days", NULL, "D", OPT_REAL, 0, 0, NULL},
+    [OPT_BYTES] = {OPT_BYTES, "--bytes", NULL, "B", OPT_INT, 0, INT64_MAX, NULL},
+    [OPT_DEFAULT] = {OPT_DEFAULT, "--default", NULL, NULL, OPT_FLAG, 0, 0, NULL},
 };
 
 const opt_use opt_globals[] = {
@@ -42,7 +48,7 @@ const opt_use opt_globals[] = {
                 "a directory for every *.db file in it"},
     {OPT_SOCKET, 0, "attnstatd socket (default $ATTNSTAT_SOCKET, else "
                     "$XDG_RUNTIME_DIR/attnstat/attnstatd.sock, else /run/attnstat/attnstatd.sock)"},
-    {OPT_FORMAT, 0, "table (default), json (one object per line) or csv"},
+    {OPT_FORMAT, 0, "table (default), json (one object per line; jsonl is the same) or csv"},
     {OPT_COLOR, 0, "auto (default: when stdout is a terminal and NO_COLOR is unset), always, never"},
     {OPT_HELP, 0, "this help; 'attnstat COMMAND --help' for a command's"},
     {OPT_VERSION, 0, "print the version of attnstat and of its libattnstat, and exit"},
@@ -104,6 +110,37 @@ static const opt_use opt_status[] = {
     {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
 };
 
+static const opt_use opt_mark[] = {
+    {OPT_ID, 0, "the alert (its id in attnstat alerts)"},
+    {OPT_RUN, 0, "instead: every active alert of this run (a name or an id)"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
+};
+
+static const opt_use opt_silence[] = {
+    {OPT_ID, 0, "the alert (its id in attnstat alerts)"},
+    {OPT_RUN, 0, "instead: every active alert of this run (a name or an id)"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+    {OPT_FOR, 0, "for this long: '90s', '10m', '2h', '3d' (default: until the run ends)"},
+    {OPT_UNTIL, 0, "until this time (as --since of alerts)"},
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
+};
+
+static const opt_use opt_delete_run[] = {
+    {OPT_RUN, 1, "the run, by name or id (see attnstat runs)"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000; a big run takes longer)"},
+};
+
+static const opt_use opt_retention[] = {
+    {OPT_RUN, 1, "the run, by name or id (see attnstat runs)"},
+    {OPT_RANK, 0, "the rank, for a run with several"},
+    {OPT_DAYS, 0, "full resolution for this many days (fractions allowed; 0: no age limit)"},
+    {OPT_BYTES, 0, "at most this many bytes for the run (0: no size limit)"},
+    {OPT_DEFAULT, 0, "back to the daemon's limits (retain_days, retain_bytes)"},
+    {OPT_TIMEOUT, 0, "how long to wait for attnstatd (default 5000)"},
+};
+
 static const opt_use opt_watch[] = {
     {OPT_RUN, 0, "only the alerts of this run (a name or an id)"},
     {OPT_RANK, 0, "only the alerts of this rank"},
@@ -125,9 +162,12 @@ const opt_command opt_commands[] = {
      "The layer x head grid of one step as a heatmap, so collapsing heads stand out, with the "
      "heads most at risk named. json/csv print one record per cell.",
      "table|json|csv", opt_heads, OPT_N(opt_heads)},
-    {"alerts", 0, "alerts raised and cleared",
-     "Alert transitions (raised / cleared) in the order they happened, of every run or of the "
-     "ones asked for. Every option narrows the list; together they all apply.",
+    {"alerts", 0, "alerts raised, cleared and resolved",
+     "Alert transitions in the order they happened, of every run or of the ones asked for: "
+     "raised, cleared (the samples became good again) or resolved (the run ended: goodbye, "
+     "disconnected, idle, deleted; or an operator, by uid). The id is what alerts ack, resolve "
+     "and silence take; an acknowledged raise says who and when. Every option narrows the list; "
+     "together they all apply.",
      "table|json|csv", opt_alerts, OPT_N(opt_alerts)},
     {"job", 0, "one job's layer x head map across its processes and databases",
      "The layer x head map of one job (every process that said hello with its run name: "
@@ -143,7 +183,8 @@ const opt_command opt_commands[] = {
      "job, the database, the process's rank, host and parallel layout, then the store's export "
      "columns (global layer and head, step, tier, counts, statistics; a downsampled bucket's "
      "minima and maxima). CSV (the default) has a header and one type per column (empty: no "
-     "value), as pandas, pyarrow or DuckDB read it; json prints one object per line.",
+     "value), as pandas, pyarrow or DuckDB read it; json (or jsonl, the same) prints one object "
+     "per line.",
      "csv|json", opt_export, OPT_N(opt_export)},
     {"check-db", 0, "check the database file for damage",
      "Runs SQLite's integrity_check (or quick_check) on the database, read-only (attnstatd may "
@@ -154,6 +195,36 @@ const opt_command opt_commands[] = {
      "Asks attnstatd for its status: uptime, clients, pushes done / dropped / rejected, push "
      "rate, samples stored, active alerts, each worker's queue, each client.",
      "table|json", opt_status, OPT_N(opt_status)},
+    {"alerts ack", 1, "acknowledge an active alert (who and when are recorded)",
+     "Acknowledges an active alert (--id), or every active alert of a run (--run): it stays "
+     "active, and attnstatd records your uid and the time. /metrics counts the active alerts "
+     "nobody acknowledged or silenced (attnstat_run_alerts_unacknowledged). Allowed to the run's "
+     "owner, root and attnstatd's user.",
+     "table|json", opt_mark, OPT_N(opt_mark)},
+    {"alerts resolve", 1, "end an active alert now",
+     "Ends an active alert (--id), or every active alert of a run (--run), with a resolved "
+     "transition (reason operator, your uid). A head that is still bad raises it again after "
+     "raise_after samples. Allowed to the run's owner, root and attnstatd's user.",
+     "table|json", opt_mark, OPT_N(opt_mark)},
+    {"alerts silence", 1, "stop sending an alert to watchers and --alert-exec for a while",
+     "Silences the (run, layer, head, rule) of an active alert (--id), or of every active alert "
+     "of a run (--run), until --until, for --for, or until the run ends: its transitions are "
+     "still recorded and logged, not sent to attnstat watch or --alert-exec. Allowed to the "
+     "run's owner, root and attnstatd's user.",
+     "table|json", opt_silence, OPT_N(opt_silence)},
+    {"delete-run", 1, "delete a run and all of its history",
+     "Deletes a run: its samples of every tier, its alerts and silences, its record. attnstatd "
+     "does it in the background, a few thousand samples per transaction between its commits, "
+     "and refuses while a client of the run is connected (stop its job first); a run waiting for "
+     "its client (run_grace_ms) is ended first. With no attnstatd on --socket, the database is "
+     "changed directly (taking the daemon's lock, so never under a running daemon). Allowed to "
+     "the run's owner, root and attnstatd's user.",
+     "table|json", opt_delete_run, OPT_N(opt_delete_run)},
+    {"retention", 1, "a run's own retention limits",
+     "Sets a run's own limits, replacing the daemon's retain_days and retain_bytes for it: "
+     "--days (full resolution that long; older data downsampled), --bytes (the run's estimated "
+     "size), or --default to follow the daemon's again. attnstat runs --format json shows them.",
+     "table|json", opt_retention, OPT_N(opt_retention)},
     {"watch", 1, "print alerts as they happen, until interrupted",
      "Subscribes to attnstatd's alerts and prints each as it happens (those the options keep) "
      "until interrupted (Ctrl-C). A daemon that restarts is waited for: one line on stderr when "

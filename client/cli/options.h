@@ -35,6 +35,12 @@ typedef enum {
     OPT_TIMEOUT,
     OPT_QUICK,
     OPT_VERSION,
+    OPT_ID,
+    OPT_FOR,
+    OPT_UNTIL,
+    OPT_DAYS,
+    OPT_BYTES,
+    OPT_DEFAULT,
     OPT_COUNT
 } opt_id;
 
@@ -46,6 +52,8 @@ typedef enum {
     OPT_CHOICE,   /* one of choices[] */
     OPT_RULE_NAME,/* an alert rule's name (attnstat_rule_name) */
     OPT_TIME,     /* a time: RFC 3339, 'YYYY-MM-DD[ HH:MM[:SS]]' UTC, or a relative '10m', '2h', '3d' */
+    OPT_SPAN,     /* a duration: '90s', '10m', '2h', '3d' */
+    OPT_REAL,     /* a number >= 0 (fractions allowed) */
 } opt_kind;
 
 typedef struct {
@@ -66,7 +74,7 @@ typedef struct {
 } opt_use;
 
 typedef struct {
-    const char *name;
+    const char *name;            /* "runs"; a sub-command: "alerts ack" */
     int live;                    /* 0: reads the database; 1: talks to attnstatd */
     const char *summary;         /* its line in `attnstat --help` */
     const char *description;     /* the paragraph of `attnstat COMMAND --help` */

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "attnstat.h"
@@ -32,6 +33,7 @@ typedef struct {
     uint64_t seed;
     char collapse[256], grow[256];
     int free_run, quiet, sample_every;
+    int no_goodbye;          /* leave without Goodbye: the run stays live for run_grace_ms */
     int has_layout;
     attnstat_layout layout;  /* --tp-rank ... (set after hello when any is given) */
 } synth_opts;
@@ -124,7 +126,8 @@ static void synth_usage(FILE *f)
             "usage: attnstat-synth [--socket PATH] [--run NAME] [--steps N] [--layers L]\n"
             "                      [--heads H] [--kv-heads HKV] [--seq N] [--dim D] [--batch B]\n"
             "                      [--seed S] [--collapse L.H,...] [--grow L.H,...] [--rank R]\n"
-            "                      [--sample-every K] [--free-run] [--quiet] [--version]\n"
+            "                      [--sample-every K] [--free-run] [--quiet] [--no-goodbye]\n"
+            "                      [--version]\n"
             "                      [--tp-rank R --tp-size S] [--pp-rank R --pp-size S]\n"
             "                      [--layer-offset L] [--dp-rank R --dp-size S]\n\n"
             "A synthetic training process: pushes bf16 Q/K of every layer at every step to\n"
@@ -134,6 +137,9 @@ static void synth_usage(FILE *f)
             "Defaults: --run synth --steps 300 --layers 4 --heads 8 --seq 256 --dim 64 --batch 1\n"
             "--seed 1; socket as attnstatd's ($ATTNSTAT_SOCKET, $XDG_RUNTIME_DIR/attnstat/...).\n"
             "Each step waits for the daemon's acknowledgements unless --free-run is given.\n"
+            "At its end it closes its client, which ends the run (Goodbye: its alerts are\n"
+            "resolved); --no-goodbye leaves without it, as a process that crashed or restarts\n"
+            "from a checkpoint would: the run and its alerts stay for attnstatd's run_grace_ms.\n"
             "The layout flags make it one process of a parallel job (attnstat_set_layout): its\n"
             "--heads are tensor-parallel rank R's share, its --layers start at --layer-offset;\n"
             "--collapse and --grow name its own (local) layers and heads.\n");
@@ -185,6 +191,10 @@ static int synth_parse(int argc, char **argv, synth_opts *o)
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-goodbye")) {
+            o->no_goodbye = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -435,6 +445,10 @@ out:;
                (unsigned long long)st.dropped_local, (unsigned long long)st.dropped_daemon,
                (unsigned long long)st.rejected, st.last_error[0] ? "; last error: " : "",
                st.last_error);
+    if (o.no_goodbye) { /* everything was flushed: the process ends, its connection with it */
+        fflush(stdout);
+        _exit(rc);
+    }
     attnstat_close(c);
     free(q);
     free(k);

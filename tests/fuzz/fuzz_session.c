@@ -1,14 +1,15 @@
 /* fuzz_session.c — libFuzzer target over attnstatd's whole receiving side, in one process: the
  * input's bytes go into a real connection (conn.c, over a socketpair) in pieces of a size the
  * input's first byte picks, so framing (frame.c), decoding (protobuf-c), the session's dispatch
- * (session.c: Hello and its checks, run ownership, registrations, Forget, Subscribe, Status) and
+ * (session.c: Hello and its checks, run ownership, registrations, Forget, Subscribe, Status,
+ * Goodbye, operators' Commands) and
  * every Push's validation (push.c, validate.c, buffers.c) run as they do in the daemon; pushes
  * that pass are computed by the CPU worker and answered. Everything an input made is closed and
  * freed before the next one (libFuzzer's leak check holds the harness to it).
  *
  * The world it runs in, made once: the settings (small work limits, so a valid push computes in
- * microseconds), counters, the client registry, a store in a fresh temporary directory, the alert
- * feed, the CPU worker, and a shared-memory segment "/attnstat-fuzz" of FUZZ_SHM bytes of random
+ * microseconds), counters, the client registry, the runs, a store in a fresh temporary directory
+ * with its store thread, the alert feed, the CPU worker, and a shared-memory segment "/attnstat-fuzz" of FUZZ_SHM bytes of random
  * bf16 values that inputs may register (the seed corpus does).
  *
  * Build: a tree configured with clang and -DATTNSTAT_FUZZ=ON (tests/fuzz.sh does it). Stage: a
@@ -33,11 +34,12 @@
 #include "ctx.h"
 #include "devices.h"
 #include "log.h"
-#include "owners.h"
 #include "peer.h"
 #include "push.h"
 #include "session.h"
+#include "runs.h"
 #include "store.h"
+#include "storer.h"
 #include "worker.h"
 
 #define FUZZ_SHM_NAME "/attnstat-fuzz"
@@ -157,14 +159,20 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     x.cfg = &conf;
     x.cnt = counters_new();
     x.reg = clients_new();
-    x.own = owners_new();
+    x.runs = runs_new();
     store_error se = {0, ""};
     x.db = store_open(db, 0, &se);
-    if (!x.cnt || !x.reg || !x.own || !x.db)
+    if (!x.cnt || !x.reg || !x.runs || !x.db)
         die("the stages", se.msg);
-    x.feed = alerts_feed_new(&conf, x.db, x.cnt, no_sink, NULL, err, sizeof err);
+    x.feed = alerts_feed_new(&conf, x.db, x.runs, x.cnt, no_sink, NULL, err, sizeof err);
     if (!x.feed)
         die("alerts_feed_new", err);
+    storer_db sdb = storer_db_of(x.db);
+    storer_opts so = {conf.commit_ms, 0, 1000};
+    x.st = storer_new(&loop, &sdb, &so, NULL, NULL, err, sizeof err);
+    if (!x.st)
+        die("storer_new", err);
+    alerts_feed_start(x.feed, x.st);
     x.dev = devices_new(&loop, &conf, on_job_done, NULL, err, sizeof err);
     if (!x.dev)
         die("devices_new", err);
@@ -248,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (i > 64)
             usleep(10);
     }
-    while (worker_pool_busy(devices_pool(x.dev)) > 0) {
+    while (worker_pool_busy(devices_pool(x.dev)) > 0 || storer_pending(x.st) > 0) {
         turn(sv[1]);
         usleep(10);
     }

@@ -159,6 +159,38 @@ int main(int argc, char **argv)
     push(2, 1, 0, 2, 16, 16, 1, 0);
     finish(dir, "layouts");
 
+    begin(0); /* the end of a run: operators' commands (good, refused), then Goodbye */
+    hello("ending", NULL, NULL);
+    reg(1, 64 * 1024);
+    push(1, 0, 0, 2, 16, 16, 1, 0);
+    Attnstat__Command cmd;
+    put(envelope_command(&env, &cmd, ATTNSTAT__COMMAND__ACTION__ACK));           /* neither */
+    cmd.has_run_id = 1;
+    cmd.run_id = 1;
+    put(&env);                                                                   /* the run's */
+    put(envelope_command(&env, &cmd, ATTNSTAT__COMMAND__ACTION__SILENCE));
+    cmd.has_run_id = cmd.has_until_ms = 1;
+    cmd.run_id = 1;
+    cmd.until_ms = 1;                                                            /* the past */
+    put(&env);
+    put(envelope_command(&env, &cmd, ATTNSTAT__COMMAND__ACTION__RESOLVE));
+    cmd.has_alert_id = 1;
+    cmd.alert_id = 1;
+    put(&env);
+    put(envelope_command(&env, &cmd, ATTNSTAT__COMMAND__ACTION__RETENTION));
+    cmd.has_run_id = cmd.has_retain_ms = 1;
+    cmd.run_id = 1;
+    cmd.retain_ms = 86400000;
+    put(&env);
+    put(envelope_command(&env, &cmd, ATTNSTAT__COMMAND__ACTION__DELETE_RUN)); /* connected: busy */
+    cmd.has_run_id = 1;
+    cmd.run_id = 1;
+    put(&env);
+    Attnstat__Goodbye bye;
+    put(envelope_goodbye(&env, &bye));
+    push(2, 1, 0, 2, 16, 16, 1, 0);
+    finish(dir, "lifecycle");
+
     begin(0); /* framing: a zero length */
     used += 4;
     memset(buf + 1, 0, 4);

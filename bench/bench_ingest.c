@@ -1,0 +1,494 @@
+/* bench_ingest.c — ingest of tiny pushes through a real attnstatd at its defaults, beside the
+ * store alone in this process on the same schema (the SQLite limit), in one run. Run by hand:
+ *   build/bench/bench_ingest [--seconds S] [--clients C] [--window W] [--heads H] [--dir /tmp]
+ *                            [-- DAEMON FLAGS...]
+ * (attnstatd admits max_clients_per_uid, 32, connections of one uid: more clients than that need
+ * -- --max-clients-per-uid C.)
+ * A tiny push: one layer of H (8) heads, N=16 rows x D=16 f32 host tensors in shared memory,
+ * registered once and read by every push (the bytes never change: nothing to copy). Each client is
+ * a thread with its own connection and run, W (32) pushes in flight, raw frames.
+ *   1. one client, W in flight: pushes/s;
+ *   2. C (32) clients, W in flight each: pushes/s;
+ *   3. one client, one push at a time: the Ack latency (median, p95, p99);
+ *   4. C clients sending, paced, 20% of what 2. measured: pushes dropped (the daemon's answer
+ *      DROPPED) and the Ack latency;
+ *   5. the store alone in this process (store_add_samples, store_commit every 64 pushes, the
+ *      schema and pragmas the daemon uses, no socket, no daemon): pushes/s.
+ * The daemon is the attnstatd of this build tree, started on a socket and database in a fresh
+ * directory under --dir with the flags after "--" (none: its defaults), stopped with SIGTERM; the
+ * directory is removed at the end. Includes proto/ (frames), the store's write half, libc,
+ * pthreads. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attnstat.pb-c.h"
+#include "envelope.h"
+#include "frame.h"
+#include "store_write.h"
+
+#ifndef ATTNSTATD_PATH
+#error "ATTNSTATD_PATH must name the attnstatd binary"
+#endif
+
+enum { N = 16, D = 16, MAX_CLIENTS = 256 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- one client ------------------------------------------------------------------------------ */
+
+typedef struct {
+    /* in */
+    int id, heads, window;
+    double seconds;
+    double rate;             /* pushes/s of this client; 0: as fast as the window allows */
+    const char *sock, *shm;
+    size_t shm_bytes;
+    /* out */
+    uint64_t ok, dropped, failed;
+    double *lat;             /* Ack latencies (s) */
+    size_t nlat, caplat;
+    char err[200];
+} client;
+
+typedef struct {
+    int fd;
+    frame_reader rd;
+} link_t;
+
+static int send_env(int fd, const Attnstat__Envelope *env)
+{
+    size_t len;
+    uint8_t *buf = frame_pack(env, 1u << 20, &len);
+    if (!buf)
+        return -1;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            free(buf);
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    free(buf);
+    return 0;
+}
+
+/* The next message, waiting up to timeout_ms (0: only what is buffered or readable now). NULL on
+ * timeout (*closed 0) or EOF / error (*closed 1). */
+static Attnstat__Envelope *recv_env(link_t *l, int timeout_ms, int *closed)
+{
+    *closed = 0;
+    for (;;) {
+        const uint8_t *payload;
+        uint32_t len;
+        char err[128];
+        int r = frame_reader_next(&l->rd, &payload, &len, err, sizeof err);
+        if (r < 0) {
+            *closed = 1;
+            return NULL;
+        }
+        if (r == 1) {
+            Attnstat__Envelope *e = frame_decode(payload, len, NULL);
+            frame_reader_consume(&l->rd);
+            return e;
+        }
+        struct pollfd pfd = {l->fd, POLLIN, 0};
+        int pr = poll(&pfd, 1, timeout_ms);
+        if (pr == 0)
+            return NULL;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        size_t avail;
+        uint8_t *dst = frame_reader_space(&l->rd, 65536, &avail);
+        ssize_t n = dst ? read(l->fd, dst, avail) : -1;
+        if (n <= 0) {
+            *closed = 1;
+            return NULL;
+        }
+        frame_reader_commit(&l->rd, (size_t)n);
+    }
+}
+
+static void add_lat(client *c, double v)
+{
+    if (c->nlat == c->caplat) {
+        size_t cap = c->caplat ? c->caplat * 2 : 4096;
+        double *nl = realloc(c->lat, cap * sizeof *nl);
+        if (!nl)
+            return;
+        c->lat = nl;
+        c->caplat = cap;
+    }
+    c->lat[c->nlat++] = v;
+}
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    link_t l = {socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), {0}};
+    frame_reader_init(&l.rd, 16u << 20);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", c->sock);
+    if (connect(l.fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        snprintf(c->err, sizeof c->err, "connect: %s", strerror(errno));
+        goto out;
+    }
+    Attnstat__Envelope env;
+    Attnstat__Hello h;
+    char run[32];
+    snprintf(run, sizeof run, "ingest-%d", c->id);
+    int closed;
+    send_env(l.fd, envelope_hello(&env, &h, run));
+    Attnstat__Envelope *r = recv_env(&l, 30000, &closed);
+    if (!r || r->msg_case != ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY) {
+        snprintf(c->err, sizeof c->err, "no HelloReply%s%s",
+                 r && r->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR ? ": " : "",
+                 r && r->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR ? r->error->message : "");
+        if (r)
+            attnstat__envelope__free_unpacked(r, NULL);
+        goto out;
+    }
+    attnstat__envelope__free_unpacked(r, NULL);
+    Attnstat__RegisterBuffer rb;
+    send_env(l.fd, envelope_register_shm(&env, &rb, 1, c->shm, c->shm_bytes));
+
+    uint64_t shape[4] = {1, (uint64_t)c->heads, N, D};
+    uint64_t strides[4] = {(uint64_t)c->heads * N * D, N * D, D, 1};
+    uint64_t kshape[4] = {1, 1, N, D}, kstrides[4] = {N * D, N * D, D, 1};
+    Attnstat__TensorRef qr, kr;
+    envelope_tensor(&qr, 1, 0, ATTNSTAT__DTYPE__F32, shape, strides);
+    envelope_tensor(&kr, 1, (uint64_t)c->heads * N * D * 4, ATTNSTAT__DTYPE__F32, kshape,
+                    kstrides);
+    double *sent = calloc(1u << 20, sizeof *sent); /* by seq, modulo */
+    uint64_t seq = 0, answered = 0;
+    double t0 = now_s(), end = t0 + c->seconds;
+    while (sent) {
+        double t = now_s();
+        int sending = t < end;
+        /* send while the window and the pace allow */
+        while (sending && seq - answered < (uint64_t)c->window &&
+               (c->rate <= 0 || (double)seq < (t - t0) * c->rate)) {
+            Attnstat__Push p;
+            seq++;
+            envelope_push(&env, &p, seq, (int64_t)(seq / 4), (uint32_t)(seq % 4), &qr, &kr);
+            sent[seq & ((1u << 20) - 1)] = now_s();
+            if (send_env(l.fd, &env) != 0) {
+                snprintf(c->err, sizeof c->err, "send failed");
+                goto done;
+            }
+        }
+        if (!sending && answered == seq)
+            break;
+        int wait_ms = 1000;
+        if (c->rate > 0 && sending) {
+            double next = t0 + (double)seq / c->rate - now_s();
+            wait_ms = next > 0 ? (int)(next * 1e3) : 0;
+        }
+        r = recv_env(&l, wait_ms, &closed);
+        if (!r) {
+            if (closed) {
+                snprintf(c->err, sizeof c->err, "the daemon closed the connection");
+                break;
+            }
+            if (!sending && now_s() > end + 60) {
+                snprintf(c->err, sizeof c->err, "%llu pushes never answered",
+                         (unsigned long long)(seq - answered));
+                break;
+            }
+            continue;
+        }
+        if (r->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK) {
+            answered++;
+            if (r->ack->code == ATTNSTAT__CODE__OK) {
+                c->ok++;
+                add_lat(c, now_s() - sent[r->ack->seq & ((1u << 20) - 1)]);
+            } else if (r->ack->code == ATTNSTAT__CODE__DROPPED) {
+                c->dropped++;
+            } else {
+                c->failed++;
+                if (!c->err[0])
+                    snprintf(c->err, sizeof c->err, "push %llu: code %d %s",
+                             (unsigned long long)r->ack->seq, r->ack->code,
+                             r->ack->message ? r->ack->message : "");
+            }
+        } else if (r->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR) {
+            snprintf(c->err, sizeof c->err, "Error: %s", r->error->message);
+            attnstat__envelope__free_unpacked(r, NULL);
+            break;
+        }
+        attnstat__envelope__free_unpacked(r, NULL);
+    }
+done:
+    free(sent);
+out:
+    close(l.fd);
+    frame_reader_free(&l.rd);
+    return NULL;
+}
+
+typedef struct {
+    double wall, rate;
+    uint64_t ok, dropped, failed;
+    double p50, p95, p99;   /* ms */
+} phase_out;
+
+/* Runs nclients clients for seconds; prints and returns what they did. */
+static phase_out run_phase(const char *what, int nclients, int window, double rate_each,
+                           double seconds, int heads, const char *sock, const char *shm,
+                           size_t shm_bytes)
+{
+    static client cs[MAX_CLIENTS];
+    pthread_t th[MAX_CLIENTS];
+    static int next_id;
+    memset(cs, 0, sizeof cs);
+    double t0 = now_s();
+    for (int i = 0; i < nclients; i++) {
+        cs[i] = (client){.id = next_id++, .heads = heads, .window = window, .seconds = seconds,
+                         .rate = rate_each, .sock = sock, .shm = shm, .shm_bytes = shm_bytes};
+        pthread_create(&th[i], NULL, client_main, &cs[i]);
+    }
+    phase_out o = {0};
+    size_t nlat = 0;
+    for (int i = 0; i < nclients; i++) {
+        pthread_join(th[i], NULL);
+        o.ok += cs[i].ok;
+        o.dropped += cs[i].dropped;
+        o.failed += cs[i].failed;
+        nlat += cs[i].nlat;
+        if (cs[i].err[0])
+            fprintf(stderr, "bench: %s, client %d: %s\n", what, i, cs[i].err);
+    }
+    o.wall = now_s() - t0;
+    double *all = malloc((nlat ? nlat : 1) * sizeof *all);
+    size_t k = 0;
+    for (int i = 0; i < nclients; i++) {
+        if (all)
+            memcpy(all + k, cs[i].lat, cs[i].nlat * sizeof *all);
+        k += cs[i].nlat;
+        free(cs[i].lat);
+    }
+    if (all && nlat) {
+        qsort(all, nlat, sizeof *all, cmp_double);
+        o.p50 = all[nlat / 2] * 1e3;
+        o.p95 = all[(size_t)((double)(nlat - 1) * 0.95)] * 1e3;
+        o.p99 = all[(size_t)((double)(nlat - 1) * 0.99)] * 1e3;
+    }
+    free(all);
+    o.rate = (double)o.ok / seconds;
+    printf("%-44s %10.0f %8llu %8llu %9.3f %9.3f %9.3f\n", what, o.rate, (unsigned long long)o.dropped,
+           (unsigned long long)o.failed, o.p50, o.p95, o.p99);
+    fflush(stdout);
+    return o;
+}
+
+/* ---- the store alone --------------------------------------------------------------------------- */
+
+static double store_alone(const char *dir, int heads, double seconds)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%.300s/alone.db", dir);
+    store_error err = {0, ""};
+    store *st = store_open(path, 5000, &err);
+    if (!st) {
+        fprintf(stderr, "bench: store_open: %s\n", err.msg);
+        return 0;
+    }
+    store_run_info info = {.name = "alone", .rank = 0, .host = "bench", .pid = 1};
+    int64_t run_id;
+    if (store_run_begin(st, &info, &run_id, &err) != STORE_OK) {
+        fprintf(stderr, "bench: store_run_begin: %s\n", err.msg);
+        store_close(st);
+        return 0;
+    }
+    stats_head *h = calloc((size_t)heads, sizeof *h);
+    for (int i = 0; i < heads; i++)
+        h[i] = (stats_head){.rows = N, .rows_norm = N, .entropy_mean = 2.0 + 0.01 * i,
+                            .entropy_std = 0.1, .entropy_min = 1.5, .entropy_max = 2.5,
+                            .entropy_norm_mean = 0.8, .collapsed_frac = 0.0, .max_logit = 3.0};
+    uint64_t n = 0;
+    double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < 64; i++, n++) {
+            h[0].max_logit = 3.0 + (double)(n % 17);
+            if (store_add_samples(st, run_id, (int64_t)(n / 4), (int32_t)(n % 4), h, heads, 0,
+                                  &err) != STORE_OK) {
+                fprintf(stderr, "bench: store_add_samples: %s\n", err.msg);
+                goto out;
+            }
+        }
+        if (store_commit(st, &err) != STORE_OK) {
+            fprintf(stderr, "bench: store_commit: %s\n", err.msg);
+            goto out;
+        }
+    }
+out:;
+    double rate = (double)n / (now_s() - t0);
+    free(h);
+    store_close(st);
+    return rate;
+}
+
+/* ---- main ---------------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    double seconds = 5;
+    int clients = 32, window = 32, heads = 8;
+    const char *base = "/tmp";
+    int extra = argc;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            extra = i + 1;
+            break;
+        }
+        if (i + 1 >= argc)
+            goto usage;
+        if (!strcmp(argv[i], "--seconds"))
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--clients"))
+            clients = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--window"))
+            window = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--heads"))
+            heads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dir"))
+            base = argv[++i];
+        else
+            goto usage;
+    }
+    if (seconds <= 0 || clients < 1 || clients > MAX_CLIENTS || window < 1 || heads < 1 ||
+        heads > 1024)
+        goto usage;
+
+    char dir[80];
+    snprintf(dir, sizeof dir, "%.50s/attnstat-ingest-XXXXXX", base);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char sock[100], db[100], logp[100];
+    snprintf(sock, sizeof sock, "%s/s.sock", dir);
+    snprintf(db, sizeof db, "%s/a.db", dir);
+    snprintf(logp, sizeof logp, "%s/daemon.log", dir);
+    const char **dargv = calloc((size_t)(argc - extra) + 8, sizeof *dargv);
+    int k = 0;
+    dargv[k++] = ATTNSTATD_PATH;
+    dargv[k++] = "--socket";
+    dargv[k++] = sock;
+    dargv[k++] = "--db";
+    dargv[k++] = db;
+    for (int i = extra; i < argc; i++)
+        dargv[k++] = argv[i];
+    pid_t dpid = fork();
+    if (dpid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(ATTNSTATD_PATH, (char *const *)dargv);
+        _exit(127);
+    }
+    for (int tries = 0; tries < 1000; tries++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            break;
+        usleep(10000);
+    }
+
+    /* Q (heads) and K (one head), random, never all zeros. */
+    size_t elems = (size_t)(heads + 1) * N * D, bytes = elems * 4;
+    char shm[64];
+    snprintf(shm, sizeof shm, "/attnstat-ingest-%d", (int)getpid());
+    int sfd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (sfd < 0 || ftruncate(sfd, (off_t)bytes) != 0) {
+        perror("shm");
+        return 1;
+    }
+    float *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+    close(sfd);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    uint64_t s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    for (size_t i = 0; i < elems; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+
+    printf("tiny pushes: %d heads, N=%d, D=%d f32; %.1f s a phase; daemon flags:", heads, N, D,
+           seconds);
+    for (int i = extra; i < argc; i++)
+        printf(" %s", argv[i]);
+    printf("%s\n\n", extra >= argc ? " (none: the defaults)" : "");
+    printf("%-44s %10s %8s %8s %9s %9s %9s\n", "case", "pushes/s", "dropped", "failed",
+           "p50 ms", "p95 ms", "p99 ms");
+    char what[120];
+    snprintf(what, sizeof what, "1 client, %d in flight", window);
+    phase_out one = run_phase(what, 1, window, 0, seconds, heads, sock, shm, bytes);
+    snprintf(what, sizeof what, "%d clients, %d in flight each", clients, window);
+    phase_out many = run_phase(what, clients, window, 0, seconds, heads, sock, shm, bytes);
+    run_phase("1 client, 1 in flight (Ack latency)", 1, 1, 0, seconds, heads, sock, shm, bytes);
+    double cap = many.rate > one.rate ? many.rate : one.rate;
+    snprintf(what, sizeof what, "%d clients paced at 20%% (%.0f/s in all)", clients, cap * 0.2);
+    run_phase(what, clients, window, cap * 0.2 / clients, seconds, heads, sock, shm, bytes);
+    double alone = store_alone(dir, heads, seconds);
+    printf("%-44s %10.0f\n", "the store alone, 64 pushes a commit", alone);
+    printf("\ndaemon / store alone: 1 client %.2fx, %d clients %.2fx slower\n",
+           one.rate > 0 ? alone / one.rate : 0, clients, many.rate > 0 ? alone / many.rate : 0);
+
+    kill(dpid, SIGTERM);
+    int st = 0;
+    waitpid(dpid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "bench: attnstatd exit status %d (see %s)\n", st, logp);
+    munmap(p, bytes);
+    shm_unlink(shm);
+    free(dargv);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: could not remove %s\n", dir);
+    return 0;
+usage:
+    fprintf(stderr, "usage: %s [--seconds S] [--clients C] [--window W] [--heads H] [--dir D] "
+            "[-- DAEMON FLAGS...]\n", argv[0]);
+    return 2;
+}

@@ -1,0 +1,92 @@
+/* runs.h — the runs attnstatd knows: each (name, rank) with its id, its owner and where it stands
+ * in its life. Loaded from the store at start-up; a Hello finds its run here or makes it, with an
+ * id handed out here (the store thread records it: the Hello is answered without waiting on the
+ * database).
+ * Stage: beside the session (which asks and adds at each Hello) and the loop (which attaches and
+ * detaches connections, and ends runs); calls the store's read half (at start-up only), util and
+ * log. Loop thread only.
+ *
+ * Owners. A run name belongs to the uid whose Hello first created it (any rank): another uid's
+ * Hello with that name is refused, so two users admitted by --allow-group never write into, or
+ * raise alerts in, each other's run. The owner is the run's owner_uid column; a run recorded
+ * without one (before attnstatd kept owners) belongs to the first uid that says Hello for it.
+ *
+ * A run's life (run_state):
+ *   LIVE      a connection said Hello for it and is open;
+ *   ORPHAN    its last connection closed, or the daemon (re)started and it had not ended: it is
+ *             still live, waiting for its client to come back (a client reconnecting after a daemon
+ *             restart says the same Hello), until run_grace_ms have passed, or at once when that
+ *             connection said Goodbye;
+ *   ENDED     it ended: Goodbye, its grace passed, or no push stored for run_idle_ms while a client
+ *             stayed connected (a push after that resumes it; a Hello does too);
+ *   DELETING  attnstat delete-run is removing it: a Hello for it is refused meanwhile.
+ * runs_due() says which live runs must end now and why; the loop ends them (alerts resolved, the
+ * end recorded) and calls runs_ended(). */
+#ifndef ATTNSTAT_RUNS_H
+#define ATTNSTAT_RUNS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct store store;
+
+typedef enum { RUN_LIVE, RUN_ORPHAN, RUN_ENDED, RUN_DELETING } run_state;
+
+typedef struct {
+    int64_t id;
+    char *name;
+    int32_t rank;
+    int has_owner;
+    uid_t owner;
+    run_state state;
+    uint32_t conns;          /* open connections whose Hello named it */
+    int goodbye;             /* ORPHAN: its last connection said Goodbye */
+    uint64_t since_ns;       /* ORPHAN: since when (util_mono_ns) */
+    uint64_t active_ns;      /* its Hello, or its last stored push (util_mono_ns) */
+    void *unrecorded;        /* its record, when the transaction that held it was rolled back
+                              * (life.c submits it again before the run's next push; freed with
+                              * the entry) */
+} run_entry;
+
+typedef struct runs runs;
+
+runs *runs_new(void);
+void runs_free(runs *r);
+
+/* Every run of db: those that ended are ENDED, the others ORPHAN since now_ns (their clients have
+ * run_grace_ms to come back). New ids follow the largest. 0, or -1 with err set (nothing known:
+ * the first uid to say Hello with a name takes it; ids from 1). */
+int runs_load(runs *r, store *db, uint64_t now_ns, char *err, size_t errlen);
+
+/* 1 with *uid the owner of run name (any rank), 0 when it has none. */
+int runs_owner(const runs *r, const char *name, uid_t *uid);
+run_entry *runs_find(const runs *r, const char *name, int32_t rank);
+run_entry *runs_get(const runs *r, int64_t id);
+/* A new run (ENDED, no connection: runs_attach() next) with the next id, owned by uid. NULL on no
+ * memory. */
+run_entry *runs_add(runs *r, const char *name, int32_t rank, uid_t uid);
+/* Forgets e (deleted). */
+void runs_remove(runs *r, run_entry *e);
+
+/* A connection's Hello named e: LIVE (active now). */
+void runs_attach(run_entry *e, uint64_t now_ns);
+/* A connection of e closed (goodbye: it said Goodbye first): ORPHAN when it was the last. */
+void runs_detach(run_entry *e, int goodbye, uint64_t now_ns);
+/* A push of e was stored: 1 when e had ended for idleness and resumes now (LIVE again), else 0. */
+int runs_touch(run_entry *e, uint64_t now_ns);
+
+/* The live runs that must end at now_ns: why(ctx, e, reason) for each, with reason "goodbye",
+ * "disconnected" (grace_ns passed) or "idle" (idle_ns passed; 0: never). The callback ends it
+ * (runs_ended()). */
+void runs_due(runs *r, uint64_t now_ns, uint64_t grace_ns, uint64_t idle_ns,
+              void (*why)(void *ctx, run_entry *e, const char *reason), void *ctx);
+/* e ended (ENDED). */
+void runs_ended(run_entry *e);
+
+/* Every run, in no particular order (fn must not add or remove runs). */
+void runs_each(const runs *r, void (*fn)(void *ctx, run_entry *e), void *ctx);
+/* Runs LIVE or ORPHAN. */
+uint32_t runs_live(const runs *r);
+
+#endif /* ATTNSTAT_RUNS_H */
