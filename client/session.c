@@ -229,15 +229,9 @@ attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results)
     c->sub_results = results != 0;
     if (c->link != LINK_UP && c->link != LINK_REGISTER)
         return ATTNSTAT_OK;
-    Attnstat__Subscribe s = ATTNSTAT__SUBSCRIBE__INIT;
-    s.has_alerts = 1;
-    s.alerts = alerts != 0;
-    s.has_results = 1;
-    s.results = results != 0;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE;
-    env.subscribe = &s;
-    attnstat_code rc = conn_send(c, &env, 0);
+    Attnstat__Subscribe s;
+    Attnstat__Envelope env;
+    attnstat_code rc = conn_send(c, envelope_subscribe(&env, &s, alerts, results), 0);
     if (rc != ATTNSTAT_ECLOSED)
         return rc;
     link_advance(c); /* the loss: subscribed again when the link is made again */
@@ -338,11 +332,9 @@ attnstat_code attnstat_status(attnstat_client *c, attnstat_daemon_status *out, i
         rc = session_not_up(c);
     if (rc == ATTNSTAT_OK) {
         replies_forget_status(c);
-        Attnstat__Status s = ATTNSTAT__STATUS__INIT;
-        Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-        env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS;
-        env.status = &s;
-        rc = conn_send(c, &env, 0);
+        Attnstat__Status s;
+        Attnstat__Envelope env;
+        rc = conn_send(c, envelope_status(&env, &s), 0);
         c->wait_error = 0;
     }
     while (rc == ATTNSTAT_OK && !c->status_env) {
