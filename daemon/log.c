@@ -54,33 +54,7 @@ int log_detect_journal(void)
 
 void log_escape(char *out, size_t len, const char *s)
 {
-    if (len == 0)
-        return;
-    size_t o = 0, n = strlen(s);
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int l = utf8_next(p + i, n - i, &cp);
-        if (l > 0 && !utf8_is_control(cp)) {
-            if (o + (size_t)l >= len)
-                break;
-            memcpy(out + o, p + i, (size_t)l);
-            o += (size_t)l;
-            i += (size_t)l;
-            continue;
-        }
-        if (l == 0)
-            l = 1; /* one byte that starts no character */
-        for (int k = 0; k < l; k++) { /* a control character, every byte of it */
-            if (o + 4 >= len)
-                goto done;
-            snprintf(out + o, len - o, "\\x%02x", p[i + (size_t)k]);
-            o += 4;
-        }
-        i += (size_t)l;
-    }
-done:
-    out[o] = '\0';
+    utf8_escape(out, len, s);
 }
 
 /* ---- repeats -------------------------------------------------------------------------------- */

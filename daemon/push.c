@@ -207,6 +207,23 @@ static int push_admit(const stage_ctx *x, peer *p, uint64_t seq, const char *wha
     return 0;
 }
 
+/* A push's identity once admitted: its owner, peer (whose count of pushes in flight it joins),
+ * numbers and arrival times. */
+static void push_begin(push *u, const stage_ctx *x, peer *p, uint64_t seq, int64_t step,
+                       uint32_t layer, int want_results)
+{
+    u->job.owner = u;
+    u->x = x;
+    u->p = p;
+    peer_push_start(p);
+    u->seq = seq;
+    u->step = step;
+    u->layer = layer;
+    u->want_results = want_results;
+    u->received_ns = util_mono_ns();
+    u->time_ms = (int64_t)util_wall_ms();
+}
+
 void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
 {
     const cfg *c = x->cfg;
@@ -254,16 +271,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
         ack_now(x, p, m->seq, ATTNSTAT__CODE__INTERNAL, "out of memory");
         return;
     }
-    u->job.owner = u;
-    u->x = x;
-    u->p = p;
-    peer_push_start(p);
-    u->seq = m->seq;
-    u->step = m->step;
-    u->layer = m->layer;
-    u->want_results = m->want_results;
-    u->received_ns = util_mono_ns();
-    u->time_ms = (int64_t)util_wall_ms();
+    push_begin(u, x, p, m->seq, m->step, m->layer, m->want_results);
     /* Routing: host buffers go to the CPU worker; device buffers to their device's. */
     worker *target = devices_cpu(x->dev, p->run_id, m->layer);
     if (u->plan.kind == ATTNSTAT__BUFFER_KIND__CUDA_IPC) {
@@ -338,17 +346,8 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
     u->job.prob.heads_q = (int32_t)m->n_heads;
     u->job.heads = heads;
     u->job.precomputed = 1;
-    u->job.owner = u;
-    u->x = x;
-    u->p = p;
     u->local = 1;
-    peer_push_start(p);
-    u->seq = m->seq;
-    u->step = m->step;
-    u->layer = m->layer;
-    u->want_results = m->want_results;
-    u->received_ns = util_mono_ns();
-    u->time_ms = (int64_t)util_wall_ms();
+    push_begin(u, x, p, m->seq, m->step, m->layer, m->want_results);
     worker *target = devices_cpu(x->dev, p->run_id, m->layer);
     if (worker_submit(target, &u->job) != 0) {
         worker_stats ws;

@@ -16,4 +16,9 @@ int utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
 /* 1 for a control character: C0 (below U+0020), DEL, C1 (U+0080..U+009F, CSI among them). */
 int utf8_is_control(uint32_t cp);
 
+/* s (NULL: "") into out (len bytes, always terminated), every byte of a control character or of
+ * what is not UTF-8 written as \xHH, the rest as it is; cut at a whole character or escape when
+ * out is full. Returns out. */
+char *utf8_escape(char *out, size_t len, const char *s);
+
 #endif /* ATTNSTAT_UTF8_H */

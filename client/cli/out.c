@@ -58,38 +58,7 @@ void out_json_string(FILE *f, const char *s)
 
 char *out_escape(char *buf, size_t len, const char *s)
 {
-    if (len == 0)
-        return buf;
-    size_t o = 0, n = s ? strlen(s) : 0;
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int l = utf8_next(p + i, n - i, &cp);
-        if (l > 0 && !utf8_is_control(cp)) {
-            if (o + (size_t)l >= len)
-                break;
-            memcpy(buf + o, p + i, (size_t)l);
-            o += (size_t)l;
-            i += (size_t)l;
-            continue;
-        }
-        if (l == 0)
-            l = 1;
-        int stop = 0;
-        for (int k = 0; k < l && !stop; k++) {
-            if (o + 4 >= len) {
-                stop = 1;
-                break;
-            }
-            snprintf(buf + o, len - o, "\\x%02x", p[i + (size_t)k]);
-            o += 4;
-        }
-        if (stop)
-            break;
-        i += (size_t)l;
-    }
-    buf[o] = '\0';
-    return buf;
+    return utf8_escape(buf, len, s);
 }
 
 const char *out_safe(const char *s)
