@@ -118,5 +118,5 @@ stop_daemon
 echo "attnstatd stopped cleanly; its log:"
 tail -n 4 "$log"
 
-say "history works with the daemon down: attnstat alerts --active"
-"$cli" --db "$db" alerts --active
+say "history works with the daemon down: attnstat alerts --run quickstart --rule logit_ceiling"
+"$cli" --db "$db" alerts --run quickstart --rule logit_ceiling

@@ -252,11 +252,13 @@ static void live_print_alert(void *user, const attnstat_alert *al)
         out_json_string(stdout, al->message);
         printf("}\n");
     } else {
-        printf("%s  %-7s  %-13s  run %s rank %d  layer %u head %u  step %lld  value %.4g "
-               "threshold %.4g\n",
-               t, attnstat_state_name(al->state), attnstat_rule_name(al->rule), out_safe(al->run),
-               al->rank,
-               al->layer, al->head, (long long)al->step, al->value, al->threshold);
+        printf("%s  %-7s  %-13s  run %s rank %d  layer %u head %u  step %lld", t,
+               attnstat_state_name(al->state), attnstat_rule_name(al->rule), out_safe(al->run),
+               al->rank, al->layer, al->head, (long long)al->step);
+        /* a resolved alert has no value (its run ended, or an operator ended it) */
+        if (isfinite(al->value))
+            printf("  value %.4g threshold %.4g", al->value, al->threshold);
+        printf("\n");
     }
     fflush(stdout);
 }
