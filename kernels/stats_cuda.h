@@ -49,14 +49,16 @@ typedef enum {
     STATS_CUDA_PATH_MMA_SYNC = 2, /* tensor cores through mma.sync only, also on Hopper (no wgmma) */
     STATS_CUDA_PATH_WGMMA = 3,    /* the Hopper kernel wherever it applies (AUTO does the same on
                                      Hopper; this path names it) */
-    STATS_CUDA_PATH_WG_VARIANT = 16, /* + v, v < stats_cuda_wg_variant_count(): variant v of the
+    STATS_CUDA_PATH_WG_VARIANT = 16, /* + v, stats_cuda_wg_variant_exists(v): variant v of the
                                         Hopper kernel (tests and bench; numbers in
                                         cuda/variants.h). Any value not named here acts as
                                         MMA_SYNC. */
 } stats_cuda_path;
 
-/* Number of variants of the Hopper kernel, and the one AUTO and WGMMA use. */
+/* One past the highest Hopper variant number, whether N is one (the numbers between are other
+ * kernels: cuda/variants.h), and the one AUTO and WGMMA use. */
 int stats_cuda_wg_variant_count(void);
+int stats_cuda_wg_variant_exists(int v);
 int stats_cuda_wg_variant_default(void);
 
 /* 1 when this build has the CUDA backend, 0 otherwise. */

@@ -23,6 +23,12 @@ int stats_cuda_wg_variant_count(void)
     return 0;
 }
 
+int stats_cuda_wg_variant_exists(int v)
+{
+    (void)v;
+    return 0;
+}
+
 int stats_cuda_wg_variant_default(void)
 {
     return 0;

@@ -29,6 +29,14 @@
 
 /* ---- the problem on the device --------------------------------------------------------------- */
 
+/* A TMA tensor map (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), filled on the
+ * host by cuTensorMapEncodeTiled (launch.cu) for the kernels that load K with the TMA unit
+ * (variant 6); they take kparams as a __grid_constant__ parameter so that its address is the
+ * map's. */
+struct alignas(64) tma_map {
+    unsigned long long w[16];
+};
+
 /* Q: [B, Hq, Nq, D] and K: [B, Hkv, Nk, D] by element strides (packed: B = 1, sequences by
  * cu_q/cu_k). Logits in base 2: u = c * q.k (no softcap) or cl * tanh(sc * q.k). */
 struct kparams {
@@ -71,6 +79,9 @@ struct kparams {
      * "general" flag. NULL: no gate. */
     const int *gate;
     int gate_general;
+    /* Variant 6: K as a 4-d tensor (head_dim, keys, heads_kv, batch; packed: batch 1) in boxes of
+     * 64 elements x WS_KEYS keys, 128-byte swizzle. Unused (zeros) by the other kernels. */
+    tma_map ktm;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
@@ -107,6 +118,13 @@ template <bool MB> struct wgf_pipe {
     static constexpr int STAGES = MB ? 8 : 4, PF = MB ? 4 : 2, PUB = 2;
 };
 
+/* sm_90a, warp-specialised (ws_sm90.cu, variant 6): WS_CONSUMERS warpgroups of 64 rows (128 rows
+ * per CTA) computing wgmma m64n128k16 on K tiles of WS_KEYS keys, and a producer warpgroup (one
+ * thread of it loads the tiles with the TMA unit into a ring of stages, ws_shape) that gives its
+ * registers to the consumers (setmaxnreg: WS_REG_PRODUCER and WS_REG_CONSUMER per thread). */
+enum { WS_CONSUMERS = 2, WS_KEYS = 128, WS_THREADS = (WS_CONSUMERS + 1) * 128 };
+enum { WS_REG_PRODUCER = 56, WS_REG_CONSUMER = 224 }; /* 128 * 56 + 256 * 224 = 384 * 168 */
+
 /* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
 enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
 
@@ -137,6 +155,7 @@ extern const kernel_instance stats_mma_sm80[MMA_NDP];          /* variant 4, d32
 extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64, d128 */
 extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
 extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
+extern const kernel_instance stats_ws_sm90[WG_NDP];            /* variant 6, d64, d128 */
 
 /* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
 

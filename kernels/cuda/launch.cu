@@ -7,15 +7,18 @@
  *   fill_rows      sampled runs with per-row outputs: every row "not computed" first (generic.cu)
  *   packed_offsets packed runs: the first block of each sequence (generic.cu)
  *   the statistics kernel of the planned variant: one CTA per (head, sequence, block of sampled
- *                  rows), one partial per CTA (wgmma_sm90.cu, wgf_sm90.cu, mma_sm80.cu, generic.cu)
+ *                  rows), one partial per CTA (wgmma_sm90.cu, wgf_sm90.cu, ws_sm90.cu, mma_sm80.cu,
+ *                  generic.cu)
  *   reduce_heads   per head, the partials in a fixed order into a stats_head (generic.cu)
  *
  * The plan (make_plan): the Hopper variant asked for (or the default) when the device is Hopper,
  * the problem is bf16/f16, 16-byte aligned with strides multiple of 8, and 32 < head_dim <= 128;
  * else mma.sync (variant 4) when the problem is so aligned and its head_dim's instance fits the
- * device's shared memory; else the CUDA-core kernel (variant 5). */
+ * device's shared memory; else the CUDA-core kernel (variant 5). Variant 6 (TMA) also needs a tensor
+ * map of K that the driver accepts (encoded per run, make_plan); where it does not, variant 2. */
 #include "stats_cuda.h"
 
+#include <cuda.h> /* CUtensorMap and its enums only: the driver is reached through the runtime */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -32,6 +35,7 @@ struct stats_cuda {
     int sm_count;
     int cc_major;
     int wg_ok;               /* the Hopper kernels can run here */
+    void *encode_tiled;      /* the driver's cuTensorMapEncodeTiled (variant 6), NULL without */
     int mma_fits[MMA_NDP];   /* each mma.sync instance fits the device's shared memory */
     stats_cuda_path path;
     void *ws;          /* device workspace */
@@ -62,24 +66,34 @@ __attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err,
 
 /* ---- the variants ---------------------------------------------------------------------------- */
 
-/* The Hopper variants, by number: each a row of instances ordered by head_dim. */
+/* The Hopper variants, by number (STATS_CUDA_PATH_WG_VARIANT + N): each a row of instances ordered
+ * by head_dim; NULL for the numbers that are not Hopper variants. */
 static const kernel_instance *const k_hopper[] = {
     stats_wgmma_sm90,  /* 0 */
     stats_wgf_sm90[0], /* 1 */
     stats_wgf_sm90[1], /* 2 */
     stats_wgf_sm90[2], /* 3 */
+    NULL,              /* 4: mma.sync */
+    NULL,              /* 5: CUDA cores */
+    stats_ws_sm90,     /* 6 */
 };
-static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_HOPPER_COUNT,
+static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
               "variants.h and the Hopper kernels' tables disagree");
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
-                  STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3,
-              "the Hopper variants are numbered from 0 (STATS_CUDA_PATH_WG_VARIANT + N)");
-static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 6,
+                  STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
+                  STATS_VARIANT_WS_TMA == 6,
+              "the Hopper variants are asked for by number (STATS_CUDA_PATH_WG_VARIANT + N)");
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 7,
               "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
 
 extern "C" int stats_cuda_wg_variant_count(void)
 {
-    return STATS_VARIANT_HOPPER_COUNT;
+    return STATS_VARIANT_WG_END;
+}
+
+extern "C" int stats_cuda_wg_variant_exists(int v)
+{
+    return v >= 0 && v < STATS_VARIANT_WG_END && k_hopper[v] != NULL;
 }
 
 extern "C" int stats_cuda_wg_variant_default(void)
@@ -93,12 +107,17 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
 {
     int v = STATS_VARIANT_DEFAULT;
     if (ctx->path >= STATS_CUDA_PATH_WG_VARIANT &&
-        ctx->path < STATS_CUDA_PATH_WG_VARIANT + STATS_VARIANT_HOPPER_COUNT)
+        ctx->path < STATS_CUDA_PATH_WG_VARIANT + STATS_VARIANT_WG_END &&
+        k_hopper[ctx->path - STATS_CUDA_PATH_WG_VARIANT])
         v = (int)ctx->path - STATS_CUDA_PATH_WG_VARIANT;
     else if (ctx->path != STATS_CUDA_PATH_AUTO && ctx->path != STATS_CUDA_PATH_WGMMA)
         return NULL;
     if (!ctx->wg_ok || p->head_dim <= 32)
         return NULL;
+    /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
+     * tensor-map encoder; else variant 2, its predecessor */
+    if (v == STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))
+        v = STATS_VARIANT_FOLD2_SW128;
     for (int i = 0; i < WG_NDP; i++)
         if (p->head_dim <= k_hopper[v][i].dp) {
             *variant = v;
@@ -220,7 +239,9 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->wg_ok = 0;
     if (major == 9) { /* the sm_90a binary: Hopper only */
         c->wg_ok = 1;
-        for (int i = 0; i < STATS_VARIANT_HOPPER_COUNT * WG_NDP; i++) {
+        for (int i = 0; i < STATS_VARIANT_WG_END * WG_NDP; i++) {
+            if (!k_hopper[i / WG_NDP])
+                continue;
             const kernel_instance *w = &k_hopper[i / WG_NDP][i % WG_NDP];
             cudaError_t e1 = cudaFuncSetAttribute(w->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)w->smem);
@@ -235,6 +256,16 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
                 c->wg_ok = 0; /* mma.sync serves every head_dim then */
             }
         }
+        /* Variant 6 encodes a tensor map of K per run through the driver's entry point (the
+         * runtime links no libcuda); a driver without it leaves variant 6 to variant 2. */
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            c->encode_tiled = fn;
+        else
+            cudaGetLastError();
     }
     *out = c;
     return STATS_OK;
@@ -272,6 +303,7 @@ struct plan {
     int cvt;                  /* float32 tensors converted on load */
     int rows_per_cta, nblk, blocks_per_head;
     int mb, mh;               /* masked: the mask's batch and head extents (1 where broadcast) */
+    tma_map ktm;              /* variant 6: K's tensor map */
     size_t parts_off, off_off, heads_off, rr_off, flag_off, bytes;
 };
 
@@ -284,6 +316,46 @@ static stats_kernel_fn instance_fn(const kernel_instance *k, const stats_problem
     return f16 ? k->f16 : k->bf16;
 }
 
+/* Variant 6's tensor map of K: (head_dim, keys, heads_kv, batch), innermost first (packed: batch
+ * 1, the sequences' keys one after another), boxes of 64 elements x WS_KEYS keys in the 128-byte
+ * swizzle; keys past the tensor read as zeros. An extent of 1 gets the stride a dense tensor would
+ * have (a broadcast stride of 0 is not one the TMA unit takes). false when the driver refuses it. */
+static bool encode_k_map(const stats_cuda *ctx, const stats_problem *p, tma_map *out)
+{
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static_assert(sizeof(CUtensorMap) == sizeof(tma_map) && alignof(tma_map) >= 64,
+                  "tma_map holds a CUtensorMap");
+    const int packed = p->cu_seqlens_q != NULL;
+    const cuuint64_t es = 2;
+    cuuint64_t dim[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)p->len_k, (cuuint64_t)p->heads_kv,
+                         (cuuint64_t)(packed ? 1 : p->batch)};
+    cuuint64_t str[3] = {(cuuint64_t)p->k.stride_n * es, (cuuint64_t)p->k.stride_h * es,
+                         (cuuint64_t)p->k.stride_b * es};
+    if (dim[1] == 1)
+        str[0] = dim[0] * es;
+    if (dim[2] == 1)
+        str[1] = str[0] * dim[1];
+    if (dim[3] == 1)
+        str[2] = str[1] * dim[2];
+    for (int i = 0; i < 3; i++)
+        if (str[i] == 0 || str[i] % 16 || str[i] >= (1ull << 40))
+            return false;
+    const cuuint32_t box[4] = {64, WS_KEYS, 1, 1}, estr[4] = {1, 1, 1, 1};
+    CUtensorMap m;
+    const CUresult r = ((encode_fn)ctx->encode_tiled)(
+        &m, p->dtype == STATS_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        4, (void *)p->k.ptr, dim, str, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return false;
+    memcpy(out, &m, sizeof m);
+    return true;
+}
+
 /* general: the mask (if any) must be read per logit, which only the CUDA-core kernel does. */
 static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, plan *pl,
                               stats_error *err, int general)
@@ -291,6 +363,11 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     memset(pl, 0, sizeof *pl);
     const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && !general && mma_ok(ctx, p);
     pl->k = tc ? pick_wg(ctx, p, &pl->variant) : NULL;
+    if (pl->k && pl->variant == STATS_VARIANT_WS_TMA && !encode_k_map(ctx, p, &pl->ktm)) {
+        stats_cuda tmp = *ctx; /* a K the TMA unit does not take: variant 2 */
+        tmp.path = STATS_VARIANT_PATH_WG(STATS_VARIANT_FOLD2_SW128);
+        pl->k = pick_wg(&tmp, p, &pl->variant);
+    }
     if (pl->k && !instance_fn(pl->k, p)) { /* float32: the default variant has the instances */
         stats_cuda tmp = *ctx;
         tmp.path = STATS_CUDA_PATH_AUTO;
@@ -511,6 +588,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     k.packed = packed;
     k.cu_q = p->cu_seqlens_q, k.cu_k = p->cu_seqlens_k;
     k.blk_off = (const int *)((char *)ctx->ws + pl.off_off);
+    k.ktm = pl.ktm;
     k.nblk = pl.nblk;
     k.blocks_per_head = pl.blocks_per_head;
     k.rows_per_cta = pl.rows_per_cta;

@@ -82,6 +82,40 @@ template <> struct wgmma_op<8, true, true> {
     }
 };
 
+/* m64n128k16: the 128-key tiles of variant 6 (ws_sm90.cu); A from registers only. */
+template <> struct wgmma_op<16, false, false> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+template <> struct wgmma_op<16, false, true> {
+    static __device__ __forceinline__ void run(float (&d)[16][4], const unsigned (&a)[4],
+                                               unsigned long long adesc, unsigned long long bdesc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(accumulate));
+#endif
+        (void)a, (void)adesc;
+    }
+};
+
 __device__ __forceinline__ void wgmma_fence(void)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -121,6 +155,28 @@ template <> struct reg_fence_op<8> {
         asm volatile("" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) : : "memory");
     }
 };
+template <> struct wgmma_wait_op<0, 16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+#endif
+    }
+};
+template <> struct wgmma_wait_op<1, 16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+#endif
+    }
+};
+template <> struct reg_fence_op<16> {
+    static __device__ __forceinline__ void run(float (&d)[16][4])
+    {
+        asm volatile("" : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) : : "memory");
+    }
+};
 template <int N, int NT> static __device__ __forceinline__ void wgmma_wait(float (&d)[NT][4])
 {
     wgmma_wait_op<N, NT>::run(d);
@@ -133,6 +189,21 @@ __device__ __forceinline__ void fence_proxy_async(void)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* A warpgroup's registers per thread lowered (the producer) or raised (the consumers) to N: every
+ * thread of the warpgroup executes it. */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
 }
 
@@ -191,6 +262,141 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
                      : "r"(a), "r"(parity)
                      : "memory");
     } while (!done);
+}
+
+/* Arrive on bar and add bytes to the transaction count its phase waits for (the TMA copies that
+ * complete on it count them down). */
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+    (void)bar, (void)bytes;
+}
+
+/* The mbarriers' initialisation made visible to the async proxy (the TMA unit) before use. */
+__device__ __forceinline__ void fence_mbar_init(void)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+/* ---- TMA ------------------------------------------------------------------------------------- */
+
+/* One box of a 4-d tensor (tensor map tmap: a kernel parameter, __grid_constant__) at coordinates
+ * (c0, c1, c2, c3), innermost first, copied into shared memory at dst by the TMA unit; its bytes
+ * complete on bar. Coordinates past the tensor's extent read as zeros. */
+__device__ __forceinline__ void tma_load_4d(void *dst, const void *tmap, int c0, int c1, int c2,
+                                            int c3, unsigned long long *bar)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
+                 "l"((unsigned long long)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+                 "r"(smem_u32(bar))
+                 : "memory");
+#endif
+    (void)dst, (void)tmap, (void)c0, (void)c1, (void)c2, (void)c3, (void)bar;
+}
+
+/* The tensor map's 128 bytes fetched into the TMA unit's cache ahead of the first copy. */
+__device__ __forceinline__ void tma_prefetch_map(const void *tmap)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)tmap) : "memory");
+#endif
+    (void)tmap;
+}
+
+/* ---- the per-lane fold (variants 1-3 and 6) ------------------------------------------------ */
+
+/* One tile of 8 * NT keys (64: variants 1-3, wgf_sm90.cu; 128: variant 6, ws_sm90.cu) folded into
+ * per-lane row states. Each lane keeps its own (M, l, W) per row over the keys it holds (2 * NT per
+ * tile: columns 2*tq, 2*tq+1 of each n8 block); the four lanes of a quad are merged exactly once,
+ * at the end of the row (state_merge), so the tile needs no shuffle. Within a tile: tree max
+ * (depth 4, 5 at NT = 16), one rescale per row with the lane's true running max (branch-free:
+ * a = 2^d with d clamped at -256 so that a = 0 and a*d = 0 where the old max was -inf, instead of
+ * -inf*0), then the row's exps summed into NP independent partials of l and W, combined at the end
+ * of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e. Both rows are one straight-line
+ * block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf makes M infinite (and u
+ * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN. */
+template <int NT, bool CAP, bool MASK>
+static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
+                                                 float (&l)[2], float (&W)[2], const int (&lo)[2],
+                                                 const int (&hi)[2], int j0, int tq)
+{
+    constexpr int NV = 2 * NT, NP = 4;
+    static_assert(NV == 16 || NV == 32, "the tree max below is written for 16 or 32 values per row");
+    if (MASK) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + nt * 8 + 2 * tq + e;
+                    if (j < lo[hr] || j > hi[hr])
+                        s[nt][2 * hr + e] = -INFINITY;
+                }
+    }
+    float Mn[2], a[2], ad[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float t[NV / 2];
+#pragma unroll
+        for (int k = 0; k < NV / 2; k++)
+            t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
+        if (NV == 32) {
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                t[k] = fmaxf(t[k], t[k + 8]);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            t[k] = fmaxf(t[k], t[k + 4]);
+        t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+        const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+        Mn[hr] = fmaxf(M[hr], Mt);
+        const float d = fmaxf(M[hr] - Mn[hr], -256.0f);
+        a[hr] = ex2(d);
+        ad[hr] = a[hr] * d;
+    }
+    float lp[2][NP], wp[2][NP];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float negM = -Mn[hr];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const float v = s[k >> 1][2 * hr + (k & 1)];
+            float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
+            float e = ex2(u);
+            if (MASK) {
+                const int j = j0 + (k >> 1) * 8 + 2 * tq + (k & 1);
+                const bool vis = j >= lo[hr] && j <= hi[hr];
+                e = vis ? e : 0.0f;
+                u = vis ? u : 0.0f;
+            }
+            const int q = k % NP;
+            if (k < NP) {
+                lp[hr][q] = e;
+                wp[hr][q] = e * u;
+            } else {
+                lp[hr][q] += e;
+                wp[hr][q] = fmaf(e, u, wp[hr][q]);
+            }
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float lt = (lp[hr][0] + lp[hr][1]) + (lp[hr][2] + lp[hr][3]);
+        const float wt = (wp[hr][0] + wp[hr][1]) + (wp[hr][2] + wp[hr][3]);
+        W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
+        l[hr] = fmaf(a[hr], l[hr], lt);
+        M[hr] = Mn[hr];
+    }
 }
 
 #endif /* ATTNSTAT_CUDA_SM90_CUH */

@@ -3,8 +3,9 @@
  * below), the test knobs and bench/kernel_notes.md all say "variant N" with these numbers. Plain C
  * (C11 and C++); stage: the CUDA backend of stats.h; includes stats_cuda.h only.
  *
- * How a variant is asked for: the Hopper variants 0-3 through STATS_CUDA_PATH_WG_VARIANT + N
- * (stats_cuda_wg_variant_count() == 4; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
+ * How a variant is asked for: the Hopper variants 0-3 and 6 through STATS_CUDA_PATH_WG_VARIANT + N
+ * (N < stats_cuda_wg_variant_count() == 7 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
+ * and + 5 act as MMA_SYNC; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
  * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_get(); the
  * bench's ATTNSTAT_BENCH_VARIANTS and stats_dev take any number); AUTO and STATS_CUDA_PATH_WGMMA
  * take STATS_VARIANT_DEFAULT where it applies.
@@ -13,8 +14,8 @@
  * a run will really use.
  *
  * A number is never given to another kernel: a retired variant keeps its line in
- * bench/kernel_notes.md. The public path STATS_CUDA_PATH_WG_VARIANT + N reaches the Hopper
- * variants, so they are numbered from 0 (launch.cu checks it). */
+ * bench/kernel_notes.md. The public path STATS_CUDA_PATH_WG_VARIANT + N reaches Hopper variant N
+ * (launch.cu checks the numbers). */
 #ifndef ATTNSTAT_CUDA_VARIANTS_H
 #define ATTNSTAT_CUDA_VARIANTS_H
 
@@ -45,7 +46,10 @@ extern "C" {
       "64-key tiles through 3 cp.async stages; sm_80 and newer, head_dim 1..256")                  \
     X(5, GENERIC, GENERIC, "cuda-core",                                                            \
       "stats_generic_kernel (cuda/generic.cu): CUDA cores, one warp per row, any dtype, "          \
-      "head_dim and stride")
+      "head_dim and stride")                                                                       \
+    X(6, WS_TMA, WG, "ws tma",                                                                     \
+      "stats_ws_kernel (cuda/ws_sm90.cu): a producer warp loading 128-key K tiles with the TMA "   \
+      "unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16 only")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -61,7 +65,8 @@ extern "C" {
 typedef enum {
     STATS_VARIANTS(STATS_VARIANT_ENUM)
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
-    STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* WG_VARIANT + N */
+    STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
+    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA + 1, /* WG_VARIANT + N for N below it (not 4, 5) */
     STATS_VARIANT_DEFAULT = STATS_VARIANT_FOLD2_SW128, /* what AUTO and WGMMA take on Hopper */
 } stats_variant;
 #undef STATS_VARIANT_ENUM
