@@ -306,16 +306,21 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
 }
 
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
- * a fixed order, so the result never depends on scheduling. */
-static __device__ void block_store_part(part &a, part *out)
+ * a fixed order, so the result never depends on scheduling. NW > 0: over the first NW warps alone,
+ * meeting at named barrier 2 (the warp-specialised kernel, whose producer warps have left). */
+template <int NW = 0> static __device__ void block_store_part(part &a, part *out)
 {
-    __shared__ part s_warp[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __shared__ part s_warp[NW > 0 ? NW : 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = NW > 0 ? NW : blockDim.x >> 5;
     for (int m = 1; m < 32; m <<= 1)
         part_shfl_merge(a, m);
     if (lane == 0)
         s_warp[warp] = a;
-    __syncthreads();
+    if (NW > 0)
+        asm volatile("bar.sync 2, %0;\n" ::"n"(NW * 32) : "memory");
+    else
+        __syncthreads();
     if (threadIdx.x == 0) {
         part t = s_warp[0];
         for (int w = 1; w < nw; w++)

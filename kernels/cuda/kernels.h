@@ -79,9 +79,12 @@ struct kparams {
      * "general" flag. NULL: no gate. */
     const int *gate;
     int gate_general;
-    /* Variant 6: K as a 4-d tensor (head_dim, keys, heads_kv, batch; packed: batch 1) in boxes of
-     * 64 elements x WS_KEYS keys, 128-byte swizzle. Unused (zeros) by the other kernels. */
+    /* Variants 6-9: K as a 4-d tensor (head_dim, keys, heads_kv, batch; packed: batch 1) in boxes
+     * of 64 elements x WS_BOX_KEYS keys, 128-byte swizzle. Unused (zeros) by the other kernels. */
     tma_map ktm;
+    /* Variants 6-9: start the CTAs of the longest rows first (causal grids of a few waves, where a
+     * long CTA started last would run alone at the end). */
+    int lpt;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
@@ -118,12 +121,11 @@ template <bool MB> struct wgf_pipe {
     static constexpr int STAGES = MB ? 8 : 4, PF = MB ? 4 : 2, PUB = 2;
 };
 
-/* sm_90a, warp-specialised (ws_sm90.cu, variant 6): WS_CONSUMERS warpgroups of 64 rows (128 rows
- * per CTA) computing wgmma m64n128k16 on K tiles of WS_KEYS keys, and a producer warpgroup (one
- * thread of it loads the tiles with the TMA unit into a ring of stages, ws_shape) that gives its
- * registers to the consumers (setmaxnreg: WS_REG_PRODUCER and WS_REG_CONSUMER per thread). */
-enum { WS_CONSUMERS = 2, WS_KEYS = 128, WS_THREADS = (WS_CONSUMERS + 1) * 128 };
-enum { WS_REG_PRODUCER = 56, WS_REG_CONSUMER = 224 }; /* 128 * 56 + 256 * 224 = 384 * 168 */
+/* sm_90a, warp-specialised (ws_sm90.cu, variants 6-9): consumer warpgroups of 64 rows on wgmma and
+ * a producer warpgroup whose one thread loads the K tiles with the TMA unit, in boxes of 64
+ * elements x WS_BOX_KEYS keys (the tensor map launch.cu encodes); the shapes per variant are
+ * ws_shape's. */
+enum { WS_BOX_KEYS = 64 };
 
 /* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
 enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
@@ -150,12 +152,12 @@ struct kernel_instance {
 };
 
 /* Each family's table, ordered by dp (the first instance whose dp covers head_dim is taken). */
-enum { MMA_NDP = 5, WG_NDP = 2, WGF_NVAR = 3 };
+enum { MMA_NDP = 5, WG_NDP = 2, WGF_NVAR = 3, WS_NVAR = 4 };
 extern const kernel_instance stats_mma_sm80[MMA_NDP];          /* variant 4, d32 .. d256 */
 extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64, d128 */
 extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
 extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
-extern const kernel_instance stats_ws_sm90[WG_NDP];            /* variant 6, d64, d128 */
+extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-9, d64, d128 */
 
 /* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
 

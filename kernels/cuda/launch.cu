@@ -75,15 +75,18 @@ static const kernel_instance *const k_hopper[] = {
     stats_wgf_sm90[2], /* 3 */
     NULL,              /* 4: mma.sync */
     NULL,              /* 5: CUDA cores */
-    stats_ws_sm90,     /* 6 */
+    stats_ws_sm90[0],  /* 6 */
+    stats_ws_sm90[1],  /* 7 */
+    stats_ws_sm90[2],  /* 8 */
+    stats_ws_sm90[3],  /* 9 */
 };
 static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
               "variants.h and the Hopper kernels' tables disagree");
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
-                  STATS_VARIANT_WS_TMA == 6,
+                  STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG == 9,
               "the Hopper variants are asked for by number (STATS_CUDA_PATH_WG_VARIANT + N)");
-static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 7,
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 10,
               "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
 
 extern "C" int stats_cuda_wg_variant_count(void)
@@ -114,9 +117,20 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
         return NULL;
     if (!ctx->wg_ok || p->head_dim <= 32)
         return NULL;
+    /* AUTO between the two TMA kernels, as measured in bench/kernel_notes.md round 7: variant 9
+     * (192-row CTAs, 64-key tiles, 12 consumer warps) wins where causal CTAs are short or many
+     * (keys <= 2048, head_dim 64, sampled rows): 0.248 against 0.263 ms at (4,32,2048,128),
+     * 0.307 against 0.347 at (1,16,8192,64), 0.100 against 0.117 at every 8th row of
+     * (2,32,4096,128); variant 6 everywhere else (0.600 against 0.721 full, 0.401 against 0.419
+     * causal at (2,32,4096,128), 2.44 against 2.69 at (1,32,16384,128)). */
+    if (v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
+                                       ctx->path == STATS_CUDA_PATH_WGMMA) &&
+        p->causal && (p->len_k <= 2048 || p->head_dim <= 64 || p->sample_every > 1 ||
+                      p->sample_rows > 0))
+        v = STATS_VARIANT_WS_TMA_3WG;
     /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
      * tensor-map encoder; else variant 2, its predecessor */
-    if (v == STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))
+    if (v >= STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))
         v = STATS_VARIANT_FOLD2_SW128;
     for (int i = 0; i < WG_NDP; i++)
         if (p->head_dim <= k_hopper[v][i].dp) {
@@ -317,7 +331,7 @@ static stats_kernel_fn instance_fn(const kernel_instance *k, const stats_problem
 }
 
 /* Variant 6's tensor map of K: (head_dim, keys, heads_kv, batch), innermost first (packed: batch
- * 1, the sequences' keys one after another), boxes of 64 elements x WS_KEYS keys in the 128-byte
+ * 1, the sequences' keys one after another), boxes of 64 elements x WS_BOX_KEYS keys in the 128-byte
  * swizzle; keys past the tensor read as zeros. An extent of 1 gets the stride a dense tensor would
  * have (a broadcast stride of 0 is not one the TMA unit takes). false when the driver refuses it. */
 static bool encode_k_map(const stats_cuda *ctx, const stats_problem *p, tma_map *out)
@@ -343,7 +357,7 @@ static bool encode_k_map(const stats_cuda *ctx, const stats_problem *p, tma_map 
     for (int i = 0; i < 3; i++)
         if (str[i] == 0 || str[i] % 16 || str[i] >= (1ull << 40))
             return false;
-    const cuuint32_t box[4] = {64, WS_KEYS, 1, 1}, estr[4] = {1, 1, 1, 1};
+    const cuuint32_t box[4] = {64, WS_BOX_KEYS, 1, 1}, estr[4] = {1, 1, 1, 1};
     CUtensorMap m;
     const CUresult r = ((encode_fn)ctx->encode_tiled)(
         &m, p->dtype == STATS_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -363,7 +377,7 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     memset(pl, 0, sizeof *pl);
     const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && !general && mma_ok(ctx, p);
     pl->k = tc ? pick_wg(ctx, p, &pl->variant) : NULL;
-    if (pl->k && pl->variant == STATS_VARIANT_WS_TMA && !encode_k_map(ctx, p, &pl->ktm)) {
+    if (pl->k && pl->variant >= STATS_VARIANT_WS_TMA && !encode_k_map(ctx, p, &pl->ktm)) {
         stats_cuda tmp = *ctx; /* a K the TMA unit does not take: variant 2 */
         tmp.path = STATS_VARIANT_PATH_WG(STATS_VARIANT_FOLD2_SW128);
         pl->k = pick_wg(&tmp, p, &pl->variant);
@@ -589,6 +603,10 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     k.cu_q = p->cu_seqlens_q, k.cu_k = p->cu_seqlens_k;
     k.blk_off = (const int *)((char *)ctx->ws + pl.off_off);
     k.ktm = pl.ktm;
+    /* longest rows first where a causal grid is a few waves (bench/kernel_notes.md, round 7: on
+     * grids of many waves the CTAs that then start together lost 9% at (8,32,1024,128)) */
+    k.lpt = pl.variant >= STATS_VARIANT_WS_TMA && p->causal && !packed &&
+            (long long)pl.blocks_per_head * p->heads_q <= 4LL * ctx->sm_count;
     k.nblk = pl.nblk;
     k.blocks_per_head = pl.blocks_per_head;
     k.rows_per_cta = pl.rows_per_cta;

@@ -207,6 +207,12 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc(void)
 #endif
 }
 
+/* Named barrier ID (1..15; 0 is __syncthreads) for the first N threads' warps (N a multiple of 32). */
+template <int ID, int N> __device__ __forceinline__ void named_bar_sync(void)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory");
+}
+
 /* ---- shared-memory matrix descriptors -------------------------------------------------------- */
 
 /* Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between core
@@ -320,10 +326,11 @@ __device__ __forceinline__ void tma_prefetch_map(const void *tmap)
  * (depth 4, 5 at NT = 16), one rescale per row with the lane's true running max (branch-free:
  * a = 2^d with d clamped at -256 so that a = 0 and a*d = 0 where the old max was -inf, instead of
  * -inf*0), then the row's exps summed into NP independent partials of l and W, combined at the end
- * of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e. Both rows are one straight-line
+ * of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e (POLY of every 8 n8 blocks' exps by
+ * ex2_poly on the FMA pipe, the rest on MUFU). Both rows are one straight-line
  * block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf makes M infinite (and u
  * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN. */
-template <int NT, bool CAP, bool MASK>
+template <int NT, bool CAP, bool MASK, int POLY = 0>
 static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                  float (&l)[2], float (&W)[2], const int (&lo)[2],
                                                  const int (&hi)[2], int j0, int tq)
@@ -372,7 +379,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         for (int k = 0; k < NV; k++) {
             const float v = s[k >> 1][2 * hr + (k & 1)];
             float u = CAP ? fmaf(p.cl, tanh_fast(v * p.sc), negM) : fmaf(v, p.c, negM);
-            float e = ex2(u);
+            /* POLY of every 8 n8 blocks: the polynomial 2^u on the FMA pipe instead of MUFU */
+            float e = POLY > 0 && ((k >> 1) & 7) < POLY ? ex2_poly(u) : ex2(u);
             if (MASK) {
                 const int j = j0 + (k >> 1) * 8 + 2 * tq + (k & 1);
                 const bool vis = j >= lo[hr] && j <= hi[hr];

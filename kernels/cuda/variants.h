@@ -3,8 +3,8 @@
  * below), the test knobs and bench/kernel_notes.md all say "variant N" with these numbers. Plain C
  * (C11 and C++); stage: the CUDA backend of stats.h; includes stats_cuda.h only.
  *
- * How a variant is asked for: the Hopper variants 0-3 and 6 through STATS_CUDA_PATH_WG_VARIANT + N
- * (N < stats_cuda_wg_variant_count() == 7 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
+ * How a variant is asked for: the Hopper variants 0-3 and 6-9 through STATS_CUDA_PATH_WG_VARIANT + N
+ * (N < stats_cuda_wg_variant_count() == 10 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
  * and + 5 act as MMA_SYNC; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
  * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_get(); the
  * bench's ATTNSTAT_BENCH_VARIANTS and stats_dev take any number); AUTO and STATS_CUDA_PATH_WGMMA
@@ -37,7 +37,7 @@ extern "C" {
       "(fold_lane), K addressing computed once per thread")                                        \
     X(2, FOLD2_SW128, WG, "fold2 sw128",                                                           \
       "stats_wgf_kernel SW=1 MB=0 (cuda/wgf_sm90.cu): variant 1 with K in the 128-byte swizzle "   \
-      "layout, a whole line per 8 lanes; the default")                                             \
+      "layout, a whole line per 8 lanes; the default until round 7, and for float32")             \
     X(3, FOLD2_SW128_MBAR, WG, "fold2 sw128 mbar",                                                 \
       "stats_wgf_kernel SW=1 MB=1 (cuda/wgf_sm90.cu): variant 2 with per-stage mbarriers instead " \
       "of the per-tile CTA barrier")                                                               \
@@ -48,8 +48,16 @@ extern "C" {
       "stats_generic_kernel (cuda/generic.cu): CUDA cores, one warp per row, any dtype, "          \
       "head_dim and stride")                                                                       \
     X(6, WS_TMA, WG, "ws tma",                                                                     \
-      "stats_ws_kernel (cuda/ws_sm90.cu): a producer warp loading 128-key K tiles with the TMA "   \
-      "unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16 only")
+      "stats_ws_kernel (cuda/ws_sm90.cu): a producer warpgroup loading 128-key K tiles with the "  \
+      "TMA unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16; the default")     \
+    X(7, WS_TMA_P1, WG, "ws tma p1",                                                               \
+      "stats_ws_kernel POLY=1 (cuda/ws_sm90.cu): variant 6 with 1/8 of the exps by a polynomial "  \
+      "on the FMA pipe (ex2_poly) instead of MUFU")                                                \
+    X(8, WS_TMA_P2, WG, "ws tma p2",                                                               \
+      "stats_ws_kernel POLY=2 (cuda/ws_sm90.cu): variant 6 with 1/4 of the exps on the FMA pipe")  \
+    X(9, WS_TMA_3WG, WG, "ws tma 3wg n64",                                                         \
+      "stats_ws_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 6 with 3 consumer warpgroups (192 "  \
+      "rows, 160 registers each) on 64-key tiles (wgmma m64n64k16)")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -66,8 +74,10 @@ typedef enum {
     STATS_VARIANTS(STATS_VARIANT_ENUM)
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
-    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA + 1, /* WG_VARIANT + N for N below it (not 4, 5) */
-    STATS_VARIANT_DEFAULT = STATS_VARIANT_FOLD2_SW128, /* what AUTO and WGMMA take on Hopper */
+    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG + 1, /* WG_VARIANT + N below it (not 4, 5) */
+    STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper (9 for
+                                                     short causal rows, 2 for float32 and K the
+                                                     TMA unit refuses: launch.cu pick_wg) */
 } stats_variant;
 #undef STATS_VARIANT_ENUM
 #undef STATS_VARIANT_ONE
