@@ -1,5 +1,6 @@
 /* push.c — one Push from receipt to Ack (see push.h). Stage: push; calls validate, buffers,
- * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log. */
+ * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log, and the store
+ * thread's hint storer_expect() (a push computing is a result on its way to it). */
 #include "push.h"
 
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "gpu_worker.h"
 #include "log.h"
 #include "names.h"
+#include "storer.h"
 #include "util.h"
 #include "validate.h"
 
@@ -81,6 +83,7 @@ static void unpin(push *u)
     if (u->computing) {
         u->computing = 0;
         peer_computing(u->p, -1);
+        storer_expect(u->x->st, -1);
     }
     for (int i = 0; i < u->nmaps; i++)
         buffers_map_unref(u->maps[i]);
@@ -303,6 +306,7 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     }
     u->computing = 1;
     peer_computing(p, +1);
+    storer_expect(x->st, +1); /* its results are on their way to the store thread */
 }
 
 void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m)
@@ -360,6 +364,7 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
     }
     u->computing = 1;
     peer_computing(p, +1);
+    storer_expect(x->st, +1); /* its results are on their way to the store thread */
 }
 
 push *push_of_job(worker_job *job)
