@@ -555,7 +555,7 @@ static int start_stages(attnstatd *d)
     storer_db sdb = storer_db_of(d->x.db);
     sdb.idle = retain_idle;
     sdb.idle_ctx = d->x.ret;
-    storer_opts so = {.commit_ms = c->commit_ms, .idle_ms = c->retain_interval_ms};
+    storer_opts so = {c->commit_ms, 0, c->retain_interval_ms};
     d->x.st = storer_new(d->loop, &sdb, &so, on_store_drained, d, err, sizeof err);
     if (!d->x.st) {
         LOG_ERROR("server", "store thread: %s", err);

@@ -1,6 +1,5 @@
 /* push.c — one Push from receipt to Ack (see push.h). Stage: push; calls validate, buffers,
- * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log, and the store
- * thread's hint storer_expect() (a push computing is a result on its way to it). */
+ * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log. */
 #include "push.h"
 
 #include <math.h>
@@ -15,7 +14,6 @@
 #include "gpu_worker.h"
 #include "log.h"
 #include "names.h"
-#include "storer.h"
 #include "util.h"
 #include "validate.h"
 
@@ -83,7 +81,6 @@ static void unpin(push *u)
     if (u->computing) {
         u->computing = 0;
         peer_computing(u->p, -1);
-        storer_expect(u->x->st, -1);
     }
     for (int i = 0; i < u->nmaps; i++)
         buffers_map_unref(u->maps[i]);
@@ -306,7 +303,6 @@ void push_receive(const stage_ctx *x, peer *p, const Attnstat__Push *m)
     }
     u->computing = 1;
     peer_computing(p, +1);
-    storer_expect(x->st, +1); /* its results are on their way to the store thread */
 }
 
 void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed *m)
@@ -364,7 +360,6 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
     }
     u->computing = 1;
     peer_computing(p, +1);
-    storer_expect(x->st, +1); /* its results are on their way to the store thread */
 }
 
 push *push_of_job(worker_job *job)

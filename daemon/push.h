@@ -1,8 +1,7 @@
 /* push.h — one Push, from its receipt to its Ack: the one object that carries it through the
  * stages. Stage: push, after the session; calls validate, buffers, devices, worker and gpu_worker
  * to start it, and conn (Release, Ack), envelope and counters to finish it; it calls neither the
- * batch nor the session: the loop hands it from stage to stage. While it computes it counts as an
- * op on its way to the store thread (storer_expect: a hint that groups commits).
+ * batch nor the session: the loop hands it from stage to stage.
  *
  * Ownership, written once here:
  *   created   push_receive(): the session hands it a Push message of a client (peer). It is

@@ -8,10 +8,8 @@
  *   a lone op is committed at once and a stream of them shares transactions.
  * - Ops of the open transaction wait in `group` (thread-local) until its commit or rollback; an
  *   op that failed alone waits there too, so that completions keep the submission order.
- * - The condition variable wakes the thread for a submit, the stop, or the expected ops dropping
- *   to none; a timed wait brings it back for the idle work, or for the commit of a transaction
- *   that waited for expected ops (linger). One uv_async wakes the loop for the completions, once
- *   per commit.
+ * - The condition variable wakes the thread for a submit or the stop; a timed wait brings it back
+ *   for the idle work. One uv_async wakes the loop for the completions.
  * - Counts (commits, rollbacks, busy time) are the thread's, under the mutex, taken by the loop.
  */
 #include "storer.h"
@@ -27,7 +25,6 @@
 #include "util.h"
 
 #define STORER_MAX_OPS_DEFAULT 4096
-#define STORER_LINGER_US_DEFAULT 1000
 
 struct storer {
     uv_loop_t *loop;
@@ -44,8 +41,6 @@ struct storer {
     storer_counts counts;                /* since the last storer_take */
     int stop;                            /* the thread finishes the queue and exits */
     int closed;                          /* joined: submits run inline */
-    int64_t expected;                    /* ops on their way (storer_expect) */
-    uint64_t linger_ns;                  /* 0: an empty queue commits at once */
     uint32_t pending;                    /* loop thread: submitted - done */
 };
 
@@ -148,17 +143,6 @@ static void work(storer *s, group *g, storer_op *op)
         commit_group(s, g);
 }
 
-/* Waits on the condition variable (mutex held) at most wait_ns. */
-static void wait_for(storer *s, uint64_t wait_ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + wait_ns;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-}
-
 static void *thread_main(void *arg)
 {
     storer *s = arg;
@@ -168,25 +152,22 @@ static void *thread_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&s->mu);
         for (;;) {
-            if (s->q_head || s->stop)
-                break; /* work, or the stop */
+            if (s->q_head || s->stop || g.head)
+                break; /* work, the stop, or a transaction to commit now that the queue is empty */
             uint64_t now = util_mono_ns();
-            if (g.head) {
-                /* The queue is empty: commit now, unless ops are on their way and the transaction
-                 * may still wait for them (linger). */
-                uint64_t due = g.opened_ns + s->linger_ns;
-                if (!g.open || s->expected <= 0 || now >= due)
-                    break;
-                wait_for(s, due - now);
-                continue;
-            }
             if (s->db.idle && now >= idle_due)
                 break;
             if (!s->db.idle) {
                 pthread_cond_wait(&s->cv, &s->mu);
                 continue;
             }
-            wait_for(s, idle_due - now);
+            uint64_t wait_ns = idle_due - now;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + wait_ns;
+            ts.tv_sec += (time_t)(ns / 1000000000ull);
+            ts.tv_nsec = (long)(ns % 1000000000ull);
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         }
         storer_op *take = s->q_head;
         s->q_head = s->q_tail = NULL;
@@ -279,9 +260,6 @@ storer *storer_new(uv_loop_t *loop, const storer_db *db, const storer_opts *o,
     s->o = *o;
     if (!s->o.max_ops)
         s->o.max_ops = STORER_MAX_OPS_DEFAULT;
-    s->linger_ns = (s->o.linger_us ? s->o.linger_us : STORER_LINGER_US_DEFAULT) * 1000ull;
-    if (s->linger_ns > s->o.commit_ms * 1000000ull)
-        s->linger_ns = s->o.commit_ms * 1000000ull;
     s->drained = drained;
     s->data = data;
     int rc = uv_async_init(loop, &s->async, on_async);
@@ -326,17 +304,6 @@ void storer_submit(storer *s, storer_op *op)
     pthread_mutex_lock(&s->mu);
     append(&s->q_head, &s->q_tail, op);
     pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void storer_expect(storer *s, int delta)
-{
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->expected += delta;
-    if (s->expected <= 0 && delta < 0)
-        pthread_cond_signal(&s->cv); /* a transaction waiting for them commits now */
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -9,10 +9,7 @@
  *   STORER_BATCHED  op->run writes into the open transaction. The transaction is committed as soon
  *                   as the queue is empty (whatever arrived while one commit ran goes into the
  *                   next: group commit), or once it holds max_ops ops, or has been open commit_ms
- *                   while ops kept coming. Expected ops (storer_expect: the loop knows results are
- *                   being computed) hold an empty queue's commit for them, at most linger_us after
- *                   the transaction opened: a stream shares fewer, larger commits, and a lone op
- *                   (nothing expected) is still committed at once. An op whose run returns STORE_EINVAL or STORE_NOTFOUND
+ *                   while ops kept coming. An op whose run returns STORE_EINVAL or STORE_NOTFOUND
  *                   wrote nothing and fails alone; any other failure, or a failed commit, rolls the
  *                   transaction back and every op in it fails with that message (STORE_ERROR).
  *   STORER_ALONE    op->run runs with no transaction open (the open one is committed first) and
@@ -25,8 +22,7 @@
  *
  * Ownership. An op belongs to its submitter, who keeps it alive until its done; the storer only
  * links it (op->next) meanwhile. storer_db's functions run on the store thread only.
- * Threads: storer_submit, storer_expect, storer_pending, storer_take and storer_close on the loop
- * thread. */
+ * Threads: storer_submit, storer_pending, storer_take and storer_close on the loop thread. */
 #ifndef ATTNSTAT_STORER_H
 #define ATTNSTAT_STORER_H
 
@@ -69,8 +65,6 @@ typedef struct {
     uint64_t commit_ms;      /* longest a transaction stays open while ops keep coming (0: none) */
     uint32_t max_ops;        /* ops of one transaction at most (0: 4096) */
     uint64_t idle_ms;        /* the idle work at most this often when it is done for now */
-    uint64_t linger_us;      /* longest an open transaction waits for expected ops once the queue
-                                is empty (0: 1000; never past commit_ms; commit_ms 0: no wait) */
 } storer_opts;
 
 /* What the thread did since the last storer_take() (loop thread). */
@@ -92,11 +86,6 @@ storer *storer_new(uv_loop_t *loop, const storer_db *db, const storer_opts *o,
 /* Queues op (see above). After storer_close() the op runs at once on the calling thread (with a
  * commit of its own) and its done is called before this returns. */
 void storer_submit(storer *s, storer_op *op);
-
-/* A hint (loop thread): delta more (or, negative, fewer) ops are on their way, e.g. results being
- * computed that will be submitted. Only the commit's timing depends on it (see STORER_BATCHED);
- * when it drops to 0 an open transaction is committed at once. s NULL: nothing. */
-void storer_expect(storer *s, int delta);
 
 /* Ops submitted and not yet done. */
 uint32_t storer_pending(const storer *s);

@@ -224,7 +224,7 @@ static void open_world(uint64_t commit_ms, uint32_t max_ops, int idle)
     W.cnt = counters_new();
     ck_assert_ptr_nonnull(W.cnt);
     storer_db sdb = {&W.db, fake_commit, fake_rollback, idle ? fake_idle : NULL, &W.db};
-    storer_opts o = {commit_ms, max_ops, 1, 0};
+    storer_opts o = {commit_ms, max_ops, 1};
     char err[256];
     W.st = storer_new(&W.loop, &sdb, &o, on_drained, &W, err, sizeof err);
     ck_assert_msg(W.st != NULL, "%s", err);
