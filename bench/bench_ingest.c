@@ -13,11 +13,15 @@
  *   4. C clients sending, paced, 20% of what 2. measured: pushes dropped (the daemon's answer
  *      DROPPED) and the Ack latency;
  *   5. the store alone in this process (store_add_samples, store_commit every 64 pushes, the
- *      schema and pragmas the daemon uses, no socket, no daemon): pushes/s.
+ *      schema and pragmas the daemon uses, no socket, no daemon): pushes/s;
+ *   6. the same, with each push's statistics computed first (stats_cpu_ws on the very tensors the
+ *      clients pushed, one workspace, as the daemon's CPU worker does): pushes/s. 5. is the limit
+ *      issue #14 measures the daemon against; 6. is the work the daemon must do, so that the
+ *      daemon / 6. ratio is the daemon's own overhead (threads, socket, protocol).
  * The daemon is the attnstatd of this build tree, started on a socket and database in a fresh
  * directory under --dir with the flags after "--" (none: its defaults), stopped with SIGTERM; the
- * directory is removed at the end. Includes proto/ (frames), the store's write half, libc,
- * pthreads. */
+ * directory is removed at the end. Includes proto/ (frames), the store's write half, kernels/
+ * (stats_cpu_ws, for 6.), libc, pthreads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -38,6 +42,7 @@
 #include "attnstat.pb-c.h"
 #include "envelope.h"
 #include "frame.h"
+#include "stats.h"
 #include "store_write.h"
 
 #ifndef ATTNSTATD_PATH
@@ -313,10 +318,28 @@ static phase_out run_phase(const char *what, int nclients, int window, double ra
 
 /* ---- the store alone --------------------------------------------------------------------------- */
 
-static double store_alone(const char *dir, int heads, double seconds)
+/* The pushes' problem, as the daemon's validation builds it from a Push: Q [1, heads, N, D] and K
+ * [1, 1, N, D] f32, K right after Q in the segment at q. */
+static void tiny_problem(stats_problem *pr, const float *q, int heads)
+{
+    stats_problem_init(pr);
+    pr->batch = 1;
+    pr->heads_q = heads;
+    pr->heads_kv = 1;
+    pr->len_q = pr->len_k = N;
+    pr->head_dim = D;
+    pr->dtype = STATS_F32;
+    pr->q = (stats_tensor){q, (int64_t)heads * N * D, N * D, D};
+    pr->k = (stats_tensor){q + (size_t)heads * N * D, N * D, N * D, D};
+}
+
+/* The store alone: pushes/s over seconds, a commit every 64. tensors non-NULL: each push's
+ * statistics are computed from them first (stats_cpu_ws, one workspace) and those are stored. */
+static double store_alone(const char *dir, const char *name, int heads, const float *tensors,
+                          double seconds)
 {
     char path[400];
-    snprintf(path, sizeof path, "%.300s/alone.db", dir);
+    snprintf(path, sizeof path, "%.300s/%.40s.db", dir, name);
     store_error err = {0, ""};
     store *st = store_open(path, 5000, &err);
     if (!st) {
@@ -335,11 +358,24 @@ static double store_alone(const char *dir, int heads, double seconds)
         h[i] = (stats_head){.rows = N, .rows_norm = N, .entropy_mean = 2.0 + 0.01 * i,
                             .entropy_std = 0.1, .entropy_min = 1.5, .entropy_max = 2.5,
                             .entropy_norm_mean = 0.8, .collapsed_frac = 0.0, .max_logit = 3.0};
+    stats_problem pr;
+    tiny_problem(&pr, tensors, heads);
+    stats_cpu_workspace *ws = tensors ? stats_cpu_workspace_new() : NULL;
     uint64_t n = 0;
     double t0 = now_s();
+    if (tensors && !ws) {
+        fprintf(stderr, "bench: out of memory for the CPU workspace\n");
+        goto out;
+    }
     while (now_s() - t0 < seconds) {
         for (int i = 0; i < 64; i++, n++) {
-            h[0].max_logit = 3.0 + (double)(n % 17);
+            stats_error serr;
+            if (ws && stats_cpu_ws(&pr, ws, h, NULL, NULL, &serr) != STATS_OK) {
+                fprintf(stderr, "bench: stats_cpu_ws: %s\n", serr.msg);
+                goto out;
+            }
+            if (!ws)
+                h[0].max_logit = 3.0 + (double)(n % 17);
             if (store_add_samples(st, run_id, (int64_t)(n / 4), (int32_t)(n % 4), h, heads, 0,
                                   &err) != STORE_OK) {
                 fprintf(stderr, "bench: store_add_samples: %s\n", err.msg);
@@ -353,6 +389,7 @@ static double store_alone(const char *dir, int heads, double seconds)
     }
 out:;
     double rate = (double)n / (now_s() - t0);
+    stats_cpu_workspace_free(ws);
     free(h);
     store_close(st);
     return rate;
@@ -469,10 +506,17 @@ int main(int argc, char **argv)
     double cap = many.rate > one.rate ? many.rate : one.rate;
     snprintf(what, sizeof what, "%d clients paced at 20%% (%.0f/s in all)", clients, cap * 0.2);
     run_phase(what, clients, window, cap * 0.2 / clients, seconds, heads, sock, shm, bytes);
-    double alone = store_alone(dir, heads, seconds);
+    double alone = store_alone(dir, "alone", heads, NULL, seconds);
     printf("%-44s %10.0f\n", "the store alone, 64 pushes a commit", alone);
-    printf("\ndaemon / store alone: 1 client %.2fx, %d clients %.2fx slower\n",
-           one.rate > 0 ? alone / one.rate : 0, clients, many.rate > 0 ? alone / many.rate : 0);
+    double work = store_alone(dir, "alone-stats", heads, p, seconds);
+    printf("%-44s %10.0f\n", "the store alone + stats_cpu, 64 a commit", work);
+    double best = many.rate > one.rate ? many.rate : one.rate;
+    printf("\nstore alone / daemon:           1 client %.2fx, %d clients %.2fx (issue #14: <= 1.5x: "
+           "%s)\n", one.rate > 0 ? alone / one.rate : 0, clients,
+           many.rate > 0 ? alone / many.rate : 0, best > 0 && alone / best <= 1.5 ? "met" : "NOT met");
+    printf("store alone + stats / daemon:   1 client %.2fx, %d clients %.2fx (the daemon's own "
+           "overhead)\n", one.rate > 0 ? work / one.rate : 0, clients,
+           many.rate > 0 ? work / many.rate : 0);
 
     kill(dpid, SIGTERM);
     int st = 0;

@@ -4,11 +4,19 @@
  * States: reading (uv_read_start active), paused (reading stopped because the outgoing queue is
  * over the cap; resumed below half of it), stopped (reading stopped for good: shutdown), eof (the
  * peer half-closed, kept open by the handler), shutting (uv_shutdown pending: the last writes are
- * going out), closing (uv_close called). */
+ * going out), closing (uv_close called).
+ *
+ * Writes are gathered: conn_write() appends the frame to the connection's output buffer, and a
+ * uv_prepare handle (started while the buffer holds bytes) hands the whole buffer to one uv_write
+ * just before the loop polls again. A turn of the loop that answers many pushes of one client
+ * (Releases, then a commit's Acks) thus costs one write(2) and one wake-up of the client, not one
+ * per message; nothing waits longer than the current turn. Closing or shutting down hands the
+ * buffer over first, so a last reply goes out as it did. */
 #include "conn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "envelope.h"
 #include "frame.h"
@@ -28,7 +36,11 @@ struct conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
-    size_t out_bytes;        /* queued, not yet written */
+    size_t out_bytes;        /* queued (gathered or in write requests), not yet written */
+    uint8_t *ob;             /* gathered frames, not yet handed to uv_write */
+    size_t ob_len, ob_cap;
+    uv_prepare_t flusher;    /* active while ob holds bytes */
+    int handles;             /* libuv handles not yet closed (pipe, flusher) */
     int reading, paused, stopped, eof, shutting, closing;
     int linger;              /* after the last write: read and drop until the peer closes */
     uint64_t flush_since_ns; /* when shutting began */
@@ -60,6 +72,9 @@ conn *conn_new(uv_loop_t *loop, uint64_t id, const conn_limits *lim, counters *c
         return NULL;
     }
     c->pipe.data = c;
+    uv_prepare_init(loop, &c->flusher); /* cannot fail */
+    c->flusher.data = c;
+    c->handles = 2;
     c->id = id;
     c->lim = *lim;
     c->cnt = cnt;
@@ -131,20 +146,27 @@ uint64_t conn_last_message_ns(const conn *c)
 static void conn_closed(uv_handle_t *h)
 {
     conn *c = h->data;
+    if (--c->handles > 0)
+        return;
     if (c->h.on_closed)
         c->h.on_closed(c->data);
     frame_reader_free(&c->rd);
+    free(c->ob);
     free(c);
 }
+
+static int flush_out(conn *c);
 
 void conn_close(conn *c, const char *why)
 {
     if (c->closing)
         return;
+    flush_out(c); /* a last reply is tried at once, as an unbuffered write would have been */
     c->closing = 1;
     LOG_INFO("server", "client %llu (pid %d) closed: %s", (unsigned long long)c->id, (int)c->pid, why);
     if (c->h.on_close)
         c->h.on_close(c->data, c);
+    uv_close((uv_handle_t *)&c->flusher, conn_closed);
     uv_close((uv_handle_t *)&c->pipe, conn_closed);
 }
 
@@ -190,6 +212,10 @@ void conn_close_after_flush(conn *c, const char *why)
         c->reading = 0;
     }
     LOG_DEBUG("server", "client %llu: shutting down: %s", (unsigned long long)c->id, why);
+    if (flush_out(c) != 0) {
+        conn_close(c, why);
+        return;
+    }
     c->shutdown_req.data = c;
     c->flush_since_ns = util_mono_ns();
     int rc = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe, shutdown_done);
@@ -250,6 +276,47 @@ static void write_done(uv_write_t *req, int status)
     }
 }
 
+/* The gathered frames go to one write request (uv_write writes at once what the socket takes).
+ * 0, or a libuv error (the bytes are dropped; the caller closes the connection). */
+static int flush_out(conn *c)
+{
+    if (uv_is_active((uv_handle_t *)&c->flusher))
+        uv_prepare_stop(&c->flusher);
+    if (c->ob_len == 0)
+        return 0;
+    conn_wreq *w = malloc(sizeof *w);
+    if (!w) {
+        c->out_bytes -= c->ob_len;
+        c->ob_len = 0;
+        return UV_ENOMEM;
+    }
+    w->c = c;
+    w->len = c->ob_len;
+    w->buf = c->ob;
+    c->ob = NULL;
+    c->ob_len = c->ob_cap = 0;
+    uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, write_done);
+    if (rc != 0) {
+        c->out_bytes -= w->len;
+        free(w->buf);
+        free(w);
+    }
+    return rc;
+}
+
+/* The loop is about to poll: what this turn gathered goes out. */
+static void on_flush(uv_prepare_t *h)
+{
+    conn *c = h->data;
+    int rc = flush_out(c);
+    if (rc != 0 && !c->closing) {
+        char why[128];
+        snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
+        conn_close(c, why);
+    }
+}
+
 int conn_write(conn *c, const Attnstat__Envelope *env, int essential)
 {
     if (c->closing || c->shutting)
@@ -277,25 +344,24 @@ int conn_write(conn *c, const Attnstat__Envelope *env, int essential)
         conn_close(c, "it does not read its socket (outgoing queue over 4x out_queue_bytes)");
         return -1;
     }
-    conn_wreq *w = malloc(sizeof *w);
-    if (!w) {
-        free(buf);
-        conn_close(c, "out of memory queueing a reply");
-        return -1;
+    if (c->ob_len + len > c->ob_cap) {
+        size_t ncap = c->ob_cap ? c->ob_cap : 4096;
+        while (ncap < c->ob_len + len)
+            ncap *= 2;
+        uint8_t *nb = realloc(c->ob, ncap);
+        if (!nb) {
+            free(buf);
+            conn_close(c, "out of memory queueing a reply");
+            return -1;
+        }
+        c->ob = nb;
+        c->ob_cap = ncap;
     }
-    w->c = c;
-    w->len = len;
-    w->buf = buf;
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, write_done);
-    if (rc != 0) {
-        free(buf);
-        free(w);
-        char why[128];
-        snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
-        conn_close(c, why);
-        return -1;
-    }
+    memcpy(c->ob + c->ob_len, buf, len);
+    free(buf);
+    c->ob_len += len;
+    if (!uv_is_active((uv_handle_t *)&c->flusher))
+        uv_prepare_start(&c->flusher, on_flush);
     c->out_bytes += len;
     if (c->out_bytes > cap && c->reading) {
         uv_read_stop((uv_stream_t *)&c->pipe);

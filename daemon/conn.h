@@ -10,8 +10,9 @@
  * to on_message whole, one at a time. A framing error (zero or oversize length, undecodable bytes,
  * a frame left incomplete past frame_timeout_ms) is answered with Error(FRAME) and the connection
  * is closed once that Error is written and the peer closed its end (conn_refuse: lingering).
- * Writing: every message is one frame_pack()ed buffer owned by its write request until the write
- * callback. Unsent bytes are counted: over out_queue_bytes, non-essential messages (results and
+ * Writing: every message is one frame_pack()ed frame, gathered in the connection's output buffer
+ * and handed to one write request per turn of the loop (just before it polls again: the replies of
+ * a turn cost one write(2)); a request owns its bytes until its callback. Unsent bytes are counted: over out_queue_bytes, non-essential messages (results and
  * alerts to a subscriber) are dropped (counted) and reading pauses until the queue drains to half
  * (a client that never reads cannot make the daemon buffer without bound); essential replies still
  * queue, and a connection 4x over the cap is closed.

@@ -154,8 +154,10 @@ static void run_job(worker *w, worker_job *job)
     } else if (!guards_ok(job)) {
         job->status = STATS_EINVAL;
     } else {
+        /* The signal mask is not saved (no sigprocmask call per job): the SIGBUS handler runs with
+         * SA_NODEFER and an empty sa_mask, so jumping out of it leaves the mask as it was. */
         sigjmp_buf jb;
-        if (sigsetjmp(jb, 1) == 0) {
+        if (sigsetjmp(jb, 0) == 0) {
             worker_guard_jmp = &jb;
             job->status = w->compute(w->wctx, job);
             worker_guard_jmp = NULL;
