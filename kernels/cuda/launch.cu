@@ -117,16 +117,16 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
         return NULL;
     if (!ctx->wg_ok || p->head_dim <= 32)
         return NULL;
-    /* AUTO between the two TMA kernels, as measured in bench/kernel_notes.md round 7: variant 9
-     * (192-row CTAs, 64-key tiles, 12 consumer warps) wins where causal CTAs are short or many
-     * (keys <= 2048, head_dim 64, sampled rows): 0.248 against 0.263 ms at (4,32,2048,128),
-     * 0.307 against 0.347 at (1,16,8192,64), 0.100 against 0.117 at every 8th row of
-     * (2,32,4096,128); variant 6 everywhere else (0.600 against 0.721 full, 0.401 against 0.419
-     * causal at (2,32,4096,128), 2.44 against 2.69 at (1,32,16384,128)). */
+    /* AUTO between the two TMA kernels, as measured in bench/kernel_notes.md round 7 (three runs):
+     * variant 9 (192-row CTAs, 64-key tiles, 12 consumer warps) wins on causal rows of few keys
+     * or head_dim 64: 0.247 against 0.261-0.264 ms at (4,32,2048,128), 0.176-0.178 against
+     * 0.189-0.191 at (8,32,1024,128), 0.309-0.311 against 0.351-0.353 at (1,16,8192,64);
+     * variant 6 everywhere else (full, longer causal rows, sampled rows: every 8th causal row of
+     * (2,32,4096,128) 0.073 against 0.084). */
     if (v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
                                        ctx->path == STATS_CUDA_PATH_WGMMA) &&
-        p->causal && (p->len_k <= 2048 || p->head_dim <= 64 || p->sample_every > 1 ||
-                      p->sample_rows > 0))
+        p->causal && p->sample_every <= 1 && p->sample_rows <= 0 &&
+        (p->len_k <= 2048 || p->head_dim <= 64))
         v = STATS_VARIANT_WS_TMA_3WG;
     /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
      * tensor-map encoder; else variant 2, its predecessor */

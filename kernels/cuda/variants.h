@@ -76,8 +76,9 @@ typedef enum {
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
     STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG + 1, /* WG_VARIANT + N below it (not 4, 5) */
     STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper (9 for
-                                                     short causal rows, 2 for float32 and K the
-                                                     TMA unit refuses: launch.cu pick_wg) */
+                                                     causal rows of <= 2048 keys or head_dim 64,
+                                                     2 for float32 and K the TMA unit refuses:
+                                                     launch.cu pick_wg) */
 } stats_variant;
 #undef STATS_VARIANT_ENUM
 #undef STATS_VARIANT_ONE
