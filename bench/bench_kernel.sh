@@ -85,7 +85,7 @@ elif [ "$mode" = dev ]; then
   "$DEV" "${@:-all}"
 elif [ "$mode" = profile ]; then
   rep=${PROFILE_REPORT:-$BUILD/profile}
-  args=(-k "regex:stats_(wg|mma|generic)" python3 bench/profile_kernel.py "$LIB" "${PROFILE_VARIANTS:-0}"
+  args=(-k "regex:stats_(wg|ws|mma|generic)" python3 bench/profile_kernel.py "$LIB" "${PROFILE_VARIANTS:-0}"
         "${PROFILE_SHAPE:-0}")
   sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats
             --section SchedulerStats --section InstructionStats --section Occupancy)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """profile_kernel.py — one run of each asked variant (numbers of kernels/cuda/variants.h) on one
 shape, for Nsight Compute:
-  ncu -k regex:"stats_(wg|mma|generic)" python3 bench/profile_kernel.py LIB [variants] [shape index]
+  ncu -k regex:"stats_(wg|ws|mma|generic)" python3 bench/profile_kernel.py LIB [variants] [shape index]
 Shapes as in bench_kernel.py (0: (2,32,4096,128) full). Variants: comma list (default 0)."""
 import ctypes
 import os

@@ -382,7 +382,7 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
         tmp.path = STATS_VARIANT_PATH_WG(STATS_VARIANT_FOLD2_SW128);
         pl->k = pick_wg(&tmp, p, &pl->variant);
     }
-    if (pl->k && !instance_fn(pl->k, p)) { /* float32: the default variant has the instances */
+    if (pl->k && !instance_fn(pl->k, p)) { /* float32: AUTO takes variant 2, which has them */
         stats_cuda tmp = *ctx;
         tmp.path = STATS_CUDA_PATH_AUTO;
         pl->k = pick_wg(&tmp, p, &pl->variant);

@@ -1,4 +1,4 @@
-/* wgf_sm90.cu — variants 1, 2 (the default) and 3 (variants.h): the fold2 Hopper kernel,
+/* wgf_sm90.cu — variants 1, 2 (the default until round 7; still float32's) and 3 (variants.h): the fold2 Hopper kernel,
  * stats_wgf_kernel<DP, F16, SW, MB>, on wgmma m64n64k16 (sm_90a) in variant 0's shape (3
  * warpgroups x 64 rows, 64-key tiles, Q fragments in registers, two accumulator sets, tiles in
  * pairs) with a shorter fold (fold_lane: per-lane row states, tree max, partial sums):
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
 
 /* ---- the instances: variants 1-3 at head_dim 64 and 128 (kernels.h WGF_NVAR x WG_NDP) -------- */
 
-/* FROM_F32: the float32 instances (CVT), built for the default variant only. */
+/* FROM_F32: the float32 instances (CVT), built for variant 2 only (AUTO's for float32 inputs). */
 #define WGF_ONE(DP, SW, MB, TAG, FROM_F32)                                                         \
     { DP, wgf_shape<DP, SW, MB>::BM, WG_WARPGROUPS * 128, wgf_shape<DP, SW, MB>::smem_bytes,        \
       stats_wgf_kernel<DP, false, SW, MB, false>, stats_wgf_kernel<DP, true, SW, MB, false>,       \
@@ -331,6 +331,6 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
 
 const kernel_instance stats_wgf_sm90[][WG_NDP] = {
     WGF_VARIANT(false, false, "fold2", false),          /* variant 1 */
-    WGF_VARIANT(true, false, "fold2 sw128", true),      /* variant 2, the default */
+    WGF_VARIANT(true, false, "fold2 sw128", true),      /* variant 2: float32 inputs */
     WGF_VARIANT(true, true, "fold2 sw128 mbar", false), /* variant 3 */
 };

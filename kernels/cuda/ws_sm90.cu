@@ -1,12 +1,15 @@
-/* ws_sm90.cu — variants 6 (the default), 7 and 8 (variants.h): the warp-specialised Hopper kernel, stats_ws_kernel<DP, F16>.
- * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte swizzle)
- * into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every consumer
- * warp is done with it); the producer warpgroup gives its registers to the two consumer warpgroups
- * (setmaxnreg: 56 and 224 per thread), which multiply (wgmma m64n128k16, Q fragments in registers,
- * two 64-register accumulator sets) and fold (fold_lane, sm90.cuh) 64 rows each. Within a warpgroup the wgmma of tile t+1 runs while
- * tile t is folded (two accumulator sets); the warpgroups never meet at a CTA barrier, so one's
- * fold runs under the other's matrix work. The consumers compute no address and issue no copy.
- * Variants 7 and 8 take 1/8 and 1/4 of the exps on the FMA pipe (ex2_poly) instead of MUFU.
+/* ws_sm90.cu — variants 6-9 (variants.h; 6 and 9 the default, launch.cu pick_wg): the
+ * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN>.
+ * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte
+ * swizzle) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
+ * consumer warp is done with it); the producer warpgroup gives its registers to the two consumer
+ * warpgroups (setmaxnreg: 56 and 224 per thread), which multiply (wgmma m64n128k16, Q fragments
+ * in registers, two 64-register accumulator sets) and fold (fold_lane, sm90.cuh) 64 rows each.
+ * Within a warpgroup the wgmma of tile t+1 runs while tile t is folded; the warpgroups never meet
+ * at a CTA barrier, so one's fold runs under the other's matrix work. The consumers compute no
+ * address and issue no copy.
+ * Variants 7 and 8 take 1/8 and 1/4 of the exps on the FMA pipe (ex2_poly) instead of MUFU;
+ * variant 9 has three consumer warpgroups (192 rows) on 64-key tiles (m64n64k16).
  * bench/kernel_notes.md (round 7) has the design, the predictions and the measurements. Stage: the
  * CUDA backend of stats.h. Includes sm90.cuh; exports stats_ws_sm90 (kernels.h). Outside the sm_90a
  * pass the kernel body is empty (never launched there).
