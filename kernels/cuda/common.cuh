@@ -307,7 +307,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
 
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
  * a fixed order, so the result never depends on scheduling. NW > 0: over the first NW warps alone,
- * meeting at named barrier 2 (the warp-specialised kernel, whose producer warps have left). */
+ * meeting at named barrier 2 (the warp-specialised kernels, whose producer warps do not take
+ * part), and again after the merge (a persistent CTA reduces one block after another). */
 template <int NW = 0> static __device__ void block_store_part(part &a, part *out)
 {
     __shared__ part s_warp[NW > 0 ? NW : 32];
@@ -327,6 +328,8 @@ template <int NW = 0> static __device__ void block_store_part(part &a, part *out
             part_merge(t, s_warp[w]);
         *out = t;
     }
+    if (NW > 0) /* s_warp read before a persistent CTA's next block writes it */
+        asm volatile("bar.sync 2, %0;\n" ::"n"(NW * 32) : "memory");
 }
 
 /* ---- row-state merge ------------------------------------------------------------------------- */

@@ -79,14 +79,16 @@ static const kernel_instance *const k_hopper[] = {
     stats_ws_sm90[1],  /* 7 */
     stats_ws_sm90[2],  /* 8 */
     stats_ws_sm90[3],  /* 9 */
+    stats_ws_sm90[4],  /* 10 */
+    stats_ws_sm90[5],  /* 11 */
 };
 static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
               "variants.h and the Hopper kernels' tables disagree");
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
-                  STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG == 9,
+                  STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG_PERS == 11,
               "the Hopper variants are asked for by number (STATS_CUDA_PATH_WG_VARIANT + N)");
-static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 10,
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 12,
               "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
 
 extern "C" int stats_cuda_wg_variant_count(void)
@@ -568,6 +570,16 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
                                                                            : "cuda-core bf16";
 }
 
+/* The statistics kernel's grid: a CTA per (block, head), or for a persistent kernel one per SM
+ * (fewer when there are fewer blocks), each taking blocks c, c + G, ... */
+static dim3 grid_of(const stats_cuda *ctx, const plan &pl, int heads_q)
+{
+    if (!pl.k->persistent)
+        return dim3((unsigned)pl.blocks_per_head, (unsigned)heads_q);
+    const long long items = (long long)pl.blocks_per_head * heads_q;
+    return dim3((unsigned)(items < ctx->sm_count ? items : ctx->sm_count));
+}
+
 extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void *stream,
                                              stats_head *heads_dev, float *row_entropy,
                                              float *row_maxlogit, stats_error *err)
@@ -606,7 +618,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     /* longest rows first where a causal grid is a few waves (bench/kernel_notes.md, round 7: on
      * grids of many waves the CTAs that then start together lost 9% at (8,32,1024,128)) */
     k.lpt = pl.variant >= STATS_VARIANT_WS_TMA && p->causal && !packed &&
-            (long long)pl.blocks_per_head * p->heads_q <= 4LL * ctx->sm_count;
+            (pl.k->persistent || (long long)pl.blocks_per_head * p->heads_q <= 4LL * ctx->sm_count);
     k.nblk = pl.nblk;
     k.blocks_per_head = pl.blocks_per_head;
     k.rows_per_cta = pl.rows_per_cta;
@@ -658,8 +670,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         k.mask = NULL;
         k.rr = rr, k.rr_mb = pl.mb, k.rr_mh = pl.mh;
         k.gate = flag, k.gate_general = 0;
-        dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
-        pl.fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
+        pl.fn<<<grid_of(ctx, pl, p->heads_q), pl.k->threads, pl.k->smem, s>>>(k, parts);
         cudaError_t le = cudaGetLastError();
         if (le != cudaSuccess)
             return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
@@ -668,8 +679,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
                                      flag, 0, s),
                  "launch of reduce_heads_kernel");
         part *gparts = (part *)((char *)ctx->ws + gen_off);
-        dim3 ggrid((unsigned)pg.blocks_per_head, (unsigned)p->heads_q);
-        pg.fn<<<ggrid, pg.k->threads, pg.k->smem, s>>>(kg, gparts);
+        pg.fn<<<grid_of(ctx, pg, p->heads_q), pg.k->threads, pg.k->smem, s>>>(kg, gparts);
         le = cudaGetLastError();
         if (le != cudaSuccess)
             return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
@@ -680,8 +690,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         return STATS_OK;
     }
 
-    dim3 grid((unsigned)pl.blocks_per_head, (unsigned)p->heads_q);
-    pl.fn<<<grid, pl.k->threads, pl.k->smem, s>>>(k, parts);
+    pl.fn<<<grid_of(ctx, pl, p->heads_q), pl.k->threads, pl.k->smem, s>>>(k, parts);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess)
         return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",

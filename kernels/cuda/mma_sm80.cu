@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     { DP, mma_shape<DP, MT>::BM, MMA_WARPS * 32, mma_shape<DP, MT>::smem_bytes,                     \
       stats_mma_kernel<DP, MT, false, false>, stats_mma_kernel<DP, MT, true, false>,               \
       "mma.sync bf16 d" #DP, "mma.sync f16 d" #DP, "stats_mma_kernel",                             \
-      stats_mma_kernel<DP, MT, false, true>, stats_mma_kernel<DP, MT, true, true> }
+      stats_mma_kernel<DP, MT, false, true>, stats_mma_kernel<DP, MT, true, true>, 0 }
 
 const kernel_instance stats_mma_sm80[] = {
     MMA_ONE(32, MMA_MT), MMA_ONE(64, MMA_MT),       MMA_ONE(96, MMA_MT),

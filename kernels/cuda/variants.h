@@ -3,8 +3,8 @@
  * below), the test knobs and bench/kernel_notes.md all say "variant N" with these numbers. Plain C
  * (C11 and C++); stage: the CUDA backend of stats.h; includes stats_cuda.h only.
  *
- * How a variant is asked for: the Hopper variants 0-3 and 6-9 through STATS_CUDA_PATH_WG_VARIANT + N
- * (N < stats_cuda_wg_variant_count() == 10 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
+ * How a variant is asked for: the Hopper variants 0-3 and 6-11 through STATS_CUDA_PATH_WG_VARIANT + N
+ * (N < stats_cuda_wg_variant_count() == 12 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
  * and + 5 act as MMA_SYNC; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
  * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_get(); the
  * bench's ATTNSTAT_BENCH_VARIANTS and stats_dev take any number); AUTO and STATS_CUDA_PATH_WGMMA
@@ -57,7 +57,13 @@ extern "C" {
       "stats_ws_kernel POLY=2 (cuda/ws_sm90.cu): variant 6 with 1/4 of the exps on the FMA pipe")  \
     X(9, WS_TMA_3WG, WG, "ws tma 3wg n64",                                                         \
       "stats_ws_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 6 with 3 consumer warpgroups (192 "  \
-      "rows, 160 registers each) on 64-key tiles (wgmma m64n64k16)")
+      "rows, 160 registers each) on 64-key tiles (wgmma m64n64k16)")                              \
+    X(10, WS_TMA_PERS, WG, "ws tma pers",                                                          \
+      "stats_wsp_kernel NCW=2 BN=128 (cuda/ws_sm90.cu): variant 6 as a persistent kernel, one "    \
+      "CTA per SM taking blocks longest first, the next block's rows, Q and K loading under the "  \
+      "current one")                                                                               \
+    X(11, WS_TMA_3WG_PERS, WG, "ws tma 3wg pers",                                                  \
+      "stats_wsp_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 9 as a persistent kernel")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -74,7 +80,7 @@ typedef enum {
     STATS_VARIANTS(STATS_VARIANT_ENUM)
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
-    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG + 1, /* WG_VARIANT + N below it (not 4, 5) */
+    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG_PERS + 1, /* WG_VARIANT + N below it (not 4, 5) */
     STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper (9 for
                                                      causal rows of <= 2048 keys or head_dim 64,
                                                      2 for float32 and K the TMA unit refuses:
