@@ -15,7 +15,7 @@ add_library(attnstat_cuda_obj OBJECT
   cuda/launch.cu       # context, workspace, plan, run (stats_cuda.h)
   cuda/wgmma_sm90.cu   # variant 0
   cuda/wgf_sm90.cu     # variants 1-3 (2: float32 inputs)
-  cuda/ws_sm90.cu      # variants 6-9 (6 and 9: the default)
+  cuda/ws_sm90.cu      # variants 6-11 (6, 10, 11: the default by shape)
   cuda/mma_sm80.cu     # variant 4
   cuda/generic.cu)     # variant 5; fill_rows, packed_offsets, reduce_heads
 target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})

@@ -119,17 +119,22 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
         return NULL;
     if (!ctx->wg_ok || p->head_dim <= 32)
         return NULL;
-    /* AUTO between the two TMA kernels, as measured in bench/kernel_notes.md round 7 (three runs):
-     * variant 9 (192-row CTAs, 64-key tiles, 12 consumer warps) wins on causal rows of few keys
-     * or head_dim 64: 0.247 against 0.261-0.264 ms at (4,32,2048,128), 0.176-0.178 against
-     * 0.189-0.191 at (8,32,1024,128), 0.309-0.311 against 0.351-0.353 at (1,16,8192,64);
-     * variant 6 everywhere else (full, longer causal rows, sampled rows: every 8th causal row of
-     * (2,32,4096,128) 0.073 against 0.084). */
+    /* AUTO among the TMA kernels, as measured in bench/kernel_notes.md round 7 (the persistent
+     * ones in two runs beside 6 and 9): unsampled causal rows of up to 8192 keys take the
+     * persistent kernels, variant 11 at head_dim > 64 (0.366-0.371 against variant 6's
+     * 0.409-0.410 ms at (2,32,4096,128), 0.227 against 0.265-0.270 at (4,32,2048,128)), variant
+     * 10 at 64 (0.311-0.314 against 0.350-0.355 at (1,16,8192,64)); longer causal rows variant 6
+     * (its head-by-head order keeps K in L2: 2.26-2.32 ms at (1,32,16384,128) against 2.67 for
+     * variant 10's longest-first order); unsampled full rows variant 10 (0.617-0.623 against
+     * 0.630-0.631); sampled rows variant 6 (every 8th causal row 0.074 against 0.084-0.088). */
     if (v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
                                        ctx->path == STATS_CUDA_PATH_WGMMA) &&
-        p->causal && p->sample_every <= 1 && p->sample_rows <= 0 &&
-        (p->len_k <= 2048 || p->head_dim <= 64))
-        v = STATS_VARIANT_WS_TMA_3WG;
+        p->sample_every <= 1 && p->sample_rows <= 0) {
+        if (!p->causal)
+            v = STATS_VARIANT_WS_TMA_PERS;
+        else if (p->len_k <= 8192)
+            v = p->head_dim <= 64 ? STATS_VARIANT_WS_TMA_PERS : STATS_VARIANT_WS_TMA_3WG_PERS;
+    }
     /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
      * tensor-map encoder; else variant 2, its predecessor */
     if (v >= STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))

@@ -49,7 +49,8 @@ extern "C" {
       "head_dim and stride")                                                                       \
     X(6, WS_TMA, WG, "ws tma",                                                                     \
       "stats_ws_kernel (cuda/ws_sm90.cu): a producer warpgroup loading 128-key K tiles with the "  \
-      "TMA unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16; the default")     \
+      "TMA unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16; AUTO's for "       \
+      "sampled rows and causal rows of > 8192 keys")                                               \
     X(7, WS_TMA_P1, WG, "ws tma p1",                                                               \
       "stats_ws_kernel POLY=1 (cuda/ws_sm90.cu): variant 6 with 1/8 of the exps by a polynomial "  \
       "on the FMA pipe (ex2_poly) instead of MUFU")                                                \
@@ -61,9 +62,10 @@ extern "C" {
     X(10, WS_TMA_PERS, WG, "ws tma pers",                                                          \
       "stats_wsp_kernel NCW=2 BN=128 (cuda/ws_sm90.cu): variant 6 as a persistent kernel, one "    \
       "CTA per SM taking blocks longest first, the next block's rows, Q and K loading under the "  \
-      "current one")                                                                               \
+      "current one; AUTO's for full rows and causal rows of <= 8192 keys at head_dim 64")          \
     X(11, WS_TMA_3WG_PERS, WG, "ws tma 3wg pers",                                                  \
-      "stats_wsp_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 9 as a persistent kernel")
+      "stats_wsp_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 9 as a persistent kernel; AUTO's " \
+      "for causal rows of <= 8192 keys at head_dim > 64")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -81,10 +83,10 @@ typedef enum {
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
     STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG_PERS + 1, /* WG_VARIANT + N below it (not 4, 5) */
-    STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper (9 for
-                                                     causal rows of <= 2048 keys or head_dim 64,
-                                                     2 for float32 and K the TMA unit refuses:
-                                                     launch.cu pick_wg) */
+    STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper, or 10
+                                                     or 11 by the problem's shape, 2 for float32
+                                                     and K the TMA unit refuses: launch.cu
+                                                     pick_wg */
 } stats_variant;
 #undef STATS_VARIANT_ENUM
 #undef STATS_VARIANT_ONE

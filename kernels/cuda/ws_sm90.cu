@@ -1,4 +1,4 @@
-/* ws_sm90.cu — variants 6-9 (variants.h; 6 and 9 the default, launch.cu pick_wg): the
+/* ws_sm90.cu — variants 6-11 (variants.h; 6, 10 and 11 the default by shape, launch.cu pick_wg): the
  * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN>.
  * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte
  * swizzle) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
     {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST), WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST)}
 
 const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP] = {
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0),         /* variant 6, the default */
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0),         /* variant 6 */
     WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0),      /* 7: 1/8 of the exps on FMA */
     WS_VARIANT(stats_ws_kernel, 2, 2, 128, "ws tma p2", 0),      /* 8: 1/4 */
     WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0),  /* 9: 3 consumer warpgroups */
