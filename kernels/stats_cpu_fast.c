@@ -147,6 +147,9 @@ static inline void block_logits(float *restrict s, const float *restrict q,
     for (int e = 0; e < d; e++) {
         const float qe = q[e];
         const float *restrict kr = kb + e * BLK;
+        /* unrolled, so the BLK accumulators live in vector registers across e (a rolled loop
+         * keeps them in memory: a store-to-load chain per e) */
+#pragma GCC unroll 16
         for (int t = 0; t < BLK; t++)
             acc[t] += qe * kr[t];
     }
