@@ -14,14 +14,14 @@
  *      DROPPED) and the Ack latency;
  *   5. the store alone in this process (store_add_samples, store_commit every 64 pushes, the
  *      schema and pragmas the daemon uses, no socket, no daemon): pushes/s;
- *   6. the same, with each push's statistics computed first (stats_cpu_ws on the very tensors the
- *      clients pushed, one workspace, as the daemon's CPU worker does): pushes/s. 5. is the limit
+ *   6. the same, with each push's statistics computed first (stats_cpu_fast_ws, the daemon's CPU
+ *      backend, on the very tensors the clients pushed, one workspace, as the daemon's CPU worker does): pushes/s. 5. is the limit
  *      issue #14 measures the daemon against; 6. is the work the daemon must do, so that the
  *      daemon / 6. ratio is the daemon's own overhead (threads, socket, protocol).
  * The daemon is the attnstatd of this build tree, started on a socket and database in a fresh
  * directory under --dir with the flags after "--" (none: its defaults), stopped with SIGTERM; the
  * directory is removed at the end. Includes proto/ (frames), the store's write half, kernels/
- * (stats_cpu_ws, for 6.), libc, pthreads. */
+ * (stats_cpu_fast_ws, for 6.), libc, pthreads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -334,7 +334,8 @@ static void tiny_problem(stats_problem *pr, const float *q, int heads)
 }
 
 /* The store alone: pushes/s over seconds, a commit every 64. tensors non-NULL: each push's
- * statistics are computed from them first (stats_cpu_ws, one workspace) and those are stored. */
+ * statistics are computed from them first (stats_cpu_fast_ws, one workspace, as the daemon's CPU
+ * worker does) and those are stored. */
 static double store_alone(const char *dir, const char *name, int heads, const float *tensors,
                           double seconds)
 {
@@ -360,7 +361,7 @@ static double store_alone(const char *dir, const char *name, int heads, const fl
                             .entropy_norm_mean = 0.8, .collapsed_frac = 0.0, .max_logit = 3.0};
     stats_problem pr;
     tiny_problem(&pr, tensors, heads);
-    stats_cpu_workspace *ws = tensors ? stats_cpu_workspace_new() : NULL;
+    stats_cpu_fast_workspace *ws = tensors ? stats_cpu_fast_workspace_new() : NULL;
     uint64_t n = 0;
     double t0 = now_s();
     if (tensors && !ws) {
@@ -370,8 +371,8 @@ static double store_alone(const char *dir, const char *name, int heads, const fl
     while (now_s() - t0 < seconds) {
         for (int i = 0; i < 64; i++, n++) {
             stats_error serr;
-            if (ws && stats_cpu_ws(&pr, ws, h, NULL, NULL, &serr) != STATS_OK) {
-                fprintf(stderr, "bench: stats_cpu_ws: %s\n", serr.msg);
+            if (ws && stats_cpu_fast_ws(&pr, ws, h, NULL, NULL, &serr) != STATS_OK) {
+                fprintf(stderr, "bench: stats_cpu_fast_ws: %s\n", serr.msg);
                 goto out;
             }
             if (!ws)
@@ -389,7 +390,7 @@ static double store_alone(const char *dir, const char *name, int heads, const fl
     }
 out:;
     double rate = (double)n / (now_s() - t0);
-    stats_cpu_workspace_free(ws);
+    stats_cpu_fast_workspace_free(ws);
     free(h);
     store_close(st);
     return rate;
@@ -509,7 +510,7 @@ int main(int argc, char **argv)
     double alone = store_alone(dir, "alone", heads, NULL, seconds);
     printf("%-44s %10.0f\n", "the store alone, 64 pushes a commit", alone);
     double work = store_alone(dir, "alone-stats", heads, p, seconds);
-    printf("%-44s %10.0f\n", "the store alone + stats_cpu, 64 a commit", work);
+    printf("%-44s %10.0f\n", "the store alone + stats_cpu_fast, 64 a commit", work);
     double best = many.rate > one.rate ? many.rate : one.rate;
     printf("\nstore alone / daemon:           1 client %.2fx, %d clients %.2fx (issue #14: <= 1.5x: "
            "%s)\n", one.rate > 0 ? alone / one.rate : 0, clients,

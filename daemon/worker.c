@@ -44,7 +44,7 @@ struct worker {
     worker_compute_fn compute;
     worker_finish_fn finish; /* NULL: no job is left pending */
     void *wctx;
-    stats_cpu_workspace *ws; /* the CPU worker's: grow-only, used by its thread only */
+    stats_cpu_fast_workspace *ws; /* the CPU worker's: grow-only, used by its thread only */
     pthread_t thread;
     int started;
     /* under pool->lock */
@@ -99,20 +99,21 @@ static void worker_sigbus(int sig, siginfo_t *info, void *uctx)
  * after such a job, so one large push does not pin its memory for the daemon's lifetime. */
 #define WORKER_WS_KEEP_ROWS (1 << 20)
 
-/* The CPU worker computes in a workspace it owns: nothing is allocated per job in the steady
+/* The CPU worker computes with the production backend (stats_cpu_fast_ws: float32 vector loops,
+ * tested against the reference) in a workspace it owns: nothing is allocated per job in the steady
  * state, and a job abandoned by the SIGBUS guard (siglongjmp out of the kernel) leaks nothing. */
 static stats_status cpu_compute(void *wctx, worker_job *job)
 {
     worker *w = wctx;
-    if (!w->ws && !(w->ws = stats_cpu_workspace_new())) {
+    if (!w->ws && !(w->ws = stats_cpu_fast_workspace_new())) {
         snprintf(job->err.msg, sizeof job->err.msg, "out of memory for the CPU workspace");
         return STATS_ENOMEM;
     }
-    stats_status st = stats_cpu_ws(&job->prob, w->ws, job->heads, NULL, NULL, &job->err);
+    stats_status st = stats_cpu_fast_ws(&job->prob, w->ws, job->heads, NULL, NULL, &job->err);
     const stats_problem *p = &job->prob;
     int64_t group = p->heads_kv > 0 ? p->heads_q / p->heads_kv : 1;
     if (group * (int64_t)stats_sampled_count(p, p->len_q) > WORKER_WS_KEEP_ROWS) {
-        stats_cpu_workspace_free(w->ws);
+        stats_cpu_fast_workspace_free(w->ws);
         w->ws = NULL;
     }
     return st;
@@ -626,7 +627,7 @@ void worker_pool_close(worker_pool *p)
         if (w->left_behind)
             continue; /* neither joined nor freed: its thread may still run */
         pthread_cond_destroy(&w->cond);
-        stats_cpu_workspace_free(w->ws);
+        stats_cpu_fast_workspace_free(w->ws);
         free(w);
         p->workers[i] = NULL;
     }

@@ -5,7 +5,7 @@
  * thread through one uv_async shared by the pool, to the done callback the loop gave the pool. The
  * pool knows nothing of pushes, clients or devices: a job is memory to read and heads to write. A
  * worker is a name, a capacity and a compute function (with its own context): the CPU worker
- * computes with stats_cpu_ws() in a grow-only workspace it owns (no allocation per job; nothing
+ * computes with stats_cpu_fast_ws() in a grow-only workspace it owns (no allocation per job; nothing
  * leaks when a job faults); a GPU worker (one per device) plugs in its own function and context
  * (CUDA context, low-priority stream, cached IPC handles) and is chosen by the submitter from the
  * push's buffer kind and device. Everything else (queueing, back-pressure, completion, shutdown,

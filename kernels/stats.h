@@ -1,7 +1,8 @@
 /* stats.h — attention statistics: per query row, the entropy of the attention distribution and the
- * maximum attention logit, reduced per query head. One problem description, two backends:
- * stats_cpu() (plain C, double accumulation; the reference every other backend is tested against)
- * and stats_cuda() (kernels/stats_cuda.h; device pointers, caller's stream).
+ * maximum attention logit, reduced per query head. One problem description, three backends:
+ * stats_cpu() (plain C, double accumulation; the reference every other backend is tested against),
+ * stats_cpu_fast_ws() (float32 vector loops; what the daemon computes host pushes with) and
+ * stats_cuda() (kernels/stats_cuda.h; device pointers, caller's stream).
  *
  * Notation. Q is [B, Hq, Nq, D], K is [B, Hkv, Nk, D], both addressed by element strides for the
  * B, H and N dimensions with D contiguous, so [B,H,N,D] and [B,N,H,D] memory both work as they are.
@@ -184,6 +185,23 @@ stats_cpu_workspace *stats_cpu_workspace_new(void);
 void stats_cpu_workspace_free(stats_cpu_workspace *ws);
 stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats_head *heads,
                           float *row_entropy, float *row_maxlogit, stats_error *err);
+
+/* The production CPU backend (kernels/stats_cpu_fast.c): float32 vector loops, the same contract
+ * and outputs as stats_cpu_ws(), tested against it (per-row entropy within 1e-4 nats, max logit
+ * and head means within 1e-5 relative on the shapes tested). A problem with any NaN or +-Inf logit
+ * among the keys its rows see is handed to the reference whole, so non-finite rows are exactly the
+ * reference's. Same workspace rules as stats_cpu_workspace (grow-only, nothing leaked when a
+ * computation is abandoned midway). stats_cpu_fast_handed_over() counts the problems a workspace
+ * handed to the reference. */
+typedef struct stats_cpu_fast_workspace stats_cpu_fast_workspace;
+stats_cpu_fast_workspace *stats_cpu_fast_workspace_new(void);
+void stats_cpu_fast_workspace_free(stats_cpu_fast_workspace *ws);
+stats_status stats_cpu_fast_ws(const stats_problem *p, stats_cpu_fast_workspace *ws,
+                               stats_head *heads, float *row_entropy, float *row_maxlogit,
+                               stats_error *err);
+stats_status stats_cpu_fast(const stats_problem *p, stats_head *heads, float *row_entropy,
+                            float *row_maxlogit, stats_error *err);
+uint64_t stats_cpu_fast_handed_over(const stats_cpu_fast_workspace *ws);
 
 /* ---- Row sampling, shared by every backend (plain C; usable from CUDA device code). ----------
  * stats_sample_row(j, n, seed) for j in [0, n) is a permutation of [0, n): a 4-round Feistel

@@ -2,7 +2,8 @@
  * build tree on a temporary socket and database:
  *   - random Q/K of every dtype and layout (padded, [B,N,H,D], GQA, causal, sampled) pushed through
  *     libattnstat, flushed, then read back with `attnstat heads/trend --format json`: every value
- *     equals stats_cpu() on the same tensors, computed here;
+ *     equals stats_cpu() on the same tensors, computed here (within 1e-5 relative, 1e-5 absolute:
+ *     the daemon computes with the float32 backend, stats_cpu_fast_ws);
  *   - the CLI's runs/trend/heads/alerts in table, json and csv; alerts raised and cleared through
  *     per-run thresholds in the hello; --active;
  *   - `attnstat status` and `attnstat watch` against the live daemon;
@@ -24,7 +25,7 @@ static void close_enough(double got, double want, const char *what, int layer, i
         return;
     if (isinf(want) && got == want)
         return;
-    ck_assert_msg(fabs(got - want) <= 1e-12 * fmax(1.0, fabs(want)),
+    ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want) + 1e-5, /* the daemon's fast backend */
                   "seed %llu: %s of layer %d head %d step %lld: CLI says %.17g, stats_cpu %.17g",
                   (unsigned long long)seed, what, layer, head, step, got, want);
 }

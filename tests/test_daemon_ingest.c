@@ -1,7 +1,8 @@
 /* test_daemon_ingest.c — end to end through a real attnstatd: host tensors in shared memory are
  * pushed, and the per-head rows the daemon stores (read back with sqlite3 right after each Ack,
- * so the Ack proves durability) equal stats_cpu() on the same data computed here; results in the
- * Ack equal them too. Also: Status, and SIGTERM with pushes in flight (every one acknowledged,
+ * so the Ack proves durability) equal stats_cpu() on the same data computed here (within
+ * dh_close_to_reference: the daemon computes with stats_cpu_fast_ws); results in the Ack equal them
+ * too. Also: Status, and SIGTERM with pushes in flight (every one acknowledged,
  * exit status 0, socket removed, database intact). */
 #include <sched.h>
 
@@ -37,7 +38,7 @@ static void check_row(sqlite3 *db, int64_t run, uint32_t layer, int head, int64_
     for (int i = 0; i < 7; i++) {
         double got = sqlite3_column_type(st, 4 + i) == SQLITE_NULL ? NAN
                                                                     : sqlite3_column_double(st, 4 + i);
-        ck_assert_msg(dh_close_enough(got, want[i]),
+        ck_assert_msg(dh_close_to_reference(got, want[i]),
                       "layer %u head %d step %lld column %d: stored %.17g, reference %.17g", layer,
                       head, (long long)step, 4 + i, got, want[i]);
     }
@@ -113,9 +114,9 @@ START_TEST(test_push_stored_equals_reference)
                 Attnstat__HeadStats *hs = e->ack->heads[h];
                 ck_assert_uint_eq(hs->head, (uint32_t)h);
                 ck_assert_uint_eq(hs->rows, (uint64_t)ref[h].rows);
-                ck_assert(dh_close_enough(hs->entropy_mean, ref[h].entropy_mean));
-                ck_assert(dh_close_enough(hs->max_logit, ref[h].max_logit));
-                ck_assert(dh_close_enough(hs->entropy_norm_mean, ref[h].entropy_norm_mean));
+                ck_assert(dh_close_to_reference(hs->entropy_mean, ref[h].entropy_mean));
+                ck_assert(dh_close_to_reference(hs->max_logit, ref[h].max_logit));
+                ck_assert(dh_close_to_reference(hs->entropy_norm_mean, ref[h].entropy_norm_mean));
                 ck_assert_int_eq(hs->sampled, ref[h].sampled);
                 ck_assert(ref[h].rows > 0 && ref[h].entropy_mean > 0.0);
                 check_row(db, run_id, layer, h, step * 10, &ref[h]);

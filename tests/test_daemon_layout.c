@@ -110,7 +110,7 @@ START_TEST(test_tensor_parallel_ranks)
                      "run_id = %lld AND head = %d", (long long)p[i].run_id, i * LHQ + h);
             char v[64];
             dh_db_text(db, sql, v, sizeof v);
-            ck_assert_msg(dh_close_enough(strtod(v, NULL), ref[h].entropy_mean),
+            ck_assert_msg(dh_close_to_reference(strtod(v, NULL), ref[h].entropy_mean),
                           "rank %d head %d: %s vs %.17g", i, h, v, ref[h].entropy_mean);
         }
         char sql[200];

@@ -567,3 +567,12 @@ int dh_close_enough(double a, double b)
         return a == b;
     return fabs(a - b) <= 1e-9 * (1.0 + fabs(b));
 }
+
+int dh_close_to_reference(double got, double ref)
+{
+    if (isnan(got) || isnan(ref))
+        return isnan(got) && isnan(ref);
+    if (isinf(got) || isinf(ref))
+        return got == ref;
+    return fabs(got - ref) <= 1e-5 * fabs(ref) + 1e-5;
+}

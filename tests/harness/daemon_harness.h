@@ -169,5 +169,9 @@ int64_t dh_db_int(sqlite3 *db, const char *sql);
 void dh_db_text(sqlite3 *db, const char *sql, char *out, size_t n);
 /* Equal within 1e-9 relative (NaN equals NaN, infinities exactly). */
 int dh_close_enough(double a, double b);
+/* A statistic the daemon computed (the production CPU backend, stats_cpu_fast_ws) against
+ * stats_cpu() on the same data: within 1e-5 relative, 1e-5 absolute near zero (NaN equals NaN,
+ * infinities exactly). tests/unit/test_stats_fast.c checks the backend itself, tighter. */
+int dh_close_to_reference(double got, double ref);
 
 #endif /* ATTNSTAT_DAEMON_HARNESS_H */
