@@ -152,19 +152,6 @@ void stats_cpu_workspace_free(stats_cpu_workspace *ws)
     free(ws);
 }
 
-/* Grows *buf to hold n elements of size sz; the workspace stays valid whatever happens. */
-static int grow(void **buf, int64_t *cap, int64_t n, size_t sz)
-{
-    if (n <= *cap)
-        return 0;
-    void *nb = realloc(*buf, (size_t)n * sz);
-    if (!nb)
-        return -1;
-    *buf = nb;
-    *cap = n;
-    return 0;
-}
-
 stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats_head *heads,
                           float *row_entropy, float *row_maxlogit, stats_error *err)
 {
@@ -206,9 +193,9 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                      "fewer rows", (long long)max_ns, group, (long long)MAX_ROW_STATES);
         return STATS_EINVAL;
     }
-    if (grow((void **)&ws->rows, &ws->rows_cap, (int64_t)group * (max_ns > 0 ? max_ns : 1),
+    if (cpu_grow((void **)&ws->rows, &ws->rows_cap, (int64_t)group * (max_ns > 0 ? max_ns : 1),
              sizeof(row_state)) ||
-        grow((void **)&ws->acc, &ws->acc_cap, p->heads_q, sizeof(head_acc))) {
+        cpu_grow((void **)&ws->acc, &ws->acc_cap, p->heads_q, sizeof(head_acc))) {
         if (err)
             snprintf(err->msg, sizeof err->msg, "out of memory for %lld row states",
                      (long long)group * max_ns);

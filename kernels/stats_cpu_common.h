@@ -8,6 +8,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stats.h"
@@ -219,6 +220,20 @@ static inline void acc_finish(const head_acc *a, int sampled, stats_head *out)
         out->entropy_norm_mean = NAN;
         out->collapsed_frac = 0.0;
     }
+}
+
+/* Grows *buf to hold n elements of size sz (both backends' workspaces); *buf stays valid whatever
+ * happens. 0, or -1 when out of memory. */
+static inline int cpu_grow(void **buf, int64_t *cap, int64_t n, size_t sz)
+{
+    if (n <= *cap)
+        return 0;
+    void *nb = realloc(*buf, (size_t)n * sz);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = n;
+    return 0;
 }
 
 #endif /* ATTNSTAT_STATS_CPU_COMMON_H */

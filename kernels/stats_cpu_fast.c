@@ -105,18 +105,6 @@ uint64_t stats_cpu_fast_handed_over(const stats_cpu_fast_workspace *ws)
     return ws ? ws->handed_over : 0;
 }
 
-static int grow(void **buf, int64_t *cap, int64_t n, size_t sz)
-{
-    if (n <= *cap)
-        return 0;
-    void *nb = realloc(*buf, (size_t)n * sz);
-    if (!nb)
-        return -1;
-    *buf = nb;
-    *cap = n;
-    return 0;
-}
-
 /* Keys [c0, c1] of one (sequence, KV head) into ws->kt, transposed per block; the tail of the
  * last block is zero (its lanes are computed and never used). */
 static void load_chunk(stats_cpu_fast_workspace *ws, const stats_problem *p, int64_t tb, int kvh,
@@ -355,9 +343,9 @@ stats_status stats_cpu_fast_ws(const stats_problem *p, stats_cpu_fast_workspace 
                      "fewer rows", (long long)max_ns, group, (long long)MAX_ROW_STATES);
         return STATS_EINVAL;
     }
-    if (grow((void **)&ws->rows, &ws->rows_cap, (int64_t)group * (max_ns > 0 ? max_ns : 1),
+    if (cpu_grow((void **)&ws->rows, &ws->rows_cap, (int64_t)group * (max_ns > 0 ? max_ns : 1),
              sizeof(fast_row)) ||
-        grow((void **)&ws->acc, &ws->acc_cap, p->heads_q, sizeof(head_acc))) {
+        cpu_grow((void **)&ws->acc, &ws->acc_cap, p->heads_q, sizeof(head_acc))) {
         if (err)
             snprintf(err->msg, sizeof err->msg, "out of memory for %lld row states",
                      (long long)group * max_ns);
