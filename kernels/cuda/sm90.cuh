@@ -317,7 +317,40 @@ __device__ __forceinline__ void tma_prefetch_map(const void *tmap)
     (void)tmap;
 }
 
-/* ---- the per-lane fold (variants 1-3 and 6) ------------------------------------------------ */
+/* ---- a warp's rows and their keys (variants 1-3 and 6-11) ------------------------------------ */
+
+/* This thread's two rows (rows[warp*16 + hr*8 + g], -1: none) with their visible keys [lo, hi]
+ * (lo > hi: none), and over the warp's rows that see a key the least and greatest first key
+ * (lo_min, lo_max) and last key (hi_min, hi_max): what the fold needs to skip a tile no row sees
+ * and to tell a tile every row sees whole from one it must mask. */
+struct warp_keys {
+    int lo[2], hi[2], lo_min, lo_max, hi_min, hi_max;
+};
+static __device__ __forceinline__ void warp_rows_range(const kparams &p, const seqinfo &si, int h,
+                                                       const int *rows, int warp, int g,
+                                                       warp_keys &k)
+{
+    k.lo_min = 0x7fffffff, k.lo_max = -1, k.hi_min = 0x7fffffff, k.hi_max = -1;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int i = rows[warp * 16 + hr * 8 + g];
+        k.lo[hr] = 1, k.hi[hr] = 0;
+        if (i >= 0)
+            visible_range(p, si, h, i, &k.lo[hr], &k.hi[hr]);
+        if (k.lo[hr] <= k.hi[hr]) {
+            k.lo_min = min(k.lo_min, k.lo[hr]), k.lo_max = max(k.lo_max, k.lo[hr]);
+            k.hi_min = min(k.hi_min, k.hi[hr]), k.hi_max = max(k.hi_max, k.hi[hr]);
+        }
+    }
+    for (int m = 4; m < 32; m <<= 1) {
+        k.lo_min = min(k.lo_min, __shfl_xor_sync(0xffffffffu, k.lo_min, m));
+        k.lo_max = max(k.lo_max, __shfl_xor_sync(0xffffffffu, k.lo_max, m));
+        k.hi_min = min(k.hi_min, __shfl_xor_sync(0xffffffffu, k.hi_min, m));
+        k.hi_max = max(k.hi_max, __shfl_xor_sync(0xffffffffu, k.hi_max, m));
+    }
+}
+
+/* ---- the per-lane fold (variants 1-3 and 6-11) --------------------------------------------- */
 
 /* One tile of 8 * NT keys (64: variants 1-3, wgf_sm90.cu; 128: variant 6, ws_sm90.cu) folded into
  * per-lane row states. Each lane keeps its own (M, l, W) per row over the keys it holds (2 * NT per

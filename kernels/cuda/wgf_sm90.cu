@@ -125,25 +125,10 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     cp_async_commit();
 
     /* this thread's rows: warp*16 + hr*8 + g */
-    int lo[2], hi[2];
-    int wlo_min = 0x7fffffff, wlo_max = -1, whi_min = 0x7fffffff, whi_max = -1;
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        int i = s_row[warp * 16 + hr * 8 + g];
-        lo[hr] = 1, hi[hr] = 0;
-        if (i >= 0)
-            visible_range(p, si, h, i, &lo[hr], &hi[hr]);
-        if (lo[hr] <= hi[hr]) {
-            wlo_min = min(wlo_min, lo[hr]), wlo_max = max(wlo_max, lo[hr]);
-            whi_min = min(whi_min, hi[hr]), whi_max = max(whi_max, hi[hr]);
-        }
-    }
-    for (int m = 4; m < 32; m <<= 1) {
-        wlo_min = min(wlo_min, __shfl_xor_sync(0xffffffffu, wlo_min, m));
-        wlo_max = max(wlo_max, __shfl_xor_sync(0xffffffffu, wlo_max, m));
-        whi_min = min(whi_min, __shfl_xor_sync(0xffffffffu, whi_min, m));
-        whi_max = max(whi_max, __shfl_xor_sync(0xffffffffu, whi_max, m));
-    }
+    warp_keys wk;
+    warp_rows_range(p, si, h, s_row, warp, g, wk);
+    const int(&lo)[2] = wk.lo, (&hi)[2] = wk.hi;
+    const int wlo_min = wk.lo_min, wlo_max = wk.lo_max, whi_min = wk.hi_min, whi_max = wk.hi_max;
 
     /* This thread's 16-byte chunks of a K tile: key n0 + i*NS, chunk cg of the key's row, for
      * i < NIT (the last one only for the threads whose index stays under BN*CH). SW: 8 lanes per
