@@ -383,6 +383,12 @@ void dh_shm_create(dh_shm *s, const char *tag, size_t size)
     static int counter;
     snprintf(s->name, sizeof s->name, "/attnstat-test-%d-%s-%d", (int)getpid(), tag, counter++);
     int fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* The name carries this process's pid, so what holds it was left by a dead process with
+         * the same pid (a test that failed before its dh_shm_destroy; pids wrap): ours to reuse. */
+        shm_unlink(s->name);
+        fd = shm_open(s->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    }
     ck_assert_msg(fd >= 0, "shm_open %s: %s", s->name, strerror(errno));
     ck_assert_int_eq(ftruncate(fd, (off_t)size), 0);
     s->ptr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
