@@ -274,6 +274,16 @@ Attnstat__Envelope *dh_recv(dh_conn *c, int timeout_ms)
         if (r == 1) {
             Attnstat__Envelope *env = frame_decode(payload, len, NULL);
             frame_reader_consume(&c->rd);
+            if (env && env->msg_case == ATTNSTAT__ENVELOPE__MSG_RELEASE)
+                c->released[c->nreleased++ % 1024] = env->release->seq;
+            if (env && env->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK) {
+                dh_ack_seen *a = &c->acked[c->nacked++ % 1024];
+                a->seq = env->ack->seq;
+                a->code = (int)env->ack->code;
+                a->released_first = 0;
+                for (size_t i = 0; i < c->nreleased && i < 1024; i++)
+                    a->released_first |= c->released[i] == a->seq;
+            }
             return env;
         }
         int64_t left = deadline - dh_now_ms();
@@ -492,9 +502,21 @@ void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t layer, dh_tensor *
  * copies its message. */
 int dh_wait_ack(dh_conn *c, uint64_t seq, char *msg, size_t msglen, int timeout_ms)
 {
-    int released = 0;
-    for (size_t i = 0; i < c->nreleased && i < 1024; i++)
-        released |= c->released[i] == seq;
+    /* already read while waiting for something else (its message is not kept then); newest
+     * first, and each record answers one wait (a seq may come again later on a connection) */
+    for (size_t n = 0; n < c->nacked && n < 1024; n++) {
+        dh_ack_seen *a = &c->acked[(c->nacked - 1 - n) % 1024];
+        if (a->seq != seq)
+            continue;
+        const int code = a->code;
+        if (msg)
+            snprintf(msg, msglen, "(read earlier)");
+        if (code == ATTNSTAT__CODE__OK)
+            ck_assert_msg(a->released_first, "Ack(OK) of push %llu came before its Release",
+                          (unsigned long long)seq);
+        a->seq = UINT64_MAX;
+        return code;
+    }
     int64_t deadline = dh_now_ms() + timeout_ms;
     for (;;) {
         int64_t left = deadline - dh_now_ms();
@@ -502,16 +524,14 @@ int dh_wait_ack(dh_conn *c, uint64_t seq, char *msg, size_t msglen, int timeout_
         Attnstat__Envelope *e = dh_recv(c, (int)left);
         ck_assert_msg(e != NULL, "no Ack for push %llu (connection closed or timeout)",
                       (unsigned long long)seq);
-        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_RELEASE) {
-            released |= e->release->seq == seq;
-            c->released[c->nreleased++ % 1024] = e->release->seq;
-        }
         if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK && e->ack->seq == seq) {
+            dh_ack_seen *a = &c->acked[(c->nacked - 1) % 1024]; /* dh_recv's record of it */
+            a->seq = UINT64_MAX;                                    /* answered here */
             int code = (int)e->ack->code;
             if (msg)
                 snprintf(msg, msglen, "%s", e->ack->message ? e->ack->message : "");
             if (code == ATTNSTAT__CODE__OK)
-                ck_assert_msg(released, "Ack(OK) of push %llu came before its Release",
+                ck_assert_msg(a->released_first, "Ack(OK) of push %llu came before its Release",
                               (unsigned long long)seq);
             attnstat__envelope__free_unpacked(e, NULL);
             return code;

@@ -89,11 +89,21 @@ void dh_cleanup(dh_daemon *d, int show_log);
 
 /* ---- frames --------------------------------------------------------------------------------- */
 
+/* Every Release and Ack that dh_recv reads is remembered (rings of the last 1024), whoever asked
+ * for the message: a reply read while waiting for another kind (dh_expect, dh_status) is not lost
+ * to dh_wait_ack, however fast the daemon answers. */
+typedef struct {
+    uint64_t seq;
+    int code;
+    int released_first; /* the push's Release had been read before this Ack */
+} dh_ack_seen;
 typedef struct {
     int fd;
     frame_reader rd;
-    uint64_t released[1024]; /* seqs whose Release was seen (dh_wait_ack), ring */
+    uint64_t released[1024]; /* seqs whose Release was read, ring */
     size_t nreleased;
+    dh_ack_seen acked[1024]; /* Acks read, ring */
+    size_t nacked;
 } dh_conn;
 
 void dh_connect(dh_conn *c, const dh_daemon *d);
