@@ -350,6 +350,32 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
     }
 }
 
+/* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
+ * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc. */
+static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
+                                                      const int *rows, int warp, int g, int tq,
+                                                      const warp_keys &k, const float (&M)[2],
+                                                      const float (&l)[2], const float (&W)[2],
+                                                      part &acc)
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float Mr = M[hr], lr = l[hr], wr = W[hr];
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            const float M2 = __shfl_xor_sync(0xffffffffu, Mr, m);
+            const float l2 = __shfl_xor_sync(0xffffffffu, lr, m);
+            const float W2 = __shfl_xor_sync(0xffffffffu, wr, m);
+            state_merge(Mr, lr, wr, M2, l2, W2);
+        }
+        const int i = rows[warp * 16 + hr * 8 + g];
+        if (tq == 0 && i >= 0) {
+            const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr);
+        }
+    }
+}
+
 /* ---- the per-lane fold (variants 1-3 and 6-11) --------------------------------------------- */
 
 /* One tile of 8 * NT keys (64: variants 1-3, wgf_sm90.cu; 128: variant 6, ws_sm90.cu) folded into

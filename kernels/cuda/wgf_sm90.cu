@@ -281,23 +281,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
         fold(sb, t_end);
     cp_async_wait<0>();
 
-    /* the four lanes of a quad hold disjoint keys of the row: merge their states exactly */
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float Mr = M[hr], lr = l[hr], wr = W[hr];
-#pragma unroll
-        for (int m = 1; m <= 2; m <<= 1) {
-            const float M2 = __shfl_xor_sync(0xffffffffu, Mr, m);
-            const float l2 = __shfl_xor_sync(0xffffffffu, lr, m);
-            const float W2 = __shfl_xor_sync(0xffffffffu, wr, m);
-            state_merge(Mr, lr, wr, M2, l2, W2);
-        }
-        int i = s_row[warp * 16 + hr * 8 + g];
-        if (tq == 0 && i >= 0) {
-            long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[hr] - lo[hr] + 1, Mr, lr, wr, Mr);
-        }
-    }
+    warp_rows_done(p, si, h, s_row, warp, g, tq, wk, M, l, W, acc);
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }

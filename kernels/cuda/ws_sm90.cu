@@ -218,23 +218,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     }
     g += ntiles;
 
-    /* the four lanes of a quad hold disjoint keys of the row: merge their states exactly */
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float Mr = M[hr], lr = l[hr], wr = W[hr];
-#pragma unroll
-        for (int m = 1; m <= 2; m <<= 1) {
-            const float M2 = __shfl_xor_sync(0xffffffffu, Mr, m);
-            const float l2 = __shfl_xor_sync(0xffffffffu, lr, m);
-            const float W2 = __shfl_xor_sync(0xffffffffu, wr, m);
-            state_merge(Mr, lr, wr, M2, l2, W2);
-        }
-        const int i = rows[warp * 16 + hr * 8 + gq];
-        if (tq == 0 && i >= 0) {
-            const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[hr] - lo[hr] + 1, Mr, lr, wr, Mr);
-        }
-    }
+    warp_rows_done(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc);
 }
 
 /* The (head, block) of item i of the grid: causal blocks differ in length (the last rows see every
