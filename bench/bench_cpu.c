@@ -1,6 +1,7 @@
 /* bench_cpu.c — throughput of the CPU backends side by side: the reference (kernels/stats_cpu.c,
  * stats_cpu_ws) and the production one (kernels/stats_cpu_fast.c, stats_cpu_fast_ws), query rows
- * per second and logits per second for a few shapes and the daemon's tiny ingest push, bf16 input,
+ * per second and logits per second for a few shapes and the daemon's tiny ingest push (f32, as
+ * bench_ingest pushes it, and bf16), bf16 input elsewhere,
  * random data (never zeros), each backend in its own workspace as the daemon's worker holds it.
  *   build/bench/bench_cpu [--quick]
  * Each shape runs until at least 0.5 s have passed (3 repeats, the median is printed). */
@@ -15,16 +16,17 @@
 
 typedef struct {
     const char *name;
-    int b, hq, hkv, n, d, causal, every, nrows;
+    int b, hq, hkv, n, d, causal, every, nrows, f32;
 } shape;
 
 static const shape shapes[] = {
-    {"tiny push   B1 H8  N16 D16 (bench_ingest)", 1, 8, 8, 16, 16, 0, 0, 0},
-    {"decode-ish  B1 H8  N1024 D64 causal", 1, 8, 8, 1024, 64, 1, 0, 0},
-    {"daemon push B1 H32 N1024 D128 causal, 64 rows", 1, 32, 32, 1024, 128, 1, 0, 64},
-    {"daemon push B1 H32 N1024 D128 causal, every 16th", 1, 32, 32, 1024, 128, 1, 16, 0},
-    {"full        B1 H4  N2048 D128 causal", 1, 4, 4, 2048, 128, 1, 0, 0},
-    {"GQA         B1 H16/4 N1024 D128 full", 1, 16, 4, 1024, 128, 0, 0, 0},
+    {"tiny push   B1 H8  N16 D16 f32 (bench_ingest)", 1, 8, 8, 16, 16, 0, 0, 0, 1},
+    {"tiny push   B1 H8  N16 D16", 1, 8, 8, 16, 16, 0, 0, 0, 0},
+    {"decode-ish  B1 H8  N1024 D64 causal", 1, 8, 8, 1024, 64, 1, 0, 0, 0},
+    {"daemon push B1 H32 N1024 D128 causal, 64 rows", 1, 32, 32, 1024, 128, 1, 0, 64, 0},
+    {"daemon push B1 H32 N1024 D128 causal, every 16th", 1, 32, 32, 1024, 128, 1, 16, 0, 0},
+    {"full        B1 H4  N2048 D128 causal", 1, 4, 4, 2048, 128, 1, 0, 0, 0},
+    {"GQA         B1 H16/4 N1024 D128 full", 1, 16, 4, 1024, 128, 0, 0, 0, 0},
 };
 
 static double now(void)
@@ -58,24 +60,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu: out of memory for the workspaces\n");
         return 1;
     }
-    printf("%-46s %-9s %12s %12s %12s %8s\n", "shape (bf16)", "backend", "rows/s", "logits/s",
+    printf("%-46s %-9s %12s %12s %12s %8s\n", "shape (bf16 unless named)", "backend", "rows/s", "logits/s",
            "us/call", "speedup");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         size_t qn = (size_t)sh->b * sh->hq * sh->n * sh->d, kn = (size_t)sh->b * sh->hkv * sh->n * sh->d;
-        uint16_t *q = malloc(qn * 2), *k = malloc(kn * 2);
-        for (size_t i = 0; i < qn; i++) { /* xorshift, uniform in [-1.7, 1.7]: unit variance */
+        size_t esz = sh->f32 ? 4 : 2;
+        char *q = malloc(qn * esz), *k = malloc(kn * esz);
+        for (size_t i = 0; i < qn + kn; i++) { /* xorshift, uniform in [-1.7, 1.7]: unit variance */
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            q[i] = to_bf16((float)((double)(s >> 11) / 9007199254740992.0 * 3.46 - 1.73));
-        }
-        for (size_t i = 0; i < kn; i++) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            k[i] = to_bf16((float)((double)(s >> 11) / 9007199254740992.0 * 3.46 - 1.73));
+            float v = (float)((double)(s >> 11) / 9007199254740992.0 * 3.46 - 1.73);
+            char *dst = i < qn ? q + i * esz : k + (i - qn) * esz;
+            if (sh->f32) {
+                memcpy(dst, &v, 4);
+            } else {
+                uint16_t h = to_bf16(v);
+                memcpy(dst, &h, 2);
+            }
         }
         stats_problem p;
         stats_problem_init(&p);
         p.batch = sh->b, p.heads_q = sh->hq, p.heads_kv = sh->hkv, p.len_q = p.len_k = sh->n;
-        p.head_dim = sh->d, p.dtype = STATS_BF16, p.causal = sh->causal;
+        p.head_dim = sh->d, p.dtype = sh->f32 ? STATS_F32 : STATS_BF16, p.causal = sh->causal;
         p.sample_every = sh->every, p.sample_rows = sh->nrows, p.sample_seed = 7;
         p.q = (stats_tensor){q, (int64_t)sh->hq * sh->n * sh->d, (int64_t)sh->n * sh->d, sh->d};
         p.k = (stats_tensor){k, (int64_t)sh->hkv * sh->n * sh->d, (int64_t)sh->n * sh->d, sh->d};

@@ -31,30 +31,74 @@
 enum { BLK = 16, KCHUNK = 1024 };
 #define MAX_ROW_STATES (1LL << 25) /* the reference's limit, same message */
 
-/* 2^x for x <= 0, float, branch-free: x = n + f with n = round(x), |f| <= 1/2; 2^f by its Taylor
- * series in f ln 2 to degree 7 (relative error < 3e-8, under float rounding), 2^n through the
- * exponent bits. x < -126 gives 0 (the reference's exp underflows there too, within 1e-38). */
-static inline float fast_exp2(float x)
+/* A block's BLK lanes as NV vectors of 4 floats (GCC/Clang vector extensions: SSE registers on
+ * x86-64, NEON on arm64); every lane-wise step below is a loop over the NV vectors that the
+ * compiler unrolls. Lane masks are integer vectors of 0 / -1. */
+typedef float v4 __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+enum { NV = BLK / 4 };
+typedef struct {
+    v4 v[NV];
+} vblk;
+
+static inline v4 v4load(const float *p)
 {
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float xc = x < -126.0f ? -126.0f : x;
-    float r = xc + magic;
-    float n = r - magic, f = xc - n;
-    int32_t ri;
-    memcpy(&ri, &r, 4);
-    int32_t ebits = (ri - 0x4b400000) + 127; /* n + 127 in [1, 127] */
-    float p = 1.5252733804e-5f;              /* (ln 2)^7 / 7! */
-    p = p * f + 1.5403530393e-4f;
-    p = p * f + 1.3333558146e-3f;
-    p = p * f + 9.6181291076e-3f;
-    p = p * f + 5.5504108665e-2f;
-    p = p * f + 2.4022650696e-1f;
-    p = p * f + 6.9314718056e-1f;
-    p = p * f + 1.0f;
-    uint32_t sb = (uint32_t)ebits << 23;
-    float sc;
-    memcpy(&sc, &sb, 4);
-    return x < -126.0f ? 0.0f : p * sc;
+    v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline v4 v4sel(v4i m, v4 a, v4 b) /* m ? a : b, lane by lane */
+{
+    return (v4)(((v4i)a & m) | ((v4i)b & ~m));
+}
+
+/* Lane reductions in a fixed order (a tree). */
+static inline float hsum(const vblk *b)
+{
+    v4 t = (b->v[0] + b->v[1]) + (b->v[2] + b->v[3]);
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+static inline float max2(float a, float b)
+{
+    return b > a ? b : a;
+}
+
+static inline float hmax(const vblk *b)
+{
+    v4 t[2];
+    #pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) {
+        v4i gt = b->v[j + 2] > b->v[j];
+        t[j] = v4sel(gt, b->v[j + 2], b->v[j]);
+    }
+    v4 u = v4sel(t[1] > t[0], t[1], t[0]);
+    return max2(max2(u[0], u[2]), max2(u[1], u[3]));
+}
+
+/* 2^x lane by lane for x <= 0, branch-free: x = n + f with n = round(x), |f| <= 1/2; 2^f by its
+ * Taylor series in f ln 2 to degree 7 (relative error < 3e-8, under float rounding), 2^n through
+ * the exponent bits. x < -126 (and -inf) gives 0 (the reference's exp underflows there too, within
+ * 1e-38); NaN stays NaN. */
+static inline v4 v4exp2(v4 x)
+{
+    const v4 magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f}; /* 1.5 * 2^23 */
+    const v4 lowest = {-126.0f, -126.0f, -126.0f, -126.0f};
+    v4i under = x < lowest;
+    v4 xc = v4sel(under, lowest, x);
+    v4 r = xc + magic;                      /* rounds xc to an integer, in the low mantissa bits */
+    v4 n = r - magic, f = xc - n;
+    v4i ebits = ((v4i)r - 0x4b400000) + 127; /* n + 127 in [1, 127] */
+    v4 p = f * 1.5252733804e-5f;            /* (ln 2)^7 / 7! */
+    p = (p + 1.5403530393e-4f) * f;
+    p = (p + 1.3333558146e-3f) * f;
+    p = (p + 9.6181291076e-3f) * f;
+    p = (p + 5.5504108665e-2f) * f;
+    p = (p + 2.4022650696e-1f) * f;
+    p = (p + 6.9314718056e-1f) * f;
+    p = p + 1.0f;
+    return (v4)((v4i)(p * (v4)(ebits << 23)) & ~under);
 }
 
 typedef struct {
@@ -105,18 +149,35 @@ uint64_t stats_cpu_fast_handed_over(const stats_cpu_fast_workspace *ws)
     return ws ? ws->handed_over : 0;
 }
 
+/* n elements of dtype dt at src into dst as floats rounded to compute (load_elem's values), the
+ * dtype's branch taken once per run rather than per element. */
+static inline void load_run(float *restrict dst, const void *src, int n, stats_dtype dt,
+                            stats_dtype compute)
+{
+    if (dt == STATS_F32 && (compute == STATS_F32 || compute == dt)) {
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+    } else if (dt == STATS_BF16 && (compute == STATS_BF16 || compute == STATS_F32)) {
+        for (int e = 0; e < n; e++)
+            dst[e] = bf16_to_f32(((const uint16_t *)src)[e]);
+    } else {
+        for (int e = 0; e < n; e++)
+            dst[e] = load_elem(src, e, dt, compute);
+    }
+}
+
 /* Keys [c0, c1] of one (sequence, KV head) into ws->kt, transposed per block; the tail of the
  * last block is zero (its lanes are computed and never used). */
-static void load_chunk(stats_cpu_fast_workspace *ws, const stats_problem *p, int64_t tb, int kvh,
-                       int64_t k0, int64_t c0, int64_t c1)
+static inline void load_chunk(stats_cpu_fast_workspace *ws, const stats_problem *p, int64_t tb,
+                              int kvh, int64_t k0, int64_t c0, int64_t c1)
 {
     const int d = p->head_dim;
     int64_t n = c1 - c0 + 1, nblk = (n + BLK - 1) / BLK;
+    float row[STATS_MAX_HEAD_DIM];
     for (int64_t j = 0; j < n; j++) {
         float *dst = ws->kt + (j / BLK) * d * BLK + j % BLK;
-        const void *src = elem(&p->k, p->dtype, tb, kvh, k0 + c0 + j);
+        load_run(row, elem(&p->k, p->dtype, tb, kvh, k0 + c0 + j), d, p->dtype, p->compute_dtype);
         for (int e = 0; e < d; e++)
-            dst[e * BLK] = load_elem(src, e, p->dtype, p->compute_dtype);
+            dst[e * BLK] = row[e];
     }
     for (int64_t j = n; j < nblk * BLK; j++) {
         float *dst = ws->kt + (j / BLK) * d * BLK + j % BLK;
@@ -125,29 +186,28 @@ static void load_chunk(stats_cpu_fast_workspace *ws, const stats_problem *p, int
     }
 }
 
-/* s[t] = scale * q . k_t for the BLK keys of one block ([d][BLK]). */
-static inline void block_logits(float *restrict s, const float *restrict q,
-                                const float *restrict kb, int d, float scale)
+/* scale * q . k_t for the BLK keys of one block ([d][BLK]). */
+static inline void block_logits(vblk *s, const float *restrict q, const float *restrict kb, int d,
+                                float scale)
 {
-    float acc[BLK];
-    for (int t = 0; t < BLK; t++)
-        acc[t] = 0.0f;
+    vblk acc;
+    #pragma GCC unroll 4
+    for (int j = 0; j < NV; j++)
+        acc.v[j] = (v4){0.0f, 0.0f, 0.0f, 0.0f};
     for (int e = 0; e < d; e++) {
         const float qe = q[e];
-        const float *restrict kr = kb + e * BLK;
-        /* unrolled, so the BLK accumulators live in vector registers across e (a rolled loop
-         * keeps them in memory: a store-to-load chain per e) */
-#pragma GCC unroll 16
-        for (int t = 0; t < BLK; t++)
-            acc[t] += qe * kr[t];
+        #pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            acc.v[j] += qe * v4load(kb + e * BLK + 4 * j);
     }
-    for (int t = 0; t < BLK; t++)
-        s[t] = scale * acc[t];
+    #pragma GCC unroll 4
+    for (int j = 0; j < NV; j++)
+        s->v[j] = acc.v[j] * scale;
 }
 
 /* Folds the lanes of s that take part (the others hold -inf) into the row: one max, one rescale
  * when it moves, then the block's sums. */
-static inline void block_fold(fast_row *r, const float *restrict s, float tmax)
+static inline void block_fold(fast_row *r, const vblk *s, float tmax)
 {
     if (tmax > r->m) {
         if (r->l > 0.0) { /* guarded: on the first block m = -inf and l = 0 */
@@ -158,72 +218,79 @@ static inline void block_fold(fast_row *r, const float *restrict s, float tmax)
         r->m = tmax;
     }
     const float m = r->m, log2e = 1.4426950408889634f;
-    float ls[BLK], wsum[BLK];
-    for (int t = 0; t < BLK; t++) {
-        float tt = s[t] - m;            /* <= 0; -inf for lanes that do not take part */
-        float e = fast_exp2(tt * log2e);
-        tt = e > 0.0f ? tt : 0.0f;      /* keeps 0 * -inf out of w */
-        ls[t] = e;
-        wsum[t] = e * tt;
+    vblk e, ew;
+    #pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) {
+        v4 tt = s->v[j] - m;                         /* <= 0; -inf for lanes not taking part */
+        e.v[j] = v4exp2(tt * log2e);
+        tt = (v4)((v4i)tt & (e.v[j] > 0.0f));        /* keeps 0 * -inf out of w */
+        ew.v[j] = e.v[j] * tt;
     }
-    float lsum = 0.0f, wtot = 0.0f;
-    for (int t = 0; t < BLK; t++) {
-        lsum += ls[t];
-        wtot += wsum[t];
-    }
-    r->l += lsum;
-    r->w += wtot;
+    r->l += hsum(&e);
+    r->w += hsum(&ew);
 }
 
 /* One row over keys [lo, hi] (chunk coordinates c0..) of the loaded chunk. Returns 0, or -1 when a
  * logit the row sees is NaN or +-Inf (the problem goes to the reference). */
-static int row_fast(fast_row *r, const float *q, const float *kt, int64_t c0, int64_t lo,
-                    int64_t hi, int d, float scale, float softcap, const row_mask *mk)
+static inline int row_fast(fast_row *r, const float *q, const float *kt, int64_t c0, int64_t lo,
+                           int64_t hi, int d, float scale, float softcap, const row_mask *mk)
 {
-    float s[BLK];
+    const v4i lane = {0, 1, 2, 3};
+    const v4 ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    v4 chk = {0.0f, 0.0f, 0.0f, 0.0f}; /* NaN in a lane once a logit the row sees is not finite */
+    vblk s;
     for (int64_t b0 = ((lo - c0) / BLK) * BLK; b0 <= hi - c0; b0 += BLK) {
-        block_logits(s, q, kt + b0 * d, d, scale);
+        block_logits(&s, q, kt + b0 * d, d, scale);
         int a = (int)(lo - c0 - b0 > 0 ? lo - c0 - b0 : 0);
         int z = (int)(hi - c0 - b0 < BLK - 1 ? hi - c0 - b0 : BLK - 1);
-        if (softcap > 0.0f)
+        if (softcap > 0.0f) {
+            float sv[BLK];
+            memcpy(sv, &s, sizeof sv);
             for (int t = a; t <= z; t++)
-                s[t] = softcap * tanhf(s[t] / softcap);
-        float chk = 0.0f, tmax = -INFINITY;
-        int nv = 0;
+                sv[t] = softcap * tanhf(sv[t] / softcap);
+            memcpy(&s, sv, sizeof sv);
+        }
+        float tmax;
+        int nv;
         if (!mk->row) {
-            for (int t = 0; t < BLK; t++) {
-                int in = t >= a && t <= z;
-                float x = in ? s[t] : 0.0f;
-                chk += x * 0.0f; /* NaN once any x is NaN or +-Inf */
-                s[t] = in ? s[t] : -INFINITY;
-                tmax = s[t] > tmax ? s[t] : tmax;
+            #pragma GCC unroll 4
+            for (int j = 0; j < NV; j++) {
+                v4i in = (lane + 4 * j >= a) & (lane + 4 * j <= z);
+                chk += (v4)((v4i)s.v[j] & in) * 0.0f;
+                s.v[j] = v4sel(in, s.v[j], ninf);
             }
+            tmax = hmax(&s);
             nv = z - a + 1;
             if (tmax > r->mraw)
                 r->mraw = tmax;
         } else {
+            float sv[BLK], ck = 0.0f;
+            memcpy(sv, &s, sizeof sv);
+            tmax = -INFINITY;
+            nv = 0;
             for (int t = 0; t < BLK; t++) {
                 double bias;
                 if (t < a || t > z || !mask_take(mk, c0 + b0 + t, &bias)) {
-                    s[t] = -INFINITY;
+                    sv[t] = -INFINITY;
                     continue;
                 }
-                if (s[t] > r->mraw)
-                    r->mraw = s[t];
-                float x = (float)((double)s[t] + bias);
-                chk += x * 0.0f;
-                s[t] = x;
+                if (sv[t] > r->mraw)
+                    r->mraw = sv[t];
+                float x = (float)((double)sv[t] + bias);
+                ck += x * 0.0f;
+                sv[t] = x;
                 tmax = x > tmax ? x : tmax;
                 nv++;
             }
+            chk[0] += ck;
+            memcpy(&s, sv, sizeof sv);
         }
-        if (chk != chk)
-            return -1;
         r->nvis += nv;
         if (nv > 0)
-            block_fold(r, s, tmax);
+            block_fold(r, &s, tmax);
     }
-    return 0;
+    float c = (chk[0] + chk[1]) + (chk[2] + chk[3]);
+    return c != c ? -1 : 0;
 }
 
 /* Computes p here; returns 1 when it must go to the reference instead (nothing written). */
@@ -270,9 +337,8 @@ static int compute_fast(const stats_problem *p, stats_cpu_fast_workspace *ws, st
                             load_chunk(ws, p, tb, kvh, k0, c0, c1);
                             loaded = 1;
                         }
-                        const void *qsrc = elem(&p->q, p->dtype, tb, h, q0 + i);
-                        for (int e = 0; e < d; e++)
-                            ws->qf[e] = load_elem(qsrc, e, p->dtype, p->compute_dtype);
+                        load_run(ws->qf, elem(&p->q, p->dtype, tb, h, q0 + i), d, p->dtype,
+                                 p->compute_dtype);
                         row_mask mk = {NULL, p->mask_dtype};
                         if (p->mask.ptr)
                             mk.row = elem(&p->mask, p->mask_dtype, b, h, i);
