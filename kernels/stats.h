@@ -192,7 +192,9 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
  * among the keys its rows see is handed to the reference whole, so non-finite rows are exactly the
  * reference's. Same workspace rules as stats_cpu_workspace (grow-only, nothing leaked when a
  * computation is abandoned midway). stats_cpu_fast_handed_over() counts the problems a workspace
- * handed to the reference. */
+ * handed to the reference. The vector width is chosen per workspace when it is made: 8 floats with
+ * FMA where the CPU has AVX2 and FMA (x86-64, GCC builds), else 4; ATTNSTAT_CPU_SIMD=baseline in
+ * the environment forces 4 (tests run both). stats_cpu_fast_simd() names the one a workspace uses. */
 typedef struct stats_cpu_fast_workspace stats_cpu_fast_workspace;
 stats_cpu_fast_workspace *stats_cpu_fast_workspace_new(void);
 void stats_cpu_fast_workspace_free(stats_cpu_fast_workspace *ws);
@@ -202,6 +204,7 @@ stats_status stats_cpu_fast_ws(const stats_problem *p, stats_cpu_fast_workspace 
 stats_status stats_cpu_fast(const stats_problem *p, stats_head *heads, float *row_entropy,
                             float *row_maxlogit, stats_error *err);
 uint64_t stats_cpu_fast_handed_over(const stats_cpu_fast_workspace *ws);
+const char *stats_cpu_fast_simd(const stats_cpu_fast_workspace *ws);
 
 /* ---- Row sampling, shared by every backend (plain C; usable from CUDA device code). ----------
  * stats_sample_row(j, n, seed) for j in [0, n) is a permutation of [0, n): a 4-round Feistel

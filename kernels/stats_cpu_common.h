@@ -171,7 +171,9 @@ static inline void acc_init(head_acc *a)
     a->max_logit = -INFINITY;
 }
 
-static inline void acc_row(head_acc *a, const row_result *r, double collapse)
+/* acc_row() with log(r->visible) given (the fast path keeps the last one: rows of a head mostly
+ * see the same number of keys). */
+static inline void acc_row_logv(head_acc *a, const row_result *r, double collapse, double logv)
 {
     if (!r->finite) {
         a->nonfinite++;
@@ -187,12 +189,17 @@ static inline void acc_row(head_acc *a, const row_result *r, double collapse)
     if (r->max_logit > a->max_logit)
         a->max_logit = r->max_logit;
     if (r->visible >= 2) {
-        double hn = r->entropy / log((double)r->visible);
+        double hn = r->entropy / logv;
         a->rows_norm++;
         a->sum_norm += hn;
         if (hn < collapse)
             a->collapsed++;
     }
+}
+
+static inline void acc_row(head_acc *a, const row_result *r, double collapse)
+{
+    acc_row_logv(a, r, collapse, r->visible >= 2 ? log((double)r->visible) : 0.0);
 }
 
 static inline void acc_finish(const head_acc *a, int sampled, stats_head *out)

@@ -44,6 +44,10 @@ typedef struct {
 
 static const fcase cases[] = {
     {"tiny push bf16", 1, 8, 8, 16, 16, 16, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
+    {"tiny push f32", 1, 8, 8, 16, 16, 16, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
+    {"odd head dim 7", 1, 3, 3, 20, 37, 7, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
+    {"odd head dim 33 f16", 1, 2, 1, 25, 25, 33, STATS_F16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0,
+     TU_PADDED},
     {"causal f32", 2, 4, 4, 70, 70, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1.5, 0, TU_BHND},
     {"causal f16 BNHD", 1, 4, 2, 33, 50, 40, STATS_F16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BNHD},
     {"windows bf16", 2, 2, 1, 90, 120, 32, STATS_BF16, 0, 0, 17, 5, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
@@ -265,6 +269,18 @@ START_TEST(test_fast_bad_arguments)
 }
 END_TEST
 
+/* ATTNSTAT_CPU_SIMD=baseline must give the 4-float instance (ctest runs this suite both ways, so
+ * the baseline is tested on CPUs with AVX2 too). */
+START_TEST(test_fast_simd_choice)
+{
+    const char *env = getenv("ATTNSTAT_CPU_SIMD");
+    const char *simd = stats_cpu_fast_simd(g_ws);
+    ck_assert_ptr_nonnull(simd);
+    if (env && strcmp(env, "baseline") == 0)
+        ck_assert_msg(strncmp(simd, "baseline", 8) == 0, "forced baseline, got %s", simd);
+}
+END_TEST
+
 static Suite *fast_suite(void)
 {
     Suite *s = suite_create("stats_cpu_fast");
@@ -272,6 +288,7 @@ static Suite *fast_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_fast_matches_reference, 0, (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(tc, test_fast_bad_arguments);
+    tcase_add_test(tc, test_fast_simd_choice);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -282,6 +299,7 @@ int main(void)
     g_ws = stats_cpu_fast_workspace_new();
     if (!g_ws)
         return 1;
+    printf("vector instance: %s\n", stats_cpu_fast_simd(g_ws));
     SRunner *sr = srunner_create(fast_suite());
     srunner_set_fork_status(sr, CK_NOFORK); /* one workspace across the cases */
     srunner_run_all(sr, CK_NORMAL);
