@@ -45,6 +45,7 @@ typedef struct {
     uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
     uint64_t commit_ms;     /* longest a transaction stays open while results keep coming */
     char *durability;       /* normal or full (synchronous=NORMAL / FULL) */
+    uint64_t checkpoint_pages; /* WAL pages at which the checkpoint thread runs; 0: the store thread */
     uint64_t cpu_workers;   /* CPU compute threads; 0: one per CPU of the machine */
     double retain_days;     /* full resolution for samples younger than this; 0: no age limit */
     uint64_t retain_bytes;  /* the database's bytes in use at most (older data downsampled); 0: none */

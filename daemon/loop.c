@@ -647,6 +647,7 @@ static int open_database(attnstatd *d)
     store_error se = {0, ""};
     store_options so = STORE_OPTIONS_DEFAULT;
     so.durability = strcmp(c->durability, "full") == 0 ? STORE_SYNC_FULL : STORE_SYNC_NORMAL;
+    so.checkpoint_pages = (int64_t)c->checkpoint_pages;
     d->x.db = store_open_ex(c->db_path, &so, &se);
     if (!d->x.db) {
         int primary = se.code & 0xff;

@@ -57,6 +57,15 @@ void status_send(const stage_ctx *x, conn *to)
     ss.has_commits = 1;
     ss.commits = counters_get(x->cnt, CNT_COMMITS);
     ss.durability = (char *)x->cfg->durability;
+    store_ckpt_counts ck;
+    if (store_checkpoint_counts(x->db, &ck)) {
+        ss.has_checkpoints = ss.has_checkpoints_inline = ss.has_checkpoint_errors = 1;
+        ss.checkpoints = ck.runs;
+        ss.checkpoints_inline = ck.inline_runs;
+        ss.checkpoint_errors = ck.errors;
+        if (ck.errors)
+            ss.last_checkpoint_error = ck.last_error;
+    }
     if (x->ret) {
         retain_stats rs;
         retain_stats_get(x->ret, &rs);

@@ -158,10 +158,28 @@ typedef struct {
     store_durability durability; /* writing handles; ignored by a read-only one */
     int readonly;                /* 1: as store_open_readonly() */
     int64_t cache_kib;           /* this handle's page cache in KiB; 0: SQLite's default (2 MiB) */
+    int64_t checkpoint_pages;    /* writing handles: > 0, WAL checkpoints run on a thread of the
+                                  * handle's own (a second connection) once the WAL holds this
+                                  * many pages, never on the committing thread unless the WAL
+                                  * passes 8x that; 0: SQLite's own (the committing thread, at
+                                  * 1000 pages). See store_checkpoint_counts(). */
 } store_options;
 
-/* Every option at its default: a read-write handle, STORE_SYNC_NORMAL, 5 s busy timeout. */
-#define STORE_OPTIONS_DEFAULT {0, STORE_SYNC_NORMAL, 0, 0}
+/* Every option at its default: a read-write handle, STORE_SYNC_NORMAL, 5 s busy timeout,
+ * checkpoints as SQLite does them. */
+#define STORE_OPTIONS_DEFAULT {0, STORE_SYNC_NORMAL, 0, 0, 0}
+
+/* What a handle's checkpoint thread did since open (store_options.checkpoint_pages). */
+typedef struct {
+    uint64_t runs;            /* checkpoints the thread ran */
+    uint64_t frames;          /* WAL frames they copied into the database */
+    uint64_t inline_runs;     /* checkpoints the committing thread ran (the thread fell behind) */
+    uint64_t errors;          /* failed checkpoints (the WAL keeps the data: nothing is lost) */
+    char last_error[200];
+} store_ckpt_counts;
+
+/* 1 and *out filled when the handle has a checkpoint thread; 0 (and *out zero) otherwise. */
+int store_checkpoint_counts(store *st, store_ckpt_counts *out);
 
 /* Open with options (NULL: STORE_OPTIONS_DEFAULT). A read-write open creates the database when it
  * is missing, migrates it, and sets WAL, the durability asked for and foreign keys on. Returns

@@ -176,6 +176,7 @@ static void store_free(store *st)
 {
     if (!st)
         return;
+    store_ckpt_stop(st);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     for (int i = 0; i < BUF_N; i++)
@@ -260,9 +261,12 @@ static store *open_common(const char *path, const store_options *opt, store_erro
                       "nor STORE_SYNC_FULL", path, (int)o.durability);
         return NULL;
     }
-    if (o.busy_ms < 0 || o.cache_kib < 0) {
-        store_set_err(err, 0, "opening database '%s': busy_ms (%d) and cache_kib (%lld) must not "
-                      "be negative", path, o.busy_ms, (long long)o.cache_kib);
+    if (o.busy_ms < 0 || o.cache_kib < 0 || o.checkpoint_pages < 0 ||
+        o.checkpoint_pages > (1 << 24)) {
+        store_set_err(err, 0, "opening database '%s': busy_ms (%d), cache_kib (%lld) and "
+                      "checkpoint_pages (%lld) must not be negative, nor checkpoint_pages over "
+                      "%d", path, o.busy_ms, (long long)o.cache_kib,
+                      (long long)o.checkpoint_pages, 1 << 24);
         return NULL;
     }
     int readonly = o.readonly != 0;
@@ -372,6 +376,15 @@ static store *open_common(const char *path, const store_options *opt, store_erro
     }
     if (rs == STORE_OK && readonly)
         rs = exec_sql(st, "PRAGMA query_only = ON", "setting query_only", err);
+    if (rs == STORE_OK && !readonly && o.checkpoint_pages > 0) {
+        store_error ce = {0, ""};
+        rs = store_ckpt_start(st, o.checkpoint_pages,
+                              st->durability == STORE_SYNC_FULL ? "PRAGMA synchronous = FULL"
+                                                                : "PRAGMA synchronous = NORMAL",
+                              &ce);
+        if (rs != STORE_OK)
+            store_set_err(err, ce.code, "%s", ce.msg);
+    }
     /* Prepared now so that ending a batch never has to allocate to prepare. */
     for (int i = S_BEGIN; rs == STORE_OK && !readonly && i <= S_ROLLBACK; i++)
         if (!store_stmt(st, i, err))

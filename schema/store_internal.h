@@ -131,8 +131,18 @@ struct store {
     int ndeltas, capdeltas;
     store_buf buf[BUF_N];
     sqlite3_stmt *stmt[S_COUNT];
+    struct store_ckpt *ckpt;  /* the checkpoint thread (store_ckpt.c); NULL: none */
     char path[];              /* as given to open */
 };
+
+/* ---- the checkpoint thread (store_ckpt.c) ----------------------------------------------------- */
+
+/* Starts it for a writing handle: a second connection (sync_sql sets its synchronous), the
+ * writer's automatic checkpoint off and a WAL hook that wakes the thread at `pages`. err (not
+ * NULL) says why it could not. */
+store_status store_ckpt_start(store *st, int64_t pages, const char *sync_sql, store_error *err);
+/* Stops and joins it (before the writer's connection closes); nothing when there is none. */
+void store_ckpt_stop(store *st);
 
 /* ---- errors (store_core.c) ------------------------------------------------------------------- */
 

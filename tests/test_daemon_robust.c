@@ -465,7 +465,7 @@ START_TEST(test_shutdown_bounded_with_a_long_job)
     dh_daemon d;
     dh_dir_init(&d);
     dh_start(&d, "--max-push-work", "1000000000000000", (const char *)NULL);
-    enum { LQ = 8192, LK = 65536, LD = 128 };
+    enum { LQ = 8192, LK = 1 << 20, LD = 128 };
     dh_shm shm;
     dh_shm_create(&shm, "long", 2 * LD * 4);
     dh_fill(&(dh_rng){42}, shm.ptr, 2 * LD, ATTNSTAT__DTYPE__F32, 1.0);
@@ -476,7 +476,8 @@ START_TEST(test_shutdown_bounded_with_a_long_job)
     dh_tensor q, k;
     dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 4, LQ, LD);
     dh_tensor_contig(&k, 1, LD * 4, ATTNSTAT__DTYPE__F32, 1, 4, LK, LD);
-    q.strides[0] = q.strides[1] = q.strides[2] = 0; /* one row repeated: hours of work, 1 KiB */
+    q.strides[0] = q.strides[1] = q.strides[2] = 0; /* one row repeated: 1 KiB, and minutes of */
+    /* work even at the sampled rows of a long push and the fastest CPU path */
     k.strides[0] = k.strides[1] = k.strides[2] = 0;
     for (uint64_t s = 1; s <= 3; s++)
         dh_push(&c, s, (int64_t)s, 0, &q, &k, 0, 0, 0);

@@ -1,13 +1,16 @@
 /* test_store_history.c — Check suite for the store's history at scale (schema/): the three tiers
  * read as one (trend with every/from/to, grid, a head pushed again after compaction, a batch that
  * reads itself), the query plans (EXPLAIN QUERY PLAN: an index regression fails here, and the
- * check is shown to catch one), durability options, and export with its CSV / JSON-lines rows.
+ * check is shown to catch one), durability options, checkpoints on a thread of the handle's own
+ * (the WAL bounded through thousands of commits), and export with its CSV / JSON-lines rows.
  * The migration from schema version 1 is tests/test_store_migrate.c. Reads the statements and the
  * handle's connection through store_internal.h.
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
  */
+#include <sys/stat.h>
+
 #include "store_internal.h"
 #include "store_retain.h"
 #include "store_testutil.h"
@@ -372,6 +375,70 @@ START_TEST(test_durability_options)
 }
 END_TEST
 
+/* ---- checkpoints on a thread of the handle's own ------------------------------------------------ */
+
+static long long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* checkpoint_pages: the thread checkpoints (the writer does not, below 8x), the WAL stays bounded
+ * while thousands of commits go through, and every sample is in the database after close. */
+START_TEST(test_checkpoint_thread)
+{
+    store_error err = {0};
+    store_options o = STORE_OPTIONS_DEFAULT;
+    o.checkpoint_pages = 16 + rnd_range(0, 8);
+    store *st = store_open_ex(dbpath, &o, &err);
+    ck_assert_msg(st != NULL, "%s", err.msg);
+    store_ckpt_counts ck;
+    ck_assert_int_eq(store_checkpoint_counts(st, &ck), 1);
+    ck_assert_int_eq(pragma_int(st, "PRAGMA wal_autocheckpoint"), 0); /* the writer's is off */
+    int64_t runs[4];
+    for (int r = 0; r < 4; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "ck%d", r);
+        runs[r] = begin_run(st, name, r);
+    }
+    char wal[600];
+    snprintf(wal, sizeof wal, "%s-wal", dbpath);
+    stats_head h[8];
+    const int commits = 1500 + (int)rnd_range(0, 100);
+    long long wal_max = 0;
+    for (int c = 0; c < commits; c++) {
+        for (int r = 0; r < 4; r++) {
+            for (int k = 0; k < 8; k++)
+                h[k] = rand_head(k);
+            ck_assert_int_eq(store_add_samples(st, runs[r], c, 0, h, 8, 0, &err), STORE_OK);
+        }
+        ck_assert_msg(store_commit(st, &err) == STORE_OK, "%s", err.msg);
+        long long w = file_size(wal);
+        wal_max = w > wal_max ? w : wal_max;
+    }
+    ck_assert_int_eq(store_checkpoint_counts(st, &ck), 1);
+    ck_assert_msg(ck.runs > 0, "the thread never checkpointed");
+    ck_assert_msg(ck.frames > 0, "the thread's checkpoints copied no frame");
+    ck_assert_msg(ck.errors == 0, "checkpoint failures: %s", ck.last_error);
+    /* bounded: at most the writer's own limit (8x) plus a commit's frames, never the ~30 MB that
+     * thousands of commits without a checkpoint write */
+    long long bound = (8 * o.checkpoint_pages + 64) * (4096 + 24) + 32;
+    ck_assert_msg(wal_max <= bound, "WAL grew to %lld bytes (bound %lld)", wal_max, bound);
+    store_close(st);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM samples"), (int64_t)commits * 4 * 8);
+    /* a bad value is refused with a message; a read-only handle has no thread */
+    o.checkpoint_pages = -1;
+    ck_assert_ptr_null(store_open_ex(dbpath, &o, &err));
+    ck_assert_msg(strstr(err.msg, "checkpoint_pages"), "%s", err.msg);
+    o.checkpoint_pages = 16;
+    o.readonly = 1;
+    st = store_open_ex(dbpath, &o, &err);
+    ck_assert_msg(st != NULL, "%s", err.msg);
+    ck_assert_int_eq(store_checkpoint_counts(st, &ck), 0);
+    store_close(st);
+}
+END_TEST
+
 /* ---- export ----------------------------------------------------------------------------------- */
 
 static int stop_after_five(void *ctx, const store_sample *s)
@@ -530,6 +597,7 @@ static Suite *make_history_suite(void)
     tcase_add_test(tc, test_tiers_read_as_one);
     tcase_add_test(tc, test_query_plans);
     tcase_add_test(tc, test_durability_options);
+    tcase_add_test(tc, test_checkpoint_thread);
     tcase_add_test(tc, test_export);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);

@@ -372,6 +372,11 @@ int admin_store_status_get(const cli_args *a, admin_store_status *out)
         out->queued = s->queued;
         out->runs_live = r->runs_live;
         out->commits = s->commits;
+        out->checkpoints = s->checkpoints;
+        out->checkpoints_inline = s->checkpoints_inline;
+        out->checkpoint_errors = s->checkpoint_errors;
+        snprintf(out->last_checkpoint_error, sizeof out->last_checkpoint_error, "%s",
+                 s->last_checkpoint_error ? s->last_checkpoint_error : "");
         out->retain_steps = s->retain_steps;
         out->compacted = s->compacted;
         out->downsampled = s->downsampled;

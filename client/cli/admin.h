@@ -26,10 +26,12 @@ typedef struct {
     int have;                /* the daemon reported them */
     uint32_t queued, runs_live;
     uint64_t commits, retain_steps, compacted, downsampled;
+    uint64_t checkpoints, checkpoints_inline, checkpoint_errors;
     int64_t retain_ms, retain_bytes, used_bytes;
     int over_limit;
     double last_step_ms, retain_busy_frac;
     char durability[16];
+    char last_checkpoint_error[200];
 } admin_store_status;
 
 /* Asks for it (a Status of its own). 0, or -1 (out->have 0; nothing printed). */

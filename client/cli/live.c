@@ -107,11 +107,17 @@ int live_status(const cli_args *a)
             out_json_string(stdout, ss.durability);
             printf(", \"retain_ms\": %lld, \"retain_bytes\": %lld, \"retain_steps\": %llu, "
                    "\"compacted\": %llu, \"downsampled\": %llu, \"used_bytes\": %lld, "
-                   "\"over_limit\": %s, \"last_step_ms\": %.3f, \"retain_busy_frac\": %.4f}",
+                   "\"over_limit\": %s, \"last_step_ms\": %.3f, \"retain_busy_frac\": %.4f, "
+                   "\"checkpoints\": %llu, \"checkpoints_inline\": %llu, "
+                   "\"checkpoint_errors\": %llu, \"last_checkpoint_error\": ",
                    (long long)ss.retain_ms, (long long)ss.retain_bytes,
                    (unsigned long long)ss.retain_steps, (unsigned long long)ss.compacted,
                    (unsigned long long)ss.downsampled, (long long)ss.used_bytes,
-                   ss.over_limit ? "true" : "false", ss.last_step_ms, ss.retain_busy_frac);
+                   ss.over_limit ? "true" : "false", ss.last_step_ms, ss.retain_busy_frac,
+                   (unsigned long long)ss.checkpoints, (unsigned long long)ss.checkpoints_inline,
+                   (unsigned long long)ss.checkpoint_errors);
+            out_json_string(stdout, ss.last_checkpoint_error);
+            printf("}");
         }
         printf("}\n");
     } else {
@@ -138,6 +144,12 @@ int live_status(const cli_args *a)
             printf("runs live      %u\n", ss.runs_live);
             printf("store          durability %s, %llu commits, %u writes queued\n",
                    out_safe(ss.durability), (unsigned long long)ss.commits, ss.queued);
+            printf("checkpoints    %llu on their own thread, %llu on the store thread, %llu failed",
+                   (unsigned long long)ss.checkpoints, (unsigned long long)ss.checkpoints_inline,
+                   (unsigned long long)ss.checkpoint_errors);
+            if (ss.checkpoint_errors)
+                printf(" (last: %s)", out_safe(ss.last_checkpoint_error));
+            printf("\n");
             char age[64] = "no age limit", size[64] = "no size limit";
             if (ss.retain_ms > 0)
                 snprintf(age, sizeof age, "full resolution %.4g days", ss.retain_ms / 86400000.0);
