@@ -1,8 +1,9 @@
 /* bench_cpu.c — throughput of the CPU backends side by side: the reference (kernels/stats_cpu.c,
  * stats_cpu_ws) and the production one (kernels/stats_cpu_fast.c, stats_cpu_fast_ws), query rows
  * per second and logits per second for a few shapes and the daemon's tiny ingest push (f32, as
- * bench_ingest pushes it, and bf16), bf16 input elsewhere,
- * random data (never zeros), each backend in its own workspace as the daemon's worker holds it.
+ * bench_ingest pushes it, and bf16), bf16 input elsewhere, random data (never zeros), each backend
+ * in its own workspace as the daemon's worker holds it. The production backend runs twice: `fast4`
+ * is its 4-float baseline instance, `fast` the widest one this CPU has (stats_cpu_fast_simd()).
  *   build/bench/bench_cpu [--quick]
  * Each shape runs until at least 0.5 s have passed (3 repeats, the median is printed). */
 #include <math.h>
@@ -55,13 +56,26 @@ int main(int argc, char **argv)
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     uint64_t s = (uint64_t)time(NULL) | 1;
     stats_cpu_workspace *rws = stats_cpu_workspace_new();
+    /* the production backend twice: the widest instance this CPU has, and the 4-float baseline
+     * (forced for a workspace made under ATTNSTAT_CPU_SIMD=baseline) */
     stats_cpu_fast_workspace *fws = stats_cpu_fast_workspace_new();
-    if (!rws || !fws) {
+    const char *was = getenv("ATTNSTAT_CPU_SIMD");
+    char saved[64] = "";
+    if (was)
+        snprintf(saved, sizeof saved, "%s", was);
+    setenv("ATTNSTAT_CPU_SIMD", "baseline", 1);
+    stats_cpu_fast_workspace *bws = stats_cpu_fast_workspace_new();
+    if (was)
+        setenv("ATTNSTAT_CPU_SIMD", saved, 1);
+    else
+        unsetenv("ATTNSTAT_CPU_SIMD");
+    if (!rws || !fws || !bws) {
         fprintf(stderr, "bench_cpu: out of memory for the workspaces\n");
         return 1;
     }
-    printf("%-46s %-9s %12s %12s %12s %8s\n", "shape (bf16 unless named)", "backend", "rows/s", "logits/s",
-           "us/call", "speedup");
+    printf("fast: %s; fast4: %s\n", stats_cpu_fast_simd(fws), stats_cpu_fast_simd(bws));
+    printf("%-46s %-9s %12s %12s %12s %8s\n", "shape (bf16 unless named)", "backend", "rows/s",
+           "logits/s", "us/call", "speedup");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const shape *sh = &shapes[si];
         size_t qn = (size_t)sh->b * sh->hq * sh->n * sh->d, kn = (size_t)sh->b * sh->hkv * sh->n * sh->d;
@@ -97,15 +111,17 @@ int main(int argc, char **argv)
             logits += sh->causal ? (double)i + 1 : (double)sh->n;
         }
         rows *= sh->b * sh->hq, logits *= sh->b * sh->hq;
-        double med[2];
-        for (int be = 0; be < 2; be++) {
+        double med[3];
+        for (int be = 0; be < 3; be++) {
             double t[3];
             for (int rep = 0; rep < 3; rep++) {
                 int calls = 0;
                 double t0 = now(), t1;
                 do {
-                    stats_status st = be == 0 ? stats_cpu_ws(&p, rws, heads, NULL, NULL, &err)
-                                              : stats_cpu_fast_ws(&p, fws, heads, NULL, NULL, &err);
+                    stats_status st =
+                        be == 0 ? stats_cpu_ws(&p, rws, heads, NULL, NULL, &err)
+                                : stats_cpu_fast_ws(&p, be == 1 ? bws : fws, heads, NULL, NULL,
+                                                    &err);
                     if (st != STATS_OK) {
                         fprintf(stderr, "bench_cpu: %s\n", err.msg);
                         return 1;
@@ -121,17 +137,19 @@ int main(int argc, char **argv)
                 printf("%-46s %-9s %12.0f %12.3g %12.1f %8s\n", sh->name, "reference",
                        rows / med[0], logits / med[0], 1e6 * med[0], "");
             else
-                printf("%-46s %-9s %12.0f %12.3g %12.1f %7.1fx\n", "", "fast", rows / med[1],
-                       logits / med[1], 1e6 * med[1], med[0] / med[1]);
+                printf("%-46s %-9s %12.0f %12.3g %12.1f %7.1fx\n", "", be == 1 ? "fast4" : "fast",
+                       rows / med[be], logits / med[be], 1e6 * med[be], med[0] / med[be]);
         }
         free(q);
         free(k);
         free(heads);
     }
-    if (stats_cpu_fast_handed_over(fws) != 0)
+    if (stats_cpu_fast_handed_over(fws) + stats_cpu_fast_handed_over(bws) != 0)
         printf("note: %llu problems were handed to the reference\n",
-               (unsigned long long)stats_cpu_fast_handed_over(fws));
+               (unsigned long long)(stats_cpu_fast_handed_over(fws) +
+                                    stats_cpu_fast_handed_over(bws)));
     stats_cpu_workspace_free(rws);
     stats_cpu_fast_workspace_free(fws);
+    stats_cpu_fast_workspace_free(bws);
     return 0;
 }

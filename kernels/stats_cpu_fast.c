@@ -124,28 +124,80 @@ static inline void load_run(float *restrict dst, const void *src, int n, stats_d
     }
 }
 
+/* 4 x 4 tiles for the transposition of K: four keys' runs of four elements in, four elements'
+ * runs of four keys out (GCC >= 12 and Clang have __builtin_shufflevector; older GCC spells it
+ * __builtin_shuffle with a mask vector). */
+typedef float tv4 __attribute__((vector_size(16)));
+typedef uint32_t tv4u __attribute__((vector_size(16)));
+typedef uint16_t tv4h __attribute__((vector_size(8)));
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define SHUF4(a, b, i, j, k, l) __builtin_shufflevector(a, b, i, j, k, l)
+#else
+#define SHUF4(a, b, i, j, k, l) __builtin_shuffle(a, b, (tv4u){i, j, k, l})
+#endif
+
+/* Four elements at src (f32, or bf16 widened: exact) as floats. */
+static inline tv4 tile_row(const char *src, int bf16)
+{
+    tv4 v;
+    if (bf16) {
+        tv4h h;
+        memcpy(&h, src, sizeof h);
+        tv4u u = __builtin_convertvector(h, tv4u) << 16;
+        memcpy(&v, &u, sizeof v);
+    } else {
+        memcpy(&v, src, sizeof v);
+    }
+    return v;
+}
+
 /* Keys [c0, c1] of one (sequence, KV head) into ws->kt, transposed per block; the tail of the
- * last block is zero (its lanes are computed and never used). */
+ * last block is zero (its lanes are computed and never used). Full blocks of f32 or bf16 keys
+ * whose values need no rounding (the compute dtype is theirs or f32), d a multiple of 4, go by 4 x
+ * 4 tiles; the rest element by element. */
 static inline void load_chunk(stats_cpu_fast_workspace *ws, const stats_problem *p, int64_t tb,
                               int kvh, int64_t k0, int64_t c0, int64_t c1)
 {
     const int d = p->head_dim;
     const int64_t n = c1 - c0 + 1, nblk = (n + BLK - 1) / BLK;
     const int direct = p->dtype == STATS_F32 && p->compute_dtype == STATS_F32;
+    const int bf16 = p->dtype == STATS_BF16 &&
+                     (p->compute_dtype == STATS_BF16 || p->compute_dtype == STATS_F32);
+    const int tiles = (direct || bf16) && d % 4 == 0;
+    const int esz = stats_dtype_size(p->dtype);
     const char *src = elem(&p->k, p->dtype, tb, kvh, k0 + c0);
-    const int64_t step = p->k.stride_n * (int64_t)stats_dtype_size(p->dtype);
+    const int64_t step = p->k.stride_n * (int64_t)esz;
     float row[STATS_MAX_HEAD_DIM];
-    for (int64_t j = 0; j < n; j++, src += step) {
+    int64_t j = 0;
+    if (tiles)
+        for (; j + BLK <= n; j += BLK) {
+            float *blk = ws->kt + (j / BLK) * d * BLK;
+            for (int t0 = 0; t0 < BLK; t0 += 4) {
+                const char *r = src + (j + t0) * step;
+                for (int e0 = 0; e0 < d; e0 += 4) {
+                    const char *at = r + (int64_t)e0 * esz;
+                    tv4 r0 = tile_row(at, bf16), r1 = tile_row(at + step, bf16);
+                    tv4 r2 = tile_row(at + 2 * step, bf16), r3 = tile_row(at + 3 * step, bf16);
+                    tv4 a0 = SHUF4(r0, r1, 0, 4, 1, 5), a1 = SHUF4(r0, r1, 2, 6, 3, 7);
+                    tv4 a2 = SHUF4(r2, r3, 0, 4, 1, 5), a3 = SHUF4(r2, r3, 2, 6, 3, 7);
+                    tv4 col[4] = {SHUF4(a0, a2, 0, 1, 4, 5), SHUF4(a0, a2, 2, 3, 6, 7),
+                                  SHUF4(a1, a3, 0, 1, 4, 5), SHUF4(a1, a3, 2, 3, 6, 7)};
+                    for (int i = 0; i < 4; i++)
+                        memcpy(blk + (e0 + i) * BLK + t0, &col[i], sizeof col[i]);
+                }
+            }
+        }
+    for (const char *at = src + j * step; j < n; j++, at += step) {
         float *dst = ws->kt + (j / BLK) * d * BLK + j % BLK;
-        const float *from = (const float *)src;
+        const float *from = (const float *)at;
         if (!direct) {
-            load_run(row, src, d, p->dtype, p->compute_dtype);
+            load_run(row, at, d, p->dtype, p->compute_dtype);
             from = row;
         }
         for (int e = 0; e < d; e++)
             dst[e * BLK] = from[e];
     }
-    for (int64_t j = n; j < nblk * BLK; j++) {
+    for (j = n; j < nblk * BLK; j++) {
         float *dst = ws->kt + (j / BLK) * d * BLK + j % BLK;
         for (int e = 0; e < d; e++)
             dst[e * BLK] = 0.0f;
