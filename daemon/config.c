@@ -78,7 +78,7 @@ static const cfg_entry cfg_table[] = {
     {"checkpoint_pages", CFG_U64, F(checkpoint_pages), "1000", 0, 1 << 24,
      "the WAL's size in pages (4 KiB) at which a thread of its own copies it back into the "
      "database (a passive checkpoint on a second connection), so that the store thread never "
-     "does; past 8x that the store thread checkpoints itself; 0: the store thread checkpoints at "
+     "does; past 4x that the store thread checkpoints itself; 0: the store thread checkpoints at "
      "1000 pages, as SQLite does by default", 0, NULL},
     {"cpu_workers", CFG_U64, F(cpu_workers), "0", 0, 32,
      "threads computing host pushes (each layer of a run always on the same one); 0: one per CPU "

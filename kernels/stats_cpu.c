@@ -274,11 +274,7 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                     row_result r;
                     row_finish(rs, rs->nvis, &r);
                     acc_row(&acc[h], &r, collapse);
-                    int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
-                    if (row_entropy)
-                        row_entropy[ro] = (float)r.entropy;
-                    if (row_maxlogit)
-                        row_maxlogit[ro] = (float)r.max_logit;
+                    row_out(p, tb, h, q0, i, &r, row_entropy, row_maxlogit);
                 }
             }
         }

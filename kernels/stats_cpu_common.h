@@ -202,6 +202,17 @@ static inline void acc_row(head_acc *a, const row_result *r, double collapse)
     acc_row_logv(a, r, collapse, r->visible >= 2 ? log((double)r->visible) : 0.0);
 }
 
+/* A row's result into the optional per-row outputs (row i of sequence q0.. of head h, batch tb). */
+static inline void row_out(const stats_problem *p, int64_t tb, int h, int64_t q0, int64_t i,
+                           const row_result *r, float *row_entropy, float *row_maxlogit)
+{
+    int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
+    if (row_entropy)
+        row_entropy[ro] = (float)r->entropy;
+    if (row_maxlogit)
+        row_maxlogit[ro] = (float)r->max_logit;
+}
+
 static inline void acc_finish(const head_acc *a, int sampled, stats_head *out)
 {
     memset(out, 0, sizeof *out);

@@ -321,11 +321,7 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
                         last_logv = last_vis >= 2 ? log((double)last_vis) : 0.0;
                     }
                     acc_row_logv(&acc[h], &r, collapse, last_logv);
-                    int64_t ro = (tb * p->heads_q + h) * (int64_t)p->len_q + q0 + i;
-                    if (row_entropy)
-                        row_entropy[ro] = (float)r.entropy;
-                    if (row_maxlogit)
-                        row_maxlogit[ro] = (float)r.max_logit;
+                    row_out(p, tb, h, q0, i, &r, row_entropy, row_maxlogit);
                 }
             }
         }

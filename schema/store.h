@@ -161,7 +161,7 @@ typedef struct {
     int64_t checkpoint_pages;    /* writing handles: > 0, WAL checkpoints run on a thread of the
                                   * handle's own (a second connection) once the WAL holds this
                                   * many pages, never on the committing thread unless the WAL
-                                  * passes 8x that; 0: SQLite's own (the committing thread, at
+                                  * passes 4x that; 0: SQLite's own (the committing thread, at
                                   * 1000 pages). See store_checkpoint_counts(). */
 } store_options;
 

@@ -6,13 +6,15 @@
  * Why: SQLite checkpoints on the connection that commits, once the WAL passes 1000 pages. That
  * commit then reads a thousand frames back, writes them into the database file and (synchronous
  * NORMAL or FULL) fsyncs it: milliseconds during which no push is stored or acknowledged (the
- * 13-18 ms p99 of a lone client's Acks in bench_ingest). Here the writer's connection has its
- * automatic checkpoint off and a WAL hook instead: past `pages` it wakes this thread, which runs a
- * PASSIVE checkpoint on a second connection of its own, concurrently with the next commits.
+ * 17-19 ms Ack p99 of a client with 32 pushes in flight in bench_ingest). Here the writer's
+ * connection has its automatic checkpoint off and a WAL hook instead: past `pages` it wakes this
+ * thread, which runs a PASSIVE checkpoint on a second connection of its own, concurrently with
+ * the next commits; then again each time pages / 2 more frames are in the WAL (not after every
+ * commit: each checkpoint fsyncs the database file).
  *
  * The WAL stays bounded: a passive checkpoint copies the frames committed when it began; the
  * writer starts the WAL over at its next transaction once every frame is copied, which a steady
- * stream of commits during the thread's checkpoints can put off. So past 8 x pages the hook waits
+ * stream of commits during the thread's checkpoints can put off. So past 4 x pages the hook waits
  * for the thread's checkpoint in progress (if any) to end and checkpoints on the writer's
  * connection itself, between two of its transactions, as SQLite would have: nothing is appended
  * meanwhile, every frame is copied (unless a reader still holds an old snapshot, as with SQLite's
@@ -24,7 +26,7 @@
 
 #include "store_internal.h"
 
-#define CKPT_HARD_FACTOR 8
+#define CKPT_HARD_FACTOR 4
 
 struct store_ckpt {
     pthread_t thread;
@@ -32,6 +34,8 @@ struct store_ckpt {
     pthread_cond_t cv;
     sqlite3 *db;             /* the thread's own connection */
     int64_t pages, hard;     /* wake the thread at; checkpoint inline at */
+    int64_t next_at, last;   /* the writer's: frames at which to wake the thread next, and at the
+                              * last commit (fewer now: the WAL started over) */
     int want, stop;
     int running;             /* the thread is in a checkpoint */
     int writer_in;           /* the writer is in one: the thread does not start another */
@@ -43,7 +47,11 @@ struct store_ckpt {
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int nframes)
 {
     struct store_ckpt *c = arg;
+    if (nframes < c->last)
+        c->next_at = c->pages;
+    c->last = nframes;
     if (nframes >= c->hard) {
+        c->next_at = c->pages;
         pthread_mutex_lock(&c->mu);
         c->writer_in = 1;
         while (c->running)
@@ -59,7 +67,8 @@ static int wal_hook(void *arg, sqlite3 *db, const char *name, int nframes)
                      "checkpoint on the writer: %s", sqlite3_errmsg(db));
         }
         pthread_mutex_unlock(&c->mu);
-    } else if (nframes >= c->pages) {
+    } else if (nframes >= c->next_at) {
+        c->next_at = nframes + (c->pages + 1) / 2;
         pthread_mutex_lock(&c->mu);
         if (!c->want) {
             c->want = 1;
@@ -127,6 +136,7 @@ store_status store_ckpt_start(store *st, int64_t pages, const char *sync_sql, st
     memset(c, 0, sizeof *c);
     c->pages = pages;
     c->hard = pages * CKPT_HARD_FACTOR;
+    c->next_at = pages;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     pthread_cond_init(&c->idle_cv, NULL);

@@ -383,7 +383,7 @@ static long long file_size(const char *path)
     return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
 }
 
-/* checkpoint_pages: the thread checkpoints (the writer does not, below 8x), the WAL stays bounded
+/* checkpoint_pages: the thread checkpoints (the writer does not, below 4x), the WAL stays bounded
  * while thousands of commits go through, and every sample is in the database after close. */
 START_TEST(test_checkpoint_thread)
 {
@@ -420,9 +420,9 @@ START_TEST(test_checkpoint_thread)
     ck_assert_msg(ck.runs > 0, "the thread never checkpointed");
     ck_assert_msg(ck.frames > 0, "the thread's checkpoints copied no frame");
     ck_assert_msg(ck.errors == 0, "checkpoint failures: %s", ck.last_error);
-    /* bounded: at most the writer's own limit (8x) plus a commit's frames, never the ~30 MB that
+    /* bounded: at most the writer's own limit (4x) plus a commit's frames, never the ~30 MB that
      * thousands of commits without a checkpoint write */
-    long long bound = (8 * o.checkpoint_pages + 64) * (4096 + 24) + 32;
+    long long bound = (4 * o.checkpoint_pages + 64) * (4096 + 24) + 32;
     ck_assert_msg(wal_max <= bound, "WAL grew to %lld bytes (bound %lld)", wal_max, bound);
     store_close(st);
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM samples"), (int64_t)commits * 4 * 8);
