@@ -94,7 +94,7 @@ START_TEST(test_computed_stored_and_acked)
         for (int l = 0; l < LAYERS; l++) {
             Attnstat__Computed m;
             fill_computed(&m, hs, ptrs, NH, seq, 10 * s, (uint32_t)l, &rng,
-                          1.0 + 0.5 * dh_gauss(&rng) * dh_gauss(&rng) + 2.0);
+                          3.0 + 0.5 * fabs(dh_gauss(&rng) * dh_gauss(&rng))); /* >= 0 */
             m.has_want_results = 1;
             m.want_results = (s + l) % 2;
             for (int h = 0; h < NH; h++) {
@@ -105,7 +105,9 @@ START_TEST(test_computed_stored_and_acked)
             send_computed(&c, &m);
             char msg[256];
             size_t nheads = 0;
-            ck_assert_int_eq(ack_of(&c, seq, msg, sizeof msg, &nheads), ATTNSTAT__CODE__OK);
+            int code = ack_of(&c, seq, msg, sizeof msg, &nheads);
+            ck_assert_msg(code == ATTNSTAT__CODE__OK, "Computed %llu answered %d: %s",
+                          (unsigned long long)seq, code, msg);
             ck_assert_uint_eq(nheads, (s + l) % 2 ? NH : 0);
             seq++;
         }
