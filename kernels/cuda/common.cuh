@@ -196,6 +196,25 @@ static __device__ __forceinline__ void visible_range(const kparams &p, const seq
     *hi_out = (int)hi;
 }
 
+/* The block's keys: range[0] = the least first visible key, range[1] = the greatest last one, over
+ * rows[t0], rows[t0 + nt], ... of its BM rows (-1: no row). range is preset to {INT_MAX, -1}; the
+ * rows are written and visible to these threads. */
+template <int BM>
+static __device__ __forceinline__ void block_key_range(const kparams &p, const seqinfo &si, int h,
+                                                       const int *rows, int *range, int t0, int nt)
+{
+    for (int r = t0; r < BM; r += nt) {
+        if (rows[r] >= 0) {
+            int lo, hi;
+            visible_range(p, si, h, rows[r], &lo, &hi);
+            if (lo <= hi) {
+                atomicMin(&range[0], lo);
+                atomicMax(&range[1], hi);
+            }
+        }
+    }
+}
+
 /* Up to 8 float32 values at src (n of them: 0..8, the rest zero) rounded to bf16 or f16 (round to
  * nearest even) and stored as one 16-byte chunk at dst (shared memory, 16-byte aligned): the
  * tensor-core kernels' load of float32 tensors. src is 16-byte aligned when n == 8. */

@@ -97,16 +97,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
                                 : -1;
     }
     __syncthreads();
-    for (int r = tid; r < BM; r += NTH) {
-        if (s_row[r] >= 0) {
-            int lo, hi;
-            visible_range(p, si, h, s_row[r], &lo, &hi);
-            if (lo <= hi) {
-                atomicMin(&s_range[0], lo);
-                atomicMax(&s_range[1], hi);
-            }
-        }
-    }
+    block_key_range<BM>(p, si, h, s_row, s_range, tid, NTH);
     for (int idx = tid; idx < BM * CH; idx += NTH) {
         int r = idx / CH, c = idx - r * CH;
         int i = s_row[r], bytes = 0;

@@ -57,24 +57,6 @@ static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &
     }
 }
 
-/* The block's keys: range[0] = the least first visible key, range[1] = the greatest last one
- * (range preset to {INT_MAX, -1}; the rows written and visible to these threads). */
-template <int BM>
-static __device__ __forceinline__ void ws_key_range(const kparams &p, const seqinfo &si, int h,
-                                                    const int *rows, int *range, int t0, int nt)
-{
-    for (int r = t0; r < BM; r += nt) {
-        if (rows[r] >= 0) {
-            int lo, hi;
-            visible_range(p, si, h, rows[r], &lo, &hi);
-            if (lo <= hi) {
-                atomicMin(&range[0], lo);
-                atomicMax(&range[1], hi);
-            }
-        }
-    }
-}
-
 /* The block's Q rows into sq (pitch DP + 8) by cp.async, zeros past head_dim and for rows -1;
  * the caller commits and waits. */
 template <int DP, int BM>
@@ -285,7 +267,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     }
     ws_rows<BM>(p, si, s_row, tid, NTH);
     __syncthreads();
-    ws_key_range<BM>(p, si, h, s_row, s_range, tid, NTH);
+    block_key_range<BM>(p, si, h, s_row, s_range, tid, NTH);
     /* Q by the consumers alone (they wait for their own copies below), so that the producer
      * starts loading K as soon as the CTA's key range is known */
     if (warp < PRODUCER)
@@ -378,7 +360,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
                 s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;
             ws_rows<BM>(p, si, rows, pt, 128);
             named_bar_sync<3, 128>();
-            ws_key_range<BM>(p, si, h, rows, s_range[slot], pt, 128);
+            block_key_range<BM>(p, si, h, rows, s_range[slot], pt, 128);
             if (m >= 1) /* the previous block's Q is in the consumers' registers */
                 mbar_wait(&s_q_empty, (m - 1) & 1);
             ws_load_q<DP, BM>(p, si, h, rows, sq, pt, 128);
