@@ -2,13 +2,13 @@
  * store alone in this process on the same schema (the SQLite limit), in one run. Run by hand:
  *   build/bench/bench_ingest [--seconds S] [--clients C] [--window W] [--heads H] [--dir /tmp]
  *                            [-- DAEMON FLAGS...]
- * (attnstatd admits max_clients_per_uid, 32, connections of one uid: more clients than that need
+ * (attnstatd admits max_clients_per_uid, 64, connections of one uid: more clients than that need
  * -- --max-clients-per-uid C.)
  * A tiny push: one layer of H (8) heads, N=16 rows x D=16 f32 host tensors in shared memory,
  * registered once and read by every push (the bytes never change: nothing to copy). Each client is
  * a thread with its own connection and run, W (32) pushes in flight, raw frames.
  *   1. one client, W in flight: pushes/s;
- *   2. C (32) clients, W in flight each: pushes/s;
+ *   2. C (64, the issue's figure) clients, W in flight each: pushes/s;
  *   3. one client, one push at a time: the Ack latency (median, p95, p99);
  *   4. C clients sending, paced, 20% of what 2. measured: pushes dropped (the daemon's answer
  *      DROPPED) and the Ack latency;
@@ -219,7 +219,7 @@ static void *client_main(void *arg)
         if (!sending && answered == seq)
             break;
         /* Block until an answer comes, or (paced, with room in the window) until the next send is
-         * due, rounded up: a wait of 0 here would spin, and 32 spinning clients starve the daemon
+         * due, rounded up: a wait of 0 here would spin, and 64 spinning clients starve the daemon
          * they measure on two cores. */
         int wait_ms = 1000;
         if (c->rate > 0 && sending && seq - answered < (uint64_t)c->window) {
@@ -414,7 +414,7 @@ out:;
 int main(int argc, char **argv)
 {
     double seconds = 5;
-    int clients = 32, window = 32, heads = 8;
+    int clients = 64, window = 32, heads = 8;
     const char *base = "/tmp";
     int extra = argc;
     for (int i = 1; i < argc; i++) {

@@ -50,7 +50,7 @@ static const cfg_entry cfg_table[] = {
     {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none", 0, NULL},
     {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error", 1, NULL},
     {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes", 0, NULL},
-    {"max_clients", CFG_U64, F(max_clients), "64", 1, 65536, "connections served at once", 1, NULL},
+    {"max_clients", CFG_U64, F(max_clients), "256", 1, 65536, "connections served at once", 1, NULL},
     {"max_buffers", CFG_U64, F(max_buffers), "64", 1, 65536,
      "registered buffers and events per connection", 0, NULL},
     {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
@@ -135,7 +135,7 @@ static const cfg_entry cfg_table[] = {
      "ended)", 1, NULL},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
      "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)", 0, NULL},
-    {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "32", 1, 65536,
+    {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "64", 1, 65536,
      "connections one uid may hold at once (so that one user cannot take every one of "
      "max_clients); a connection past it is refused with the reason", 1, NULL},
     {"hello_timeout_ms", CFG_U64, F(hello_timeout_ms), "10000", 100, 3600000,
