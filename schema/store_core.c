@@ -20,6 +20,7 @@
 #include "store_internal.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -247,6 +248,18 @@ static store_status migrate(store *st, store_error *err)
     return rs;
 }
 
+/* SQLite's process-wide settings, once, before it is initialised: no memory statistics (every
+ * allocation would take a global mutex to count itself; the store never reads them: 4% of an
+ * ingest's CPU time, measured). SQLITE_MISUSE means SQLite was initialised already (by another
+ * user in this process): its settings stay, which only costs that speed. */
+static pthread_once_t configure_once = PTHREAD_ONCE_INIT;
+
+static void configure_sqlite(void)
+{
+    int rc = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    (void)rc; /* SQLITE_OK, or SQLITE_MISUSE as above: both leave a working SQLite */
+}
+
 static store *open_common(const char *path, const store_options *opt, store_error *err)
 {
     store_options o = STORE_OPTIONS_DEFAULT;
@@ -270,6 +283,7 @@ static store *open_common(const char *path, const store_options *opt, store_erro
         return NULL;
     }
     int readonly = o.readonly != 0;
+    pthread_once(&configure_once, configure_sqlite);
     int rc = sqlite3_initialize();
     if (rc != SQLITE_OK) {
         store_set_err(err, rc, "initialising SQLite: %s (SQLite error %d)", sqlite3_errstr(rc), rc);
