@@ -1,31 +1,37 @@
 /* bench_ingest.c — ingest of tiny pushes through a real attnstatd at its defaults, beside the
  * store alone in this process on the same schema (the SQLite limit), in one run. Run by hand:
- *   build/bench/bench_ingest [--seconds S] [--clients C] [--window W] [--heads H] [--dir /tmp]
- *                            [-- DAEMON FLAGS...]
+ *   build/bench/bench_ingest [--seconds S] [--rounds R] [--clients C] [--window W] [--heads H]
+ *                            [--dir /tmp] [-- DAEMON FLAGS...]
  * (attnstatd admits max_clients_per_uid, 64, connections of one uid: more clients than that need
  * -- --max-clients-per-uid C.)
  * A tiny push: one layer of H (8) heads, N=16 rows x D=16 f32 host tensors in shared memory,
  * registered once and read by every push (the bytes never change: nothing to copy). Each client is
- * a thread with its own connection and run, W (32) pushes in flight, raw frames.
- *   1. one client, W in flight: pushes/s;
- *   2. C (64, the issue's figure) clients, W in flight each: pushes/s;
- *   3. one client, one push at a time: the Ack latency (median, p95, p99);
- *   4. C clients sending, paced, 20% of what 2. measured: pushes dropped (the daemon's answer
- *      DROPPED) and the Ack latency;
- *   5. the store alone in this process (store_add_samples and store_commit, the schema and
- *      pragmas the daemon uses, no socket, no daemon): pushes/s, writing what the daemon wrote in
- *      1. (one run) and in 2. (C runs, their pushes in turn), committed every 64 and every 1024
- *      pushes (the limit: the better of the two);
- *   6. the same at the better batch, with each push's statistics computed first (stats_cpu_fast_ws,
- *      the daemon's CPU backend, on the very tensors the clients pushed, one workspace, as the
- *      daemon's CPU worker does): pushes/s.
- * 5. is the limit issue #14 measures the daemon against (1. against one run, 2. against C runs);
- * 6. is the work the daemon must do, so that the daemon / 6. ratio is the daemon's own overhead
- * (threads, socket, protocol). The line after them compares 2. with the one-run store as well.
+ * a thread with its own connection and run, W (32) pushes in flight, raw frames. Each phase lasts
+ * S (3) seconds.
+ *   R (3) rounds of:
+ *     a. one client, W in flight: pushes/s;
+ *     b. C (64, the issue's figure) clients, W in flight each: pushes/s;
+ *     c. the store alone in this process (store_add_samples and store_commit, the schema and
+ *        pragmas the daemon uses, no socket, no daemon), writing what a. wrote (one run) and what
+ *        b. wrote (C runs, their pushes in turn), 1024 pushes a commit: pushes/s (the limit);
+ *     d. the limit / the daemon, for one client and for C.
+ *     The store alone keeps its two databases from round to round, as the daemon keeps its own, and
+ *     the rounds interleave the two sides so that a drift of the machine's speed (a shared VM)
+ *     moves both sides of each ratio.
+ *   then: one client, one push at a time: the Ack latency (median, p95, p99); C clients sending,
+ *   paced, 20% of b.'s median: pushes dropped (the daemon's answer DROPPED) and the Ack latency;
+ *   and, on fresh databases, for reference: the store alone at 64 pushes a commit (slower than 1024
+ *   in every run recorded), and at 1024 with each push's statistics computed first
+ *   (stats_cpu_fast_ws, the daemon's CPU backend, on the very tensors the clients pushed, one
+ *   workspace, as the daemon's CPU worker does): the work the daemon must do, so that the daemon /
+ *   that is the daemon's own overhead (threads, socket, protocol).
+ * The summary: the rounds' median ratios, and in how many rounds the C clients were within 1.5x of
+ * the limit (issue #14). The daemon also compacts what it stores (the retention step, on its store
+ * thread), which the store alone does not: that is part of the daemon's cost here.
  * The daemon is the attnstatd of this build tree, started on a socket and database in a fresh
  * directory under --dir with the flags after "--" (none: its defaults), stopped with SIGTERM; the
  * directory is removed at the end. Includes proto/ (frames), the store's write half, kernels/
- * (stats_cpu_fast_ws, for 6.), libc, pthreads. */
+ * (stats_cpu_fast_ws), libc, pthreads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -66,6 +72,15 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    double s[32];
+    for (int i = 0; i < n && i < 32; i++)
+        s[i] = v[i];
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
 /* ---- one client ------------------------------------------------------------------------------ */
@@ -340,72 +355,116 @@ static void tiny_problem(stats_problem *pr, const float *q, int heads)
     pr->k = (stats_tensor){q + (size_t)heads * N * D, N * D, N * D, D};
 }
 
-/* The store alone: pushes/s over seconds, a commit every per_commit, the pushes of nruns runs in turn
- * (each run's own steps and layers, as each client pushes them: a phase of C clients writes C runs).
- * tensors non-NULL: each push's statistics are computed from them first (stats_cpu_fast_ws, one
- * workspace, as the daemon's CPU worker does) and those are stored. */
-static double store_alone(const char *dir, const char *name, int heads, const float *tensors,
-                          int nruns, int per_commit, double seconds)
+/* The store alone, writing the pushes of nruns runs in turn (each run's own steps and layers, as
+ * each client pushes them: a phase of C clients writes C runs). Kept open between calls, so that a
+ * later round goes on with the same database, as the daemon's does. tensors non-NULL: each push's
+ * statistics are computed from them first (stats_cpu_fast_ws, one workspace, as the daemon's CPU
+ * worker does) and those are stored. */
+typedef struct {
+    store *st;
+    int heads, nruns;
+    int64_t run_ids[MAX_CLIENTS];
+    uint64_t n;              /* pushes written so far */
+    stats_head *h;
+    stats_problem pr;
+    stats_cpu_fast_workspace *ws;
+} alone;
+
+static alone *alone_open(const char *dir, const char *name, int heads, const float *tensors,
+                         int nruns)
 {
     char path[400];
     snprintf(path, sizeof path, "%.300s/%.40s.db", dir, name);
     store_error err = {0, ""};
-    store *st = store_open(path, 5000, &err);
-    if (!st) {
-        fprintf(stderr, "bench: store_open: %s\n", err.msg);
-        return 0;
+    alone *a = calloc(1, sizeof *a);
+    if (!a || !(a->h = calloc((size_t)heads, sizeof *a->h))) {
+        fprintf(stderr, "bench: out of memory\n");
+        free(a);
+        return NULL;
     }
-    int64_t run_ids[MAX_CLIENTS];
+    a->heads = heads;
+    a->nruns = nruns;
+    if (!(a->st = store_open(path, 5000, &err))) {
+        fprintf(stderr, "bench: store_open: %s\n", err.msg);
+        free(a->h);
+        free(a);
+        return NULL;
+    }
     for (int r = 0; r < nruns; r++) {
         char rname[32];
         snprintf(rname, sizeof rname, "alone-%d", r);
         store_run_info info = {.name = rname, .rank = 0, .host = "bench", .pid = 1};
-        if (store_run_begin(st, &info, &run_ids[r], &err) != STORE_OK) {
+        if (store_run_begin(a->st, &info, &a->run_ids[r], &err) != STORE_OK) {
             fprintf(stderr, "bench: store_run_begin: %s\n", err.msg);
-            store_close(st);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < heads; i++)
+        a->h[i] = (stats_head){.rows = N, .rows_norm = N, .entropy_mean = 2.0 + 0.01 * i,
+                               .entropy_std = 0.1, .entropy_min = 1.5, .entropy_max = 2.5,
+                               .entropy_norm_mean = 0.8, .collapsed_frac = 0.0, .max_logit = 3.0};
+    if (tensors) {
+        tiny_problem(&a->pr, tensors, heads);
+        if (!(a->ws = stats_cpu_fast_workspace_new())) {
+            fprintf(stderr, "bench: out of memory for the CPU workspace\n");
+            goto fail;
+        }
+    }
+    return a;
+fail:
+    store_close(a->st);
+    free(a->h);
+    free(a);
+    return NULL;
+}
+
+static void alone_close(alone *a)
+{
+    if (!a)
+        return;
+    stats_cpu_fast_workspace_free(a->ws);
+    free(a->h);
+    store_close(a->st);
+    free(a);
+}
+
+/* Pushes/s over seconds, a commit every per_commit pushes; 0 on failure (said on stderr). */
+static double alone_run(alone *a, int per_commit, double seconds)
+{
+    store_error err = {0, ""};
+    uint64_t n0 = a->n;
+    double t0 = now_s();
+    while (now_s() - t0 < seconds) {
+        for (int i = 0; i < per_commit; i++, a->n++) {
+            stats_error serr;
+            if (a->ws && stats_cpu_fast_ws(&a->pr, a->ws, a->h, NULL, NULL, &serr) != STATS_OK) {
+                fprintf(stderr, "bench: stats_cpu_fast_ws: %s\n", serr.msg);
+                return 0;
+            }
+            if (!a->ws)
+                a->h[0].max_logit = 3.0 + (double)(a->n % 17);
+            uint64_t rn = a->n / (uint64_t)a->nruns; /* this run's push number */
+            if (store_add_samples(a->st, a->run_ids[a->n % (uint64_t)a->nruns], (int64_t)(rn / 4),
+                                  (int32_t)(rn % 4), a->h, a->heads, 0, &err) != STORE_OK) {
+                fprintf(stderr, "bench: store_add_samples: %s\n", err.msg);
+                return 0;
+            }
+        }
+        if (store_commit(a->st, &err) != STORE_OK) {
+            fprintf(stderr, "bench: store_commit: %s\n", err.msg);
             return 0;
         }
     }
-    stats_head *h = calloc((size_t)heads, sizeof *h);
-    for (int i = 0; i < heads; i++)
-        h[i] = (stats_head){.rows = N, .rows_norm = N, .entropy_mean = 2.0 + 0.01 * i,
-                            .entropy_std = 0.1, .entropy_min = 1.5, .entropy_max = 2.5,
-                            .entropy_norm_mean = 0.8, .collapsed_frac = 0.0, .max_logit = 3.0};
-    stats_problem pr;
-    tiny_problem(&pr, tensors, heads);
-    stats_cpu_fast_workspace *ws = tensors ? stats_cpu_fast_workspace_new() : NULL;
-    uint64_t n = 0;
-    double t0 = now_s();
-    if (tensors && !ws) {
-        fprintf(stderr, "bench: out of memory for the CPU workspace\n");
-        goto out;
-    }
-    while (now_s() - t0 < seconds) {
-        for (int i = 0; i < per_commit; i++, n++) {
-            stats_error serr;
-            if (ws && stats_cpu_fast_ws(&pr, ws, h, NULL, NULL, &serr) != STATS_OK) {
-                fprintf(stderr, "bench: stats_cpu_fast_ws: %s\n", serr.msg);
-                goto out;
-            }
-            if (!ws)
-                h[0].max_logit = 3.0 + (double)(n % 17);
-            uint64_t rn = n / (uint64_t)nruns; /* this run's push number */
-            if (store_add_samples(st, run_ids[n % (uint64_t)nruns], (int64_t)(rn / 4),
-                                  (int32_t)(rn % 4), h, heads, 0, &err) != STORE_OK) {
-                fprintf(stderr, "bench: store_add_samples: %s\n", err.msg);
-                goto out;
-            }
-        }
-        if (store_commit(st, &err) != STORE_OK) {
-            fprintf(stderr, "bench: store_commit: %s\n", err.msg);
-            goto out;
-        }
-    }
-out:;
-    double rate = (double)n / (now_s() - t0);
-    stats_cpu_fast_workspace_free(ws);
-    free(h);
-    store_close(st);
+    return (double)(a->n - n0) / (now_s() - t0);
+}
+
+/* One fresh database: pushes/s over seconds (alone_run). */
+static double store_alone(const char *dir, const char *name, int heads, const float *tensors,
+                          int nruns, int per_commit, double seconds)
+{
+    alone *a = alone_open(dir, name, heads, tensors, nruns);
+    double rate = a ? alone_run(a, per_commit, seconds) : 0;
+    alone_close(a);
     return rate;
 }
 
@@ -413,8 +472,8 @@ out:;
 
 int main(int argc, char **argv)
 {
-    double seconds = 5;
-    int clients = 64, window = 32, heads = 8;
+    double seconds = 3;
+    int clients = 64, window = 32, heads = 8, rounds = 3;
     const char *base = "/tmp";
     int extra = argc;
     for (int i = 1; i < argc; i++) {
@@ -428,6 +487,8 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--clients"))
             clients = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--window"))
             window = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--heads"))
@@ -438,7 +499,7 @@ int main(int argc, char **argv)
             goto usage;
     }
     if (seconds <= 0 || clients < 1 || clients > MAX_CLIENTS || window < 1 || heads < 1 ||
-        heads > 1024)
+        heads > 1024 || rounds < 1 || rounds > 32)
         goto usage;
 
     char dir[80];
@@ -511,55 +572,75 @@ int main(int argc, char **argv)
     printf("%s\n\n", extra >= argc ? " (none: the defaults)" : "");
     printf("%-44s %10s %8s %8s %9s %9s %9s\n", "case", "pushes/s", "dropped", "failed",
            "p50 ms", "p95 ms", "p99 ms");
-    char what[120];
-    snprintf(what, sizeof what, "1 client, %d in flight", window);
-    phase_out one = run_phase(what, 1, window, 0, seconds, heads, sock, shm, bytes);
-    snprintf(what, sizeof what, "%d clients, %d in flight each", clients, window);
-    phase_out many = run_phase(what, clients, window, 0, seconds, heads, sock, shm, bytes);
+    char what[120], lbl[80];
+    /* Rounds, so that a drift of the machine's speed (a shared VM) moves both sides of each
+     * comparison: in each, the daemon with one client and with C, then the store alone writing
+     * what they wrote (one run; C runs, their pushes in turn) at 1024 pushes a commit, on
+     * databases kept from round to round as the daemon's is. */
+    enum { MAX_ROUNDS = 32 };
+    double one[MAX_ROUNDS], many[MAX_ROUNDS], lim1[MAX_ROUNDS], limc[MAX_ROUNDS];
+    double rat1[MAX_ROUNDS], ratc[MAX_ROUNDS];
+    alone *a1 = alone_open(dir, "alone-1", heads, NULL, 1);
+    alone *ac = a1 ? alone_open(dir, "alone-c", heads, NULL, clients) : NULL;
+    if (!ac) {
+        alone_close(a1);
+        return 1;
+    }
+    int met = 0;
+    for (int r = 0; r < rounds; r++) {
+        snprintf(what, sizeof what, "[%d] 1 client, %d in flight", r + 1, window);
+        one[r] = run_phase(what, 1, window, 0, seconds, heads, sock, shm, bytes).rate;
+        snprintf(what, sizeof what, "[%d] %d clients, %d in flight each", r + 1, clients, window);
+        many[r] = run_phase(what, clients, window, 0, seconds, heads, sock, shm, bytes).rate;
+        lim1[r] = alone_run(a1, 1024, seconds);
+        snprintf(lbl, sizeof lbl, "[%d] the store alone, 1 run, 1024 a commit", r + 1);
+        printf("%-44s %10.0f\n", lbl, lim1[r]);
+        limc[r] = alone_run(ac, 1024, seconds);
+        snprintf(lbl, sizeof lbl, "[%d] the store alone, %d runs, 1024 a commit", r + 1, clients);
+        printf("%-44s %10.0f\n", lbl, limc[r]);
+        rat1[r] = one[r] > 0 ? lim1[r] / one[r] : 1e9;
+        ratc[r] = many[r] > 0 ? limc[r] / many[r] : 1e9;
+        met += ratc[r] <= 1.5;
+        printf("[%d] the limit / the daemon: 1 client %.2fx, %d clients %.2fx\n", r + 1, rat1[r],
+               clients, ratc[r]);
+        fflush(stdout);
+    }
+    alone_close(a1);
+    alone_close(ac);
+    double med_many = median(many, rounds);
     run_phase("1 client, 1 in flight (Ack latency)", 1, 1, 0, seconds, heads, sock, shm, bytes);
-    double cap = many.rate > one.rate ? many.rate : one.rate;
-    snprintf(what, sizeof what, "%d clients paced at 20%% (%.0f/s in all)", clients, cap * 0.2);
-    run_phase(what, clients, window, cap * 0.2 / clients, seconds, heads, sock, shm, bytes);
-    /* The store alone, writing what each daemon phase wrote: one run (the one client) and one
-     * run per client, their pushes in turn (the many), each committed every 64 and every 1024
-     * pushes; the limit of each is the better of the two. Then, at that batch, with the
-     * statistics computed first. */
-    static const int batches[2] = {64, 1024};
+    snprintf(what, sizeof what, "%d clients paced at 20%% (%.0f/s in all)", clients,
+             med_many * 0.2);
+    run_phase(what, clients, window, med_many * 0.2 / clients, seconds, heads, sock, shm, bytes);
+    /* For reference, on fresh databases: the store alone at 64 pushes a commit, and at 1024 with
+     * each push's statistics computed first (the work the daemon must do: the daemon / that is
+     * its own overhead). */
     const int runs_of[2] = {1, clients};
-    double limit[2] = {0, 0}, work[2];
-    char lbl[80];
+    double work[2];
     for (int r = 0; r < 2; r++) {
-        int best_batch = batches[0];
-        for (int bi = 0; bi < 2; bi++) {
-            char name[40];
-            snprintf(name, sizeof name, "alone-%d-%d", runs_of[r], batches[bi]);
-            double rate = store_alone(dir, name, heads, NULL, runs_of[r], batches[bi], seconds);
-            snprintf(lbl, sizeof lbl, "the store alone, %d run%s, %d pushes a commit", runs_of[r],
-                     runs_of[r] == 1 ? "" : "s", batches[bi]);
-            printf("%-44s %10.0f\n", lbl, rate);
-            if (rate > limit[r]) {
-                limit[r] = rate;
-                best_batch = batches[bi];
-            }
-        }
         char name[40];
-        snprintf(name, sizeof name, "alone-stats-%d", runs_of[r]);
-        work[r] = store_alone(dir, name, heads, p, runs_of[r], best_batch, seconds);
-        snprintf(lbl, sizeof lbl, "  + stats_cpu_fast (%d run%s, %d a commit)", runs_of[r],
-                 runs_of[r] == 1 ? "" : "s", best_batch);
+        snprintf(name, sizeof name, "ref-%d-64", runs_of[r]);
+        double rate = store_alone(dir, name, heads, NULL, runs_of[r], 64, seconds);
+        snprintf(lbl, sizeof lbl, "the store alone, %d run%s, 64 a commit", runs_of[r],
+                 runs_of[r] == 1 ? "" : "s");
+        printf("%-44s %10.0f\n", lbl, rate);
+        snprintf(name, sizeof name, "ref-stats-%d", runs_of[r]);
+        work[r] = store_alone(dir, name, heads, p, runs_of[r], 1024, seconds);
+        snprintf(lbl, sizeof lbl, "  + stats_cpu_fast (%d run%s, 1024 a commit)", runs_of[r],
+                 runs_of[r] == 1 ? "" : "s");
         printf("%-44s %10.0f\n", lbl, work[r]);
     }
-    double r1 = one.rate > 0 ? limit[0] / one.rate : 0, rn = many.rate > 0 ? limit[1] / many.rate : 0;
-    printf("\nthe limit (the store alone, same runs) / the daemon: 1 client %.2fx, %d clients %.2fx "
-           "(issue #14: <= 1.5x: %s)\n", r1, clients, rn,
-           r1 > 0 && rn > 0 && r1 <= 1.5 && rn <= 1.5 ? "met for both"
-           : rn > 0 && rn <= 1.5 ? "met for the many, NOT for one"
-           : "NOT met");
-    printf("the store alone + stats / the daemon: 1 client %.2fx, %d clients %.2fx (the daemon's own "
-           "overhead)\n", one.rate > 0 ? work[0] / one.rate : 0, clients,
-           many.rate > 0 ? work[1] / many.rate : 0);
-    printf("the store alone with 1 run / the daemon with %d clients: %.2fx (unlike data: one run "
-           "against %d)\n", clients, many.rate > 0 ? limit[0] / many.rate : 0, clients);
+    double r1 = median(rat1, rounds), rn = median(ratc, rounds);
+    printf("\nthe limit (the store alone, same runs, same round) / the daemon, median of %d rounds: "
+           "1 client %.2fx, %d clients %.2fx; <= 1.5x with %d clients in %d of %d rounds\n",
+           rounds, r1, clients, rn, clients, met, rounds);
+    double m1 = median(one, rounds);
+    printf("the store alone + stats / the daemon (medians): 1 client %.2fx, %d clients %.2fx (the "
+           "daemon's own overhead)\n", m1 > 0 ? work[0] / m1 : 0, clients,
+           med_many > 0 ? work[1] / med_many : 0);
+    printf("the store alone with 1 run / the daemon with %d clients (medians): %.2fx (unlike data: "
+           "one run against %d)\n", clients, med_many > 0 ? median(lim1, rounds) / med_many : 0,
+           clients);
 
     kill(dpid, SIGTERM);
     int st = 0;
@@ -575,7 +656,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: could not remove %s\n", dir);
     return 0;
 usage:
-    fprintf(stderr, "usage: %s [--seconds S] [--clients C] [--window W] [--heads H] [--dir D] "
-            "[-- DAEMON FLAGS...]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--seconds S] [--rounds R] [--clients C] [--window W] [--heads H] "
+            "[--dir D] [-- DAEMON FLAGS...]\n", argv[0]);
     return 2;
 }
