@@ -63,8 +63,10 @@ static const cfg_entry cfg_table[] = {
      "keys x head_dim of each push; about 1-2 s of one core by default): a push that would pass "
      "it is dropped (one is always taken when the queue is empty), so the queue holds many tiny "
      "pushes or a few big ones", 0, NULL},
-    {"client_inflight", CFG_U64, F(client_inflight), "32", 1, 1 << 20,
-     "pushes queued or computing per connection; more are dropped (fairness between clients)", 0, NULL},
+    {"client_inflight", CFG_U64, F(client_inflight), "1024", 1, 1 << 20,
+     "pushes queued or computing per connection; more are dropped (fairness between clients: the "
+     "work they may queue is bounded by queue_work, this bounds their number; one client with "
+     "tiny pushes needs hundreds in flight to reach the store's rate)", 0, NULL},
     {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,
      "unsent bytes per connection before results/alerts to it are dropped and reading pauses", 0, NULL},
     {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,

@@ -3,10 +3,12 @@
  * so the Ack proves durability) equal stats_cpu() on the same data computed here (within
  * dh_close_to_reference: the daemon computes with stats_cpu_fast_ws; collapsed_frac, a count,
  * up to the rows whose normalized entropy sits at the threshold); results in the Ack equal them
- * too. Also: Status, and SIGTERM with pushes in flight (every one acknowledged,
- * exit status 0, socket removed, database intact). */
+ * too. Also: Status, SIGTERM with pushes in flight (every one acknowledged, exit status 0, socket
+ * removed, database intact), the work bound of a worker's queue and the per-connection bound on
+ * pushes in flight (client_inflight). */
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 
 #include "daemon_harness.h"
 
@@ -286,6 +288,59 @@ START_TEST(test_queue_bounded_by_work)
 }
 END_TEST
 
+/* One connection holds at most client_inflight pushes queued or computing; the next are dropped
+ * with the setting's name, and the others' are not. No clock: the daemon is stopped (SIGSTOP)
+ * while the pushes are sent, so that it reads them in one go, before the loop can hear of any
+ * computed one. */
+START_TEST(test_client_inflight_cap)
+{
+    dh_rng rng = dh_rng_new("client_inflight");
+    fixture f;
+    dh_dir_init(&f.d);
+    enum { CAP = 4, NP = 12 };
+    dh_start(&f.d, "--client-inflight", "4", (const char *)NULL);
+    dh_connect(&f.c, &f.d);
+    dh_hello(&f.c, "inflight", 0, NULL);
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 16);
+    dh_tensor_contig(&k, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 16);
+    uint64_t size = dh_tensor_elems(&q) * 4;
+    dh_shm_create(&f.shm, "inflight", size);
+    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
+    dh_register(&f.c, 3, f.shm.name, size);
+    char msg[256];
+    dh_push(&f.c, 1, 1, 0, &q, &k, 0, 0, 0); /* registered and served before the stop */
+    ck_assert_int_eq(dh_wait_ack(&f.c, 1, msg, sizeof msg, 60000), ATTNSTAT__CODE__OK);
+    ck_assert_int_eq(kill(f.d.pid, SIGSTOP), 0);
+    for (uint64_t s = 0; s < NP; s++)
+        dh_push(&f.c, 10 + s, (int64_t)(10 + s), 0, &q, &k, 0, 0, 0);
+    ck_assert_int_eq(kill(f.d.pid, SIGCONT), 0);
+    int ok = 0, dropped = 0;
+    for (uint64_t i = 0; i < NP; i++) {
+        uint64_t s = (i + CAP) % NP; /* the drops first: they are answered as they are read */
+        int code = dh_wait_ack(&f.c, 10 + s, msg, sizeof msg, 60000);
+        if (s < CAP) {
+            ck_assert_msg(code == ATTNSTAT__CODE__OK, "push %llu: %d %s", (unsigned long long)s,
+                          code, msg);
+            ok++;
+        } else {
+            ck_assert_msg(code == ATTNSTAT__CODE__DROPPED && strstr(msg, "client_inflight"),
+                          "push %llu: %d %s", (unsigned long long)s, code, msg);
+            dropped++;
+        }
+    }
+    ck_assert_int_eq(ok + dropped, NP);
+    /* the queue drained: the connection is served again */
+    dh_push(&f.c, 100, 100, 0, &q, &k, 0, 0, 0);
+    ck_assert_int_eq(dh_wait_ack(&f.c, 100, msg, sizeof msg, 60000), ATTNSTAT__CODE__OK);
+    dh_close(&f.c);
+    dh_shm_destroy(&f.shm);
+    int code = dh_stop(&f.d);
+    dh_cleanup(&f.d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 static Suite *daemon_ingest_suite(void)
 {
     Suite *s = suite_create("daemon_ingest");
@@ -294,6 +349,7 @@ static Suite *daemon_ingest_suite(void)
     tcase_add_test(tc, test_push_stored_equals_reference);
     tcase_add_test(tc, test_sigterm_drains_queue);
     tcase_add_test(tc, test_queue_bounded_by_work);
+    tcase_add_test(tc, test_client_inflight_cap);
     suite_add_tcase(s, tc);
     return s;
 }
