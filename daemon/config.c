@@ -103,7 +103,9 @@ static const cfg_entry cfg_table[] = {
      "between the store thread's commits", 1, NULL},
     {"retain_interval_ms", CFG_U64, F(retain_interval_ms), "2000", 10, 3600000,
      "a retention step at least this often while it has nothing to do (it runs without pause "
-     "while it has, whenever the store thread is idle)", 1, NULL},
+     "while it has, whenever the store thread is idle); while pushes keep the store thread busy, "
+     "one step between two of its transactions this often, so that compaction is never starved",
+     1, NULL},
     {"run_grace_ms", CFG_U64, F(run_grace_ms), "60000", 0, 86400000,
      "a run whose client disconnected without Goodbye (or that had not ended when attnstatd "
      "started) ends this long after, unless a client says its Hello again (libattnstat "

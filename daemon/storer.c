@@ -8,6 +8,9 @@
  *   a lone op is committed at once and a stream of them shares transactions.
  * - Ops of the open transaction wait in `group` (thread-local) until its commit or rollback; an
  *   op that failed alone waits there too, so that completions keep the submission order.
+ * - The idle work runs when the queue is empty and no transaction is open; under a stream that
+ *   never lets the queue drain it still runs between two transactions once idle_ms has passed
+ *   since its last turn (it is never starved).
  * - The condition variable wakes the thread for a submit or the stop; a timed wait brings it back
  *   for the idle work. One uv_async wakes the loop for the completions.
  * - Counts (commits, rollbacks, busy time) are the thread's, under the mutex, taken by the loop.
@@ -148,7 +151,7 @@ static void *thread_main(void *arg)
     storer *s = arg;
     group g;
     memset(&g, 0, sizeof g);
-    uint64_t idle_due = util_mono_ns();
+    uint64_t idle_due = util_mono_ns(), last_idle = idle_due;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         for (;;) {
@@ -169,8 +172,19 @@ static void *thread_main(void *arg)
             ts.tv_nsec = (long)(ns % 1000000000ull);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         }
-        storer_op *take = s->q_head;
-        s->q_head = s->q_tail = NULL;
+        /* Ops keep coming and the queue never drains: the idle work still gets a turn between two
+         * transactions once idle_ms has passed without one, so that a steady stream cannot starve
+         * it (compaction and downsampling keep moving, a step of their budget at a time). */
+        int starved = 0;
+        if (s->q_head && !g.head && !s->stop && s->db.idle) {
+            uint64_t now = util_mono_ns();
+            starved = now >= idle_due && now - last_idle >= s->o.idle_ms * 1000000ull;
+        }
+        storer_op *take = NULL;
+        if (!starved) {
+            take = s->q_head;
+            s->q_head = s->q_tail = NULL;
+        }
         int stop = s->stop;
         pthread_mutex_unlock(&s->mu);
 
@@ -188,6 +202,7 @@ static void *thread_main(void *arg)
             int more = s->db.idle(s->db.idle_ctx);
             uint64_t t1 = util_mono_ns();
             idle_due = more ? t1 : t1 + s->o.idle_ms * 1000000ull;
+            last_idle = t1;
             pthread_mutex_lock(&s->mu);
             s->counts.idle_ns += t1 - t0;
             pthread_mutex_unlock(&s->mu);

@@ -15,8 +15,10 @@
  *   STORER_ALONE    op->run runs with no transaction open (the open one is committed first) and
  *                   commits what it writes itself: per-run limits, one step of deleting a run.
  *   Idle work (storer_db.idle: the retention step): when the queue is empty and no transaction is
- *   open, at most every idle_ms, or again at once while it says it has more to do. Ops that arrive
- *   meanwhile wait for it; its own budget bounds how long.
+ *   open, at most every idle_ms, or again at once while it says it has more to do; and, while ops
+ *   keep the queue from draining, between two transactions once idle_ms has passed since its last
+ *   turn (a steady stream does not starve it). Ops that arrive meanwhile wait for it; its own
+ *   budget bounds how long.
  * Completion: each finished op (status and err set) is handed back on the loop thread (one
  * uv_async), in submission order, to op->done; then drained(data) once for the ops of that turn.
  *

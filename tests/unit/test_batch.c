@@ -6,7 +6,8 @@
  * and answers every item of it INTERNAL with the store's message, acknowledges nothing and feeds
  * no alert; an item the store refuses alone fails alone; max_ops and commit_ms end a transaction
  * while ops keep coming; an op that runs alone runs with no transaction open, in order; the idle
- * work runs only when nothing waits; after the close, ops run inline.
+ * work runs when nothing waits, and between two transactions of a stream that never drains, never
+ * inside one; after the close, ops run inline.
  * The fake store's gate holds the store thread inside an add, so that what arrives meanwhile is
  * known to wait in the queue (no timing is relied on: every wait has a generous deadline).
  * Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
@@ -39,6 +40,7 @@ typedef struct {
     int fail_commit;
     int sleep_ms;             /* each add sleeps this long */
     int adds, commits, rollbacks, idles, idle_in_txn, alone_in_txn;
+    int adds_at_idle[64];     /* adds done when each of the first idles ran */
     const batch_item *open[FAKE_MAX]; /* added in the open transaction */
     int nopen;
     const batch_item *stored[FAKE_MAX]; /* committed */
@@ -116,6 +118,8 @@ static int fake_idle(void *ctx)
 {
     fake_db *f = ctx;
     pthread_mutex_lock(&f->mu);
+    if (f->idles < 64)
+        f->adds_at_idle[f->idles] = f->adds;
     f->idles++;
     f->idle_in_txn += f->nopen > 0;
     pthread_mutex_unlock(&f->mu);
@@ -623,6 +627,38 @@ START_TEST(test_idle_work)
 }
 END_TEST
 
+/* A stream that never lets the queue drain does not starve the idle work: with a transaction
+ * per op (max_ops 1) and ops waiting behind the first, the idle work runs after that first
+ * commit, before the next op, once idle_ms (1 ms) has passed since its last turn (the first op is
+ * held inside its add for 5 ms while the others queue up: a slower machine only waits longer). */
+START_TEST(test_idle_work_not_starved)
+{
+    open_world(1000, 1, 1);
+    stats_head *heads;
+    int n = 3 + (int)(rnd() % 20);
+    batch_item *it = make_items(n, &heads);
+    gate(&W.db, 1);
+    batch_add(W.b, &it[0]);
+    wait_in_gate(&W.db); /* the first is held inside its add while the others queue up */
+    for (int i = 1; i < n; i++)
+        batch_add(W.b, &it[i]);
+    dh_sleep_ms(5); /* past idle_ms since the idle work's last turn */
+    gate(&W.db, 0);
+    run_until_answers(n);
+    pthread_mutex_lock(&W.db.mu);
+    int found = 0;
+    for (int i = 0; i < W.db.idles && i < 64; i++)
+        found |= W.db.adds_at_idle[i] >= 1 && W.db.adds_at_idle[i] < n;
+    int in_txn = W.db.idle_in_txn;
+    pthread_mutex_unlock(&W.db.mu);
+    ck_assert_msg(found, "the idle work never ran between the %d ops of the stream", n);
+    ck_assert_int_eq(in_txn, 0);
+    close_world();
+    free(it);
+    free(heads);
+}
+END_TEST
+
 /* Closing finishes what is queued; an op submitted after the close runs inline. */
 START_TEST(test_close_finishes_then_inline)
 {
@@ -662,6 +698,7 @@ int main(void)
     tcase_add_test(tc, test_answer_may_add_more);
     tcase_add_test(tc, test_alone_op_in_order);
     tcase_add_test(tc, test_idle_work);
+    tcase_add_test(tc, test_idle_work_not_starved);
     tcase_add_test(tc, test_close_finishes_then_inline);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
