@@ -18,6 +18,19 @@ typedef struct {
     dh_shm shm;
 } fixture;
 
+/* Q and K both the same random f32 tensor [1, h, n, d] at the start of a new shared-memory segment
+ * (named after tag), registered as buffer id on f's connection. */
+static void shared_qk(fixture *f, dh_rng *rng, uint32_t id, const char *tag, uint64_t h, uint64_t n,
+                      uint64_t d, dh_tensor *q, dh_tensor *k)
+{
+    dh_tensor_contig(q, id, 0, ATTNSTAT__DTYPE__F32, 1, h, n, d);
+    dh_tensor_contig(k, id, 0, ATTNSTAT__DTYPE__F32, 1, h, n, d);
+    uint64_t size = dh_tensor_elems(q) * 4;
+    dh_shm_create(&f->shm, tag, size);
+    dh_fill(rng, f->shm.ptr, dh_tensor_elems(q), q->dtype, 1.0);
+    dh_register(&f->c, id, f->shm.name, size);
+}
+
 /* Compares the stored row of (run, layer, head, step) with the reference. */
 /* Rows of head h whose normalized entropy (entropy / log of the keys the row sees) is within 1e-5
  * of the collapse threshold: the float32 backend (~1e-6 nats from the reference) may count such a
@@ -193,12 +206,7 @@ START_TEST(test_sigterm_drains_queue)
     int64_t run_id;
     dh_hello(&f.c, "drain", 0, &run_id);
     dh_tensor q, k;
-    dh_tensor_contig(&q, 7, 0, ATTNSTAT__DTYPE__F32, 1, 8, 256, 64);
-    dh_tensor_contig(&k, 7, 0, ATTNSTAT__DTYPE__F32, 1, 8, 256, 64);
-    uint64_t size = dh_tensor_elems(&q) * 4;
-    dh_shm_create(&f.shm, "drain", size);
-    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
-    dh_register(&f.c, 7, f.shm.name, size);
+    shared_qk(&f, &rng, 7, "drain", 8, 256, 64, &q, &k);
     enum { N = 24 };
     for (uint64_t s = 1; s <= N; s++)
         dh_push(&f.c, s, (int64_t)s, 0, &q, &k, 1, 0, 0);
@@ -248,14 +256,9 @@ START_TEST(test_queue_bounded_by_work)
     dh_connect(&f.c, &f.d);
     dh_hello(&f.c, "by-work", 0, NULL);
     dh_tensor q, k, tq, tk;
-    dh_tensor_contig(&q, 3, 0, ATTNSTAT__DTYPE__F32, 1, BH, BN, BD);
-    dh_tensor_contig(&k, 3, 0, ATTNSTAT__DTYPE__F32, 1, BH, BN, BD);
+    shared_qk(&f, &rng, 3, "by_work", BH, BN, BD, &q, &k);
     dh_tensor_contig(&tq, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 8, 8);
     dh_tensor_contig(&tk, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 8, 8);
-    uint64_t size = dh_tensor_elems(&q) * 4;
-    dh_shm_create(&f.shm, "by_work", size);
-    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
-    dh_register(&f.c, 3, f.shm.name, size);
     for (uint64_t s = 1; s <= NBIG; s++)
         dh_push(&f.c, s, (int64_t)s, 0, &q, &k, 0, 0, 0);
     int ok = 0, dropped = 0;
@@ -302,12 +305,7 @@ START_TEST(test_client_inflight_cap)
     dh_connect(&f.c, &f.d);
     dh_hello(&f.c, "inflight", 0, NULL);
     dh_tensor q, k;
-    dh_tensor_contig(&q, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 16);
-    dh_tensor_contig(&k, 3, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 16);
-    uint64_t size = dh_tensor_elems(&q) * 4;
-    dh_shm_create(&f.shm, "inflight", size);
-    dh_fill(&rng, f.shm.ptr, dh_tensor_elems(&q), q.dtype, 1.0);
-    dh_register(&f.c, 3, f.shm.name, size);
+    shared_qk(&f, &rng, 3, "inflight", 2, 16, 16, &q, &k);
     char msg[256];
     dh_push(&f.c, 1, 1, 0, &q, &k, 0, 0, 0); /* registered and served before the stop */
     ck_assert_int_eq(dh_wait_ack(&f.c, 1, msg, sizeof msg, 60000), ATTNSTAT__CODE__OK);
