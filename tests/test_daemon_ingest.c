@@ -31,6 +31,17 @@ static void shared_qk(fixture *f, dh_rng *rng, uint32_t id, const char *tag, uin
     dh_register(&f->c, id, f->shm.name, size);
 }
 
+/* Closes f's connection and segment, stops the daemon (its log shown if it failed) and checks it
+ * exited with status 0. */
+static void stop_clean(fixture *f)
+{
+    dh_close(&f->c);
+    dh_shm_destroy(&f->shm);
+    int code = dh_stop(&f->d);
+    dh_cleanup(&f->d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+
 /* Compares the stored row of (run, layer, head, step) with the reference. */
 /* Rows of head h whose normalized entropy (entropy / log of the keys the row sees) is within 1e-5
  * of the collapse threshold: the float32 backend (~1e-6 nats from the reference) may count such a
@@ -283,11 +294,7 @@ START_TEST(test_queue_bounded_by_work)
         ck_assert_msg(code == ATTNSTAT__CODE__OK, "tiny push %llu: code %d %s",
                       (unsigned long long)s, code, msg);
     }
-    dh_close(&f.c);
-    dh_shm_destroy(&f.shm);
-    int code = dh_stop(&f.d);
-    dh_cleanup(&f.d, code != 0);
-    ck_assert_int_eq(code, 0);
+    stop_clean(&f);
 }
 END_TEST
 
@@ -331,11 +338,7 @@ START_TEST(test_client_inflight_cap)
     /* the queue drained: the connection is served again */
     dh_push(&f.c, 100, 100, 0, &q, &k, 0, 0, 0);
     ck_assert_int_eq(dh_wait_ack(&f.c, 100, msg, sizeof msg, 60000), ATTNSTAT__CODE__OK);
-    dh_close(&f.c);
-    dh_shm_destroy(&f.shm);
-    int code = dh_stop(&f.d);
-    dh_cleanup(&f.d, code != 0);
-    ck_assert_int_eq(code, 0);
+    stop_clean(&f);
 }
 END_TEST
 
