@@ -501,8 +501,8 @@ int main(int argc, char **argv)
         else
             goto usage;
     }
-    if (seconds <= 0 || clients < 1 || clients > MAX_CLIENTS || window < 1 || window1 < 1 || heads < 1 ||
-        heads > 1024 || rounds < 1 || rounds > 32)
+    if (seconds <= 0 || clients < 1 || clients > MAX_CLIENTS || window < 1 || window1 < 1 ||
+        heads < 1 || heads > 1024 || rounds < 1 || rounds > 32)
         goto usage;
 
     char dir[80];
@@ -587,6 +587,8 @@ int main(int argc, char **argv)
     alone *ac = a1 ? alone_open(dir, "alone-c", heads, NULL, clients) : NULL;
     if (!ac) {
         alone_close(a1);
+        kill(dpid, SIGTERM);
+        waitpid(dpid, NULL, 0);
         return 1;
     }
     int met = 0, met1 = 0;

@@ -178,7 +178,7 @@ static void *thread_main(void *arg)
         int starved = 0;
         if (s->q_head && !g.head && !s->stop && s->db.idle) {
             uint64_t now = util_mono_ns();
-            starved = now >= idle_due && now - last_idle >= s->o.idle_ms * 1000000ull;
+            starved = now - last_idle >= s->o.idle_ms * 1000000ull; /* then idle_due is past too */
         }
         storer_op *take = NULL;
         if (!starved) {
