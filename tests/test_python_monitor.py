@@ -95,9 +95,10 @@ class TestMonitor(unittest.TestCase):
 
     def test_patches_and_restores(self):
         c = RecordingClient()
+        orig = [np_sdpa]  # a list: a module attribute holding the original is patched too
         with attnstat.torch.monitor(c) as mon:
-            self.assertIsNot(self.F.scaled_dot_product_attention, np_sdpa)
-            self.assertIs(self.F.scaled_dot_product_attention.__wrapped__, np_sdpa)
+            self.assertIsNot(self.F.scaled_dot_product_attention, orig[0])
+            self.assertIs(self.F.scaled_dot_product_attention.__wrapped__, orig[0])
             self.assertIn("active", repr(mon))
         self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
         with self.assertRaises(KeyError):
@@ -488,6 +489,282 @@ class TestDoors(unittest.TestCase):
         self.assertEqual(c.calls[0][4]["compute_dtype"], "bfloat16")
         self.assertNotIn("compute_dtype", c.calls[1][4])  # already in a 16-bit dtype
         self.assertNotIn("compute_dtype", c.calls[2][4])
+
+
+class FakeWeight(object):
+    """A DTensor parameter as the layout detection reads it: placements, device_mesh, to_local."""
+
+    def __init__(self, local_rows, placements, mesh):
+        self.shape = (local_rows, 64)
+        self.placements, self.device_mesh = placements, mesh
+
+    def to_local(self):
+        return types.SimpleNamespace(shape=self.shape)
+
+
+class FakeShard(object):
+    def __init__(self, dim):
+        self.dim = dim
+
+    def is_shard(self):
+        return True
+
+
+class FakeReplicate(object):
+    def is_shard(self):
+        return False
+
+
+class FakeTPMesh(object):
+    def __init__(self, names, shape, local):
+        self.mesh_dim_names, self.shape, self._local = names, shape, local
+
+    def _i(self, d):
+        return d if isinstance(d, int) else self.mesh_dim_names.index(d)
+
+    def get_local_rank(self, d):
+        return self._local[self._i(d)]
+
+    def size(self, d):
+        return self.shape[self._i(d)]
+
+
+class FakeTPModel(FakeModel):
+    """A model whose attention module holds a q_proj (a DTensor shard, or a plain local weight)
+    and whose configuration names its heads, as transformers' configurations do."""
+
+    def __init__(self, F, heads_cfg, local_heads, weight_placements=None, mesh=None):
+        FakeModel.__init__(self, F, n_layers=2, heads=local_heads, kv_heads=local_heads)
+        self.config = types.SimpleNamespace(num_attention_heads=heads_cfg, hidden_size=heads_cfg * 8)
+        rows = local_heads * 8
+        w = (FakeWeight(rows, weight_placements, mesh) if weight_placements is not None
+             else types.SimpleNamespace(shape=(rows, heads_cfg * 8)))
+        self.q = types.SimpleNamespace(weight=w)
+
+    def named_modules(self):
+        return [("", self), ("layers.0.self_attn.q_proj", self.q)]
+
+
+class TestJobsPeopleRun(unittest.TestCase):
+    """What real jobs do that plain examples do not: attention functions imported by name (before
+    the monitor starts, and in modules loaded while it runs), forward passes that see nothing,
+    tensor-parallel shards, attention sinks, and compiled graphs that keep the doors."""
+
+    def setUp(self):
+        self.fake = FakeTorch(np_sdpa, extra=DOOR_MODULES + ("user_model", "late_model"))
+        self.F = self.fake.F
+
+    def tearDown(self):
+        for name in ("user_model", "late_model"):
+            sys.modules.pop(name, None)
+        attnstat.torch.uninstall()
+        self.fake.restore()
+
+    def test_imported_by_name_is_found(self):
+        fa = install_flex()
+        user = types.ModuleType("user_model")
+        user.sdpa = np_sdpa                       # from torch.nn.functional import ... as sdpa
+        user.flex_attention = fa.flex_attention   # from ...flex_attention import flex_attention
+        sys.modules["user_model"] = user
+        orig_flex = fa.flex_attention
+        c = RecordingClient()
+        q = FakeTensor(randn(1, 2, 4, 8))
+        with attnstat.torch.monitor(c) as mon:
+            user.sdpa(q, q, q, is_causal=True)
+            user.flex_attention(q, q, q)
+            self.assertIs(user.sdpa, self.F.scaled_dot_product_attention)  # one wrapper
+        self.assertEqual((mon.calls, mon.pushed), (2, 2))
+        self.assertTrue(c.calls[0][4]["causal"])
+        self.assertFalse(c.calls[1][4]["causal"])
+        self.assertIs(user.flex_attention, orig_flex)  # put back on exit
+        self.assertIs(user.sdpa, self.F.scaled_dot_product_attention)
+        self.assertIs(user.sdpa, sys.modules["pyhelpers"].np_sdpa)
+
+    def test_modules_loaded_while_active(self):
+        """flash_attn imported after the monitor started, and a model module holding its
+        function by name: both found before the next forward pass."""
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=0)
+        q = FakeTensor(randn(1, 6, 2, 8))
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c, model=model) as mon:
+                self.assertNotIn("flash_attn", mon.doors_open)
+                fl = install_flash_attn()
+                late = types.ModuleType("late_model")
+                late.flash_attn_func = fl.flash_attn_func
+                sys.modules["late_model"] = late
+                model(None)                       # the pre-hook looks at the new modules
+                late.flash_attn_func(q, q, q, causal=True)
+                fl.flash_attn_func(q, q, q)
+        self.assertEqual(mon.pushed, 2)
+        self.assertEqual(c.calls[0][4]["layout"], "bnhd")
+        self.assertTrue(c.calls[0][4]["causal"])
+
+    def test_a_blind_forward_is_counted_and_said_once(self):
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=0)      # its attention goes through no door
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c, model=model) as mon:
+                for _ in range(3):
+                    model(None)
+        self.assertEqual((mon.blind, mon.stats()["blind"], mon.calls), (3, 3, 0))
+        said = [str(x.message) for x in w if "saw no attention call" in str(x.message)]
+        self.assertEqual(len(said), 1)
+        self.assertIn("reduce-overhead", said[0])
+        # a model that does reach attention is not blind, and a step without model= either
+        model = FakeModel(self.F, n_layers=2)
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+            model(None)
+        self.assertEqual((mon.blind, mon.pushed), (0, 4))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                mon.step()
+                mon.step()
+        self.assertEqual(mon.blind, 2)
+        self.assertEqual(len([x for x in w if "saw no attention" in str(x.message)]), 1)
+
+    def test_a_forward_whose_calls_are_all_skipped_is_said(self):
+        install_flex()
+        fa = sys.modules["torch.nn.attention.flex_attention"]
+
+        class FlexModel(FakeModule):
+            def forward(self, x):
+                q = FakeTensor(randn(1, 2, 4, 8))
+                fa.flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s)
+        model = FlexModel()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient(), model=model) as mon:
+                model(None)
+                model(None)
+        self.assertEqual((mon.all_skipped, mon.blind, mon.pushed), (2, 0, 0))
+        said = [str(x.message) for x in w if "was skipped" in str(x.message)
+                and "every attention call" in str(x.message)]
+        self.assertEqual(len(said), 1)
+        self.assertIn("flex-score_mod", said[0])
+
+    def test_compiled_graphs_keep_the_doors(self):
+        """Once a compiled graph holds a door's operator (its fake implementation ran), leaving
+        the monitor keeps the doors, the same objects, so that the graph's guards hold: a new
+        monitor recompiles nothing. uninstall() puts the originals back."""
+        c = RecordingClient()
+        model = FakeModel(self.F, n_layers=1)
+        with attnstat.torch.monitor(c, model=model):
+            w = self.F.scaled_dot_product_attention
+            hooks = list(model._pre_hooks)
+            attnstat.torch._install.STATE.traced = True   # what the fake implementation records
+        self.assertIs(self.F.scaled_dot_product_attention, w)   # transparent now
+        self.assertEqual(model._pre_hooks, hooks)
+        model(None)
+        self.assertEqual(len(c.calls), 0)                 # no monitor: nothing pushed
+        with attnstat.torch.monitor(c, model=model, every=2) as mon:
+            self.assertIs(self.F.scaled_dot_product_attention, w)
+            self.assertEqual(model._pre_hooks, hooks)
+            model(None)
+            model(None)
+            model(None)
+        self.assertEqual([s for s, *_ in c.calls], [0, 2])
+        self.assertEqual(mon.calls, 3)
+        with self.assertRaises(RuntimeError):               # one monitor at a time
+            with attnstat.torch.monitor(c):
+                with attnstat.torch.monitor(c):
+                    pass
+        attnstat.torch.uninstall()
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
+        self.assertEqual(model._pre_hooks, [])
+
+    def test_tensor_parallel_shards(self):
+        """layout='auto' reads DTensor placements of q_proj; a shard no layout explains refuses
+        to start."""
+        mesh = FakeTPMesh(("tp",), (4,), (2,))
+        model = FakeTPModel(self.F, 16, 4, (FakeShard(0),), mesh)
+        c = RecordingClient()
+        c.layout = None
+        got = {}
+        c.set_layout = got.update
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+        self.assertEqual((got["tp_rank"], got["tp_size"]), (2, 4))
+        self.assertEqual(mon.stats()["layout"]["tp_size"], 4)
+        self.assertEqual(mon.pushed, 2)
+        # the same shard as plain tensors: nothing says how the heads were split
+        model = FakeTPModel(self.F, 16, 4)
+        with self.assertRaises(ValueError) as cm:
+            with attnstat.torch.monitor(c, model=model):
+                pass
+        self.assertIn("16 attention heads", str(cm.exception))
+        self.assertIn("holds 4", str(cm.exception))
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)  # nothing left installed
+        with attnstat.torch.monitor(c, model=model, layout={"tp_rank": 1, "tp_size": 4}) as mon:
+            model(None)
+        self.assertEqual(mon.pushed, 2)
+        # FSDP's Shard(0) beside TP's: the dimension named 'tp' is tensor parallelism
+        mesh = FakeTPMesh(("dp_shard", "tp"), (2, 4), (1, 3))
+        model = FakeTPModel(self.F, 16, 4, (FakeShard(0), FakeShard(0)), mesh)
+        with attnstat.torch.monitor(c, model=model):
+            pass
+        self.assertEqual((got["tp_rank"], got["tp_size"], got["dp_rank"], got["dp_size"]),
+                         (3, 4, 1, 2))
+        # replicated projections: no tensor parallelism, and the heads are all here
+        model = FakeTPModel(self.F, 16, 16, (FakeReplicate(),), FakeTPMesh(("dp",), (2,), (0,)))
+        got.clear()
+        with attnstat.torch.monitor(c, model=model):
+            pass
+        self.assertNotIn("tp_size", got)
+
+    def test_heads_checked_at_every_transformers_call(self):
+        """A transformers call whose heads are not the configuration's over tp_size is skipped
+        and said, never stored as the whole layer."""
+        mu, _ = install_transformers(self.F)
+        model = FakeHFModel("sdpa")
+        for m in model.layers:
+            m.config = types.SimpleNamespace(num_attention_heads=8)
+        c = RecordingClient()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c, model=model) as mon:
+                model(None)
+        self.assertEqual((mon.pushed, mon.skipped_by), (0, {"heads": 2}))
+        self.assertTrue(any("tp_size" in str(x.message) for x in w))
+        for m in model.layers:
+            m.config = types.SimpleNamespace(num_attention_heads=4)
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+        self.assertEqual(mon.pushed, 2)
+
+    def test_sinks_are_pushed_with_the_call(self):
+        mu, _ = install_transformers(self.F)
+        model = FakeHFModel("sdpa")
+        sinks = FakeTensor(randn(4))
+        sinks.detach = lambda: sinks
+
+        def with_sinks(module, query, key, value, attention_mask, **kw):
+            return query, None
+        mu.ALL_ATTENTION_FUNCTIONS["sdpa"] = with_sinks
+        for m in model.layers:
+            m.forward = (lambda mod: lambda mask: mu.ALL_ATTENTION_FUNCTIONS["sdpa"](
+                mod, FakeTensor(randn(2, 4, 6, 8)), FakeTensor(randn(2, 2, 6, 8)), None, None,
+                scaling=0.125, s_aux=sinks))(m)
+        c = RecordingClient()
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+        self.assertEqual(mon.pushed, 2)
+        self.assertIs(c.calls[0][4]["sinks"], sinks)
+        bad = FakeTensor(randn(3))
+        bad.detach = lambda: bad
+        for m in model.layers:
+            m.forward = (lambda mod: lambda mask: mu.ALL_ATTENTION_FUNCTIONS["sdpa"](
+                mod, FakeTensor(randn(2, 4, 6, 8)), FakeTensor(randn(2, 2, 6, 8)), None, None,
+                s_aux=bad))(m)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c, model=model) as mon:
+                model(None)
+        self.assertEqual(mon.skipped_by, {"sinks-shape": 2})
 
 
 if __name__ == "__main__":

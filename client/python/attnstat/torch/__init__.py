@@ -12,6 +12,6 @@ attention interface. _calls.py turns each door's arguments into the one descript
 takes. Nothing here is imported by `import attnstat`; PyTorch is imported when a monitor starts.
 """
 from ._calls import Call, Skip
-from ._monitor import Monitor, monitor
+from ._monitor import Monitor, monitor, uninstall
 
-__all__ = ["monitor", "Monitor", "Call", "Skip"]
+__all__ = ["monitor", "Monitor", "Call", "Skip", "uninstall"]

@@ -32,17 +32,23 @@ class Skip(object):
 class Call(object):
     """What one push carries. q, k: tensors in `layout` ('bhnd' or 'bnhd'); attn_mask: None or a
     4-D view broadcastable to [B, Hq, Nq, Nk]; cu_seqlens_q/k: None or int32 tensors (packed
-    sequences, B = 1); layer: an explicit layer number (transformers' layer_idx) or None."""
+    sequences, B = 1); layer: an explicit layer number (transformers' layer_idx) or None; sinks:
+    None or the per-head sink logits [Hq] that join every row's softmax; heads: the number of query
+    heads the model's configuration gives this call's module (0: unknown), so that a process that
+    holds a shard of the heads is never stored as the whole layer."""
     __slots__ = ("q", "k", "layout", "causal", "scale", "window", "softcap", "attn_mask",
-                 "cu_seqlens_q", "cu_seqlens_k", "layer")
+                 "cu_seqlens_q", "cu_seqlens_k", "layer", "sinks", "heads")
 
     def __init__(self, q, k, layout="bhnd", causal=False, scale=None, window=None, softcap=0.0,
-                 attn_mask=None, cu_seqlens_q=None, cu_seqlens_k=None, layer=None):
+                 attn_mask=None, cu_seqlens_q=None, cu_seqlens_k=None, layer=None, sinks=None,
+                 heads=0):
         self.q, self.k, self.layout = q, k, layout
         self.causal, self.scale, self.window, self.softcap = bool(causal), scale, window, softcap
         self.attn_mask = attn_mask
         self.cu_seqlens_q, self.cu_seqlens_k = cu_seqlens_q, cu_seqlens_k
         self.layer = layer
+        self.sinks = sinks    # [Hq] per-head sink logits (gpt-oss), or None
+        self.heads = heads    # the model's configured query heads for this call (0: unknown)
 
     def push_kwargs(self):
         """The keyword arguments of Client.push for this call (step, layer, q, k apart)."""
@@ -57,6 +63,8 @@ class Call(object):
         if self.cu_seqlens_q is not None:
             kw["cu_seqlens_q"] = self.cu_seqlens_q
             kw["cu_seqlens_k"] = self.cu_seqlens_k
+        if self.sinks is not None:
+            kw["sinks"] = self.sinks
         return kw
 
 
@@ -66,6 +74,14 @@ _FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
 def _dims(t):
     shape = getattr(t, "shape", None)
     return None if shape is None else len(shape)
+
+
+def local(t):
+    """A DTensor's local shard (tensor parallelism hands attention the local heads; the layout
+    gives them their global numbers); any other object as it is."""
+    if hasattr(t, "placements") and callable(getattr(t, "to_local", None)):
+        return t.to_local()
+    return t
 
 
 def _check_qk(q, k, want_dims, what):
@@ -102,7 +118,7 @@ _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "s
 def from_sdpa(args, kwargs):
     a = dict(zip(_SDPA_ARGS, args))
     a.update(kwargs)
-    q, k = a.get("query"), a.get("key")
+    q, k = local(a.get("query")), local(a.get("key"))
     bad = _check_qk(q, k, (3, 4), "scaled_dot_product_attention")
     if bad is not None:
         return bad
@@ -209,7 +225,7 @@ def block_mask_dense(bm, B, H, Nq, Nk, device, mask_bytes_max, what="flex_attent
 def from_flex(args, kwargs, mask_bytes_max):
     a = dict(zip(_FLEX_ARGS, args))
     a.update(kwargs)
-    q, k = a.get("query"), a.get("key")
+    q, k = local(a.get("query")), local(a.get("key"))
     bad = _check_qk(q, k, (4,), "flex_attention")
     if bad is not None:
         return bad
@@ -231,12 +247,23 @@ def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs,
     """A call of transformers' attention function `impl` ('sdpa', 'eager', 'flash_attention_2',
     'flex_attention', ...): query [B, Hq, N, D], key [B, Hkv, N, D] before any repeat_kv."""
     what = "transformers attention (%s)" % impl
+    query, key = local(query), local(key)
     bad = _check_qk(query, key, (4,), what)
     if bad is not None:
         return bad
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        return Skip("sinks", "%s calls with attention sinks are not monitored" % what)
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = kwargs.get("sinks")
+    if sinks is not None:
+        sinks = local(sinks)
+        if _dims(sinks) != 1 or int(sinks.shape[0]) != int(query.shape[1]):
+            return Skip("sinks-shape", "%s calls whose attention sinks are not one logit per "
+                        "query head ([%d]) are not monitored" % (what, int(query.shape[1])))
+        sinks = sinks.detach()
     layer = getattr(module, "layer_idx", None)
+    cfg = getattr(module, "config", None)
+    heads = getattr(cfg, "num_attention_heads", 0)
+    heads = heads if isinstance(heads, int) else 0
     softcap = float(kwargs.get("softcap") or 0.0)
     nq, nk = int(query.shape[2]), int(key.shape[2])
     sw = kwargs.get("sliding_window")
@@ -254,7 +281,7 @@ def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs,
             # [1, H, total, D] in transformers' layout: the daemon takes 'bhnd' as it is
             return Call(query, key, causal=bool(getattr(module, "is_causal", True)), scale=scaling,
                         window=window, softcap=softcap, cu_seqlens_q=cq, cu_seqlens_k=ck,
-                        layer=layer)
+                        layer=layer, sinks=sinks, heads=heads)
         mask = None
         if attention_mask is not None:
             if _dims(attention_mask) != 2:
@@ -264,7 +291,7 @@ def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs,
             mask = attention_mask[:, None, None, :].bool()
         causal = bool(getattr(module, "is_causal", True)) and nq > 1
         return Call(query, key, causal=causal, scale=scaling, window=window, softcap=softcap,
-                    attn_mask=mask, layer=layer)
+                    attn_mask=mask, layer=layer, sinks=sinks, heads=heads)
     if base == "flex_attention":
         if kwargs.get("score_mod") is not None:
             return Skip("flex-score_mod", "%s calls with a score_mod are not monitored" % what)
@@ -277,7 +304,8 @@ def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs,
                 mask = _mask_4d(attention_mask, what)
             if isinstance(mask, Skip):
                 return mask
-        return Call(query, key, scale=scaling, softcap=softcap, attn_mask=mask, layer=layer)
+        return Call(query, key, scale=scaling, softcap=softcap, attn_mask=mask, layer=layer,
+                    sinks=sinks, heads=heads)
     if base in ("sdpa", "eager"):
         mask = None
         if attention_mask is not None:
@@ -294,5 +322,5 @@ def from_transformers(impl, module, query, key, attention_mask, scaling, kwargs,
         if causal and nq != nk:
             return Skip("causal-align", "%s: is_causal with Nq != Nk is not monitored" % what)
         return Call(query, key, causal=causal, scale=scaling, softcap=softcap, attn_mask=mask,
-                    layer=layer)
+                    layer=layer, sinks=sinks, heads=heads)
     return Skip("impl", "transformers attention implementation %r is not monitored" % impl)

@@ -10,8 +10,17 @@ caller gives, else from the process groups of the frameworks that are already ru
 "auto" looks, in order, at (nothing is imported: only modules the program already imported):
   - Megatron-core's parallel_state, once its model parallel groups exist: tensor, pipeline,
     data and context parallel ranks and sizes;
+  - with model=, the DTensor placements of the attention's query projections (q_proj, wq, ...):
+    a Shard(0) weight on a mesh dimension is tensor parallelism over that dimension (torchtitan's
+    and PyTorch's ColwiseParallel, transformers' tp_plan), its local rank and size the TP rank and
+    size; the mesh's other named dimensions as below; else the device mesh transformers keeps for
+    a model loaded with a tp_plan;
   - torch.distributed, once initialised: every rank a data-parallel replica (DDP, FSDP);
   - else nothing (a single process).
+With model= and a configuration that names its heads (config.num_attention_heads), the heads the
+query projection holds in this process must be the configured ones over tp_size: a process that
+holds a shard of the heads that no layout explains refuses to start (its local heads would be
+stored as global ones, and pooled with other ranks' different heads).
 A DeviceMesh is read by its dimension names: "tp", "pp", "cp", and "dp" or "dp_replicate" x
 "dp_shard" (HSDP) for the replicas; other dimensions (e.g. "ep") are not parallelism of attention
 heads and are ignored.
@@ -88,7 +97,171 @@ def from_mesh(mesh):
     return out
 
 
-def resolve(layout, torch, layer_offset=None):
+_Q_NAMES = ("q_proj", "wq", "query", "to_q", "q", "query_proj")
+
+
+def _named_modules(model):
+    f = getattr(model, "named_modules", None)
+    if not callable(f):
+        return []
+    try:
+        return list(f())
+    except Exception:
+        return []
+
+
+def _is_dtensor(t):
+    return hasattr(t, "placements") and hasattr(t, "device_mesh") and callable(
+        getattr(t, "to_local", None))
+
+
+def _query_weights(model):
+    """(name, weight) of every query projection of the model, in module order."""
+    out = []
+    for name, mod in _named_modules(model):
+        if name.rsplit(".", 1)[-1] in _Q_NAMES:
+            w = getattr(mod, "weight", None)
+            if w is not None and hasattr(w, "shape"):
+                out.append((name, w))
+    return out
+
+
+def _shard_dim(p):
+    is_shard = getattr(p, "is_shard", None)
+    try:
+        if callable(is_shard) and not is_shard():
+            return None
+    except Exception:
+        return None
+    d = getattr(p, "dim", None)
+    return d if isinstance(d, int) else None
+
+
+def _replicas(torch, tp_size, group_ranks):
+    """dp_rank / dp_size of a process whose TP group holds group_ranks (global ranks), when the
+    mesh does not name them: the other ranks of the world are replicas of this group."""
+    dist = getattr(torch, "distributed", None)
+    try:
+        world = int(dist.get_world_size()) if dist is not None and dist.is_initialized() else 0
+    except Exception:
+        world = 0
+    if world <= tp_size or world % tp_size or not group_ranks:
+        return {}
+    g = sorted(group_ranks)
+    size = world // tp_size
+    if g == list(range(g[0], g[0] + tp_size)) and g[0] % tp_size == 0:  # TP innermost
+        return {"dp_rank": g[0] // tp_size, "dp_size": size}
+    if all(b - a == size for a, b in zip(g, g[1:])) and g[0] < size:    # TP outermost
+        return {"dp_rank": g[0], "dp_size": size}
+    return {}
+
+
+def _mesh_ranks(mesh):
+    m = getattr(mesh, "mesh", None)
+    try:
+        return [int(r) for r in m.flatten().tolist()]
+    except Exception:
+        return []
+
+
+def from_model(model, torch):
+    """Tensor parallelism from the model: the DTensor placements of its query projections, else
+    the device mesh transformers keeps for a model loaded with a tp_plan. None when neither says
+    anything."""
+    for name, w in _query_weights(model):
+        if not _is_dtensor(w):
+            continue
+        mesh, pl = w.device_mesh, tuple(w.placements)
+        names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+        dims = [i for i, p in enumerate(pl) if _shard_dim(p) == 0]
+        if not dims:
+            return {}  # replicated heads: no tensor parallelism of attention
+        if len(dims) > 1:  # FSDP's Shard(0) beside TP's: the dimension named 'tp', else not 'dp*'
+            named = [i for i in dims if i < len(names) and names[i] == "tp"]
+            named = named or [i for i in dims if not (i < len(names) and
+                                                      names[i].startswith("dp"))]
+            if len(named) != 1:
+                raise ValueError("attnstat.torch.monitor: %s.weight is sharded along its rows on "
+                                 "mesh dimensions %s (%s): which one is tensor parallelism is "
+                                 "not clear; pass layout=... (a dict or a DeviceMesh with a 'tp' "
+                                 "dimension)" % (name, dims, names or "unnamed"))
+            dims = named
+        i = dims[0]
+        out = {"tp_rank": int(mesh.get_local_rank(i)), "tp_size": int(mesh.size(i))}
+        if names:
+            rest = from_mesh(mesh)
+            for g in ("pp", "cp", "dp"):
+                if g + "_size" in rest:
+                    out[g + "_rank"], out[g + "_size"] = rest[g + "_rank"], rest[g + "_size"]
+        if "dp_size" not in out:
+            out.update(_replicas(torch, out["tp_size"], _sub_ranks(torch, mesh, i)))
+        return out
+    mesh = getattr(model, "_device_mesh", None)
+    if mesh is not None and getattr(model, "_tp_plan", None):
+        names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+        i = names.index("tp") if "tp" in names else (0 if len(tuple(mesh.shape)) == 1 else None)
+        if i is None:
+            return None
+        out = {"tp_rank": int(mesh.get_local_rank(i)), "tp_size": int(mesh.size(i))}
+        out.update(_replicas(torch, out["tp_size"], _sub_ranks(torch, mesh, i)))
+        return out
+    return None
+
+
+def _sub_ranks(torch, mesh, i):
+    """The global ranks of this process's group along mesh dimension i."""
+    if len(tuple(getattr(mesh, "shape", ()) or ())) == 1:
+        return _mesh_ranks(mesh)
+    try:
+        return [int(r) for r in torch.distributed.get_process_group_ranks(mesh.get_group(i))]
+    except Exception:
+        return []
+
+
+def model_heads(model):
+    """(configured query heads, query heads the first query projection holds in this process,
+    its name), or None when the model does not say."""
+    cfg = getattr(model, "config", None)
+    heads = getattr(cfg, "num_attention_heads", None)
+    if not isinstance(heads, int) or heads < 1:
+        return None
+    hd = getattr(cfg, "head_dim", None)
+    if not isinstance(hd, int) or hd < 1:
+        hidden = getattr(cfg, "hidden_size", None)
+        if not isinstance(hidden, int) or hidden % heads:
+            return None
+        hd = hidden // heads
+    for name, w in _query_weights(model):
+        if _is_dtensor(w):
+            w = w.to_local()
+        rows = int(w.shape[0])
+        if rows % hd:
+            return None
+        return heads, rows // hd, name
+    return None
+
+
+def check_heads(model, d):
+    """Refuses (ValueError) a process whose query projection holds other heads than the
+    configuration's over the layout's tp_size."""
+    mh = model_heads(model)
+    if mh is None:
+        return
+    heads, local, name = mh
+    tp = int((d or {}).get("tp_size", 1) or 1)
+    if local * tp == heads:
+        return
+    raise ValueError(
+        "attnstat.torch.monitor: the model's configuration has %d attention heads, but %s holds "
+        "%d in this process%s: a shard of the heads (tensor parallelism?) that the layout does "
+        "not explain. Monitoring would store this process's heads as heads 0..%d of the whole "
+        "layer and pool them with other ranks' different heads. Pass layout={'tp_rank': r, "
+        "'tp_size': n} or a DeviceMesh with a 'tp' dimension (or shard the projections as "
+        "DTensors, which layout='auto' reads)"
+        % (heads, name, local, "" if tp == 1 else " with tp_size %d" % tp, local - 1))
+
+
+def resolve(layout, torch, layer_offset=None, model=None):
     """The layout as a dict of every field (attnstat._layout.as_dict), or None for no layout.
     Raises ValueError when a pipeline stage's layer_offset is unknown."""
     if layout is None:
@@ -97,6 +270,12 @@ def resolve(layout, torch, layer_offset=None):
         if layout != "auto":
             raise ValueError("layout is %r: 'auto', None, a dict or a DeviceMesh" % (layout,))
         found = from_megatron()
+        if found is None and model is not None:
+            found = from_model(model, torch) or None
+            if found is not None and "dp_size" not in found:
+                rest = from_torch_distributed(torch)
+                if rest is not None and found.get("tp_size", 1) == rest["dp_size"]:
+                    found.update(dp_rank=0, dp_size=1)  # the whole world is one TP group
         if found is None:
             found = from_torch_distributed(torch)
     elif hasattr(layout, "mesh_dim_names") and hasattr(layout, "get_local_rank"):
@@ -117,12 +296,17 @@ def resolve(layout, torch, layer_offset=None):
     return d
 
 
-def apply(client, layout, layer_offset, torch, warn):
+def apply(client, layout, layer_offset, torch, warn, model=None):
     """Says the resolved layout to the client (once: a layout the client already has from
-    Client(layout=...) is kept unless this one was given explicitly). warn(kind, msg) is the
-    monitor's warn-once."""
+    Client(layout=...) is kept unless this one was given explicitly) and returns it (a dict), or
+    None. With model=, refuses (ValueError) a process that holds heads no layout explains.
+    warn(kind, msg) is the monitor's warn-once."""
     explicit = (layout is not None and not isinstance(layout, str)) or layer_offset is not None
-    d = resolve(layout, torch, layer_offset)
+    d = resolve(layout, torch, layer_offset, model)
+    if getattr(client, "layout", None) is not None and not explicit:
+        d = client.layout
+    if model is not None and layout is not None:
+        check_heads(model, d)
     if d is None:
         return None
     if getattr(client, "layout", None) is not None and not explicit:

@@ -1,6 +1,8 @@
-"""attnstat.torch.monitor: the statistics of every attention call of an unmodified PyTorch model.
+"""attnstat.torch.monitor: the statistics of every attention call of an unmodified PyTorch model,
+eager or compiled.
 
     client = attnstat.Client(run="llama-1b", rank=rank)
+    model = torch.compile(model)                                   # or not
     with attnstat.torch.monitor(client, every=10, model=model):   # one forward = one step
         for batch in loader:
             loss = model(**batch).loss; loss.backward(); opt.step()
@@ -12,7 +14,7 @@ or, without model= (gradient accumulation, several forwards per step):
             ...
             mon.step()                  # or mon.step(global_step)
 
-The doors it watches (doors="auto": every one that is importable):
+The doors it watches (doors="auto": every one that is importable; _doors.py):
   - 'sdpa': torch.nn.functional.scaled_dot_product_attention, attn_mask included (boolean or
     additive, broadcastable to [B, H, Nq, Nk]);
   - 'flex': torch.nn.attention.flex_attention.flex_attention, a BlockMask's mask_mod evaluated
@@ -22,71 +24,89 @@ The doors it watches (doors="auto": every one that is importable):
     packed sequences, causal, window_size, softcap), when the package is importable;
   - 'transformers': with model= a transformers model, the attention function its config names
     (sdpa, eager, flash_attention_2/3, flex_attention) is wrapped in transformers' attention
-    interface, so that every call is seen with the model's own mask and the layer number is the
-    module's layer_idx; the doors above then stay quiet inside it (no call is pushed twice).
-While active, each door's function is replaced by a wrapper that calls the original, then pushes
-(query, key) of every call of every `every`-th step: layer = the module's layer_idx
-(transformers) or the index of the call within the forward pass. The originals are put back on
-exit, exceptions included. Modules that imported a function by name (`from
-torch.nn.functional import scaled_dot_product_attention`) do not see the patch: pass them as
-modules=[...] and their attribute is patched too.
+    interface, so that every call is seen with the model's own mask, attention sinks (gpt-oss)
+    and layer number (the module's layer_idx); the doors above then stay quiet inside it (no
+    call is pushed twice).
+However the model reaches them: through the module attribute, or imported by name into any
+loaded module (`from torch.nn.attention.flex_attention import flex_attention`); modules loaded
+while the monitor is active are looked at before each forward pass (or step). Layer = the
+module's layer_idx (transformers) or the index of the call within the forward pass.
+
+Compiled models (torch.compile, fullgraph=True included) are monitored with no graph break: under
+tracing a door puts a custom operator in the graph (_op.py) that pushes at run time, on the real
+tensors; it copies q and k on the stream first (compiled code reuses its buffers). Entering or
+leaving the monitor and changing `every` recompile nothing: after a compiled model has traced a
+door, the doors stay installed (transparent) when the monitor exits
+(attnstat.torch.uninstall() removes them). Calls inside a CUDA graph capture (mode=
+"reduce-overhead") are not monitored: skipped, counted and said once.
 
 Precision: under autocast, q and k often reach attention as float32 (rotary tables are float32)
 while the attention runs in the autocast dtype; compute_dtype='auto' (the default) tells the
-daemon to compute the logits in the autocast dtype for the sdpa and eager doors, so that the
-statistics are those of the attention the model computed (and run on the tensor cores).
+daemon to compute the logits in the dtype the attention computed in for the sdpa and eager doors,
+so that the statistics are those of the attention the model computed.
 
 Nothing is lost in silence: a call that cannot be described exactly is skipped, counted in
 .skipped (.skipped_by[kind]) and warned about once per kind; a push the daemon rejects or drops
 is counted in .rejected / .dropped (.rejected_by[reason]) and warned about once per reason, with
 the daemon's own words; a push that fails here is counted in .errors and warned about once
-(strict=True raises instead). Telemetry never stops training. CUDA tensors go to the daemon
-without a copy and without a device synchronisation; the client keeps them alive until the
-daemon has read them. Where the library has no GPU path, CUDA calls are skipped after one
-warning, or copied to the host with copy_to_host=True (that synchronises the device).
+(strict=True raises instead). A forward pass (with model=; a step without it) in which no
+attention call was seen is counted in .blind and said once with the likely causes, and so is one
+in which every call was skipped (.all_skipped). Telemetry never stops training. CUDA tensors go to
+the daemon without a device synchronisation; the client keeps them alive until the daemon has
+read them. Where the library has no GPU path, CUDA calls are skipped after one warning, or copied
+to the host with copy_to_host=True (that synchronises the device).
+
+Parallel layouts: layout='auto' finds tensor parallelism in the DTensor placements of the
+attention's query projections and refuses to start when a process holds a shard of the heads that
+no layout explains (_layout.py).
 """
 import re
-import sys
 import threading
 import warnings
 
 from .._client import AttnstatError
 from .. import _lib
-from . import _calls, _layout
+from . import _calls, _doors, _install, _layout
 
 _DOORS = ("sdpa", "flex", "flash_attn", "transformers")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
+_BLIND_WHY = ("the model's attention did not go through a door the monitor watches (a fused or "
+              "custom attention kernel, a function held where the monitor cannot see it: pass "
+              "its module as modules=[...]), or it ran inside a CUDA graph (torch.compile "
+              "mode='reduce-overhead', torch.cuda.graphs), or doors= leaves its door out")
 
 
 class monitor(object):
     """Context manager; see the module's documentation.
 
     client: an attnstat.Client. every: push every N-th step (1: every step). start_step: the step
-    number of the first step. model: an nn.Module whose forward pre-hook starts each forward pass
-    (and, with auto_step, each step); a transformers model also opens the 'transformers' door.
-    auto_step: advance the step at every forward of model (default: True when model is given).
-    layers: a container of layer indices to push (None: all). sample_every, sample_rows, seed,
-    softcap, window, want_results: passed to push(). modules: further modules whose
-    scaled_dot_product_attention attribute is patched. doors: 'auto' or a sequence of door names
-    ('sdpa', 'flex', 'flash_attn', 'transformers'). compute_dtype: 'auto' (the autocast dtype
-    where the door computes under autocast), None (the tensors' own) or a dtype name.
+    number of the first step. model: an nn.Module (compiled or not) whose forward pre-hook starts
+    each forward pass (and, with auto_step, each step); a transformers model also opens the
+    'transformers' door. auto_step: advance the step at every forward of model (default: True
+    when model is given). layers: a container of layer indices to push (None: all).
+    sample_every, sample_rows, seed, softcap, window, want_results: passed to push(). modules:
+    further modules whose attention attributes are patched (those that hold the original
+    functions are found on their own). doors: 'auto' or a sequence of door names ('sdpa',
+    'flex', 'flash_attn', 'transformers'). compute_dtype: 'auto' (the precision the attention
+    computed in, where the door computes under autocast), None (the tensors' own) or a dtype name.
     mask_bytes_max: the largest dense mask a flex_attention BlockMask is evaluated into.
-    compiled: what happens inside torch.compile'd code: 'skip' (default: nothing is pushed, the
-    compiled graph is untouched) or 'break' (a graph break around each push, so compiled models
-    are monitored too, at the price of the break; not with fullgraph=True).
+    compiled: inside torch.compile'd code, 'auto' (default: monitored through the custom
+    operator, no graph break) or 'skip' (counted in .skipped_by['compiled'], not pushed); 'break'
+    is taken as 'auto' (it used to add a graph break around each push).
     layout: this process's parallel layout, said to the daemon at __enter__ so that its heads and
-    layers get global numbers: 'auto' (Megatron-core's groups, else torch.distributed's ranks as
-    replicas), None, a dict or a DeviceMesh (torch/_layout.py). layer_offset: a pipeline stage's
-    first global layer (needed when the layout has pp_size > 1).
+    layers get global numbers: 'auto' (Megatron-core's groups, DTensor placements of the
+    attention's projections, else torch.distributed's ranks as replicas), None, a dict or a
+    DeviceMesh (torch/_layout.py). layer_offset: a pipeline stage's first global layer (needed
+    when the layout has pp_size > 1).
     """
 
     def __init__(self, client, every=1, sample_rows=0, sample_every=0, seed=0, model=None,
                  auto_step=None, start_step=0, layers=None, softcap=0.0, window=None,
                  want_results=False, modules=(), copy_to_host=False, strict=False,
-                 compiled="skip", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20,
+                 compiled="auto", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20,
                  layout="auto", layer_offset=None):
-        if compiled not in ("skip", "break"):
-            raise ValueError("compiled is %r: 'skip' or 'break'" % (compiled,))
+        if compiled not in ("auto", "skip", "break"):
+            raise ValueError("compiled is %r: 'auto' or 'skip'" % (compiled,))
         if int(every) < 1:
             raise ValueError("every is %r: must be >= 1" % (every,))
         if doors != "auto":
@@ -104,7 +124,7 @@ class monitor(object):
         self.copy_to_host = bool(copy_to_host)
         self.strict = bool(strict)
         self.modules = list(modules)
-        self.compiled = compiled
+        self.compiled = "skip" if compiled == "skip" else "auto"
         self.doors = doors
         self.compute_dtype = compute_dtype
         self.mask_bytes_max = int(mask_bytes_max)
@@ -121,24 +141,31 @@ class monitor(object):
         self.skipped = 0
         self.errors = 0
         self.rejected = 0
+        self.blind = 0           # forward passes (steps without model=) that saw no call
+        self.all_skipped = 0     # forward passes (steps) whose every call was skipped
+        self.compiled_calls = 0  # calls observed through the compiled graph's operator
         self.skipped_by = {}
         self.rejected_by = {}
         self.doors_open = []
+        self.layout_used = None  # the layout said to the client (a dict), or None
         self._lock = threading.Lock()
-        self._tls = threading.local()  # depth: inside a door's original (inner doors stay quiet)
         self._started_forward = False
+        self._pass_calls = self._pass_skipped = 0
         self._warned = set()
-        self._patched = []       # (holder, attribute or key, original, wrapper, kind)
-        self._hook = None
+        self._model_key = id(model) if model is not None else None
         self._active = False
         self._gpu_off = False
         self._torch = None
         self._ack_cb = None
-        self._observe = self._observe_eager
+        self._wanted = set(_DOORS if doors == "auto" else doors)
+        self._tp_size = 1
 
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
         """Ends the current step: the next call is layer 0 of step + 1 (or of `step`)."""
+        if self.model is None:
+            self._end_pass()
+            _install.refresh()
         with self._lock:
             self.current_step = self.current_step + 1 if step is None else int(step)
             self.layer_index = 0
@@ -158,24 +185,25 @@ class monitor(object):
         """The monitor's counters as a dict."""
         return {"calls": self.calls, "pushed": self.pushed, "dropped": self.dropped,
                 "skipped": self.skipped, "rejected": self.rejected, "errors": self.errors,
+                "blind": self.blind, "all_skipped": self.all_skipped,
+                "compiled_calls": self.compiled_calls,
                 "skipped_by": dict(self.skipped_by), "rejected_by": dict(self.rejected_by),
-                "doors": list(self.doors_open)}
+                "doors": list(self.doors_open), "layout": self.layout_used}
 
     def __enter__(self):
         import torch  # only here: the rest of attnstat never imports it
         self._torch = torch
-        _layout.apply(self.client, self.layout, self.layer_offset, torch, self._warn_once)
-        self._observe = self._observe_eager
-        if self.compiled == "break":
-            disable = getattr(getattr(torch, "compiler", None), "disable", None)
-            if disable is not None:  # a graph break: the push runs eagerly, on real tensors
-                self._observe = disable(self._observe_eager)
+        self.layout_used = _layout.apply(self.client, self.layout, self.layer_offset, torch,
+                                         self._warn_once, model=self.model)
+        self._tp_size = int((self.layout_used or {}).get("tp_size", 1) or 1)
+        _install.activate(self, torch)
         try:
             self._open_doors()
             if self.model is not None:
-                self._hook = self.model.register_forward_pre_hook(self._pre_hook)
+                _install.hook_model(self.model, torch)
+            _install.scan()
         except BaseException:
-            self._restore()
+            _install.deactivate(self)
             raise
         on_rejected = getattr(self.client, "on_rejected", None)
         if self._ack_cb is None and callable(on_rejected):
@@ -184,196 +212,77 @@ class monitor(object):
         return self
 
     def __exit__(self, *exc):
-        self._restore()
+        try:
+            if exc[0] is None and self.model is not None:
+                self._end_pass()  # without model=, the pass after the last step() is empty
+        finally:
+            self._active = False
+            self.doors_open = []
+            _install.deactivate(self)
         return False
 
     # ---- doors ----------------------------------------------------------------------------------
     def _want(self, door):
-        return self.doors == "auto" or door in self.doors
+        return door in self._wanted
 
     def _open_doors(self):
-        import torch.nn.functional as F
-        t = self._torch
+        required = self.doors != "auto"
         if self._want("transformers") and self.model is not None:
-            if self._open_transformers():
+            if _doors.open_transformers(self.model, self.mask_bytes_max):
                 self.doors_open.append("transformers")
-            elif self.doors != "auto":
+            elif required:
                 raise ValueError("doors names 'transformers' but model is not a transformers "
                                  "model (no config._attn_implementation)")
-        if self._want("sdpa"):
-            sdpa = self._door(_calls.from_sdpa, autocast=True)
-            for m in [F] + [m for m in self.modules if m is not F]:
-                self._patch(m, "scaled_dot_product_attention", sdpa)
+        if self._want("sdpa") and _doors.open_sdpa(self.modules):
             self.doors_open.append("sdpa")
-        if self._want("flex"):
-            fa = sys.modules.get("torch.nn.attention.flex_attention")
-            if fa is None:
-                try:
-                    import torch.nn.attention.flex_attention as fa
-                except Exception:
-                    fa = None
-            if fa is not None and hasattr(fa, "flex_attention"):
-                mb = self.mask_bytes_max
-                self._patch(fa, "flex_attention",
-                            self._door(lambda a, k: _calls.from_flex(a, k, mb)))
-                for m in self.modules:
-                    if hasattr(m, "flex_attention"):
-                        self._patch(m, "flex_attention",
-                                    self._door(lambda a, k: _calls.from_flex(a, k, mb)))
-                self.doors_open.append("flex")
-            elif self.doors != "auto":
-                raise ValueError("doors names 'flex' but this torch (%s) has no flex_attention"
-                                 % t.__version__)
-        if self._want("flash_attn"):
-            mods = []
-            try:
-                import flash_attn
-                mods.append(flash_attn)
-                iface = getattr(flash_attn, "flash_attn_interface", None)
-                if iface is not None:
-                    mods.append(iface)
-            except Exception:
-                if self.doors != "auto":
-                    raise
-            mods += [m for m in self.modules if hasattr(m, "flash_attn_func")
-                     or hasattr(m, "flash_attn_varlen_func")]
-            for m in mods:
-                if hasattr(m, "flash_attn_func"):
-                    self._patch(m, "flash_attn_func", self._door(_calls.from_flash))
-                if hasattr(m, "flash_attn_varlen_func"):
-                    self._patch(m, "flash_attn_varlen_func", self._door(_calls.from_flash_varlen))
-            if mods:
-                self.doors_open.append("flash_attn")
+        if self._want("flex") and _doors.open_flex(self.modules, self.mask_bytes_max, required):
+            self.doors_open.append("flex")
+        if self._want("flash_attn") and _doors.open_flash(self.modules, required):
+            self.doors_open.append("flash_attn")
 
-    def _open_transformers(self):
-        """Wraps the model's attention function in transformers' interface (and the modeling
-        modules' eager_attention_forward). False when model is not a transformers model."""
-        cfg = getattr(self.model, "config", None)
-        impl = getattr(cfg, "_attn_implementation", None)
-        if not isinstance(impl, str):
-            return False
-        try:
-            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        except Exception:
-            return False
-        mb = self.mask_bytes_max
-        autocast = impl.split("|")[-1] in ("sdpa", "eager")
-
-        def describe(impl_name):
-            def from_args(args, kwargs):
-                a = list(args) + [None] * max(0, 5 - len(args))
-                module, query, key = a[0], a[1], a[2]
-                mask = kwargs.get("attention_mask", a[4])
-                kw = dict(kwargs)
-                scaling = kw.pop("scaling", None)
-                return _calls.from_transformers(impl_name, module, query, key, mask, scaling,
-                                                kw, mb)
-            return from_args
-
-        if impl != "eager":
-            try:
-                orig = ALL_ATTENTION_FUNCTIONS[impl]
-            except Exception:
-                orig = None
-            if orig is not None:
-                self._patch_mapping(ALL_ATTENTION_FUNCTIONS, impl,
-                                    self._door(describe(impl), autocast=autocast, wrap=orig))
-        if impl == "eager" or "eager" in impl:
-            seen = set()
-            for sub in self.model.modules():
-                mod = sys.modules.get(type(sub).__module__)
-                if mod is None or id(mod) in seen or not hasattr(mod, "eager_attention_forward"):
-                    continue
-                seen.add(id(mod))
-                self._patch(mod, "eager_attention_forward",
-                            self._door(describe("eager"), autocast=True))
-        return True
-
-    def _door(self, describe, autocast=False, wrap=None):
-        """A factory of wrappers: given the original, a function that calls it and then observes
-        the call as `describe(args, kwargs)` describes it (inner doors stay quiet meanwhile)."""
-        mon = self
-
-        def make(orig):
-            def wrapper(*args, **kwargs):
-                tls = mon._tls
-                depth = getattr(tls, "depth", 0)
-                tls.depth = depth + 1
-                try:
-                    out = orig(*args, **kwargs)
-                finally:
-                    tls.depth = depth
-                if mon._active and depth == 0:
-                    try:
-                        mon._observe(describe, autocast, args, kwargs)
-                    except Exception as e:  # describing a call never stops the forward pass
-                        if mon.strict:
-                            raise
-                        mon.errors += 1
-                        mon._warn_once("observe", "a call could not be described and was "
-                                       "skipped: %r" % (e,))
-                return out
-            wrapper.__wrapped__ = orig
-            wrapper.__doc__ = getattr(orig, "__doc__", None)
-            wrapper.__name__ = getattr(orig, "__name__", "attention")
-            return wrapper
-        return make if wrap is None else make(wrap)
-
-    def _patch(self, holder, attr, make):
-        orig = getattr(holder, attr)
-        w = make(orig)
-        setattr(holder, attr, w)
-        self._patched.append((holder, attr, orig, w, "attr"))
-
-    def _patch_mapping(self, mapping, key, wrapper):
-        orig = mapping[key]
-        mapping[key] = wrapper
-        self._patched.append((mapping, key, orig, wrapper, "item"))
-
-    def _restore(self):
-        self._active = False
-        if self._hook is not None:
-            try:
-                self._hook.remove()
-            finally:
-                self._hook = None
-        while self._patched:
-            holder, attr, orig, w, kind = self._patched.pop()
-            # Someone who wrapped our wrapper after us keeps theirs; ours is then a pass-through.
-            if kind == "attr":
-                if getattr(holder, attr, None) is w:
-                    setattr(holder, attr, orig)
-            else:
-                try:
-                    if holder[attr] is w:
-                        holder[attr] = orig
-                except Exception:
-                    pass
-        self.doors_open = []
-
-    def _pre_hook(self, module, args):
+    # ---- forward passes -------------------------------------------------------------------------
+    def _forward_begin(self, key):
+        """A forward pass of a hooked model starts (eagerly, or through the compiled graph)."""
+        if key != self._model_key:
+            return
+        self._end_pass()
+        _install.refresh()
         with self._lock:
             if self.auto_step and self._started_forward:
                 self.current_step += 1
             self._started_forward = True
             self.layer_index = 0
-        return None
+
+    def _forward_compiled(self, key):
+        self._forward_begin(key)
+
+    def _end_pass(self):
+        """The forward pass (step) that ends: said once when it saw nothing, or skipped all."""
+        with self._lock:
+            calls, skipped = self._pass_calls, self._pass_skipped
+            started = self._started_forward if self.model is not None else True
+            self._pass_calls = self._pass_skipped = 0
+        if not started or not self._active:
+            return
+        what = "forward pass of the model" if self.model is not None else "step"
+        if calls == 0:
+            self.blind += 1
+            self._warn_once("blind", "a %s saw no attention call: %s. Nothing was pushed for "
+                            "it (counted in stats()['blind'])" % (what, _BLIND_WHY))
+        elif skipped == calls:
+            self.all_skipped += 1
+            self._warn_once("all-skipped", "every attention call of a %s was skipped (%s): the "
+                            "model is not monitored (counted in stats()['all_skipped'])"
+                            % (what, ", ".join("%s: %d" % kv for kv in
+                                               sorted(self.skipped_by.items()))))
 
     # ---- observing ------------------------------------------------------------------------------
-    def _compiling(self):
-        t = self._torch
-        for path in (("compiler", "is_compiling"), ("_dynamo", "is_compiling"),
-                     ("jit", "is_tracing")):
-            f = t
-            for p in path:
-                f = getattr(f, p, None)
-            if callable(f):
-                try:
-                    if f():
-                        return True
-                except Exception:
-                    pass
-        return False
+    def _jit_tracing(self):
+        f = getattr(getattr(self._torch, "jit", None), "is_tracing", None)
+        try:
+            return bool(callable(f) and f())
+        except Exception:
+            return False
 
     def _graph_capturing(self):
         """Whether the current CUDA stream is capturing a graph (for CUDA tensors only)."""
@@ -390,6 +299,7 @@ class monitor(object):
 
     def _skip(self, kind, why):
         self.skipped += 1
+        self._pass_skipped += 1
         self.skipped_by[kind] = self.skipped_by.get(kind, 0) + 1
         self._warn_once("skip:" + kind, why + " (counted in .skipped_by[%r])" % kind)
 
@@ -422,48 +332,146 @@ class monitor(object):
         except Exception:
             return None
 
-    def _observe_eager(self, describe, autocast, args, kwargs):
-        if self._compiling():
-            return
+    def _count(self):
+        """One call seen: (its index in the forward pass, the step, whether the step is pushed)."""
         with self._lock:
             index = self.layer_index
             self.layer_index += 1
             step = self.current_step
             self.calls += 1
-        if step % self.every != 0:
+            self._pass_calls += 1
+        return index, step, step % self.every == 0
+
+    def _observe_eager(self, door, args, kwargs, out):
+        if door.name not in self._wanted or not self._active or self._jit_tracing():
             return
-        call = describe(args, kwargs)
-        if isinstance(call, _calls.Skip):
-            self._skip(call.kind, call.why)
+        try:
+            index, step, sampled = self._count()
+            if not sampled:
+                return
+            call = door.describe(args, kwargs)
+            if isinstance(call, _calls.Skip):
+                self._skip(call.kind, call.why)
+                return
+            cd = None
+            if door.autocast:
+                cd = self._autocast_dtype(call.q)
+            elif self.compute_dtype not in ("auto", None):
+                cd = self.compute_dtype
+            self._push(call, step, index, cd, copy=False)
+        except Exception as e:  # describing or pushing a call never stops the forward pass
+            if self.strict:
+                raise
+            self.errors += 1
+            self._warn_once("observe", "a call could not be described and was skipped: %r"
+                            % (e,))
+
+    def _note_compiled(self, door, kind, why):
+        if door not in self._wanted or not self._active:
             return
+        self.compiled_calls += 1
+        _, _, sampled = self._count()
+        if sampled:
+            self._skip(kind, why)
+
+    def _observe_compiled(self, q, k, mask, cu_q, cu_k, sinks, door, layer, heads, causal,
+                          scale, wl, wr, softcap, layout, compute_dtype):
+        """The attnstat::observe operator at run time: a call of a compiled graph."""
+        if door not in self._wanted or not self._active:
+            return
+        try:
+            self.compiled_calls += 1
+            index, step, sampled = self._count()
+            if not sampled:
+                return
+            if self.compiled == "skip":
+                self._skip("compiled", "calls inside torch.compile'd code are not monitored "
+                           "(compiled='skip')")
+                return
+            call = _calls.Call(q, k, layout=layout, causal=causal, scale=scale or None,
+                               window=None if (wl < 0 and wr < 0) else (wl, wr), softcap=softcap,
+                               attn_mask=mask, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                               layer=None if layer < 0 else layer, sinks=sinks, heads=heads)
+            cd = compute_dtype or None
+            if self.compute_dtype != "auto":
+                cd = self.compute_dtype
+            self._push(call, step, index, cd, copy=True)
+        except Exception as e:
+            if self.strict:
+                raise
+            self.errors += 1
+            self._warn_once("observe", "a compiled call could not be pushed and was skipped: %r"
+                            % (e,))
+
+    def _heads_ok(self, call):
+        """Whether the call's query heads are what the model's configuration and the layout say
+        this process holds (else it is skipped: a shard is never stored as the whole layer)."""
+        if not call.heads:
+            return True
+        hq = int(call.q.shape[1] if call.layout == "bhnd" else call.q.shape[2])
+        if hq * self._tp_size == call.heads:
+            return True
+        self._skip("heads", "attention calls with %d query heads while the model's "
+                   "configuration has %d%s are not monitored: this process holds a shard of the "
+                   "heads that no layout explains (tensor parallelism the monitor did not find?). "
+                   "Pass layout={'tp_rank': r, 'tp_size': n} (or a DeviceMesh with a 'tp' "
+                   "dimension) so that local heads get their global numbers"
+                   % (hq, call.heads, "" if self._tp_size == 1 else
+                      " over tp_size %d" % self._tp_size))
+        return False
+
+    def _copy(self, t, dtype=None):
+        """A copy of a CUDA tensor on the stream (compiled code reuses its buffers once the
+        operator returns); dimensions broadcast by stride 0 stay broadcast."""
+        if t is None:
+            return None
+        for d, st in enumerate(t.stride()):
+            if st == 0 and t.shape[d] > 1:
+                t = t.narrow(d, 0, 1)
+        return t.detach().to(dtype) if dtype is not None else t.detach().clone()
+
+    def _push(self, call, step, index, cd, copy):
         layer = call.layer if call.layer is not None else index
         if self.layers is not None and layer not in self.layers:
             return
-        q, k = call.q, call.k
+        if not self._heads_ok(call):
+            return
+        q = call.q
         if getattr(q, "is_cuda", False):
             if self._graph_capturing():  # no push (event record, IPC, copy) inside a capture
                 self._skip("graph", "calls made while a CUDA graph is being captured are not "
-                           "monitored")
+                           "monitored (torch.compile mode='reduce-overhead' and CUDA graphs replay "
+                           "the attention without running the monitor: use the default mode or "
+                           "'max-autotune-no-cudagraphs' to monitor them)")
                 return
             if self.copy_to_host:
-                call.q, call.k = q.detach().cpu(), k.detach().cpu()
+                call.q, call.k = q.detach().cpu(), call.k.detach().cpu()
                 if call.attn_mask is not None:
                     call.attn_mask = call.attn_mask.detach().cpu()
+                if call.sinks is not None:
+                    call.sinks = call.sinks.detach().cpu()
             elif self._gpu_off:
                 self._skip("gpu", "CUDA calls are not monitored: this libattnstat has no GPU path")
                 return
+            elif copy:
+                t = self._torch
+                dt = getattr(t, cd) if cd in ("bfloat16", "float16") else None
+                call.q, call.k = self._copy(q, dt), self._copy(call.k, dt)
+                if dt is not None:
+                    cd = None  # rounded here, as the attention's autocast did
+                call.attn_mask = self._copy(call.attn_mask)
+                call.cu_seqlens_q = self._copy(call.cu_seqlens_q)
+                call.cu_seqlens_k = self._copy(call.cu_seqlens_k)
+            if call.sinks is not None and not self.copy_to_host:
+                call.sinks = call.sinks.detach().clone()  # the optimizer updates it in place
         kw = call.push_kwargs()
         kw.update(self._push_kw)
         if self._softcap and not call.softcap:
             kw["softcap"] = self._softcap
         if self._window is not None and call.window is None:
             kw["window"] = self._window
-        if autocast:
-            cd = self._autocast_dtype(q)
-            if cd is not None:
-                kw["compute_dtype"] = cd
-        elif self.compute_dtype not in ("auto", None):
-            kw["compute_dtype"] = self.compute_dtype
+        if cd is not None:
+            kw["compute_dtype"] = cd
         try:
             sent = self.client.push(step, layer, call.q, call.k, **kw)
         except Exception as e:  # a failing push or callback never stops the forward pass
@@ -488,10 +496,16 @@ class monitor(object):
 
     def __repr__(self):
         return ("<attnstat.torch.monitor step=%d every=%d calls=%d pushed=%d dropped=%d skipped=%d "
-                "rejected=%d errors=%d doors=%s%s>"
+                "rejected=%d errors=%d blind=%d doors=%s%s>"
                 % (self.current_step, self.every, self.calls, self.pushed, self.dropped,
-                   self.skipped, self.rejected, self.errors, ",".join(self.doors_open) or "-",
-                   " active" if self._active else ""))
+                   self.skipped, self.rejected, self.errors, self.blind,
+                   ",".join(self.doors_open) or "-", " active" if self._active else ""))
 
 
 Monitor = monitor
+
+
+def uninstall():
+    """Puts every door's original back (the monitor leaves them installed, transparent, once a
+    compiled graph has traced one: see the module's documentation)."""
+    _install.uninstall()

@@ -1,0 +1,130 @@
+"""Which attention functions are doors, where they live, and how each call is described.
+
+  - 'sdpa': torch.nn.functional.scaled_dot_product_attention;
+  - 'flex': torch.nn.attention.flex_attention.flex_attention;
+  - 'flash_attn': flash_attn_func / flash_attn_varlen_func of flash_attn (and its
+    flash_attn_interface);
+  - 'transformers': the attention function a transformers model's config names, in transformers'
+    attention mapping, and the modeling modules' eager_attention_forward.
+Each is installed in its home and, through _install.scan(), wherever a loaded module holds the
+original by name. One Door object per door and process: a later monitor reuses the wrappers (a
+compiled graph that traced them stays valid), with its own mask_bytes_max.
+"""
+import sys
+
+from . import _calls, _install
+
+_DOORS = {}
+
+
+def _door(key, name, describe, autocast=False):
+    d = _DOORS.get(key)
+    if d is None:
+        d = _DOORS[key] = _install.Door(name, describe, autocast)
+    return d
+
+
+def open_sdpa(modules):
+    d = _door("sdpa", "sdpa", _calls.from_sdpa, autocast=True)
+    _install.add_home("torch.nn.functional",
+                      lambda m: _install.patch(m, "scaled_dot_product_attention", d))
+    for m in modules:
+        if hasattr(m, "scaled_dot_product_attention"):
+            _install.patch(m, "scaled_dot_product_attention", d)
+    return True
+
+
+def open_flex(modules, mask_bytes_max, required):
+    d = _door("flex", "flex", None)
+    d.mask_bytes_max = mask_bytes_max
+    d.describe = lambda a, k: _calls.from_flex(a, k, d.mask_bytes_max)
+    if sys.modules.get("torch.nn.attention.flex_attention") is None:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except Exception:
+            if required:
+                raise ValueError("doors names 'flex' but this torch has no flex_attention")
+    fa = sys.modules.get("torch.nn.attention.flex_attention")
+    if fa is None or not hasattr(fa, "flex_attention"):
+        if required:
+            raise ValueError("doors names 'flex' but this torch has no flex_attention")
+        return False
+    _install.add_home("torch.nn.attention.flex_attention",
+                      lambda m: _install.patch(m, "flex_attention", d))
+    for m in modules:
+        if hasattr(m, "flex_attention"):
+            _install.patch(m, "flex_attention", d)
+    return True
+
+
+def open_flash(modules, required):
+    fn = _door("flash_attn_func", "flash_attn", _calls.from_flash)
+    varlen = _door("flash_attn_varlen_func", "flash_attn", _calls.from_flash_varlen)
+
+    def install(m):
+        ok = False
+        if hasattr(m, "flash_attn_func"):
+            ok = _install.patch(m, "flash_attn_func", fn) or ok
+        if hasattr(m, "flash_attn_varlen_func"):
+            ok = _install.patch(m, "flash_attn_varlen_func", varlen) or ok
+        return ok
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:
+        if required:
+            raise
+    opened = False
+    for home in ("flash_attn", "flash_attn.flash_attn_interface"):
+        _install.add_home(home, install)
+        opened = opened or sys.modules.get(home) is not None
+    for m in modules:
+        opened = install(m) or opened
+    return opened
+
+
+def open_transformers(model, mask_bytes_max):
+    """Wraps the model's attention function in transformers' mapping (and the modeling modules'
+    eager_attention_forward). False when model is not a transformers model."""
+    cfg = getattr(model, "config", None)
+    impl = getattr(cfg, "_attn_implementation", None)
+    if not isinstance(impl, str):
+        return False
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except Exception:
+        return False
+    autocast = impl.split("|")[-1] in ("sdpa", "eager")
+
+    def describe(impl_name, door):
+        def from_args(args, kwargs):
+            a = list(args) + [None] * max(0, 5 - len(args))
+            module, query, key = a[0], a[1], a[2]
+            mask = kwargs.get("attention_mask", a[4])
+            kw = dict(kwargs)
+            scaling = kw.pop("scaling", None)
+            return _calls.from_transformers(impl_name, module, query, key, mask, scaling, kw,
+                                            door.mask_bytes_max)
+        return from_args
+
+    if impl != "eager":
+        try:
+            orig = ALL_ATTENTION_FUNCTIONS[impl]
+        except Exception:
+            orig = None
+        if orig is not None:
+            d = _door("transformers:" + impl, "transformers", None, autocast)
+            d.mask_bytes_max = mask_bytes_max
+            d.describe = describe(impl, d)
+            _install.patch(ALL_ATTENTION_FUNCTIONS, impl, d, item=True)
+    if impl == "eager" or "eager" in impl:
+        d = _door("transformers:eager", "transformers", None, True)
+        d.mask_bytes_max = mask_bytes_max
+        d.describe = describe("eager", d)
+        seen = set()
+        for sub in model.modules():
+            mod = sys.modules.get(type(sub).__module__)
+            if mod is None or id(mod) in seen or not hasattr(mod, "eager_attention_forward"):
+                continue
+            seen.add(id(mod))
+            _install.patch(mod, "eager_attention_forward", d)
+    return True
