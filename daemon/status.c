@@ -14,7 +14,9 @@
 #include "runs.h"
 #include "storer.h"
 
-#define STATUS_MAX_WORKERS 16
+/* Every worker the pool can hold (DEVICES_MAX_CPU CPU workers and the GPUs' beside them): a list cut
+ * short left out the GPU workers, added last, on hosts with 16 CPUs or more. */
+#define STATUS_MAX_WORKERS (DEVICES_MAX_CPU + GPU_MAX_LOCAL)
 
 void status_send(const stage_ctx *x, conn *to)
 {

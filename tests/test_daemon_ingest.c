@@ -190,7 +190,7 @@ START_TEST(test_push_stored_equals_reference)
     cpu_set_t set;
     ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
     uint32_t ncpu = (uint32_t)CPU_COUNT(&set) < 32 ? (uint32_t)CPU_COUNT(&set) : 32;
-    ck_assert_uint_eq(st->status_reply->n_workers, ncpu < 16 ? ncpu : 16);
+    ck_assert_uint_eq(st->status_reply->n_workers, ncpu);
     ck_assert_str_eq(st->status_reply->workers[0]->name, "cpu");
     ck_assert_uint_eq(st->status_reply->n_client_list, 1);
     ck_assert_str_eq(st->status_reply->client_list[0]->run, "ingest");
@@ -201,6 +201,26 @@ START_TEST(test_push_stored_equals_reference)
     ck_assert_int_eq(dh_stop(&f.d), 0);
     dh_shm_destroy(&f.shm);
     dh_cleanup(&f.d, 0);
+}
+END_TEST
+
+/* Every worker is listed: 32 CPU workers (the most there can be) and none left out, as the GPU
+ * workers were, added after the CPU workers, when the list stopped at 16. */
+START_TEST(test_status_lists_every_worker)
+{
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--cpu-workers", "32", (const char *)NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    Attnstat__Envelope *st = dh_status(&c);
+    ck_assert_uint_eq(st->status_reply->n_workers, 32);
+    ck_assert_str_eq(st->status_reply->workers[0]->name, "cpu");
+    ck_assert_str_eq(st->status_reply->workers[31]->name, "cpu31");
+    attnstat__envelope__free_unpacked(st, NULL);
+    dh_close(&c);
+    ck_assert_int_eq(dh_stop(&d), 0);
+    dh_cleanup(&d, 0);
 }
 END_TEST
 
@@ -348,6 +368,7 @@ static Suite *daemon_ingest_suite(void)
     TCase *tc = tcase_create("ingest");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_push_stored_equals_reference);
+    tcase_add_test(tc, test_status_lists_every_worker);
     tcase_add_test(tc, test_sigterm_drains_queue);
     tcase_add_test(tc, test_queue_bounded_by_work);
     tcase_add_test(tc, test_client_inflight_cap);
