@@ -16,6 +16,24 @@ the Python binding, in a process of its own.
         flex_attention with BlockMasks (a document mask, causal within each document; a causal
         sliding window) under attnstat.torch.monitor(doors=("flex",)); saves q, k, the masks'
         definitions, the results and the counters
+    gpu_trainer.py llama-compiled SOCKET OUT.pt [--fullgraph] [--local]
+        the Llama model of 'llama' under torch.compile (default mode; --fullgraph: fullgraph=True,
+        the monitor's model= the inner module, whose hook is then traced), monitored at the
+        defaults; then left and entered again with every=2: saves what each push carried (q, k,
+        mask, options), the results, the counters, graph breaks and the graphs compiled before
+        and after the second monitor
+    gpu_trainer.py flex-byname SOCKET OUT.pt [--compile]
+        flex_attention imported by name into this module (`from ... import flex_attention`) with
+        a document BlockMask, eager or inside a torch.compile'd function, monitored at the
+        defaults; saves what each push carried
+    gpu_trainer.py gptoss SOCKET OUT.pt [--compile]
+        transformers' gpt-oss (attention sinks, sliding window on alternate layers, eager
+        attention) trains a step monitored at the defaults; saves what each push carried (sinks
+        included)
+    gpu_trainer.py tp SOCKET OUT_PREFIX (run under torch.distributed.run, 2 processes)
+        a Llama sharded as torchtitan shards it (DTensor ColwiseParallel q/k/v, RowwiseParallel
+        o over a 1-D DeviceMesh "tp"), monitored at the defaults (layout="auto"); each rank saves
+        what its pushes carried and the layout the monitor found
     gpu_trainer.py loop SOCKET READY_FILE [--run NAME]
         pushes forever (zero-copy), touching READY_FILE once 20 pushes were acknowledged
     gpu_trainer.py memory SOCKET OUT.json
@@ -32,6 +50,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 import torch
 
@@ -249,6 +268,191 @@ def run_flex(args):
     _save_monitored(args, client, mon, calls, results, {"doc": doc, "window": 64})
 
 
+def record_pushes(client):
+    """What each push carried (host copies), appended to the returned list as the client is
+    called: exactly the tensors and options the daemon computes from."""
+    pushes = []
+    push = client.push
+
+    def recording(step, layer, q, k, **kw):
+        rec = dict(step=step, layer=layer, q=q.detach().cpu(), k=k.detach().cpu(),
+                   causal=kw.get("causal", False), scale=kw.get("scale") or None,
+                   layout=kw.get("layout", "bhnd"))
+        if kw.get("attn_mask") is not None:
+            rec["mask"] = kw["attn_mask"].detach().cpu()
+        if kw.get("sinks") is not None:
+            rec["sinks"] = kw["sinks"].detach().float().cpu()
+        if kw.get("compute_dtype"):
+            rec["compute"] = getattr(torch, kw["compute_dtype"])
+        if kw.get("window") is not None:
+            rec["window"] = tuple(kw["window"])
+        ok = push(step, layer, q, k, **kw)
+        rec["sent"] = ok
+        pushes.append(rec)
+        return ok
+    client.push = recording
+    return pushes
+
+
+def _graphs():
+    from torch._dynamo.utils import counters
+    return (int(counters["stats"]["unique_graphs"]),
+            int(sum(counters["graph_break"].values())))
+
+
+def _small_llama(dev, seed, heads=8, kv=2, layers=3):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=32 * heads, intermediate_size=512,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv, max_position_embeddings=1024,
+                      attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).to(dev)
+
+
+def run_llama_compiled(args):
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    model = _small_llama(dev, args.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    B, N = 3, 256
+    ids = torch.randint(0, 512, (B, N), device=dev)
+    mask = torch.ones(B, N, dtype=torch.long, device=dev)
+    mask[1, N - 60:] = 0
+    mask[2, N - 131:] = 0
+    cm = torch.compile(model, fullgraph=args.fullgraph)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    pushes = record_pushes(client)
+
+    def train(n):
+        for _ in range(n):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = cm(input_ids=ids, attention_mask=mask, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    hooked = model if args.fullgraph else cm
+    mons, graphs = [], []
+    for every, start, steps in ((1, 0, 2), (2, 10, 4), (1, 20, 1)):
+        with at.monitor(client, every=every, start_step=start, model=hooked,
+                        want_results=True) as mon:
+            train(steps)
+        mons.append(mon)
+        graphs.append(_graphs())
+    total = types.SimpleNamespace(skipped_by={})
+    for k in ("calls", "pushed", "skipped", "rejected", "dropped", "errors"):
+        setattr(total, k, sum(getattr(m, k) for m in mons))
+    for m in mons:
+        for kind, n in m.skipped_by.items():
+            total.skipped_by[kind] = total.skipped_by.get(kind, 0) + n
+    _save_monitored(args, client, total, pushes, results,
+                    {"graphs": graphs, "each": [m.stats() for m in mons]})
+
+
+from torch.nn.attention.flex_attention import flex_attention  # noqa: E402  by name, as users do
+
+
+def run_flex_byname(args):
+    import torch.nn.attention.flex_attention as fa
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    g = torch.Generator().manual_seed(args.seed)
+    B, H, N, D = 2, 4, 256, 64
+    doc = torch.zeros(N, dtype=torch.int32)
+    doc[100:] = 1
+    doc[190:] = 2
+    doc_dev = doc.to(dev)
+
+    def document(b, h, qi, ki):
+        return (doc_dev[qi] == doc_dev[ki]) & (ki <= qi)
+    bm = fa.create_block_mask(document, B=None, H=None, Q_LEN=N, KV_LEN=N, device=dev)
+
+    def layer(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm)
+    fn = torch.compile(layer, fullgraph=True) if args.compile else layer
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer_, heads: results.__setitem__((step, layer_), heads))
+    pushes = record_pushes(client)
+    with at.monitor(client, every=1, want_results=True) as mon:
+        for step in range(2):
+            for _ in range(2):
+                q = (torch.randn(B, H, N, D, generator=g) * 1.5).to(dev, torch.bfloat16)
+                k = torch.randn(B, H, N, D, generator=g).to(dev, torch.bfloat16)
+                v = torch.randn(B, H, N, D, generator=g).to(dev, torch.bfloat16)
+                fn(q, k, v)
+            mon.step()
+    _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs(), "doc": doc})
+
+
+def run_gptoss(args):
+    from transformers import GptOssConfig, GptOssForCausalLM
+    import attnstat.torch as at
+    torch.manual_seed(args.seed)
+    dev = torch.device("cuda", 0)
+    cfg = GptOssConfig(vocab_size=512, hidden_size=256, intermediate_size=256,
+                       num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                       head_dim=32, num_local_experts=4, num_experts_per_tok=2,
+                       sliding_window=64, max_position_embeddings=1024,
+                       layer_types=["sliding_attention", "full_attention"],
+                       attn_implementation="eager")
+    model = GptOssForCausalLM(cfg).to(dev)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "sinks"):
+                m.sinks.normal_(0.0, 2.0)  # sinks that matter: some above the rows' logits
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 512, (2, 160), device=dev)
+    fwd = torch.compile(model) if args.compile else model
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    pushes = record_pushes(client)
+    with at.monitor(client, every=1, model=fwd, want_results=True) as mon:
+        for _ in range(2):
+            loss = fwd(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs()})
+
+
+def run_tp(args):
+    """One rank of a 2-way tensor-parallel Llama (torchtitan's plan)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    import attnstat.torch as at
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    dev = torch.device("cuda", rank)
+    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("tp",))
+    model = _small_llama(dev, args.seed, heads=16, kv=4, layers=2)
+    for layer in model.model.layers:
+        parallelize_module(layer.self_attn, mesh, {"q_proj": ColwiseParallel(),
+                                                   "k_proj": ColwiseParallel(),
+                                                   "v_proj": ColwiseParallel(),
+                                                   "o_proj": RowwiseParallel()})
+    g = torch.Generator(device=dev).manual_seed(args.seed)
+    ids = torch.randint(0, 512, (2, 128), device=dev, generator=g)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=rank)
+    pushes = record_pushes(client)
+    with at.monitor(client, every=1, model=model) as mon:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            model(input_ids=ids).logits.sum().backward()
+    if not client.flush(timeout_s=120):
+        raise SystemExit("flush timed out: %s" % client.stats())
+    torch.save(dict(pushes=pushes, monitor=mon.stats(), stats=client.stats(), rank=rank),
+               "%s.%d.pt" % (args.out, rank))
+    client.close()
+    dist.destroy_process_group()
+    print(json.dumps(mon.stats(), default=str))
+
+
 def run_loop(args):
     dev = torch.device("cuda", 0)
     client = attnstat.Client(socket=args.socket, run=args.run, rank=1, devices=[0])
@@ -407,7 +611,8 @@ def run_memory(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex"))
+    ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
+                                     "llama-compiled", "flex-byname", "gptoss", "tp"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -418,9 +623,13 @@ def main():
                     help="values, llama: compute in this process (Client(local_compute=True))")
     ap.add_argument("--cases", default="paths", choices=("paths", "inputs"),
                     help="values: make_cases (paths) or make_input_cases (inputs)")
+    ap.add_argument("--fullgraph", action="store_true", help="llama-compiled: fullgraph=True")
+    ap.add_argument("--compile", action="store_true", help="flex-byname, gptoss: compiled")
     args = ap.parse_args()
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
-     "memory": run_memory, "llama": run_llama, "flex": run_flex}[args.mode](args)
+     "memory": run_memory, "llama": run_llama, "flex": run_flex,
+     "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
+     "gptoss": run_gptoss, "tp": run_tp}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ def reference(c):
     and bf16 for plain float32 (the GPU's float32 mode, stats_cuda.h). Masks follow SDPA: boolean
     True = the key takes part; additive values are added to the logits, -inf and the dtype's
     lowest value exclude the key; the max logit is the largest logit without the additive values.
-    Rows that see no key are left out."""
+    Rows that see no key are left out. c["sinks"] ([Hq]): each head's sink logit joins every
+    row's softmax as one more outcome (not in the max logit)."""
     q, k = c["q"], c["k"]
     if c.get("layout") == "bnhd":
         q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -171,13 +172,16 @@ def reference(c):
                 bias = torch.where(out, torch.zeros_like(s), m.double())
         m_raw = s.masked_fill(~keep, float("-inf")).max(dim=-1).values
         sb = (s + bias).masked_fill(~keep, float("-inf"))
+        ok = torch.isfinite(sb.max(dim=-1).values)
+        if c.get("sinks") is not None:  # one more outcome per row: the head's sink logit
+            sk = c["sinks"].double().view(hq, 1, 1).expand(hq, lq, 1)
+            sb = torch.cat([sb, sk], dim=-1)
         m = sb.max(dim=-1).values
         t = sb - m.unsqueeze(-1)
         p = torch.exp(t)
         l = p.sum(-1)
         w = torch.where(torch.isfinite(t), p * t, torch.zeros_like(t)).sum(-1)
         h = torch.log(l) - w / l
-        ok = torch.isfinite(m)
         for hh in range(hq):
             ent[hh].append(h[hh][ok[hh]].clamp_min(0))
             mx[hh].append(m_raw[hh][ok[hh]])
@@ -440,6 +444,133 @@ class TestGPU(unittest.TestCase):
             got = data["results"].get((c["step"], c["layer"]))
             self.assertIsNotNone(got, "no result for %s" % c["mask_name"])
             compare_heads(case, {h["head"]: h for h in got}, bad)
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    # ---- the jobs people run: compiled, imported by name, sinks, tensor parallelism -------------
+    def pushed_values(self, data, want):
+        """Every push the monitor made (what it carried, recorded as it was called) against
+        float64, and their number."""
+        pushes = data["calls"]
+        self.assertEqual(len(pushes), want, "pushes: %d, expected %d" % (len(pushes), want))
+        bad = []
+        for p in pushes:
+            self.assertTrue(p["sent"])
+            case = dict(p, name="step %d layer %d" % (p["step"], p["layer"]))
+            got = data["results"].get((p["step"], p["layer"]))
+            self.assertIsNotNone(got, "no result for step %d layer %d" % (p["step"], p["layer"]))
+            compare_heads(case, {h["head"]: h for h in got}, bad)
+        self.assertEqual(bad, [], "\n".join(bad))
+
+    def compiled_llama(self, extra):
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        data, r = self.monitored("llama-compiled", extra)
+        first, second, third = data["each"]
+        # 3 layers: steps 0-1 every step; 10-13 every 2nd (10, 12); step 20
+        self.assertEqual([m["pushed"] for m in data["each"]], [6, 6, 3], data["each"])
+        self.assertEqual([m["calls"] for m in data["each"]], [6, 12, 3], data["each"])
+        self.assertEqual(first["compiled_calls"], 6, first)
+        self.assertEqual([m["blind"] for m in data["each"]], [0, 0, 0])
+        self.pushed_values(data, 15)
+        for p in data["calls"]:
+            self.assertIn("mask", p, "a padded batch comes with a mask")
+        (g1, b1), (g2, b2), (g3, b3) = data["graphs"]
+        self.assertEqual((b1, b2, b3), (0, 0, 0), "graph breaks")
+        self.assertEqual((g2, g3), (g1, g1), "leaving and entering the monitor, every=2, "
+                         "recompiled: graphs %s" % (data["graphs"],))
+
+    def test_14_llama_compiled(self):
+        """A transformers Llama under torch.compile (default mode), bf16 autocast, padded batch,
+        monitor(model=compiled) at the defaults: every call pushed, 0 graph breaks, no
+        recompilation when the monitor is left and entered again or every changes, values equal
+        float64."""
+        self.compiled_llama(())
+
+    def test_15_llama_compiled_fullgraph(self):
+        """The same with fullgraph=True, the monitor's hook on the inner module (traced)."""
+        self.compiled_llama(("--fullgraph",))
+
+    def test_16_llama_compiled_local(self):
+        """The compiled Llama in local mode (the kernel in the trainer's process)."""
+        self.compiled_llama(("--local",))
+
+    def test_17_flex_imported_by_name(self):
+        """flex_attention imported by name (from ... import flex_attention), eager and inside a
+        compiled function (fullgraph): every call pushed with its BlockMask, values equal
+        float64 of the same mask."""
+        if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
+            self.skipTest("this PyTorch has no flex_attention")
+        for extra in ((), ("--compile",)):
+            data, r = self.monitored("flex-byname", extra)
+            doc = data["doc"]
+            n = doc.numel()
+            i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+            want = (doc.view(-1, 1) == doc.view(1, -1)) & (j <= i)
+            for p in data["calls"]:
+                self.assertTrue(torch.equal(p["mask"][0, 0].bool(), want), "flex mask")
+            self.pushed_values(data, 4)
+
+    def test_18_gptoss_sinks(self):
+        """transformers' gpt-oss (sinks, a sliding window on alternate layers) at the defaults:
+        every call pushed with its sinks, entropy of the sink-augmented softmax equal float64;
+        compiled too."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        try:
+            from transformers import GptOssConfig  # noqa: F401
+        except ImportError:
+            self.skipTest("this transformers has no gpt-oss")
+        for extra in ((), ("--compile",)):
+            data, r = self.monitored("gptoss", extra)
+            for p in data["calls"]:
+                self.assertIn("sinks", p)
+            self.pushed_values(data, 2 * 2)
+
+    def test_19_tensor_parallel_two_gpus(self):
+        """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
+        two GPUs, monitor at layout='auto': every global head stored once, rank 1's heads as
+        8..15, values equal float64 of what each rank pushed."""
+        if torch.cuda.device_count() < 2:
+            self.skipTest("one GPU: tensor parallelism needs two")
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        out = os.path.join(self.tmp.name, "tp")
+        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc_per_node", "2", TRAINER, "tp", self.d.socket, out, "--run",
+                            "tp"], env=e, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
+        ranks = [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+        local = None
+        for d in ranks:
+            self.assertEqual((d["monitor"]["layout"]["tp_rank"], d["monitor"]["layout"]["tp_size"]),
+                             (d["rank"], 2))
+            self.assertEqual(d["monitor"]["pushed"], 2, d["monitor"])
+            local = d["pushes"][0]["q"].shape[1]
+        self.assertEqual(local, 8)
+        import sqlite3
+        want = 2 * 16
+        deadline = time.monotonic() + 60
+        while True:
+            with sqlite3.connect(self.d.db) as db:
+                rows = db.execute("SELECT layer, head, rows, entropy_mean, max_logit FROM samples "
+                                  "JOIN runs ON runs.id = run_id WHERE runs.name = 'tp' "
+                                  "ORDER BY layer, head").fetchall()
+            if len(rows) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual([(l, h) for l, h, *_ in rows],
+                         [(l, h) for l in range(2) for h in range(16)])
+        stored = {(l, h): (n, e, m) for l, h, n, e, m in rows}
+        bad = []
+        for d in ranks:
+            for p in d["pushes"]:
+                for hh, (mean, mn, mxe, ml, n) in reference(p).items():
+                    g = stored[(p["layer"], d["rank"] * local + hh)]
+                    if g[0] != n or abs(g[1] - mean) > 1e-4 * abs(mean) + 1e-6 or \
+                            abs(g[2] - ml) > 1e-5 * abs(ml) + 1e-5:
+                        bad.append("rank %d layer %d head %d: stored %s, float64 %s"
+                                   % (d["rank"], p["layer"], hh, g, (n, mean, ml)))
         self.assertEqual(bad, [], "\n".join(bad))
 
 
