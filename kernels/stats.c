@@ -151,6 +151,10 @@ stats_status stats_validate(const stats_problem *p, stats_error *err)
         if (st != STATS_OK)
             return st;
     }
+    if (p->sinks && p->sinks_dtype != STATS_F32 && p->sinks_dtype != STATS_F16 &&
+        p->sinks_dtype != STATS_BF16)
+        return fail(err, "sinks dtype %d is not f32=0, f16=1 or bf16=2 (one sink logit per query "
+                    "head)", (int)p->sinks_dtype);
     if (!(p->collapse_threshold == 0.0f ||
           (p->collapse_threshold > 0.0f && p->collapse_threshold <= 1.0f)))
         return fail(err, "collapse_threshold %g must be 0 (default %.2f) or in (0, 1]",

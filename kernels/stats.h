@@ -11,6 +11,7 @@
  *     m_i  = max_j s_ij                       (the reported "max logit")
  *     p_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i)
  *     H_i  = -sum_j p_ij ln p_ij              (nats; in [0, ln n_i] with n_i visible keys)
+ * With attention sinks, the head's sink is one more outcome of the distribution (below).
  * K head for query head h is h / (Hq / Hkv) (grouped-query attention).
  *
  * Visibility (FlashAttention's conventions). With Lq, Lk the lengths of the row's sequence and
@@ -48,6 +49,20 @@
  * logit, which stays the largest softcap(scale * q.k) over the keys that take part. The visible
  * keys of a row need not be contiguous; n_i counts them. Masks do not combine with packed
  * sequences.
+ *
+ * Attention sinks (gpt-oss's `sinks`, `s_aux`). When sinks is set, query head h has a sink logit
+ * s_h that joins every row's softmax as one more outcome (the sink takes part in the distribution
+ * but is not a key): row i's distribution is over its n_i visible keys and the sink,
+ *     p_ij = exp(s_ij - m') / (sum_j exp(s_ij - m') + exp(s_h - m')),   m' = max(m_i, s_h),
+ * and H_i is that distribution's entropy (n_i + 1 outcomes; the sink's own term included).
+ * s_h is taken as given: not multiplied by scale, not softcapped, not masked. s_h = -inf is no
+ * sink (that head's rows are exactly as without sinks); a NaN or +inf s_h makes every row of the
+ * head that sees a key non-finite (nonfinite_rows, excluded), like a NaN logit. The normalised
+ * entropy divides by ln(n_i + 1), so a row with one visible key and a sink counts in rows_norm.
+ * The reported max logit stays m_i, the largest logit over the visible keys (the sink is not one:
+ * m_i is what QK-Clip compares with tau). A row with no visible key still has no distribution
+ * (rows_empty). sinks is [Hq] contiguous, of sinks_dtype (F32, F16 or BF16), where the tensors
+ * live (host for the CPU backends, device for CUDA).
  *
  * Precision of the logits. compute_dtype is the dtype q and k are rounded to (round to nearest
  * even) before the dot products, as attention under autocast computes them: STATS_BF16 or
@@ -119,6 +134,8 @@ typedef struct {
     stats_dtype compute_dtype; /* precision of the logits' inputs (see above); 0: STATS_F32 */
     stats_tensor mask;         /* mask.ptr NULL: none; [B|1, Hq|1, Nq, Nk] (see above) */
     stats_dtype mask_dtype;    /* STATS_BOOL, or STATS_F32 / F16 / BF16 (additive) */
+    const void *sinks;         /* NULL: none; [heads_q] sink logits, one per query head (above) */
+    stats_dtype sinks_dtype;   /* STATS_F32, F16 or BF16 */
 } stats_problem;
 
 #define STATS_MAX_HEAD_DIM 256
@@ -129,15 +146,18 @@ typedef struct {
 /* Statistics of one query head over every batch entry and every counted row. */
 typedef struct {
     int64_t rows;            /* rows counted: sampled, >= 1 visible key, finite logits */
-    int64_t rows_norm;       /* of those, rows with >= 2 visible keys (normalised entropy defined) */
+    int64_t rows_norm;       /* of those, rows with >= 2 outcomes: visible keys, plus the head's
+                                sink when it has one (normalised entropy defined) */
     int64_t rows_empty;      /* sampled rows with no visible key (excluded) */
     int64_t nonfinite_rows;  /* sampled rows whose logits had NaN or Inf (excluded) */
     double entropy_mean;     /* nats; NaN when rows == 0 */
     double entropy_std;      /* population standard deviation; NaN when rows == 0 */
     double entropy_min;      /* NaN when rows == 0 */
     double entropy_max;      /* NaN when rows == 0 */
-    double entropy_norm_mean;/* mean of H_i / ln(n_i) over rows_norm rows; NaN when rows_norm == 0 */
-    double collapsed_frac;   /* fraction of rows_norm rows with H_i / ln(n_i) < collapse threshold */
+    double entropy_norm_mean;/* mean of H_i / ln(n_i) (ln(n_i + 1) with a sink) over rows_norm
+                                rows; NaN when rows_norm == 0 */
+    double collapsed_frac;   /* fraction of rows_norm rows whose normalised entropy is under the
+                                collapse threshold */
     double max_logit;        /* max of m_i over counted rows; -inf when rows == 0 */
     int32_t sampled;         /* 1 when the rows were sampled (means are estimates, max a lower bound) */
 } stats_head;

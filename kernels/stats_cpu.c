@@ -7,7 +7,8 @@
  * are large and H small, the regime the alerts are for). When a tile raises the running max by
  * d = m_old - m_new < 0:
  *     l <- a * l,   w <- a * (w + d * l_old),   a = exp(d)
- * guarded on the first tile, where m = -inf and l = 0 (d * l would be -inf * 0 = NaN). */
+ * guarded on the first tile, where m = -inf and l = 0 (d * l would be -inf * 0 = NaN).
+ * An attention sink is one more outcome, folded into the row's final state (row_finish). */
 #include "stats.h"
 #include "stats_cpu_common.h"
 
@@ -97,16 +98,28 @@ static void row_update(row_state *st, const double *q, const double *k, int64_t 
     }
 }
 
-static void row_finish(const row_state *st, int64_t visible, row_result *out)
+/* A row's result from its final state over its visible keys and its head's sink logit (-inf: no
+ * sink). A sink is one more outcome: folded into (m, l, w) as the state (sink, 1, 0), the way the
+ * online update merges two states; the max logit stays the keys'. A NaN or +inf sink makes the
+ * row non-finite, like a NaN logit. */
+static void row_finish(const row_state *st, int64_t visible, double sink, row_result *out)
 {
-    out->visible = visible;
+    out->outcomes = visible;
     out->finite = st->finite;
-    if (!st->finite) {
+    double m = st->m, l = st->l, w = st->w;
+    if (out->finite && sink != -INFINITY) {
+        out->outcomes++;
+        if (sink < INFINITY) /* NaN is not */
+            sink_fold(&m, &l, &w, sink);
+        else
+            out->finite = 0;
+    }
+    if (!out->finite) {
         out->entropy = NAN;
         out->max_logit = NAN;
         return;
     }
-    double h = log(st->l) - st->w / st->l;
+    double h = log(l) - w / l;
     out->entropy = h > 0.0 ? h : 0.0;
     out->max_logit = st->mraw;
 }
@@ -261,6 +274,7 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
             }
             for (int g = 0; g < group; g++) {
                 int h = kvh * group + g;
+                const double sink = head_sink(p, h);
                 for (int64_t sj = 0; sj < nsamp; sj++) {
                     int64_t i = stats_row_of_sample((uint32_t)sj, (uint32_t)lq, p->sample_every,
                                                     p->sample_rows, p->sample_seed);
@@ -272,7 +286,7 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                         continue;
                     }
                     row_result r;
-                    row_finish(rs, rs->nvis, &r);
+                    row_finish(rs, rs->nvis, sink, &r);
                     acc_row(&acc[h], &r, collapse);
                     row_out(p, tb, h, q0, i, &r, row_entropy, row_maxlogit);
                 }

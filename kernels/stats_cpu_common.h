@@ -1,6 +1,7 @@
 /* stats_cpu_common.h — the pieces both CPU backends share (kernels/stats_cpu.c, the reference, and
  * kernels/stats_cpu_fast.c): dtype conversion and rounding to the compute dtype, mask elements,
- * the visible key range of a row, per-row results and their per-head accumulation in double.
+ * the visible key range of a row, attention sinks, per-row results and their per-head accumulation
+ * in double.
  * Stage: kernels (private to kernels/; not installed); calls libc and libm only. Everything here is
  * static inline so each backend compiles it as its own code. */
 #ifndef ATTNSTAT_STATS_CPU_COMMON_H
@@ -150,11 +151,42 @@ static inline void visible_range(const stats_problem *p, int64_t i, int64_t off,
         *lo = i + off - p->window_left;
 }
 
+/* ---- attention sinks ------------------------------------------------------------------------ */
+
+/* The sink logit of query head h (stats.h), -inf when the problem has none. */
+static inline double head_sink(const stats_problem *p, int h)
+{
+    if (!p->sinks)
+        return -INFINITY;
+    return load_elem(p->sinks, h, p->sinks_dtype, p->sinks_dtype);
+}
+
+/* Folds a finite sink logit s into a row's final online state (running max *m, l = sum e^(x - m),
+ * w = sum e^(x - m) (x - m), over at least one key) as the one-element state (s, 1, 0): the
+ * online update when the max moves to s, or one more term when it does not. Guarded where an
+ * exponential underflows to 0 (the distance between s and *m may be infinite in double; 0 * -inf
+ * would be NaN). */
+static inline void sink_fold(double *m, double *l, double *w, double s)
+{
+    if (s > *m) {
+        double d = *m - s, a = exp(d);
+        *w = a > 0.0 ? a * (*w + d * *l) : 0.0;
+        *l = a * *l + 1.0;
+        *m = s;
+    } else {
+        double d = s - *m, e = exp(d);
+        if (e > 0.0) {
+            *l += e;
+            *w += e * d;
+        }
+    }
+}
+
 /* ---- per-row results and per-head accumulation ------------------------------------------- */
 
 typedef struct {
     double entropy, max_logit;
-    int64_t visible;
+    int64_t outcomes; /* of the row's distribution: its visible keys, plus one for a sink */
     int finite;
 } row_result;
 
@@ -171,7 +203,7 @@ static inline void acc_init(head_acc *a)
     a->max_logit = -INFINITY;
 }
 
-/* acc_row() with log(r->visible) given (the fast path keeps the last one: rows of a head mostly
+/* acc_row() with log(r->outcomes) given (the fast path keeps the last one: rows of a head mostly
  * see the same number of keys). */
 static inline void acc_row_logv(head_acc *a, const row_result *r, double collapse, double logv)
 {
@@ -188,7 +220,7 @@ static inline void acc_row_logv(head_acc *a, const row_result *r, double collaps
         a->max = r->entropy;
     if (r->max_logit > a->max_logit)
         a->max_logit = r->max_logit;
-    if (r->visible >= 2) {
+    if (r->outcomes >= 2) {
         double hn = r->entropy / logv;
         a->rows_norm++;
         a->sum_norm += hn;
@@ -199,7 +231,7 @@ static inline void acc_row_logv(head_acc *a, const row_result *r, double collaps
 
 static inline void acc_row(head_acc *a, const row_result *r, double collapse)
 {
-    acc_row_logv(a, r, collapse, r->visible >= 2 ? log((double)r->visible) : 0.0);
+    acc_row_logv(a, r, collapse, r->outcomes >= 2 ? log((double)r->outcomes) : 0.0);
 }
 
 /* A row's result into the optional per-row outputs (row i of sequence q0.. of head h, batch tb). */

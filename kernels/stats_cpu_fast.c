@@ -18,8 +18,10 @@
  *     are non-finite; a float32 dot product can also overflow where the reference's double one
  *     does not). Such pushes are rare and are what the alerts are for, so exactness wins.
  * Everything else (causal, windows, softcap, GQA, packed sequences, sampling, bool and additive
- * masks, f32/f16/bf16 inputs and compute dtypes, empty rows) is computed here. Masks take a scalar
- * per-key pass after the vector logits. */
+ * masks, attention sinks, f32/f16/bf16 inputs and compute dtypes, empty rows) is computed here.
+ * Masks take a scalar per-key pass after the vector logits; a sink is folded into each row's
+ * final state in double, as the reference does (a NaN or +inf sink makes the row non-finite here
+ * too, with no hand-over: it is one value per head, not a logit). */
 #include "stats.h"
 #include "stats_cpu_common.h"
 

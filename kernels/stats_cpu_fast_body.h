@@ -306,6 +306,9 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
             }
             for (int g = 0; g < group; g++) {
                 int h = kvh * group + g;
+                /* the head's sink: one more outcome, folded into each row's final state */
+                const double sink = head_sink(p, h);
+                const int has_sink = sink != -INFINITY, sink_ok = sink < INFINITY;
                 for (int64_t sj = 0; sj < nsamp; sj++) {
                     int64_t i = stats_row_of_sample((uint32_t)sj, (uint32_t)lq, p->sample_every,
                                                     p->sample_rows, p->sample_seed);
@@ -314,10 +317,21 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
                         acc[h].rows_empty++;
                         continue;
                     }
-                    double hh = log(rs->l) - rs->w / rs->l;
-                    row_result r = {hh > 0.0 ? hh : 0.0, rs->mraw, rs->nvis, 1};
-                    if (rs->nvis != last_vis) {
-                        last_vis = rs->nvis;
+                    double m = rs->m, l = rs->l, w = rs->w;
+                    row_result r = {0.0, rs->mraw, rs->nvis + has_sink, 1};
+                    if (has_sink && !sink_ok) { /* a NaN or +inf sink: the row is non-finite */
+                        r.entropy = r.max_logit = NAN;
+                        r.finite = 0;
+                        acc_row_logv(&acc[h], &r, collapse, 0.0);
+                        row_out(p, tb, h, q0, i, &r, row_entropy, row_maxlogit);
+                        continue;
+                    }
+                    if (has_sink)
+                        sink_fold(&m, &l, &w, sink);
+                    double hh = log(l) - w / l;
+                    r.entropy = hh > 0.0 ? hh : 0.0;
+                    if (r.outcomes != last_vis) {
+                        last_vis = r.outcomes;
                         last_logv = last_vis >= 2 ? log((double)last_vis) : 0.0;
                     }
                     acc_row_logv(&acc[h], &r, collapse, last_logv);

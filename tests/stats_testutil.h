@@ -296,8 +296,8 @@ static inline double tu_compute(double v, stats_dtype in, stats_dtype compute)
 
 typedef struct {
     double entropy, max_logit;
-    int64_t visible;
-    int state; /* 0 not computed, 1 counted, 2 non-finite */
+    int64_t visible;  /* outcomes of the distribution: visible keys, plus one for a sink */
+    int state; /* 0 not computed, 1 counted, 2 non-finite, 3 empty */
 } tu_row;
 
 typedef struct {
@@ -306,9 +306,15 @@ typedef struct {
 } tu_head;
 
 /* Fills rows ([phys_b, Hq, Nq] like the backends' per-row outputs) and heads ([Hq]) for problem p,
- * whose tensors' exact values are q and k, and whose mask (may be NULL) is mask. */
-static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_tensor *k,
-                                       const tu_mask *mask, tu_row *rows, tu_head *heads)
+ * whose tensors' exact values are q and k, whose mask (may be NULL) is mask, and whose attention
+ * sinks (may be NULL: none) are sinks[Hq], exact values (-inf: that head has none). A sink is one
+ * more outcome of every row that sees a key: its logit joins the keys' in the softmax as it is
+ * (stats.h). Each row: all its outcomes' logits, their max, ln of their sum of exponentials
+ * (log1p of the outcomes other than the max: exact where one outcome dominates), then
+ * -sum p ln p with ln p = s - max - ln sum. */
+static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_tensor *k,
+                                      const tu_mask *mask, const double *sinks, tu_row *rows,
+                                      tu_head *heads)
 {
     int packed = p->cu_seqlens_q != NULL;
     int64_t phys_b = packed ? 1 : p->batch, nq = p->len_q;
@@ -316,8 +322,9 @@ static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_
     double scale = p->scale > 0 ? p->scale : 1.0 / sqrt((double)p->head_dim);
     double collapse = p->collapse_threshold > 0 ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
     memset(rows, 0, sizeof(tu_row) * (size_t)(phys_b * p->heads_q * nq));
-    double *s = malloc(sizeof(double) * (size_t)p->len_k);
+    double *s = malloc(sizeof(double) * (size_t)(p->len_k + 1));
     for (int h = 0; h < p->heads_q; h++) {
+        const double sink = sinks ? sinks[h] : -INFINITY;
         for (int b = 0; b < p->batch; b++) {
             int64_t q0 = packed ? p->cu_seqlens_q[b] : 0, k0 = packed ? p->cu_seqlens_k[b] : 0;
             int64_t lq = packed ? p->cu_seqlens_q[b + 1] - q0 : p->len_q;
@@ -366,26 +373,34 @@ static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_
                     raw = x > raw ? x : raw;
                     s[nv++] = x + bias;
                 }
-                r->visible = nv;
                 if (nv == 0) {
+                    r->visible = 0;
                     r->state = 3; /* empty */
                     continue;
                 }
+                if (sink != -INFINITY) { /* the sink: one more outcome */
+                    if (isnan(sink) || sink == INFINITY)
+                        finite = 0;
+                    s[nv++] = sink;
+                }
+                r->visible = nv;
                 if (!finite) {
                     r->state = 2;
                     continue;
                 }
-                double m = -INFINITY;
+                int64_t top = 0;
+                for (int64_t j = 1; j < nv; j++)
+                    top = s[j] > s[top] ? j : top;
+                double m = s[top], rest = 0;
                 for (int64_t j = 0; j < nv; j++)
-                    m = s[j] > m ? s[j] : m;
-                double l = 0;
-                for (int64_t j = 0; j < nv; j++)
-                    l += exp(s[j] - m);
+                    if (j != top)
+                        rest += exp(s[j] - m);
+                const double lnl = log1p(rest); /* ln sum_j exp(s_j - m) */
                 double ent = 0;
                 for (int64_t j = 0; j < nv; j++) {
-                    double pj = exp(s[j] - m) / l;
+                    double lp = s[j] - m - lnl, pj = exp(lp);
                     if (pj > 0)
-                        ent -= pj * log(pj);
+                        ent -= pj * lp;
                 }
                 r->entropy = ent > 0 ? ent : 0;
                 r->max_logit = raw;
@@ -434,6 +449,12 @@ static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_
             hd->min = hd->max = NAN;
     }
     free(s);
+}
+
+static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_tensor *k,
+                                       const tu_mask *mask, tu_row *rows, tu_head *heads)
+{
+    tu_reference_sinks(p, q, k, mask, NULL, rows, heads);
 }
 
 static inline void tu_reference(const stats_problem *p, tu_tensor *q, tu_tensor *k, tu_row *rows,

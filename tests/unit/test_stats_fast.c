@@ -1,7 +1,8 @@
 /* test_stats_fast.c — the production CPU backend (kernels/stats_cpu_fast.c) against the reference
  * (stats_cpu) on fresh random problems: every feature the reference supports (causal, windows,
  * softcap, GQA, packed sequences, sampling, bool and additive masks, empty rows, f32/f16/bf16
- * inputs and compute dtypes, strided layouts, large logits, planted NaN and Inf). One workspace
+ * inputs and compute dtypes, strided layouts, large logits, planted NaN and Inf, attention sinks of
+ * every dtype with NaN, +inf, -inf and dominating ones among them). One workspace
  * serves every case, so its reuse across shapes is tested too.
  *
  * Tolerances (float32 against double, the GPU suite's or tighter):
@@ -28,6 +29,9 @@ static stats_cpu_fast_workspace *g_ws;
 
 enum { M_NONE, M_BOOL, M_F32, M_F16, M_BF16 };
 enum { NF_NONE, NF_NAN_Q, NF_INF_K, NF_NAN_HIDDEN };
+/* Attention sinks: none, or one per query head of a dtype drawn near the logits; S_ODD_* also
+ * give head 0 a NaN sink, head 1 -inf (none), head 2 +inf and head 3 one far above the logits. */
+enum { S_NONE, S_F32, S_F16, S_BF16, S_ODD_F32, S_ODD_BF16 };
 
 typedef struct {
     const char *name;
@@ -40,48 +44,81 @@ typedef struct {
     double amp;      /* q's amplitude: logits ~ amp^2 */
     int nonfinite;
     tu_layout layout;
+    int sinks;
 } fcase;
 
 static const fcase cases[] = {
-    {"tiny push bf16", 1, 8, 8, 16, 16, 16, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
-    {"tiny push f32", 1, 8, 8, 16, 16, 16, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
-    {"odd head dim 7", 1, 3, 3, 20, 37, 7, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
+    {"tiny push bf16", 1, 8, 8, 16, 16, 16, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0,
+     TU_BHND, S_NONE},
+    {"tiny push f32", 1, 8, 8, 16, 16, 16, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND,
+     S_NONE},
+    {"odd head dim 7", 1, 3, 3, 20, 37, 7, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND,
+     S_NONE},
     {"odd head dim 33 f16", 1, 2, 1, 25, 25, 33, STATS_F16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0,
-     TU_PADDED},
-    {"causal f32", 2, 4, 4, 70, 70, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1.5, 0, TU_BHND},
-    {"causal f16 BNHD", 1, 4, 2, 33, 50, 40, STATS_F16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BNHD},
-    {"windows bf16", 2, 2, 1, 90, 120, 32, STATS_BF16, 0, 0, 17, 5, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
-    {"causal window", 1, 3, 3, 100, 100, 24, STATS_F32, 0, 1, 30, -1, 0, 0, 0, 0, 0, 1, 0, TU_PADDED},
-    {"softcap", 1, 4, 4, 50, 80, 64, STATS_F32, 0, 0, -1, -1, 20.0f, 0, 0, 0, 0, 5, 0, TU_BHND},
+     TU_PADDED, S_NONE},
+    {"causal f32", 2, 4, 4, 70, 70, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1.5, 0, TU_BHND,
+     S_NONE},
+    {"causal f16 BNHD", 1, 4, 2, 33, 50, 40, STATS_F16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0,
+     TU_BNHD, S_NONE},
+    {"windows bf16", 2, 2, 1, 90, 120, 32, STATS_BF16, 0, 0, 17, 5, 0, 0, 0, 0, 0, 1, 0, TU_BHND,
+     S_NONE},
+    {"causal window", 1, 3, 3, 100, 100, 24, STATS_F32, 0, 1, 30, -1, 0, 0, 0, 0, 0, 1, 0,
+     TU_PADDED, S_NONE},
+    {"softcap", 1, 4, 4, 50, 80, 64, STATS_F32, 0, 0, -1, -1, 20.0f, 0, 0, 0, 0, 5, 0, TU_BHND,
+     S_NONE},
     {"GQA 8/2 long K", 1, 8, 2, 24, 2600, 128, STATS_BF16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0,
-     TU_BHND},
-    {"packed", 4, 4, 2, 0, 0, 32, STATS_BF16, 0, 1, -1, -1, 0, 1, 0, 0, 0, 1, 0, TU_BHND},
-    {"packed windowed", 3, 2, 2, 0, 0, 16, STATS_F16, 0, 0, 8, 3, 0, 1, 0, 0, 0, 1, 0, TU_BNHD},
+     TU_BHND, S_NONE},
+    {"packed", 4, 4, 2, 0, 0, 32, STATS_BF16, 0, 1, -1, -1, 0, 1, 0, 0, 0, 1, 0, TU_BHND, S_NONE},
+    {"packed windowed", 3, 2, 2, 0, 0, 16, STATS_F16, 0, 0, 8, 3, 0, 1, 0, 0, 0, 1, 0, TU_BNHD,
+     S_NONE},
     {"sample every 7", 2, 4, 4, 200, 200, 64, STATS_BF16, 0, 1, -1, -1, 0, 0, 7, 0, 0, 1, 0,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"sample rows 12", 1, 6, 3, 300, 300, 128, STATS_BF16, 0, 1, -1, -1, 0, 0, 0, 12, 0, 1, 0,
-     TU_BHND},
-    {"bool mask", 2, 4, 4, 40, 60, 32, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, M_BOOL, 1, 0, TU_BHND},
+     TU_BHND, S_NONE},
+    {"bool mask", 2, 4, 4, 40, 60, 32, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, M_BOOL, 1, 0, TU_BHND,
+     S_NONE},
     {"f32 mask causal", 1, 4, 2, 50, 50, 32, STATS_BF16, 0, 1, -1, -1, 0, 0, 0, 0, M_F32, 1, 0,
-     TU_BHND},
-    {"f16 mask", 1, 2, 2, 30, 45, 16, STATS_F16, 0, 0, -1, -1, 0, 0, 0, 0, M_F16, 1, 0, TU_BHND},
+     TU_BHND, S_NONE},
+    {"f16 mask", 1, 2, 2, 30, 45, 16, STATS_F16, 0, 0, -1, -1, 0, 0, 0, 0, M_F16, 1, 0, TU_BHND,
+     S_NONE},
     {"bf16 mask softcap", 1, 2, 1, 30, 70, 48, STATS_BF16, 0, 0, -1, -1, 30.0f, 0, 0, 0, M_BF16, 3,
-     0, TU_BHND},
+     0, TU_BHND, S_NONE},
     {"f32 as bf16", 1, 4, 4, 64, 64, 64, STATS_F32, STATS_BF16, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"f32 as f16", 1, 4, 4, 64, 64, 64, STATS_F32, STATS_F16, 0, -1, -1, 0, 0, 0, 0, 0, 1, 0,
-     TU_BHND},
-    {"empty rows", 1, 2, 2, 40, 20, 32, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND},
+     TU_BHND, S_NONE},
+    {"empty rows", 1, 2, 2, 40, 20, 32, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0, TU_BHND,
+     S_NONE},
     {"large logits f32", 1, 4, 4, 64, 300, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 31, 0,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"large logits bf16", 1, 4, 4, 64, 64, 128, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 31, 0,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"NaN in q", 1, 4, 4, 40, 40, 32, STATS_BF16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, NF_NAN_Q,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"Inf in k", 2, 4, 2, 40, 60, 32, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, NF_INF_K,
-     TU_BHND},
+     TU_BHND, S_NONE},
     {"NaN in a masked key", 1, 2, 2, 30, 30, 16, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, M_BOOL, 1,
-     NF_NAN_HIDDEN, TU_BHND},
+     NF_NAN_HIDDEN, TU_BHND, S_NONE},
+    {"sinks f32 causal", 2, 4, 4, 70, 70, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1.5, 0,
+     TU_BHND, S_F32},
+    {"sinks bf16 GQA packed", 4, 4, 2, 0, 0, 32, STATS_BF16, 0, 1, -1, -1, 0, 1, 0, 0, 0, 1, 0,
+     TU_BNHD, S_BF16},
+    {"sinks f16 windows", 2, 2, 1, 90, 120, 32, STATS_BF16, 0, 0, 17, 5, 0, 0, 0, 0, 0, 1, 0,
+     TU_PADDED, S_F16},
+    {"sinks one key a row", 1, 4, 2, 40, 40, 32, STATS_F32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+     TU_BHND, S_F32},
+    {"sinks bool mask", 2, 4, 4, 40, 60, 32, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, M_BOOL, 1, 0,
+     TU_BHND, S_BF16},
+    {"sinks f32 mask sampled", 1, 4, 2, 50, 50, 32, STATS_BF16, 0, 1, -1, -1, 0, 0, 3, 0, M_F32, 1,
+     0, TU_BHND, S_F32},
+    {"sinks softcap long K", 1, 4, 2, 24, 2600, 64, STATS_BF16, 0, 1, -1, -1, 20.0f, 0, 0, 0, 0, 5,
+     0, TU_BHND, S_F16},
+    {"sinks large logits", 1, 4, 4, 64, 300, 64, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 31, 0,
+     TU_BHND, S_F32},
+    {"sinks NaN/inf/-inf", 2, 4, 4, 40, 40, 32, STATS_F32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, 0,
+     TU_BHND, S_ODD_F32},
+    {"sinks odd bf16 f16 in", 1, 6, 3, 33, 50, 40, STATS_F16, 0, 0, -1, -1, 0, 0, 0, 12, 0, 1, 0,
+     TU_BNHD, S_ODD_BF16},
 };
 
 static int close_rel(double got, double ref, double rel, double abs_tol)
@@ -147,6 +184,26 @@ START_TEST(test_fast_matches_reference)
                     }
         p.mask = (stats_tensor){mk.mem, mk.sb, mk.sh, mk.sn};
         p.mask_dtype = mdt;
+    }
+
+    /* Sinks near the logits (scale x amp: the logits' size), some odd ones where asked. */
+    void *sinks = NULL;
+    if (c->sinks != S_NONE) {
+        stats_dtype sdt = c->sinks == S_F32 || c->sinks == S_ODD_F32 ? STATS_F32
+                          : c->sinks == S_F16                       ? STATS_F16
+                                                                    : STATS_BF16;
+        sinks = malloc((size_t)c->hq * stats_dtype_size(sdt));
+        const int odd = c->sinks == S_ODD_F32 || c->sinks == S_ODD_BF16;
+        for (int h = 0; h < c->hq; h++) {
+            float v = (float)(c->amp * (1.0 + 2.0 * tu_gauss(&rng)));
+            if (odd && h < 4)
+                v = h == 0 ? NAN : h == 1 ? -INFINITY : h == 2 ? INFINITY : (float)(60.0 * c->amp);
+            if (sdt == STATS_F32)
+                ((float *)sinks)[h] = v;
+            else
+                ((uint16_t *)sinks)[h] = sdt == STATS_F16 ? tu_to_f16(v) : tu_to_bf16(v);
+        }
+        p.sinks = sinks, p.sinks_dtype = sdt;
     }
 
     /* Planted non-finite values. */
@@ -233,6 +290,13 @@ START_TEST(test_fast_matches_reference)
         ck_assert_msg(planted ? nf > 0 : nf == 0, "%s: %lld non-finite rows", c->name,
                       (long long)nf);
     }
+    if (c->sinks == S_ODD_F32 || c->sinks == S_ODD_BF16) { /* heads 0 and 2: every row */
+        ck_assert_msg(ref[0].rows == 0 && ref[2].rows == 0 && ref[0].nonfinite_rows > 0 &&
+                          ref[2].nonfinite_rows > 0 && ref[1].rows > 0 && ref[3].rows > 0,
+                      "%s: NaN and +inf sinks must make their heads' rows non-finite", c->name);
+        ck_assert_msg(ref[3].entropy_max < 1e-6, "%s: a dominating sink left an entropy of %g",
+                      c->name, ref[3].entropy_max);
+    }
     if (c->mask != M_NONE) {
         int64_t empty = 0;
         for (int h = 0; h < c->hq; h++)
@@ -241,7 +305,7 @@ START_TEST(test_fast_matches_reference)
     }
     fprintf(stderr, "%-20s rows %6d  max |dH| %.2e nats  max dM %.2e rel  max |d mean| %.2e\n",
             c->name, counted, max_dh, max_dm, max_dmean);
-    free(re), free(rm), free(fe), free(fm);
+    free(re), free(rm), free(fe), free(fm), free(sinks);
     if (c->mask != M_NONE)
         tu_mask_free(&mk);
     tu_free(&q);
