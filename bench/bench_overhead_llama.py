@@ -2,6 +2,7 @@
 
     python3 bench/bench_overhead_llama.py [--socket PATH] [--layers 16] [--batch 4] [--seq 2048]
                                           [--block 10] [--rounds 6] [--modes off,every10,every1,...]
+                                          [--compile]
 
 A Llama-architecture model of about 1.1 B parameters built from a config with the transformers
 library (Llama-3.2-1B's shape: hidden 2048, 16 layers, 32 query / 8 key-value heads, rotary
@@ -14,7 +15,14 @@ attnstat.torch.monitor(client, model=model, ...) with the model's own doors.
 Modes, in blocks of --block steps, the order shuffled every round so that clock or load drift hits
 all alike: off; every10 (every 10th step); every1 (every step); every1-s8 (every step, every 8th
 query row); MODE:alt pushes to a second daemon started with --alt-daemon-args; MODE:local
-computes in this process (Client(local_compute=True)) and sends the daemon the results. Each monitored mode starts with the monitor's state reset. Prints one JSON line per
+computes in this process (Client(local_compute=True)) and sends the daemon the results. Each
+monitored mode starts with the monitor's state reset (a new monitor is entered for every block,
+as a job that switches monitoring on and off would). --compile: the model under torch.compile
+(default mode), monitored through the compiled graph's operator; "off" is then the compiled model
+with the doors installed and no monitor active, and a block of "pristine" steps, timed before any
+monitor was ever entered (so before the doors existed), is printed beside it; graphs compiled and
+graph breaks are counted from the first monitored step on (recompilations show there). Prints one
+JSON line per
 mode (median and mean step time, overhead against off, and what the monitor and client counted:
 calls, pushed, skipped, rejected, dropped) and a table. The daemon (--daemon, default the build
 tree's) is started with its defaults on a private socket and database unless --socket names a
@@ -66,6 +74,7 @@ def main():
     ap.add_argument("--modes", default="off,every10,every1,every1-s8")
     ap.add_argument("--impl", default="sdpa")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile", action="store_true", help="the model under torch.compile")
     a = ap.parse_args()
 
     import torch
@@ -81,6 +90,7 @@ def main():
                       tie_word_embeddings=False, attn_implementation=a.impl)
     model = LlamaForCausalLM(cfg).cuda()
     nparams = sum(p.numel() for p in model.parameters())
+    fwd = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(a.seed)
     ids = torch.randint(0, cfg.vocab_size, (8, a.batch, a.seq), device="cuda", generator=gen)
@@ -91,7 +101,7 @@ def main():
     def step(i):
         x = ids[i % ids.shape[0]]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=x, attention_mask=mask, labels=x)
+            out = fwd(input_ids=x, attention_mask=mask, labels=x)
         out.loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -124,17 +134,34 @@ def main():
         if name.endswith("-s8"):
             kw["sample_every"] = 8
         c = alt if where == "alt" else local if where == "local" else client
-        return at.monitor(c, every=every, model=model, **kw)
+        return at.monitor(c, every=every, model=fwd, **kw)
 
-    # warm-up: kernels, the allocator, the daemon's worker and its exported buffers
+    def timed(n, i0):
+        out = []
+        for i in range(n):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            step(i0 + i)
+            torch.cuda.synchronize()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    # warm-up: kernels, the allocator (and compilation), the daemon's worker and its buffers
     for i in range(a.warmup):
         step(i)
+    pristine = timed(a.block * 2, 0) if a.compile else []
+    from torch._dynamo.utils import counters
+
+    def graphs():
+        return (int(counters["stats"]["unique_graphs"]),
+                int(sum(counters["graph_break"].values())))
     for c in clients:
-        with at.monitor(c, every=1, model=model):
+        with at.monitor(c, every=1, model=fwd):
             for i in range(3):
                 step(i)
         c.flush(timeout_s=120)
     torch.cuda.synchronize()
+    graphs0 = graphs()
 
     times = {m: [] for m in modes}
     cpu = {m: [] for m in modes}  # until step() returns: how far the CPU runs ahead of the GPU
@@ -158,6 +185,8 @@ def main():
                     torch.cuda.synchronize()
                     times[m].append(time.perf_counter() - t0)
                     it += 1
+                if mon is not None:
+                    mon.client.flush(timeout_s=120)  # every push of the block acknowledged
             finally:
                 if mon is not None:
                     mon.__exit__(None, None, None)
@@ -165,6 +194,7 @@ def main():
                         counts[m][k] += getattr(mon, k)
             for c in clients:
                 c.poll(0)
+    graphs1 = graphs()
     for c in clients:
         c.flush(timeout_s=120)
     st = client.stats()
@@ -186,10 +216,21 @@ def main():
     base_med, base_mean = med(times["off"]), sum(times["off"]) / len(times["off"])
     dev = torch.cuda.get_device_name()
     print("# %s, torch %s, transformers %s, %.2f B parameters, B=%d N=%d, %d steps per mode, "
-          "attnstatd %s, MPS %s"
+          "attnstatd %s, MPS %s, %s"
           % (dev, torch.__version__, transformers.__version__, nparams / 1e9, a.batch, a.seq,
              len(times["off"]), a.daemon_args or "defaults",
-             "on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "off"))
+             "on" if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else "off",
+             "torch.compile (default mode)" if a.compile else "eager"))
+    if a.compile:
+        print("# graphs compiled %d, graph breaks %d after the first monitor; during the %d "
+              "monitored blocks: %d more graphs, %d more breaks"
+              % (graphs0[0], graphs0[1], a.rounds * (len(modes) - 1), graphs1[0] - graphs0[0],
+                 graphs1[1] - graphs0[1]))
+        print(json.dumps({"graphs_before": graphs0, "graphs_after": graphs1,
+                          "pristine_median_ms": 1e3 * med(pristine),
+                          "pristine_mean_ms": 1e3 * sum(pristine) / len(pristine)}))
+        print("%-16s %10.2f %10.2f  (compiled, before any monitor: no doors installed)"
+              % ("pristine", 1e3 * med(pristine), 1e3 * sum(pristine) / len(pristine)))
     if a.alt_daemon_args is not None:
         print("# :alt = a second attnstatd with %s" % a.alt_daemon_args)
     print("%-16s %10s %10s %9s %9s  %s" % ("mode", "median ms", "mean ms", "d median", "d mean",

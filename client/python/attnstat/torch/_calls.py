@@ -69,6 +69,13 @@ class Call(object):
 
 
 _FLOATS = ("torch.float32", "torch.float16", "torch.bfloat16")
+TENSOR = None  # torch.Tensor once a monitor started with PyTorch (a check Dynamo can trace)
+
+
+def _is_tensor(t):
+    if TENSOR is not None:
+        return isinstance(t, TENSOR)
+    return t is not None and callable(getattr(t, "data_ptr", None))
 
 
 def _dims(t):
@@ -86,7 +93,7 @@ def local(t):
 
 def _check_qk(q, k, want_dims, what):
     for name, t in (("query", q), ("key", k)):
-        if t is None or not callable(getattr(t, "data_ptr", None)):
+        if not _is_tensor(t):
             return Skip("shape", "%s calls whose %s is not a tensor are not monitored"
                         % (what, name))
         if str(t.dtype) not in _FLOATS:

@@ -66,7 +66,7 @@ import warnings
 
 from .._client import AttnstatError
 from .. import _lib
-from . import _calls, _doors, _install, _layout
+from . import _calls, _doors, _install, _layout, _op
 
 _DOORS = ("sdpa", "flex", "flash_attn", "transformers")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
@@ -193,6 +193,9 @@ class monitor(object):
     def __enter__(self):
         import torch  # only here: the rest of attnstat never imports it
         self._torch = torch
+        if isinstance(getattr(torch, "Tensor", None), type):
+            _calls.TENSOR = torch.Tensor
+        _op.ops(torch)  # registered now: never while Dynamo traces a door
         self.layout_used = _layout.apply(self.client, self.layout, self.layer_offset, torch,
                                          self._warn_once, model=self.model)
         self._tp_size = int((self.layout_used or {}).get("tp_size", 1) or 1)
