@@ -696,9 +696,32 @@ START_TEST(test_operator_commands)
 }
 END_TEST
 
+/* status says which connected trainer has pushed nothing (a monitor that sees nothing), and not
+ * one that has pushed. */
+START_TEST(test_status_names_a_silent_trainer)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    attnstat_client *quiet = cli_trainer(d.sock, "quiet", 3, NULL, 0, 0);
+    attnstat_client *busy = cli_trainer(d.sock, "busy", 0, NULL, 0, 0);
+    cli_push_steps(busy, &rng, 0, 1, 1, 1.0);
+    cli_result r = cli_run(d.dir, "--socket", d.sock, "status");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "note: run quiet rank 3") &&
+                      strstr(r.out, "has pushed nothing") && !strstr(r.out, "run busy rank 0 ("),
+                  "%s%s", r.out, r.err);
+    cli_result_free(&r);
+    attnstat_close(quiet);
+    attnstat_close(busy);
+    ck_assert_int_eq(dh_stop(&d), 0);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {test_alerts_filters, test_unknown_options_refused, test_watch_filters,
-                            test_operator_commands};
+                            test_operator_commands, test_status_names_a_silent_trainer};
     return cli_run_tests("cli", tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -211,6 +211,17 @@ int live_status(const cli_args *a)
                 out_add(&o, v);
             }
             out_end(&o);
+            /* A trainer that pushes nothing is a monitor that sees nothing: said, not left to be
+             * read off a 0 in the table. */
+            for (uint32_t i = 0; i < ds->n_client_list; i++) {
+                const attnstat_client_status *cs = &ds->client_list[i];
+                if (cs->run[0] && cs->pushes == 0)
+                    printf("note: run %s rank %d (client %llu, pid %d) has pushed nothing since it "
+                           "connected: its monitor may see no attention call (in Python, "
+                           "monitor.stats()['blind'] counts such forward passes and the trainer's "
+                           "log says why), or it has not reached a monitored step yet\n",
+                           cs->run, cs->rank, (unsigned long long)cs->id, cs->pid);
+            }
         }
     }
     free(ds);

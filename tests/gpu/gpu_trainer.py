@@ -22,6 +22,7 @@ the Python binding, in a process of its own.
         defaults; then left and entered again with every=2: saves what each push carried (q, k,
         mask, options), the results, the counters, graph breaks and the graphs compiled before
         and after the second monitor
+        --compile-mode reduce-overhead: under CUDA graphs
     gpu_trainer.py flex-byname SOCKET OUT.pt [--compile]
         flex_attention imported by name into this module (`from ... import flex_attention`) with
         a document BlockMask, eager or inside a torch.compile'd function, monitored at the
@@ -320,7 +321,7 @@ def run_llama_compiled(args):
     mask = torch.ones(B, N, dtype=torch.long, device=dev)
     mask[1, N - 60:] = 0
     mask[2, N - 131:] = 0
-    cm = torch.compile(model, fullgraph=args.fullgraph)
+    cm = torch.compile(model, fullgraph=args.fullgraph, mode=args.compile_mode)
     client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
@@ -625,6 +626,7 @@ def main():
                     help="values: make_cases (paths) or make_input_cases (inputs)")
     ap.add_argument("--fullgraph", action="store_true", help="llama-compiled: fullgraph=True")
     ap.add_argument("--compile", action="store_true", help="flex-byname, gptoss: compiled")
+    ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
     args = ap.parse_args()
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
      "memory": run_memory, "llama": run_llama, "flex": run_flex,

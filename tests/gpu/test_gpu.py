@@ -494,6 +494,27 @@ class TestGPU(unittest.TestCase):
         """The compiled Llama in local mode (the kernel in the trainer's process)."""
         self.compiled_llama(("--local",))
 
+    def test_20_compiled_cuda_graphs_never_silent(self):
+        """mode='reduce-overhead' (CUDA graphs): the calls are pushed (where Inductor partitions
+        the graphs around the operator) or skipped, counted and said; never neither."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        out = os.path.join(self.tmp.name, "cudagraphs.pt")
+        r = trainer("llama-compiled", self.d.socket, out, "--compile-mode", "reduce-overhead",
+                    "--run", "cudagraphs")
+        data = torch.load(out, weights_only=False)
+        for m in data["each"]:
+            calls = m["calls"]
+            graph = m["skipped_by"].get("graph", 0)
+            self.assertGreater(m["pushed"] + graph + m["blind"], 0, (m, r.stderr[-3000:]))
+            if m["pushed"] < calls:
+                self.assertTrue(graph > 0 or m["blind"] > 0, m)
+        if any(m["skipped_by"].get("graph") for m in data["each"]):
+            self.assertIn("CUDA graph", r.stderr)
+        if OUT:
+            with open(os.path.join(OUT, "cudagraphs.json"), "w") as f:
+                json.dump(data["each"], f, default=str, indent=1)
+
     def test_17_flex_imported_by_name(self):
         """flex_attention imported by name (from ... import flex_attention), eager and inside a
         compiled function (fullgraph): every call pushed with its BlockMask, values equal
