@@ -35,6 +35,7 @@ class _State(object):
 STATE = _State()
 _tls = threading.local()         # eager: inside a door (inner doors stay quiet)
 _torch = None                    # the torch module, once a monitor has started
+_is_compiling = None             # torch.compiler.is_compiling (None: a torch without it)
 
 # Door name -> Door; (id(holder), attribute or key) -> record; id(original) -> (original, Door)
 _doors = {}
@@ -55,16 +56,12 @@ class Door(object):
         self.name, self.describe, self.autocast = name, describe, autocast
 
 
-def _compiling(t):
-    return t.compiler.is_compiling()
-
-
 def wrapper_for(orig, door):
     """A wrapper of orig for door: calls orig, then observes the call."""
 
     def wrapper(*args, **kwargs):
-        t = _torch
-        if t is not None and _compiling(t):
+        t, ic = _torch, _is_compiling
+        if ic is not None and ic():
             if STATE.trace_depth:
                 return orig(*args, **kwargs)
             STATE.trace_depth += 1
@@ -180,8 +177,8 @@ def hook_model(model, torch):
         return
 
     def hook(module, args, kwargs=None):
-        t = _torch
-        if t is not None and _compiling(t):
+        t, ic = _torch, _is_compiling
+        if ic is not None and ic():
             _op.emit_forward(t, key, args, kwargs or {})
             return None
         mon = STATE.monitor
@@ -196,11 +193,12 @@ def hook_model(model, torch):
 
 
 def activate(mon, torch):
-    global _torch
+    global _torch, _is_compiling
     if STATE.monitor is not None and STATE.monitor is not mon:
         raise RuntimeError("attnstat.torch.monitor: another monitor is active in this process "
                            "(%r); leave it first" % (STATE.monitor,))
     _torch = torch
+    _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     if not _known_modules:
         _known_modules.update(sys.modules)
     STATE.monitor = mon
