@@ -1,5 +1,6 @@
 /* test_stats_cuda.c — the CUDA backend (kernels/cuda/, stats_cuda.h) against the CPU reference
- * (stats_cpu) on fresh random data, one problem per configuration below, plus the error paths.
+ * (stats_cpu) on fresh random data, one problem per configuration below (attention sinks in many
+ * of them: see SINKS_*), plus the error paths.
  *
  * Seed: printed at start; set ATTNSTAT_TEST_SEED to replay a run. ATTNSTAT_TEST_VARIANTS=1 also
  * runs every Hopper variant; ATTNSTAT_TEST_WG_ONLY=v runs variant v alone (numbers:
@@ -123,7 +124,18 @@ typedef struct {
     float collapse;
     stats_dtype compute; /* compute_dtype (0: F32, the tensors' own precision) */
     int mask;      /* a mask (MASK_* below; 0: none) */
+    int sinks;     /* attention sinks (SINKS_* below; 0: none) */
 } cfg;
+
+/* Attention sinks (gpt-oss): one logit per query head, drawn near the logits (amp x (1.5 +
+ * 1.5 N(0, 1)): some rows' weight goes mostly to the sink, some hardly), stored as f32, bf16 or
+ * f16; SINKS_ODD (f32, Hq >= 4) also gives head 0 a NaN sink, head 1 -inf (none), head 2 +inf
+ * and head 3 one of 1e4, far above every logit. Every kernel family meets them: the configurations
+ * below with sinks cover the Hopper kernels at d64 and d128 (every variant under
+ * ATTNSTAT_TEST_VARIANTS=1), mma.sync (d32, d256, and every configuration on that path), the
+ * CUDA-core kernel (odd strides, forced), float32 loads, packed and sampled rows, and both paths
+ * of a masked run (interval and general masks). */
+enum { SINKS_NONE, SINKS_F32, SINKS_BF16, SINKS_F16, SINKS_ODD };
 
 /* Masks, as real models hand them to attention: interval masks (every row sees one run of keys:
  * the tensor-core kernels take them through per-row key ranges) and general ones (read per logit
@@ -143,49 +155,52 @@ enum {
 #define FH STATS_F16
 #define FS STATS_F32
 static const cfg k_cfgs[] = {
-    {.name = "bf16 d128 full", .b = 2, .hq = 4, .hkv = 4, .nq = 256, .nk = 256, .d = 128, .dt = BF, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 full", .b = 2, .hq = 4, .hkv = 4, .nq = 256, .nk = 256, .d = 128, .dt = BF, .wl = -1, .wr = -1, .sinks = SINKS_BF16},
     {.name = "bf16 d128 causal odd N, [B,N,H,D]", .b = 2, .hq = 3, .hkv = 3, .nq = 333, .nk = 333, .d = 128, .dt = BF, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "f16 d64 causal Nq<Nk (bottom-right)", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 301, .d = 64, .dt = FH, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "bf16 d64 causal Nq>Nk: empty rows", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 177, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f16 d64 causal Nq<Nk (bottom-right)", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 301, .d = 64, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
+    {.name = "bf16 d64 causal Nq>Nk: empty rows", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 177, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_BF16},
     {.name = "bf16 d128 causal sliding window 50", .b = 1, .hq = 4, .hkv = 4, .nq = 517, .nk = 517, .d = 128, .dt = BF, .causal = 1, .wl = 50, .wr = 0},
     {.name = "bf16 d128 window (31, 17) not causal, padded rows", .b = 2, .hq = 2, .hkv = 2, .nq = 190, .nk = 250, .d = 128, .dt = BF, .pad = 8, .wl = 31, .wr = 17},
     {.name = "bf16 d128 softcap 30, logits ~60", .b = 2, .hq = 2, .hkv = 2, .nq = 160, .nk = 160, .d = 128, .dt = BF, .wl = -1, .wr = -1, .softcap = 30.0f, .amp = 60.0},
-    {.name = "bf16 d128 GQA 8/2 causal", .b = 2, .hq = 8, .hkv = 2, .nq = 270, .nk = 270, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "bf16 d128 packed causal (an empty sequence)", .b = 4, .hq = 2, .hkv = 2, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {100, 0, 257, 31}, .lk = {100, 5, 257, 31}},
+    {.name = "bf16 d128 GQA 8/2 causal", .b = 2, .hq = 8, .hkv = 2, .nq = 270, .nk = 270, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
+    {.name = "bf16 d128 packed causal (an empty sequence)", .b = 4, .hq = 2, .hkv = 2, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {100, 0, 257, 31}, .lk = {100, 5, 257, 31}, .sinks = SINKS_BF16},
     {.name = "bf16 d64 packed Nk!=Nq, sequence without keys", .b = 3, .hq = 2, .hkv = 1, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {70, 40, 300}, .lk = {90, 0, 280}},
     {.name = "bf16 d128 causal sample every 8", .b = 2, .hq = 2, .hkv = 2, .nq = 611, .nk = 611, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .every = 8},
-    {.name = "bf16 d128 causal 37 random rows", .b = 2, .hq = 2, .hkv = 2, .nq = 400, .nk = 400, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nsample = 37},
+    {.name = "bf16 d128 causal 37 random rows", .b = 2, .hq = 2, .hkv = 2, .nq = 400, .nk = 400, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nsample = 37, .sinks = SINKS_F32},
     {.name = "bf16 d64 large logits ~1e3", .b = 1, .hq = 4, .hkv = 4, .nq = 300, .nk = 300, .d = 64, .dt = BF, .wl = -1, .wr = -1, .amp = 300.0},
-    {.name = "f16 d128 causal large logits ~1e3", .b = 1, .hq = 2, .hkv = 2, .nq = 260, .nk = 260, .d = 128, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .amp = 300.0},
+    {.name = "f16 d128 causal large logits ~1e3", .b = 1, .hq = 2, .hkv = 2, .nq = 260, .nk = 260, .d = 128, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .amp = 300.0, .sinks = SINKS_F32},
     {.name = "bf16 d128 causal NaN/Inf planted", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nonfinite = 1},
     {.name = "f16 d64 softcap 20 NaN/Inf planted", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 220, .d = 64, .dt = FH, .wl = -1, .wr = -1, .softcap = 20.0f, .amp = 10.0, .nonfinite = 1},
-    {.name = "bf16 d32 causal", .b = 2, .hq = 3, .hkv = 3, .nq = 300, .nk = 300, .d = 32, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d32 causal", .b = 2, .hq = 3, .hkv = 3, .nq = 300, .nk = 300, .d = 32, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F16},
     {.name = "bf16 d80 causal [B,N,H,D]", .b = 1, .hq = 4, .hkv = 2, .nq = 290, .nk = 290, .d = 80, .dt = BF, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1},
     {.name = "f16 d96 full Nk=1000", .b = 1, .hq = 2, .hkv = 2, .nq = 100, .nk = 1000, .d = 96, .dt = FH, .wl = -1, .wr = -1},
-    {.name = "bf16 d256 causal", .b = 1, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 256, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d256 causal", .b = 1, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 256, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_BF16},
     {.name = "f32 d64 causal, plain f32 (tensor cores as bf16)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 150, .d = 64, .dt = FS, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "f32 d64 odd stride, plain f32 (CUDA-core path, as bf16)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FS, .pad = 3, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "f32 d64 odd stride, plain f32 (CUDA-core path, as bf16)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FS, .pad = 3, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
     {.name = "bf16 d33 odd stride (CUDA-core path)", .b = 1, .hq = 2, .hkv = 2, .nq = 120, .nk = 140, .d = 33, .dt = BF, .pad = 3, .causal = 1, .wl = -1, .wr = -1},
-    {.name = "bf16 d128 causal forced CUDA-core path", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .generic = 1},
-    {.name = "bf16 d128 heads only, collapse 0.5", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .heads_only = 1, .collapse = 0.5f, .amp = 4.0},
-    {.name = "bf16 d64 packed GQA window sampled", .b = 3, .hq = 4, .hkv = 2, .d = 64, .dt = BF, .causal = 1, .wl = 64, .wr = 0, .packed = 1, .lq = {333, 17, 129}, .lk = {333, 17, 129}, .every = 3},
+    {.name = "bf16 d128 causal forced CUDA-core path", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .generic = 1, .sinks = SINKS_BF16},
+    {.name = "bf16 d128 heads only, collapse 0.5", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .heads_only = 1, .collapse = 0.5f, .amp = 4.0, .sinks = SINKS_F32},
+    {.name = "bf16 d64 packed GQA window sampled", .b = 3, .hq = 4, .hkv = 2, .d = 64, .dt = BF, .causal = 1, .wl = 64, .wr = 0, .packed = 1, .lq = {333, 17, 129}, .lk = {333, 17, 129}, .every = 3, .sinks = SINKS_BF16},
     {.name = "bf16 d128 causal N=1500 (many blocks and tiles), scale 0.05", .b = 1, .hq = 2, .hkv = 1, .nq = 1500, .nk = 1500, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .scale = 0.05f},
-    {.name = "f16 d64 one visible key per row (window 0)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FH, .causal = 1, .wl = 0, .wr = 0},
+    {.name = "f16 d64 one visible key per row (window 0)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FH, .causal = 1, .wl = 0, .wr = 0, .sinks = SINKS_F32},
     /* float32 tensors (autocast hands q and k over so), computed in bf16 / f16 on load */
-    {.name = "f32 d128 causal computed as bf16 [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = FS, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    {.name = "f32 d128 causal computed as bf16 [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = FS, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1, .compute = BF, .sinks = SINKS_BF16},
     {.name = "f32 d64 full computed as f16", .b = 2, .hq = 2, .hkv = 2, .nq = 200, .nk = 260, .d = 64, .dt = FS, .wl = -1, .wr = -1, .compute = FH},
-    {.name = "f32 d256 causal computed as bf16 (mma.sync)", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 256, .dt = FS, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
+    {.name = "f32 d256 causal computed as bf16 (mma.sync)", .b = 1, .hq = 2, .hkv = 2, .nq = 200, .nk = 200, .d = 256, .dt = FS, .causal = 1, .wl = -1, .wr = -1, .compute = BF, .sinks = SINKS_F32},
     {.name = "f32 d80 softcap 30 computed as bf16, padded rows", .b = 1, .hq = 3, .hkv = 3, .nq = 170, .nk = 170, .d = 80, .dt = FS, .pad = 8, .wl = -1, .wr = -1, .softcap = 30.0f, .amp = 40.0, .compute = BF},
     {.name = "f32 d64 odd stride computed as bf16 (CUDA-core)", .b = 1, .hq = 2, .hkv = 2, .nq = 120, .nk = 120, .d = 64, .dt = FS, .pad = 3, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
     {.name = "f16 d64 computed as bf16 (CUDA-core)", .b = 1, .hq = 2, .hkv = 2, .nq = 140, .nk = 140, .d = 64, .dt = FH, .causal = 1, .wl = -1, .wr = -1, .compute = BF},
     /* masks */
-    {.name = "bf16 d128 key padding mask + causal", .b = 3, .hq = 4, .hkv = 2, .nq = 280, .nk = 280, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .mask = MASK_KEYPAD_BOOL},
+    {.name = "bf16 d128 key padding mask + causal", .b = 3, .hq = 4, .hkv = 2, .nq = 280, .nk = 280, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .mask = MASK_KEYPAD_BOOL, .sinks = SINKS_F32},
     {.name = "f32->bf16 d128 causal+padding bool mask (sdpa)", .b = 3, .hq = 4, .hkv = 4, .nq = 260, .nk = 260, .d = 128, .dt = FS, .bnhd = 1, .wl = -1, .wr = -1, .compute = BF, .mask = MASK_CAUSAL_PAD_BOOL},
-    {.name = "bf16 d64 random bool mask (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 170, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_RANDOM_BOOL},
+    {.name = "bf16 d64 random bool mask (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 170, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_RANDOM_BOOL, .sinks = SINKS_BF16},
     {.name = "f16 d64 window mask f32 0/-inf", .b = 2, .hq = 2, .hkv = 1, .nq = 230, .nk = 230, .d = 64, .dt = FH, .wl = -1, .wr = -1, .mask = MASK_WINDOW_F32},
     {.name = "bf16 d128 bias mask bf16 (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 130, .nk = 150, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_BIAS_BF16},
     {.name = "f32->bf16 d64 eager mask (f32 lowest), sampled", .b = 2, .hq = 4, .hkv = 2, .nq = 310, .nk = 310, .d = 64, .dt = FS, .wl = -1, .wr = -1, .compute = BF, .mask = MASK_EAGER_F32, .every = 3},
-    {.name = "bf16 d128 per-head window mask f16", .b = 1, .hq = 4, .hkv = 4, .nq = 200, .nk = 240, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_HEAD_F16},
+    {.name = "bf16 d128 per-head window mask f16", .b = 1, .hq = 4, .hkv = 4, .nq = 200, .nk = 240, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_HEAD_F16, .sinks = SINKS_F16},
+    /* attention sinks with NaN, -inf, +inf and a dominating one */
+    {.name = "bf16 d128 causal GQA sinks NaN/-inf/+inf/1e4", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_ODD},
+    {.name = "f16 d64 full sinks NaN/-inf/+inf/1e4, sampled", .b = 1, .hq = 6, .hkv = 6, .nq = 250, .nk = 270, .d = 64, .dt = FH, .wl = -1, .wr = -1, .every = 2, .sinks = SINKS_ODD},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
@@ -334,6 +349,21 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
     p.compute_dtype = c->compute;
     size_t mask_bytes = 0;
     void *hmask = c->mask ? make_mask(c, &r, nq, nk, &p, &mask_bytes) : NULL;
+    void *hsinks = NULL;
+    size_t sinks_bytes = 0;
+    if (c->sinks) {
+        const stats_dtype sdt = c->sinks == SINKS_BF16 ? BF : c->sinks == SINKS_F16 ? FH : FS;
+        sinks_bytes = (size_t)c->hq * stats_dtype_size(sdt);
+        hsinks = malloc(sinks_bytes);
+        ck_assert(hsinks);
+        for (int h = 0; h < c->hq; h++) {
+            float v = (float)(amp * (1.5 + 1.5 * rng_gauss(&r)));
+            if (c->sinks == SINKS_ODD && h < 4)
+                v = h == 0 ? NAN : h == 1 ? -INFINITY : h == 2 ? INFINITY : 1e4f;
+            store(hsinks, (size_t)h, sdt, v);
+        }
+        p.sinks = hsinks, p.sinks_dtype = sdt;
+    }
 
     /* reference */
     const int64_t nrows = (int64_t)pb * c->hq * nq;
@@ -364,15 +394,20 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
         CK_CUDA(cudaMemset(dh, 0x4b, sizeof(float) * (size_t)nrows)); /* poison: 1.3e7 */
         CK_CUDA(cudaMemset(dm, 0x4b, sizeof(float) * (size_t)nrows));
     }
-    void *dmask = NULL;
+    void *dmask = NULL, *dsinks = NULL;
     if (hmask) {
         CK_CUDA(cudaMalloc(&dmask, mask_bytes));
         CK_CUDA(cudaMemcpy(dmask, hmask, mask_bytes, cudaMemcpyHostToDevice));
+    }
+    if (hsinks) {
+        CK_CUDA(cudaMalloc(&dsinks, sinks_bytes));
+        CK_CUDA(cudaMemcpy(dsinks, hsinks, sinks_bytes, cudaMemcpyHostToDevice));
     }
     stats_problem pd = p;
     pd.q.ptr = dq, pd.k.ptr = dk;
     pd.cu_seqlens_q = dcuq, pd.cu_seqlens_k = dcuk;
     pd.mask.ptr = dmask;
+    pd.sinks = dsinks;
     memset(got, 0xa5, sizeof *got * (size_t)c->hq);
 
     stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : path);
@@ -447,6 +482,11 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
                     b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac);
         }
     }
+    if (c->sinks == SINKS_ODD) /* the reference itself: NaN / +inf sinks count, 1e4 dominates */
+        ck_assert_msg(ref[0].rows == 0 && ref[0].nonfinite_rows > 0 && ref[2].rows == 0 &&
+                          ref[2].nonfinite_rows > 0 && ref[1].rows > 0 && ref[3].rows > 0 &&
+                          ref[3].entropy_max < 1e-6,
+                      "%s: the odd sinks do not give what stats.h says", c->name);
     printf("  [%2d] %-58s %-18s rows %6lld  max|dH| %.2e  max rel dmaxlogit %.2e  max rel dmean %.2e%s\n",
            iter, c->name, kname, (long long)e.rows, e.max_row_h, e.max_row_m, e.max_mean,
            bad_rows || bad_heads ? "  FAIL" : "");
@@ -454,8 +494,9 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 
     CK_CUDA(cudaStreamDestroy(stream));
     cudaFree(dq), cudaFree(dk), cudaFree(dcuq), cudaFree(dcuk), cudaFree(dh), cudaFree(dm);
-    cudaFree(dmask);
+    cudaFree(dmask), cudaFree(dsinks);
     free(hq), free(hk), free(ref), free(got), free(rh), free(rm), free(gh), free(gm), free(hmask);
+    free(hsinks);
     ck_assert_msg(bad_rows == 0, "%s: %d rows out of tolerance (seed %llu)", c->name, bad_rows,
                   (unsigned long long)g_seed);
     ck_assert_msg(bad_heads == 0, "%s: %d heads out of tolerance (seed %llu)", c->name, bad_heads,

@@ -15,6 +15,8 @@
  * 2^u * u = 0 * -inf = NaN in W. A row is non-finite exactly when M, l or W is, which matches
  * stats_cpu()'s "some visible logit is not finite". The max is taken over the raw dot products:
  * scaling and softcap are increasing, so the max of the logits is the logit of the max dot product.
+ * An attention sink (stats.h) is one more outcome of the row, merged into its final (M, l, W) by
+ * row_done; no inner loop sees it.
  *
  * Index conventions of every statistics kernel: grid (blocks_per_head, Hq); CTA (x, h) takes the
  * sampled rows [blk * BM, blk * BM + BM) of sequence seq (cta_sequence: x -> (seq, blk)); per-row
@@ -278,11 +280,38 @@ static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
     part_merge(a, b);
 }
 
+/* ---- attention sinks ------------------------------------------------------------------------ */
+
+/* The sink logit of query head h in base 2 (stats.h: log2(e) * s_h), -inf when the problem has
+ * none: read once per block after its tiles (per row in the CUDA-core kernel, whose registers it
+ * would raise otherwise: generic.cu), handed to row_done for each row. A finite sink stays finite
+ * (clamped to +-FLT_MAX where log2(e) * s_h overflows float), so it is still an outcome; NaN and
+ * +inf stay as they are (row_done counts the rows non-finite). */
+static __device__ __forceinline__ float head_sink(const kparams &p, int h)
+{
+    if (!p.sinks)
+        return -INFINITY;
+    float s;
+    if (p.sinks_dtype == STATS_F32) {
+        s = __ldg((const float *)p.sinks + h);
+    } else {
+        const unsigned short u = __ldg((const unsigned short *)p.sinks + h);
+        s = p.sinks_dtype == STATS_BF16 ? __uint_as_float((unsigned)u << 16)
+                                        : __half2float(__ushort_as_half(u));
+    }
+    if (s == -INFINITY || !(s < INFINITY))
+        return s;
+    return fminf(fmaxf(s * LOG2E_F, -3.402823466e38f), 3.402823466e38f);
+}
+
 /* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
  * and folds the row into a. ro: index of the row in the per-row outputs. Mraw: the max logit
- * (base 2 units, as M) without an additive mask's bias; M itself where there is none. */
+ * (base 2 units, as M) without an additive mask's bias; M itself where there is none. sink: the
+ * head's sink logit in base 2 (head_sink), -inf for none: one more outcome, merged into the row's
+ * (M, l, W) as the state (sink, 1, 0) the way the online update merges when the max moves (guarded
+ * where an exponential is 0, so that no 0 * inf appears); the max logit stays the keys'. */
 static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
-                                                float M, float l, float W, float Mraw)
+                                                float M, float l, float W, float Mraw, float sink)
 {
     if (nvis <= 0) {
         a.rows_empty++;
@@ -293,6 +322,23 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
         return;
     }
     bool finite = isfinite(M) && isfinite(l) && isfinite(W) && l > 0.0f;
+    int nout = nvis;
+    if (sink != -INFINITY && finite) { /* a sink: one more outcome */
+        nout++;
+        if (!(sink < INFINITY)) { /* NaN or +inf */
+            finite = false;
+        } else if (sink > M) {
+            const float d = M - sink, e = ex2(d);
+            W = e > 0.0f ? e * fmaf(d, l, W) : 0.0f;
+            l = fmaf(e, l, 1.0f); /* the max is the sink's now: its term is 2^0 */
+        } else {
+            const float d = sink - M, e = ex2(d);
+            if (e > 0.0f) {
+                W = fmaf(e, d, W);
+                l += e;
+            }
+        }
+    }
     if (!finite) {
         a.nonfinite++;
         if (p.row_h)
@@ -315,8 +361,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     a.hmin = fminf(a.hmin, h);
     a.hmax = fmaxf(a.hmax, h);
     a.mmax = fmaxf(a.mmax, m);
-    if (nvis >= 2) {
-        double hn = hd / log((double)nvis);
+    if (nout >= 2) {
+        double hn = hd / log((double)nout);
         a.rows_norm++;
         a.sum_norm += hn;
         if (hn < (double)p.collapse)

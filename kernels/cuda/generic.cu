@@ -193,8 +193,11 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
             nvis += __shfl_xor_sync(0xffffffffu, nvis, m);
         }
         if (lane == 0) {
+            /* the head's sink is read here, at each of the warp's few rows: held across the row
+             * loop it cost 15 registers on sm_80 (64 -> 79, one CTA less per SM) */
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, p.mask ? nvis : hi - lo + 1, M, l, W, p.mask ? Mraw : M);
+            row_done(p, acc, ro, p.mask ? nvis : hi - lo + 1, M, l, W, p.mask ? Mraw : M,
+                     head_sink(p, h));
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);

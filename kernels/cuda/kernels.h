@@ -86,6 +86,10 @@ struct kparams {
      * a long CTA started last would run alone at the end; every causal grid of the persistent
      * kernels, whose CTAs then take the blocks round-robin). */
     int lpt;
+    /* Attention sinks (stats.h): [hq] sink logits of sinks_dtype (STATS_F32, F16, BF16), NULL
+     * without; each kernel reads its head's (head_sink, common.cuh) for row_done. */
+    const void *sinks;
+    int sinks_dtype;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */

@@ -641,6 +641,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
      * the CUDA-core kernel a misaligned float32 push falls to gives the same values. */
     k.compute = p->dtype == STATS_F32 && p->compute_dtype == STATS_F32 ? (int)STATS_BF16
                                                                        : (int)p->compute_dtype;
+    k.sinks = p->sinks, k.sinks_dtype = (int)p->sinks_dtype;
     if (p->mask.ptr) { /* the general mask, as the CUDA-core kernel reads it per logit */
         k.mask = (const char *)p->mask.ptr;
         k.msb = p->mask.stride_b, k.msh = p->mask.stride_h, k.msn = p->mask.stride_n;

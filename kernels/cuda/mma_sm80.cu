@@ -231,6 +231,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     cp_async_wait<0>();
 
     /* Rows: sum the four lanes of each quad, lane tq == 0 finishes the row. */
+    const float sink = head_sink(p, h);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -243,7 +244,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
             if (tq == 0 && i >= 0) {
                 long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr]);
+                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr],
+                         sink);
             }
         }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);

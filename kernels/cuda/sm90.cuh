@@ -351,13 +351,15 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
 }
 
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
- * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc. */
+ * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
+ * with head h's sink (read here, once per block and warp, after the block's tiles). */
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
                                                       const warp_keys &k, const float (&M)[2],
                                                       const float (&l)[2], const float (&W)[2],
                                                       part &acc)
 {
+    const float sink = head_sink(p, h);
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float Mr = M[hr], lr = l[hr], wr = W[hr];
@@ -371,7 +373,7 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
         const int i = rows[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr);
+            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink);
         }
     }
 }

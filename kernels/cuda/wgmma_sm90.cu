@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
         fold(sb, t_end); /* an even count: the last tile is in sb */
     cp_async_wait<0>();
 
+    const float sink = head_sink(p, h);
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float lr = l[0][hr][0] + l[0][hr][1], wr = W[0][hr][0] + W[0][hr][1];
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
         int i = s_row[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr, M[0][hr]);
+            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr, M[0][hr], sink);
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
