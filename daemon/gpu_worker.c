@@ -502,11 +502,12 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     gpu_refs *r = job->ext;
     if (!g->ready)
         return JOB_FAIL(job, ATTNSTAT__CODE__INTERNAL, STATS_EDEVICE, "%s", g->err);
-    const void *ptr[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const void *ptr[GPU_JOB_TENSORS] = {NULL};
     for (int i = 0; i < r->n; i++) {
         const char *name = i == 0 ? "q" : i == 1 ? "k" : i == r->mask_index ? "mask"
                            : i == r->cu_index ? "cu_seqlens_q_ref"
-                           : r->cu_index >= 0 && i == r->cu_index + 1 ? "cu_seqlens_k_ref" : "v";
+                           : r->cu_index >= 0 && i == r->cu_index + 1 ? "cu_seqlens_k_ref"
+                           : i == r->sinks_index ? "sinks" : "v";
         gpu_mem *m = r->mem[i];
         if (gpu_mem_open(m) != 0)
             return JOB_FAIL(job, ATTNSTAT__CODE__BAD_REQUEST, STATS_EINVAL, "%s: %s", name,
@@ -522,6 +523,8 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
     p.k.ptr = ptr[1];
     if (r->mask_index >= 0)
         p.mask.ptr = ptr[r->mask_index];
+    if (r->sinks_index >= 0)
+        p.sinks = ptr[r->sinks_index];
     if (r->cu_index >= 0) { /* the offsets are on the device already */
         p.cu_seqlens_q = (const int32_t *)ptr[r->cu_index];
         p.cu_seqlens_k = (const int32_t *)ptr[r->cu_index + 1];

@@ -29,6 +29,7 @@
 
 #define GPU_MAX_LOCAL 16
 #define GPU_IPC_HANDLE_BYTES 64
+#define GPU_JOB_TENSORS 7 /* the tensors of a push (validate.h VALIDATE_MAX_TENSORS) */
 
 typedef struct {
     int ordinal;
@@ -43,14 +44,15 @@ typedef struct gpu_event gpu_event;
 
 /* What a GPU job reads: set by the push (push.c) on the loop thread, read by the worker. */
 typedef struct {
-    gpu_mem *mem[6];         /* q, k, then v, the mask, the packed offsets (validate_plan's
-                                order; a buffer may repeat) */
-    uint64_t off[6];         /* byte offset of each tensor in its buffer */
-    uint64_t need[6];        /* offset + bytes spanned */
+    gpu_mem *mem[GPU_JOB_TENSORS]; /* q, k, then v, the mask, the packed offsets, the sinks
+                                      (validate_plan's order; a buffer may repeat) */
+    uint64_t off[GPU_JOB_TENSORS];  /* byte offset of each tensor in its buffer */
+    uint64_t need[GPU_JOB_TENSORS]; /* offset + bytes spanned */
     int n;
     int mask_index;          /* where the mask is in mem[]; -1: none */
     int cu_index;            /* device packed offsets: cu_q there, cu_k next; -1: none */
-    int held[6];             /* the push counts among the pushes that keep mem[i] mapped */
+    int sinks_index;         /* where the attention sinks are in mem[]; -1: none */
+    int held[GPU_JOB_TENSORS]; /* the push counts among the pushes that keep mem[i] mapped */
     gpu_event *ev;           /* NULL: no event (the client says its data are ready) */
     const int *client_gone;  /* set (atomically) when the client disconnects */
     stats_head *slot;        /* worker thread: a pending job's pinned result slot */

@@ -17,6 +17,9 @@
 #include "util.h"
 #include "validate.h"
 
+_Static_assert(VALIDATE_MAX_TENSORS <= GPU_JOB_TENSORS && VALIDATE_MAX_TENSORS <= WORKER_MAX_GUARDS,
+               "a push's tensors fit the GPU job's references and the CPU job's guards");
+
 /* The largest global layer or head number (a layout's offsets are checked against the same bound,
  * schema/store_write.c): far past any model, and a sum of two never overflows an int32_t. */
 #define PUSH_GLOBAL_MAX (1 << 24)
@@ -137,6 +140,7 @@ static worker *pin_device(push *u, const Attnstat__Push *m, Attnstat__Code *code
     u->gref.n = u->plan.ntensors;
     u->gref.mask_index = u->plan.mask_index;
     u->gref.cu_index = u->plan.cu_index;
+    u->gref.sinks_index = u->plan.sinks_index;
     if (ev) {
         u->gref.ev = ev;
         gpu_event_ref(ev);

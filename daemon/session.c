@@ -214,7 +214,8 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     envelope_hello_reply(&env, &rep, run_id, (uint32_t)c->max_frame, (uint32_t)c->queue_depth);
     rep.n_served_devices = nserved;
     rep.served_devices = served;
-    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed", "layout"};
+    static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed", "layout",
+                               "sinks"};
     rep.n_features = sizeof features / sizeof features[0];
     rep.features = features;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;

@@ -329,6 +329,33 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                         names_buffer_kind(mk.buf->kind), mk.buf->device,
                         names_buffer_kind(q.buf->kind), q.buf->device);
     }
+    tensor_info sk;
+    if (push->sinks) {
+        const Attnstat__TensorRef *t = push->sinks;
+        if (t->dtype != ATTNSTAT__DTYPE__F32 && t->dtype != ATTNSTAT__DTYPE__F16 &&
+            t->dtype != ATTNSTAT__DTYPE__BF16)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "sinks.dtype %d (%s) is not a sink logit's: F32, F16 or BF16", (int)t->dtype,
+                        names_dtype((int)t->dtype));
+        if (t->n_shape == 4 && t->shape[1] != (uint64_t)q.shape[1])
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "sinks.shape[1] is %llu; it must be Hq = %lld (one sink per query head)",
+                        (unsigned long long)t->shape[1], (long long)q.shape[1]);
+        const int64_t want[4] = {1, q.shape[1], 1, 1};
+        code = check_aux("sinks", t, want, 0, lookup, ctx, &sk, msg, msglen);
+        if (code != ATTNSTAT__CODE__OK)
+            return code;
+        if (sk.shape[1] > 1 && sk.stride[1] != 1)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "sinks.strides[1] is %lld: the query heads' sinks must be contiguous "
+                        "(stride 1)", (long long)sk.stride[1]);
+        if (sk.buf->kind != q.buf->kind || sk.buf->device != q.buf->device)
+            return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                        "the sinks are in a %s buffer (device %d) but q in a %s buffer (device %d): "
+                        "the tensors of one push live in one kind of memory, on one device",
+                        names_buffer_kind(sk.buf->kind), sk.buf->device,
+                        names_buffer_kind(q.buf->kind), q.buf->device);
+    }
     if (push->has_compute_dtype && push->compute_dtype != ATTNSTAT__DTYPE__F32 &&
         push->compute_dtype != ATTNSTAT__DTYPE__F16 && push->compute_dtype != ATTNSTAT__DTYPE__BF16)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
@@ -379,6 +406,11 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
         p->mask.stride_h = mk.stride[1];
         p->mask.stride_n = mk.stride[2];
         p->mask_dtype = mk.dtype;
+    }
+    if (push->sinks) {
+        p->sinks = cuda ? (const void *)device_placeholder
+                        : (const char *)sk.buf->base + push->sinks->offset;
+        p->sinks_dtype = sk.dtype;
     }
     if (cu_ref) { /* placeholders until the GPU worker opens the buffers */
         p->cu_seqlens_q = (const int32_t *)device_placeholder;
@@ -451,17 +483,19 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     plan->need_bytes[1] = k.need;
     plan->offset[1] = push->k->offset;
     plan->ntensors = 2;
-    plan->mask_index = plan->cu_index = -1;
-    const Attnstat__TensorRef *more[4] = {push->v, push->mask, cu_ref ? push->cu_seqlens_q_ref : NULL,
-                                          cu_ref ? push->cu_seqlens_k_ref : NULL};
-    const tensor_info *info[4] = {&v, &mk, &cuq, &cuk};
-    for (int i = 0; i < 4; i++) {
+    plan->mask_index = plan->cu_index = plan->sinks_index = -1;
+    const Attnstat__TensorRef *more[5] = {push->v, push->mask, cu_ref ? push->cu_seqlens_q_ref : NULL,
+                                          cu_ref ? push->cu_seqlens_k_ref : NULL, push->sinks};
+    const tensor_info *info[5] = {&v, &mk, &cuq, &cuk, &sk};
+    for (int i = 0; i < 5; i++) {
         if (!more[i])
             continue;
         if (i == 1)
             plan->mask_index = plan->ntensors;
         if (i == 2)
             plan->cu_index = plan->ntensors;
+        if (i == 4)
+            plan->sinks_index = plan->ntensors;
         plan->buffer_id[plan->ntensors] = more[i]->buffer_id;
         plan->need_bytes[plan->ntensors] = info[i]->need;
         plan->offset[plan->ntensors] = more[i]->offset;

@@ -2,7 +2,8 @@
  * Push into a stats_problem whose tensors point into the registered buffers.
  *
  * Guarantee: when validate_push() returns OK, every element the stats backend can read for q and
- * k (and v, when given) lies inside its registered buffer: [offset, offset + extent * dtype size)
+ * k (and v, the mask, the packed offsets and the sinks, when given) lies inside its registered
+ * buffer: [offset, offset + extent * dtype size)
  * within [0, size), computed with overflow checks from the shape and strides. Otherwise it returns
  * the Ack code (UNKNOWN_BUFFER, OUT_OF_BOUNDS, BAD_REQUEST, UNSUPPORTED) and a message naming the
  * field. Pure: no allocation except the cu_seqlens copies, no I/O.
@@ -42,14 +43,15 @@ typedef struct {
     float collapse_threshold;   /* goes into the problem */
 } validate_limits;
 
-/* The tensors of a push, in plan order: q, k, then those present of v, the mask and the packed
- * offsets (validate_plan's index fields say where each is). */
-#define VALIDATE_MAX_TENSORS 6
+/* The tensors of a push, in plan order: q, k, then those present of v, the mask, the packed
+ * offsets and the attention sinks (validate_plan's index fields say where each is). */
+#define VALIDATE_MAX_TENSORS 7
 
 typedef struct {
     stats_problem prob;              /* ready for stats_cpu (tensors resolved) */
     int32_t *cu_q, *cu_k;            /* copies owned by the plan (prob points at them) */
-    uint32_t buffer_id[VALIDATE_MAX_TENSORS];  /* q, k, then v, mask, cu_q, cu_k when present */
+    uint32_t buffer_id[VALIDATE_MAX_TENSORS];  /* q, k, then v, mask, cu_q, cu_k, sinks when
+                                                  present */
     uint64_t need_bytes[VALIDATE_MAX_TENSORS]; /* bytes of each buffer it reaches (offset + span) */
     uint64_t offset[VALIDATE_MAX_TENSORS];     /* each tensor's byte offset in its buffer */
     int kind;                        /* of every buffer of the push (one kind per push) */
@@ -57,6 +59,7 @@ typedef struct {
     int ntensors;                    /* 2 .. VALIDATE_MAX_TENSORS */
     int mask_index;                  /* where the mask is in the lists above; -1: none */
     int cu_index;                    /* device packed offsets: cu_q there, cu_k next; -1: none */
+    int sinks_index;                 /* where the attention sinks are; -1: none */
     uint64_t work;                   /* multiply-adds */
 } validate_plan;
 

@@ -23,7 +23,7 @@
 
 #include "stats.h"
 
-#define WORKER_MAX_GUARDS 6 /* the tensors of a push (validate.h VALIDATE_MAX_TENSORS) */
+#define WORKER_MAX_GUARDS 7 /* the tensors of a push (validate.h VALIDATE_MAX_TENSORS) */
 
 typedef struct worker_job worker_job;
 struct worker_job {

@@ -1,7 +1,7 @@
 /* test_daemon_badinput.c — bad input of every kind against a real attnstatd: each gets its clear
  * error (Error or Ack code, and a message naming the field), framing errors close only the
- * offending connection, message errors leave it usable, and a second well-behaved client is still
- * served afterwards. */
+ * offending connection, message errors (and bad attention sinks) leave it usable, and a second
+ * well-behaved client is still served afterwards. */
 #include "daemon_harness.h"
 
 typedef struct {
@@ -302,6 +302,106 @@ START_TEST(test_bad_pushes_get_their_code)
 }
 END_TEST
 
+/* A push of the usual q and k (f32 [1, 2, 16, 8] at 0 and 4096 in buffer 1) with sinks s. */
+static void push_with_sinks(dh_conn *c, uint64_t seq, dh_tensor *s, int want_results)
+{
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    Attnstat__TensorRef qr, kr, sr;
+    Attnstat__Push p;
+    Attnstat__Envelope env;
+    envelope_push(&env, &p, seq, (int64_t)seq, 0, &qr, &kr);
+    dh_tensor_ref(&qr, &q);
+    dh_tensor_ref(&kr, &k);
+    dh_tensor_ref(&sr, s);
+    p.sinks = &sr;
+    p.has_want_results = want_results != 0;
+    p.want_results = want_results != 0;
+    ck_assert_int_eq(dh_send(c, &env), 0);
+}
+
+/* Attention sinks: a sinks TensorRef past the end of its buffer (by its offset, by an offset
+ * whose span passes 2^64), for the wrong number of heads, or in a buffer never registered, is
+ * refused with its code and a message naming the sinks; the connection goes on, and a good push
+ * with sinks on it is computed with them: its stored statistics are stats_cpu()'s with the same
+ * sinks, not those without. */
+START_TEST(test_sinks_refused_then_served)
+{
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    int64_t run_id = 0;
+    dh_hello(&c, "sinks", 0, &run_id);
+    dh_register(&c, 1, W.shm.name, W.shm.size);
+    static const struct {
+        uint32_t buf;
+        uint64_t off, heads;
+        Attnstat__Code code;
+        const char *needle;
+    } bad[] = {
+        {1, (1 << 20) - 4, 2, ATTNSTAT__CODE__OUT_OF_BOUNDS,
+         "sinks: offset 1048572 + 8 bytes reads up to byte 1048580, past the end of buffer 1"},
+        {1, UINT64_MAX - 3, 2, ATTNSTAT__CODE__OUT_OF_BOUNDS, "sinks: its shape and strides "
+         "overflow"},
+        {1, 8192, 3, ATTNSTAT__CODE__BAD_REQUEST, "sinks.shape[1] is 3; it must be Hq = 2"},
+        {7, 8192, 2, ATTNSTAT__CODE__UNKNOWN_BUFFER, "sinks.buffer_id 7 is not a registered buffer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dh_tensor s;
+        dh_tensor_contig(&s, bad[i].buf, bad[i].off, ATTNSTAT__DTYPE__F32, 1, bad[i].heads, 1, 1);
+        push_with_sinks(&c, 3000 + i, &s, 0);
+        char msg[512];
+        int code = dh_wait_ack(&c, 3000 + i, msg, sizeof msg, 20000);
+        ck_assert_msg(code == (int)bad[i].code, "bad sinks %zu: code %d, expected %d (%s)", i, code,
+                      bad[i].code, msg);
+        ck_assert_msg(strstr(msg, bad[i].needle), "bad sinks %zu: message '%s' lacks '%s'", i, msg,
+                      bad[i].needle);
+    }
+
+    /* The same connection: sinks near the logits (head 0 above most of them, head 1 below). */
+    float *sv = (float *)((char *)W.shm.ptr + 8192);
+    sv[0] = (float)(1.5 + 0.5 * dh_gauss(&W.rng));
+    sv[1] = (float)(-1.0 + 0.5 * dh_gauss(&W.rng));
+    dh_tensor s;
+    dh_tensor_contig(&s, 1, 8192, ATTNSTAT__DTYPE__F32, 1, 2, 1, 1);
+    push_with_sinks(&c, 3100, &s, 1);
+    char msg[512];
+    int code = dh_wait_ack(&c, 3100, msg, sizeof msg, 30000);
+    ck_assert_msg(code == ATTNSTAT__CODE__OK, "good push with sinks: code %d: %s", code, msg);
+    dh_close(&c);
+
+    dh_tensor q, k;
+    dh_tensor_contig(&q, 1, 0, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    dh_tensor_contig(&k, 1, 4096, ATTNSTAT__DTYPE__F32, 1, 2, 16, 8);
+    stats_problem pr;
+    dh_problem(&pr, &q, W.shm.ptr, &k, W.shm.ptr);
+    stats_head plain[2], ref[2];
+    stats_error err;
+    ck_assert_int_eq(stats_cpu(&pr, plain, NULL, NULL, &err), STATS_OK);
+    pr.sinks = sv, pr.sinks_dtype = STATS_F32;
+    ck_assert_int_eq(stats_cpu(&pr, ref, NULL, NULL, &err), STATS_OK);
+    sqlite3 *db = dh_db_open(&W.d);
+    for (int h = 0; h < 2; h++) {
+        char sql[256], v[64];
+        snprintf(sql, sizeof sql, "SELECT printf('%%.17g', entropy_mean) || ' ' || "
+                 "printf('%%.17g', entropy_norm_mean) FROM samples WHERE run_id = %lld AND "
+                 "head = %d AND step = 3100", (long long)run_id, h);
+        dh_db_text(db, sql, v, sizeof v);
+        char *end;
+        double mean = strtod(v, &end), norm = strtod(end, NULL);
+        ck_assert_msg(dh_close_to_reference(mean, ref[h].entropy_mean) &&
+                          dh_close_to_reference(norm, ref[h].entropy_norm_mean),
+                      "head %d: stored %s, stats_cpu with the sinks %.9g %.9g", h, v,
+                      ref[h].entropy_mean, ref[h].entropy_norm_mean);
+        ck_assert_msg(fabs(ref[h].entropy_mean - plain[h].entropy_mean) > 1e-3,
+                      "head %d: the sink changed the entropy by %.3g only", h,
+                      fabs(ref[h].entropy_mean - plain[h].entropy_mean));
+    }
+    sqlite3_close(db);
+    good_client_served("after-sinks");
+}
+END_TEST
+
 START_TEST(test_shrunk_segment_fails_the_push_only)
 {
     /* A client truncates its registered segment: the push fails with a message, no crash. */
@@ -439,6 +539,7 @@ static Suite *badinput_suite(void)
     tcase_add_test(tc, test_framing_errors_close_only_that_connection);
     tcase_add_test(tc, test_message_errors_keep_connection);
     tcase_add_test(tc, test_bad_pushes_get_their_code);
+    tcase_add_test(tc, test_sinks_refused_then_served);
     tcase_add_test(tc, test_shrunk_segment_fails_the_push_only);
     tcase_add_test(tc, test_max_clients);
     tcase_add_test(tc, test_fifo_in_dev_shm_does_not_block);

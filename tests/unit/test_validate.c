@@ -38,10 +38,10 @@ static const validate_buffer *lookup(void *ctx, uint32_t id)
  * 1 ends exactly where the last tensor does. The arrays live in the caller's struct. */
 typedef struct {
     Attnstat__Push p;
-    Attnstat__TensorRef q, k, v;
-    uint64_t qs[4], ks[4], vs[4], qst[4], kst[4], vst[4];
+    Attnstat__TensorRef q, k, v, sk;
+    uint64_t qs[4], ks[4], vs[4], qst[4], kst[4], vst[4], sks[4], skst[4];
     uint64_t esize;
-    uint64_t end[3];                /* offset + bytes of q, k, v */
+    uint64_t end[4];                /* offset + bytes of q, k, v, the sinks (with_sinks) */
 } push_t;
 
 static const uint64_t esizes[3] = {4, 2, 2};
@@ -93,6 +93,23 @@ static void make_push(push_t *x, int with_v)
     bufs[1].size = with_v ? x->end[2] : x->end[1];
     bufs[1].base = mem;
     bufs[1].device = -1;
+}
+
+/* Gives x attention sinks: [1, Hq, 1, 1] of a random dtype, contiguous, in buffer 1 right after
+ * the last tensor, which now ends exactly where they do. */
+static void with_sinks(push_t *x)
+{
+    Attnstat__Dtype dt = (Attnstat__Dtype)rnd_range(0, 2);
+    uint64_t es = esizes[dt], hq = x->qs[1];
+    uint64_t shape[4] = {1, hq, 1, 1}, st[4] = {(uint64_t)rnd_range(0, 9), 1, 7, 1};
+    memcpy(x->sks, shape, sizeof shape);
+    memcpy(x->skst, st, sizeof st);
+    uint64_t last = x->p.v ? x->end[2] : x->end[1];
+    uint64_t off = (last + es - 1) / es * es + es * (uint64_t)rnd_range(0, 5);
+    envelope_tensor(&x->sk, 1, off, dt, x->sks, x->skst);
+    x->p.sinks = &x->sk;
+    x->end[3] = off + hq * es;
+    bufs[1].size = x->end[3];
 }
 
 static const validate_limits unlimited = {.max_push_work = UINT64_MAX,
@@ -201,6 +218,53 @@ START_TEST(test_overflow_is_refused)
 }
 END_TEST
 
+/* Attention sinks: the plan points the problem at them (host) or at a placeholder (device), with
+ * their dtype and index; they may end on the buffer's last byte and not one byte later; no sinks
+ * leave the problem without. */
+START_TEST(test_sinks_plan)
+{
+    for (int iter = 0; iter < 100; iter++) {
+        push_t x;
+        int with_v = (int)(rnd() & 1);
+        make_push(&x, with_v);
+        with_sinks(&x);
+        validate_plan plan;
+        char msg[512] = "";
+        ck_assert_msg(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+        ck_assert_ptr_eq(plan.prob.sinks, mem + x.sk.offset);
+        ck_assert_int_eq((int)plan.prob.sinks_dtype, (int)x.sk.dtype);
+        ck_assert_int_eq(plan.ntensors, with_v ? 4 : 3);
+        ck_assert_int_eq(plan.sinks_index, plan.ntensors - 1);
+        ck_assert_int_eq(plan.mask_index, -1);
+        ck_assert_uint_eq(plan.need_bytes[plan.sinks_index], x.end[3]);
+        ck_assert_uint_eq(plan.offset[plan.sinks_index], x.sk.offset);
+        validate_plan_free(&plan);
+        bufs[1].size--;
+        expect(&x, ATTNSTAT__CODE__OUT_OF_BOUNDS, "sinks: offset", "sinks one byte past");
+        bufs[1].size++;
+        x.sk.offset = UINT64_MAX - (UINT64_MAX % 4) - 4 * (uint64_t)rnd_range(0, 3);
+        expect(&x, ATTNSTAT__CODE__OUT_OF_BOUNDS, "sinks", "sinks at an offset past 2^64");
+        x.p.sinks = NULL;
+        ck_assert(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK);
+        ck_assert_ptr_null(plan.prob.sinks);
+        ck_assert_int_eq(plan.sinks_index, -1);
+        validate_plan_free(&plan);
+    }
+    push_t x;
+    make_push(&x, 0);
+    with_sinks(&x);
+    bufs[1].kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+    bufs[1].base = NULL;
+    bufs[1].device = 3;
+    validate_plan plan;
+    char msg[512] = "";
+    ck_assert_msg(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+    ck_assert_ptr_nonnull(plan.prob.sinks); /* a placeholder until the GPU worker opens it */
+    ck_assert_int_eq(plan.sinks_index, 2);
+    validate_plan_free(&plan);
+}
+END_TEST
+
 static int32_t cu_q[4], cu_k[4];
 
 typedef struct {
@@ -244,7 +308,24 @@ static void r_window(push_t *x) { x->p.causal = 1; x->p.has_window_right = 1; x-
 static void r_scale(push_t *x) { x->p.has_scale = 1; x->p.scale = -(float)(1 + rnd() % 10); }
 static void r_softcap(push_t *x) { x->p.has_softcap = 1; x->p.softcap = NAN; }
 
+static void r_sinks_dtype(push_t *x) { with_sinks(x); x->sk.dtype = ATTNSTAT__DTYPE__BOOL; }
+static void r_sinks_heads(push_t *x) { with_sinks(x); x->sks[1] = x->qs[1] + 1 + rnd() % 3; }
+static void r_sinks_shape(push_t *x) { with_sinks(x); x->sks[2] = 2; }
+static void r_sinks_dims(push_t *x) { with_sinks(x); x->sk.n_shape = 2; }
+static void r_sinks_stride(push_t *x) { with_sinks(x); x->qs[1] = x->ks[1] * 2; contig(x->qs, x->qst); x->sks[1] = x->qs[1]; x->skst[1] = 2; bufs[1].size = 1 << 30; }
+static void r_sinks_unknown(push_t *x) { with_sinks(x); x->sk.buffer_id = 4; }
+static void r_sinks_kind(push_t *x) { with_sinks(x); bufs[2] = bufs[1]; bufs[2].kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC; bufs[2].base = NULL; bufs[2].device = 0; x->sk.buffer_id = 2; }
+static void r_sinks_misaligned(push_t *x) { with_sinks(x); x->sk.dtype = ATTNSTAT__DTYPE__F32; x->sk.offset = 4 * (x->sk.offset / 4) + 2; bufs[1].size = 1 << 30; }
+
 static const rule rules[] = {
+    {"sinks dtype", r_sinks_dtype, ATTNSTAT__CODE__BAD_REQUEST, "sinks.dtype 3 (bool) is not a sink logit"},
+    {"sinks heads", r_sinks_heads, ATTNSTAT__CODE__BAD_REQUEST, "one sink per query head"},
+    {"sinks shape", r_sinks_shape, ATTNSTAT__CODE__BAD_REQUEST, "sinks.shape[2] is 2; it must be 1"},
+    {"sinks dims", r_sinks_dims, ATTNSTAT__CODE__BAD_REQUEST, "sinks needs 4 dimensions"},
+    {"sinks stride", r_sinks_stride, ATTNSTAT__CODE__BAD_REQUEST, "sinks.strides[1] is 2"},
+    {"sinks buffer", r_sinks_unknown, ATTNSTAT__CODE__UNKNOWN_BUFFER, "sinks.buffer_id 4"},
+    {"sinks kind", r_sinks_kind, ATTNSTAT__CODE__BAD_REQUEST, "the sinks are in a CUDA_IPC buffer"},
+    {"sinks misaligned", r_sinks_misaligned, ATTNSTAT__CODE__BAD_REQUEST, "sinks.offset"},
     {"no k", r_no_k, ATTNSTAT__CODE__BAD_REQUEST, "needs both q and k"},
     {"layer", r_layer, ATTNSTAT__CODE__BAD_REQUEST, "out of range"},
     {"unknown buffer", r_unknown, ATTNSTAT__CODE__UNKNOWN_BUFFER, "k.buffer_id 3"},
@@ -479,6 +560,7 @@ int main(void)
     Suite *s = suite_create("validate");
     TCase *tc = tcase_create("validate");
     tcase_add_test(tc, test_valid_pushes_give_their_plan);
+    tcase_add_test(tc, test_sinks_plan);
     tcase_add_test(tc, test_bounds_are_exact);
     tcase_add_test(tc, test_overflow_is_refused);
     tcase_add_test(tc, test_each_rule);
