@@ -4,6 +4,7 @@
 #include "status.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "alerts_feed.h"
 #include "clients.h"
@@ -109,8 +110,18 @@ void status_send(const stage_ctx *x, conn *to)
         nw = STATUS_MAX_WORKERS;
     Attnstat__WorkerStatus ws[STATUS_MAX_WORKERS], *wsp[STATUS_MAX_WORKERS];
     worker_stats st[STATUS_MAX_WORKERS];
+    /* The GPU workers first: a client keeps the first ATTNSTAT_STATUS_MAX_WORKERS (16) entries,
+     * and a host with 16 CPUs has as many CPU workers. */
+    int order[STATUS_MAX_WORKERS], no = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nw; i++) {
+            worker_stats probe;
+            worker_pool_stats(pool, i, &probe);
+            if ((strncmp(probe.name, "cpu", 3) != 0) == (pass == 0))
+                order[no++] = i;
+        }
     for (int i = 0; i < nw; i++) {
-        worker_pool_stats(pool, i, &st[i]);
+        worker_pool_stats(pool, order[i], &st[i]);
         attnstat__worker_status__init(&ws[i]);
         ws[i].name = (char *)st[i].name;
         ws[i].queue_depth = st[i].queue_depth;

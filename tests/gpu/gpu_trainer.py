@@ -440,7 +440,9 @@ def run_tp(args):
                                                    "o_proj": RowwiseParallel()})
     g = torch.Generator(device=dev).manual_seed(args.seed)
     ids = torch.randint(0, 512, (2, 128), device=dev, generator=g)
-    client = attnstat.Client(socket=args.socket, run=args.run, rank=rank)
+    # the run's name from the environment: torch.distributed.run takes --run for its own --run-path
+    run = os.environ.get("ATTNSTAT_TEST_RUN", args.run)
+    client = attnstat.Client(socket=args.socket, run=run, rank=rank)
     pushes = record_pushes(client)
     with at.monitor(client, every=1, model=model) as mon:
         with torch.autocast("cuda", dtype=torch.bfloat16):

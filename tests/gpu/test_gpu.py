@@ -556,10 +556,10 @@ class TestGPU(unittest.TestCase):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
         out = os.path.join(self.tmp.name, "tp")
-        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN="tp")
         r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node", "2", TRAINER, "tp", self.d.socket, out, "--run",
-                            "tp"], env=e, capture_output=True, text=True, timeout=300)
+                            "--nproc_per_node", "2", TRAINER, "tp", self.d.socket, out],
+                           env=e, capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
         ranks = [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
         local = None
