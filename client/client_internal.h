@@ -64,6 +64,7 @@ typedef enum {
 #define CLIENT_FEATURE_CU_REF 4u        /* "cu_seqlens_ref" */
 #define CLIENT_FEATURE_COMPUTED 8u      /* "computed": results computed by the client (local.c) */
 #define CLIENT_FEATURE_LAYOUT 16u       /* "layout" */
+#define CLIENT_FEATURE_SINKS 32u        /* "sinks" */
 
 typedef struct local_state local_state; /* local.c */
 

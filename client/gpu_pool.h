@@ -25,8 +25,8 @@
 #include "attnstat.h"
 #include "attnstat.pb-c.h"
 
-/* The tensors of one push at most: q, k, v, a mask, two packed-offset arrays. */
-#define GPU_MAX_TENSORS 6
+/* The tensors of one push at most: q, k, v, a mask, two packed-offset arrays, the sinks. */
+#define GPU_MAX_TENSORS 7
 
 #define GPU_POOL_EVENT_ID0 0x20000000u /* event ids, disjoint from buffer ids (Error refs) */
 

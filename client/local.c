@@ -214,6 +214,10 @@ static void local_problem(attnstat_client *c, const attnstat_push_opts *o, const
         p->cu_seqlens_q = (const int32_t *)t->cu_q->data;
         p->cu_seqlens_k = (const int32_t *)t->cu_k->data;
     }
+    if (t->sinks) { /* [Hq] on the device, contiguous (push.c checked) */
+        p->sinks = t->sinks->data;
+        p->sinks_dtype = (stats_dtype)t->sinks->dtype;
+    }
 }
 
 /* ---- Push ------------------------------------------------------------------------------------- */

@@ -23,9 +23,10 @@
 
 #include "client_internal.h"
 
-/* The tensors of one local push (q and k; the mask and the device packed offsets when given). */
+/* The tensors of one local push (q and k; the mask, the device packed offsets and the sinks when
+ * given). */
 typedef struct {
-    const attnstat_tensor *q, *k, *mask, *cu_q, *cu_k;
+    const attnstat_tensor *q, *k, *mask, *cu_q, *cu_k, *sinks;
     int32_t compute_dtype; /* -1: the tensors' own precision */
 } local_tensors;
 

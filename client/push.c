@@ -21,6 +21,7 @@
  * Stage: the sending end of a push. Calls link.c (is the link up; the connection lost), conn.c,
  * gather.c, ring.c, gpu_export.c, local.c and util.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,12 +33,12 @@
 #include "local.h"
 
 /* The tensors of one push, in the order the Push message and the GPU path take them: q, k, then
- * those present of v, the mask and the device packed offsets (cu_q, cu_k). */
+ * those present of v, the mask, the device packed offsets (cu_q, cu_k) and the sinks. */
 typedef struct {
     const attnstat_tensor *t[GPU_MAX_TENSORS];
     const char *name[GPU_MAX_TENSORS];
     int nt;
-    int iv, imask, icu;        /* where v, the mask and cu_q are in t[]; -1: absent */
+    int iv, imask, icu, isinks; /* where v, the mask, cu_q and the sinks are in t[]; -1: absent */
     int32_t compute_dtype;     /* -1: not sent */
 } push_set;
 
@@ -237,6 +238,7 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
         p.cu_seqlens_q_ref = &refs[set->icu];
         p.cu_seqlens_k_ref = &refs[set->icu + 1];
     }
+    p.sinks = set->isinks >= 0 ? &refs[set->isinks] : NULL;
     p.has_compute_dtype = set->compute_dtype >= 0;
     p.compute_dtype = set->compute_dtype >= 0 ? (Attnstat__Dtype)set->compute_dtype
                                               : ATTNSTAT__DTYPE__F32;
@@ -395,16 +397,53 @@ void attnstat_push_ext_init(attnstat_push_ext *e)
     e->compute_dtype = -1;
 }
 
-/* The extension's checks; fills set's mask, offsets and compute dtype. */
+/* attnstat_push_ext as it was before sinks: a caller built against that attnstat.h passes this
+ * size, and its push has no sinks. */
+#define PUSH_EXT_SIZE_V1 offsetof(attnstat_push_ext, sinks)
+
+/* The sinks' checks: [1, Hq, 1, 1] of a floating-point dtype in q's memory, contiguous along the
+ * heads in CUDA memory (the daemon and local mode read them in place), a daemon that takes them. */
+static attnstat_code push_check_sinks(attnstat_client *c, const attnstat_tensor *s,
+                                      const attnstat_tensor *q)
+{
+    if (s->mem != q->mem)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks are in %s memory but q in %s memory",
+                           s->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host",
+                           q->mem == ATTNSTAT_MEM_CUDA ? "CUDA" : "host");
+    if (s->dtype != ATTNSTAT_F32 && s->dtype != ATTNSTAT_F16 && s->dtype != ATTNSTAT_BF16)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks' dtype %d is not ATTNSTAT_F32, F16 or "
+                           "BF16", s->dtype);
+    if (!s->data)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks have a NULL data pointer");
+    if (s->shape[0] != 1 || s->shape[1] != q->shape[1] || s->shape[2] != 1 || s->shape[3] != 1)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks' shape is [%lld, %lld, %lld, %lld]: it "
+                           "must be [1, Hq, 1, 1], one sink per query head (Hq = %lld)",
+                           (long long)s->shape[0], (long long)s->shape[1], (long long)s->shape[2],
+                           (long long)s->shape[3], (long long)q->shape[1]);
+    if (s->strides[1] < 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks' strides[1] is negative");
+    if (s->mem == ATTNSTAT_MEM_CUDA && s->shape[1] > 1 && s->strides[1] != 1)
+        return client_fail(c, ATTNSTAT_EINVAL, "the sinks' strides[1] is %lld: CUDA sinks must be "
+                           "contiguous along the heads (stride 1); make them contiguous first",
+                           (long long)s->strides[1]);
+    if (!(c->features & CLIENT_FEATURE_SINKS))
+        return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no attention sinks (its "
+                           "HelloReply does not list \"sinks\"): upgrade the daemon");
+    return ATTNSTAT_OK;
+}
+
+/* The extension's checks; fills set's mask, offsets, sinks and compute dtype. */
 static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts *o,
                                     const attnstat_push_ext *e, const attnstat_tensor *q,
                                     const attnstat_tensor *k, push_set *set)
 {
     if (!e)
         return ATTNSTAT_OK;
-    if (e->size < sizeof *e)
+    if (e->size < PUSH_EXT_SIZE_V1)
         return client_fail(c, ATTNSTAT_EINVAL, "attnstat_push_ext.size is %u, not %zu: initialise "
                            "it with attnstat_push_ext_init", e->size, sizeof *e);
+    /* the fields a caller's attnstat.h had: sinks only where its struct holds them */
+    const attnstat_tensor *sinks = e->size >= sizeof *e ? e->sinks : NULL;
     if (e->compute_dtype != -1 && e->compute_dtype != ATTNSTAT_F32 &&
         e->compute_dtype != ATTNSTAT_F16 && e->compute_dtype != ATTNSTAT_BF16)
         return client_fail(c, ATTNSTAT_EINVAL, "compute_dtype %d is not -1, ATTNSTAT_F32, F16 or "
@@ -472,6 +511,12 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
         push_set_add(set, cu[0], "cu_seqlens_q", &set->icu);
         push_set_add(set, cu[1], "cu_seqlens_k", NULL);
     }
+    if (sinks) {
+        attnstat_code rc = push_check_sinks(c, sinks, q);
+        if (rc != ATTNSTAT_OK)
+            return rc;
+        push_set_add(set, sinks, "sinks", &set->isinks);
+    }
     if (set->compute_dtype >= 0 && !(c->features & CLIENT_FEATURE_COMPUTE_DTYPE))
         return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no compute_dtype (its "
                            "HelloReply does not list \"compute_dtype\"): upgrade the daemon");
@@ -493,7 +538,7 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
         return rc;
     push_set set;
     memset(&set, 0, sizeof set);
-    set.iv = set.imask = set.icu = -1;
+    set.iv = set.imask = set.icu = set.isinks = -1;
     set.compute_dtype = -1;
     push_set_add(&set, q, "q", NULL);
     push_set_add(&set, k, "k", NULL);
@@ -527,7 +572,8 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
     if (cuda && c->local_on) {
         local_tensors lt = {q, k, set.imask >= 0 ? set.t[set.imask] : NULL,
                             set.icu >= 0 ? set.t[set.icu] : NULL,
-                            set.icu >= 0 ? set.t[set.icu + 1] : NULL, set.compute_dtype};
+                            set.icu >= 0 ? set.t[set.icu + 1] : NULL,
+                            set.isinks >= 0 ? set.t[set.isinks] : NULL, set.compute_dtype};
         rc = local_push(c, o, &lt, seq, slot);
         if (rc == ATTNSTAT_OK && seq_out)
             *seq_out = seq; /* its tensors are read until its kernel is done: held */

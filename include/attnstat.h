@@ -470,7 +470,7 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *opt
                                const attnstat_tensor *q, const attnstat_tensor *k,
                                const attnstat_tensor *v, uint64_t *seq_out);
 
-/* ---- Masks, the precision of the logits, device offsets: attnstat_push2 --------------------- *
+/* ---- Masks, the precision of the logits, device offsets, sinks: attnstat_push2 -------------- *
  * What attention calls of real models carry beyond q and k. A daemon that cannot take one of these
  * (older than this library) makes attnstat_push2 fail with ATTNSTAT_ENOTSUP rather than compute
  * something else. */
@@ -493,6 +493,15 @@ typedef struct {
      * not with opts->cu_seqlens_* (host offsets stay there). */
     const attnstat_tensor *cu_seqlens_q;
     const attnstat_tensor *cu_seqlens_k;
+    /* Attention sinks (gpt-oss's `sinks`), or NULL: one logit per query head, shape [1, Hq, 1, 1],
+     * dtype ATTNSTAT_F32/F16/BF16, in the same kind of memory as q (for CUDA memory contiguous
+     * along the heads, strides[1] = 1, and kept referenced like q until the release callback).
+     * Each joins every row of its head as one more outcome of the softmax, taken as it is (no
+     * scale, softcap or mask): the entropy and its normalisation (ln of visible keys + 1) count
+     * it, the max logit does not; -inf is no sink, NaN or +inf makes the head's rows non-finite.
+     * Added after the fields above: a caller built against an older attnstat.h (a smaller size)
+     * simply has none. ATTNSTAT_ENOTSUP when the daemon's HelloReply does not list "sinks". */
+    const attnstat_tensor *sinks;
 } attnstat_push_ext;
 
 /* Defaults: size set, compute_dtype -1, everything else 0/NULL. */

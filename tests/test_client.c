@@ -10,6 +10,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,8 @@ END_TEST
 
 /* ---- A scripted peer -------------------------------------------------------------------------- */
 enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES,
-       PEER_LAYOUT /* PEER_ACK, and its HelloReply lists "layout" */ };
+       PEER_LAYOUT, /* PEER_ACK, and its HelloReply lists "layout" */
+       PEER_SINKS /* PEER_ACK, and its HelloReply lists "sinks" */ };
 
 typedef struct {
     int mode;
@@ -96,6 +98,8 @@ typedef struct {
     int stop_pipe[2];
     int layouts;                      /* ParallelLayout messages received */
     Attnstat__ParallelLayout layout;  /* the last one's fields (no pointers in it) */
+    const attnstat_tensor *expect_sinks; /* the next pushes' sinks (checked in the ring), or NULL */
+    int sinks_seen;                   /* pushes that named sinks */
 } peer;
 
 /* One accepted connection of the peer. */
@@ -121,9 +125,9 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
         hr.run_id = 42;
         hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
         hr.queue_capacity = 8;
-        static char *features[] = {"layout"};
-        hr.n_features = p->mode == PEER_LAYOUT ? 1 : 0;
-        hr.features = features;
+        static char *features[] = {"layout"}, *features_sinks[] = {"sinks"};
+        hr.n_features = p->mode == PEER_LAYOUT || p->mode == PEER_SINKS ? 1 : 0;
+        hr.features = p->mode == PEER_SINKS ? features_sinks : features;
         out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
         out.hello_reply = &hr;
         peer_send(k->fd, &out);
@@ -186,7 +190,12 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
                 p->mismatches +=
                     pu->v ? peer_compare(k->map, k->map_size, pu->v, p->expect[2]) : 1;
         }
-        if (p->mode == PEER_ACK || p->mode == PEER_LAYOUT) {
+        if (pu->sinks) {
+            p->sinks_seen++;
+            p->mismatches += k->map ? peer_compare(k->map, k->map_size, pu->sinks, p->expect_sinks)
+                                    : 1;
+        }
+        if (p->mode == PEER_ACK || p->mode == PEER_LAYOUT || p->mode == PEER_SINKS) {
             Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
             rl.seq = pu->seq;
             out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
@@ -456,6 +465,90 @@ START_TEST(test_push_bad_args)
     attnstat_close(c);
     peer_stop(&p);
     ck_assert_int_eq(p.pushes, 1);
+}
+END_TEST
+
+/* Attention sinks through attnstat_push2: refused (ENOTSUP, nothing sent) by a daemon whose
+ * HelloReply does not list "sinks"; checked (shape, dtype, memory, data); host sinks of any stride
+ * arrive in the ring value for value and the Push names them; an attnstat_push_ext of the size
+ * before sinks (a caller built against the older attnstat.h) pushes none, whatever lies past it. */
+START_TEST(test_push_sinks)
+{
+    uint16_t mem[2 * 8 * 16];
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+        mem[i] = (uint16_t)(0x3c00 + (i * 37 + g_seed) % 512);
+    attnstat_tensor q, k, sk;
+    make_tensors(&q, &k, mem, 8);
+    float sv[6];
+    for (int i = 0; i < 6; i++)
+        sv[i] = (float)((int)((g_seed >> i) % 17) - 8) * 0.25f;
+    attnstat_tensor_init(&sk, sv, ATTNSTAT_F32, 1, 2, 1, 1);
+    sk.strides[1] = 3; /* host sinks may be strided: they are copied */
+    attnstat_push_ext e;
+    attnstat_push_ext_init(&e);
+    ck_assert_uint_eq(e.size, sizeof e);
+    ck_assert_ptr_null(e.sinks);
+    e.sinks = &sk;
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+
+    peer old;
+    peer_start(&old, PEER_ACK); /* a daemon that takes no sinks */
+    attnstat_client *c = connect_small(&old, 1 << 16, 0);
+    ck_assert_int_eq(attnstat_hello(c, "sinks-old", 0, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "does not list \"sinks\""));
+    ck_assert_int_eq(attnstat_push2(c, &o, NULL, &q, &k, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    attnstat_close(c);
+    peer_stop(&old);
+    ck_assert_int_eq(old.pushes, 1);
+    ck_assert_int_eq(old.sinks_seen, 0);
+
+    peer p;
+    peer_start(&p, PEER_SINKS);
+    c = connect_small(&p, 1 << 16, 0);
+    ck_assert_int_eq(attnstat_hello(c, "sinks", 0, NULL, NULL), ATTNSTAT_OK);
+    static const char *const says[] = {"shape is [1, 3, 1, 1]", "shape is [2, 2, 1, 1]",
+                                       "dtype 3", "NULL data", "in CUDA memory but q in host",
+                                       "strides[1] is negative"};
+    for (int i = 0; i < 6; i++) {
+        attnstat_tensor b = sk;
+        switch (i) {
+        case 0: b.shape[1] = 3; break;
+        case 1: b.shape[0] = 2; break;
+        case 2: b.dtype = ATTNSTAT_BOOL; break;
+        case 3: b.data = NULL; break;
+        case 4: b.mem = ATTNSTAT_MEM_CUDA; break;
+        case 5: b.strides[1] = -1; break;
+        }
+        e.sinks = &b;
+        ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+        ck_assert_msg(strstr(attnstat_last_error(c), says[i]), "case %d: %s", i,
+                      attnstat_last_error(c));
+    }
+    e.sinks = &sk;
+    p.expect[0] = &q;
+    p.expect[1] = &k;
+    p.expect_sinks = &sk;
+    ck_assert_msg(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    /* the struct as an older attnstat.h had it: no sinks field, so none pushed */
+    attnstat_push_ext before = e;
+    before.size = (uint32_t)offsetof(attnstat_push_ext, sinks);
+    before.sinks = (const attnstat_tensor *)&mem[3]; /* not a tensor: must never be read */
+    ck_assert_msg(attnstat_push2(c, &o, &before, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    before.size = (uint32_t)offsetof(attnstat_push_ext, sinks) - 1;
+    ck_assert_int_eq(attnstat_push2(c, &o, &before, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "attnstat_push_ext.size"));
+    attnstat_close(c);
+    peer_stop(&p);
+    ck_assert_int_eq(p.pushes, 2);
+    ck_assert_int_eq(p.sinks_seen, 1);
+    ck_assert_msg(p.mismatches == 0, "%d elements differ", p.mismatches);
 }
 END_TEST
 
@@ -755,6 +848,7 @@ static Suite *client_suite(void)
     TCase *tc = tcase_create("api");
     tcase_add_test(tc, test_codes_and_args);
     tcase_add_test(tc, test_push_bad_args);
+    tcase_add_test(tc, test_push_sinks);
     tcase_add_test(tc, test_push_bytes_exact);
     tcase_add_test(tc, test_drop_when_ring_full);
     tcase_add_test(tc, test_never_blocks_when_peer_stopped);
