@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """test_python_masks.py — what real attention calls carry, end to end through a real attnstatd's
 CPU worker: masks (boolean and additive, broadcast over batch, heads and rows), the precision of
-the logits (float32 tensors computed as bfloat16, as under autocast), and what happens to pushes
-the daemon will not take (the work limit): the client's counters and last error, the monitor's
-count and one warning per reason, the daemon's status by reason and one log line per reason.
+the logits (float32 tensors computed as bfloat16, as under autocast), attention sinks (gpt-oss:
+one logit per query head joining every row's softmax), and what happens to pushes the daemon will
+not take (the work limit): the client's counters and last error, the monitor's count and one
+warning per reason, the daemon's status by reason and one log line per reason.
 
 Every per-head statistic is checked against a float64 computation done here with NumPy from the
 values as the daemon reads them. Skipped (77) without NumPy; the end-to-end classes skip when
@@ -19,6 +20,7 @@ from pyhelpers import (DaemonCase, FakeTensor, FakeTorch, need_daemon, np,  # no
                        np_sdpa, randn)
 
 import attnstat.torch  # noqa: E402
+from attnstat import _lib  # noqa: E402
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -30,9 +32,12 @@ def round_bf16(a):
     return u.astype(np.uint32).view(np.float32)
 
 
-def reference(q, k, causal=False, scale=None, mask=None, compute=None):
-    """Per head: rows, rows_empty, entropy mean/min/max, normalised entropy mean and max logit (the
-    largest scale * q.k over the keys that take part, without the mask's bias), in float64."""
+def reference(q, k, causal=False, scale=None, mask=None, compute=None, sinks=None, window=None):
+    """Per head: rows, rows_norm, rows_empty, nonfinite_rows, entropy mean/min/max, normalised
+    entropy mean and max logit (the largest scale * q.k over the keys that take part, without the
+    mask's bias), in float64. sinks: one logit per query head (-inf: none), one more outcome of
+    each row's softmax, normalised by ln(keys + 1); NaN or +inf makes the rows non-finite.
+    window: (left, right), negative unbounded."""
     if compute == "bfloat16":
         q, k = round_bf16(q), round_bf16(k)
     q, k = q.astype(np.float64), k.astype(np.float64)
@@ -49,13 +54,19 @@ def reference(q, k, causal=False, scale=None, mask=None, compute=None):
             bias = np.where(take, mf, 0.0)
     out = []
     for h in range(Hq):
-        ents, norms, maxl, empty = [], [], -np.inf, 0
+        ents, norms, maxl, empty, nonfinite = [], [], -np.inf, 0, 0
+        sink = -np.inf if sinks is None else float(sinks[h])
         for b in range(B):
             s = sc * (q[b, h] @ k[b, h // (Hq // Hkv)].T)
             for i in range(Nq):
                 vis = np.ones(Nk, bool)
+                a = i + (Nk - Nq)
                 if causal:
-                    vis[i + (Nk - Nq) + 1:] = False
+                    vis[a + 1:] = False
+                if window is not None and window[0] >= 0:
+                    vis[:max(a - window[0], 0)] = False
+                if window is not None and window[1] >= 0:
+                    vis[a + window[1] + 1:] = False
                 bi = np.zeros(Nk)
                 if mask is not None:
                     vis &= take[b, h, i]
@@ -64,18 +75,26 @@ def reference(q, k, causal=False, scale=None, mask=None, compute=None):
                     empty += 1
                     continue
                 raw, x = s[i][vis], (s[i] + bi)[vis]
+                if sink != -np.inf:
+                    if not sink < np.inf:  # NaN or +inf
+                        nonfinite += 1
+                        continue
+                    x = np.append(x, sink)  # the sink: one more outcome
                 p = np.exp(x - x.max())
                 p /= p.sum()
                 nz = p[p > 0]
                 e = float(-(nz * np.log(nz)).sum())
                 ents.append(e)
-                if vis.sum() >= 2:
-                    norms.append(e / math.log(vis.sum()))
+                if len(x) >= 2:
+                    norms.append(e / math.log(len(x)))
                 maxl = max(maxl, float(raw.max()))
-        out.append({"rows": len(ents), "rows_empty": empty,
-                    "entropy_mean": float(np.mean(ents)), "entropy_min": float(np.min(ents)),
-                    "entropy_max": float(np.max(ents)),
-                    "entropy_norm_mean": float(np.mean(norms)) if norms else float("nan"),
+        nan = float("nan")
+        out.append({"rows": len(ents), "rows_empty": empty, "rows_norm": len(norms),
+                    "nonfinite_rows": nonfinite,
+                    "entropy_mean": float(np.mean(ents)) if ents else nan,
+                    "entropy_min": float(np.min(ents)) if ents else nan,
+                    "entropy_max": float(np.max(ents)) if ents else nan,
+                    "entropy_norm_mean": float(np.mean(norms)) if norms else nan,
                     "max_logit": maxl})
     return out
 
@@ -153,6 +172,94 @@ class TestMasksEndToEnd(DaemonCase):
                 with self.assertRaises(attnstat.AttnstatError) as cm:
                     c.push(0, 0, q, k, attn_mask=m)
                 self.assertIn(needle, str(cm.exception))
+
+
+@need_daemon
+class TestSinksEndToEnd(DaemonCase):
+    """Attention sinks (Client.push(sinks=...)) on host tensors, through the daemon's CPU worker,
+    against the float64 softmax over the keys and the sink computed here."""
+
+    def push_and_get(self, q, k, **kw):
+        got = []
+        with self.d.client(self.run_name()) as c:
+            c.on_result(lambda seq, step, layer, heads: got.append(heads))
+            self.assertTrue(c.push(1, 0, q, k, want_results=True, **kw))
+            self.assertTrue(c.flush(60))
+            st = c.stats()
+        self.assertEqual(st["rejected"], 0, st["last_error"])
+        self.assertEqual(len(got), 1)
+        return got[0]
+
+    def check(self, heads, ref, rel=1e-5):
+        self.assertEqual(len(heads), len(ref))
+        for h, r in zip(heads, ref):
+            for f in ("rows", "rows_norm", "rows_empty", "nonfinite_rows"):
+                self.assertEqual(h[f], r[f], "head %d %s" % (h["head"], f))
+            for f in ("entropy_mean", "entropy_min", "entropy_max", "entropy_norm_mean",
+                      "max_logit"):
+                want, g = r[f], h[f]
+                if r["rows"] == 0:  # no statistic: NaN (the max logit of no row may say -inf)
+                    self.assertTrue(math.isnan(g) or (f == "max_logit" and g == -math.inf),
+                                    "head %d %s: daemon %r for no row" % (h["head"], f, g))
+                    continue
+                if math.isnan(want) or math.isinf(want):
+                    self.assertTrue(g == want or (math.isnan(g) and math.isnan(want)),
+                                    "head %d %s: daemon %r, float64 %r" % (h["head"], f, g, want))
+                    continue
+                self.assertLessEqual(abs(g - want), rel * max(abs(want), 1e-3) + 1e-6,
+                                     "head %d %s: daemon %r, float64 %r" % (h["head"], f, g, want))
+
+    def test_sinks_with_gqa_and_causal(self):
+        q, k = randn(2, 4, 9, 16, scale=2.0), randn(2, 2, 11, 16)
+        sinks = randn(4, scale=2.0) + np.float32(1.5)
+        sinks[3] = -np.inf  # no sink for head 3
+        heads = self.push_and_get(q, k, causal=True, sinks=sinks)
+        self.check(heads, reference(q, k, causal=True, sinks=sinks))
+        plain = reference(q, k, causal=True)
+        self.assertGreater(min(abs(h["entropy_mean"] - p["entropy_mean"])
+                               for h, p in zip(heads[:3], plain[:3])), 1e-4,
+                           "the sinks changed nothing: were they ignored?")
+
+    def test_float16_sinks_reshaped_strided_with_a_mask(self):
+        q, k = randn(2, 3, 7, 16, scale=3.0), randn(2, 3, 10, 16)
+        rng = np.random.default_rng()
+        m = (rng.standard_normal((1, 3, 7, 10)) * 2.0).astype(np.float32)
+        m[0, 0, 2, :] = -np.inf  # a row that sees no key: empty, sink or not
+        wide = (rng.standard_normal((3, 2)) * 2.0 + 1.0).astype(np.float16)
+        sinks = wide[:, :1]  # [Hq, 1], strided: taken as [Hq]
+        self.check(self.push_and_get(q, k, attn_mask=m, sinks=sinks),
+                   reference(q, k, mask=m, sinks=sinks[:, 0].astype(np.float64)))
+
+    def test_one_visible_key_has_a_normalised_entropy(self):
+        q, k = randn(1, 2, 12, 8), randn(1, 2, 12, 8)
+        sinks = np.array([0.3, -0.7], np.float32)
+        heads = self.push_and_get(q, k, causal=True, window=(0, 0), sinks=sinks)
+        self.check(heads, reference(q, k, causal=True, window=(0, 0), sinks=sinks))
+        for h in heads:  # one key and the sink: two outcomes, normalised by ln 2
+            self.assertEqual(h["rows_norm"], h["rows"])
+            self.assertEqual(h["rows"], 12)
+
+    def test_nan_and_inf_sinks_count_rows_non_finite(self):
+        q, k = randn(1, 4, 6, 8), randn(1, 4, 9, 8)
+        sinks = np.array([np.nan, 0.5, np.inf, 40.0], np.float32)  # 40: the sink takes it all
+        heads = self.push_and_get(q, k, sinks=sinks)
+        self.check(heads, reference(q, k, sinks=sinks))
+        self.assertEqual([h["nonfinite_rows"] for h in heads], [6, 0, 6, 0])
+        self.assertLess(heads[3]["entropy_max"], 1e-9)
+
+    def test_bad_sinks_are_refused_with_a_reason(self):
+        q, k = randn(1, 2, 4, 8), randn(1, 2, 5, 8)
+        with self.d.client(self.run_name()) as c:
+            for s, needle in ((np.zeros(3, np.float32), "one per query head (q has 2)"),
+                              (np.zeros((2, 2), np.float32), "one value per query head"),
+                              (np.zeros(2, np.int32), "float32"),
+                              (np.zeros(0, np.float32), "empty")):
+                with self.assertRaises(attnstat.AttnstatError) as cm:
+                    c.push(0, 0, q, k, sinks=s)
+                self.assertIn(needle, str(cm.exception))
+                self.assertEqual(cm.exception.code, _lib.EINVAL)
+            self.assertTrue(c.push(0, 0, q, k, sinks=np.ones(2, np.float32)))
+            self.assertTrue(c.flush(60))
 
 
 @need_daemon

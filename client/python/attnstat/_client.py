@@ -310,7 +310,7 @@ class Client(object):
     def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
              window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
-             stream=None, attn_mask=None, compute_dtype=None):
+             stream=None, attn_mask=None, compute_dtype=None, sinks=None):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
@@ -334,7 +334,13 @@ class Client(object):
         path; kept alive with q and k). compute_dtype: 'bfloat16' / 'float16' / 'float32' (or a
         torch dtype): q and k are rounded to it before the dot products, as attention under
         autocast computes them. cu_seqlens_q/k may be CUDA int32 tensors (read by the daemon on
-        the device: no synchronisation).
+        the device: no synchronisation). sinks: attention sinks (gpt-oss's `sinks`), one logit per
+        query head: 1-D [Hq] (or any shape with one dimension over 1, taken as [Hq]), float32,
+        float16 or bfloat16, in the same memory as q (CUDA sinks contiguous; kept alive with q and
+        k). Each joins every row of its head as one more outcome of the softmax, as it is (no
+        scale, softcap or mask): the entropy and its normalisation (ln(visible keys + 1)) count
+        it, the max logit does not; -inf is no sink. A daemon that does not take sinks makes the
+        push raise (ENOTSUP) rather than compute without them.
         """
         if window is not None:
             if window_left is not None or window_right is not None:
@@ -349,13 +355,16 @@ class Client(object):
             dq = describe(q, "q", layout)
             dk = describe(k, "k", layout)
             dv = describe(v, "v", layout) if v is not None else None
-            ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k)
+            ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k, sinks)
+            if ext.sinks is not None and ext.sinks.shape[1] != dq.shape[1]:
+                raise TensorError("sinks has %d values: one per query head (q has %d)"
+                                  % (ext.sinks.shape[1], dq.shape[1]))
         except TensorError as e:
             raise AttnstatError(_lib.EINVAL, str(e))
         cu = None if ext.cu_q is not None else _cu_pair(cu_seqlens_q, cu_seqlens_k)
         if ext.needed and self._push2 is None:
-            raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype and CUDA cu_seqlens need "
-                                "a libattnstat with attnstat_push2 (this one is older)")
+            raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype, CUDA cu_seqlens and "
+                                "sinks need a libattnstat with attnstat_push2 (this one is older)")
         gpu = dq.mem == _lib.MEM_CUDA or dk.mem == _lib.MEM_CUDA or (
             dv is not None and dv.mem == _lib.MEM_CUDA)
         if stream is None:

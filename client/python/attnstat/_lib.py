@@ -109,7 +109,13 @@ class PushExt(ctypes.Structure):
         ("mask", ctypes.POINTER(Tensor)),
         ("cu_seqlens_q", ctypes.POINTER(Tensor)),
         ("cu_seqlens_k", ctypes.POINTER(Tensor)),
+        ("sinks", ctypes.POINTER(Tensor)),
     ]
+
+
+# attnstat_push_ext before its sinks field: a libattnstat whose attnstat_push_ext_init sets this
+# size (or less) reads no sinks, so none may be given to it.
+PUSH_EXT_SIZE_SINKS = PushExt.sinks.offset + ctypes.sizeof(ctypes.POINTER(Tensor))
 
 
 class ConnectOpts(ctypes.Structure):

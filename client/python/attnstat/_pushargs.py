@@ -1,5 +1,5 @@
 """What Client.push checks and describes besides q, k and v: the arguments, the mask, the compute
-dtype, packed offsets, and the objects kept alive while the daemon reads them."""
+dtype, packed offsets, attention sinks, and the objects kept alive while the daemon reads them."""
 import ctypes
 import math
 
@@ -13,10 +13,12 @@ _COMPUTE = {"float32": _lib.F32, "f32": _lib.F32, "float": _lib.F32, "float16": 
 
 
 class _Ext(object):
-    """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets."""
+    """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets, attention
+    sinks."""
 
-    def __init__(self, mask, compute, cu_q, cu_k):
+    def __init__(self, mask, compute, cu_q, cu_k, sinks=None):
         self.mask = _tensor.describe_mask(mask) if mask is not None else None
+        self.sinks = _tensor.describe_sinks(sinks) if sinks is not None else None
         self.compute = -1
         if compute is not None:
             name = str(compute).replace("torch.", "")
@@ -33,11 +35,12 @@ class _Ext(object):
                 raise _tensor.TensorError("cu_seqlens_q and cu_seqlens_k go together")
             self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
             self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
-        self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None)
-        self._ext = self._tm = self._tcq = self._tck = None
+        self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None
+                       or self.sinks is not None)
+        self._ext = self._tm = self._tcq = self._tck = self._ts = None
 
     def descs(self):
-        return [d for d in (self.mask, self.cu_q, self.cu_k) if d is not None]
+        return [d for d in (self.mask, self.cu_q, self.cu_k, self.sinks) if d is not None]
 
     def owners(self):
         return tuple(d.owner for d in self.descs())
@@ -57,6 +60,13 @@ class _Ext(object):
             self.cu_k.fill(self._tck)
             e.cu_seqlens_q = ctypes.pointer(self._tcq)
             e.cu_seqlens_k = ctypes.pointer(self._tck)
+        if self.sinks is not None:
+            if e.size < _lib.PUSH_EXT_SIZE_SINKS:  # an older libattnstat would ignore them
+                raise AttnstatError(_lib.ENOTSUP, "sinks need a libattnstat that takes attention "
+                                    "sinks (this one is older)")
+            self._ts = _lib.Tensor()
+            self.sinks.fill(self._ts)
+            e.sinks = ctypes.pointer(self._ts)
         self._ext = e
         return ctypes.byref(e)
 

@@ -238,6 +238,28 @@ def describe_mask(m, name="attn_mask"):
     return d
 
 
+def describe_sinks(s, name="sinks"):
+    """Desc of attention sinks (gpt-oss's `sinks`: one logit per query head) as the
+    [1, Hq, 1, 1] tensor libattnstat takes: s is 1-D [Hq], or any shape with at most one dimension
+    over 1 ([Hq, 1], [1, Hq, 1, 1], ...: the same values, reshaped here as a view); float32,
+    float16 or bfloat16. No copy (host sinks are copied into the ring by libattnstat; CUDA sinks are
+    read in place and must be contiguous)."""
+    d = _describe_any(s, name, aux=False)
+    big = [i for i, n in enumerate(d.shape) if n != 1]
+    if len(big) > 1:
+        raise TensorError("%s has shape %s: one value per query head, 1-D [Hq] (or a shape with "
+                          "one dimension over 1)" % (name, list(d.shape)))
+    n = d.shape[big[0]] if big else 1
+    if n == 0:
+        raise TensorError("%s is empty: one value per query head" % name)
+    stride = d.strides[big[0]] if big else 1
+    if stride < 0:
+        raise TensorError("%s has a negative stride (%d)" % (name, stride))
+    d.shape = (1, n, 1, 1)
+    d.strides = (0, stride if n > 1 else 1, 0, 1)
+    return d
+
+
 def describe_offsets(t, name):
     """Desc of packed offsets (int32, 1-D [n + 1]) as the [1, 1, n + 1, 1] tensor libattnstat
     takes for CUDA memory."""
