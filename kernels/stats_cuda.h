@@ -24,7 +24,8 @@
  * and their numbers in cuda/variants.h); kernels/dev/stats_dev runs one variant against
  * stats_cpu() and times it.
  *
- * Device pointers: p->q.ptr, p->k.ptr, p->cu_seqlens_q/k, row_entropy, row_maxlogit, heads_dev.
+ * Device pointers: p->q.ptr, p->k.ptr, p->mask.ptr, p->sinks, p->cu_seqlens_q/k, row_entropy,
+ * row_maxlogit, heads_dev.
  * Packed offsets are read on the device only: the caller validates them on the host first
  * (stats_validate_seqlens() on a host copy); the kernels clamp them to [0, len] so that bad offsets
  * give wrong statistics, never an out-of-bounds access.
