@@ -159,6 +159,7 @@ class monitor(object):
         self._ack_cb = None
         self._wanted = set(_DOORS if doors == "auto" else doors)
         self._tp_size = 1
+        self._side = {}          # device index -> the stream compiled calls are copied on
 
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
@@ -433,6 +434,31 @@ class monitor(object):
                 t = t.narrow(d, 0, 1)
         return t.detach().to(dtype) if dtype is not None else t.detach().clone()
 
+    def _copy_call(self, call, cd):
+        """Copies a compiled call's CUDA tensors (compiled code reuses its buffers once the
+        operator returns) on a side stream of this monitor: its allocations come from PyTorch's
+        caching allocator, never from a CUDA graph tree's private pool (which must hold no
+        tensor that outlives the graph's outputs); the side stream waits for the current one
+        before the copy, and the current one for the copy before it goes on, on the device (no
+        host synchronisation). Returns (the compute dtype left to the daemon, the stream the
+        push's event is recorded on)."""
+        t = self._torch
+        dev = call.q.device
+        side = self._side.get(dev.index)
+        if side is None:
+            side = self._side[dev.index] = t.cuda.Stream(device=dev)
+        cur = t.cuda.current_stream(dev)
+        side.wait_stream(cur)
+        dt = getattr(t, cd) if cd in ("bfloat16", "float16") else None
+        with t.cuda.stream(side):
+            call.q, call.k = self._copy(call.q, dt), self._copy(call.k, dt)
+            call.attn_mask = self._copy(call.attn_mask)
+            call.cu_seqlens_q = self._copy(call.cu_seqlens_q)
+            call.cu_seqlens_k = self._copy(call.cu_seqlens_k)
+            call.sinks = self._copy(call.sinks)
+        cur.wait_stream(side)
+        return (None if dt is not None else cd), side  # rounded here, as autocast did
+
     def _push(self, call, step, index, cd, copy):
         layer = call.layer if call.layer is not None else index
         if self.layers is not None and layer not in self.layers:
@@ -440,6 +466,7 @@ class monitor(object):
         if not self._heads_ok(call):
             return
         q = call.q
+        stream = None
         if getattr(q, "is_cuda", False):
             if self._graph_capturing():  # no push (event record, IPC, copy) inside a capture
                 self._skip("graph", "calls made while a CUDA graph is being captured are not "
@@ -457,15 +484,8 @@ class monitor(object):
                 self._skip("gpu", "CUDA calls are not monitored: this libattnstat has no GPU path")
                 return
             elif copy:
-                t = self._torch
-                dt = getattr(t, cd) if cd in ("bfloat16", "float16") else None
-                call.q, call.k = self._copy(q, dt), self._copy(call.k, dt)
-                if dt is not None:
-                    cd = None  # rounded here, as the attention's autocast did
-                call.attn_mask = self._copy(call.attn_mask)
-                call.cu_seqlens_q = self._copy(call.cu_seqlens_q)
-                call.cu_seqlens_k = self._copy(call.cu_seqlens_k)
-            if call.sinks is not None and not self.copy_to_host:
+                cd, stream = self._copy_call(call, cd)
+            if call.sinks is not None and not self.copy_to_host and not copy:
                 call.sinks = call.sinks.detach().clone()  # the optimizer updates it in place
         kw = call.push_kwargs()
         kw.update(self._push_kw)
@@ -475,6 +495,8 @@ class monitor(object):
             kw["window"] = self._window
         if cd is not None:
             kw["compute_dtype"] = cd
+        if stream is not None:
+            kw["stream"] = stream
         try:
             sent = self.client.push(step, layer, call.q, call.k, **kw)
         except Exception as e:  # a failing push or callback never stops the forward pass
