@@ -677,6 +677,31 @@ class TestJobsPeopleRun(unittest.TestCase):
         self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
         self.assertEqual(model._pre_hooks, [])
 
+    def test_the_compiled_operator_at_run_time(self):
+        """What attnstat::observe does when a compiled graph calls it: the call pushed with the
+        options traced into the graph, layers by call order, every honoured at run time; under a
+        model compiled with CUDA graphs, skipped and said; with no monitor, nothing."""
+        from attnstat.torch import _install
+        c = RecordingClient()
+        q = FakeTensor(randn(1, 2, 4, 8))
+        args = (None, None, None, None, "sdpa", -1, 0, True, 0.125, -1, -1, 0.0, "bhnd", "")
+        with attnstat.torch.monitor(c, every=2) as mon:
+            for step in range(3):
+                mon._observe_compiled(q, q, *args)
+                mon._observe_compiled(q, q, *args)
+                mon.step()
+            _install.STATE.cudagraphs = True
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                mon.step()
+                mon._observe_compiled(q, q, *args)
+        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(0, 0), (0, 1), (2, 0), (2, 1)])
+        self.assertEqual((c.calls[0][4]["scale"], c.calls[0][4]["causal"]), (0.125, True))
+        self.assertEqual((mon.compiled_calls, mon.pushed, mon.skipped_by), (7, 4, {"graph": 1}))
+        self.assertTrue(any("reduce-overhead" in str(x.message) for x in w))
+        mon._observe_compiled(q, q, *args)  # after exit: nothing
+        self.assertEqual(mon.compiled_calls, 7)
+
     def test_tensor_parallel_shards(self):
         """layout='auto' reads DTensor placements of q_proj; a shard no layout explains refuses
         to start."""

@@ -30,6 +30,7 @@ class _State(object):
         self.monitor = None      # the active monitor, at most one per process
         self.trace_depth = 0     # inside a door while Dynamo traces: inner doors stay quiet
         self.traced = False      # a compiled graph holds an attnstat operator
+        self.cudagraphs = False  # one was compiled with CUDA graphs (mode="reduce-overhead")
 
 
 STATE = _State()
@@ -240,7 +241,7 @@ def uninstall():
         except Exception:
             pass
     _hooks.clear()
-    STATE.traced = False
+    STATE.traced = STATE.cudagraphs = False
     _torch = None
 
 

@@ -392,6 +392,13 @@ class monitor(object):
                 self._skip("compiled", "calls inside torch.compile'd code are not monitored "
                            "(compiled='skip')")
                 return
+            if _install.STATE.cudagraphs:
+                # Copies held past the call would sit in the CUDA graph tree's private pool,
+                # which must hold nothing but the graph's outputs (PyTorch fails the step).
+                self._skip("graph", "calls of a model compiled with CUDA graphs (torch.compile "
+                           "mode='reduce-overhead') are not monitored: use the default mode or "
+                           "'max-autotune-no-cudagraphs' to monitor them")
+                return
             call = _calls.Call(q, k, layout=layout, causal=causal, scale=scale or None,
                                window=None if (wl < 0 and wr < 0) else (wl, wr), softcap=softcap,
                                attn_mask=mask, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,

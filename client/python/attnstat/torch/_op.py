@@ -48,6 +48,12 @@ def _register(torch):
 
     def traced(*args):
         _install.STATE.traced = True
+        try:  # Inductor's settings while it compiles: mode="reduce-overhead" turns CUDA graphs on
+            import torch._inductor.config as ic
+            if getattr(getattr(ic, "triton", None), "cudagraphs", False):
+                _install.STATE.cudagraphs = True
+        except Exception:
+            pass
         return None
 
     def define(name, fn, schema, tags=()):
