@@ -24,13 +24,17 @@ def _door(key, name, describe, autocast=False):
     return d
 
 
-def open_sdpa(modules):
-    d = _door("sdpa", "sdpa", _calls.from_sdpa, autocast=True)
-    _install.add_home("torch.nn.functional",
-                      lambda m: _install.patch(m, "scaled_dot_product_attention", d))
+def _at(door, home, attr, modules):
+    """door installed at home.attr (now, or when home is loaded) and at the modules' attr."""
+    _install.add_home(home, lambda m: _install.patch(m, attr, door))
     for m in modules:
-        if hasattr(m, "scaled_dot_product_attention"):
-            _install.patch(m, "scaled_dot_product_attention", d)
+        if hasattr(m, attr):
+            _install.patch(m, attr, door)
+
+
+def open_sdpa(modules):
+    _at(_door("sdpa", "sdpa", _calls.from_sdpa, autocast=True), "torch.nn.functional",
+        "scaled_dot_product_attention", modules)
     return True
 
 
@@ -49,11 +53,7 @@ def open_flex(modules, mask_bytes_max, required):
         if required:
             raise ValueError("doors names 'flex' but this torch has no flex_attention")
         return False
-    _install.add_home("torch.nn.attention.flex_attention",
-                      lambda m: _install.patch(m, "flex_attention", d))
-    for m in modules:
-        if hasattr(m, "flex_attention"):
-            _install.patch(m, "flex_attention", d)
+    _at(d, "torch.nn.attention.flex_attention", "flex_attention", modules)
     return True
 
 
