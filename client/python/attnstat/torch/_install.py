@@ -23,17 +23,7 @@ import sys
 import threading
 
 from . import _op
-
-
-class _State(object):
-    def __init__(self):
-        self.monitor = None      # the active monitor, at most one per process
-        self.trace_depth = 0     # inside a door while Dynamo traces: inner doors stay quiet
-        self.traced = False      # a compiled graph holds an attnstat operator
-        self.cudagraphs = False  # one was compiled with CUDA graphs (mode="reduce-overhead")
-
-
-STATE = _State()
+from ._state import STATE
 _tls = threading.local()         # eager: inside a door (inner doors stay quiet)
 _torch = None                    # the torch module, once a monitor has started
 _is_compiling = None             # torch.compiler.is_compiling (None: a torch without it)

@@ -10,15 +10,15 @@ on the traced tensors and puts one node in the graph,
 (anchor, model) for a monitored model's forward pre-hook). Each is registered with an ordered
 effect: no dead-code elimination although they return nothing, and they run in program order
 (layers numbered by call order stay right). At run time Inductor calls the real implementation
-with the real tensors; it hands them to whichever monitor is active then (_install.STATE), so
+with the real tensors; it hands them to whichever monitor is active then (STATE), so
 entering or leaving a monitor, or changing `every`, changes nothing the graph was compiled
 against: no recompilation. Nothing here reads Python state while tracing.
 
-The fake implementations only say that a graph now holds the observation (_install.STATE.traced):
+The fake implementations only say that a graph now holds the observation (STATE.traced):
 the doors then stay installed, transparent, after the monitor exits, so that the compiled graph's
 guards keep holding when a monitor starts again.
 """
-from . import _install
+from ._state import STATE
 
 _OPS = None  # (observe, note, forward) once registered
 
@@ -31,27 +31,27 @@ def _register(torch):
 
     def observe_impl(q, k, mask, cu_q, cu_k, sinks, door, layer, heads, causal, scale, wl, wr,
                      softcap, layout, compute_dtype):
-        mon = _install.STATE.monitor
+        mon = STATE.monitor
         if mon is not None:
             mon._observe_compiled(q, k, mask, cu_q, cu_k, sinks, door, layer, heads, causal,
                                   scale, wl, wr, softcap, layout, compute_dtype)
 
     def note_impl(anchor, door, kind, why):
-        mon = _install.STATE.monitor
+        mon = STATE.monitor
         if mon is not None:
             mon._note_compiled(door, kind, why)
 
     def forward_impl(anchor, model):
-        mon = _install.STATE.monitor
+        mon = STATE.monitor
         if mon is not None:
             mon._forward_compiled(model)
 
     def traced(*args):
-        _install.STATE.traced = True
+        STATE.traced = True
         try:  # Inductor's settings while it compiles: mode="reduce-overhead" turns CUDA graphs on
             import torch._inductor.config as ic
             if getattr(getattr(ic, "triton", None), "cudagraphs", False):
-                _install.STATE.cudagraphs = True
+                STATE.cudagraphs = True
         except Exception:
             pass
         return None
