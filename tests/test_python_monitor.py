@@ -734,6 +734,14 @@ class TestJobsPeopleRun(unittest.TestCase):
             pass
         self.assertEqual((got["tp_rank"], got["tp_size"], got["dp_rank"], got["dp_size"]),
                          (3, 4, 1, 2))
+        # transformers' tp_plan with plain local weights: the device mesh it keeps on the model
+        model = FakeTPModel(self.F, 16, 8)
+        model._device_mesh = FakeTPMesh(("tp",), (2,), (1,))
+        model._tp_plan = {"layers.*.self_attn.q_proj": "colwise"}
+        got.clear()
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+        self.assertEqual((got["tp_rank"], got["tp_size"], mon.pushed), (1, 2, 2))
         # replicated projections: no tensor parallelism, and the heads are all here
         model = FakeTPModel(self.F, 16, 16, (FakeReplicate(),), FakeTPMesh(("dp",), (2,), (0,)))
         got.clear()
