@@ -262,6 +262,7 @@ static void render_metrics(void *data, metrics_buf *out)
     metrics_render(out, d->x.cnt, clients_count(d->x.reg), alerts_feed_active(d->x.feed),
                    devices_pool(d->x.dev), cl, n);
     free(cl);
+    metrics_render_exporter(out, devices_count(d->x.dev));
     if (d->heads)
         headtab_render(d->heads, (headtab_mode)headtab_mode_from(d->cfg->metrics_heads),
                        (uint32_t)d->cfg->metrics_top, out);

@@ -1,7 +1,7 @@
-/* metrics.c — the Prometheus text of attnstatd's counters and gauges (and the text buffer every
- * part of a scrape writes into), and a minimal HTTP responder for scrapes: every request on
- * --metrics-bind:--metrics-port gets the current text and the connection is closed
- * (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
+/* metrics.c — the Prometheus text of attnstatd's counters and gauges, its build and its process
+ * (and the text buffer every part of a scrape writes into), and a minimal HTTP responder for
+ * scrapes: every request on --metrics-bind:--metrics-port gets the current text and the
+ * connection is closed (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
  * connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are closed), and at
  * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted).
  * Stage: metrics (see metrics.h). */
@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "log.h"
 #include "names.h"
+#include "procstat.h"
 #include "util.h"
 
 /* ---- the text ------------------------------------------------------------------------------- */
@@ -129,6 +131,61 @@ void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
                        (int)l.tp_rank, (int)l.tp_size, (int)l.pp_rank, (int)l.pp_size,
                        (int)l.dp_rank, (int)l.dp_size, (int)l.cp_rank, (int)l.cp_size,
                        (int)l.layer_offset);
+    }
+}
+
+void metrics_render_exporter(metrics_buf *out, int gpus)
+{
+#ifdef ATTNSTAT_HAVE_CUDA
+    const char *cuda = "true";
+#else
+    const char *cuda = "false";
+#endif
+    char libuv[64];
+    metrics_label(uv_version_string(), libuv, sizeof libuv);
+    metrics_printf(out, "# HELP attnstat_build_info The attnstatd that serves this page: its version, "
+                   "the wire protocol it speaks, the database schema it writes, whether it was "
+                   "built with the GPU path, its libuv.\n# TYPE attnstat_build_info gauge\n"
+                   "attnstat_build_info{version=\"%s\",protocol=\"%u\",schema=\"%d\","
+                   "cuda=\"%s\",libuv=\"%s\"} 1\n", ATTNSTAT_DAEMON_VERSION,
+                   (unsigned)FRAME_PROTOCOL_VERSION, store_schema_version(), cuda, libuv);
+    metrics_printf(out, "# HELP attnstat_gpu_devices GPUs the daemon's workers can compute on (0 "
+                   "without the GPU path, a driver or a device of compute capability 8.0 or "
+                   "newer).\n# TYPE attnstat_gpu_devices gauge\nattnstat_gpu_devices %d\n", gpus);
+
+    /* The process_* families as the Prometheus client libraries name and describe them. */
+    procstat ps;
+    procstat_read(&ps);
+    char v[64];
+    if (ps.has_stat) {
+        metrics_value(ps.cpu_seconds, v, sizeof v);
+        metrics_printf(out, "# HELP process_cpu_seconds_total Total user and system CPU time spent "
+                       "in seconds.\n# TYPE process_cpu_seconds_total counter\n"
+                       "process_cpu_seconds_total %s\n", v);
+        metrics_value(ps.resident_bytes, v, sizeof v);
+        metrics_printf(out, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                       "# TYPE process_resident_memory_bytes gauge\n"
+                       "process_resident_memory_bytes %s\n", v);
+        metrics_value(ps.virtual_bytes, v, sizeof v);
+        metrics_printf(out, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                       "# TYPE process_virtual_memory_bytes gauge\n"
+                       "process_virtual_memory_bytes %s\n", v);
+    }
+    if (ps.has_start) { /* to the clock tick (metrics_value would keep 10 digits: whole seconds) */
+        snprintf(v, sizeof v, "%.2f", ps.start_time);
+        metrics_printf(out, "# HELP process_start_time_seconds Start time of the process since unix "
+                       "epoch in seconds.\n# TYPE process_start_time_seconds gauge\n"
+                       "process_start_time_seconds %s\n", v);
+    }
+    if (ps.has_fds) {
+        metrics_value(ps.open_fds, v, sizeof v);
+        metrics_printf(out, "# HELP process_open_fds Number of open file descriptors.\n"
+                       "# TYPE process_open_fds gauge\nprocess_open_fds %s\n", v);
+    }
+    if (ps.has_max_fds) {
+        metrics_value(ps.max_fds, v, sizeof v);
+        metrics_printf(out, "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                       "# TYPE process_max_fds gauge\nprocess_max_fds %s\n", v);
     }
 }
 

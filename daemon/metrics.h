@@ -1,8 +1,9 @@
 /* metrics.h — the optional Prometheus endpoint (--metrics-port: text format over plain HTTP on
  * --metrics-bind, 127.0.0.1 by default) and the text it serves: the counters (counters.h), the
  * gauges (clients, active alerts, queue depths), the connected processes' runs and layouts
- * (attnstat_run_info), and the text buffer the per-head table (headtab.h) writes into. Stage:
- * metrics, beside the flow; it reads counters and worker statistics and calls nothing else of the
+ * (attnstat_run_info), the build and the process (attnstat_build_info, process_*), and the text
+ * buffer the per-head table (headtab.h) writes into. Stage: metrics, beside the flow; it reads
+ * counters, worker statistics and the process's own (procstat.h) and calls nothing else of the
  * daemon: what to render comes from a callback the loop gives it. Loop thread only. */
 #ifndef ATTNSTAT_METRICS_H
 #define ATTNSTAT_METRICS_H
@@ -45,6 +46,18 @@ typedef struct {
 void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
                     uint32_t alerts_active, worker_pool *pool, const metrics_client *cl,
                     size_t ncl);
+
+/* What an exporter is expected to serve besides its own series, into out:
+ *   attnstat_build_info{version, protocol, schema, cuda, libuv} 1: the daemon's version, the wire
+ *     protocol it speaks, the database schema it writes, whether it was built with the GPU path
+ *     ("true"/"false"), and the libuv it runs on;
+ *   attnstat_gpu_devices: the GPUs its workers can compute on (0 without the GPU path, a driver
+ *     or a device of compute capability 8.0+), gpus here;
+ *   the process_* families of the Prometheus client libraries (procstat.h):
+ *     process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+ *     process_start_time_seconds, process_open_fds, process_max_fds; a value the kernel did not
+ *     give is left out, never written as 0. */
+void metrics_render_exporter(metrics_buf *out, int gpus);
 
 /* Writes the text of one scrape into out; called when a scrape arrives, so that gauges are read
  * then. */
