@@ -8,6 +8,7 @@
  * Stage: start-up (main.c); calls log (levels) and uses alerts.h's defaults. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "alerts.h"
+#include "util.h"
 
 #define CFG_VERSION ATTNSTAT_DAEMON_VERSION
 
@@ -180,6 +182,79 @@ static const cfg_entry cfg_table[] = {
 
 #define CFG_N (sizeof cfg_table / sizeof cfg_table[0])
 
+/* Flags that spell settings of the table another way, on the command line only (a config file
+ * names the settings themselves). Each sets its settings where it stands among the flags, so the
+ * later of an alias and a setting's own flag wins. */
+static const cfg_alias_doc cfg_aliases[] = {
+    {"--web.listen-address", "[HOST]:PORT",
+     "the exporters' spelling of --metrics-bind HOST --metrics-port PORT: 127.0.0.1:9464, "
+     "[::1]:9464, or :9464 for every IPv4 interface (0.0.0.0), as an exporter listens; HOST is an "
+     "address, not a name; PORT 1 .. 65535"},
+};
+
+#define CFG_NALIAS (sizeof cfg_aliases / sizeof cfg_aliases[0])
+
+/* key (a flag without its "--", '-' and '_' alike) is --web.listen-address. */
+static int cfg_is_listen_address(const char *key)
+{
+    const char *want = "web.listen-address";
+    for (; *key && *want; key++, want++)
+        if (*key != *want && !(*key == '_' && *want == '-'))
+            return 0;
+    return *key == '\0' && *want == '\0';
+}
+
+/* --web.listen-address [HOST]:PORT: metrics_bind and metrics_port, both checked before either is
+ * set. */
+static int cfg_listen_address(cfg *c, const char *value, char *err, size_t errlen)
+{
+    char host[INET6_ADDRSTRLEN];
+    const char *port;
+    const char *form = "[HOST]:PORT (127.0.0.1:9464, [::1]:9464, or :9464 for every IPv4 interface)";
+    if (value[0] == '[') {
+        const char *close = strchr(value, ']');
+        size_t n = close ? (size_t)(close - value - 1) : 0;
+        struct in6_addr a6;
+        if (!close || close[1] != ':' || n == 0 || n >= sizeof host)
+            return util_err(err, errlen, "--web.listen-address '%s' is not %s", value, form);
+        memcpy(host, value + 1, n);
+        host[n] = '\0';
+        if (inet_pton(AF_INET6, host, &a6) != 1)
+            return util_err(err, errlen, "--web.listen-address '%s': '%s' is not an IPv6 address",
+                            value, host);
+        port = close + 2;
+    } else {
+        const char *colon = strrchr(value, ':');
+        size_t n = colon ? (size_t)(colon - value) : 0;
+        struct in_addr a4;
+        if (!colon || n >= sizeof host)
+            return util_err(err, errlen, "--web.listen-address '%s' is not %s", value, form);
+        if (memchr(value, ':', n))
+            return util_err(err, errlen, "--web.listen-address '%s': an IPv6 address goes in "
+                            "brackets ([::1]:9464)", value);
+        memcpy(host, value, n);
+        host[n] = '\0';
+        if (n == 0)
+            snprintf(host, sizeof host, "0.0.0.0");
+        else if (inet_pton(AF_INET, host, &a4) != 1)
+            return util_err(err, errlen, "--web.listen-address '%s': '%s' is not an IPv4 address "
+                            "(a host name is not resolved: give its address, or :PORT for every "
+                            "IPv4 interface)", value, host);
+        port = colon + 1;
+    }
+    char *end;
+    errno = 0;
+    unsigned long p = isdigit((unsigned char)port[0]) ? strtoul(port, &end, 10) : 0;
+    if (!isdigit((unsigned char)port[0]) || errno || *end != '\0' || p < 1 || p > 65535)
+        return util_err(err, errlen, "--web.listen-address '%s': the port '%s' is not in 1 .. "
+                        "65535 (--metrics-port 0 turns the endpoint off)", value, port);
+    char msg[512];
+    if (cfg_set(c, "metrics_bind", host, msg, sizeof msg) != 0 ||
+        cfg_set(c, "metrics_port", port, msg, sizeof msg) != 0)
+        return util_err(err, errlen, "--web.listen-address: %s", msg);
+    return 0;
+}
+
 static const cfg_entry *cfg_find(const char *key)
 {
     char norm[64];
@@ -209,6 +284,11 @@ static int set_str(char **slot, const char *value, char *err, size_t errlen, con
 int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen)
 {
     const cfg_entry *e = cfg_find(key);
+    if (!e && cfg_is_listen_address(key)) {
+        snprintf(err, errlen, "'%s' is a command-line flag only (--web.listen-address); a config "
+                 "file sets metrics_bind and metrics_port", key);
+        return -1;
+    }
     if (!e) {
         snprintf(err, errlen, "unknown setting '%s' (see --help)", key);
         return -1;
@@ -400,8 +480,19 @@ void cfg_print_help(const char *argv0, void *fp)
         else if (e->reload)
             fprintf(f, "  %-22s SIGHUP reloads it\n", "");
     }
+    for (size_t i = 0; i < CFG_NALIAS; i++)
+        fprintf(f, "  %s %s\n  %-22s %s\n", cfg_aliases[i].flag, cfg_aliases[i].arg, "",
+                cfg_aliases[i].help);
     fprintf(f, "  %-22s %s\n  %-22s %s\n  %-22s %s\n", "--config FILE", "read settings from FILE",
             "--help", "print this help", "--version", "print the version");
+}
+
+int cfg_doc_alias(size_t i, cfg_alias_doc *out)
+{
+    if (i >= CFG_NALIAS)
+        return -1;
+    *out = cfg_aliases[i];
+    return 0;
 }
 
 int cfg_doc_row(size_t i, cfg_doc *out)
@@ -474,10 +565,11 @@ int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
         }
         memcpy(key, a + 2, klen);
         key[klen] = '\0';
+        int alias = cfg_is_listen_address(key);
         if (eq) {
             value = eq + 1;
         } else {
-            if (!cfg_find(key)) {
+            if (!alias && !cfg_find(key)) {
                 snprintf(err, errlen, "unknown flag '%s' (see --help)", a);
                 return -1;
             }
@@ -486,6 +578,11 @@ int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
                 return -1;
             }
             value = argv[++i];
+        }
+        if (alias) {
+            if (cfg_listen_address(c, value, err, errlen) != 0)
+                return -1;
+            continue;
         }
         if (cfg_set(c, key, value, msg, sizeof msg) != 0) {
             snprintf(err, errlen, "--%s", msg);

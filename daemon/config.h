@@ -1,6 +1,8 @@
 /* config.h — every setting of attnstatd, in one table (config.c): name, default, bounds, help.
  * The same table serves the command line (`--name value` or `--name=value`, '-' or '_' alike)
- * and the optional config file (`--config FILE`: `key = value` lines, '#' comments).
+ * and the optional config file (`--config FILE`: `key = value` lines, '#' comments). The command
+ * line also takes --web.listen-address [HOST]:PORT, the exporters' spelling of --metrics-bind and
+ * --metrics-port (cfg_doc_alias).
  * Precedence: defaults < config file < flags.
  * Stage: start-up (main.c reads it; every stage reads the result). Includes log.h (levels). */
 #ifndef ATTNSTAT_CONFIG_H
@@ -116,6 +118,18 @@ typedef struct {
 
 /* Row i of the table in *out: 0, or -1 past the last row. */
 int cfg_doc_row(size_t i, cfg_doc *out);
+
+/* A flag that spells settings of the table another way (command line only): --web.listen-address
+ * [HOST]:PORT sets metrics_bind and metrics_port, as exporters take their listen address. For
+ * --help and what deploy/docgen.c generates. */
+typedef struct {
+    const char *flag;     /* "--web.listen-address" */
+    const char *arg;      /* "[HOST]:PORT" */
+    const char *help;
+} cfg_alias_doc;
+
+/* Alias i in *out: 0, or -1 past the last one. */
+int cfg_doc_alias(size_t i, cfg_alias_doc *out);
 
 /* Logs every setting at info level. */
 void cfg_log(const cfg *c);

@@ -172,6 +172,15 @@ static void man_attnstatd(FILE *f)
         roff(f, d.name);
         fputs("\\fR.\n", f);
     }
+    cfg_alias_doc a;
+    for (size_t i = 0; cfg_doc_alias(i, &a) == 0; i++) {
+        fputs(".TP\n.BI ", f);
+        roff(f, a.flag);
+        fprintf(f, " \" %s\"\n", a.arg);
+        roff(f, a.help);
+        fputs(". A command\\-line flag only: it sets the settings it names where it stands among "
+              "the flags (the later flag wins).\n", f);
+    }
     fputs(".TP\n.BR \\-h \", \" \\-\\-help\nPrint every setting with its default and range, "
           "and exit.\n.TP\n.B \\-\\-version\nPrint the version and exit.\n"
           ".SH CONFIGURATION FILE\n"
@@ -233,6 +242,9 @@ static void bash_attnstatd(FILE *f)
         fprintf(f, "%s%s", first ? "" : "|", flag);
         first = 0;
     }
+    cfg_alias_doc a;
+    for (size_t i = 0; cfg_doc_alias(i, &a) == 0; i++)
+        fprintf(f, "|%s", a.flag);
     fputs(")\n            compopt +o default 2>/dev/null; COMPREPLY=(); return ;;  "
           "# a value of the user's\n    esac\n"
           "    compopt +o default 2>/dev/null\n"
@@ -243,6 +255,8 @@ static void bash_attnstatd(FILE *f)
         flag_of(flag, sizeof flag, d.name);
         fprintf(f, " %s", flag);
     }
+    for (size_t i = 0; cfg_doc_alias(i, &a) == 0; i++)
+        fprintf(f, " %s", a.flag);
     fputs("\" -- \"$cur\"))\n}\ncomplete -o default -F _attnstatd attnstatd\n", f);
 }
 

@@ -31,12 +31,16 @@ DAEMON, CLI, SYNTH, GEN = ph.need_env("ATTNSTAT_DAEMON", "ATTNSTAT_CLI", "ATTNST
 V = ph.header_version()
 
 
+# The daemon's flags that spell settings another way (command line only), and what they set.
+ALIASES = {"--web.listen-address": ("--metrics-bind", "--metrics-port")}
+
+
 def daemon_flags():
     """{flag: default or None} of `attnstatd --help`."""
     out = ph.run([DAEMON, "--help"]).stdout
     flags, last = {}, None
     for line in out.splitlines():
-        m = re.match(r"^  (--[a-z][a-z0-9-]*)", line)
+        m = re.match(r"^  (--[a-z][a-z0-9.-]*)", line)
         if m:
             last = m.group(1)
             flags[last] = None
@@ -51,7 +55,7 @@ def daemon_reloadable():
     """The flags `attnstatd --help` marks "SIGHUP reloads it"."""
     out, last = set(), None
     for line in ph.run([DAEMON, "--help"]).stdout.splitlines():
-        m = re.match(r"^  (--[a-z][a-z0-9-]*)", line)
+        m = re.match(r"^  (--[a-z][a-z0-9.-]*)", line)
         if m:
             last = m.group(1)
         if last and "SIGHUP reloads it" in line:
@@ -140,7 +144,7 @@ class Manual(unittest.TestCase):
         self.assertGreater(len(reloadable), 5)
         self.assertLess(len(reloadable), len(flags))
         for flag, default in flags.items():
-            if flag == "--config":
+            if flag == "--config" or flag in ALIASES:
                 continue
             self.assertTrue(flag in text, "%s is not in attnstatd.8" % flag)
             if default is not None:
@@ -150,6 +154,12 @@ class Manual(unittest.TestCase):
                 self.assertIn("default %s" % default, entry.lower(), flag)
                 self.assertIn("key: \\fB%s\\fR" % key, entry)
                 self.assertEqual("SIGHUP reloads it" in entry, flag in reloadable, flag)
+        for flag, settings in ALIASES.items():  # said with what it sets, as a flag only
+            entry = text[text.index(".BI %s " % flag):]
+            entry = entry[:entry.index(".TP")]
+            for setting in settings:
+                self.assertIn(setting, entry, flag)
+            self.assertIn("command-line flag only", entry, flag)
         self.assertIn(".TH ATTNSTATD 8", text)
         self.assertIn("attnstat %s" % V, text)
 
@@ -227,7 +237,8 @@ class ExampleConfig(unittest.TestCase):
             m = re.match(r"^(?:# )?([a-z_]+) =", l)
             if m:
                 keys.add(m.group(1))
-        self.assertEqual(keys, set(f[2:].replace("-", "_") for f in daemon_flags())
+        self.assertEqual(keys, set(f[2:].replace("-", "_") for f in daemon_flags()
+                                   if f not in ALIASES)
                          - {"config", "help", "version"})
 
     def test_the_daemon_accepts_it(self):
