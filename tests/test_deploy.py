@@ -9,22 +9,30 @@ daemon's /metrics by the tool that reads it:
   - Kubernetes: the manifests against the part of the API schema they use (deploy_checks.py);
   - attnstatd's scrape in every metrics_heads mode, with two tensor-parallel ranks of one job
     pushing: `promtool check metrics` (format and naming conventions), global head numbers, the
-    cardinality each mode promises.
+    cardinality each mode promises;
+  - attnstatd as an exporter: listening where --web.listen-address says, attnstat_build_info and
+    the process_* families with their types, help, labels and values checked against what the
+    test knows of the process (its start, its descriptors, its open-file limit, its uptime).
 Skipped (77), saying why, when promtool and amtool are missing (deploy/install-deps.sh installs
 them). Run by ctest (ATTNSTAT_DAEMON, ATTNSTAT_SYNTH, ATTNSTAT_SOURCE_DIR).
 """
 import glob
 import os
+import re
+import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clusterhelpers as ch  # noqa: E402
 import deploy_checks  # noqa: E402
 from pkghelpers import SOURCE, need_env, run  # noqa: E402
+import pkghelpers as ph  # noqa: E402
 
 try:
     import yaml
@@ -236,6 +244,149 @@ class TestMetrics(unittest.TestCase):
         self.assertLess(lmin[(("layer", "1"), ("run", "tpjob"))], 0.1)
         self.assertGreater(lmin[(("layer", "0"), ("run", "tpjob"))], 0.3)
         self.assertEqual(len(ch.series(m, "attnstat_head_alert", rule="entropy_floor")), 2)
+
+
+def families(text):
+    """{name: {"type": ..., "help": ..., "samples": [(labels dict, value)]}} of a Prometheus text
+    page; a sample counts under the family its name begins with (name, name_total...)."""
+    fam = {}
+    for line in text.splitlines():
+        m = re.match(r"^# (HELP|TYPE) (\S+) (.*)$", line)
+        if m:
+            fam.setdefault(m.group(2), {"samples": []})[m.group(1).lower()] = m.group(3)
+    for (name, labels), value in ch.parse_metrics(text).items():
+        if name in fam:
+            fam[name]["samples"].append((dict(labels), value))
+    return fam
+
+
+class TestExporter(unittest.TestCase):
+    """attnstatd as Prometheus expects an exporter to be: --web.listen-address, its build's
+    attnstat_build_info and the process_* families of the client libraries."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon, cls.cli = need_env("ATTNSTAT_DAEMON", "ATTNSTAT_CLI")
+        cls.tmp = tempfile.mkdtemp(prefix="attnstat-exporter-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_build_info_and_process_metrics(self):
+        sock, db = os.path.join(self.tmp, "d.sock"), os.path.join(self.tmp, "d.db")
+        port, other = ch.free_port(), ch.free_port()
+        # An open-file limit the daemon cannot raise (it raises its soft limit to the hard one):
+        # process_max_fds must say exactly this.
+        nofile = min(4321, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        t0 = time.time()
+        # The alias comes after --metrics-port / --metrics-bind: the later flag wins.
+        d = ph.Daemon([self.daemon, "--socket", sock, "--db", db, "--metrics-port", str(other),
+                       "--metrics-bind", "::1", "--web.listen-address", "127.0.0.1:%d" % port],
+                      log_dir=self.tmp, preexec_fn=limit)
+        try:
+            url = "http://127.0.0.1:%d/metrics" % port
+
+            def serves():
+                try:
+                    return ch.http_get(url)
+                except OSError:
+                    return None
+            ch.wait_for("the metrics port given by --web.listen-address", serves, proc=d.proc)
+            t1 = time.time()
+            text = ch.http_get(url)
+            fds_now = len(os.listdir("/proc/%d/fd" % d.proc.pid))
+            status = ph.cli_json(self.cli, "--socket", sock, "status")[0]
+            now = time.time()
+            text2 = ch.http_get(url)
+            self.assertFalse(connects("::1", other), "the overridden --metrics-port listens")
+        finally:
+            d.stop()
+        p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, universal_newlines=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.assertEqual((p.returncode, p.stdout.strip()), (0, ""), "promtool check metrics")
+        fam = families(text)
+
+        def one(name, typ):
+            f = fam.get(name)
+            self.assertIsNotNone(f, "%s is not on the page" % name)
+            self.assertEqual(f.get("type"), typ, name)
+            self.assertTrue(f.get("help"), "%s has no HELP" % name)
+            self.assertEqual(len(f["samples"]), 1, name)
+            return f["samples"][0]
+
+        labels, value = one("attnstat_build_info", "gauge")
+        self.assertEqual(value, 1)
+        self.assertEqual(set(labels), {"version", "protocol", "schema", "cuda", "libuv"})
+        self.assertEqual(labels["version"], ph.header_version())
+        with open(os.path.join(SOURCE, "proto", "frame.h")) as f:
+            proto = re.search(r"#define FRAME_PROTOCOL_VERSION (\d+)u", f.read()).group(1)
+        self.assertEqual(labels["protocol"], proto)
+        migrations = glob.glob(os.path.join(SOURCE, "schema", "[0-9][0-9][0-9]_*.sql"))
+        self.assertEqual(int(labels["schema"]),
+                         max(int(os.path.basename(m)[:3]) for m in migrations))
+        # The same build's libattnstat says "+cuda" when the build has the GPU path.
+        cuda = "+cuda" in run([self.cli, "--version"]).stdout
+        self.assertEqual(labels["cuda"], "true" if cuda else "false")
+        self.assertRegex(labels["libuv"], r"^\d+\.\d+\.\d+")
+        _, gpus = one("attnstat_gpu_devices", "gauge")
+        self.assertGreaterEqual(gpus, 0)
+        if not cuda:
+            self.assertEqual(gpus, 0)
+
+        _, cpu = one("process_cpu_seconds_total", "counter")
+        self.assertGreaterEqual(cpu, 0)
+        self.assertLessEqual(cpu, (now - t0) * (os.cpu_count() or 1) + 1)
+        _, rss = one("process_resident_memory_bytes", "gauge")
+        _, vsz = one("process_virtual_memory_bytes", "gauge")
+        self.assertGreater(rss, 1 << 20)
+        self.assertGreater(vsz, rss)
+        _, start = one("process_start_time_seconds", "gauge")
+        # Started while the test waited for it (the clock's tick of 10 ms either side), and as
+        # long before the status reply as the daemon's own uptime says (its counters begin a
+        # moment after the process).
+        self.assertGreaterEqual(start, t0 - 1.0)
+        self.assertLessEqual(start, t1 + 1.0)
+        since = now - status["uptime_s"] - start
+        self.assertGreaterEqual(since, -1.0, (now, status["uptime_s"], start))
+        self.assertLessEqual(since, t1 - t0 + 1.0, (now, status["uptime_s"], start))
+        _, fds = one("process_open_fds", "gauge")
+        self.assertGreater(fds, 0)
+        self.assertLessEqual(abs(fds - fds_now), 3, "open fds %g, /proc says %d" % (fds, fds_now))
+        _, maxfds = one("process_max_fds", "gauge")
+        self.assertEqual(maxfds, nofile)
+        # Read at each scrape: the CPU time only grows.
+        self.assertGreaterEqual(families(text2)["process_cpu_seconds_total"]["samples"][0][1], cpu)
+
+    def test_listen_address_refused_with_the_reason(self):
+        for value, why in (("localhost:9464", "not an IPv4 address"),
+                           ("::1:9464", "in brackets"),
+                           ("127.0.0.1", "[HOST]:PORT"),
+                           (":0", "not in 1 .. 65535")):
+            p = run([self.daemon, "--web.listen-address", value, "--socket",
+                     os.path.join(self.tmp, "x.sock"), "--db", os.path.join(self.tmp, "x.db")],
+                    check=False, timeout=60)
+            self.assertEqual(p.returncode, 2, value)
+            self.assertIn("--web.listen-address '%s'" % value, p.stderr)
+            self.assertIn(why, p.stderr)
+        conf = os.path.join(self.tmp, "alias.conf")
+        with open(conf, "w") as f:
+            f.write("web.listen-address = :9464\n")
+        p = run([self.daemon, "--config", conf, "--help"], check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("metrics_bind and metrics_port", p.stderr)
+
+
+def connects(host, port):
+    """Whether something accepts a TCP connection at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":
