@@ -197,6 +197,14 @@ store *store_open(const char *path, int busy_ms, store_error *err);
  * Returns NULL with err set when the file is missing, unreadable, corrupt, or of another schema. */
 store *store_open_readonly(const char *path, int busy_ms, store_error *err);
 
+/* The schema version a database file says it has (PRAGMA user_version), read without opening it
+ * as a store: nothing is checked, migrated or written (SQLite may make the -shm file, as every
+ * WAL reader does). For saying why an open refused a file: STORE_OK with *version (0: an empty
+ * file, or one that has tables but no version: not attnstat's); STORE_SCHEMA when its
+ * application_id is another program's (err says which); STORE_ERROR when SQLite cannot read it
+ * (err says why). */
+store_status store_file_schema(const char *path, int64_t *version, store_error *err);
+
 /* Close the handle. An open batch is rolled back (commit first to keep it). NULL is fine. */
 void store_close(store *st);
 

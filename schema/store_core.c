@@ -430,6 +430,56 @@ store *store_open_readonly(const char *path, int busy_ms, store_error *err)
     return open_common(path, &o, err);
 }
 
+/* One integer pragma of an open connection (user_version, application_id). */
+static int file_pragma(sqlite3 *db, const char *sql, int64_t *out)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            *out = sqlite3_column_int64(s, 0);
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+store_status store_file_schema(const char *path, int64_t *version, store_error *err)
+{
+    *version = 0;
+    if (!path || !*path) {
+        store_set_err(err, 0, "no database path given");
+        return STORE_ERROR;
+    }
+    pthread_once(&configure_once, configure_sqlite);
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
+                                            SQLITE_OPEN_EXRESCODE, NULL);
+    int64_t app = 0;
+    if (rc == SQLITE_OK)
+        rc = sqlite3_busy_timeout(db, 5000);
+    if (rc == SQLITE_OK)
+        rc = file_pragma(db, "PRAGMA user_version", version);
+    if (rc == SQLITE_OK)
+        rc = file_pragma(db, "PRAGMA application_id", &app);
+    if (rc != SQLITE_OK) {
+        store_set_err(err, rc, "reading the schema version of '%s': %s (SQLite error %d)", path,
+                      db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), rc);
+        sqlite3_close_v2(db);
+        *version = 0;
+        return STORE_ERROR;
+    }
+    sqlite3_close_v2(db);
+    if (app != 0 && app != STORE_APPLICATION_ID) {
+        store_set_err(err, 0, "database '%s' is not an attnstat database (application_id %" PRId64
+                      ")", path, app);
+        return STORE_SCHEMA;
+    }
+    return STORE_OK;
+}
+
 void store_close(store *st)
 {
     if (!st)

@@ -717,3 +717,46 @@ store_status store_quick_check(store *st, store_error *err)
 {
     return run_check(st, "PRAGMA quick_check(100)", "quick check", err);
 }
+
+store_status store_check_problems(store *st, int quick, store_problem_fn fn, void *ctx,
+                                  uint64_t *problems, store_error *err)
+{
+    const char *what = quick ? "quick check" : "integrity check";
+    *problems = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(st->db, quick ? "PRAGMA quick_check(100)"
+                                              : "PRAGMA integrity_check(100)", -1, &s, NULL);
+    int rows = 0, stop = 0;
+    while (!stop && (rc == SQLITE_OK || rc == SQLITE_ROW)) {
+        rc = sqlite3_step(s);
+        if (rc != SQLITE_ROW)
+            break;
+        const char *r = (const char *)sqlite3_column_text(s, 0);
+        if (rows++ == 0 && r && strcmp(r, "ok") == 0)
+            continue;
+        if (!r)
+            r = "(no answer)";
+        /* One answer may hold several lines (a b-tree's header, then its pages' problems). */
+        while (!stop && *r) {
+            size_t n = strcspn(r, "\n");
+            char line[1024];
+            snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), r);
+            if (n > 0) {
+                (*problems)++;
+                stop = fn(ctx, line) != 0;
+            }
+            r += n + (r[n] == '\n');
+        }
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW && *problems == 0) {
+        store_status rs = store_db_err(st, err, rc, "%s of '%s'", what, st->path);
+        sqlite3_finalize(s);
+        return rs;
+    }
+    sqlite3_finalize(s);
+    if (*problems == 0)
+        return STORE_OK;
+    store_set_err(err, SQLITE_CORRUPT, "%s of '%s' found %llu problem%s", what, st->path,
+                  (unsigned long long)*problems, *problems == 1 ? "" : "s");
+    return STORE_ERROR;
+}

@@ -160,6 +160,16 @@ size_t store_format_sample(const store_sample *s, store_format f, char *buf, siz
 store_status store_integrity_check(store *st, store_error *err);
 store_status store_quick_check(store *st, store_error *err);
 
+/* The same checks (quick: quick_check, else integrity_check) with every problem handed to fn as
+ * one line of text, in SQLite's order: SQLite's answers, up to 100, each split at its newlines
+ * ("*** in database main ***", "On tree page 47 cell 3: ..."). *problems gets the number of lines
+ * handed over. STORE_OK when the check says "ok" (fn is never called); STORE_ERROR either when it
+ * found problems (*problems > 0; err says how many) or when it could not run (*problems 0; err
+ * says why). fn returning non-zero stops the listing (the status stays STORE_ERROR). */
+typedef int (*store_problem_fn)(void *ctx, const char *line);
+store_status store_check_problems(store *st, int quick, store_problem_fn fn, void *ctx,
+                                  uint64_t *problems, store_error *err);
+
 #ifdef __cplusplus
 }
 #endif
