@@ -1,20 +1,19 @@
-/* history.c — the attnstat CLI's history commands (see history.h): runs, check-db, trend (per-step
+/* history.c — the attnstat CLI's history commands (see history.h): runs, trend (per-step
  * statistics of one layer, with sparklines), heads (the layer x head grid of one step as a
  * heatmap) and alerts. Runs are given by name or id (--run) and resolved here, with the known
  * runs listed when the name matches none.
  *
  * Stage: a command file of the CLI. Calls the store's read half (store.h: open read-only, list,
  * resolve, trend, grid, alerts), out.c and attnstat_state_name. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "attnstat.h"
+#include "checkdb.h"
 #include "history.h"
 #include "out.h"
 #include "store_read.h"
@@ -28,16 +27,8 @@
 /* ---- Database access ---------------------------------------------------------------------------*/
 static store *history_open_db(const cli_args *a)
 {
-    struct stat sb;
-    if (stat(a->db, &sb) != 0) {
-        if (errno == ENOENT)
-            fprintf(stderr,
-                    "attnstat: database %s does not exist (attnstatd creates it on start; pass "
-                    "--db PATH or set ATTNSTAT_DB)\n", a->db);
-        else
-            fprintf(stderr, "attnstat: cannot read database %s: %s\n", a->db, strerror(errno));
+    if (checkdb_path(a) != 0) /* says why: missing, unreadable, a directory... */
         return NULL;
-    }
     store_error err;
     store *st = store_open_readonly(a->db, 5000, &err);
     if (!st)
@@ -785,45 +776,4 @@ int history_alerts(const cli_args *a)
     }
     free(run);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-}
-
-/* ---- check-db ----------------------------------------------------------------------------------*/
-int history_check_db(const cli_args *a)
-{
-    const char *what = a->quick ? "quick_check" : "integrity_check";
-    struct stat sb;
-    if (stat(a->db, &sb) != 0) {
-        history_open_db(a); /* says why (missing, or not readable) */
-        return CLI_EXIT_FAIL;
-    }
-    store_error err;
-    store *st = store_open_readonly(a->db, 5000, &err);
-    int ok = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (st) {
-        ok = (a->quick ? store_quick_check(st, &err) : store_integrity_check(st, &err)) == STORE_OK;
-        store_close(st);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-    if (a->fmt == OUT_JSON) {
-        printf("{\"db\": ");
-        out_json_string(stdout, a->db);
-        printf(", \"check\": \"%s\", \"ok\": %s, \"ms\": %.1f, \"problems\": ", what,
-               ok ? "true" : "false", ms);
-        if (ok)
-            printf("null");
-        else
-            out_json_string(stdout, err.msg);
-        printf("}\n");
-    } else if (ok) {
-        printf("%s: ok (%s, %.0f ms)\n", out_safe(a->db), what, ms);
-    } else {
-        printf("%s: DAMAGED (%s): %s\n", out_safe(a->db), what, out_safe(err.msg));
-        printf("Stop attnstatd, move the database aside with its -wal and -shm files, and start "
-               "it again for a new one, or restore a copy ('sqlite3 %s .recover' may save what is "
-               "readable).\n", out_safe(a->db));
-    }
-    return ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }

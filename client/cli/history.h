@@ -1,4 +1,4 @@
-/* history.h — the attnstat CLI's history commands: runs, trend, heads, alerts and check-db, read from the
+/* history.h — the attnstat CLI's history commands: runs, trend, heads and alerts, read from the
  * database through the store's read-only API, so they work with attnstatd stopped. Each prints to
  * stdout in the format asked for, reports failures on stderr, and returns an exit code.
  *
@@ -16,9 +16,6 @@ int history_runs(const cli_args *a);
 int history_trend(const cli_args *a);
 int history_heads(const cli_args *a);
 int history_alerts(const cli_args *a);
-/* check-db: PRAGMA integrity_check (quick_check with --quick) of the database, read-only; exit 0
- * when it is whole, 1 with the problems found when it is not. */
-int history_check_db(const cli_args *a);
 /* Opens the database read-only and resolves --run (a name or an id; --rank): CLI_EXIT_OK with *st
  * open (store_close it) and *name the run's name, escaped (free it), or an exit code with the
  * reason printed and nothing open. Used by admin.c too. */

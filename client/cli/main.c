@@ -1,9 +1,9 @@
 /* main.c — the attnstat command-line tool: the command line parsed against the option tables
  * (options.c), the help printed from them, the command run. History commands (runs, trend, heads,
- * alerts; history.c) read the database directly through the store's read-only API, so they work
- * with the daemon down, and so do job and export (job.c), which read one job from several
- * databases (--db given more than once); live commands (status, watch; live.c) talk to attnstatd through
- * libattnstat.
+ * alerts; history.c; check-db, checkdb.c) read the database directly through the store's
+ * read-only API, so they work with the daemon down, and so do job and export (job.c), which read
+ * one job from several databases (--db given more than once); live commands (status, watch;
+ * live.c) talk to attnstatd through libattnstat.
  *
  * The command line: attnstat [GLOBAL OPTIONS] COMMAND [OPTIONS]. Global options (--db, --socket,
  * --format, --color, --help, --version) go before or after the command; the others only with a
@@ -12,8 +12,8 @@
  * Exit status: 0 success, 1 a runtime failure (missing database, unknown run, daemon unreachable),
  * 2 a usage error.
  *
- * Stage: the CLI's entry point. Calls options.c, history.c, job.c, live.c and libattnstat
- * (attnstat_default_socket, attnstat_rule_name). */
+ * Stage: the CLI's entry point. Calls options.c, history.c, checkdb.c, job.c, live.c and
+ * libattnstat (attnstat_default_socket, attnstat_rule_name). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@
 #include "admin.h"
 #include "args.h"
 #include "attnstat.h"
+#include "checkdb.h"
 #include "history.h"
 #include "job.h"
 #include "live.h"
@@ -37,7 +38,7 @@ static const struct {
 } main_runs[] = {
     {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
     {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
-    {"check-db", history_check_db}, {"job", job_map}, {"export", job_export},
+    {"check-db", checkdb_run}, {"job", job_map}, {"export", job_export},
     {"alerts ack", admin_alerts_ack}, {"alerts resolve", admin_alerts_resolve},
     {"alerts silence", admin_alerts_silence}, {"delete-run", admin_delete_run},
     {"retention", admin_retention},

@@ -188,8 +188,10 @@ const opt_command opt_commands[] = {
      "csv|json", opt_export, OPT_N(opt_export)},
     {"check-db", 0, "check the database file for damage",
      "Runs SQLite's integrity_check (or quick_check) on the database, read-only (attnstatd may "
-     "be running): prints ok, or the problems found and what to do. Exit status 0 when the "
-     "database is whole, 1 when it is damaged or cannot be read.",
+     "be running): prints ok, or the problems found (one a line) and what to do. A database this "
+     "attnstat cannot check is said to be one, not damaged: written by a newer attnstat (check "
+     "it with that version), by an older one (this attnstatd migrates it), or not attnstat's. "
+     "Exit status 0 when the database is whole, 1 when it is damaged or could not be checked.",
      "table|json", opt_check_db, OPT_N(opt_check_db)},
     {"status", 1, "clients, pushes, drops, queue depths, rates",
      "Asks attnstatd for its status: uptime, clients, pushes done / dropped / rejected, push "
