@@ -6,11 +6,13 @@
  *   conn.c     the socket and its byte queues: fd, closed, why_closed, sock_path, rd, oq*; back to
  *              the defaults of a new connection (max_frame, rd.max_frame) when one is made.
  *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
- *              hello_sent; timeout_ms (for the length of one attnstat_status call); wait_error
+ *              hello_sent; background; hello_pending when it sets it (a background client's
+ *              hello kept for later); timeout_ms (for the length of one attnstat_status call); wait_error
  *              (cleared before it waits for a reply); sub_* (what attnstat_subscribe asked for);
  *              flush_abandoned; has_layout and layout (attnstat_set_layout).
- *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, got_hello_reply
- *              (cleared before a Hello), the link counters of st (disconnects, reconnects,
+ *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, hello_pending
+ *              when it clears it (the run is established), got_hello_reply (cleared
+ *              before a Hello), the link counters of st (disconnects, reconnects,
  *              dropped_disconnected, and dropped_local for the pushes it drops).
  *   hostring.c the host ring: shm_*, map, ring, inflight (allocates it), st.ring_bytes.
  *   push.c     the pushes: fills an in-flight slot when a push is sent, next_seq, gpu; the push
@@ -46,7 +48,9 @@
  * by a client that never says hello) goes DOWN, and each attempt goes CONNECTING (when the connect
  * does not complete at once), HELLO (a run to resume), REGISTER, and UP again; an attempt that
  * fails goes DOWN with a longer delay. CLOSED is for good: refused, or lost before hello
- * succeeded. */
+ * succeeded. A background client (ATTNSTAT_CONNECT_BACKGROUND) whose daemon is not there yet
+ * starts DOWN, as after a loss (link_first set), and its attempts say a hello kept meanwhile
+ * (hello_pending) as they would say a run's to resume. */
 typedef enum {
     LINK_UP = 0,     /* connected: the run (after hello) and the subscription established */
     LINK_HELLO,      /* Hello sent: waiting for the HelloReply */
@@ -96,6 +100,9 @@ struct attnstat_client {
 
     /* session.c */
     int hello_sent;
+    int hello_pending;     /* a hello kept while not connected (background): said by the next
+                              attempt; cleared (link.c) once the run is established */
+    int background;        /* ATTNSTAT_CONNECT_BACKGROUND: a hello waits for the daemon */
     int sub_alerts, sub_results, subscribed; /* what attnstat_subscribe asked for */
     uint64_t flush_abandoned;                /* st.abandoned when flush last reported */
 
@@ -103,6 +110,8 @@ struct attnstat_client {
     int hello_done;
     link_phase link;
     int link_resuming;          /* the connection is one the library made again */
+    int link_first;             /* a background client's first connection is still to be made */
+    int link_hello_answered;    /* the daemon answered a Hello on this connection */
     int64_t link_deadline;      /* HELLO, REGISTER, CONNECTING: the attempt is given up then */
     int64_t link_retry_at;      /* DOWN: when the next attempt is made */
     int link_backoff_ms;        /* the delay after the next failed attempt (before jitter) */

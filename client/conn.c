@@ -85,11 +85,12 @@ void conn_connect_why(int e, const char *path, char *buf, size_t len)
         snprintf(buf, len, "cannot connect to attnstatd at %s: %s", path, strerror(e));
 }
 
-attnstat_code conn_open(attnstat_client *c, attnstat_error *err)
+attnstat_code conn_open(attnstat_client *c, int *e_out, attnstat_error *err)
 {
     /* The listen backlog may be full (EAGAIN): wait for room, up to the timeout. */
     int64_t deadline = util_now_ms() + c->timeout_ms;
     int e = 0, r;
+    *e_out = 0;
     while ((r = conn_connect_start(c, &e)) < 0 && e == EAGAIN && util_now_ms() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -108,6 +109,7 @@ attnstat_code conn_open(attnstat_client *c, attnstat_error *err)
     }
     char why[400];
     conn_connect_why(e, c->sock_path, why, sizeof why);
+    *e_out = e;
     return util_fail_error(err, ATTNSTAT_ECONNECT, "%s", why);
 }
 

@@ -23,8 +23,8 @@
 
 /* Connects c (fields set to their defaults by the caller) to the socket at c->sock_path, waiting
  * for room in the listen backlog up to c->timeout_ms. Returns ATTNSTAT_OK, or ECONNECT with err
- * saying what to do about it. */
-attnstat_code conn_open(attnstat_client *c, attnstat_error *err);
+ * saying what to do about it and *e the connect's errno (ETIMEDOUT when the time ran out). */
+attnstat_code conn_open(attnstat_client *c, int *e, attnstat_error *err);
 
 /* One attempt, without waiting: a new non-blocking socket (c->fd) connecting to c->sock_path.
  * Returns 0 when connected (a new connection: see the top), 1 when the connect goes on (ask

@@ -120,6 +120,7 @@ static attnstat_code link_send_hello(attnstat_client *c)
     h.device_uuids = c->hello_devices;
     c->wait_error = 0;
     c->got_hello_reply = 0;
+    c->link_hello_answered = 0;
     return conn_send(c, &env, 0);
 }
 
@@ -217,6 +218,7 @@ static int link_step(attnstat_client *c, attnstat_code *code, int *final)
                                 "hello%s%s", c->st.last_error[0] ? ": " : "", c->st.last_error);
             return -1;
         }
+        c->link_hello_answered = 1;
         attnstat_code rc = link_send_registrations(c);
         if (rc != ATTNSTAT_OK) {
             *code = rc == ATTNSTAT_ECLOSED ? link_closed_error(c) : rc;
@@ -243,8 +245,10 @@ static int link_step(attnstat_client *c, attnstat_code *code, int *final)
             /* The daemon has mapped the ring (it maps at registration, and answered the Status
              * behind it): the name can go now, so a process that dies leaves nothing in /dev/shm. */
             hostring_unlink(c);
-            if (c->hello_sent)
+            if (c->hello_sent && c->link_hello_answered) { /* the run is established */
                 c->hello_done = 1;
+                c->hello_pending = 0;
+            }
             c->link = LINK_UP;
             return 1;
         }
@@ -332,7 +336,8 @@ static void link_attempt_failed(attnstat_client *c, const char *why, int final)
         return;
     }
     util_fail(c->link_lost_why, sizeof c->link_lost_why, ATTNSTAT_ECLOSED,
-              "attnstatd refused this client when it reconnected: %s", why);
+              "attnstatd refused this client when it %s: %s",
+              c->link_first ? "connected" : "reconnected", why);
     c->link = LINK_CLOSED;
 }
 
@@ -341,7 +346,7 @@ void link_lost(attnstat_client *c)
     if (c->link != LINK_UP)
         return;
     replies_abandon_all(c);
-    if (c->hello_sent && !c->hello_done) { /* the hello failed before: nothing to resume */
+    if (c->hello_sent && !c->hello_done && !c->hello_pending) { /* the hello failed before */
         c->link = LINK_CLOSED;
         return;
     }
@@ -359,13 +364,14 @@ void link_lost(attnstat_client *c)
     link_schedule(c);
 }
 
-/* A new connection: the Hello of the run to resume, or at once the registrations of a client
- * without a run (its subscription). */
+/* A new connection: the Hello of the run to resume (or of a background client's hello kept
+ * meanwhile), or at once the registrations of a client without a run (its subscription). */
 static void link_connected(attnstat_client *c)
 {
     c->link_deadline = util_now_ms() + c->timeout_ms;
+    c->link_hello_answered = 0;
     attnstat_code rc;
-    if (c->hello_done) {
+    if (c->hello_done || c->hello_pending) {
         c->link = LINK_HELLO;
         rc = link_send_hello(c);
     } else {
@@ -374,6 +380,32 @@ static void link_connected(attnstat_client *c)
     }
     if (rc != ATTNSTAT_OK)
         link_attempt_failed(c, rc == ATTNSTAT_ECLOSED ? "the connection broke at once" : c->err, 0);
+}
+
+int link_start_waiting(attnstat_client *c, int e)
+{
+    const char *yet = e == ENOENT         ? "no socket yet"
+                      : e == ECONNREFUSED ? "nothing listens on the socket yet"
+                      : e == EAGAIN       ? "its listen backlog is full"
+                      : e == ETIMEDOUT    ? "the connect timed out"
+                                          : NULL;
+    if (!yet)
+        return 0;
+    char why[400];
+    conn_connect_why(e, c->sock_path, why, sizeof why);
+    util_copy_str(c->link_retry_why, sizeof c->link_retry_why, why);
+    snprintf(c->link_lost_why, sizeof c->link_lost_why, "not connected yet: waiting for "
+             "attnstatd to start (%s)", yet);
+    conn_reset(c);
+    util_copy_str(c->why_closed, sizeof c->why_closed, "not connected yet");
+    c->err[0] = '\0';
+    c->link_first = 1;
+    c->link_resuming = 1; /* its first connection subscribes, as a connection made again does */
+    c->link_attempts = 1;
+    c->link_dropped_mark = c->st.dropped_disconnected;
+    c->link_backoff_ms = LINK_BACKOFF_MIN_MS;
+    link_schedule(c);
+    return 1;
 }
 
 static void link_connect_failed(attnstat_client *c, int e)
@@ -420,7 +452,10 @@ static void link_attempt_step(attnstat_client *c)
     if (r < 0) {
         link_attempt_failed(c, final ? c->st.last_error : c->err, final);
     } else if (r > 0) {
-        c->st.reconnects++;
+        if (c->link_first) /* a background client's first connection: nothing was lost */
+            c->link_first = 0;
+        else
+            c->st.reconnects++;
         c->link_resuming = 0;
         c->link_attempts = 0;
         c->link_backoff_ms = LINK_BACKOFF_MIN_MS;
@@ -441,8 +476,14 @@ void link_advance(attnstat_client *c)
             local_progress(c); /* local mode: the results computed since */
             conn_pump_out(c);
         }
-        if (c->closed)
+        if (c->closed) {
             link_lost(c);
+        } else if (c->hello_pending) {
+            /* A background client that connected without a run, then was given its hello:
+             * said now, as on a new connection (not a reconnection). */
+            c->link_first = 1;
+            link_connected(c);
+        }
         return;
     }
     local_progress(c); /* not up: finished local computations release their tensors */
@@ -500,6 +541,19 @@ void link_describe(const attnstat_client *c, char *buf, size_t len)
     }
     unsigned long long dropped = c->st.dropped_disconnected - c->link_dropped_mark;
     char how[400];
+    if (c->link_first) {
+        if (c->link == LINK_DOWN) {
+            int64_t in = c->link_retry_at - util_now_ms();
+            snprintf(how, sizeof how, "next attempt in %lld ms; the last one: %.300s",
+                     (long long)(in > 0 ? in : 0), c->link_retry_why);
+        } else {
+            snprintf(how, sizeof how, "attempt %u under way", c->link_attempts);
+        }
+        snprintf(buf, len, "not connected to attnstatd at %s yet (started in the background, "
+                 "before the daemon); connecting when it comes, %llu pushes dropped so far (%s)",
+                 c->sock_path, dropped, how);
+        return;
+    }
     if (c->link == LINK_DOWN) {
         int64_t in = c->link_retry_at - util_now_ms();
         snprintf(how, sizeof how, "next attempt in %lld ms%s%.300s", (long long)(in > 0 ? in : 0),

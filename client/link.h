@@ -15,6 +15,9 @@
  *   - A daemon's refusal of an attempt for good (permission, protocol version, a hello it rejects)
  *     closes the link for good (LINK_CLOSED); other failures are tried again later. A connection
  *     lost while the first hello was not yet done is closed for good too.
+ *   - A background client that started before its daemon (link_start_waiting) is made the same
+ *     way: its attempts begin at once, and the first that connects says the hello kept meanwhile
+ *     (hello_pending), if any; that first connection is not counted as a reconnection.
  *
  * Stage: between the calls of the API (session.c, push.c) and what they drive: calls conn.c,
  * hostring.c, replies.c, gpu_export.c, util.c and proto/. */
@@ -69,6 +72,12 @@ attnstat_code link_drop(attnstat_client *c);
 /* One sentence on why the link is not up (what was lost, and how the reconnection goes); "" when
  * it is up. */
 void link_describe(const attnstat_client *c, char *buf, size_t len);
+
+/* A background client (ATTNSTAT_CONNECT_BACKGROUND) whose first connect failed with errno e: 1
+ * when waiting for the daemon may cure it (no socket yet, nobody listening on it, a full listen
+ * backlog, a connect that timed out), the link then DOWN with its first attempt scheduled, as
+ * after a loss, and c->err cleared; 0 when it may not (permission, a bad path...). */
+int link_start_waiting(attnstat_client *c, int e);
 
 /* Frees the kept hello. */
 void link_free(attnstat_client *c);

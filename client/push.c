@@ -552,7 +552,7 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
         if ((rc = gpu_available(c->gpu, c->err, sizeof c->err)) != ATTNSTAT_OK)
             return rc;
     }
-    if (!c->hello_done)
+    if (!c->hello_done && !c->hello_pending)
         return client_fail(c, ATTNSTAT_ESTATE, "push before a successful attnstat_hello");
     c->st.pushed++;
     if (!link_ready(c)) /* also processes what arrived: Releases free ring space */

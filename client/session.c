@@ -37,10 +37,20 @@ attnstat_code attnstat_connect(const char *socket_path, attnstat_client **out, a
 attnstat_code attnstat_connect_ex(const attnstat_connect_opts *opts, attnstat_client **out,
                                   attnstat_error *err)
 {
+    return attnstat_connect2(opts, 0, out, err);
+}
+
+attnstat_code attnstat_connect2(const attnstat_connect_opts *opts, uint32_t flags,
+                                attnstat_client **out, attnstat_error *err)
+{
     util_clear_error(err);
     if (!out)
         return util_fail_error(err, ATTNSTAT_EINVAL, "attnstat_connect: out is NULL");
     *out = NULL;
+    if (flags & ~(uint32_t)ATTNSTAT_CONNECT_BACKGROUND)
+        return util_fail_error(err, ATTNSTAT_EINVAL, "attnstat_connect2: unknown flags 0x%x "
+                               "(this libattnstat knows ATTNSTAT_CONNECT_BACKGROUND)",
+                               (unsigned)(flags & ~(uint32_t)ATTNSTAT_CONNECT_BACKGROUND));
     attnstat_connect_opts dflt;
     if (!opts) {
         attnstat_connect_opts_init(&dflt);
@@ -75,7 +85,13 @@ attnstat_code attnstat_connect_ex(const attnstat_connect_opts *opts, attnstat_cl
     c->on_frame = replies_on_frame;
     snprintf(c->sock_path, sizeof c->sock_path, "%s", path);
     frame_reader_init(&c->rd, FRAME_MAX_DEFAULT);
-    attnstat_code rc = conn_open(c, err);
+    c->background = (flags & ATTNSTAT_CONNECT_BACKGROUND) != 0;
+    int e = 0;
+    attnstat_code rc = conn_open(c, &e, err);
+    if (rc != ATTNSTAT_OK && c->background && link_start_waiting(c, e)) {
+        util_clear_error(err); /* not there yet: the library connects when it comes */
+        rc = ATTNSTAT_OK;
+    }
     if (rc != ATTNSTAT_OK) {
         attnstat_close(c);
         return rc;
@@ -131,16 +147,34 @@ attnstat_code attnstat_hello_ex(attnstat_client *c, const char *run, int32_t ran
                                "\"GPU-xxxxxxxx-...\" (attnstat_cuda_device_uuid)", i);
     if (c->hello_sent)
         return client_fail(c, ATTNSTAT_ESTATE, "attnstat_hello was already called on this client");
+    if (run && strlen(run) > 200)
+        return client_fail(c, ATTNSTAT_EINVAL, "run name is %zu bytes long (at most 200)",
+                           strlen(run));
     link_advance(c);
+    if (c->background) {
+        /* An attempt that has a connection already may finish within the connect timeout: the
+         * hello is then said on it now, as on any connection. */
+        int64_t deadline = util_now_ms() + c->timeout_ms;
+        while ((c->link == LINK_CONNECTING || c->link == LINK_REGISTER) &&
+               conn_remaining(deadline) > 0)
+            link_wait(c, conn_remaining(deadline));
+        if (c->link != LINK_UP && c->link != LINK_CLOSED) {
+            /* Not connected: kept, and said by the attempt that connects. */
+            attnstat_code rc = link_set_hello(c, run, rank, th, config_json, device_uuids,
+                                              n_devices);
+            if (rc != ATTNSTAT_OK)
+                return rc;
+            c->hello_sent = 1;
+            c->hello_pending = 1;
+            return ATTNSTAT_OK;
+        }
+    }
     if (c->closed || c->link != LINK_UP) {
         char why[400];
         link_describe(c, why, sizeof why);
         return client_fail(c, ATTNSTAT_ECLOSED, "the connection is closed%s%s", why[0] ? ": " : "",
                            why);
     }
-    if (run && strlen(run) > 200)
-        return client_fail(c, ATTNSTAT_EINVAL, "run name is %zu bytes long (at most 200)",
-                           strlen(run));
     attnstat_code rc = link_set_hello(c, run, rank, th, config_json, device_uuids, n_devices);
     if (rc != ATTNSTAT_OK)
         return rc;
@@ -192,14 +226,14 @@ attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l)
     if (!c->hello_sent)
         return client_fail(c, ATTNSTAT_ESTATE, "attnstat_set_layout comes after attnstat_hello");
     link_advance(c);
-    if (!c->hello_done)
+    if (!c->hello_done && !c->hello_pending)
         return conn_closed(c);
-    if (c->link == LINK_UP && !(c->features & CLIENT_FEATURE_LAYOUT))
+    if (c->link == LINK_UP && c->hello_done && !(c->features & CLIENT_FEATURE_LAYOUT))
         return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no parallel layout (it is "
                            "older than this library): its heads keep their local numbers");
     c->has_layout = 1;
     c->layout = *l;
-    if (c->link != LINK_UP) /* said with the hello of the connection being made */
+    if (c->link != LINK_UP || !c->hello_done) /* said with the hello of the connection made */
         return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
     attnstat_code rc = link_send_layout(c);
     if (rc != ATTNSTAT_ECLOSED)

@@ -164,6 +164,30 @@ attnstat_code attnstat_connect(const char *socket_path, attnstat_client **out, a
 attnstat_code attnstat_connect_ex(const attnstat_connect_opts *opts, attnstat_client **out,
                                   attnstat_error *err);
 
+/* Flags of attnstat_connect2. */
+#define ATTNSTAT_CONNECT_BACKGROUND 1u
+
+/* attnstat_connect_ex with flags (0: exactly attnstat_connect_ex; an unknown flag is EINVAL).
+ * ATTNSTAT_CONNECT_BACKGROUND: a daemon that is not there yet is not an error. When the socket
+ * does not exist, nobody listens on it, its backlog stays full or the connect times out (a trainer
+ * that starts before its sidecar, as Kubernetes may order them), the client is returned all the
+ * same, not connected: attnstat_link_state says ATTNSTAT_LINK_RECONNECTING ("not connected yet:
+ * waiting for attnstatd to start ..."), and the library connects as it reconnects after a daemon
+ * restart (see "Daemon restarts": inside the calls the caller makes, attempts 50-100 ms apart at
+ * first, the delay doubling up to 5 s). attnstat_hello on a client not connected keeps the hello
+ * and returns ATTNSTAT_OK at once (an attempt already under way is given the connect timeout to
+ * finish first); the attempt that connects says it, with the layout, the subscription and the
+ * ring, and attnstat_run_id() is -1 until then. Pushes meanwhile return ATTNSTAT_DROPPED, counted
+ * in dropped_local and dropped_disconnected; the first connection is not counted in reconnects.
+ * A daemon that refuses the client when it comes (permission, version, a hello it rejects) closes
+ * the link for good (ATTNSTAT_LINK_CLOSED, pushes ATTNSTAT_ECLOSED with its reason). Failures that
+ * waiting cannot cure are returned at once, as by attnstat_connect_ex: a socket path too long, or
+ * permission denied on the socket (EACCES). Not the default, because a wrong socket path then
+ * looks like a daemon that has not started yet: the trainer runs unmonitored, saying so only in
+ * attnstat_link_state, the counters and attnstat_last_error. */
+attnstat_code attnstat_connect2(const attnstat_connect_opts *opts, uint32_t flags,
+                                attnstat_client **out, attnstat_error *err);
+
 /* Alert thresholds sent with the hello; a field left "unset" takes the daemon's configured value.
  * Unset is NaN for the doubles and 0 for the counts (what attnstat_thresholds_init sets). */
 typedef struct {
@@ -179,7 +203,9 @@ typedef struct {
 void attnstat_thresholds_init(attnstat_thresholds *t);
 
 /* Introduces this process to the daemon and registers the shared-memory ring. Waits (up to the
- * connect timeout) for the daemon's answers: it is a start-up call, not a per-step one.
+ * connect timeout) for the daemon's answers: it is a start-up call, not a per-step one. On a
+ * client of attnstat_connect2(ATTNSTAT_CONNECT_BACKGROUND) that is not connected, the hello is
+ * kept and said when the daemon comes (ATTNSTAT_OK at once; see attnstat_connect2).
  * run: the run name (NULL: the daemon's default); rank: the process's rank; thresholds and
  * config_json (free text stored with the run) may be NULL. Must be called once, before any push.
  * Once the daemon has mapped the ring, its name is removed from /dev/shm: a process that dies
@@ -522,7 +548,9 @@ void attnstat_set_release_callback(attnstat_client *c, attnstat_release_fn fn, v
 
 /* ---- Daemon restarts --------------------------------------------------------------------------- *
  * When the connection to the daemon is lost after a successful attnstat_hello (or, for a client
- * that never says hello, after attnstat_connect), the library reconnects on its own. It has no
+ * that never says hello, after attnstat_connect), the library reconnects on its own. A client of
+ * attnstat_connect2(ATTNSTAT_CONNECT_BACKGROUND) whose daemon was not there yet makes its first
+ * connection the same way. It has no
  * thread: each attnstat_push, attnstat_poll, attnstat_flush and attnstat_status moves the
  * reconnection on without blocking (non-blocking connect; attempts 100 ms apart at first, the
  * delay doubling up to 5 s, with jitter). On a new connection it sends the same Hello again (run,
