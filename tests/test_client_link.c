@@ -10,7 +10,11 @@
  *   - a refusal for good (protocol version) is not retried: the link is closed, pushes and poll
  *     say why, flush does not fail; a connection lost during the first hello is not retried;
  *   - "too many clients" is retried, with delays that double (lower bounds only: a loaded machine
- *     makes them longer, never shorter).
+ *     makes them longer, never shorter);
+ *   - a background client (ATTNSTAT_CONNECT_BACKGROUND) made before its daemon listens: hello,
+ *     layout and subscription kept, pushes dropped and counted, then everything said on the first
+ *     connection and pushes landing, not counted as a reconnection; refused for good when its
+ *     daemon comes and refuses it; an ordinary client when the daemon is there.
  * Random tensor data; the seed is printed (ATTNSTAT_TEST_SEED repeats a run). Waits are for
  * conditions with generous deadlines; the only fixed waits check that nothing happens. */
 #include <check.h>
@@ -595,6 +599,165 @@ START_TEST(test_busy_is_retried_with_growing_delays)
 }
 END_TEST
 
+/* ---- A client that starts before its daemon (ATTNSTAT_CONNECT_BACKGROUND) ----------------------*/
+/* A background client on the path the peer will listen on (nothing listens there yet). */
+static attnstat_client *background_client(const char *path)
+{
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = path;
+    o.ring_bytes = 1 << 20;
+    o.timeout_ms = 30000;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    ck_assert_msg(attnstat_connect2(&o, ATTNSTAT_CONNECT_BACKGROUND, &c, &err) == ATTNSTAT_OK,
+                  "connect2: %s", err.msg);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(err.msg, "");
+    return c;
+}
+
+/* The socket of a peer not started yet (lpeer_start's name), with no stale file. */
+static void future_path(char *buf, size_t len)
+{
+    snprintf(buf, len, "/tmp/attnstat-link-%d.sock", (int)getpid());
+    unlink(buf);
+}
+
+START_TEST(test_background_client_starts_before_its_daemon)
+{
+    uint64_t rng = g_seed ^ 0x4444;
+    char path[108];
+    future_path(path, sizeof path);
+    /* without the flag: refused, as always; an unknown flag is refused by name */
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = path;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    ck_assert_int_eq(attnstat_connect2(&o, 0, &c, &err), ATTNSTAT_ECONNECT);
+    ck_assert_msg(strstr(err.msg, "no such socket"), "%s", err.msg);
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(attnstat_connect2(&o, 2, &c, &err), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(err.msg, "unknown flags 0x2"), "%s", err.msg);
+
+    c = background_client(path);
+    char why[256];
+    ck_assert_int_eq(attnstat_link_state(c, why, sizeof why), ATTNSTAT_LINK_RECONNECTING);
+    ck_assert_msg(strstr(why, "not connected yet") && strstr(why, "no socket yet"), "%s", why);
+    ck_assert_int_eq(attnstat_subscribe(c, 1, 0), ATTNSTAT_OK);
+    attnstat_thresholds th;
+    attnstat_thresholds_init(&th);
+    th.logit_ceiling = 9.5;
+    int64_t t0 = now_ms();
+    ck_assert_int_eq(attnstat_hello(c, "early", 5, &th, "{\"k8s\": 1}"), ATTNSTAT_OK);
+    ck_assert_msg(now_ms() - t0 < 10000, "hello waited %lld ms for a daemon that is not there",
+                  (long long)(now_ms() - t0));
+    ck_assert_int_eq(attnstat_hello(c, "early", 5, NULL, NULL), ATTNSTAT_ESTATE);
+    ck_assert_int_eq(attnstat_run_id(c), -1);
+    attnstat_layout lay;
+    attnstat_layout_init(&lay);
+    lay.tp_rank = 1;
+    lay.tp_size = 2;
+    ck_assert_int_eq(attnstat_set_layout(c, &lay), ATTNSTAT_OK);
+    tensors t;
+    tensors_make(&t, &rng);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(push_step(c, &t, i), ATTNSTAT_DROPPED);
+    ck_assert_msg(strstr(attnstat_last_error(c), "not connected to attnstatd") &&
+                      strstr(attnstat_last_error(c), "4 pushes dropped"), "%s",
+                  attnstat_last_error(c));
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_int_eq(st.pushed, 4);
+    ck_assert_int_eq(st.dropped_local, 4);
+    ck_assert_int_eq(st.dropped_disconnected, 4);
+    ck_assert_int_eq(st.sent, 0);
+    ck_assert_int_eq(attnstat_flush(c, 1000), ATTNSTAT_OK); /* nothing was sent */
+    ck_assert_int_eq(attnstat_poll(c, 0), ATTNSTAT_OK);
+
+    /* The daemon comes: the kept hello, layout, ring and subscription are said on its first
+     * connection, and pushes land. */
+    lpeer p;
+    lpeer_start(&p, (const act[]){ACT_SERVE}, 1);
+    ck_assert_str_eq(p.path, path);
+    int64_t until = now_ms() + DEADLINE_MS;
+    while (attnstat_link_state(c, why, sizeof why) != ATTNSTAT_LINK_UP) {
+        ck_assert_msg(now_ms() < until, "not connected when the daemon came: %s", why);
+        ck_assert_int_eq(attnstat_poll(c, 20), ATTNSTAT_OK);
+    }
+    ck_assert_int_eq(attnstat_run_id(c), 42);
+    seen s = lpeer_seen(&p, 0);
+    ck_assert_int_eq(s.hellos, 1);
+    ck_assert_str_eq(s.run, "early");
+    ck_assert_int_eq(s.rank, 5);
+    ck_assert_str_eq(s.config, "{\"k8s\": 1}");
+    ck_assert_msg(s.has_ceiling && s.ceiling == 9.5, "ceiling %g", s.ceiling);
+    ck_assert_int_eq(s.rings, 1);
+    ck_assert_int_eq(s.subscribes, 1);
+    ck_assert_int_eq(s.sub_alerts, 1);
+    ck_assert_msg(s.layouts == 1 && s.layout_first && s.tp_rank == 1 && s.tp_size == 2,
+                  "layouts %d (first %d), tp %u/%u", s.layouts, s.layout_first, s.tp_rank,
+                  s.tp_size);
+    p.expect[0] = &t.q;
+    p.expect[1] = &t.k;
+    for (int i = 10; i < 13; i++)
+        ck_assert_int_eq(push_step(c, &t, i), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_flush(c, DEADLINE_MS), ATTNSTAT_OK);
+    s = lpeer_seen(&p, 0);
+    ck_assert_int_eq(s.pushes, 3);
+    ck_assert_int_eq(s.mismatches, 0);
+    attnstat_stats(c, &st);
+    ck_assert_int_eq(st.acked, 3);
+    ck_assert_int_eq(st.dropped_disconnected, 4);
+    ck_assert_int_eq(st.reconnects, 0); /* its first connection: nothing was lost */
+    ck_assert_int_eq(st.disconnects, 0);
+    ck_assert_int_eq(lpeer_conns(&p), 1);
+    attnstat_close(c);
+    lpeer_stop(&p);
+}
+END_TEST
+
+START_TEST(test_background_client_refused_when_its_daemon_comes)
+{
+    uint64_t rng = g_seed ^ 0x5555;
+    char path[108], why[256];
+    future_path(path, sizeof path);
+    attnstat_client *c = background_client(path);
+    ck_assert_int_eq(attnstat_hello(c, "too-new", 0, NULL, NULL), ATTNSTAT_OK);
+    lpeer p;
+    lpeer_start(&p, (const act[]){ACT_VERSION, ACT_SERVE}, 2);
+    int64_t until = now_ms() + DEADLINE_MS;
+    while (attnstat_link_state(c, why, sizeof why) != ATTNSTAT_LINK_CLOSED) {
+        ck_assert_msg(now_ms() < until, "the refusal did not close the link: %s", why);
+        attnstat_poll(c, 20);
+    }
+    ck_assert_msg(strstr(why, "refused this client when it connected") &&
+                      strstr(why, "protocol version"), "%s", why);
+    tensors t;
+    tensors_make(&t, &rng);
+    ck_assert_int_eq(push_step(c, &t, 0), ATTNSTAT_ECLOSED);
+    poll_for(c, 1500);
+    ck_assert_int_eq(lpeer_conns(&p), 1); /* never asked again */
+    attnstat_close(c);
+    lpeer_stop(&p);
+}
+END_TEST
+
+/* With its daemon there, a background client is an ordinary one: the hello is answered at once. */
+START_TEST(test_background_client_with_its_daemon_there)
+{
+    lpeer p;
+    lpeer_start(&p, (const act[]){ACT_SERVE}, 1);
+    attnstat_client *c = background_client(p.path);
+    ck_assert_int_eq(attnstat_link_state(c, NULL, 0), ATTNSTAT_LINK_UP);
+    ck_assert_int_eq(attnstat_hello(c, "there", 0, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_run_id(c), 42);
+    attnstat_close(c);
+    lpeer_stop(&p);
+}
+END_TEST
+
 int main(void)
 {
     g_seed = client_test_seed("test_client_link");
@@ -605,6 +768,9 @@ int main(void)
     tcase_add_test(tc, test_refusal_is_not_retried);
     tcase_add_test(tc, test_lost_during_first_hello_is_not_retried);
     tcase_add_test(tc, test_busy_is_retried_with_growing_delays);
+    tcase_add_test(tc, test_background_client_starts_before_its_daemon);
+    tcase_add_test(tc, test_background_client_refused_when_its_daemon_comes);
+    tcase_add_test(tc, test_background_client_with_its_daemon_there);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return client_test_run(s);
