@@ -109,13 +109,27 @@ class Client(object):
     returns False when pushes were abandoned, and says why in a RuntimeWarning (once) and in
     stats()['link'] / ['link_error']. A daemon that refuses the client when it comes back
     (permission, version) is not asked again: push() returns False, poll() and status() raise.
+
+    connect: 'now' (the default) raises AttnstatError (ECONNECT) when the daemon is not there.
+    'background' does not: for a trainer that may start before its daemon (a Kubernetes sidecar
+    or a DaemonSet pod that comes up later), the client starts not connected (stats()['link'] is
+    'reconnecting', stats()['link_error'] says it waits for attnstatd), the hello, layout and
+    subscriptions are kept, push() returns False (counted in stats()['dropped_disconnected'],
+    with one RuntimeWarning), and the library connects inside the calls made anyway (push(),
+    poll(), flush(), status()) with attempts from 100 ms apart up to every 5 s; the first that
+    connects says the hello, run_id is set, and pushes from then on are sent. Errors that waiting
+    cannot cure (a socket path too long, permission denied on the socket) still raise at once.
+    None: $ATTNSTAT_CONNECT ('now' or 'background') when set, else 'now'. 'now' stays the
+    default because with 'background' a wrong socket path looks like a daemon that has not
+    started yet: the job would run unmonitored, saying so only in a warning and in stats().
     """ % ", ".join(_THRESHOLD_FIELDS)
 
     def __init__(self, socket=None, run=None, rank=0, thresholds=None, config=None,
                  ring_bytes=None, lib=None, queue_bytes=None, timeout_s=None, hello=True,
                  devices=None, held_bytes_max=2 << 30, held_pushes_max=1024,
-                 local_compute=False, layout=None):
+                 local_compute=False, layout=None, connect=None):
         self._c = None
+        self.connect = _connect_mode(connect)
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
         self._held_pushes_max = (None if held_pushes_max is None
@@ -157,7 +171,16 @@ class Client(object):
             opts.timeout_ms = max(1, int(round(float(timeout_s) * 1000)))
         err = _lib.Error()
         handle = ctypes.c_void_p()
-        rc = lib.attnstat_connect_ex(ctypes.byref(opts), ctypes.byref(handle), ctypes.byref(err))
+        if self.connect == "background":
+            connect2 = _lib.optional(lib, "attnstat_connect2")
+            if connect2 is None:
+                raise AttnstatError(_lib.ENOTSUP, "connect='background' needs a libattnstat with "
+                                    "attnstat_connect2 (this one is older)")
+            rc = connect2(ctypes.byref(opts), _lib.CONNECT_BACKGROUND, ctypes.byref(handle),
+                          ctypes.byref(err))
+        else:
+            rc = lib.attnstat_connect_ex(ctypes.byref(opts), ctypes.byref(handle),
+                                         ctypes.byref(err))
         if rc != _lib.OK:
             raise AttnstatError(rc, _s(err.msg) or _s(lib.attnstat_strerror(rc)))
         self._c = handle
@@ -462,13 +485,19 @@ class Client(object):
         return _lib.LINK_NAMES.get(st, "code %d" % st), _s(buf.value)
 
     def _warn_link(self):
-        """After a dropped push: one warning per loss of the connection."""
+        """After a dropped push: one warning per loss of the connection (or while a background
+        client waits for its daemon)."""
         if self._warned_link:
             return
         state, why = self._link()
         if state == "up":
             return
         self._warned_link = True
+        if why.startswith("not connected yet"):
+            warnings.warn("attnstat: not connected to attnstatd at %s yet (%s); the library "
+                          "connects when it comes and drops pushes meanwhile (counted in stats())"
+                          % (self.socket, why), RuntimeWarning, stacklevel=4)
+            return
         warnings.warn("attnstat: the connection to attnstatd was lost (%s); the library reconnects "
                       "on its own and drops pushes meanwhile (counted in stats())" % why,
                       RuntimeWarning, stacklevel=4)
@@ -792,8 +821,10 @@ class Client(object):
             pass
 
     def __repr__(self):
-        return "<attnstat.Client socket=%r run=%r rank=%d%s>" % (
-            self.socket, self.run, self.rank, " closed" if self._c is None else "")
+        return "<attnstat.Client socket=%r run=%r rank=%d%s%s>" % (
+            self.socket, self.run, self.rank,
+            " connect=background" if self.connect == "background" else "",
+            " closed" if self._c is None else "")
 
     # ---- helpers --------------------------------------------------------------------------------
     def _handle(self):
@@ -817,6 +848,21 @@ class Client(object):
         if rc != _lib.OK:
             msg = self._last_error() or _s(self._lib.attnstat_strerror(rc))
             raise AttnstatError(rc, msg)
+
+
+_CONNECT_MODES = ("now", "background")
+
+
+def _connect_mode(connect):
+    """'now' or 'background' (see Client): connect, else $ATTNSTAT_CONNECT, else 'now'."""
+    source = "connect"
+    if connect is None:
+        connect, source = os.environ.get("ATTNSTAT_CONNECT") or "now", "ATTNSTAT_CONNECT"
+    if connect not in _CONNECT_MODES:
+        raise AttnstatError(_lib.EINVAL, "%s is %r: 'now' (fail when attnstatd is not there) or "
+                            "'background' (start without it and connect when it comes)"
+                            % (source, connect))
+    return connect
 
 
 def _trampoline(ref, name):

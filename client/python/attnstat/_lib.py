@@ -32,6 +32,9 @@ CODE_NAMES = {
     ETIMEDOUT: "ETIMEDOUT", ESTATE: "ESTATE", ENOTSUP: "ENOTSUP", ELOST: "ELOST",
 }
 
+# attnstat_connect2's flags: a daemon not there yet is not an error (ATTNSTAT_CONNECT_BACKGROUND).
+CONNECT_BACKGROUND = 1
+
 # attnstat_link: where a client stands with the daemon (attnstat_link_state).
 LINK_UP = 0
 LINK_RECONNECTING = 1
@@ -507,6 +510,9 @@ def _declare(lib):
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
     # Local mode: CUDA pushes computed in this process.
     _fn(lib, "attnstat_set_local_compute", code, [c, i32], required=False)
+    # A client that starts before its daemon (connect="background").
+    _fn(lib, "attnstat_connect2", code, [P(ConnectOpts), ctypes.c_uint32, P(c), P(Error)],
+        required=False)
 
 
 def optional(lib, name):
