@@ -10,19 +10,30 @@ on), the run id is the same, pushes after the restart are acknowledged and store
 run, the run's history holds the steps before and after (and none of the gap);
 sent = acked + abandoned. Also: a daemon that never comes back leaves flush() and close() quiet.
 
+A trainer that starts before its daemon (a Kubernetes sidecar's order): Client(connect=
+"background") made while no socket exists does not raise (the default does), its pushes return
+False at once and are counted with one warning, the daemon then starts on that socket, the
+library connects by itself and says the hello, and later pushes are acknowledged and stored
+under the run (none of those made before); $ATTNSTAT_CONNECT chooses the same; a bad mode is
+refused by name.
+
 No timing margins: every wait is for a condition, with a generous deadline.
 Environment as test_python.py; exits 77 (skipped) without NumPy.
 """
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
+import tempfile
 import time
 import unittest
 import warnings
 
 from pyhelpers import DAEMON, LIB, randn  # noqa: E402
 from pyhelpers import Daemon  # noqa: E402
+import attnstat  # noqa: E402
+from attnstat import AttnstatError, _lib  # noqa: E402
 
 DEADLINE_S = 120  # for conditions only: a loaded machine takes longer, never fails sooner
 
@@ -164,6 +175,116 @@ class TestRestart(unittest.TestCase):
             self.assertIn(c.flush(2), (True, False))
             self.assertEqual(c.stats()["link"], "reconnecting")
             c.close()
+
+
+@unittest.skipIf(LIB is None or not DAEMON, "attnstatd or libattnstat.so is not built")
+class TestBackground(unittest.TestCase):
+    """A Client made before its daemon exists (connect="background")."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="attnstat-bg-")
+        self.addCleanup(self.dir.cleanup)
+        self.socket = os.path.join(self.dir.name, "d.sock")
+        self.db = os.path.join(self.dir.name, "d.db")
+        self.proc = None
+        self.log = open(os.path.join(self.dir.name, "d.log"), "w+")
+        self.addCleanup(self.log.close)
+        self.addCleanup(self.stop_daemon)
+
+    def start_daemon(self):
+        self.proc = subprocess.Popen([DAEMON, "--socket", self.socket, "--db", self.db],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop_daemon(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def query(self, sql, *args):
+        db = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True, timeout=10)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    def test_client_before_its_daemon(self):
+        run = "early-%d" % os.getpid()
+        # The default still says at once that the daemon is not there.
+        with self.assertRaises(AttnstatError) as cm:
+            attnstat.Client(socket=self.socket, run=run, lib=LIB)
+        self.assertEqual(cm.exception.code, _lib.ECONNECT)
+        self.assertIn("no such socket", str(cm.exception))
+
+        q, k = randn(1, 2, 16, 16, scale=2.0), randn(1, 2, 16, 16)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            t0 = time.monotonic()
+            c = attnstat.Client(socket=self.socket, run=run, rank=2, lib=LIB, timeout_s=30,
+                                connect="background", config={"started": "before attnstatd"})
+            self.assertLess(time.monotonic() - t0, 10.0, "the constructor waited for the daemon")
+            self.assertEqual(c.connect, "background")
+            self.assertEqual(c.run_id, -1)
+            st = c.stats()
+            self.assertEqual(st["link"], "reconnecting", st)
+            self.assertIn("not connected yet", st["link_error"])
+            gap = 6
+            for layer in range(gap):
+                t0 = time.monotonic()
+                self.assertFalse(c.push(0, layer, q, k))
+                self.assertLess(time.monotonic() - t0, 5.0, "a push waited for the daemon")
+            self.assertTrue(c.flush(5))  # nothing was sent: nothing to wait for
+            c.poll(0)
+            st = c.stats()
+            self.assertEqual((st["pushed"], st["sent"]), (gap, 0), st)
+            self.assertEqual((st["dropped_disconnected"], st["dropped_local"]), (gap, gap), st)
+            waiting = [x for x in w if "not connected to attnstatd" in str(x.message)]
+            self.assertEqual(len(waiting), 1, [str(x.message) for x in w])
+            self.assertIn("drops pushes meanwhile", str(waiting[0].message))
+
+            # The sidecar comes up: the library connects and says the hello by itself.
+            self.start_daemon()
+            wait_for("the client connected to the daemon that came",
+                     lambda: c.stats()["link"] == "up", poll=lambda: c.poll(50))
+            self.assertGreater(c.run_id, 0)
+            for step in (1, 2):
+                for layer in range(3):
+                    self.assertTrue(c.push(step, layer, q, k))
+            self.assertTrue(c.flush(DEADLINE_S))
+            st = c.stats()
+            run_id = c.run_id
+            c.close()
+        self.assertEqual((st["reconnects"], st["disconnects"], st["abandoned"]), (0, 0, 0), st)
+        self.assertEqual(st["acked"], 6, st)
+        self.assertEqual(st["dropped_disconnected"], gap)
+        self.assertEqual(self.query("SELECT id, rank, config FROM runs WHERE name = ?", run),
+                         [(run_id, 2, '{"started": "before attnstatd"}')])
+        per_push = {(s, l): n for s, l, n in self.query(
+            "SELECT step, layer, COUNT(*) FROM samples WHERE run_id = ? GROUP BY step, layer",
+            run_id)}
+        self.assertEqual(per_push, {(s, l): 2 for s in (1, 2) for l in range(3)})
+
+    def test_mode_from_the_environment(self):
+        saved = os.environ.get("ATTNSTAT_CONNECT")
+        self.addCleanup(lambda: os.environ.__setitem__("ATTNSTAT_CONNECT", saved)
+                        if saved is not None else os.environ.pop("ATTNSTAT_CONNECT", None))
+        os.environ["ATTNSTAT_CONNECT"] = "background"
+        c = attnstat.Client(socket=self.socket, run="env", lib=LIB)
+        self.assertEqual((c.connect, c.stats()["link"]), ("background", "reconnecting"))
+        c.close()
+        with self.assertRaises(AttnstatError):  # the argument wins
+            attnstat.Client(socket=self.socket, run="env", lib=LIB, connect="now")
+        os.environ["ATTNSTAT_CONNECT"] = "later"
+        with self.assertRaises(AttnstatError) as cm:
+            attnstat.Client(socket=self.socket, run="env", lib=LIB)
+        self.assertEqual(cm.exception.code, _lib.EINVAL)
+        self.assertIn("ATTNSTAT_CONNECT is 'later'", str(cm.exception))
+        with self.assertRaises(AttnstatError) as cm:
+            attnstat.Client(socket=self.socket, run="env", lib=LIB, connect=True)
+        self.assertIn("connect is True", str(cm.exception))
 
 
 if __name__ == "__main__":
