@@ -7,9 +7,9 @@
  *              the defaults of a new connection (max_frame, rd.max_frame) when one is made.
  *   session.c  allocates the client (attnstat_connect) and sets every default, on_frame included;
  *              hello_sent; background; hello_pending when it sets it (a background client's
- *              hello kept for later); timeout_ms (for the length of one attnstat_status call); wait_error
- *              (cleared before it waits for a reply); sub_* (what attnstat_subscribe asked for);
- *              flush_abandoned; has_layout and layout (attnstat_set_layout).
+ *              hello kept for later); timeout_ms (for the length of one attnstat_status call);
+ *              wait_error (cleared before it waits for a reply); sub_* (what attnstat_subscribe
+ *              asked for); flush_abandoned; has_layout and layout (attnstat_set_layout).
  *   link.c     the link's phase and reconnection (link_*, hello_*), hello_done, hello_pending
  *              when it clears it (the run is established), got_hello_reply (cleared
  *              before a Hello), the link counters of st (disconnects, reconnects,

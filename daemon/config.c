@@ -210,7 +210,8 @@ static int cfg_listen_address(cfg *c, const char *value, char *err, size_t errle
 {
     char host[INET6_ADDRSTRLEN];
     const char *port;
-    const char *form = "[HOST]:PORT (127.0.0.1:9464, [::1]:9464, or :9464 for every IPv4 interface)";
+    const char *form = "[HOST]:PORT (127.0.0.1:9464, [::1]:9464, or :9464 for every IPv4 "
+                       "interface)";
     if (value[0] == '[') {
         const char *close = strchr(value, ']');
         size_t n = close ? (size_t)(close - value - 1) : 0;

@@ -1,9 +1,10 @@
 /* metrics.c — the Prometheus text of attnstatd's counters and gauges, its build and its process
  * (and the text buffer every part of a scrape writes into), and a minimal HTTP responder for
  * scrapes: every request on --metrics-bind:--metrics-port gets the current text and the
- * connection is closed (HTTP/1.0 style). Requests are read up to the end of the headers (at most 4 KiB). A scrape
- * connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are closed), and at
- * most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are accepted).
+ * connection is closed (HTTP/1.0 style). Requests are read up to the end of the headers (at most
+ * 4 KiB). A scrape connection lives at most timeout_ms (metrics_timeout_ms: idle or slow peers are
+ * closed), and at most HTTP_MAX_SCRAPES are open at once (more are closed as soon as they are
+ * accepted).
  * Stage: metrics (see metrics.h). */
 #include "metrics.h"
 
@@ -143,9 +144,9 @@ void metrics_render_exporter(metrics_buf *out, int gpus)
 #endif
     char libuv[64];
     metrics_label(uv_version_string(), libuv, sizeof libuv);
-    metrics_printf(out, "# HELP attnstat_build_info The attnstatd that serves this page: its version, "
-                   "the wire protocol it speaks, the database schema it writes, whether it was "
-                   "built with the GPU path, its libuv.\n# TYPE attnstat_build_info gauge\n"
+    metrics_printf(out, "# HELP attnstat_build_info The attnstatd that serves this page: its "
+                   "version, the wire protocol it speaks, the database schema it writes, whether "
+                   "it was built with the GPU path, its libuv.\n# TYPE attnstat_build_info gauge\n"
                    "attnstat_build_info{version=\"%s\",protocol=\"%u\",schema=\"%d\","
                    "cuda=\"%s\",libuv=\"%s\"} 1\n", ATTNSTAT_DAEMON_VERSION,
                    (unsigned)FRAME_PROTOCOL_VERSION, store_schema_version(), cuda, libuv);
@@ -173,8 +174,8 @@ void metrics_render_exporter(metrics_buf *out, int gpus)
     }
     if (ps.has_start) { /* to the clock tick (metrics_value would keep 10 digits: whole seconds) */
         snprintf(v, sizeof v, "%.2f", ps.start_time);
-        metrics_printf(out, "# HELP process_start_time_seconds Start time of the process since unix "
-                       "epoch in seconds.\n# TYPE process_start_time_seconds gauge\n"
+        metrics_printf(out, "# HELP process_start_time_seconds Start time of the process since "
+                       "unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\n"
                        "process_start_time_seconds %s\n", v);
     }
     if (ps.has_fds) {

@@ -599,7 +599,7 @@ START_TEST(test_busy_is_retried_with_growing_delays)
 }
 END_TEST
 
-/* ---- A client that starts before its daemon (ATTNSTAT_CONNECT_BACKGROUND) ----------------------*/
+/* ---- A client that starts before its daemon (ATTNSTAT_CONNECT_BACKGROUND) --------------------*/
 /* A background client on the path the peer will listen on (nothing listens there yet). */
 static attnstat_client *background_client(const char *path)
 {

@@ -23,7 +23,7 @@
 #include "out.h"
 #include "store_read.h"
 
-/* ---- the path --------------------------------------------------------------------------------- */
+/* ---- the path ------------------------------------------------------------------------------- */
 static int checkdb_cmp(const void *x, const void *y)
 {
     return strcmp(*(char *const *)x, *(char *const *)y);
@@ -99,7 +99,7 @@ int checkdb_path(const cli_args *a)
     return -1;
 }
 
-/* ---- check-db --------------------------------------------------------------------------------- */
+/* ---- check-db ------------------------------------------------------------------------------- */
 /* The problems of a damaged database, kept until the verdict's line is printed above them. */
 typedef struct {
     char *text;           /* lines, each ending in '\n' */
