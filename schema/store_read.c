@@ -681,41 +681,45 @@ store_status store_silences(store *st, int64_t run_id, int64_t now_ms, store_sil
 
 /* PRAGMA integrity_check or quick_check: STORE_OK when it answers "ok"; else STORE_ERROR with as
  * many of its problems as fit in err (it lists at most 100). */
-static store_status run_check(store *st, const char *pragma, const char *what, store_error *err)
+/* store_integrity_check / store_quick_check: the problems store_check_problems finds, joined
+ * with "; " into err's message after the first (as many as fit). */
+typedef struct {
+    char text[sizeof ((store_error *)0)->msg];
+    size_t len;
+} check_text;
+
+static int check_join(void *ctx, const char *line)
 {
-    sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(st->db, pragma, -1, &s, NULL);
-    int rows = 0;
-    store_status rs = STORE_OK;
-    while (rc == SQLITE_OK || rc == SQLITE_ROW) {
-        rc = sqlite3_step(s);
-        if (rc != SQLITE_ROW)
-            break;
-        const char *r = (const char *)sqlite3_column_text(s, 0);
-        if (rows++ == 0 && r && strcmp(r, "ok") == 0)
-            continue;
-        if (rs == STORE_OK) {
-            store_set_err(err, SQLITE_CORRUPT, "%s of '%s' failed: %s", what, st->path,
-                          r ? r : "(no answer)");
-            rs = STORE_ERROR;
-        } else {
-            store_append_err(err, "; %s", r ? r : "?");
-        }
+    check_text *t = ctx;
+    if (t->len < sizeof t->text - 1) {
+        int n = snprintf(t->text + t->len, sizeof t->text - t->len, "%s%s", t->len ? "; " : "",
+                         line);
+        t->len = n < 0 ? t->len : t->len + (size_t)n;
+        if (t->len > sizeof t->text - 1)
+            t->len = sizeof t->text - 1;
     }
-    if (rc != SQLITE_DONE && rs == STORE_OK)
-        rs = store_db_err(st, err, rc, "%s of '%s'", what, st->path);
-    sqlite3_finalize(s);
+    return 0;
+}
+
+static store_status run_check(store *st, int quick, store_error *err)
+{
+    check_text t = {.len = 0};
+    uint64_t problems = 0;
+    store_status rs = store_check_problems(st, quick, check_join, &t, &problems, err);
+    if (rs != STORE_OK && problems > 0)
+        store_set_err(err, SQLITE_CORRUPT, "%s of '%s' failed: %s",
+                      quick ? "quick check" : "integrity check", st->path, t.text);
     return rs;
 }
 
 store_status store_integrity_check(store *st, store_error *err)
 {
-    return run_check(st, "PRAGMA integrity_check(100)", "integrity check", err);
+    return run_check(st, 0, err);
 }
 
 store_status store_quick_check(store *st, store_error *err)
 {
-    return run_check(st, "PRAGMA quick_check(100)", "quick check", err);
+    return run_check(st, 1, err);
 }
 
 store_status store_check_problems(store *st, int quick, store_problem_fn fn, void *ctx,

@@ -99,18 +99,22 @@ def reference(q, k, causal=False, scale=None, mask=None, compute=None, sinks=Non
     return out
 
 
+def push_and_get(self, q, k, **kw):
+    """One push of q, k with want_results through the test's daemon: its per-head results."""
+    got = []
+    with self.d.client(self.run_name()) as c:
+        c.on_result(lambda seq, step, layer, heads: got.append(heads))
+        self.assertTrue(c.push(1, 0, q, k, want_results=True, **kw))
+        self.assertTrue(c.flush(60))
+        st = c.stats()
+    self.assertEqual(st["rejected"], 0, st["last_error"])
+    self.assertEqual(len(got), 1)
+    return got[0]
+
+
 @need_daemon
 class TestMasksEndToEnd(DaemonCase):
-    def push_and_get(self, q, k, **kw):
-        got = []
-        with self.d.client(self.run_name()) as c:
-            c.on_result(lambda seq, step, layer, heads: got.append(heads))
-            self.assertTrue(c.push(1, 0, q, k, want_results=True, **kw))
-            self.assertTrue(c.flush(60))
-            st = c.stats()
-        self.assertEqual(st["rejected"], 0, st["last_error"])
-        self.assertEqual(len(got), 1)
-        return got[0]
+    push_and_get = push_and_get
 
     def check(self, heads, ref, rel=1e-5):  # the daemon computes in float32 (stats_cpu_fast_ws)
         self.assertEqual(len(heads), len(ref))
@@ -179,16 +183,7 @@ class TestSinksEndToEnd(DaemonCase):
     """Attention sinks (Client.push(sinks=...)) on host tensors, through the daemon's CPU worker,
     against the float64 softmax over the keys and the sink computed here."""
 
-    def push_and_get(self, q, k, **kw):
-        got = []
-        with self.d.client(self.run_name()) as c:
-            c.on_result(lambda seq, step, layer, heads: got.append(heads))
-            self.assertTrue(c.push(1, 0, q, k, want_results=True, **kw))
-            self.assertTrue(c.flush(60))
-            st = c.stats()
-        self.assertEqual(st["rejected"], 0, st["last_error"])
-        self.assertEqual(len(got), 1)
-        return got[0]
+    push_and_get = push_and_get
 
     def check(self, heads, ref, rel=1e-5):
         self.assertEqual(len(heads), len(ref))
