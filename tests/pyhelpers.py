@@ -205,6 +205,15 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=
 
 
 # ---- end to end: a real attnstatd ------------------------------------------------------------------
+def query_db(path, sql, *args):
+    """The rows of sql over the database at path, opened read-only (a daemon may be writing)."""
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=10)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
 class Daemon(object):
     """attnstatd on a temporary socket and database, for the life of a test class."""
 
@@ -248,11 +257,7 @@ class Daemon(object):
         return attnstat.Client(socket=self.socket, run=run, lib=LIB, **kw)
 
     def query(self, sql, *args):
-        db = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True, timeout=10)
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
+        return query_db(self.db, sql, *args)
 
     def samples(self, run, step, layer):
         """{head: row dict} of the stored samples of (run, step, layer)."""

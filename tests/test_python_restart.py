@@ -23,14 +23,13 @@ Environment as test_python.py; exits 77 (skipped) without NumPy.
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import tempfile
 import time
 import unittest
 import warnings
 
-from pyhelpers import DAEMON, LIB, randn  # noqa: E402
+from pyhelpers import DAEMON, LIB, query_db, randn  # noqa: E402
 from pyhelpers import Daemon  # noqa: E402
 import attnstat  # noqa: E402
 from attnstat import AttnstatError, _lib  # noqa: E402
@@ -205,11 +204,7 @@ class TestBackground(unittest.TestCase):
                 self.proc.wait()
 
     def query(self, sql, *args):
-        db = sqlite3.connect("file:%s?mode=ro" % self.db, uri=True, timeout=10)
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
+        return query_db(self.db, sql, *args)
 
     def test_client_before_its_daemon(self):
         run = "early-%d" % os.getpid()
