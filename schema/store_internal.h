@@ -46,6 +46,8 @@ enum {
     S_ALERT_ONE,
     S_ALERT_ACK,
     S_SILENCE_INSERT,
+    S_SILENCES_END_KEY,
+    S_SILENCES_END,
     S_SILENCES,
     /* reads (store_read.c, store_export.c) */
     S_RUNS_ALL,

@@ -95,6 +95,15 @@ const char *const store_sql[S_COUNT] = {
     /* ?1 run, ?2 layer, ?3 head, ?4 rule, ?5 uid, ?6 time, ?7 until (NULL: the run's end) */
     [S_SILENCE_INSERT] = "INSERT INTO silences (run_id, layer, head, rule, uid, time, until) "
                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    /* ?1 run, ?2 layer, ?3 head, ?4 rule, ?5 time: the key's silences in force end then (a new
+     * one replaces them) */
+    [S_SILENCES_END_KEY] =
+        "UPDATE silences SET until = ?5 WHERE run_id = ?1 AND layer = ?2 AND head = ?3 AND "
+        "rule = ?4 AND (until IS NULL OR until > ?5)",
+    /* ?1 run, ?2 silence (0: every one of the run), ?3 time: those in force end then */
+    [S_SILENCES_END] =
+        "UPDATE silences SET until = ?3 WHERE run_id = ?1 AND (?2 = 0 OR id = ?2) AND "
+        "(until IS NULL OR until > ?3)",
     /* ?1 now, ?2 run (0: every run): the silences in force */
     [S_SILENCES] =
         "SELECT id, run_id, layer, head, rule, uid, time, coalesce(until, 0) FROM silences AS s "

@@ -549,7 +549,8 @@ store_status store_add_silence(store *st, const store_silence *sil, int64_t *id,
     }
     if ((rs = begin_for_run(st, sil->run_id, err)))
         return rs;
-    sqlite3_stmt *s = store_stmt(st, S_SILENCE_INSERT, err);
+    int64_t t = sil->time_ms ? sil->time_ms : now_ms();
+    sqlite3_stmt *s = store_stmt(st, S_SILENCES_END_KEY, err); /* the one it replaces end now */
     if (!s)
         return batch_fail(st, err);
     int rc = SQLITE_OK;
@@ -557,8 +558,22 @@ store_status store_add_silence(store *st, const store_silence *sil, int64_t *id,
     BIND(bind_i64(s, 2, sil->layer));
     BIND(bind_i64(s, 3, sil->head));
     BIND(bind_text(s, 4, sil->rule));
+    BIND(bind_i64(s, 5, t));
+    if (rc != SQLITE_OK) {
+        stmt_done(s);
+        store_db_err(st, err, rc, "binding the silences of run %" PRId64, sil->run_id);
+        return batch_fail(st, err);
+    }
+    if (store_run_done(st, s, "ending the silences a new one replaces", err) != STORE_OK)
+        return batch_fail(st, err);
+    if (!(s = store_stmt(st, S_SILENCE_INSERT, err)))
+        return batch_fail(st, err);
+    BIND(bind_i64(s, 1, sil->run_id));
+    BIND(bind_i64(s, 2, sil->layer));
+    BIND(bind_i64(s, 3, sil->head));
+    BIND(bind_text(s, 4, sil->rule));
     BIND(bind_i64(s, 5, sil->uid));
-    BIND(bind_i64(s, 6, sil->time_ms ? sil->time_ms : now_ms()));
+    BIND(bind_i64(s, 6, t));
     BIND(sil->until_ms ? bind_i64(s, 7, sil->until_ms) : sqlite3_bind_null(s, 7));
     if (rc == SQLITE_OK)
         rc = sqlite3_step(s);
@@ -571,5 +586,27 @@ store_status store_add_silence(store *st, const store_silence *sil, int64_t *id,
         return batch_fail(st, err);
     if (id)
         *id = sqlite3_last_insert_rowid(st->db);
+    return STORE_OK;
+}
+
+store_status store_end_silences(store *st, int64_t run_id, int64_t silence_id, int64_t time_ms,
+                                int64_t *ended, store_error *err)
+{
+    if (ended)
+        *ended = 0;
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if (silence_id < 0) {
+        store_set_err(err, 0, "a silence id is > 0 (0: every silence of the run)");
+        return STORE_EINVAL;
+    }
+    if ((rs = begin_for_run(st, run_id, err)))
+        return rs;
+    int64_t args[3] = {run_id, silence_id, time_ms ? time_ms : now_ms()};
+    if (store_exec_ints(st, S_SILENCES_END, args, 3, "ending silences", err))
+        return batch_fail(st, err);
+    if (ended)
+        *ended = sqlite3_changes(st->db);
     return STORE_OK;
 }

@@ -77,9 +77,18 @@ store_status store_run_end(store *st, int64_t run_id, int64_t time_ms, const cha
 store_status store_ack_alert(store *st, int64_t alert_id, uint32_t uid, int64_t time_ms,
                              store_error *err);
 
-/* Add a silence (store_silence, in store.h) to the open batch; its id to *id (may be NULL). Same error rules as
- * store_add_alert(). */
+/* Add a silence (store_silence, in store.h) to the open batch; its id to *id (may be NULL). It
+ * replaces the silences of its (run, layer, head, rule) in force: they end at its time. Same
+ * error rules as store_add_alert(). */
 store_status store_add_silence(store *st, const store_silence *s, int64_t *id, store_error *err);
+
+/* End silences of run run_id in force at time_ms (0: now), into the open batch: the one with id
+ * silence_id, or every one of the run (silence_id 0). Their `until` becomes time_ms (the row
+ * stays: when it was set and by whom). *ended (may be NULL) gets how many ended: 0 when none was
+ * in force (an unknown id, another run's, one already over). STORE_NOTFOUND when there is no such
+ * run. */
+store_status store_end_silences(store *st, int64_t run_id, int64_t silence_id, int64_t time_ms,
+                                int64_t *ended, store_error *err);
 
 /* Add the statistics of one push (one layer, heads 0 .. nheads-1 of it) to the open batch, with
  * time time_ms (0: now). A (run, layer, head, step) that is already stored is replaced.

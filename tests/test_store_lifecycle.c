@@ -3,7 +3,8 @@
  * ids handed out by the writer (store_add_run into the open batch, an id of another run refused
  * with the batch intact), the end of a run and its resumption, resolved transitions that end an
  * alert (reason and uid read back), acknowledging (only an active raise; who and when read back),
- * and silences in force (by time, and "until the run ends").
+ * silences in force (by time, and "until the run ends"), a silence replacing the one of its key,
+ * and silences ended by id or by run (the rows kept, their `until` the time they ended).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
@@ -247,7 +248,7 @@ END_TEST
 
 typedef struct {
     int n;
-    int64_t run[16], until[16];
+    int64_t id[16], run[16], until[16];
     int32_t head[16];
     uint32_t uid[16];
 } silences_copy;
@@ -256,6 +257,7 @@ static int copy_silence(void *ctx, const store_silence *s)
 {
     silences_copy *c = ctx;
     if (c->n < 16) {
+        c->id[c->n] = s->id;
         c->run[c->n] = s->run_id;
         c->until[c->n] = s->until_ms;
         c->head[c->n] = s->head;
@@ -324,6 +326,77 @@ START_TEST(test_silences)
 }
 END_TEST
 
+/* A new silence of a key ends the one it replaces; store_end_silences ends one by id, or every one
+ * of a run, and nothing of another run or already over. */
+START_TEST(test_silences_replace_and_end)
+{
+    store *st = open_ok(dbpath);
+    store_error err = {0};
+    int64_t r = begin_run(st, "a", 0), q = begin_run(st, "b", 0);
+    int64_t now = rnd_range(1000000, 2000000);
+    uint32_t uid = (uint32_t)rnd_range(1, 60000);
+    int32_t layer = (int32_t)rnd_range(0, 40), head = (int32_t)rnd_range(0, 60);
+    store_silence s1 = {.run_id = r, .layer = layer, .head = head, .rule = "entropy_floor",
+                        .uid = uid, .time_ms = now, .until_ms = 0};
+    store_silence s2 = s1; /* the same key, later, for a while: replaces s1 */
+    s2.uid = uid + 1;
+    s2.time_ms = now + 5;
+    s2.until_ms = now + 5000;
+    store_silence s3 = s1; /* another head of r */
+    s3.head = head + 1;
+    store_silence s4 = s1; /* the same key in another run */
+    s4.run_id = q;
+    int64_t id1, id2, id3, id4;
+    ck_assert_int_eq(store_add_silence(st, &s1, &id1, &err), STORE_OK);
+    ck_assert_int_eq(store_add_silence(st, &s2, &id2, &err), STORE_OK);
+    ck_assert_int_eq(store_add_silence(st, &s3, &id3, &err), STORE_OK);
+    ck_assert_int_eq(store_add_silence(st, &s4, &id4, &err), STORE_OK);
+    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT until FROM silences WHERE id = %lld", (long long)id1);
+    ck_assert_int_eq(raw_int(dbpath, sql), now + 5);
+    silences_copy c = {0};
+    ck_assert_int_eq(store_silences(st, r, now + 10, copy_silence, &c, &err), STORE_OK);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_int_eq(c.id[0], id2);
+    ck_assert_uint_eq(c.uid[0], uid + 1);
+    ck_assert_int_eq(c.id[1], id3);
+
+    int64_t ended = -1;
+    /* another run's silence, an unknown id: nothing ends */
+    ck_assert_int_eq(store_end_silences(st, r, id4, now + 20, &ended, &err), STORE_OK);
+    ck_assert_int_eq(ended, 0);
+    ck_assert_int_eq(store_end_silences(st, r, id4 + 100, now + 20, &ended, &err), STORE_OK);
+    ck_assert_int_eq(ended, 0);
+    ck_assert_int_eq(store_end_silences(st, r, -1, now + 20, &ended, &err), STORE_EINVAL);
+    ck_assert_int_eq(store_end_silences(st, r + q + 9, 0, now + 20, &ended, &err),
+                     STORE_NOTFOUND);
+    /* one by id */
+    ck_assert_int_eq(store_end_silences(st, r, id2, now + 20, &ended, &err), STORE_OK);
+    ck_assert_int_eq(ended, 1);
+    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(store_silences(st, r, now + 30, copy_silence, &c, &err), STORE_OK);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.id[0], id3);
+    /* ended already: not again */
+    ck_assert_int_eq(store_end_silences(st, r, id2, now + 40, &ended, &err), STORE_OK);
+    ck_assert_int_eq(ended, 0);
+    snprintf(sql, sizeof sql, "SELECT until FROM silences WHERE id = %lld", (long long)id2);
+    ck_assert_int_eq(raw_int(dbpath, sql), now + 20);
+    /* every one of run r: s3; q's stays */
+    ck_assert_int_eq(store_end_silences(st, r, 0, now + 50, &ended, &err), STORE_OK);
+    ck_assert_int_eq(ended, 1);
+    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(store_silences(st, 0, now + 60, copy_silence, &c, &err), STORE_OK);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.id[0], id4);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM silences"), 4);
+    store_close(st);
+}
+END_TEST
+
 int main(void)
 {
     seed_init("test_store_lifecycle");
@@ -335,6 +408,7 @@ int main(void)
     tcase_add_test(tc, test_resolved_ends_an_alert);
     tcase_add_test(tc, test_ack);
     tcase_add_test(tc, test_silences);
+    tcase_add_test(tc, test_silences_replace_and_end);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
