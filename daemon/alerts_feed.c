@@ -585,6 +585,14 @@ void alerts_feed_mark(alerts_feed *f, feed_mark what, const store_alert *a, uint
             LOG_ERROR("alerts", "out of memory keeping a silence");
         return;
     }
+    if (what == FEED_UNSILENCE) {
+        for (size_t i = 0; i < f->silences.n; i++)
+            if (same_key(&f->silences.v[i], a->run_id, a->layer, a->head, rule)) {
+                key_drop(&f->silences, i);
+                break;
+            }
+        return;
+    }
     /* FEED_RESOLVE: the row is in the store; the engine lets the alert go, it is delivered. */
     if (!alerts_resolve(f->engine, a->run_id, a->layer, a->head, rule, a->step))
         return; /* it ended meanwhile, or raised again at another step */

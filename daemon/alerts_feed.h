@@ -87,9 +87,10 @@ uint32_t alerts_feed_end_run(alerts_feed *f, const run_entry *e, const char *rea
 
 /* An operator's mark, once the store recorded it (command.c): the alert a (its key and the step
  * that raised it) was acknowledged by uid, resolved by uid (then delivered as RESOLVED, reason
- * "operator": a head still bad raises again after raise_after samples), or silenced by uid until
- * until_ms (0: until its run ends). */
-typedef enum { FEED_ACK, FEED_RESOLVE, FEED_SILENCE } feed_mark;
+ * "operator": a head still bad raises again after raise_after samples), silenced by uid until
+ * until_ms (0: until its run ends; it replaces a silence of the key), or its key's silence ended
+ * (FEED_UNSILENCE: its transitions are delivered again). */
+typedef enum { FEED_ACK, FEED_RESOLVE, FEED_SILENCE, FEED_UNSILENCE } feed_mark;
 void alerts_feed_mark(alerts_feed *f, feed_mark what, const store_alert *a, uint32_t uid,
                       int64_t until_ms, const char *run, int32_t rank);
 

@@ -3,9 +3,9 @@
  * util and log.
  *
  * One op per request, allocated here, carried through up to two store-thread phases: an action on
- * one alert first reads the alert (is it active, whose run is it: the loop then checks the
- * permission), then writes; an action on a run's alerts reads and writes in one phase (the run,
- * and so the permission, is known from the start). Deleting a run is one op run alone on the store
+ * one alert (or one silence) first reads it (is it active, whose run is it: the loop then checks
+ * the permission), then writes; an action on a run's alerts (or silences) reads and writes in one
+ * phase (the run, and so the permission, is known from the start). Deleting a run is one op run alone on the store
  * thread again and again, one transaction of retain_budget samples each time, until it is done.
  * The requesting peer is referenced until its reply is sent (or its connection is gone). */
 #include "command.h"
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alerts_feed.h"
@@ -31,10 +32,12 @@
 
 #define CMD_RULE_MAX 32
 
-/* An alert as the op keeps it (the store's strings copied). */
+/* An alert as the op keeps it (the store's strings copied). UNSILENCE keeps its silences so: the
+ * key, the silence's id in a.id. */
 typedef struct {
     store_alert a;
     char rule[CMD_RULE_MAX];
+    int skipped;             /* ACK: acknowledged before, left as it was */
 } cmd_alert;
 
 typedef struct {
@@ -44,11 +47,14 @@ typedef struct {
     Attnstat__Command__Action action;
     int phase;               /* alert_id: 1 read, 2 write */
     uint32_t uid;
-    int64_t alert_id, run_id, until_ms, retain_ms, retain_bytes, now_ms;
+    int64_t alert_id, run_id, silence_id, until_ms, retain_ms, retain_bytes, now_ms;
+    int keep_ms, keep_bytes; /* RETENTION: a limit the request leaves out stays as it is */
     int64_t budget;
     int done;                /* DELETE_RUN: the last transaction ran */
-    cmd_alert *alerts;       /* the alerts acted on */
+    cmd_alert *alerts;       /* the alerts acted on (UNSILENCE: the silences) */
     size_t n, cap;
+    size_t skipped;          /* ACK: of them, acknowledged before (the first: first_ack) */
+    store_alert first_ack;
     char msg[600];
 } cmd;
 
@@ -60,6 +66,7 @@ static const char *action_name(Attnstat__Command__Action a)
     case ATTNSTAT__COMMAND__ACTION__SILENCE: return "silence";
     case ATTNSTAT__COMMAND__ACTION__DELETE_RUN: return "delete-run";
     case ATTNSTAT__COMMAND__ACTION__RETENTION: return "retention";
+    case ATTNSTAT__COMMAND__ACTION__UNSILENCE: return "unsilence";
     case _ATTNSTAT__COMMAND__ACTION_IS_INT_SIZE: break;
     }
     return "?";
@@ -107,6 +114,7 @@ static int keep_alert(cmd *c, const store_alert *a)
     snprintf(k->rule, sizeof k->rule, "%s", a->rule ? a->rule : "");
     k->a.rule = k->rule;
     k->a.message = k->a.reason = NULL;
+    k->skipped = 0;
     return 0;
 }
 
@@ -115,13 +123,52 @@ static int keep_cb(void *ctx, const store_alert *a)
     return keep_alert(ctx, a);
 }
 
+/* A silence in force that the request names (its id, or any of its run), kept as an alert's key. */
+static int keep_silence_cb(void *ctx, const store_silence *s)
+{
+    cmd *c = ctx;
+    if (c->silence_id && s->id != c->silence_id)
+        return 0;
+    store_alert k = {.id = s->id, .run_id = s->run_id, .layer = s->layer, .head = s->head,
+                     .rule = s->rule, .time_ms = s->time_ms, .has_uid = 1, .uid = s->uid};
+    return keep_alert(c, &k);
+}
+
+/* RFC 3339 UTC of a Unix time in ms. */
+static void cmd_time(char *buf, size_t len, int64_t ms)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(buf, len, "%lld ms", (long long)ms);
+}
+
+/* store_get_run(): the run's own limits, into the request's limits it leaves as they are. */
+static int keep_limits_cb(void *ctx, const store_run *r)
+{
+    cmd *c = ctx;
+    if (c->keep_ms)
+        c->retain_ms = r->retain_ms;
+    if (c->keep_bytes)
+        c->retain_bytes = r->retain_bytes;
+    return 0;
+}
+
 /* ---- the store thread ----------------------------------------------------------------------- */
 
-/* One alert, active (checked again in this transaction), marked. */
-static store_status act_on(void *db, cmd *c, const store_alert *a, store_error *err)
+/* One alert, active (checked again in this transaction), marked. An acknowledgement stays the
+ * first one's: acknowledged again, the alert is left as it is and the reply says who was first. */
+static store_status act_on(void *db, cmd *c, cmd_alert *k, store_error *err)
 {
+    const store_alert *a = &k->a;
     switch (c->action) {
     case ATTNSTAT__COMMAND__ACTION__ACK:
+        if (a->acked) {
+            k->skipped = 1;
+            if (!c->skipped++)
+                c->first_ack = *a;
+            return STORE_OK;
+        }
         return store_ack_alert(db, a->id, c->uid, c->now_ms, err);
     case ATTNSTAT__COMMAND__ACTION__SILENCE: {
         store_silence s = {.run_id = a->run_id, .layer = a->layer, .head = a->head,
@@ -153,7 +200,19 @@ static store_status cmd_run(void *db, storer_op *op, store_error *err)
     case ATTNSTAT__COMMAND__ACTION__DELETE_RUN:
         return store_delete_run(db, c->run_id, c->budget, &c->done, err);
     case ATTNSTAT__COMMAND__ACTION__RETENTION:
-        return store_run_set_retention(db, c->run_id, c->retain_ms, c->retain_bytes, err);
+        st = c->keep_ms || c->keep_bytes ? store_get_run(db, c->run_id, keep_limits_cb, c, err)
+                                          : STORE_OK;
+        if (st == STORE_OK)
+            st = store_run_set_retention(db, c->run_id, c->retain_ms, c->retain_bytes, err);
+        return st;
+    case ATTNSTAT__COMMAND__ACTION__UNSILENCE:
+        /* phase 1 (one silence): which run; then (or for a run) those in force end now */
+        c->n = 0;
+        st = store_silences(db, c->phase == 1 ? 0 : c->run_id, c->now_ms, keep_silence_cb, c,
+                            err);
+        if (st != STORE_OK || c->phase == 1 || !c->n)
+            return st;
+        return store_end_silences(db, c->run_id, c->silence_id, c->now_ms, NULL, err);
     default:
         break;
     }
@@ -163,13 +222,13 @@ static store_status cmd_run(void *db, storer_op *op, store_error *err)
         c->n = 0;
         st = store_active_alert(db, c->alert_id, keep_cb, c, err);
         if (st == STORE_OK && c->n == 1)
-            st = act_on(db, c, &c->alerts[0].a, err);
+            st = act_on(db, c, &c->alerts[0], err);
         return st;
     }
     c->n = 0;
     st = store_alerts(db, c->run_id, 1, keep_cb, c, err);
     for (size_t i = 0; st == STORE_OK && i < c->n; i++)
-        st = act_on(db, c, &c->alerts[i].a, err);
+        st = act_on(db, c, &c->alerts[i], err);
     return st;
 }
 
@@ -192,25 +251,84 @@ static Attnstat__Code code_of(store_status st)
                                                       : ATTNSTAT__CODE__INTERNAL;
 }
 
+static const char *mark_word(feed_mark what)
+{
+    return what == FEED_ACK           ? "acknowledged"
+           : what == FEED_SILENCE     ? "silenced"
+           : what == FEED_UNSILENCE   ? "unsilenced"
+                                      : "resolved";
+}
+
+/* An UNSILENCE's reply: the silences that ended (their keys' transitions are delivered again). */
+static void unsilence_msg(cmd *c)
+{
+    if (c->silence_id && c->n == 1) {
+        const store_alert *k = &c->alerts[0].a;
+        snprintf(c->msg, sizeof c->msg, "silence %lld ended: %s of run %lld layer %d head %d is "
+                 "delivered again (watchers, --alert-exec)", (long long)c->silence_id, k->rule,
+                 (long long)k->run_id, (int)k->layer, (int)k->head);
+    } else {
+        snprintf(c->msg, sizeof c->msg, "%zu silence%s of run %lld ended%s", c->n,
+                 c->n == 1 ? "" : "s", (long long)c->run_id,
+                 c->n ? "" : " (none was in force: see attnstat alerts silences)");
+    }
+}
+
 static void alerts_done(cmd *c)
 {
     const stage_ctx *x = c->x;
-    feed_mark what = c->action == ATTNSTAT__COMMAND__ACTION__ACK       ? FEED_ACK
-                     : c->action == ATTNSTAT__COMMAND__ACTION__SILENCE ? FEED_SILENCE
-                                                                        : FEED_RESOLVE;
+    feed_mark what = c->action == ATTNSTAT__COMMAND__ACTION__ACK         ? FEED_ACK
+                     : c->action == ATTNSTAT__COMMAND__ACTION__SILENCE   ? FEED_SILENCE
+                     : c->action == ATTNSTAT__COMMAND__ACTION__UNSILENCE ? FEED_UNSILENCE
+                                                                          : FEED_RESOLVE;
     run_entry *e = runs_get(x->runs, c->run_id);
     for (size_t i = 0; i < c->n; i++)
-        alerts_feed_mark(x->feed, what, &c->alerts[i].a, c->uid, c->until_ms, e ? e->name : "?",
-                         e ? e->rank : 0);
+        if (!c->alerts[i].skipped)
+            alerts_feed_mark(x->feed, what, &c->alerts[i].a, c->uid, c->until_ms,
+                             e ? e->name : "?", e ? e->rank : 0);
     alerts_feed_deliver(x->feed);
-    if (c->alert_id)
-        snprintf(c->msg, sizeof c->msg, "alert %lld %s", (long long)c->alert_id,
-                 what == FEED_ACK ? "acknowledged" : what == FEED_SILENCE ? "silenced" : "resolved");
+    size_t done = c->n - c->skipped;
+    char first[160] = "";
+    if (c->skipped) {
+        char t[48];
+        cmd_time(t, sizeof t, c->first_ack.ack_ms);
+        snprintf(first, sizeof first, "by uid %u at %s", (unsigned)c->first_ack.ack_uid, t);
+    }
+    if (what == FEED_UNSILENCE) {
+        if (c->silence_id && !c->n) { /* it ended between the two phases */
+            snprintf(c->msg, sizeof c->msg, "silence %lld is no longer in force",
+                     (long long)c->silence_id);
+            finish(c, ATTNSTAT__CODE__BAD_REQUEST, c->msg, 0);
+            return;
+        }
+        unsilence_msg(c);
+    } else if (c->alert_id && c->skipped) {
+        snprintf(c->msg, sizeof c->msg, "alert %lld was acknowledged already, %s: left as it was",
+                 (long long)c->alert_id, first);
+    } else if (c->alert_id) {
+        snprintf(c->msg, sizeof c->msg, "alert %lld %s", (long long)c->alert_id, mark_word(what));
+    } else {
+        int n = snprintf(c->msg, sizeof c->msg, "%zu active alert%s of run %lld %s", done,
+                         done == 1 ? "" : "s", (long long)c->run_id, mark_word(what));
+        if (c->skipped && n > 0 && (size_t)n < sizeof c->msg)
+            snprintf(c->msg + n, sizeof c->msg - (size_t)n, "; %zu acknowledged already, left as "
+                     "they were (the first: alert %lld, %s)", c->skipped,
+                     (long long)c->first_ack.id, first);
+    }
+    finish(c, ATTNSTAT__CODE__OK, c->msg, done);
+}
+
+/* A limit as the reply says it: ms or bytes, < 0 the daemon's, 0 none. */
+static void limit_text(char *buf, size_t len, int64_t v, int is_ms)
+{
+    if (v < 0)
+        snprintf(buf, len, "attnstatd's (%s)", is_ms ? "retain_days" : "retain_bytes");
+    else if (v == 0)
+        snprintf(buf, len, "none");
+    else if (is_ms)
+        snprintf(buf, len, "%g days", (double)v / 86400000.0);
     else
-        snprintf(c->msg, sizeof c->msg, "%zu active alert%s of run %lld %s", c->n,
-                 c->n == 1 ? "" : "s", (long long)c->run_id,
-                 what == FEED_ACK ? "acknowledged" : what == FEED_SILENCE ? "silenced" : "resolved");
-    finish(c, ATTNSTAT__CODE__OK, c->msg, c->n);
+        snprintf(buf, len, "%lld bytes", (long long)v);
 }
 
 static void cmd_done(storer_op *op)
@@ -240,25 +358,39 @@ static void cmd_done(storer_op *op)
         finish(c, ATTNSTAT__CODE__OK, c->msg, 1);
         return;
     }
-    case ATTNSTAT__COMMAND__ACTION__RETENTION:
-        snprintf(c->msg, sizeof c->msg, "run %lld: retention limits set (age %lld ms, %lld bytes; "
-                 "-1: the daemon's, 0: none)", (long long)c->run_id, (long long)c->retain_ms,
-                 (long long)c->retain_bytes);
+    case ATTNSTAT__COMMAND__ACTION__RETENTION: {
+        run_entry *e = runs_get(x->runs, c->run_id);
+        char age[64], size[64];
+        limit_text(age, sizeof age, c->retain_ms, 1);
+        limit_text(size, sizeof size, c->retain_bytes, 0);
+        snprintf(c->msg, sizeof c->msg, "run '%s' rank %d (id %lld): full resolution for %s "
+                 "(age limit), at most %s (size limit)", e ? e->name : "?", e ? (int)e->rank : 0,
+                 (long long)c->run_id, age, size);
         finish(c, ATTNSTAT__CODE__OK, c->msg, 1);
         return;
+    }
     default:
         break;
     }
-    if (c->alert_id && c->phase == 1) {
+    if ((c->alert_id || c->silence_id) && c->phase == 1) {
+        const char *what = c->alert_id ? "alert" : "silence";
+        if (c->silence_id && c->n != 1) {
+            snprintf(c->msg, sizeof c->msg, "no silence %lld in force (it ended, or there is none "
+                     "with that id: see attnstat alerts silences)", (long long)c->silence_id);
+            finish(c, ATTNSTAT__CODE__BAD_REQUEST, c->msg, 0);
+            return;
+        }
         run_entry *e = c->n == 1 ? runs_get(x->runs, c->alerts[0].a.run_id) : NULL;
         if (!e) {
-            finish(c, ATTNSTAT__CODE__BAD_REQUEST, "the alert's run is gone", 0);
+            snprintf(c->msg, sizeof c->msg, "the %s's run is gone", what);
+            finish(c, ATTNSTAT__CODE__BAD_REQUEST, c->msg, 0);
             return;
         }
         if (!allowed(e, c->uid)) {
-            snprintf(c->msg, sizeof c->msg, "alert %lld is of run '%s', which belongs to uid %u: "
-                     "uid %u may not %s it", (long long)c->alert_id, e->name, (unsigned)e->owner,
-                     (unsigned)c->uid, action_name(c->action));
+            snprintf(c->msg, sizeof c->msg, "%s %lld is of run '%s', which belongs to uid %u: "
+                     "uid %u may not %s it", what,
+                     (long long)(c->alert_id ? c->alert_id : c->silence_id), e->name,
+                     (unsigned)e->owner, (unsigned)c->uid, action_name(c->action));
             finish(c, ATTNSTAT__CODE__PERMISSION, c->msg, 0);
             return;
         }
@@ -286,6 +418,9 @@ void command_handle(const stage_ctx *x, peer *p, const Attnstat__Command *m)
     c->alert_id = m->has_alert_id ? m->alert_id : 0;
     c->run_id = m->has_run_id ? m->run_id : 0;
     c->until_ms = m->has_until_ms ? m->until_ms : 0;
+    c->silence_id = m->has_silence_id ? m->silence_id : 0;
+    c->keep_ms = !m->has_retain_ms;
+    c->keep_bytes = !m->has_retain_bytes;
     c->retain_ms = m->has_retain_ms ? m->retain_ms : -1;
     c->retain_bytes = m->has_retain_bytes ? m->retain_bytes : -1;
     c->now_ms = (int64_t)util_wall_ms();
@@ -293,7 +428,8 @@ void command_handle(const stage_ctx *x, peer *p, const Attnstat__Command *m)
     int on_alerts = m->action == ATTNSTAT__COMMAND__ACTION__ACK ||
                     m->action == ATTNSTAT__COMMAND__ACTION__RESOLVE ||
                     m->action == ATTNSTAT__COMMAND__ACTION__SILENCE;
-    if (!on_alerts && m->action != ATTNSTAT__COMMAND__ACTION__DELETE_RUN &&
+    int unsilence = m->action == ATTNSTAT__COMMAND__ACTION__UNSILENCE;
+    if (!on_alerts && !unsilence && m->action != ATTNSTAT__COMMAND__ACTION__DELETE_RUN &&
         m->action != ATTNSTAT__COMMAND__ACTION__RETENTION) {
         snprintf(msg, sizeof msg, "unknown command action %d", (int)m->action);
         finish(c, ATTNSTAT__CODE__BAD_REQUEST, msg, 0);
@@ -308,7 +444,12 @@ void command_handle(const stage_ctx *x, peer *p, const Attnstat__Command *m)
         finish(c, ATTNSTAT__CODE__BAD_REQUEST, "until_ms is not in the future", 0);
         return;
     }
-    if (on_alerts && c->alert_id) {
+    if (unsilence && (c->silence_id > 0) == (c->run_id > 0)) {
+        finish(c, ATTNSTAT__CODE__BAD_REQUEST, "name one silence (silence_id) or one run (run_id)",
+               0);
+        return;
+    }
+    if ((on_alerts && c->alert_id) || (unsilence && c->silence_id)) {
         c->phase = 1;
         submit(c, STORER_BATCHED);
         return;
