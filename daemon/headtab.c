@@ -4,8 +4,10 @@
  *
  * How it is kept: the entries live in one dense array; an open-addressing index (linear probing,
  * at most half full) finds an entry by its key. Runs are interned in a small array (a node serves
- * few jobs) and an entry holds its run's index. Expiry compacts the array and rebuilds the index;
- * it runs once a second at most (headtab_expire), so a scrape and a push never pay for it.
+ * few jobs) and an entry holds its run's index. Expiry and the sweep compact the array and rebuild
+ * the index when they drop something; a push never pays for them. The sweep asks, per entry, about
+ * the processes that fed its latest step (a hash lookup each, in the loop's run registry): a scrape
+ * of a large table pays that once, which is what makes the end of a run show in that scrape.
  * A scrape sorts the entries by (run, layer, head) once and walks them per family. */
 #include "headtab.h"
 
@@ -194,6 +196,28 @@ static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head)
     return x;
 }
 
+static int any_raised(const entry *x)
+{
+    for (int r = 0; r < HEADTAB_RULES; r++)
+        if (x->raised[r])
+            return 1;
+    return 0;
+}
+
+/* The entry of the key, or NULL: nothing is made. */
+static entry *find_entry(headtab *t, const char *run, int32_t layer, int32_t head)
+{
+    if (!t->index_cap)
+        return NULL;
+    for (uint32_t r = 0; r < t->nruns; r++) {
+        if (strcmp(t->runs[r].name, run) != 0)
+            continue;
+        uint32_t sl = slot_of(t, r, layer, head);
+        return t->index[sl] ? &t->e[t->index[sl] - 1] : NULL;
+    }
+    return NULL;
+}
+
 /* ---- feeding ------------------------------------------------------------------------------- */
 
 void headtab_observe(headtab *t, const char *run, int64_t run_id, int32_t layer, int32_t head_base,
@@ -229,7 +253,9 @@ void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int
 {
     if (rule < 1 || rule > HEADTAB_RULES)
         return;
-    entry *x = entry_of(t, run, layer, head);
+    /* A clear finds its entry or nothing: an entry swept with its run (headtab_sweep) is not made
+     * again by the resolutions that follow the run's end. */
+    entry *x = raised ? entry_of(t, run, layer, head) : find_entry(t, run, layer, head);
     if (!x)
         return;
     x->touched_ms = now_ms;
@@ -240,11 +266,13 @@ void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int
         (*c)--;
 }
 
-void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
+/* Keeps the entries marked in keep[0 .. n) (compacted in order), drops the others, and the runs
+ * left without an entry; the index is rebuilt. Returns the number dropped. */
+static uint32_t compact(headtab *t, const uint8_t *keep)
 {
     uint32_t kept = 0;
     for (uint32_t k = 0; k < t->n; k++) {
-        if (now_ms - t->e[k].touched_ms > stale_ms) {
+        if (!keep[k]) {
             t->runs[t->e[k].run].entries--;
             continue;
         }
@@ -252,8 +280,9 @@ void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
             t->e[kept] = t->e[k];
         kept++;
     }
-    if (kept == t->n)
-        return;
+    uint32_t dropped = t->n - kept;
+    if (dropped == 0)
+        return 0;
     t->n = kept;
     /* Runs left without an entry go, and the others are renumbered. */
     uint32_t *map = malloc((t->nruns ? t->nruns : 1) * sizeof *map);
@@ -281,6 +310,40 @@ void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
         for (uint32_t k = 0; k < t->n; k++)
             t->index[slot_of(t, t->e[k].run, t->e[k].layer, t->e[k].head)] = k + 1;
     }
+    return dropped;
+}
+
+void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
+{
+    uint8_t *keep = malloc(t->n ? t->n : 1);
+    if (!keep)
+        return; /* tried again at the next expiry */
+    for (uint32_t k = 0; k < t->n; k++)
+        keep[k] = now_ms - t->e[k].touched_ms <= stale_ms;
+    compact(t, keep);
+    free(keep);
+}
+
+uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx)
+{
+    uint8_t *keep = malloc(t->n ? t->n : 1);
+    if (!keep)
+        return 0; /* tried again at the next sweep */
+    for (uint32_t k = 0; k < t->n; k++) {
+        const entry *x = &t->e[k];
+        const char *run = t->runs[x->run].name;
+        int on = 0;
+        if (x->has_stats && x->ncontrib <= HEADTAB_CONTRIB) {
+            for (uint32_t i = 0; i < x->ncontrib && !on; i++)
+                on = live(ctx, run, x->contrib[i]);
+        } else if (x->has_stats || any_raised(x)) {
+            on = live(ctx, run, 0); /* contributors not all remembered, or an alert alone */
+        }
+        keep[k] = (uint8_t)(on != 0);
+    }
+    uint32_t dropped = compact(t, keep);
+    free(keep);
+    return dropped;
 }
 
 /* ---- the text ------------------------------------------------------------------------------ */
@@ -311,14 +374,6 @@ static int cmp_run_ref(const void *a, const void *b)
 {
     const run_ref *p = a, *q = b;
     return strcmp(p->t->runs[p->i].name, q->t->runs[q->i].name);
-}
-
-static int any_raised(const entry *x)
-{
-    for (int r = 0; r < HEADTAB_RULES; r++)
-        if (x->raised[r])
-            return 1;
-    return 0;
 }
 
 /* A value for the ranking of the top heads: -1 when the head has none. */

@@ -15,9 +15,20 @@
  * step again replaces it too. Across nodes, Prometheus' recording rules pool the nodes' series
  * (deploy/prometheus/attnstat.rules.yml).
  *
+ * The end of a run. An entry belongs to the processes that fed its latest step (their run ids,
+ * up to 8 of them are remembered; past that, to every process of its run name). When
+ * none of them is live any more (its run ended: Goodbye, run_grace_ms passed, run_idle_ms, deleted)
+ * the entry goes at the next headtab_sweep, which the loop runs before every scrape: a job that
+ * ended leaves the page at once, its per-layer aggregates and raised alerts with it, and
+ * Prometheus marks its series stale at its next scrape, so no rule fires on what it last said. An
+ * entry made by an alert alone (restored at start-up) goes when its alerts clear or when no process
+ * of its run name is live. A clear never makes an entry (the run's end resolves its alerts after
+ * the sweep may have dropped them).
+ *
  * Bounds. At most max_heads entries (metrics_max_heads): a new key past it is not tracked and is
  * counted (attnstat_metrics_heads_untracked_total). An entry not updated for stale_ms (no sample,
- * no alert transition) is dropped at the next headtab_expire: a job that ended leaves the scrape.
+ * no alert transition) is dropped at the next headtab_expire: a live process that stopped pushing
+ * a head leaves it after metrics_stale_s.
  *
  * What a scrape shows (headtab_render), every series labelled run, layer (and head):
  *   HEADTAB_ALL     every head: attnstat_head_* families (entropy normalised, entropy, max logit,
@@ -63,6 +74,14 @@ void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int
 
 /* Drops the entries not updated since now_ms - stale_ms. */
 void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms);
+
+/* Is the process run_id of run (its name) live (a client says Hello for it, or it waits for one
+ * within run_grace_ms)? run_id 0: is any process of run live? Nonzero when it is. */
+typedef int (*headtab_live_fn)(void *ctx, const char *run, int64_t run_id);
+
+/* Drops the entries none of whose processes is live (see "The end of a run"), with the runs left
+ * without an entry. Returns how many entries it dropped. */
+uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx);
 
 /* Entries kept; new keys refused for want of room (since headtab_new). */
 size_t headtab_count(const headtab *t);

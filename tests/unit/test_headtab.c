@@ -3,8 +3,9 @@
  * (store_merge_stats), a newer step or a process's own re-push replaces; tensor-parallel ranks'
  * heads sit side by side; alerts count raises and clears per rule; each metrics_heads mode shows
  * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
- * one); run names are escaped; the table's bound counts what it refuses; expiry forgets a job
- * that ended and the table keeps working. The text is read back line by line. Random data from a
+ * one); run names are escaped; the table's bound counts what it refuses; expiry forgets heads
+ * nobody updates and the table keeps working; the sweep drops a head as soon as none of the
+ * processes that fed it is live (a job that ended), by its processes or by its run name. The text is read back line by line. Random data from a
  * printed seed (ATTNSTAT_TEST_SEED replays it). */
 #include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "headtab.h"
@@ -270,6 +271,118 @@ START_TEST(test_many_keys)
 }
 END_TEST
 
+/* The processes live for sweep(): run ids, and names that have some live process. */
+typedef struct {
+    int64_t ids[16];
+    int nids;
+    const char *names[4];
+    int nnames;
+    int asked_any;           /* questions about a whole run name (run_id 0) */
+} live_set;
+
+static int is_live(void *ctx, const char *run, int64_t run_id)
+{
+    live_set *l = ctx;
+    if (run_id == 0) {
+        l->asked_any++;
+        for (int i = 0; i < l->nnames; i++)
+            if (strcmp(l->names[i], run) == 0)
+                return 1;
+        return 0;
+    }
+    for (int i = 0; i < l->nids; i++)
+        if (l->ids[i] == run_id)
+            return 1;
+    return 0;
+}
+
+/* A run that ends leaves the page at the next sweep: each head goes when none of the processes
+ * that fed its latest step is live, its alerts and its layer's aggregates with it; the clears that
+ * follow the end make nothing again; heads of a live replica, and other jobs, stay. */
+START_TEST(test_sweep_ended)
+{
+    headtab *t = headtab_new(1000);
+    int64_t base = 100 + (int64_t)(dh_next(&R) % 1000); /* run ids as a daemon hands them out */
+    int64_t rep1 = base, rep2 = base + 1, tp = base + 2, other = base + 3;
+    stats_head a = head(0.2 + 0.6 * unit(), 10 + unit()), b = head(0.2 + 0.6 * unit(), 20);
+    stats_head c = head(0.2 + 0.6 * unit(), 30 + unit()), d = head(0.5 * unit(), 40);
+    headtab_observe(t, "job", rep1, 0, 0, &a, 1, 5, 1000); /* two replicas pool head 0 */
+    headtab_observe(t, "job", rep2, 0, 0, &b, 1, 5, 1000);
+    headtab_observe(t, "job", tp, 0, 4, &c, 1, 5, 1000);   /* another rank's head 4 */
+    headtab_observe(t, "other", other, 3, 1, &d, 1, 9, 1000);
+    headtab_alert(t, "job", 0, 4, 1, 1, 1000);
+    ck_assert_uint_eq(headtab_count(t), 3);
+
+    live_set l = {{rep2, tp, other}, 3, {"job", "other"}, 2, 0};
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 0); /* one replica is enough */
+    ck_assert_uint_eq(headtab_count(t), 3);
+
+    l = (live_set){{rep2, other}, 2, {"job", "other"}, 2, 0}; /* the rank holding head 4 ended */
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 1);
+    headtab_alert(t, "job", 0, 4, 1, 0, 2000); /* its alert resolved by the run's end: no entry */
+    ck_assert_uint_eq(headtab_count(t), 2);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    ck_assert(isnan(value_of(txt, "attnstat_head_max_logit", "run=\"job\",layer=\"0\",head=\"4\"")));
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"job\",layer=\"0\""), 1);
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_max_logit", "run=\"job\",layer=\"0\""), 20);
+    free(txt);
+
+    l = (live_set){{other}, 1, {"other"}, 1, 0}; /* the whole job ended */
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 1);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_ptr_null(strstr(txt, "run=\"job\""));
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"other\",layer=\"3\",head=\"1\""),
+                        40);
+    free(txt);
+    ck_assert_int_eq(l.asked_any, 0); /* every entry knew its processes */
+
+    /* A new job takes the ended one's name: it is a new entry, not the old one's */
+    stats_head e = head(0.9, 3);
+    headtab_observe(t, "job", base + 9, 0, 4, &e, 1, 0, 3000);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"job\",layer=\"0\",head=\"4\""), 0);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+/* Entries whose processes are not all remembered (more than 8 pooled at one step) and entries made
+ * by an alert alone are judged by their run name: they stay while any process of it is live. */
+START_TEST(test_sweep_by_name)
+{
+    headtab *t = headtab_new(1000);
+    int64_t base = 1 + (int64_t)(dh_next(&R) % 1000);
+    for (int p = 0; p < 9; p++) {
+        stats_head h = head(0.3 + 0.5 * unit(), 5 + p);
+        headtab_observe(t, "wide", base + p, 2, 7, &h, 1, 11, 1000);
+    }
+    headtab_alert(t, "restored", 1, 1, 3, 1, 1000); /* raised before a restart: no sample yet */
+    headtab_alert(t, "cleared", 0, 0, 2, 0, 1000);  /* a clear alone makes nothing */
+    ck_assert_uint_eq(headtab_count(t), 2);
+    live_set l = {{base + 8}, 1, {"wide", "restored"}, 2, 0};
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 0);
+    ck_assert_int_eq(l.asked_any, 2);
+    char *txt = render(t, HEADTAB_LAYERS, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert",
+                                 "run=\"restored\",layer=\"1\",head=\"1\",rule=\"logit_ceiling\""), 1);
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"wide\",layer=\"2\""), 1);
+    free(txt);
+    l = (live_set){{base + 8}, 1, {"wide"}, 1, 0};
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 1);
+    headtab_alert(t, "restored", 1, 1, 3, 1, 2000); /* raised again: back */
+    headtab_alert(t, "restored", 1, 1, 3, 0, 2000); /* cleared: nothing to show, swept */
+    l = (live_set){{0}, 0, {"restored"}, 1, 0};
+    ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 2);
+    ck_assert_uint_eq(headtab_count(t), 0);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_ptr_nonnull(strstr(txt, "\nattnstat_metrics_heads 0\n"));
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
 int main(void)
 {
     R = dh_rng_new("test_headtab");
@@ -281,6 +394,8 @@ int main(void)
     tcase_add_test(tc, test_modes);
     tcase_add_test(tc, test_escaping_bound_expiry);
     tcase_add_test(tc, test_many_keys);
+    tcase_add_test(tc, test_sweep_ended);
+    tcase_add_test(tc, test_sweep_by_name);
     suite_add_tcase(s, tc);
     return dh_run(s);
 }
