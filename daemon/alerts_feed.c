@@ -654,3 +654,36 @@ void alerts_feed_counts(alerts_feed *f, void (*fn)(void *ctx, int64_t run_id, ui
     }
     free(act);
 }
+
+void alerts_feed_run_config(const alerts_feed *f, int64_t run_id, alerts_config *out)
+{
+    alerts_run_config(f->engine, run_id, out);
+}
+
+int alerts_feed_marks(alerts_feed *f, void (*fn)(void *ctx, feed_mark what, const feed_marked *m),
+                      void *ctx)
+{
+    silences_expire(f, (int64_t)util_wall_ms());
+    for (size_t i = 0; i < f->silences.n; i++) {
+        const feed_key *k = &f->silences.v[i];
+        feed_marked m = {k->run_id, k->layer, k->head, k->rule, k->until_ms};
+        fn(ctx, FEED_SILENCE, &m);
+    }
+    size_t n = f->marks.n ? alerts_active(f->engine, 0, NULL, 0) : 0;
+    if (n == 0)
+        return 0;
+    alerts_transition *act = calloc(n, sizeof *act);
+    if (!act)
+        return -1;
+    n = alerts_active(f->engine, 0, act, n);
+    for (size_t i = 0; i < n; i++) {
+        const feed_key *k = key_find(&f->marks, act[i].run_id, act[i].layer, act[i].head,
+                                     act[i].rule);
+        if (!k || k->step != act[i].step)
+            continue;
+        feed_marked m = {k->run_id, k->layer, k->head, k->rule, 0};
+        fn(ctx, FEED_ACK, &m);
+    }
+    free(act);
+    return 0;
+}

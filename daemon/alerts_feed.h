@@ -101,6 +101,24 @@ uint32_t alerts_feed_active(const alerts_feed *f);
 void alerts_feed_counts(alerts_feed *f, void (*fn)(void *ctx, int64_t run_id, uint32_t active,
                                                     uint32_t unacked),
                         void *ctx);
+/* The thresholds in force for run_id: its Hello's overrides over the configured ones (for
+ * /metrics: attnstat_run_threshold). */
+void alerts_feed_run_config(const alerts_feed *f, int64_t run_id, alerts_config *out);
+
+/* An operator's mark in force on a key, for /metrics (attnstat_head_silenced,
+ * attnstat_head_alert_acknowledged). */
+typedef struct {
+    int64_t run_id;
+    int32_t layer, head;
+    alerts_rule rule;
+    int64_t until_ms;        /* FEED_SILENCE: when it ends (0: when its run ends) */
+} feed_marked;
+/* fn(ctx, FEED_SILENCE, m) for every silence in force, and fn(ctx, FEED_ACK, m) for every active
+ * alert acknowledged (since the step that raised it), in no particular order. 0, or -1 when memory
+ * ran out (the silences were given, the acknowledgements not). */
+int alerts_feed_marks(alerts_feed *f, void (*fn)(void *ctx, feed_mark what, const feed_marked *m),
+                      void *ctx);
+
 /* The config's thresholds changed (a SIGHUP reload): they become the engine's defaults, under
  * every run's own overrides. 0, or -1 with err set (nothing changed). */
 int alerts_feed_reload(alerts_feed *f, char *err, size_t errlen);
