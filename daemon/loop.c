@@ -15,6 +15,8 @@
  *              headtab_alert(), alerts_deliver_one()
  *   conn closed -> life_detach() (the run waits run_grace_ms for its client, or ends at once after
  *              a Goodbye); the tick -> life_check() (runs whose time has come end: alerts resolved)
+ *   a scrape -> headtab_sweep() (the heads of runs that ended or were deleted leave the page), then
+ *              the text of every stage (render_metrics)
  * A push's path, as push.h draws it: conn -> session -> push (validate, buffers) -> worker ->
  * batch -> store -> alerts feed -> alert delivery, the Release and the Ack sent by the push's own
  * steps at the hops above.
@@ -251,9 +253,36 @@ static void on_batch_done(void *data)
     maybe_finish(d);
 }
 
+/* headtab's question (headtab_live_fn): is the process run_id, or any process of run, live? */
+typedef struct {
+    const char *name;
+    int live;
+} name_live;
+
+static void any_live(void *ctx, run_entry *e)
+{
+    name_live *q = ctx;
+    if (!q->live && (e->state == RUN_LIVE || e->state == RUN_ORPHAN) && !strcmp(e->name, q->name))
+        q->live = 1;
+}
+
+static int head_run_live(void *ctx, const char *run, int64_t run_id)
+{
+    runs *rs = ctx;
+    if (run_id > 0) {
+        const run_entry *e = runs_get(rs, run_id);
+        return e && (e->state == RUN_LIVE || e->state == RUN_ORPHAN);
+    }
+    name_live q = {run, 0};
+    runs_each(rs, any_live, &q);
+    return q.live;
+}
+
 static void render_metrics(void *data, metrics_buf *out)
 {
     attnstatd *d = data;
+    if (d->heads) /* the heads of runs that ended leave this scrape */
+        headtab_sweep(d->heads, head_run_live, d->x.runs);
     uint32_t n = 0, cap = clients_count(d->x.reg);
     metrics_client *cl = cap ? calloc(cap, sizeof *cl) : NULL;
     for (clients_entry *e = clients_first(d->x.reg); cl && e && n < cap; e = e->next)
@@ -438,8 +467,10 @@ static void on_tick(uv_timer_t *t)
         conn_tick(e->c, now, c->frame_timeout_ms * 1000000ull);
     }
     life_check(&d->x);
-    if (d->heads && ++d->ticks % 10 == 0)
+    if (d->heads && ++d->ticks % 10 == 0) {
         headtab_expire(d->heads, (int64_t)util_wall_ms(), (int64_t)c->metrics_stale_s * 1000);
+        headtab_sweep(d->heads, head_run_live, d->x.runs); /* their memory, between scrapes */
+    }
     log_flush();
 }
 

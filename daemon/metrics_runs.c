@@ -2,11 +2,15 @@
  * (see metrics_runs.h). Stage: metrics; calls runs, the alert feed, the storer and the retention.
  *
  * Per-run series carry run (the name, escaped as the text format wants: backslash, double quote,
- * newline), rank and run_id; only runs with an active alert have them, so their number stays the
- * number of runs in trouble, and they vanish when the alerts end. */
+ * newline), rank and run_id. The alert counts exist for runs with an active alert only, so their
+ * number stays the number of runs in trouble, and they vanish when the alerts end; the thresholds
+ * for every live run (LIVE or ORPHAN), so they vanish when it ends or is deleted. The operators'
+ * marks are per head, of live runs only, keyed by the run's name as the per-head series are. */
 #include "metrics_runs.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "alerts_feed.h"
 #include "retain.h"
@@ -30,6 +34,122 @@ static void run_line(void *ctx, int64_t run_id, uint32_t active, uint32_t unacke
                    name, e ? (int)e->rank : 0, (long long)run_id, t->pass ? unacked : active);
 }
 
+static int is_live(const run_entry *e)
+{
+    return e && (e->state == RUN_LIVE || e->state == RUN_ORPHAN);
+}
+
+/* attnstat_run_threshold: each live process's thresholds in force, by rule. */
+static void threshold_line(void *ctx, run_entry *e)
+{
+    text *t = ctx;
+    if (!is_live(e))
+        return;
+    alerts_config c;
+    alerts_feed_run_config(t->x->feed, e->id, &c);
+    char name[1024], v[64];
+    metrics_label(e->name, name, sizeof name);
+    const struct {
+        alerts_rule rule;
+        double value;
+    } th[] = {{ALERTS_ENTROPY_FLOOR, c.entropy_floor},
+              {ALERTS_ENTROPY_DROP, c.entropy_drop},
+              {ALERTS_LOGIT_CEILING, c.logit_ceiling}};
+    for (size_t i = 0; i < sizeof th / sizeof th[0]; i++) {
+        metrics_value(th[i].value, v, sizeof v);
+        metrics_printf(t->out, "attnstat_run_threshold{run=\"%s\",rank=\"%d\",run_id=\"%lld\","
+                       "rule=\"%s\"} %s\n", name, (int)e->rank, (long long)e->id,
+                       alerts_rule_name(th[i].rule), v);
+    }
+}
+
+/* The operators' marks of live runs, by (run name, layer, head, rule): two processes of a job on
+ * this node that silenced one key make one series. */
+typedef struct {
+    const char *run;
+    int32_t layer, head;
+    alerts_rule rule;
+    feed_mark what;
+} mark_row;
+
+typedef struct {
+    const stage_ctx *x;
+    mark_row *v;
+    size_t n, cap;
+    int failed;
+} mark_list;
+
+static void mark_cb(void *ctx, feed_mark what, const feed_marked *m)
+{
+    mark_list *l = ctx;
+    const run_entry *e = runs_get(l->x->runs, m->run_id);
+    if (!is_live(e) || l->failed)
+        return; /* a silence for a time outlives its run in the daemon; not on the page */
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 32;
+        mark_row *nv = realloc(l->v, ncap * sizeof *nv);
+        if (!nv) {
+            l->failed = 1;
+            return;
+        }
+        l->v = nv;
+        l->cap = ncap;
+    }
+    l->v[l->n++] = (mark_row){e->name, m->layer, m->head, m->rule, what};
+}
+
+static int cmp_mark(const void *a, const void *b)
+{
+    const mark_row *p = a, *q = b;
+    if (p->what != q->what)
+        return p->what < q->what ? -1 : 1;
+    int c = strcmp(p->run, q->run);
+    if (c)
+        return c;
+    if (p->layer != q->layer)
+        return p->layer < q->layer ? -1 : 1;
+    if (p->head != q->head)
+        return p->head < q->head ? -1 : 1;
+    return (p->rule > q->rule) - (p->rule < q->rule);
+}
+
+static void render_marks(metrics_buf *out, const stage_ctx *x)
+{
+    mark_list l = {x, NULL, 0, 0, 0};
+    if (alerts_feed_marks(x->feed, mark_cb, &l) != 0 || l.failed) {
+        out->full = 1; /* the scrape's log line says memory ran out */
+        free(l.v);
+        return;
+    }
+    qsort(l.v, l.n, sizeof *l.v, cmp_mark);
+    static const struct {
+        feed_mark what;
+        const char *name, *help;
+    } fam[] = {
+        {FEED_SILENCE, "attnstat_head_silenced",
+         "A silence in force on a head's rule (attnstat alerts silence): its alerts are not sent "
+         "to watchers or --alert-exec; 1, keys without one have no series."},
+        {FEED_ACK, "attnstat_head_alert_acknowledged",
+         "An active alert on a head that someone acknowledged (attnstat alerts ack); 1, others "
+         "have no series."},
+    };
+    char name[1024];
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help,
+                       fam[f].name);
+        for (size_t i = 0; i < l.n; i++) {
+            const mark_row *m = &l.v[i];
+            if (m->what != fam[f].what || (i > 0 && cmp_mark(m, &l.v[i - 1]) == 0))
+                continue;
+            metrics_label(m->run, name, sizeof name);
+            metrics_printf(out, "%s{run=\"%s\",layer=\"%d\",head=\"%d\",rule=\"%s\"} 1\n",
+                           fam[f].name, name, (int)m->layer, (int)m->head,
+                           alerts_rule_name(m->rule));
+        }
+    }
+    free(l.v);
+}
+
 void metrics_render_runs(metrics_buf *out, const stage_ctx *x)
 {
     text t = {out, x, 0};
@@ -43,6 +163,12 @@ void metrics_render_runs(metrics_buf *out, const stage_ctx *x)
     metrics_printf(out, "# HELP attnstat_run_alerts_unacknowledged Active alerts of a run that nobody "
          "acknowledged or silenced.\n# TYPE attnstat_run_alerts_unacknowledged gauge\n");
     alerts_feed_counts(x->feed, run_line, &t);
+    metrics_printf(out, "# HELP attnstat_run_threshold The alert thresholds in force for a live "
+         "process of a run (the daemon's settings under the run's own, from its Hello), by rule: "
+         "entropy_floor (normalised entropy), entropy_drop (fraction of the baseline), "
+         "logit_ceiling.\n# TYPE attnstat_run_threshold gauge\n");
+    runs_each(x->runs, threshold_line, &t);
+    render_marks(out, x);
     metrics_printf(out, "# HELP attnstat_store_queue Writes waiting for the store thread.\n"
          "# TYPE attnstat_store_queue gauge\nattnstat_store_queue %u\n",
          x->st ? storer_pending(x->st) : 0);

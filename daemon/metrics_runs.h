@@ -1,7 +1,8 @@
-/* metrics_runs.h — the Prometheus text of what metrics.c does not know: the runs (live, and each
- * one's active and unacknowledged alerts), the store thread (ops waiting) and the retention (steps,
- * samples compacted and downsampled, bytes in use, over a limit). Appended to metrics_render()'s by
- * the loop's render callback.
+/* metrics_runs.h — the Prometheus text of what metrics.c does not know: the runs (live, each live
+ * process's alert thresholds, each run's active and unacknowledged alerts), the operators' marks
+ * (the silences in force and the alerts acknowledged, per head), the store thread (ops waiting)
+ * and the retention (steps, samples compacted and downsampled, bytes in use, over a limit).
+ * Appended to metrics_render()'s by the loop's render callback.
  * Stage: metrics, beside the flow; reads runs, the alert feed, the storer and the retention.
  * Loop thread only. */
 #ifndef ATTNSTAT_METRICS_RUNS_H
