@@ -4,9 +4,10 @@
  * the alerts table, in the run's record); a push after an idle end resumes the run. Operators'
  * Commands: ack (who and when kept on the raise), resolve (a RESOLVED transition with the uid),
  * silence (kept with who, and the silenced key's next transitions not sent to subscribers).
- * /metrics counts each run's active and unacknowledged alerts. A restart restores only what is
- * still live. The retention runs in the background while pushes are stored. Every wait is for a
- * condition, with a generous deadline. */
+ * /metrics counts each run's active and unacknowledged alerts, shows each live process's thresholds
+ * and the acknowledged and silenced heads, and drops every series of a run that ended or was
+ * deleted. A restart restores only what is still live. The retention runs in the background while
+ * pushes are stored. Every wait is for a condition, with a generous deadline. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -39,19 +40,13 @@ static void fill(dh_rng *rng, trainer *t, int bad)
             }
 }
 
-/* A client of run `run`: raise_after 1, clear_after 2, logit ceiling 5. */
-static void trainer_start(trainer *t, const dh_daemon *d, const char *run, const char *tag)
+/* A client of run `run` with thresholds th (NULL: the daemon's). */
+static void trainer_start_th(trainer *t, const dh_daemon *d, const char *run, const char *tag,
+                             const Attnstat__Thresholds *th)
 {
     memset(t, 0, sizeof *t);
     dh_connect(&t->c, d);
-    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
-    th.has_logit_ceiling = 1;
-    th.logit_ceiling = 5.0;
-    th.has_raise_after = 1;
-    th.raise_after = 1;
-    th.has_clear_after = 1;
-    th.clear_after = 2;
-    dh_hello_th(&t->c, run, 0, &th, &t->run_id);
+    dh_hello_th(&t->c, run, 0, th, &t->run_id);
     dh_tensor_contig(&t->q, 1, 0, ATTNSTAT__DTYPE__F32, 1, H, N, D);
     uint64_t qbytes = dh_tensor_elems(&t->q) * 4;
     dh_tensor_contig(&t->k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, 1, N, D);
@@ -59,6 +54,19 @@ static void trainer_start(trainer *t, const dh_daemon *d, const char *run, const
     t->qp = t->shm.ptr;
     t->kp = (float *)((char *)t->shm.ptr + qbytes);
     dh_register(&t->c, 1, t->shm.name, t->shm.size);
+}
+
+/* A client of run `run`: raise_after 1, clear_after 2, logit ceiling 5. */
+static void trainer_start(trainer *t, const dh_daemon *d, const char *run, const char *tag)
+{
+    Attnstat__Thresholds th = ATTNSTAT__THRESHOLDS__INIT;
+    th.has_logit_ceiling = 1;
+    th.logit_ceiling = 5.0;
+    th.has_raise_after = 1;
+    th.raise_after = 1;
+    th.has_clear_after = 1;
+    th.clear_after = 2;
+    trainer_start_th(t, d, run, tag, &th);
 }
 
 /* One push of step (layer 2), acknowledged OK. */
@@ -451,6 +459,146 @@ START_TEST(test_commands_and_metrics)
 }
 END_TEST
 
+/* ---- the exporter and the end of a run ------------------------------------------------------ */
+
+/* "name{labels} " is on the page. */
+static int has_series(const char *page, const char *name, const char *labels)
+{
+    char key[512];
+    snprintf(key, sizeof key, "\n%s{%s} ", name, labels);
+    return strstr(page, key) != NULL;
+}
+
+/* The value of name{labels}; NAN when the page has no such series. */
+static double series_value(const char *page, const char *name, const char *labels)
+{
+    char key[512];
+    snprintf(key, sizeof key, "\n%s{%s} ", name, labels);
+    const char *p = strstr(page, key);
+    return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+/* Every live process's thresholds are on /metrics (its own where its Hello gave them), and so are
+ * its acknowledged and silenced alerts; once the run ends (Goodbye) nothing labelled with it is
+ * left on the page, while the other run's series stay. */
+START_TEST(test_ended_run_leaves_metrics)
+{
+    dh_rng rng = dh_rng_new("life_metrics_end");
+    int port = free_port();
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--run-grace-ms", "600000", "--metrics-port", portarg, "--metrics-heads", "all",
+             (const char *)NULL);
+    dh_conn sub, op;
+    dh_connect(&sub, &d);
+    dh_subscribe(&sub, 1, 0);
+    attnstat__envelope__free_unpacked(dh_status(&sub), NULL);
+    dh_connect(&op, &d);
+    trainer t, other;
+    trainer_start(&t, &d, "left", "life_left");             /* its own ceiling: 5 */
+    trainer_start_th(&other, &d, "stays", "life_stays", NULL); /* the daemon's thresholds */
+    trainer_push(&rng, &t, 0, 1);
+    trainer_push(&rng, &other, 0, 0);
+    wait_alerts(&sub, t.run_id, ATTNSTAT__ALERT_STATE__RAISED, NULL, 2, 30000);
+    wait_db(&d, "SELECT count(*) FROM alerts WHERE state='raised'", 2, 30000);
+    int64_t ent = db_int(&d, "SELECT id FROM alerts WHERE rule='entropy_floor' AND state='raised'");
+    int64_t lg = db_int(&d, "SELECT id FROM alerts WHERE rule='logit_ceiling' AND state='raised'");
+    Attnstat__Envelope *r = command(&op, ATTNSTAT__COMMAND__ACTION__ACK, ent, 0, 0);
+    ck_assert_int_eq(r->command_reply->code, ATTNSTAT__CODE__OK);
+    attnstat__envelope__free_unpacked(r, NULL);
+    r = command(&op, ATTNSTAT__COMMAND__ACTION__SILENCE, lg, 0, 0);
+    ck_assert_int_eq(r->command_reply->code, ATTNSTAT__CODE__OK);
+    attnstat__envelope__free_unpacked(r, NULL);
+
+    static char page[1 << 21];
+    scrape(port, page, sizeof page);
+    char lab[256];
+    snprintf(lab, sizeof lab, "run=\"left\",rank=\"0\",run_id=\"%lld\",rule=\"logit_ceiling\"",
+             (long long)t.run_id);
+    ck_assert_double_eq(series_value(page, "attnstat_run_threshold", lab), 5);
+    snprintf(lab, sizeof lab, "run=\"stays\",rank=\"0\",run_id=\"%lld\",rule=\"logit_ceiling\"",
+             (long long)other.run_id);
+    ck_assert_double_eq(series_value(page, "attnstat_run_threshold", lab), 100);
+    snprintf(lab, sizeof lab, "run=\"stays\",rank=\"0\",run_id=\"%lld\",rule=\"entropy_floor\"",
+             (long long)other.run_id);
+    ck_assert_double_eq(series_value(page, "attnstat_run_threshold", lab), 0.1);
+    ck_assert(has_series(page, "attnstat_head_alert_acknowledged",
+                         "run=\"left\",layer=\"2\",head=\"1\",rule=\"entropy_floor\""));
+    ck_assert(!has_series(page, "attnstat_head_alert_acknowledged",
+                          "run=\"left\",layer=\"2\",head=\"1\",rule=\"logit_ceiling\""));
+    ck_assert(has_series(page, "attnstat_head_silenced",
+                         "run=\"left\",layer=\"2\",head=\"1\",rule=\"logit_ceiling\""));
+    ck_assert(!has_series(page, "attnstat_head_silenced",
+                          "run=\"left\",layer=\"2\",head=\"1\",rule=\"entropy_floor\""));
+    ck_assert(has_series(page, "attnstat_head_alert",
+                         "run=\"left\",layer=\"2\",head=\"1\",rule=\"entropy_floor\""));
+    ck_assert(has_series(page, "attnstat_head_max_logit", "run=\"left\",layer=\"2\",head=\"0\""));
+
+    trainer_goodbye(&t);
+    trainer_end(&t);
+    /* both resolved, one of them silenced: not sent */
+    wait_alerts(&sub, t.run_id, ATTNSTAT__ALERT_STATE__RESOLVED, "goodbye", 1, 30000);
+    wait_db(&d, "SELECT count(*) FROM alerts WHERE state='resolved' AND reason='goodbye'", 2,
+            30000);
+    scrape(port, page, sizeof page);
+    ck_assert_msg(!strstr(page, "run=\"left\""), "a series of the ended run: %.200s",
+                  strstr(page, "run=\"left\""));
+    ck_assert(has_series(page, "attnstat_head_max_logit", "run=\"stays\",layer=\"2\",head=\"1\""));
+    ck_assert(has_series(page, "attnstat_layer_heads", "run=\"stays\",layer=\"2\""));
+    snprintf(lab, sizeof lab, "run=\"stays\",rank=\"0\",run_id=\"%lld\",rule=\"entropy_drop\"",
+             (long long)other.run_id);
+    ck_assert_double_eq(series_value(page, "attnstat_run_threshold", lab), 0.5);
+    trainer_end(&other);
+    dh_close(&op);
+    dh_close(&sub);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
+/* A run whose client went away is still live (it may come back within run_grace_ms): its series
+ * stay. Deleted, it leaves the page, its alerts and thresholds with it. */
+START_TEST(test_deleted_run_leaves_metrics)
+{
+    dh_rng rng = dh_rng_new("life_metrics_delete");
+    int port = free_port();
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--run-grace-ms", "600000", "--metrics-port", portarg, (const char *)NULL);
+    dh_conn op;
+    dh_connect(&op, &d);
+    trainer t;
+    trainer_start(&t, &d, "doomed", "life_doomed");
+    trainer_push(&rng, &t, 0, 1);
+    int64_t id = t.run_id;
+    trainer_end(&t); /* no Goodbye: the run waits for its client */
+    wait_db(&d, "SELECT count(*) FROM alerts WHERE state='raised'", 2, 30000);
+    static char page[1 << 21];
+    scrape(port, page, sizeof page);
+    ck_assert(has_series(page, "attnstat_head_alert",
+                         "run=\"doomed\",layer=\"2\",head=\"1\",rule=\"logit_ceiling\""));
+    ck_assert(has_series(page, "attnstat_layer_max_logit", "run=\"doomed\",layer=\"2\""));
+    Attnstat__Envelope *r = command(&op, ATTNSTAT__COMMAND__ACTION__DELETE_RUN, 0, id, 0);
+    ck_assert_msg(r->command_reply->code == ATTNSTAT__CODE__OK, "delete-run: %s",
+                  r->command_reply->message);
+    attnstat__envelope__free_unpacked(r, NULL);
+    scrape(port, page, sizeof page);
+    ck_assert_msg(!strstr(page, "run=\"doomed\""), "a series of the deleted run: %.200s",
+                  strstr(page, "run=\"doomed\""));
+    ck_assert_msg(strstr(page, "\nattnstat_metrics_heads 0\n"), "heads kept: %.60s",
+                  strstr(page, "\nattnstat_metrics_heads "));
+    dh_close(&op);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 /* ---- restart -------------------------------------------------------------------------------- */
 
 /* A run that said Goodbye stays ended across a restart; one whose client was still connected at
@@ -564,6 +712,8 @@ static Suite *life_suite(void)
     tcase_add_test(tc, test_reconnect_keeps_alerts);
     tcase_add_test(tc, test_idle_ends_and_push_resumes);
     tcase_add_test(tc, test_commands_and_metrics);
+    tcase_add_test(tc, test_ended_run_leaves_metrics);
+    tcase_add_test(tc, test_deleted_run_leaves_metrics);
     tcase_add_test(tc, test_restart_restores_only_live);
     tcase_add_test(tc, test_retention_in_background);
     suite_add_tcase(s, tc);

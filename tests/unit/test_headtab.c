@@ -5,8 +5,8 @@
  * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
  * one); run names are escaped; the table's bound counts what it refuses; expiry forgets heads
  * nobody updates and the table keeps working; the sweep drops a head as soon as none of the
- * processes that fed it is live (a job that ended), by its processes or by its run name. The text is read back line by line. Random data from a
- * printed seed (ATTNSTAT_TEST_SEED replays it). */
+ * processes that fed it is live (a job that ended), by its processes or by its run name. The text
+ * is read back line by line. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
 #include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "headtab.h"
 #include "store_job.h"
@@ -322,7 +322,8 @@ START_TEST(test_sweep_ended)
     headtab_alert(t, "job", 0, 4, 1, 0, 2000); /* its alert resolved by the run's end: no entry */
     ck_assert_uint_eq(headtab_count(t), 2);
     char *txt = render(t, HEADTAB_ALL, 10);
-    ck_assert(isnan(value_of(txt, "attnstat_head_max_logit", "run=\"job\",layer=\"0\",head=\"4\"")));
+    const char *h4 = "run=\"job\",layer=\"0\",head=\"4\"";
+    ck_assert(isnan(value_of(txt, "attnstat_head_max_logit", h4)));
     ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
     ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"job\",layer=\"0\""), 1);
     ck_assert_double_eq(value_of(txt, "attnstat_layer_max_logit", "run=\"job\",layer=\"0\""), 20);
@@ -332,8 +333,8 @@ START_TEST(test_sweep_ended)
     ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 1);
     txt = render(t, HEADTAB_ALL, 10);
     ck_assert_ptr_null(strstr(txt, "run=\"job\""));
-    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit", "run=\"other\",layer=\"3\",head=\"1\""),
-                        40);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_max_logit",
+                                 "run=\"other\",layer=\"3\",head=\"1\""), 40);
     free(txt);
     ck_assert_int_eq(l.asked_any, 0); /* every entry knew its processes */
 
@@ -341,7 +342,7 @@ START_TEST(test_sweep_ended)
     stats_head e = head(0.9, 3);
     headtab_observe(t, "job", base + 9, 0, 4, &e, 1, 0, 3000);
     txt = render(t, HEADTAB_ALL, 10);
-    ck_assert_double_eq(value_of(txt, "attnstat_head_step", "run=\"job\",layer=\"0\",head=\"4\""), 0);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_step", h4), 0);
     ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
     free(txt);
     headtab_free(t);
@@ -365,8 +366,8 @@ START_TEST(test_sweep_by_name)
     ck_assert_uint_eq(headtab_sweep(t, is_live, &l), 0);
     ck_assert_int_eq(l.asked_any, 2);
     char *txt = render(t, HEADTAB_LAYERS, 10);
-    ck_assert_double_eq(value_of(txt, "attnstat_head_alert",
-                                 "run=\"restored\",layer=\"1\",head=\"1\",rule=\"logit_ceiling\""), 1);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert", "run=\"restored\",layer=\"1\","
+                                 "head=\"1\",rule=\"logit_ceiling\""), 1);
     ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"wide\",layer=\"2\""), 1);
     free(txt);
     l = (live_set){{base + 8}, 1, {"wide"}, 1, 0};
