@@ -8,7 +8,9 @@
  * and a done event; a FIFO of such entries, completed in order by local_progress.
  *
  * Stage: beside push.c. Calls conn.c (conn_send), util.c, the CUDA runtime and kernels/stats_cuda.h;
- * never link.c (link.c calls local_progress). */
+ * never link.c (link.c calls local_progress). Built twice (client/CMakeLists.txt): with
+ * ATTNSTAT_LOCAL_KERNELS for the libraries a trainer links; without, for the programs that never
+ * compute (the CLI, attnstat-synth), where it only refuses local mode. */
 #include "local.h"
 
 #include <math.h>
@@ -23,16 +25,21 @@ attnstat_code attnstat_set_local_compute(attnstat_client *c, int on)
 {
     if (!c)
         return ATTNSTAT_EINVAL;
-#ifndef ATTNSTAT_HAVE_CUDA
+#if !defined(ATTNSTAT_HAVE_CUDA)
     if (on)
         return client_fail(c, ATTNSTAT_ENOTSUP, "local compute needs a libattnstat built with "
                            "CUDA (this one has no GPU path)");
+#elif !defined(ATTNSTAT_LOCAL_KERNELS)
+    if (on)
+        return client_fail(c, ATTNSTAT_ENOTSUP, "local compute is not in this program's "
+                           "libattnstat (built without the kernels, as the attnstat CLI's is): "
+                           "link libattnstat.so");
 #endif
     c->local_on = on != 0;
     return ATTNSTAT_OK;
 }
 
-#ifdef ATTNSTAT_HAVE_CUDA
+#ifdef ATTNSTAT_LOCAL_KERNELS
 #include <cuda_runtime.h>
 
 #include "stats_cuda.h"
@@ -508,13 +515,15 @@ void local_free(attnstat_client *c)
     c->local = NULL;
 }
 
-#else /* no CUDA: local mode is refused by attnstat_set_local_compute, nothing is ever queued */
+#else /* no kernels (no CUDA, or the CLI's library): local mode is refused by
+       * attnstat_set_local_compute, nothing is ever queued */
 
 attnstat_code local_push(attnstat_client *c, const attnstat_push_opts *o, const local_tensors *t,
                          uint64_t seq, client_inflight *slot)
 {
     (void)o, (void)t, (void)seq, (void)slot;
-    return client_fail(c, ATTNSTAT_ENOTSUP, "this libattnstat was built without CUDA");
+    return client_fail(c, ATTNSTAT_ENOTSUP, "this libattnstat was built without local mode's "
+                       "kernels");
 }
 
 void local_progress(attnstat_client *c)

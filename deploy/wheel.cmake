@@ -20,7 +20,7 @@ if(NOT ATTNSTAT_PROTOBUFC_STATIC)
 endif()
 
 add_library(attnstat_wheel_lib SHARED EXCLUDE_FROM_ALL $<TARGET_OBJECTS:attnstat_client_objs>
-            ${ATTNSTAT_KERNEL_OBJECTS})
+            ${ATTNSTAT_LOCAL_OBJECTS})
 set_target_properties(attnstat_wheel_lib PROPERTIES OUTPUT_NAME attnstat
   LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/python/lib
   SOVERSION ${PROJECT_VERSION_MAJOR}
