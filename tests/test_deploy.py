@@ -60,19 +60,25 @@ class TestPrometheus(unittest.TestCase):
             cwd=os.path.join(DEPLOY, "prometheus"))
 
     def test_rules_unit_tests_catch_a_wrong_threshold(self):
-        """The unit tests can fail: with the floor moved, promtool says so."""
-        with tempfile.TemporaryDirectory() as d:
-            p = shutil.copytree(os.path.join(DEPLOY, "prometheus"), os.path.join(d, "p"))
-            rules = os.path.join(p, "attnstat.rules.yml")
-            with open(rules) as f:
-                text = f.read()
-            self.assertIn("attnstat:head_entropy_normalized_ratio:avg < 0.1", text)
-            with open(rules, "w") as f:
-                f.write(text.replace("attnstat:head_entropy_normalized_ratio:avg < 0.1",
-                                     "attnstat:head_entropy_normalized_ratio:avg < 0.05"))
-            out = run([PROMTOOL, "test", "rules", "attnstat.rules.test.yml"], check=False, cwd=p)
-            self.assertNotEqual(out.returncode, 0)
-            self.assertIn("AttnstatEntropyFloor", out.stdout + out.stderr)
+        """The unit tests can fail: with the default floor moved, or a job's own ceiling ignored,
+        promtool says so, naming the alert."""
+        mutations = [("or on (run) 0.1 * group by (run)", "or on (run) 0.05 * group by (run)",
+                      "AttnstatEntropyFloor"),
+                     ("> on (run) group_left () attnstat:run_logit_ceiling:min", "> 100",
+                      "AttnstatLogitCeiling")]
+        for old, new, alert in mutations:
+            with tempfile.TemporaryDirectory() as d:
+                p = shutil.copytree(os.path.join(DEPLOY, "prometheus"), os.path.join(d, "p"))
+                rules = os.path.join(p, "attnstat.rules.yml")
+                with open(rules) as f:
+                    text = f.read()
+                self.assertIn(old, text)
+                with open(rules, "w") as f:
+                    f.write(text.replace(old, new))
+                out = run([PROMTOOL, "test", "rules", "attnstat.rules.test.yml"], check=False,
+                          cwd=p)
+                self.assertNotEqual(out.returncode, 0, new)
+                self.assertIn(alert, out.stdout + out.stderr)
 
     def test_kubernetes_config(self):
         with tempfile.TemporaryDirectory() as d:
@@ -111,13 +117,17 @@ class TestAlertmanager(unittest.TestCase):
 
     def test_routes(self):
         """Where each kind of alert goes: attention health to the ML on-call (critical) or its
-        chat (warnings), the daemons' health to the cluster's operators."""
+        chat (warnings), the daemons' health to the cluster's operators, operators' silences and
+        acknowledgements to nobody (they only inhibit)."""
         cases = [(["alertname=AttnstatEntropyFloor", "severity=critical", "run=gpt"], "ml-oncall"),
                  (["alertname=AttnstatLogitCeiling", "severity=critical", "run=gpt"], "ml-oncall"),
                  (["alertname=AttnstatEntropyDrop", "severity=warning", "run=gpt"], "ml-chat"),
                  (["alertname=AttnstatDaemonAlert", "severity=warning", "run=gpt"], "ml-chat"),
                  (["alertname=AttnstatDaemonDown", "severity=warning"], "cluster-ops"),
-                 (["alertname=AttnstatStoreErrors", "severity=critical"], "cluster-ops")]
+                 (["alertname=AttnstatStoreErrors", "severity=critical"], "cluster-ops"),
+                 (["alertname=AttnstatSilenced", "severity=none", "run=gpt"], "attnstat-marks"),
+                 (["alertname=AttnstatAcknowledged", "severity=none", "run=gpt"],
+                  "attnstat-marks")]
         for labels, receiver in cases:
             run([AMTOOL, "config", "routes", "test", "--config.file", self.CFG,
                  "--verify.receivers", receiver] + labels)
