@@ -322,7 +322,7 @@ static void alerts_done(cmd *c)
 static void limit_text(char *buf, size_t len, int64_t v, int is_ms)
 {
     if (v < 0)
-        snprintf(buf, len, "attnstatd's (%s)", is_ms ? "retain_days" : "retain_bytes");
+        snprintf(buf, len, "attnstatd's %s", is_ms ? "retain_days" : "retain_bytes");
     else if (v == 0)
         snprintf(buf, len, "none");
     else if (is_ms)
@@ -363,8 +363,8 @@ static void cmd_done(storer_op *op)
         char age[64], size[64];
         limit_text(age, sizeof age, c->retain_ms, 1);
         limit_text(size, sizeof size, c->retain_bytes, 0);
-        snprintf(c->msg, sizeof c->msg, "run '%s' rank %d (id %lld): full resolution for %s "
-                 "(age limit), at most %s (size limit)", e ? e->name : "?", e ? (int)e->rank : 0,
+        snprintf(c->msg, sizeof c->msg, "run '%s' rank %d (id %lld): age limit %s (full "
+                 "resolution that long), size limit %s", e ? e->name : "?", e ? (int)e->rank : 0,
                  (long long)c->run_id, age, size);
         finish(c, ATTNSTAT__CODE__OK, c->msg, 1);
         return;
