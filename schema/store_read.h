@@ -104,6 +104,27 @@ store_status store_trend(store *st, int64_t run_id, int32_t layer, int32_t head,
 store_status store_grid(store *st, int64_t run_id, int64_t step, int64_t *step_used,
                         store_sample_cb cb, void *ctx, store_error *err);
 
+/* A window of wall-clock time [since_ms, until_ms] (Unix ms, inclusive; INT64_MIN / INT64_MAX:
+ * no bound) as the run's steps [*step_from, *step_to], for the step ranges of store_trend() and
+ * the readers above: the window starts after the newest step stored before since_ms (INT64_MIN
+ * when none was) and ends with the newest step stored at or before until_ms (INT64_MAX when
+ * until_ms is). Where a run's times grow with its steps (it never went back to an earlier step),
+ * these are exactly the steps whose samples were stored in the window. A compact row counts at
+ * its row's time, a bucket with its window's last step at the newest time it merged.
+ * STORE_NOTFOUND (with a message) when the run has no such step, or is no run. */
+store_status store_time_steps(store *st, int64_t run_id, int64_t since_ms, int64_t until_ms,
+                              int64_t *step_from, int64_t *step_to, store_error *err);
+
+/* The newest step of a run stored before `step` (a step inside a bucket's window reads as the
+ * bucket: store_grid() finds it there). STORE_NOTFOUND when there is none. */
+store_status store_step_before(store *st, int64_t run_id, int64_t step, int64_t *prev,
+                               store_error *err);
+
+/* The layers a run has samples of, in any tier, ascending. cb returns non-zero to stop. */
+typedef int (*store_layer_cb)(void *ctx, int32_t layer);
+store_status store_run_layers(store *st, int64_t run_id, store_layer_cb cb, void *ctx,
+                              store_error *err);
+
 /* Alert transitions of one run (run_id > 0) or of all runs (run_id == 0), ordered by id (time of
  * insertion). active_only: for each (run, layer, head, rule), only its latest transition, and only
  * when that one is a raise. */
