@@ -157,6 +157,8 @@ struct attnstat_client {
     void *alert_user;
     attnstat_result_fn result_fn;
     void *result_user;
+    attnstat_run_result_fn run_result_fn; /* subscribed Results, with their run */
+    void *run_result_user;
     attnstat_ack_fn ack_fn;
     void *ack_user;
     attnstat_release_fn release_fn;

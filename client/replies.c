@@ -44,17 +44,22 @@ static void replies_head_result(attnstat_head_result *o, const Attnstat__HeadSta
     o->max_logit = h->has_max_logit ? h->max_logit : NAN;
 }
 
+/* src: a subscribed Result's origin (NULL for an Ack's results). */
 static void replies_deliver_results(attnstat_client *c, uint64_t seq, int64_t step, uint32_t layer,
-                                    Attnstat__HeadStats **heads, size_t n)
+                                    Attnstat__HeadStats **heads, size_t n,
+                                    const attnstat_result_source *src)
 {
-    if (!c->result_fn || n == 0)
+    if ((!c->result_fn && !(src && c->run_result_fn)) || n == 0)
         return;
     attnstat_head_result *r = calloc(n, sizeof *r);
     if (!r)
         return; /* results are best effort; the counters are still right */
     for (size_t i = 0; i < n; i++)
         replies_head_result(&r[i], heads[i]);
-    c->result_fn(c->result_user, seq, step, layer, r, n);
+    if (c->result_fn)
+        c->result_fn(c->result_user, seq, step, layer, r, n);
+    if (src && c->run_result_fn)
+        c->run_result_fn(c->run_result_user, src, r, n);
     free(r);
 }
 
@@ -133,7 +138,7 @@ static void replies_on_ack(attnstat_client *c, const Attnstat__Ack *a)
     ring_release(&c->ring, a->seq);
     if (a->code == ATTNSTAT__CODE__OK) {
         c->st.acked++;
-        replies_deliver_results(c, a->seq, step, layer, a->heads, a->n_heads);
+        replies_deliver_results(c, a->seq, step, layer, a->heads, a->n_heads, NULL);
         return;
     }
     if (a->code == ATTNSTAT__CODE__DROPPED)
@@ -225,10 +230,13 @@ static int replies_handle(attnstat_client *c, Attnstat__Envelope *env)
     case ATTNSTAT__ENVELOPE__MSG_ALERT:
         replies_on_alert(c, env->alert);
         return 0;
-    case ATTNSTAT__ENVELOPE__MSG_RESULT:
-        replies_deliver_results(c, 0, env->result->step, env->result->layer, env->result->heads,
-                                env->result->n_heads);
+    case ATTNSTAT__ENVELOPE__MSG_RESULT: {
+        const Attnstat__Result *res = env->result;
+        attnstat_result_source src = {.run = res->run ? res->run : "", .run_id = res->run_id,
+                                      .step = res->step, .layer = res->layer};
+        replies_deliver_results(c, 0, res->step, res->layer, res->heads, res->n_heads, &src);
         return 0;
+    }
     case ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY:
         replies_forget_status(c);
         c->status_env = env;
@@ -325,6 +333,14 @@ void attnstat_set_result_callback(attnstat_client *c, attnstat_result_fn fn, voi
     if (c) {
         c->result_fn = fn;
         c->result_user = user;
+    }
+}
+
+void attnstat_set_run_result_callback(attnstat_client *c, attnstat_run_result_fn fn, void *user)
+{
+    if (c) {
+        c->run_result_fn = fn;
+        c->run_result_user = user;
     }
 }
 

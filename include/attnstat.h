@@ -349,6 +349,21 @@ void attnstat_set_alert_callback(attnstat_client *c, attnstat_alert_fn fn, void 
 void attnstat_set_result_callback(attnstat_client *c, attnstat_result_fn fn, void *user);
 void attnstat_set_ack_callback(attnstat_client *c, attnstat_ack_fn fn, void *user);
 
+/* Where a subscribed Result comes from: the daemon streams every run's results to a subscriber
+ * (attnstat_subscribe(c, ., 1)), by global layer and head numbers. */
+typedef struct {
+    const char *run;          /* valid during the callback only */
+    int64_t run_id;
+    int64_t step;
+    uint32_t layer;
+    uint32_t reserved;
+} attnstat_result_source;
+typedef void (*attnstat_run_result_fn)(void *user, const attnstat_result_source *src,
+                                       const attnstat_head_result *heads, size_t n_heads);
+/* Called for each subscribed Result with its run (monitors that follow one run: attnstat top);
+ * the result callback above is called for them too, with seq 0. */
+void attnstat_set_run_result_callback(attnstat_client *c, attnstat_run_result_fn fn, void *user);
+
 /* Asks the daemon to stream alerts (and per-push results) to this connection. Works without a
  * hello (monitors such as `attnstat watch`). Delivered to the callbacks by attnstat_poll. */
 attnstat_code attnstat_subscribe(attnstat_client *c, int alerts, int results);
