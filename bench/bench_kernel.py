@@ -45,7 +45,8 @@ class Problem(ctypes.Structure):
                 ("cu_seqlens_k", ctypes.c_void_p), ("sample_every", ctypes.c_int32),
                 ("sample_rows", ctypes.c_int32), ("sample_seed", ctypes.c_uint64),
                 ("collapse_threshold", ctypes.c_float), ("compute_dtype", ctypes.c_int),
-                ("mask", Tensor), ("mask_dtype", ctypes.c_int)]
+                ("mask", Tensor), ("mask_dtype", ctypes.c_int),
+                ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int)]
 
 
 class Head(ctypes.Structure):
@@ -61,9 +62,9 @@ class Err(ctypes.Structure):
     _fields_ = [("msg", ctypes.c_char * 256)]
 
 
-assert ctypes.sizeof(Problem) == 200 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
+assert ctypes.sizeof(Problem) == 216 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
 
-BF16 = 2
+BF16, BOOL = 2, 3
 # stats_cuda_path (kernels/stats_cuda.h)
 PATH_GENERIC, PATH_MMA_SYNC, PATH_WG_VARIANT = 1, 2, 16
 VARIANTS_H = os.path.join(HERE, "..", "kernels", "cuda", "variants.h")
@@ -107,15 +108,19 @@ def load_lib(path):
     return lib
 
 
-def make_problem(q, k, causal, every=0):
-    """q: [B, Hq, N, D], k: [B, Hkv, N, D] torch bf16 tensors (any strides, D contiguous)."""
+def make_problem(q, k, causal, every=0, mask=None):
+    """q: [B, Hq, N, D], k: [B, Hkv, N, D] torch bf16 tensors (any strides, D contiguous); mask:
+    a bool [B, 1, N, N] tensor given instead of the causal flag (what a padded batch hands over)."""
     p = Problem()
     p.batch, p.heads_q, p.len_q, p.head_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
     p.heads_kv, p.len_k = k.shape[1], k.shape[2]
     p.dtype = BF16
     p.q = Tensor(q.data_ptr(), q.stride(0), q.stride(1), q.stride(2))
     p.k = Tensor(k.data_ptr(), k.stride(0), k.stride(1), k.stride(2))
-    p.causal = 1 if causal else 0
+    p.causal = 1 if causal and mask is None else 0
+    if mask is not None:
+        p.mask = Tensor(mask.data_ptr(), mask.stride(0), 0, mask.stride(2))  # heads broadcast
+        p.mask_dtype = BOOL
     p.window_left = p.window_right = -1
     p.sample_every = every
     return p
@@ -240,6 +245,7 @@ def main():
         (2, 32, 8, 4096, 128, True, 0),
         (2, 32, 32, 4096, 128, False, 8),
         (2, 32, 32, 4096, 128, True, 8),
+        (4, 32, 4, 2048, 64, True, 0),  # the 1.1 B Llama of bench_overhead_llama.py (GQA, D 64)
     ]
     only = os.environ.get("ATTNSTAT_BENCH_ONLY")
     if only:
@@ -256,20 +262,27 @@ def main():
         set_bytes = 2 * (B * Hq * N * D * 2) + B * Hkv * N * D * 2
         nsets = max(2, min(8, math.ceil(3 * 50e6 / set_bytes)))
         sets = []
+        # ATTNSTAT_BENCH_MASK=1: causal rows as a [B, 1, N, N] bool mask (the padded batch's path:
+        # the mask's analysis, then the tensor-core kernel on per-row key ranges)
+        mask = None
+        if causal and os.environ.get("ATTNSTAT_BENCH_MASK") == "1":
+            mask = torch.ones(N, N, dtype=torch.bool, device="cuda").tril().expand(B, 1, N, N)
+            mask = mask.contiguous()
         for _ in range(nsets):
             q = torch.randn(B, Hq, N, D, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
-            sets.append((q, k, v, make_problem(q, k, causal, every)))
+            sets.append((q, k, v, make_problem(q, k, causal, every, mask), mask))
         ours.heads_dev = torch.empty(Hq * ctypes.sizeof(Head), dtype=torch.uint8, device="cuda")
         err = Err()
         lib.stats_cuda_reserve(ours.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
         kname = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(sets[0][3])).decode()
-        tag = f"({B},{Hq}{'/' + str(Hkv) if Hkv != Hq else ''},{N},{D}) {'causal' if causal else 'full'}" + \
+        tag = f"({B},{Hq}{'/' + str(Hkv) if Hkv != Hq else ''},{N},{D}) " + \
+              ("mask" if mask is not None else "causal" if causal else "full") + \
               (f" every {every}" if every else "")
 
         # 1. check against float64 (every row): the default path, then each variant asked for
-        q, k, v, p = sets[0]
+        q, k, v, p, _ = sets[0]
         H, M = ref_rows_f64(q, k, causal, scale)
         sel = None
         if every:
