@@ -1,5 +1,6 @@
-/* admin.c — the attnstat CLI's operator commands (see admin.h): alerts ack|resolve|silence,
- * delete-run, retention, and the store's part of status. Each asks attnstatd with one raw frame on
+/* admin.c — the attnstat CLI's operator commands (see admin.h): alerts
+ * ack|resolve|silence|unsilence, delete-run, retention (and a run's limits shown), and the store's
+ * part of status. Each asks attnstatd with one raw frame on
  * a connection of its own and prints its one answer.
  *
  * Stage: a command file of the CLI, called by main.c and live.c; calls history.c (resolving
@@ -259,6 +260,33 @@ int admin_alerts_silence(const cli_args *a)
     return admin_mark(a, ATTNSTAT__COMMAND__ACTION__SILENCE);
 }
 
+int admin_alerts_unsilence(const cli_args *a)
+{
+    if ((a->alert_id > 0) == (a->run != NULL)) {
+        fprintf(stderr, "attnstat: alerts unsilence takes --id ID (one silence: its id in attnstat "
+                "alerts silences) or --run RUN (every silence of the run), one of the two\n");
+        return CLI_EXIT_USAGE;
+    }
+    Attnstat__Command m;
+    Attnstat__Envelope env;
+    envelope_command(&env, &m, ATTNSTAT__COMMAND__ACTION__UNSILENCE);
+    if (a->alert_id > 0) {
+        m.has_silence_id = 1;
+        m.silence_id = a->alert_id;
+    } else {
+        int64_t run_id;
+        int rc = admin_run_id(a, &run_id);
+        if (rc != CLI_EXIT_OK)
+            return rc;
+        m.has_run_id = 1;
+        m.run_id = run_id;
+    }
+    int fd = admin_socket(a);
+    if (fd < 0)
+        return CLI_EXIT_FAIL;
+    return admin_command(a, fd, &env);
+}
+
 /* delete-run with no daemon: on the database itself, under the daemon's lock. */
 static int admin_delete_offline(const cli_args *a, int64_t run_id)
 {
@@ -323,12 +351,106 @@ int admin_delete_run(const cli_args *a)
     return admin_command(a, fd, &env);
 }
 
+/* A limit in words: < 0 the daemon's (its value when known: daemon >= 0), 0 none. */
+static void admin_limit_words(char *buf, size_t len, int64_t v, int is_ms, int64_t daemon)
+{
+    char d[64];
+    if (v >= 0 || daemon < 0) {
+        if (v > 0 && is_ms)
+            snprintf(buf, len, "%.4g days", (double)v / 86400000.0);
+        else if (v > 0)
+            snprintf(buf, len, "%lld bytes", (long long)v);
+        else if (v == 0)
+            snprintf(buf, len, "none");
+        else
+            snprintf(buf, len, "attnstatd's %s (attnstatd did not answer to say what it is)",
+                     is_ms ? "retain_days" : "retain_bytes");
+        return;
+    }
+    if (daemon == 0)
+        snprintf(d, sizeof d, "none");
+    else if (is_ms)
+        snprintf(d, sizeof d, "%.4g days", (double)daemon / 86400000.0);
+    else
+        snprintf(d, sizeof d, "%lld bytes", (long long)daemon);
+    snprintf(buf, len, "attnstatd's %s: %s", is_ms ? "retain_days" : "retain_bytes", d);
+}
+
+typedef struct {
+    store_run r;
+    int found;
+} admin_run_copy;
+
+static int admin_copy_run(void *ctx, const store_run *r)
+{
+    admin_run_copy *c = ctx;
+    c->r = *r;
+    c->r.name = c->r.host = c->r.config = c->r.thresholds = c->r.end_reason = NULL;
+    c->found = 1;
+    return 0;
+}
+
+/* retention --run R alone: the run's limits, its own or the daemon's (asked, when it answers). */
+static int admin_retention_show(const cli_args *a)
+{
+    store *st;
+    int64_t run_id;
+    char *name;
+    int rc = history_open_run(a, &st, &run_id, &name);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    admin_run_copy c = {0};
+    store_error se;
+    store_status s = store_get_run(st, run_id, admin_copy_run, &c, &se);
+    store_close(st);
+    if (s != STORE_OK || !c.found) {
+        fprintf(stderr, "attnstat: retention: cannot read run '%s': %s\n", name,
+                s != STORE_OK ? out_safe(se.msg) : "not found");
+        free(name);
+        return CLI_EXIT_FAIL;
+    }
+    admin_store_status ds;
+    int have = admin_store_status_get(a, &ds) == 0 && ds.have;
+    int64_t dms = have ? ds.retain_ms : -1, dbytes = have ? ds.retain_bytes : -1;
+    const store_run *r = &c.r;
+    char age[160], size[160];
+    admin_limit_words(age, sizeof age, r->retain_ms, 1, dms);
+    admin_limit_words(size, sizeof size, r->retain_bytes, 0, dbytes);
+    if (a->fmt == OUT_JSON) {
+        printf("{\"run\": ");
+        out_json_string(stdout, name);
+        printf(", \"run_id\": %lld, \"rank\": %d, \"retain_ms\": %lld, \"retain_bytes\": %lld, "
+               "\"bytes\": %lld", (long long)run_id, (int)r->rank, (long long)r->retain_ms,
+               (long long)r->retain_bytes, (long long)r->bytes);
+        if (have)
+            printf(", \"daemon_retain_ms\": %lld, \"daemon_retain_bytes\": %lld",
+                   (long long)dms, (long long)dbytes);
+        else
+            printf(", \"daemon_retain_ms\": null, \"daemon_retain_bytes\": null");
+        printf(", \"age\": ");
+        out_json_string(stdout, age);
+        printf(", \"size\": ");
+        out_json_string(stdout, size);
+        printf("}\n");
+    } else {
+        printf("run %s rank %d (id %lld)\n", name, (int)r->rank, (long long)run_id);
+        printf("  full resolution for  %s%s\n", age, r->retain_ms >= 0 ? " (its own)" : "");
+        printf("  at most              %s%s\n", size, r->retain_bytes >= 0 ? " (its own)" : "");
+        printf("  its samples take     about %lld bytes\n", (long long)r->bytes);
+    }
+    free(name);
+    return CLI_EXIT_OK;
+}
+
 int admin_retention(const cli_args *a)
 {
-    if (a->to_default == (a->days_set || a->bytes_set)) {
-        fprintf(stderr, "attnstat: retention takes --days and/or --bytes, or --default\n");
+    if (a->to_default && (a->days_set || a->bytes_set)) {
+        fprintf(stderr, "attnstat: retention takes --days and/or --bytes, or --default, or neither "
+                "(to show the run's limits)\n");
         return CLI_EXIT_USAGE;
     }
+    if (!a->to_default && !a->days_set && !a->bytes_set)
+        return admin_retention_show(a);
     int64_t run_id;
     int rc = admin_run_id(a, &run_id);
     if (rc != CLI_EXIT_OK)
@@ -338,9 +460,11 @@ int admin_retention(const cli_args *a)
     envelope_command(&env, &m, ATTNSTAT__COMMAND__ACTION__RETENTION);
     m.has_run_id = 1;
     m.run_id = run_id;
-    m.has_retain_ms = m.has_retain_bytes = 1;
-    m.retain_ms = a->to_default || !a->days_set ? -1 : (int64_t)(a->days * 86400000.0);
-    m.retain_bytes = a->to_default || !a->bytes_set ? -1 : a->bytes;
+    /* A limit not given is not sent: attnstatd leaves it as it is. */
+    m.has_retain_ms = a->to_default || a->days_set;
+    m.retain_ms = a->to_default ? -1 : (int64_t)(a->days * 86400000.0);
+    m.has_retain_bytes = a->to_default || a->bytes_set;
+    m.retain_bytes = a->to_default ? -1 : a->bytes;
     int fd = admin_socket(a);
     if (fd < 0)
         return CLI_EXIT_FAIL;

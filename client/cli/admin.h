@@ -1,8 +1,9 @@
 /* admin.h — the attnstat CLI's operator commands and what it asks attnstatd beyond libattnstat's
- * API: `alerts ack|resolve|silence`, `delete-run`, `retention` (Command, answered by CommandReply:
- * the daemon records who, the uid of this process, and when), and the store's part of `status`
- * (the store thread and the retention). Each request is one raw frame on a connection of its own
- * (proto/: envelope, frame), answered within --timeout.
+ * API: `alerts ack|resolve|silence|unsilence`, `delete-run`, `retention` (Command, answered by
+ * CommandReply: the daemon records who, the uid of this process, and when; `retention --run R`
+ * alone shows the run's limits, read from the database, with the daemon's own when it answers),
+ * and the store's part of `status` (the store thread and the retention). Each request is one raw
+ * frame on a connection of its own (proto/: envelope, frame), answered within --timeout.
  * `delete-run` with no daemon listening works on the database itself, taking the lock attnstatd
  * takes (DB.lock), so that it never deletes under a daemon.
  *
@@ -18,6 +19,7 @@
 int admin_alerts_ack(const cli_args *a);
 int admin_alerts_resolve(const cli_args *a);
 int admin_alerts_silence(const cli_args *a);
+int admin_alerts_unsilence(const cli_args *a);
 int admin_delete_run(const cli_args *a);
 int admin_retention(const cli_args *a);
 
