@@ -32,6 +32,18 @@ static int64_t db_int(const dh_daemon *d, const char *sql)
     return v;
 }
 
+/* Waits (30 s at most) until sql counts want: an alert is recorded on the store thread after the
+ * samples that raised it, so after the trainer's flush, not with it. */
+static void wait_count(const dh_daemon *d, const char *sql, int64_t want)
+{
+    int64_t deadline = dh_now_ms() + 30000, got;
+    while ((got = db_int(d, sql)) != want) {
+        ck_assert_msg(dh_now_ms() < deadline, "%s: %lld, not %lld", sql, (long long)got,
+                      (long long)want);
+        dh_sleep_ms(20);
+    }
+}
+
 /* The first column of every row of sql, in order. */
 static int db_ids(const dh_daemon *d, const char *sql, int64_t *out)
 {
@@ -154,7 +166,7 @@ START_TEST(test_alerts_act_from_the_table)
     dh_start(&d, "--run-grace-ms", "600000", (const char *)NULL);
     attnstat_client *c = ceiling_trainer(&d, "ta");
     cli_push_steps(c, &rng, 0, 1, 2, 3.0); /* 2 layers x 4 heads raise */
-    ck_assert_int_eq(db_int(&d, "SELECT count(*) FROM (" FIRING_SQL ")"), 8);
+    wait_count(&d, "SELECT count(*) FROM (" FIRING_SQL ")", 8);
     const unsigned uid = (unsigned)getuid();
     int ha = (int)(tu_next(&rng) % 4), la = (int)(tu_next(&rng) % 2);
     int hb = (int)(tu_next(&rng) % 4), hc = (hb + 1 + (int)(tu_next(&rng) % 3)) % 4;
@@ -381,12 +393,10 @@ START_TEST(test_runs_show_their_life)
     cli_push_steps(live, &rng, 0, 1, 2, 3.0);
     attnstat_client *gone = ceiling_trainer(&d, "lb");
     cli_push_steps(gone, &rng, 0, 2, 1, 3.0);
-    attnstat_close(gone);
-    int64_t deadline = dh_now_ms() + 30000;
-    while (db_int(&d, "SELECT count(*) FROM runs WHERE ended IS NOT NULL") != 1) {
-        ck_assert_msg(dh_now_ms() < deadline, "run lb never ended");
-        dh_sleep_ms(50);
-    }
+    wait_count(&d, "SELECT count(*) FROM (" FIRING_SQL ")", 12);
+    attnstat_close(gone); /* its 4 alerts resolved */
+    wait_count(&d, "SELECT count(*) FROM runs WHERE ended IS NOT NULL", 1);
+    wait_count(&d, "SELECT count(*) FROM (" FIRING_SQL ")", 8);
 
     cli_result r = cli_run(d.dir, "--db", d.db, "runs", "--format", "json");
     int64_t now = real_now_ms();

@@ -126,14 +126,14 @@ static const out_col alerts_cols[] = {
     {"run_id", NULL, OUT_INT, 0, 0},      {"layer", NULL, OUT_INT, 0, 1},
     {"head", NULL, OUT_INT, 0, 1},        {"step", NULL, OUT_INT, 0, 1},
     {"rule", NULL, OUT_STR, 0, 1},        {"state", NULL, OUT_STR, 0, 1},
-    {"firing", NULL, OUT_INT, 0, 0},      {"value", NULL, OUT_NUM, 4, 1},
-    {"threshold", NULL, OUT_NUM, 4, 1},   {"reason", NULL, OUT_STR, 0, 1},
-    {"by_uid", "by", OUT_NUM, 0, 1},      {"ack_uid", "acked by", OUT_NUM, 0, 1},
-    {"ack_time", "acked", OUT_STR, 0, 1}, {"ack_time_ms", NULL, OUT_NUM, 0, 0},
-    {"silenced_until", "silenced until", OUT_STR, 0, 1},
+    {"value", NULL, OUT_NUM, 4, 1},       {"threshold", NULL, OUT_NUM, 4, 1},
+    {"reason", NULL, OUT_STR, 0, 1},      {"by_uid", "by", OUT_NUM, 0, 1},
+    {"ack_uid", "acked by", OUT_NUM, 0, 1}, {"ack_time", "acked", OUT_STR, 0, 1},
+    {"ack_time_ms", NULL, OUT_NUM, 0, 0}, {"message", NULL, OUT_STR, 0, 0},
+    /* added later: after the columns CSV readers already know by position */
+    {"firing", NULL, OUT_INT, 0, 0},      {"silenced_until", "silenced until", OUT_STR, 0, 1},
     {"silenced_until_ms", NULL, OUT_NUM, 0, 0},
     {"silence_id", NULL, OUT_NUM, 0, 0},  {"silenced_by", NULL, OUT_NUM, 0, 0},
-    {"message", NULL, OUT_STR, 0, 0},
 };
 
 /* The filters of `alerts`: --run and --active go to the store's query; the others are applied
@@ -251,7 +251,6 @@ static void alerts_out(alerts_ctx *c, const store_alert *al)
                    out_i(al->step),
                    out_s(al->rule),
                    out_s(state),
-                   out_i(firing),
                    out_d(al->value),
                    out_d(al->threshold),
                    out_s(al->reason ? al->reason : ""),
@@ -259,11 +258,12 @@ static void alerts_out(alerts_ctx *c, const store_alert *al)
                    out_d(al->acked ? (double)al->ack_uid : NAN),
                    out_s(acked),
                    out_d(al->acked ? (double)al->ack_ms : NAN),
+                   out_s(al->message),
+                   out_i(firing),
                    out_s(sil ? until : NULL),
                    out_d(sil ? (double)sil->until_ms : NAN),
                    out_d(sil ? (double)sil->id : NAN),
-                   out_d(sil ? (double)sil->uid : NAN),
-                   out_s(al->message)};
+                   out_d(sil ? (double)sil->uid : NAN)};
     out_add(c->o, v);
 }
 
