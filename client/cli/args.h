@@ -15,18 +15,22 @@
 #define CLI_EXIT_USAGE 2   /* a usage error */
 
 #define CLI_MAX_DB_ARGS 64 /* --db given more than once (job, export) */
+#define CLI_MAX_RUN_ARGS 16 /* runs named to diff (--run several times, or after the command) */
 
 typedef struct {
     const char *db;          /* the first --db (or the default) */
     const char *dbs[CLI_MAX_DB_ARGS]; /* every --db, in order (job, export read them all) */
     int ndbs;
+    int db_given;          /* --db was on the command line (top reads the database then) */
     const char *socket;
     char db_buf[4096], sock_buf[4096];
     out_format fmt;
     int fmt_given;         /* --format was on the command line */
     int color;             /* -1 auto, 0 never, 1 always */
     const char *cmd;
-    const char *run;
+    const char *run;       /* the last --run */
+    const char *runs[CLI_MAX_RUN_ARGS]; /* every --run and operand, in order (diff) */
+    int nruns;
     int32_t rank;          /* -1: any */
     int layer_set;
     int32_t layer;
@@ -41,6 +45,7 @@ typedef struct {
     int since_set;
     int64_t since_ms;      /* Unix time in milliseconds */
     int64_t newest;        /* 0: all */
+    int64_t limit;         /* diff -n; 0: all */
     int help;
     int version;           /* --version: print it and exit */
     int timeout_ms;
@@ -52,6 +57,13 @@ typedef struct {
     int bytes_set;
     int64_t bytes;         /* --bytes */
     int to_default;        /* --default */
+    const char *state;     /* alerts --state: firing, raised, cleared or resolved; NULL: any */
+    int unacked;           /* alerts --unacked */
+    int silenced;          /* alerts --silenced */
+    int64_t buckets;       /* trend --buckets; 0: the default */
+    int per_head;          /* trend --per-head */
+    double interval;       /* top --interval (seconds); 0: the default */
+    int64_t iterations;    /* top -n; 0: until stopped */
     char cmd_buf[64];      /* a sub-command's full name ("alerts ack") */
 } cli_args;
 

@@ -1,10 +1,10 @@
 /* history.c — the attnstat CLI's history commands (see history.h): runs, trend (per-step
- * statistics of one layer, with sparklines), heads (the layer x head grid of one step as a
- * heatmap) and alerts. Runs are given by name or id (--run) and resolved here, with the known
- * runs listed when the name matches none.
+ * statistics of one layer, with sparklines) and heads (the layer x head grid of one step as a
+ * heatmap); alerts.c has the alerts. Runs are given by name or id (--run) and resolved here, with
+ * the known runs listed when the name matches none.
  *
  * Stage: a command file of the CLI. Calls the store's read half (store.h: open read-only, list,
- * resolve, trend, grid, alerts), out.c and attnstat_state_name. */
+ * resolve, trend, grid, alerts), out.c and checkdb.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,8 @@
 #include "history.h"
 #include "out.h"
 #include "store_read.h"
+#include "summary.h"
+#include "timearg.h"
 
 #define HISTORY_DEFAULT_CEILING 100.0
 /* The largest heatmap drawn: layer and head numbers come from the database and go up to
@@ -25,7 +27,7 @@
 #define HISTORY_MAX_GRID_HEADS 4096
 
 /* ---- Database access ---------------------------------------------------------------------------*/
-static store *history_open_db(const cli_args *a)
+store *history_open_db(const cli_args *a)
 {
     if (checkdb_path(a) != 0) /* says why: missing, unreadable, a directory... */
         return NULL;
@@ -37,14 +39,7 @@ static store *history_open_db(const cli_args *a)
     return st;
 }
 
-typedef struct {
-    char **names;
-    int64_t *ids;
-    int32_t *ranks;
-    size_t n, cap;
-} history_runlist;
-
-static int history_collect_run(void *ctx, const store_run *r)
+int history_collect_run(void *ctx, const store_run *r)
 {
     history_runlist *l = ctx;
     if (l->n == l->cap) {
@@ -73,7 +68,7 @@ static int history_collect_run(void *ctx, const store_run *r)
     return 0;
 }
 
-static void history_runlist_free(history_runlist *l)
+void history_runlist_free(history_runlist *l)
 {
     for (size_t i = 0; i < l->n; i++)
         free(l->names[i]);
@@ -82,12 +77,20 @@ static void history_runlist_free(history_runlist *l)
     free(l->ranks);
 }
 
-static const char *history_run_name(const history_runlist *l, int64_t id)
+const char *history_run_name(const history_runlist *l, int64_t id)
 {
     for (size_t i = 0; i < l->n; i++)
         if (l->ids[i] == id)
             return l->names[i];
     return "?";
+}
+
+int history_run_rank(const history_runlist *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->ids[i] == id)
+            return l->ranks[i];
+    return -1;
 }
 
 /* store_get_run() callback: a copy of the run's name, escaped for printing (out_escape). */
@@ -104,7 +107,7 @@ static int history_copy_run_name(void *ctx, const store_run *r)
 
 /* Resolves --run (a name or an id) to the run's id and its name as stored (malloc'd, for the
  * caller to free), reporting what was wrong (and the known runs) when it cannot. */
-static int history_resolve(store *st, const cli_args *a, int64_t *run_id, char **name)
+int history_resolve(store *st, const cli_args *a, int64_t *run_id, char **name)
 {
     *name = NULL;
     if (!a->run) {
@@ -181,24 +184,135 @@ static const out_col history_run_cols[] = {
     {"last_sample_ms", NULL, OUT_INT, 0, 0}, {"steps", NULL, OUT_STR, 0, 1},
     {"step_min", NULL, OUT_INT, 0, 0},     {"step_max", NULL, OUT_INT, 0, 0},
     {"samples", NULL, OUT_INT, 0, 1},      {"config", NULL, OUT_STR, 0, 0},
+    /* added later: after the columns CSV readers already know by position */
+    {"state", NULL, OUT_STR, 0, 1},        {"end_reason", "reason", OUT_STR, 0, 1},
+    {"ended", NULL, OUT_STR, 0, 0},        {"ended_ms", NULL, OUT_NUM, 0, 0},
+    {"duration", NULL, OUT_STR, 0, 1},     {"duration_ms", NULL, OUT_INT, 0, 0},
+    {"alerts_active", "alerts", OUT_INT, 0, 1}, {"limits", NULL, OUT_STR, 0, 1},
+    {"retain_ms", NULL, OUT_INT, 0, 0},    {"retain_bytes", NULL, OUT_INT, 0, 0},
+    {"bytes", NULL, OUT_INT, 0, 0},
 };
+
+void history_limit_text(char *buf, size_t len, int64_t v, int is_ms)
+{
+    if (v < 0) {
+        snprintf(buf, len, "default");
+    } else if (v == 0) {
+        snprintf(buf, len, "none");
+    } else if (is_ms) {
+        snprintf(buf, len, "%.4gd", (double)v / 86400000.0);
+    } else {
+        char b[32];
+        out_fit(b, sizeof b, (double)v, 5);
+        snprintf(buf, len, "%sB", b);
+    }
+}
+
+/* A run's own limits in a cell: "default" (the daemon's, both), else the ones it has of its own
+ * ("age 1.5d", "size 10.0GB", "age none, size 1.00GB"). */
+static void history_limits_cell(char *buf, size_t len, const store_run *r)
+{
+    char age[32], size[32];
+    history_limit_text(age, sizeof age, r->retain_ms, 1);
+    history_limit_text(size, sizeof size, r->retain_bytes, 0);
+    if (r->retain_ms < 0 && r->retain_bytes < 0)
+        snprintf(buf, len, "default");
+    else if (r->retain_bytes < 0)
+        snprintf(buf, len, "age %s", age);
+    else if (r->retain_ms < 0)
+        snprintf(buf, len, "size %s", size);
+    else
+        snprintf(buf, len, "age %s, size %s", age, size);
+}
+
+/* The active alerts of each run (store_alerts, active only): counted by run id. */
+typedef struct {
+    int64_t *ids;
+    int64_t *counts;
+    size_t n, cap;
+    int failed;
+} history_counts;
+
+static int history_count_alert(void *ctx, const store_alert *al)
+{
+    history_counts *c = ctx;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->ids[i] == al->run_id) {
+            c->counts[i]++;
+            return 0;
+        }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        int64_t *ni = realloc(c->ids, cap * sizeof *ni);
+        if (ni)
+            c->ids = ni;
+        int64_t *nc = realloc(c->counts, cap * sizeof *nc);
+        if (nc)
+            c->counts = nc;
+        if (!ni || !nc) {
+            c->failed = 1;
+            return 1;
+        }
+        c->cap = cap;
+    }
+    c->ids[c->n] = al->run_id;
+    c->counts[c->n++] = 1;
+    return 0;
+}
+
+typedef struct {
+    out_set *o;
+    const history_counts *alerts;
+    int64_t now_ms;
+} history_runs_ctx;
 
 static int history_run_row(void *ctx, const store_run *r)
 {
-    out_set *o = ctx;
-    char started[32], last[32], steps[64];
+    history_runs_ctx *c = ctx;
+    char started[32], ended[32], last[32], steps[64], duration[32], limits[80];
     out_time(started, sizeof started, r->started_ms);
+    out_time(ended, sizeof ended, r->ended_ms);
     out_time(last, sizeof last, r->last_time_ms);
     if (r->samples > 0)
         snprintf(steps, sizeof steps, "%lld..%lld", (long long)r->step_min, (long long)r->step_max);
     else
         snprintf(steps, sizeof steps, "-");
-    out_val v[] = {out_i(r->id),          out_s(r->name),        out_i(r->rank),
-                   out_s(r->host),        out_i(r->pid),         out_s(started),
-                   out_i(r->started_ms),  out_s(last),           out_i(r->last_time_ms),
-                   out_s(steps),          out_i(r->step_min),    out_i(r->step_max),
-                   out_i(r->samples),     out_s(r->config)};
-    out_add(o, v);
+    /* from its first hello to its end, or to now while it runs */
+    int64_t dur = (r->ended_ms ? r->ended_ms : c->now_ms) - r->started_ms;
+    if (dur < 0)
+        dur = 0;
+    out_duration(duration, sizeof duration, dur);
+    history_limits_cell(limits, sizeof limits, r);
+    int64_t active = 0;
+    for (size_t i = 0; i < c->alerts->n; i++)
+        if (c->alerts->ids[i] == r->id)
+            active = c->alerts->counts[i];
+    out_val v[] = {out_i(r->id),
+                   out_s(r->name),
+                   out_i(r->rank),
+                   out_s(r->host),
+                   out_i(r->pid),
+                   out_s(started),
+                   out_i(r->started_ms),
+                   out_s(last),
+                   out_i(r->last_time_ms),
+                   out_s(steps),
+                   out_i(r->step_min),
+                   out_i(r->step_max),
+                   out_i(r->samples),
+                   out_s(r->config),
+                   out_s(r->ended_ms ? "ended" : "live"),
+                   out_s(r->ended_ms ? r->end_reason : NULL),
+                   out_s(r->ended_ms ? ended : NULL),
+                   out_d(r->ended_ms ? (double)r->ended_ms : NAN),
+                   out_s(duration),
+                   out_i(dur),
+                   out_i(active),
+                   out_s(limits),
+                   out_i(r->retain_ms),
+                   out_i(r->retain_bytes),
+                   out_i(r->bytes)};
+    out_add(c->o, v);
     return 0;
 }
 
@@ -207,12 +321,28 @@ int history_runs(const cli_args *a)
     store *st = history_open_db(a);
     if (!st)
         return CLI_EXIT_FAIL;
-    out_set o;
-    out_begin(&o, a->fmt, stdout, history_run_cols, (int)(sizeof history_run_cols / sizeof history_run_cols[0]));
+    history_counts alerts = {0};
     store_error err;
-    store_status s = store_list_runs(st, history_run_row, &o, &err);
+    store_status s = store_alerts(st, 0, 1, history_count_alert, &alerts, &err);
+    if (s != STORE_OK || alerts.failed) {
+        fprintf(stderr, "attnstat: cannot count the runs' active alerts: %s\n",
+                s != STORE_OK ? out_safe(err.msg) : "out of memory");
+        free(alerts.ids);
+        free(alerts.counts);
+        store_close(st);
+        return CLI_EXIT_FAIL;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    out_set o;
+    out_begin(&o, a->fmt, stdout, history_run_cols,
+              (int)(sizeof history_run_cols / sizeof history_run_cols[0]));
+    history_runs_ctx ctx = {&o, &alerts, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000};
+    s = store_list_runs(st, history_run_row, &ctx, &err);
     size_t n = out_rows(&o);
     int oe = out_end(&o);
+    free(alerts.ids);
+    free(alerts.counts);
     store_close(st);
     if (s != STORE_OK) {
         fprintf(stderr, "attnstat: cannot list runs: %s\n", out_safe(err.msg));
@@ -343,6 +473,29 @@ static int history_by_head(const void *x, const void *y)
     return p->i < q->i ? -1 : p->i > q->i;
 }
 
+/* Says why a trend found no sample, so the person can fix the query. */
+static void history_trend_none(store *st, const cli_args *a, int64_t run_id, const char *run,
+                               int64_t from, int64_t to)
+{
+    history_samples g = {0};
+    int64_t step_used = 0;
+    store_error err;
+    store_grid(st, run_id, STORE_STEP_LATEST, &step_used, history_collect_sample, &g, &err);
+    int64_t layers, heads;
+    history_extent(&g, &layers, &heads);
+    if (g.n == 0)
+        fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
+    else if (a->layer >= layers || a->head >= heads)
+        fprintf(stderr,
+                "attnstat: run '%s' has layers 0..%lld and heads 0..%lld; no layer %d%s\n",
+                run, (long long)(layers - 1), (long long)(heads - 1), a->layer,
+                a->head >= 0 ? " with that head" : "");
+    else
+        fprintf(stderr, "attnstat: run '%s' layer %d has no samples in steps %lld..%lld\n",
+                run, a->layer, (long long)from, (long long)to);
+    free(g.v);
+}
+
 int history_trend(const cli_args *a)
 {
     if (!a->layer_set) {
@@ -354,15 +507,44 @@ int history_trend(const cli_args *a)
                 (long long)a->to);
         return CLI_EXIT_USAGE;
     }
+    int summary = a->head < 0 && !a->per_head;
+    if (a->head >= 0 && a->per_head) {
+        fprintf(stderr, "attnstat: --per-head prints every head; --head H one: not both\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (summary && a->every > 1) {
+        fprintf(stderr, "attnstat: --every thins the samples of --head H or --per-head; the "
+                "summary takes --buckets N\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (!summary && a->buckets > 0) {
+        fprintf(stderr, "attnstat: --buckets is the summary's (trend without --head or "
+                "--per-head)\n");
+        return CLI_EXIT_USAGE;
+    }
     store *st;
-    int64_t run_id;
+    int64_t run_id, from, to;
     char *run;
     int rc = history_open_run(a, &st, &run_id, &run);
     if (rc != CLI_EXIT_OK)
         return rc;
+    rc = timearg_steps(st, run_id, run, a, &from, &to);
+    if (rc == CLI_EXIT_OK && summary) {
+        size_t rows = 0;
+        rc = summary_trend(a, st, run_id, run, from, to, &rows);
+        if (rc == CLI_EXIT_OK && rows == 0) {
+            history_trend_none(st, a, run_id, run, from, to);
+            rc = CLI_EXIT_FAIL;
+        }
+    }
+    if (rc != CLI_EXIT_OK || summary) {
+        free(run);
+        store_close(st);
+        return rc;
+    }
     history_samples l = {0};
     store_error err;
-    store_status s = store_trend(st, run_id, a->layer, a->head, a->from, a->to, a->every,
+    store_status s = store_trend(st, run_id, a->layer, a->head, from, to, a->every,
                                  history_collect_sample, &l, &err);
     if (s != STORE_OK || l.failed) {
         fprintf(stderr, "attnstat: cannot read the trend: %s\n",
@@ -373,23 +555,7 @@ int history_trend(const cli_args *a)
         return CLI_EXIT_FAIL;
     }
     if (l.n == 0) {
-        /* Say what exists, so the person can fix the query. */
-        history_samples g = {0};
-        int64_t step_used = 0;
-        store_grid(st, run_id, STORE_STEP_LATEST, &step_used, history_collect_sample, &g, &err);
-        int64_t layers, heads;
-        history_extent(&g, &layers, &heads);
-        if (g.n == 0)
-            fprintf(stderr, "attnstat: run '%s' has no samples yet\n", run);
-        else if (a->layer >= layers || a->head >= heads)
-            fprintf(stderr,
-                    "attnstat: run '%s' has layers 0..%lld and heads 0..%lld; no layer %d%s\n",
-                    run, (long long)(layers - 1), (long long)(heads - 1), a->layer,
-                    a->head >= 0 ? " with that head" : "");
-        else
-            fprintf(stderr, "attnstat: run '%s' layer %d has no samples in steps %lld..%lld\n",
-                    run, a->layer, (long long)a->from, (long long)a->to);
-        free(g.v);
+        history_trend_none(st, a, run_id, run, from, to);
         free(l.v);
         free(run);
         store_close(st);
@@ -459,10 +625,23 @@ int history_heads(const cli_args *a)
     int rc = history_open_run(a, &st, &run_id, &run);
     if (rc != CLI_EXIT_OK)
         return rc;
+    int64_t from, to;
+    if (a->step_set && (a->since_set || a->until_set)) {
+        fprintf(stderr, "attnstat: heads reads --step S or the latest step in --since/--until, "
+                "not both\n");
+        rc = CLI_EXIT_USAGE;
+    } else {
+        rc = timearg_steps(st, run_id, run, a, &from, &to);
+    }
+    if (rc != CLI_EXIT_OK) {
+        free(run);
+        store_close(st);
+        return rc;
+    }
     history_samples l = {0};
     store_error err;
     int64_t step = 0;
-    int64_t want = a->step_set ? a->step : STORE_STEP_LATEST;
+    int64_t want = a->step_set ? a->step : to != INT64_MAX ? to : STORE_STEP_LATEST;
     store_status s = store_grid(st, run_id, want, &step, history_collect_sample, &l, &err);
     if (s != STORE_OK || l.failed || l.n == 0) {
         if (s == STORE_NOTFOUND || (s == STORE_OK && l.n == 0)) {
@@ -572,208 +751,5 @@ int history_heads(const cli_args *a)
     free(l.v);
     free(run);
     store_close(st);
-    return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
-}
-
-/* ---- alerts ------------------------------------------------------------------------------------*/
-static const out_col history_alert_cols[] = {
-    {"id", NULL, OUT_INT, 0, 0},          {"time", NULL, OUT_STR, 0, 1},
-    {"time_ms", NULL, OUT_INT, 0, 0},     {"run", NULL, OUT_STR, 0, 1},
-    {"run_id", NULL, OUT_INT, 0, 0},      {"layer", NULL, OUT_INT, 0, 1},
-    {"head", NULL, OUT_INT, 0, 1},        {"step", NULL, OUT_INT, 0, 1},
-    {"rule", NULL, OUT_STR, 0, 1},        {"state", NULL, OUT_STR, 0, 1},
-    {"value", NULL, OUT_NUM, 4, 1},       {"threshold", NULL, OUT_NUM, 4, 1},
-    {"reason", NULL, OUT_STR, 0, 1},      {"by_uid", "by", OUT_NUM, 0, 1},
-    {"ack_uid", "acked by", OUT_NUM, 0, 1}, {"ack_time", "acked", OUT_STR, 0, 1},
-    {"ack_time_ms", NULL, OUT_NUM, 0, 0}, {"message", NULL, OUT_STR, 0, 0},
-};
-
-/* The filters of `alerts`: --run goes to the store's query; --rank, --layer, --head, --rule and
- * --since are applied here, over the rows the store's read API returns, because it has no query
- * for them yet (the store issue #14 moves these filters into SQL). */
-static int history_run_rank(const history_runlist *l, int64_t id)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (l->ids[i] == id)
-            return l->ranks[i];
-    return -1;
-}
-
-static int history_alert_kept(const cli_args *a, const history_runlist *runs,
-                              const store_alert *al)
-{
-    return (!a->layer_set || al->layer == a->layer) && (a->head < 0 || al->head == a->head) &&
-           (!a->rule || (al->rule && !strcmp(al->rule, a->rule))) &&
-           (!a->since_set || al->time_ms >= a->since_ms) &&
-           (a->rank < 0 || history_run_rank(runs, al->run_id) == a->rank);
-}
-
-/* -n N: the newest N alerts kept, oldest first once full (a ring over v[0..n), next the oldest). */
-typedef struct {
-    store_alert *v;
-    size_t n, cap, next;
-    int64_t want;
-    int failed;
-} history_newest;
-
-static char *history_strdup(const char *s, int *failed)
-{
-    if (!s)
-        return NULL;
-    char *d = strdup(s);
-    *failed |= d == NULL;
-    return d;
-}
-
-static void history_newest_add(history_newest *w, const store_alert *al)
-{
-    store_alert *slot;
-    if (w->n < (size_t)w->want) {
-        if (w->n == w->cap) {
-            size_t cap = w->cap ? w->cap * 2 : 16;
-            if (cap > (size_t)w->want)
-                cap = (size_t)w->want;
-            store_alert *nv = realloc(w->v, cap * sizeof *nv);
-            if (!nv) {
-                w->failed = 1;
-                return;
-            }
-            w->v = nv;
-            w->cap = cap;
-        }
-        slot = &w->v[w->n++];
-    } else {
-        slot = &w->v[w->next];
-        w->next = (w->next + 1) % w->n;
-        free((char *)slot->rule);
-        free((char *)slot->message);
-        free((char *)slot->reason);
-    }
-    *slot = *al;
-    slot->rule = history_strdup(al->rule, &w->failed);
-    slot->message = history_strdup(al->message, &w->failed);
-    slot->reason = history_strdup(al->reason, &w->failed);
-}
-
-static void history_newest_free(history_newest *w)
-{
-    for (size_t i = 0; i < w->n; i++) {
-        free((char *)w->v[i].rule);
-        free((char *)w->v[i].message);
-        free((char *)w->v[i].reason);
-    }
-    free(w->v);
-}
-
-typedef struct {
-    out_set *o;
-    const history_runlist *runs;
-    const cli_args *a;
-    history_newest *newest; /* NULL: every alert kept goes out at once */
-} history_alert_ctx;
-
-static void history_alert_out(history_alert_ctx *c, const store_alert *al)
-{
-    char t[32], acked[32] = "";
-    out_time(t, sizeof t, al->time_ms);
-    if (al->acked)
-        out_time(acked, sizeof acked, al->ack_ms);
-    out_val v[] = {out_i(al->id),
-                   out_s(t),
-                   out_i(al->time_ms),
-                   out_s(history_run_name(c->runs, al->run_id)),
-                   out_i(al->run_id),
-                   out_i(al->layer),
-                   out_i(al->head),
-                   out_i(al->step),
-                   out_s(al->rule),
-                   out_s(attnstat_state_name(al->state)),
-                   out_d(al->value),
-                   out_d(al->threshold),
-                   out_s(al->reason ? al->reason : ""),
-                   out_d(al->has_uid ? (double)al->uid : NAN),
-                   out_d(al->acked ? (double)al->ack_uid : NAN),
-                   out_s(acked),
-                   out_d(al->acked ? (double)al->ack_ms : NAN),
-                   out_s(al->message)};
-    out_add(c->o, v);
-}
-
-static int history_alert_row(void *ctx, const store_alert *al)
-{
-    history_alert_ctx *c = ctx;
-    if (!history_alert_kept(c->a, c->runs, al))
-        return 0;
-    if (c->newest)
-        history_newest_add(c->newest, al);
-    else
-        history_alert_out(c, al);
-    return 0;
-}
-
-/* " --rank 1 --layer 3 ..." of the filters given, for the empty-result line. */
-static void history_alert_filters(char *buf, size_t len, const cli_args *a)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    if (a->rank >= 0)
-        n += (size_t)snprintf(buf + n, len - n, " --rank %d", a->rank);
-    if (a->layer_set && n < len)
-        n += (size_t)snprintf(buf + n, len - n, " --layer %d", a->layer);
-    if (a->head >= 0 && n < len)
-        n += (size_t)snprintf(buf + n, len - n, " --head %d", a->head);
-    if (a->rule && n < len)
-        n += (size_t)snprintf(buf + n, len - n, " --rule %s", a->rule);
-    if (a->since_set && n < len) {
-        char t[32];
-        out_time(t, sizeof t, a->since_ms);
-        snprintf(buf + n, len - n, " --since '%s'", t);
-    }
-}
-
-int history_alerts(const cli_args *a)
-{
-    store *st = history_open_db(a);
-    if (!st)
-        return CLI_EXIT_FAIL;
-    int64_t run_id = 0;
-    char *run = NULL;
-    if (a->run) {
-        int rc = history_resolve(st, a, &run_id, &run);
-        if (rc != CLI_EXIT_OK) {
-            store_close(st);
-            return rc;
-        }
-    }
-    history_runlist runs = {0};
-    store_error err;
-    store_status s = store_list_runs(st, history_collect_run, &runs, &err);
-    out_set o;
-    out_begin(&o, a->fmt, stdout, history_alert_cols,
-              (int)(sizeof history_alert_cols / sizeof history_alert_cols[0]));
-    history_newest newest = {.want = a->newest};
-    history_alert_ctx ctx = {&o, &runs, a, a->newest > 0 ? &newest : NULL};
-    if (s == STORE_OK)
-        s = store_alerts(st, run_id, a->active, history_alert_row, &ctx, &err);
-    for (size_t i = 0; i < newest.n; i++)
-        history_alert_out(&ctx, &newest.v[(newest.next + i) % newest.n]);
-    size_t n = out_rows(&o);
-    int oe = out_end(&o);
-    history_newest_free(&newest);
-    history_runlist_free(&runs);
-    store_close(st);
-    if (s != STORE_OK || newest.failed) {
-        fprintf(stderr, "attnstat: cannot read alerts: %s\n",
-                s != STORE_OK ? out_safe(err.msg) : "out of memory");
-        free(run);
-        return CLI_EXIT_FAIL;
-    }
-    if (n == 0 && a->fmt == OUT_TABLE) {
-        char filters[256];
-        history_alert_filters(filters, sizeof filters, a);
-        printf("no %salerts%s%s%s%s\n", a->active ? "active " : "", run ? " for run " : "",
-               run ? run : "", filters[0] ? " matching" : "", filters);
-    }
-    free(run);
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

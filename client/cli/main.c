@@ -21,13 +21,17 @@
 #include <time.h>
 
 #include "admin.h"
+#include "alerts.h"
 #include "args.h"
 #include "attnstat.h"
 #include "checkdb.h"
+#include "diff.h"
 #include "history.h"
 #include "job.h"
 #include "live.h"
 #include "options.h"
+#include "timearg.h"
+#include "top.h"
 
 #define MAIN_WIDTH 98 /* help text is wrapped to this many columns */
 
@@ -37,11 +41,12 @@ static const struct {
     int (*run)(const cli_args *a);
 } main_runs[] = {
     {"runs", history_runs},     {"trend", history_trend}, {"heads", history_heads},
-    {"alerts", history_alerts}, {"status", live_status},  {"watch", live_watch},
+    {"alerts", alerts_list}, {"status", live_status},  {"watch", live_watch},
     {"check-db", checkdb_run}, {"job", job_map}, {"export", job_export},
     {"alerts ack", admin_alerts_ack}, {"alerts resolve", admin_alerts_resolve},
-    {"alerts silence", admin_alerts_silence}, {"delete-run", admin_delete_run},
-    {"retention", admin_retention},
+    {"alerts silence", admin_alerts_silence}, {"alerts silences", alerts_silences},
+    {"alerts unsilence", admin_alerts_unsilence}, {"delete-run", admin_delete_run},
+    {"retention", admin_retention}, {"top", top_run}, {"diff", diff_run},
 };
 
 /* ---- Help, from the tables --------------------------------------------------------------------*/
@@ -161,6 +166,8 @@ static void main_command_help(FILE *f, const opt_command *c)
                  s->arg ? s->arg : "", opt ? "]" : "");
         main_syn_item(f, &col, item);
     }
+    if (opt_operands(c))
+        main_syn_item(f, &col, opt_operands(c));
     snprintf(item, sizeof item, "[--format %s]", c->formats);
     main_syn_item(f, &col, item);
     fprintf(f, "\n\n");
@@ -190,95 +197,15 @@ static int main_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi
     return 0;
 }
 
-/* n decimal digits at *p. */
-static int main_digits(const char **p, int n, int *out)
+/* A run named by --run or after the command (diff takes several; the last is a->run). */
+static int main_add_run(cli_args *a, const char *val)
 {
-    int v = 0;
-    for (int i = 0; i < n; i++, (*p)++) {
-        if (**p < '0' || **p > '9')
-            return -1;
-        v = v * 10 + (**p - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-/* Days since 1970-01-01 of a date of the proleptic Gregorian calendar. */
-static int64_t main_days(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
-}
-
-/* A time as Unix milliseconds: RFC 3339 ('2024-05-01T12:00:00Z', '...+02:00', fractions), the
- * same with a space, minutes only or no offset (UTC), a date alone (its midnight, UTC), or a time
- * ago ('90s', '10m', '2h', '3d') counted from now_ms. Returns 0, or -1 when s is none of these. */
-static int main_parse_time(const char *s, int64_t now_ms, int64_t *out)
-{
-    static const struct {
-        char unit;
-        int64_t ms;
-    } ago[] = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
-    size_t len = strlen(s);
-    if (len >= 2 && s[0] >= '0' && s[0] <= '9' && strspn(s, "0123456789") == len - 1) {
-        for (size_t i = 0; i < sizeof ago / sizeof ago[0]; i++) {
-            if (s[len - 1] != ago[i].unit)
-                continue;
-            errno = 0;
-            long long n = strtoll(s, NULL, 10);
-            if (errno || n > INT64_MAX / ago[i].ms / 2)
-                return -1;
-            *out = now_ms - n * ago[i].ms;
-            return 0;
-        }
+    if (a->nruns == CLI_MAX_RUN_ARGS) {
+        fprintf(stderr, "attnstat: more than %d runs named\n", CLI_MAX_RUN_ARGS);
         return -1;
     }
-    const char *p = s;
-    int y, mo, d, h = 0, mi = 0, sec = 0, ms = 0, off = 0;
-    if (main_digits(&p, 4, &y) || *p++ != '-' || main_digits(&p, 2, &mo) || *p++ != '-' ||
-        main_digits(&p, 2, &d))
-        return -1;
-    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || (mo == 2 && d == 29 && !leap))
-        return -1;
-    if (*p == 'T' || *p == 't' || *p == ' ') {
-        p++;
-        if (main_digits(&p, 2, &h) || *p++ != ':' || main_digits(&p, 2, &mi) || h > 23 || mi > 59)
-            return -1;
-        if (*p == ':') {
-            p++;
-            if (main_digits(&p, 2, &sec) || sec > 60)
-                return -1;
-            if (*p == '.') {
-                p++;
-                int digits = 0;
-                for (; *p >= '0' && *p <= '9'; p++, digits++)
-                    if (digits < 3)
-                        ms = ms * 10 + (*p - '0');
-                if (!digits)
-                    return -1;
-                for (; digits < 3; digits++)
-                    ms *= 10;
-            }
-        }
-        if (*p == 'Z' || *p == 'z') {
-            p++;
-        } else if (*p == '+' || *p == '-') {
-            int sign = *p++ == '-' ? -1 : 1, oh, om;
-            if (main_digits(&p, 2, &oh) || *p++ != ':' || main_digits(&p, 2, &om) || oh > 23 ||
-                om > 59)
-                return -1;
-            off = sign * (oh * 60 + om);
-        }
-    }
-    if (*p)
-        return -1;
-    int64_t t = main_days(y, mo, d) * 86400 + h * 3600 + mi * 60 + (sec > 59 ? 59 : sec);
-    *out = (t - (int64_t)off * 60) * 1000 + ms;
+    a->runs[a->nruns++] = val;
+    a->run = val;
     return 0;
 }
 
@@ -295,6 +222,7 @@ static int main_choice(const char *const *choices, const char *val)
 static int main_set(cli_args *a, const opt_spec *s, const char *name, const char *val)
 {
     int64_t v = 0;
+    double real = 0;
     int choice = -1;
     switch (s->kind) {
     case OPT_FLAG:
@@ -330,32 +258,32 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_SPAN: {
         size_t n = strlen(val);
         int64_t ago = 0;
-        if (n < 2 || val[n - 1] < 'a' || main_parse_time(val, 0, &ago) != 0 || ago > 0) {
+        if (n < 2 || val[0] == '-' || val[n - 1] < 'a' || !strcmp(val, "now") ||
+            timearg_parse(val, 0, &ago) != 0 || ago > 0) {
             fprintf(stderr, "attnstat: %s wants a duration such as '90s', '10m', '2h' or '3d', "
                     "not '%s'\n", name, val);
             return -1;
         }
-        v = -ago; /* main_parse_time gives now - span */
+        v = -ago; /* timearg_parse gives now - span */
         break;
     }
     case OPT_REAL: {
         char *end;
         errno = 0;
-        double d = strtod(val, &end);
-        if (errno || end == val || *end || !(d >= 0) || d > 1e9) {
+        real = strtod(val, &end);
+        if (errno || end == val || *end || !(real >= 0) || real > 1e9) {
             fprintf(stderr, "attnstat: %s wants a number >= 0, not '%s'\n", name, val);
             return -1;
         }
-        a->days = d;
         break;
     }
     case OPT_TIME: {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        if (main_parse_time(val, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, &v) != 0) {
+        if (timearg_parse(val, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, &v) != 0) {
             fprintf(stderr, "attnstat: %s wants a time such as '2024-05-01T12:00:00Z', "
-                    "'2024-05-01 12:00' (UTC) or a time ago such as '10m' (s, m, h, d), not "
-                    "'%s'\n", name, val);
+                    "'2024-05-01 12:00' (UTC), 'now' or a time ago such as '-10m' (s, m, h, d), "
+                    "not '%s'\n", name, val);
             return -1;
         }
         break;
@@ -371,6 +299,7 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
         a->dbs[a->ndbs++] = val;
         if (!a->db)
             a->db = val;
+        a->db_given = 1;
         break;
     case OPT_SOCKET: a->socket = val; break;
     case OPT_FORMAT:
@@ -380,7 +309,10 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_COLOR: a->color = choice == 1 ? 1 : choice == 2 ? 0 : -1; break;
     case OPT_HELP: a->help = 1; break;
     case OPT_VERSION: a->version = 1; break;
-    case OPT_RUN: a->run = val; break;
+    case OPT_RUN:
+        if (main_add_run(a, val) != 0)
+            return -1;
+        break;
     case OPT_RANK: a->rank = (int32_t)v; break;
     case OPT_LAYER: a->layer = (int32_t)v; a->layer_set = 1; break;
     case OPT_HEAD: a->head = (int32_t)v; break;
@@ -404,9 +336,18 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
         break;
     }
     case OPT_UNTIL: a->until_ms = v; a->until_set = 1; break;
-    case OPT_DAYS: a->days_set = 1; break;
+    case OPT_DAYS: a->days = real; a->days_set = 1; break;
     case OPT_BYTES: a->bytes = v; a->bytes_set = 1; break;
     case OPT_DEFAULT: a->to_default = 1; break;
+    case OPT_STATE: a->state = val; break;
+    case OPT_UNACKED: a->unacked = 1; break;
+    case OPT_SILENCED: a->silenced = 1; break;
+    case OPT_BUCKETS: a->buckets = v; break;
+    case OPT_PER_HEAD: a->per_head = 1; break;
+    case OPT_INTERVAL: a->interval = real; break;
+    case OPT_ITERATIONS: a->iterations = v; break;
+    case OPT_ONCE: a->iterations = 1; break;
+    case OPT_LIMIT: a->limit = v; break;
     case OPT_COUNT: break;
     }
     return 0;
@@ -431,13 +372,15 @@ static void main_list_options(char *buf, size_t len, const opt_command *c)
                               opt_specs[c->opts[i].id].name);
 }
 
-/* The option arg names ("--run" of "--run=x"), with its value when written with '='. */
-static const opt_spec *main_option(const char *arg, char *name, size_t len, const char **val)
+/* The option arg names ("--run" of "--run=x"), with its value when written with '='; an alias
+ * as command c (may be NULL) takes it. */
+static const opt_spec *main_option(const opt_command *c, const char *arg, char *name, size_t len,
+                                   const char **val)
 {
     const char *eq = strchr(arg, '=');
     snprintf(name, len, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
     *val = eq ? eq + 1 : NULL;
-    return opt_find(name);
+    return opt_find_for(c, name);
 }
 
 static int main_is_option(const char *arg)
@@ -454,7 +397,7 @@ static int main_next_word(int argc, char **argv, int i)
             return i;
         char name[64];
         const char *val;
-        const opt_spec *s = main_option(argv[i], name, sizeof name, &val);
+        const opt_spec *s = main_option(NULL, argv[i], name, sizeof name, &val);
         if (s && s->arg && !val)
             i++;
     }
@@ -514,6 +457,9 @@ static int main_parse(int argc, char **argv, cli_args *a, const opt_command **cm
                 continue;
             } else if (!*cmd && !*topic && a->cmd) { /* attnstat help COMMAND */
                 *topic = arg;
+            } else if (opt_operands(*cmd)) { /* attnstat diff RUN_A RUN_B */
+                if (main_add_run(a, arg) != 0)
+                    return -1;
             } else {
                 fprintf(stderr, "attnstat: unexpected argument '%s' (see attnstat %s --help)\n",
                         arg, a->cmd);
@@ -523,7 +469,7 @@ static int main_parse(int argc, char **argv, cli_args *a, const opt_command **cm
         }
         char name[64];
         const char *val;
-        const opt_spec *s = main_option(arg, name, sizeof name, &val);
+        const opt_spec *s = main_option(*cmd, arg, name, sizeof name, &val);
         if (!s && !*cmd) {
             fprintf(stderr, "attnstat: unknown option '%s' (see attnstat --help)\n", name);
             return -1;

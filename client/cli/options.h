@@ -41,6 +41,15 @@ typedef enum {
     OPT_DAYS,
     OPT_BYTES,
     OPT_DEFAULT,
+    OPT_STATE,
+    OPT_UNACKED,
+    OPT_SILENCED,
+    OPT_BUCKETS,
+    OPT_PER_HEAD,
+    OPT_INTERVAL,
+    OPT_ITERATIONS,
+    OPT_ONCE,
+    OPT_LIMIT,
     OPT_COUNT
 } opt_id;
 
@@ -89,8 +98,15 @@ extern const int opt_nglobals;
 extern const opt_command opt_commands[];
 extern const int opt_ncommands;
 
-/* The option called name ("--run", or an alias such as "-n"), NULL when there is none. */
+/* The option called name ("--run", or an alias such as "-n"), NULL when there is none. An alias
+ * may name different options of different commands (-n: alerts --newest, top --iterations, diff
+ * --limit): opt_find_for() prefers the one command c (may be NULL) takes. */
 const opt_spec *opt_find(const char *name);
+const opt_spec *opt_find_for(const opt_command *c, const char *name);
+
+/* The words command c takes after its name, as its synopsis shows them ("[RUN...]": diff's
+ * runs), or NULL when it takes none. */
+const char *opt_operands(const opt_command *c);
 
 /* The command called name, NULL when there is none. */
 const opt_command *opt_find_command(const char *name);

@@ -335,6 +335,26 @@ void out_time(char *buf, size_t len, int64_t ms)
         snprintf(buf, len, "%lld", (long long)ms);
 }
 
+void out_duration(char *buf, size_t len, int64_t ms)
+{
+    static const struct {
+        char unit;
+        int64_t s;
+    } u[] = {{'d', 86400}, {'h', 3600}, {'m', 60}, {'s', 1}};
+    int64_t t = ms > 0 ? ms / 1000 : 0;
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        if (t < u[i].s && u[i].s > 1)
+            continue;
+        int64_t hi = t / u[i].s, lo = i + 1 < sizeof u / sizeof u[0] ? t % u[i].s / u[i + 1].s : 0;
+        if (lo)
+            snprintf(buf, len, "%lld%c%lld%c", (long long)hi, u[i].unit, (long long)lo,
+                     u[i + 1].unit);
+        else
+            snprintf(buf, len, "%lld%c", (long long)hi, u[i].unit);
+        return;
+    }
+}
+
 /* ---- Numbers in fixed-width cells ------------------------------------------------------------- */
 void out_fit(char *buf, size_t len, double v, int width)
 {
@@ -428,15 +448,18 @@ void out_heatmap_print(FILE *f, const out_heatmap *hm)
      *   values, no colour:  shade shade value " "
      *   no values:          two columns of colour or shade, a head label over every fourth */
     const int cellw = !hm->show_values ? 2 : hm->color ? OUT_CELL_VALUE + 2 : OUT_CELL_VALUE + 3;
+    const int64_t lg = hm->layer_group > 1 ? hm->layer_group : 1;
+    const int64_t hg = hm->head_group > 1 ? hm->head_group : 1;
     char lab[32];
-    int labw = snprintf(lab, sizeof lab, "layer %d ", hm->layers > 0 ? hm->layers - 1 : 0);
+    int labw = snprintf(lab, sizeof lab, "layer %lld ",
+                        (long long)(hm->layers > 0 ? hm->layers - 1 : 0) * lg);
     if (labw < 8)
         labw = 8;
     if (hm->title)
         fprintf(f, "%s\n", hm->title);
     fprintf(f, "%-*s", labw, "");
     for (int h = 0; h < hm->heads; h++) {
-        snprintf(lab, sizeof lab, "h%d", h);
+        snprintf(lab, sizeof lab, "h%lld", (long long)(h * hg));
         if (hm->show_values) {
             fprintf(f, "%*s ", cellw - 1, lab);
         } else if (h % 4 == 0) {
@@ -448,7 +471,7 @@ void out_heatmap_print(FILE *f, const out_heatmap *hm)
     }
     fputc('\n', f);
     for (int l = 0; l < hm->layers; l++) {
-        fprintf(f, "layer %-*d", labw - 6, l);
+        fprintf(f, "layer %-*lld", labw - 6, (long long)(l * lg));
         for (int h = 0; h < hm->heads; h++) {
             double v = hm->values[(size_t)l * (size_t)hm->heads + (size_t)h];
             char val[32];

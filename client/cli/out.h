@@ -76,6 +76,9 @@ void out_sparkline(FILE *f, const double *v, size_t n, size_t width);
 
 /* RFC 3339 UTC time "YYYY-MM-DDTHH:MM:SSZ" of a Unix time in milliseconds ("-" for 0). */
 void out_time(char *buf, size_t len, int64_t ms);
+/* A duration in its two largest units: "45s", "12m5s", "3h12m", "2d3h" (seconds dropped past
+ * the hour; negative as 0s). */
+void out_duration(char *buf, size_t len, int64_t ms);
 
 /* v in at most width characters (width >= 4) without cutting it: three significant digits where
  * they fit ("0.50", "99.9", "-1234"), then a k/M/G/T/P/E suffix ("12.3k", "-12k", "1.23M"), then
@@ -95,6 +98,8 @@ typedef struct {
     int high_is_good;
     int color;
     int show_values;    /* print the value in each cell */
+    int layer_group, head_group; /* a row / column stands for this many layers / heads from its
+                                  * label on (0: 1): the labels count by them */
 } out_heatmap;
 
 void out_heatmap_print(FILE *f, const out_heatmap *hm);
