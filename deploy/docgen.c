@@ -411,6 +411,8 @@ static void man_attnstat(FILE *f)
             man_label(f, &opt_specs[c->opts[k].id]);
             fputs(c->opts[k].required ? "" : "]", f);
         }
+        if (opt_operands(c))
+            fprintf(f, " \\fI%s\\fR", opt_operands(c));
         fputs("\n.PP\n", f);
         roff(f, c->description);
         fprintf(f, "\n%s Formats: ", c->live ? "Asks attnstatd." : "Reads the database.");

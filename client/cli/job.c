@@ -24,6 +24,7 @@
 #include "out.h"
 #include "store_job.h"
 #include "store_read.h"
+#include "timearg.h"
 
 #define JOB_MAX_GRID 4096    /* the largest heatmap drawn (layers, heads) */
 #define JOB_MAX_DBS 4096     /* databases read at once (a directory's *.db files included) */
@@ -533,6 +534,7 @@ typedef struct {
     const cli_args *a;
     const char *db;          /* escaped */
     const job_proc *x;
+    int64_t from, to;        /* the steps exported: --from/--to, --since/--until */
     char prefix[2048];       /* this process's leading cells (CSV) or keys (JSON), ready */
     char line[STORE_FORMAT_MAX];
     int failed;
@@ -620,7 +622,7 @@ static int job_export_row(void *ctx, const store_sample *s)
 {
     job_export_ctx *e = ctx;
     const cli_args *a = e->a;
-    if (s->step_last < a->from || s->step > a->to || (a->layer_set && s->layer != a->layer))
+    if (s->step_last < e->from || s->step > e->to || (a->layer_set && s->layer != a->layer))
         return 0;
     store_format f = a->fmt == OUT_JSON ? STORE_FORMAT_JSONL : STORE_FORMAT_CSV;
     size_t need = store_format_sample(s, f, e->line, sizeof e->line);
@@ -644,9 +646,22 @@ int job_export(const cli_args *a)
     int rc = CLI_EXIT_FAIL;
     if (job_open(a, &d) != 0 || job_find(a, &d, &p) != 0)
         goto out;
+    if (a->since_set && a->until_set && a->since_ms > a->until_ms) {
+        fprintf(stderr, "attnstat: --since is after --until\n");
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
     if (a->fmt != OUT_JSON)
         fputs(JOB_EXPORT_HEAD STORE_EXPORT_CSV_HEADER, stdout);
+    size_t exported = 0;
     for (size_t i = 0; i < p.n; i++) {
+        /* --since/--until: each process's own steps of that time (one that stored none there is
+         * said on stderr and left out) */
+        int64_t from, to;
+        char name[64];
+        snprintf(name, sizeof name, "%s (rank %d)", out_safe(a->run), (int)p.v[i].rank);
+        if (timearg_steps(d.st[p.v[i].db], p.v[i].run_id, name, a, &from, &to) != CLI_EXIT_OK)
+            continue;
         job_export_ctx *e = calloc(1, sizeof *e);
         if (!e) {
             fprintf(stderr, "attnstat: out of memory\n");
@@ -654,6 +669,8 @@ int job_export(const cli_args *a)
         }
         e->a = a;
         e->x = &p.v[i];
+        e->from = from;
+        e->to = to;
         job_export_prefix(e, d.path[p.v[i].db]);
         store_error err;
         store_status s = store_export(d.st[p.v[i].db], p.v[i].run_id, job_export_row, e, &err);
@@ -669,6 +686,12 @@ int job_export(const cli_args *a)
                     out_safe(d.path[p.v[i].db]), out_safe(err.msg));
             goto out;
         }
+        exported++;
+    }
+    if (exported == 0) {
+        fprintf(stderr, "attnstat: no process of job '%s' stored a sample in that time\n",
+                out_safe(a->run));
+        goto out;
     }
     rc = fflush(stdout) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 out:

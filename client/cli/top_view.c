@@ -245,7 +245,7 @@ static void top_map(FILE *f, const top_grid *g, int en, int64_t rl, int64_t rh, 
                                 en ? "entropy_norm (0..1, low = collapsing)"
                                    : "max_logit (high = logits growing)");
     if ((lg > 1 || hg > 1) && n < sizeof title)
-        snprintf(title + n, sizeof title - n, "; a cell: %lld layer%s x %lld head%s, the %s",
+        snprintf(title + n, sizeof title - n, "\n(a cell: %lld layer%s x %lld head%s, the %s)",
                  (long long)lg, lg > 1 ? "s" : "", (long long)hg, hg > 1 ? "s" : "",
                  en ? "lowest" : "highest");
     out_heatmap hm = {.title = title, .metric = en ? "entropy_norm" : "max_logit",
