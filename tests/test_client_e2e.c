@@ -521,12 +521,14 @@ START_TEST(test_cli_cells_run_ids_and_huge_numbers)
     /* layer 5 lies within 0..INT32_MAX (it used to read as past a wrapped-around count) */
     ck_assert_msg(strstr(r.err, "run 'deep' layer 5 has no samples in steps"), "%s", r.err);
     cli_result_free(&r);
-    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "0", "--from", "1");
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "0", "--from", "1",
+                "--per-head");
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "head 3\n"));
     ck_assert_ptr_nonnull(strstr(r.out, "head 2147483647\n"));
     cli_result_free(&r);
-    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "2147483647");
+    r = cli_run(d.dir, "--db", d.db, "trend", "--run", "deep", "--layer", "2147483647",
+                "--per-head");
     ck_assert_msg(r.status == 0, "status %d: %s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.out, "head 0\n"));
     cli_result_free(&r);

@@ -168,7 +168,7 @@ class Manual(unittest.TestCase):
         cmds = cli_commands()
         self.assertEqual(set(cmds), {"runs", "trend", "heads", "alerts", "status", "watch",
                                           "check-db", "job", "export", "delete-run",
-                                          "retention"})
+                                          "retention", "top", "diff"})
         for cmd in cmds:
             start = text.index('.SS "%s"' % cmd)
             nxt = [i for i in (text.find(".SS", start + 3), text.find(".SH", start)) if i > 0]
@@ -207,7 +207,8 @@ class Completion(unittest.TestCase):
     def test_commands_and_values(self):
         got = complete(self.cli, "_attnstat", ["attnstat", ""])
         self.assertEqual(got, set(cli_commands()) | {"help"} | set(cli_globals()))
-        self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "help", "t"]), {"trend"})
+        self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "help", "t"]),
+                         {"trend", "top"})
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "heads", "--metric", ""]),
                          {"entropy_norm", "entropy", "max_logit"})
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "--format", "=", "j"]),
