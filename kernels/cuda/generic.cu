@@ -205,6 +205,14 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
 
 /* ---- before it, masked runs: each mask row's interval of keys --------------------------------- */
 
+/* Bit b (0..3) set when byte b of w (little-endian: key 4i + b of a 16-byte chunk's word i) is
+ * non-zero. */
+static __device__ __forceinline__ unsigned nz_bytes(unsigned w)
+{
+    return (w & 0xffu ? 1u : 0u) | (w & 0xff00u ? 2u : 0u) | (w & 0xff0000u ? 4u : 0u) |
+           (w & 0xff000000u ? 8u : 0u);
+}
+
 /* grid-stride over the mask's rows, a warp per row: rows [mb * mh * len_q), row r = (b', h', i)
  * with i = r % len_q, h' = (r / len_q) % mh, b' = r / (len_q * mh) (mask indices: 0 where the
  * mask broadcasts). rr[r] = {first, last} key that takes part ({1, 0}: none); *general |= 1 when
@@ -219,8 +227,25 @@ __global__ void mask_ranges_kernel(const kparams p, int mb, int mh, int2 *rr, in
         const long long bh = r / p.len_q;
         const int hh = (int)(bh % mh), bb = (int)(bh / mh);
         const long long mrow = (long long)bb * p.msb + (long long)hh * p.msh + (long long)i * p.msn;
-        int first = 0x7fffffff, last = -1, count = 0, biased = 0;
-        for (int j = lane; j < p.len_k; j += 32) {
+        int first = 0x7fffffff, last = -1, count = 0, biased = 0, j0 = 0;
+        const unsigned char *row = (const unsigned char *)p.mask + mrow;
+        if (p.mdtype == STATS_BOOL && ((unsigned long long)row & 15) == 0) {
+            /* a boolean row: 16 keys per lane and load instead of one (a padded batch hands a
+             * [B, 1, N, N] mask over with every call) */
+            const int nv = p.len_k >> 4;
+            for (int c = lane; c < nv; c += 32) {
+                const uint4 v = __ldg((const uint4 *)row + c);
+                const unsigned bits = nz_bytes(v.x) | nz_bytes(v.y) << 4 | nz_bytes(v.z) << 8 |
+                                      nz_bytes(v.w) << 12;
+                if (bits) {
+                    first = min(first, 16 * c + __ffs(bits) - 1);
+                    last = max(last, 16 * c + 31 - __clz(bits));
+                    count += __popc(bits);
+                }
+            }
+            j0 = nv << 4; /* the tail below, by bytes */
+        }
+        for (int j = j0 + lane; j < p.len_k; j += 32) {
             float b;
             if (mask_take(p, mrow, j, &b)) {
                 first = min(first, j);

@@ -126,14 +126,23 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
      * 10 at 64 (0.311-0.314 against 0.350-0.355 at (1,16,8192,64)); longer causal rows variant 6
      * (its head-by-head order keeps K in L2: 2.26-2.32 ms at (1,32,16384,128) against 2.67 for
      * variant 10's longest-first order); unsampled full rows variant 10 (0.617-0.623 against
-     * 0.630-0.631); sampled rows variant 6 (every 8th causal row 0.074 against 0.084-0.088). */
+     * 0.630-0.631); sampled rows variant 6 (every 8th causal row 0.074 against 0.084-0.088).
+     * Then (kernel_notes.md round 8, H100, 2026-11-27): head_dim 64 up to 4096 keys variant 11
+     * too (0.194-0.196 against variant 10's 0.222 at (4,32/4,2048,64), the 1.1 B Llama's
+     * shape); a mask with a row per query (a padded batch's [B, 1, N, N]: causal-like rows the
+     * kernel learns only on the device) variant 9, whose CTAs are not persistent (0.254 against
+     * 10's 0.280 at (4,32/4,2048,64), 0.381 against 0.461 at (1,16,8192,64), 0.296 against
+     * 0.305 at (4,32,2048,128)); a key-padding mask ([B, 1, 1, N], full rows) as full rows. */
     if (v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
                                        ctx->path == STATS_CUDA_PATH_WGMMA) &&
         p->sample_every <= 1 && p->sample_rows <= 0) {
-        if (!p->causal)
+        if (!p->causal && p->mask.ptr && p->mask.stride_n != 0)
+            v = STATS_VARIANT_WS_TMA_3WG;
+        else if (!p->causal)
             v = STATS_VARIANT_WS_TMA_PERS;
         else if (p->len_k <= 8192)
-            v = p->head_dim <= 64 ? STATS_VARIANT_WS_TMA_PERS : STATS_VARIANT_WS_TMA_3WG_PERS;
+            v = p->head_dim <= 64 && p->len_k > 4096 ? STATS_VARIANT_WS_TMA_PERS
+                                                      : STATS_VARIANT_WS_TMA_3WG_PERS;
     }
     /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
      * tensor-map encoder; else variant 2, its predecessor */

@@ -58,14 +58,15 @@ extern "C" {
       "stats_ws_kernel POLY=2 (cuda/ws_sm90.cu): variant 6 with 1/4 of the exps on the FMA pipe")  \
     X(9, WS_TMA_3WG, WG, "ws tma 3wg n64",                                                         \
       "stats_ws_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 6 with 3 consumer warpgroups (192 "  \
-      "rows, 160 registers each) on 64-key tiles (wgmma m64n64k16)")                              \
+      "rows, 160 registers each) on 64-key tiles (wgmma m64n64k16); AUTO's for masks with a row " \
+      "per query")                                                                                \
     X(10, WS_TMA_PERS, WG, "ws tma pers",                                                          \
       "stats_wsp_kernel NCW=2 BN=128 (cuda/ws_sm90.cu): variant 6 as a persistent kernel, one "    \
       "CTA per SM taking blocks longest first, the next block's rows, Q and K loading under the "  \
-      "current one; AUTO's for full rows and causal rows of <= 8192 keys at head_dim 64")          \
+      "current one; AUTO's for full rows and causal rows of 4097-8192 keys at head_dim 64")       \
     X(11, WS_TMA_3WG_PERS, WG, "ws tma 3wg pers",                                                  \
       "stats_wsp_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 9 as a persistent kernel; AUTO's " \
-      "for causal rows of <= 8192 keys at head_dim > 64")
+      "for causal rows of <= 8192 keys (<= 4096 at head_dim 64)")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -83,7 +84,7 @@ typedef enum {
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
     STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG_PERS + 1, /* WG_VARIANT + N below it (not 4, 5) */
-    STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper, or 10
+    STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper, or 9, 10
                                                      or 11 by the problem's shape, 2 for float32
                                                      and K the TMA unit refuses: launch.cu
                                                      pick_wg */
