@@ -1,13 +1,18 @@
 """clusterhelpers.py — what the cluster suites share (test_deploy.py, test_cluster.py): the
 monitoring tools Debian packages (promtool, amtool, prometheus, prometheus-alertmanager) or a clear
 skip when they could not be installed, free TCP ports, an attnstatd "node" (its own socket,
-database and metrics port in a directory of its own), trainer processes (attnstat-synth) pushing
-as ranks of a job, scraping a node's /metrics and parsing the text. Standard library only.
-Conditions are waited for with generous deadlines (pkghelpers.wait_for), never a timing margin.
+database and metrics port in a directory of its own), trainer processes pushing as ranks of a job
+(attnstat-synth, or cluster_trainer.py driven step by step), scraping a node's /metrics and
+parsing the text. Standard library only. Conditions are waited for with generous deadlines
+(pkghelpers.wait_for), never a timing margin.
 """
+import json
 import os
+import select
 import shutil
 import socket
+import subprocess
+import sys
 import urllib.request
 
 from pkghelpers import DEADLINE_S, Daemon, connectable, run, skip, wait_for  # noqa: F401
@@ -134,3 +139,77 @@ def synth(synth_bin, node, run_name, rank, *args, timeout=600):
     """attnstat-synth pushing to node as one process of job run_name; returns its output."""
     return run([synth_bin, "--socket", node.socket, "--run", run_name, "--rank", str(rank),
                 "--quiet"] + [str(a) for a in args], timeout=timeout).stdout
+
+
+class Trainer(object):
+    """A cluster_trainer.py process: one process of job run on node, its layers and heads, with
+    its tensor-parallel rank of tp (None: no layout) and its own thresholds ({name: value}),
+    driven step by step. Its log (stderr) is in the node's directory. Needs the attnstat package
+    (client/python) and ATTNSTAT_LIB; a sanitized library gets its runtimes (ATTNSTAT_PRELOAD)."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_trainer.py")
+
+    def __init__(self, node, run, rank=0, layers=1, heads=2, tp=None, thresholds=None):
+        from pkghelpers import SOURCE
+        self.name = "%s rank %d" % (run, rank)
+        cmd = [sys.executable, self.SCRIPT, "--socket", node.socket, "--run", run, "--rank",
+               str(rank), "--layers", str(layers), "--heads", str(heads)]
+        if tp:
+            cmd += ["--tp-rank", str(tp[0]), "--tp-size", str(tp[1])]
+        for k, v in sorted((thresholds or {}).items()):
+            cmd += ["--threshold", "%s=%r" % (k, v)]
+        env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "client", "python"),
+                   PYTHONDONTWRITEBYTECODE="1")
+        if os.environ.get("ATTNSTAT_PRELOAD"):  # a sanitized library: its runtimes first
+            env["LD_PRELOAD"] = os.environ["ATTNSTAT_PRELOAD"]
+            env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=1"
+        self.log_path = os.path.join(node.dir, "trainer-%s-%d.log" % (run, rank))
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, universal_newlines=True)
+        self.ready = self._answer()
+        self.run_id = self.ready["run_id"]
+
+    def _answer(self):
+        ready, _, _ = select.select([self.proc.stdout], [], [], DEADLINE_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            with open(self.log_path) as f:
+                raise AssertionError("trainer %s: no answer (exit %s):\n%s"
+                                     % (self.name, self.proc.poll(), f.read()))
+        return json.loads(line)
+
+    def _send(self, obj):
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def step(self, step, heads=None):
+        """Pushes every layer of step (heads: {"L.H": "collapse" | logit}) and waits for the
+        daemon's acknowledgements; returns the trainer's answer (the named heads' values)."""
+        self._send({"step": step, "heads": heads or {}})
+        out = self._answer()
+        assert out.get("ok"), "trainer %s, step %d: not every push acknowledged: %s" % (
+            self.name, step, out)
+        return out
+
+    def bye(self):
+        """Goodbye: the run ends at once."""
+        self._send({"bye": True})
+        assert self._answer() == {"bye": True}
+        assert self.proc.wait(DEADLINE_S) == 0
+        self.close()
+
+    def die(self):
+        """Gone without Goodbye: the run waits run_grace_ms for it."""
+        self.proc.stdin.close()
+        assert self.proc.wait(DEADLINE_S) == 0
+        self.close()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.log):
+            if f and not f.closed:
+                f.close()
