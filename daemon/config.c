@@ -137,8 +137,9 @@ static const cfg_entry cfg_table[] = {
      "(job, layer, head) keys kept for the per-head metrics (about 200 bytes each); new ones past "
      "it are counted, not kept", 0, NULL},
     {"metrics_stale_s", CFG_U64, F(metrics_stale_s), "3600", 10, 31536000,
-     "a head without a sample or an alert transition for this long leaves /metrics (a job that "
-     "ended)", 1, NULL},
+     "a head without a sample or an alert transition for this long leaves /metrics (a head a "
+     "live job stopped pushing; the heads of a run that ended or was deleted leave at once)", 1,
+     NULL},
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
      "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)", 0, NULL},
     {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "64", 1, 65536,
