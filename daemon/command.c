@@ -5,8 +5,9 @@
  * One op per request, allocated here, carried through up to two store-thread phases: an action on
  * one alert (or one silence) first reads it (is it active, whose run is it: the loop then checks
  * the permission), then writes; an action on a run's alerts (or silences) reads and writes in one
- * phase (the run, and so the permission, is known from the start). Deleting a run is one op run alone on the store
- * thread again and again, one transaction of retain_budget samples each time, until it is done.
+ * phase (the run, and so the permission, is known from the start). Deleting a run is one op run
+ * alone on the store thread again and again, one transaction of retain_budget samples each time,
+ * until it is done.
  * The requesting peer is referenced until its reply is sent (or its connection is gone). */
 #include "command.h"
 

@@ -2,9 +2,10 @@
  * or silence an active alert (one, by its id, or every active alert of a run), end a silence (one,
  * by its id, or every silence of a run), delete a run, set a run's own retention limits (a limit
  * the request leaves out stays as it is). An alert acknowledged already keeps its first
- * acknowledgement: the reply names who and when instead. Every write runs on the store thread, which records who (the peer's
- * uid, from the socket's credentials) and when; the alert feed learns the outcome (acknowledged,
- * silenced, resolved: delivered as RESOLVED with reason "operator").
+ * acknowledgement: the reply names who and when instead. Every write runs on the store thread,
+ * which records who (the peer's uid, from the socket's credentials) and when; the alert feed
+ * learns the outcome (acknowledged, silenced, unsilenced, resolved: delivered as RESOLVED with
+ * reason "operator").
  * Who may: root, the daemon's own uid, and the run's owner (its first Hello's uid); others are
  * refused (PERMISSION). Deleting a run with a client connected is refused (BUSY: stop its job
  * first); a run that is live without a connection (within run_grace_ms) is ended first ("deleted":

@@ -3,8 +3,12 @@
  * ENTROPY_FLOOR and LOGIT_CEILING after raise_after bad samples and clears them after clear_after
  * good ones (hysteresis); NaN in Q raises NONFINITE at once. Each transition reaches a Subscribe'd
  * connection (Alert), the alerts table, and the --alert-exec command's environment. The run's
- * thresholds come from its Hello and override the daemon's configuration. */
+ * thresholds come from its Hello and override the daemon's configuration. An operator's requests
+ * on the wire: UNSILENCE (one silence or a run's; bad requests, another uid refused) and
+ * RETENTION (a limit the request leaves out stays as it is). */
 #include "daemon_harness.h"
+
+#include <grp.h>
 
 enum { H = 2, N = 32, D = 16 };
 
@@ -390,6 +394,224 @@ START_TEST(test_heads_per_run_limit_logged_once)
 }
 END_TEST
 
+/* ---- an operator's requests ---------------------------------------------------------------- */
+#define NOBODY 65534
+
+/* Sends the Command m on c: the CommandReply's code, its count into *count, its message into
+ * msg. */
+static int command(dh_conn *c, Attnstat__Command *m, uint64_t *count, char *msg, size_t len)
+{
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_COMMAND;
+    env.command = m;
+    ck_assert_int_eq(dh_send(c, &env), 0);
+    Attnstat__Envelope *r = dh_expect(c, ATTNSTAT__ENVELOPE__MSG_COMMAND_REPLY, 30000);
+    ck_assert_msg(r != NULL, "no CommandReply");
+    int code = r->command_reply->code;
+    *count = r->command_reply->has_count ? r->command_reply->count : 0;
+    snprintf(msg, len, "%s", r->command_reply->message ? r->command_reply->message : "");
+    attnstat__envelope__free_unpacked(r, NULL);
+    return code;
+}
+
+static Attnstat__Command unsilence(int64_t silence_id, int64_t run_id)
+{
+    Attnstat__Command m = ATTNSTAT__COMMAND__INIT;
+    m.action = ATTNSTAT__COMMAND__ACTION__UNSILENCE;
+    m.has_silence_id = silence_id != 0;
+    m.silence_id = silence_id;
+    m.has_run_id = run_id != 0;
+    m.run_id = run_id;
+    return m;
+}
+
+static int64_t db_exec_id(const dh_daemon *d, const char *sql)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(d->db, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    char *err = NULL;
+    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, &err) == SQLITE_OK, "%s: %s", sql, err);
+    int64_t id = sqlite3_last_insert_rowid(db);
+    sqlite3_close(db);
+    return id;
+}
+
+static int64_t db_one(const dh_daemon *d, const char *sql)
+{
+    sqlite3 *db = dh_db_open(d);
+    int64_t v = dh_db_int(db, sql);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Silences of a run (written into the database, as a SILENCE leaves them) ended by id and by run;
+ * requests naming neither, both, or a silence not in force refused with the reason; another uid
+ * refused (when the test runs as root, which can act as one). */
+START_TEST(test_unsilence_requests)
+{
+    dh_rng rng = dh_rng_new("unsilence_requests");
+    struct group *g = getuid() == 0 ? getgrgid(NOBODY) : NULL;
+    dh_daemon d;
+    dh_dir_init(&d);
+    if (g) {
+        ck_assert_int_eq(chmod(d.dir, 0755), 0);
+        dh_start(&d, "--allow-group", g->gr_name, (const char *)NULL);
+        ck_assert_int_eq(chmod(d.sock, 0666), 0);
+    } else {
+        fprintf(stderr, "unsilence_requests: another uid's refusal SKIPPED (needs root)\n");
+        dh_start(&d, NULL);
+    }
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t run;
+    dh_hello(&c, "own", 0, &run);
+    int layer = (int)(dh_next(&rng) % 40), head = (int)(dh_next(&rng) % 64);
+    char sql[512];
+    snprintf(sql, sizeof sql, "INSERT INTO silences (run_id, layer, head, rule, uid, time, until) "
+             "VALUES (%lld, %d, %d, 'logit_ceiling', 0, strftime('%%s','now') * 1000, NULL)",
+             (long long)run, layer, head);
+    int64_t s1 = db_exec_id(&d, sql);
+    snprintf(sql, sizeof sql, "INSERT INTO silences (run_id, layer, head, rule, uid, time, until) "
+             "VALUES (%lld, %d, %d, 'entropy_floor', 0, strftime('%%s','now') * 1000, "
+             "(strftime('%%s','now') + 3600) * 1000)", (long long)run, layer, head + 1);
+    int64_t s2 = db_exec_id(&d, sql);
+
+    char msg[600];
+    uint64_t n;
+    Attnstat__Command m = unsilence(0, 0);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__BAD_REQUEST);
+    ck_assert_msg(strstr(msg, "name one silence"), "%s", msg);
+    m = unsilence(s1, run);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__BAD_REQUEST);
+    m = unsilence(s2 + 1000, 0);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__BAD_REQUEST);
+    ck_assert_msg(strstr(msg, "no silence") && strstr(msg, "in force"), "%s", msg);
+    m = unsilence(0, run + 1000);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__BAD_REQUEST);
+
+    if (g) { /* another uid, by the silence's id and by the run */
+        int pfd[2];
+        ck_assert_int_eq(pipe(pfd), 0);
+        pid_t child = fork();
+        ck_assert_int_ge(child, 0);
+        if (child == 0) {
+            close(pfd[0]);
+            char out[1400] = "setuid failed";
+            if (setgid(NOBODY) == 0 && setuid(NOBODY) == 0) {
+                int fd = dh_try_connect(d.sock);
+                snprintf(out, sizeof out, "connect failed");
+                if (fd >= 0) {
+                    dh_conn o = {.fd = fd};
+                    frame_reader_init(&o.rd, 1u << 20);
+                    char m1[600], m2[600];
+                    Attnstat__Command x = unsilence(s1, 0), y = unsilence(0, run);
+                    int c1 = command(&o, &x, &n, m1, sizeof m1);
+                    int c2 = command(&o, &y, &n, m2, sizeof m2);
+                    snprintf(out, sizeof out, "%d %d %s | %s", c1, c2, m1, m2);
+                    dh_close(&o);
+                }
+            }
+            ssize_t w = write(pfd[1], out, strlen(out));
+            _exit(w > 0 ? 0 : 1);
+        }
+        close(pfd[1]);
+        char got[1400] = "";
+        ssize_t r = read(pfd[0], got, sizeof got - 1);
+        close(pfd[0]);
+        got[r > 0 ? r : 0] = '\0';
+        int st;
+        waitpid(child, &st, 0);
+        int c1 = -1, c2 = -1;
+        sscanf(got, "%d %d", &c1, &c2);
+        ck_assert_msg(c1 == ATTNSTAT__CODE__PERMISSION && c2 == ATTNSTAT__CODE__PERMISSION &&
+                          strstr(got, "belongs to uid 0"), "another uid's unsilence got: %s", got);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM silences WHERE until IS NULL OR until > "
+                 "strftime('%%s','now') * 1000");
+        ck_assert_int_eq(db_one(&d, sql), 2); /* nothing ended */
+    }
+
+    /* the owner: one by id, then the run's others; again, none is left */
+    m = unsilence(s1, 0);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__OK);
+    ck_assert_msg(n == 1 && strstr(msg, "ended"), "%llu %s", (unsigned long long)n, msg);
+    snprintf(sql, sizeof sql, "SELECT until IS NOT NULL AND until <= strftime('%%s','now') * 1000 "
+             "+ 1000 FROM silences WHERE id = %lld", (long long)s1);
+    ck_assert_int_eq(db_one(&d, sql), 1);
+    snprintf(sql, sizeof sql, "SELECT until > strftime('%%s','now') * 1000 FROM silences WHERE "
+             "id = %lld", (long long)s2);
+    ck_assert_int_eq(db_one(&d, sql), 1);
+    m = unsilence(s1, 0);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__BAD_REQUEST);
+    m = unsilence(0, run);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__OK);
+    ck_assert_msg(n == 1, "%llu %s", (unsigned long long)n, msg);
+    m = unsilence(0, run);
+    ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__OK);
+    ck_assert_msg(n == 0 && strstr(msg, "none was in force"), "%llu %s", (unsigned long long)n,
+                  msg);
+    ck_assert_int_eq(db_one(&d, "SELECT count(*) FROM silences"), 2); /* the rows stay */
+    dh_close(&c);
+    int rc = dh_stop(&d);
+    dh_cleanup(&d, rc != 0);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
+/* RETENTION sets the limits it carries and leaves the others as they are. */
+START_TEST(test_retention_keeps_what_it_leaves_out)
+{
+    dh_rng rng = dh_rng_new("retention_keeps");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t run;
+    dh_hello(&c, "kept", 0, &run);
+    int64_t ms = 1 + (int64_t)(dh_next(&rng) % 100000000000LL);
+    int64_t bytes = 1 + (int64_t)(dh_next(&rng) % 1000000000000LL);
+    char msg[600], sql[256];
+    uint64_t n;
+    snprintf(sql, sizeof sql, "SELECT coalesce(retain_ms, -1) || ' ' || coalesce(retain_bytes, -1) "
+             "FROM runs WHERE id = %lld", (long long)run);
+    struct {
+        int has_ms, has_bytes;
+        int64_t ms, bytes;  /* sent */
+        int64_t want_ms, want_bytes; /* stored after (-1: the daemon's, NULL) */
+    } steps[] = {
+        {1, 0, ms, 0, ms, -1},        /* the age alone */
+        {0, 1, 0, bytes, ms, bytes},  /* the size alone: the age stays */
+        {1, 0, 0, 0, 0, bytes},       /* no age limit: the size stays */
+        {0, 0, 0, 0, 0, bytes},       /* neither: both stay */
+        {1, 1, -1, -1, -1, -1},       /* both back to the daemon's */
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        Attnstat__Command m = ATTNSTAT__COMMAND__INIT;
+        m.action = ATTNSTAT__COMMAND__ACTION__RETENTION;
+        m.has_run_id = 1;
+        m.run_id = run;
+        m.has_retain_ms = steps[i].has_ms;
+        m.retain_ms = steps[i].ms;
+        m.has_retain_bytes = steps[i].has_bytes;
+        m.retain_bytes = steps[i].bytes;
+        ck_assert_int_eq(command(&c, &m, &n, msg, sizeof msg), ATTNSTAT__CODE__OK);
+        char got[128], want[128];
+        sqlite3 *db = dh_db_open(&d);
+        dh_db_text(db, sql, got, sizeof got);
+        sqlite3_close(db);
+        snprintf(want, sizeof want, "%lld %lld", (long long)steps[i].want_ms,
+                 (long long)steps[i].want_bytes);
+        ck_assert_msg(!strcmp(got, want), "step %zu: stored %s, expected %s (%s)", i, got, want,
+                      msg);
+    }
+    dh_close(&c);
+    int rc = dh_stop(&d);
+    dh_cleanup(&d, rc != 0);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 static Suite *alerts_suite(void)
 {
     Suite *s = suite_create("daemon_alerts");
@@ -399,6 +621,8 @@ static Suite *alerts_suite(void)
     tcase_add_test(tc, test_alerts_survive_restart);
     tcase_add_test(tc, test_rolled_back_batch_does_not_eat_transitions);
     tcase_add_test(tc, test_heads_per_run_limit_logged_once);
+    tcase_add_test(tc, test_unsilence_requests);
+    tcase_add_test(tc, test_retention_keeps_what_it_leaves_out);
     suite_add_tcase(s, tc);
     return s;
 }

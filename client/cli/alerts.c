@@ -352,7 +352,8 @@ int alerts_list(const cli_args *a)
     alerts_newest newest = {.want = a->newest};
     alerts_ctx ctx = {&o, &runs, &now, a, a->newest > 0 ? &newest : NULL};
     /* Only firing raises can pass these: the store's active query reads fewer rows. */
-    int active = a->active || a->unacked || a->silenced || (a->state && !strcmp(a->state, "firing"));
+    int active = a->active || a->unacked || a->silenced ||
+                 (a->state && !strcmp(a->state, "firing"));
     if (s == STORE_OK && !now.failed)
         s = store_alerts(st, run_id, active, alerts_row, &ctx, &err);
     for (size_t i = 0; i < newest.n; i++)
