@@ -4,136 +4,21 @@
  *   - store_time_steps across the three tiers (exact, compact, downsampled buckets) and
  *     store_step_before, at the boundaries of known times;
  *   - trend, heads and export with --since/--until: RFC 3339 at exact millisecond boundaries
- *     (inclusive, one millisecond either side), offsets, dates, relative times ('-1h', '1h', '-90m')
- *     minutes away from any sample; a window with nothing in it says so;
+ *     (inclusive, one millisecond either side), offsets, dates, relative times ('-1h', '1h',
+ *     '-90m') minutes away from any sample; a window with nothing in it says so;
  *   - trend's layer summary: per bucket of steps the minimum, mean and maximum over heads and
  *     steps (and the head of each extreme), against the same computed here; bounded rows by
  *     default; --per-head every row;
  *   - diff: per (layer, head) each run's means and largest max logit over the steps both have,
  *     the differences, the order by the largest change, a head one run lacks last;
- *   - top from the database (plain frames: no escape code, the width respected, the heads most
- *     at risk with their change since the previous step, the alerts) and live from attnstatd
- *     (the results of its run only, its alerts), ended by SIGINT;
- *   - the usage errors of these options.
+ *   - the usage errors of these options and of top's (test_cli_top.c tests top itself).
  * Fresh random data each run; the seed is printed (ATTNSTAT_TEST_SEED repeats a run). */
 #include "daemon_harness.h"
 #include "stats_testutil.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <time.h>
-
 #include "attnstat.h"
 #include "cli_harness.h"
-#include "store_read.h"
-#include "store_retain.h"
-#include "store_write.h"
-
-#define L 3                       /* layers */
-#define H 5                       /* heads */
-#define MIN_MS 60000
-static const int64_t T0 = 1740787200000; /* 2025-03-01T00:00:00Z */
-
-/* ---- a database written here ------------------------------------------------------------------*/
-static double unit(dh_rng *r)
-{
-    return (double)(dh_next(r) >> 11) / 9007199254740992.0;
-}
-
-/* Plausible statistics, never all zero: entropy_norm in (0.02, 1), max logit in (1, 41). */
-static stats_head rand_stats(dh_rng *r)
-{
-    stats_head h;
-    memset(&h, 0, sizeof h);
-    h.rows = 64 + (int64_t)(dh_next(r) % 1000);
-    h.rows_norm = h.rows;
-    h.nonfinite_rows = (int64_t)(dh_next(r) % 3);
-    h.entropy_norm_mean = 0.02 + 0.98 * unit(r);
-    h.entropy_mean = h.entropy_norm_mean * log(32.0);
-    h.entropy_std = unit(r);
-    h.entropy_min = h.entropy_mean * unit(r);
-    h.entropy_max = h.entropy_mean + unit(r);
-    h.collapsed_frac = unit(r);
-    h.max_logit = 1 + 40 * unit(r);
-    return h;
-}
-
-/* Run `name`: steps [first, first + steps) of L layers x heads, step s stored at t0 + (s - first)
- * * dt; the statistics into v[((s - first) * L + l) * heads + h] (may be NULL). Its id. */
-static int64_t write_run(const char *db, const char *name, int first, int steps, int heads,
-                         int64_t t0, int64_t dt, stats_head *v, dh_rng *r)
-{
-    store_error err;
-    store *st = store_open(db, 0, &err);
-    ck_assert_msg(st != NULL, "store_open: %s", err.msg);
-    store_run_info info = {.name = name, .rank = 0, .host = "node", .time_ms = t0};
-    int64_t id = 0;
-    ck_assert_msg(store_run_begin(st, &info, &id, &err) == STORE_OK, "%s", err.msg);
-    stats_head row[64];
-    for (int s = 0; s < steps; s++)
-        for (int l = 0; l < L; l++) {
-            for (int h = 0; h < heads; h++) {
-                row[h] = rand_stats(r);
-                if (v)
-                    v[((size_t)s * L + (size_t)l) * (size_t)heads + (size_t)h] = row[h];
-            }
-            ck_assert_msg(store_add_samples(st, id, first + s, l, row, heads, t0 + s * dt, &err) ==
-                              STORE_OK, "%s", err.msg);
-        }
-    ck_assert_msg(store_commit(st, &err) == STORE_OK, "%s", err.msg);
-    store_close(st);
-    return id;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The lines of s that start with '{' (JSON records), at most max, in lines[] (pointers into a
- * copy the caller frees). */
-static int json_lines(const char *s, char **copy, char **lines, int max)
-{
-    *copy = strdup(s);
-    ck_assert_ptr_nonnull(*copy);
-    int n = 0;
-    char *save = NULL;
-    for (char *p = strtok_r(*copy, "\n", &save); p; p = strtok_r(NULL, "\n", &save))
-        if (*p == '{') {
-            ck_assert_int_lt(n, max);
-            lines[n++] = p;
-        }
-    return n;
-}
-
-/* The steps of a trend --head JSON output, in order. */
-static int trend_steps(const char *out, int64_t *steps, int max)
-{
-    char *copy, *lines[512];
-    int n = json_lines(out, &copy, lines, 512);
-    ck_assert_int_le(n, max);
-    for (int i = 0; i < n; i++)
-        steps[i] = (int64_t)cli_json_num(lines[i], "step");
-    free(copy);
-    return n;
-}
-
-static int64_t raw_count(const char *db, const char *sql)
-{
-    sqlite3 *h = NULL;
-    ck_assert_int_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_stmt *q = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(h, sql, -1, &q, NULL), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
-    int64_t n = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
-    sqlite3_close(h);
-    return n;
-}
-
-#define CLI_OK(r) ck_assert_msg((r).status == 0, "status %d: %s", (r).status, (r).err)
+#include "view_testutil.h"
 
 /* ---- store_time_steps across the tiers ------------------------------------------------------*/
 START_TEST(test_time_steps_tiers)
@@ -276,7 +161,8 @@ START_TEST(test_time_windows)
     res = cli_run(d.dir, "--db", d.db, "heads", "--run", "clock", "--since",
                   "2025-03-01T00:15:30Z", "--format", "csv");
     CLI_OK(res);
-    ck_assert_int_eq(cli_count_text(res.out, ",39,"), L * H); /* run,run_id,layer,head,39: the step */
+    /* run,run_id,layer,head,step: 39 */
+    ck_assert_int_eq(cli_count_text(res.out, ",39,"), L * H);
     cli_result_free(&res);
 
     /* export: every sample of the steps of the window, no other */
@@ -562,172 +448,6 @@ START_TEST(test_diff)
     dh_cleanup(&d, 0);
 }
 END_TEST
-
-/* ---- top ------------------------------------------------------------------------------------*/
-/* "L3.H6       0.012    -0.004" as top prints a head most at risk (change: "-" without base). */
-static void worst_text(char *buf, size_t len, int layer, int head, double x, double base, int en)
-{
-    char h[32], c[32];
-    int prec = en ? 3 : 2;
-    snprintf(h, sizeof h, "L%d.H%d", layer, head);
-    if (isnan(base))
-        snprintf(c, sizeof c, "-");
-    else if (fabs(x - base) < 0.5 * pow(10, -prec))
-        snprintf(c, sizeof c, "%.*f", prec, 0.0);
-    else
-        snprintf(c, sizeof c, "%+.*f", prec, x - base);
-    snprintf(buf, len, "%-11s %9.*f %9s", h, prec, x, c);
-}
-
-/* The widest line of s, in columns (a UTF-8 sequence counts one). */
-static int widest(const char *s)
-{
-    int w = 0, cols = 0;
-    for (; *s; s++) {
-        if (*s == '\n') {
-            cols = 0;
-            continue;
-        }
-        cols += ((unsigned char)*s & 0xC0) != 0x80;
-        w = cols > w ? cols : w;
-    }
-    return w;
-}
-
-START_TEST(test_top_database)
-{
-    dh_rng r = dh_rng_new("top_database");
-    dh_daemon d;
-    dh_dir_init(&d);
-    enum { S = 12 };
-    stats_head *v = malloc(sizeof(stats_head) * S * L * H);
-    ck_assert_ptr_nonnull(v);
-    int64_t id = write_run(d.db, "topdb", 0, S, H, T0, MIN_MS, v, &r);
-    store_error err;
-    store *st = store_open(d.db, 0, &err);
-    ck_assert_ptr_nonnull(st);
-    store_alert al = {.run_id = id, .layer = 2, .head = 1, .step = S - 1,
-                      .rule = "entropy_floor", .state = STORE_ALERT_RAISED, .value = 0.05,
-                      .threshold = 0.1, .time_ms = T0 + (S - 1) * MIN_MS};
-    ck_assert_int_eq(store_add_alert(st, &al, &err), STORE_OK);
-    ck_assert_int_eq(store_commit(st, &err), STORE_OK);
-    store_close(st);
-    cli_result res = cli_run(d.dir, "--db", d.db, "top", "--run", "topdb", "--once");
-    CLI_OK(res);
-    ck_assert_ptr_null(strchr(res.out, '\x1b'));
-    ck_assert_int_eq(cli_count_text(res.out, "attnstat top  run topdb  step 11  from the "
-                                              "database"), 1);
-    ck_assert_int_le(widest(res.out), 100);
-    /* the heads most at risk at step 11, with their change since step 10 */
-    size_t last = (size_t)(S - 1) * L * H, prev = (size_t)(S - 2) * L * H;
-    for (int en = 0; en <= 1; en++) {
-        size_t best = 0;
-        for (size_t i = 1; i < (size_t)(L * H); i++)
-            if (en ? v[last + i].entropy_norm_mean < v[last + best].entropy_norm_mean
-                   : v[last + i].max_logit > v[last + best].max_logit)
-                best = i;
-        char want[96];
-        worst_text(want, sizeof want, (int)(best / H), (int)(best % H),
-                   en ? v[last + best].entropy_norm_mean : v[last + best].max_logit,
-                   en ? v[prev + best].entropy_norm_mean : v[prev + best].max_logit, en);
-        ck_assert_msg(strstr(res.out, want), "no '%s' in:\n%s", want, res.out);
-    }
-    ck_assert_ptr_nonnull(strstr(res.out, "(change: since step 10)"));
-    ck_assert_msg(strstr(res.out, "raised   entropy_floor L2.H1  step 11  0.05 (threshold 0.1)"),
-                  "%s", res.out);
-    cli_result_free(&res);
-
-    /* -n 2: two frames; a narrow terminal: every line within it, heads grouped */
-    write_run(d.db, "wide", 0, 3, 40, T0, MIN_MS, NULL, &r);
-    setenv("COLUMNS", "50", 1);
-    res = cli_run(d.dir, "--db", d.db, "top", "--run", "wide", "-n", "2", "--interval", "0.1");
-    unsetenv("COLUMNS");
-    CLI_OK(res);
-    ck_assert_int_eq(cli_count_text(res.out, "attnstat top  run wide"), 2);
-    ck_assert_int_le(widest(res.out), 50);
-    ck_assert_msg(strstr(res.out, "a cell: 1 layer x 2 heads"), "%s", res.out);
-    cli_result_free(&res);
-    free(v);
-    dh_cleanup(&d, 0);
-}
-END_TEST
-
-START_TEST(test_top_live)
-{
-    tu_rng rng = {tu_seed()};
-    dh_daemon d;
-    dh_dir_init(&d);
-    dh_start(&d, (const char *)NULL);
-    char out[400], errp[400];
-    snprintf(out, sizeof out, "%s/top.out", d.dir);
-    snprintf(errp, sizeof errp, "%s/top.err", d.dir);
-    pid_t top = cli_spawn(out, errp, "--socket", d.sock, "top", "--run", "live", "--interval",
-                          "0.2");
-    cli_wait_text(out, "no sample of run live yet", 1, top, 30000);
-    /* another run's results are not the view's */
-    attnstat_client *other = cli_trainer(d.sock, "other", 0, NULL, 0, 0);
-    cli_push_steps(other, &rng, 0, 3, 5, 1.0);
-    attnstat_thresholds th;
-    attnstat_thresholds_init(&th);
-    th.logit_ceiling = 1.0;
-    th.raise_after = 1;
-    attnstat_client *c = cli_trainer(d.sock, "live", 0, &th, 0, 0);
-    cli_push_steps(c, &rng, 0, 4, 2, 8.0);
-    cli_wait_text(out, "run live  step 3  live from attnstatd", 1, top, 30000);
-    cli_wait_text(out, "raised   logit_ceiling", 1, top, 30000);
-    /* two frames more: every result of step 3 has been drawn */
-    char *text = cli_slurp(out);
-    int frames = cli_count_text(text, "attnstat top  run live");
-    free(text);
-    cli_wait_text(out, "attnstat top  run live", frames + 2, top, 30000);
-    ck_assert_int_eq(kill(top, SIGINT), 0);
-    int status;
-    ck_assert_int_eq(waitpid(top, &status, 0), top);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "top: status %d", status);
-    text = cli_slurp(out);
-    const char *frame = text, *p;
-    while ((p = strstr(frame + 1, "attnstat top  run live")))
-        frame = p;
-    ck_assert_ptr_nonnull(strstr(frame, "layer 1 "));
-    ck_assert_ptr_null(strstr(frame, "layer 2 ")); /* "other" has 5 layers */
-    ck_assert_ptr_null(strchr(text, '\x1b'));
-    /* the values are the daemon's: the lowest entropy and highest logit of step 3 */
-    cli_result res = cli_run(d.dir, "--db", d.db, "heads", "--run", "live", "--format", "json");
-    CLI_OK(res);
-    char *copy, *lines[16];
-    int n = json_lines(res.out, &copy, lines, 16);
-    ck_assert_int_eq(n, 2 * 4);
-    int lo = 0, hi = 0;
-    for (int i = 1; i < n; i++) {
-        if (cli_json_num(lines[i], "entropy_norm_mean") < cli_json_num(lines[lo], "entropy_norm_mean"))
-            lo = i;
-        if (cli_json_num(lines[i], "max_logit") > cli_json_num(lines[hi], "max_logit"))
-            hi = i;
-    }
-    char want[64];
-    snprintf(want, sizeof want, "L%d.H%d", (int)cli_json_num(lines[lo], "layer"),
-             (int)cli_json_num(lines[lo], "head"));
-    const char *row = strstr(frame, "lowest entropy_norm");
-    ck_assert_ptr_nonnull(row);
-    row = strchr(row, '\n') + 1;
-    ck_assert_msg(!strncmp(row, want, strlen(want)), "want %s first in:\n%s", want, frame);
-    snprintf(want, sizeof want, "%.3f", cli_json_num(lines[lo], "entropy_norm_mean"));
-    ck_assert_msg(strstr(row, want) && strstr(row, want) < strchr(row, '\n'), "%s", frame);
-    char head[32];
-    snprintf(head, sizeof head, "L%d.H%d", (int)cli_json_num(lines[hi], "layer"),
-             (int)cli_json_num(lines[hi], "head"));
-    snprintf(want, sizeof want, "%-11s %9.2f", head, cli_json_num(lines[hi], "max_logit"));
-    ck_assert_msg(strstr(row, want) && strstr(row, want) < strchr(row, '\n'), "want %s:\n%s",
-                  want, frame);
-    free(copy);
-    cli_result_free(&res);
-    free(text);
-    attnstat_close(c);
-    attnstat_close(other);
-    dh_cleanup(&d, 0);
-}
-END_TEST
-
 /* ---- usage --------------------------------------------------------------------------------- */
 START_TEST(test_usage)
 {
@@ -779,7 +499,7 @@ END_TEST
 int main(void)
 {
     const TTest *tests[] = {test_time_steps_tiers, test_time_windows, test_relative_times,
-                            test_trend_summary,    test_diff,         test_top_database,
-                            test_top_live,         test_usage};
+                            test_trend_summary,    test_diff,         test_usage};
     return cli_run_tests("cli_view", tests, (int)(sizeof tests / sizeof tests[0]));
 }
+

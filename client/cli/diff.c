@@ -192,7 +192,7 @@ static int diff_windows(const cli_args *a, diff_run_data *r, int n)
     return CLI_EXIT_OK;
 }
 
-/* ---- rows ---------------------------------------------------------------------------------------*/
+/* ---- rows -------------------------------------------------------------------------------------*/
 #define DIFF_METRICS 3 /* entropy_norm, entropy, max_logit */
 
 typedef struct {

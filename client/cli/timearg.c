@@ -169,8 +169,8 @@ int timearg_steps(store *st, int64_t run_id, const char *run, const cli_args *a,
     *from = f > *from ? f : *from;
     *to = t < *to ? t : *to;
     if (*from > *to) {
-        fprintf(stderr, "attnstat: run '%s' stored steps %lld..%lld in that time: none of them "
-                "in --from/--to\n", run, (long long)f, (long long)t);
+        fprintf(stderr, "attnstat: none of the steps run '%s' stored in that time is within "
+                "--from/--to\n", run);
         return CLI_EXIT_FAIL;
     }
     return CLI_EXIT_OK;

@@ -67,7 +67,7 @@ static int64_t top_now_ms(int clock)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- the database ------------------------------------------------------------------------------*/
+/* ---- the database -----------------------------------------------------------------------------*/
 typedef struct {
     top_grid *g;
     int failed;
@@ -147,7 +147,7 @@ static void top_read_base(top_ctx *x)
     top_grid_free(&g);
 }
 
-/* ---- attnstatd ---------------------------------------------------------------------------------*/
+/* ---- attnstatd --------------------------------------------------------------------------------*/
 static int top_is_run(const top_ctx *x, const char *run, int64_t run_id)
 {
     char id[32];
@@ -231,7 +231,7 @@ static void top_seed(top_ctx *x, const char *db)
     x->v.note[0] = '\0';
 }
 
-/* ---- the terminal ------------------------------------------------------------------------------*/
+/* ---- the terminal -----------------------------------------------------------------------------*/
 typedef struct {
     int tty;                  /* frames drawn in place */
     int keys;                 /* stdin is a terminal read key by key */

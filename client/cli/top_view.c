@@ -120,10 +120,11 @@ int top_view_advance(top_view *v)
     return top_grid_copy(&v->shown, &v->now);
 }
 
-/* ---- drawing ------------------------------------------------------------------------------------*/
+/* ---- drawing ----------------------------------------------------------------------------------*/
 
 /* A line of text (top_view_draw cuts the frame's lines at its width). */
-static void top_line(FILE *f, int width, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void top_line(FILE *f, int width, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void top_line(FILE *f, int width, const char *fmt, ...)
 {
@@ -300,9 +301,10 @@ static void top_draw(FILE *f, const top_view *v, int width, int height, int colo
             int64_t hg = 1, lg = 1;
             while (!show_values && hg < heads && labw + top_ceil_div(heads, hg) * 2 > width)
                 hg++;
-            /* the lines outside the maps: see below (blank lines, titles, head rows, legends,
-             * the lists and the ticker) */
-            int fixed = lines + 1 + 2 * 4 + 1 + 1 + TOP_WORST + 1 + 1 + TOP_ALERTS;
+            /* the lines outside the maps' rows: a blank line, per map two title lines (one
+             * says what a cell holds), its head row and legend, a blank line between them, then
+             * a blank line, the lists' header and rows, a blank line, the ticker's */
+            int fixed = lines + 1 + 2 * 4 + 1 + 1 + 1 + TOP_WORST + 1 + 1 + TOP_ALERTS;
             if (height > 0) {
                 int64_t rows = (height - fixed) / 2;
                 rows = rows < 1 ? 1 : rows;
