@@ -100,7 +100,8 @@ static const opt_use opt_heads[] = {
 
 static const opt_use opt_top[] = {
     {OPT_RUN, 1, "the run, by name or id (live: every process of the job of that name)"},
-    {OPT_RANK, 0, "the rank, for a run with several (read from the database)"},
+    {OPT_RANK, 0, "the rank, for a run with several: that process only (live: when the "
+                  "database the daemon names has the run at the start)"},
     {OPT_INTERVAL, 0, "seconds between two frames (default 2; fractions allowed, at least 0.1)"},
     {OPT_ITERATIONS, 0, "print N frames, then exit"},
     {OPT_ONCE, 0, "print one frame and exit (-n 1)"},

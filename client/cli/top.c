@@ -148,8 +148,12 @@ static void top_read_base(top_ctx *x)
 }
 
 /* ---- attnstatd --------------------------------------------------------------------------------*/
+/* A result or alert of the view's run: its name (every process of the job) or its id; with
+ * --rank, the run of that rank the database names only. */
 static int top_is_run(const top_ctx *x, const char *run, int64_t run_id)
 {
+    if (x->a->rank >= 0 && x->run_id > 0)
+        return run_id == x->run_id;
     char id[32];
     snprintf(id, sizeof id, "%lld", (long long)run_id);
     return !strcmp(run, x->a->run) || !strcmp(id, x->a->run) ||
