@@ -471,6 +471,7 @@ START_TEST(test_usage)
           "2025-03-01T00:00:00Z"}, "is after --until"},
         {{"diff", "u", "u", "--step", "1", "--from", "0"}, "--step S compares one step"},
         {{"runs", "u"}, "unexpected argument 'u'"},
+        {{"top", "--run", "u", "--format", "json"}, "top prints table, not json"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[16] = {"--db", d.db};

@@ -541,9 +541,10 @@ static int main_finish(cli_args *a, const opt_command *c, const int given[OPT_CO
         a->socket = a->sock_buf;
     }
     if ((a->fmt == OUT_CSV && !strstr(c->formats, "csv")) ||
+        (a->fmt == OUT_JSON && !strstr(c->formats, "json")) ||
         (a->fmt == OUT_TABLE && !strstr(c->formats, "table"))) {
         fprintf(stderr, "attnstat: %s prints %s, not %s\n", c->name, c->formats,
-                a->fmt == OUT_CSV ? "csv" : "a table");
+                a->fmt == OUT_CSV ? "csv" : a->fmt == OUT_JSON ? "json" : "a table");
         return -1;
     }
     for (int i = 0; i < c->nopts; i++) {
