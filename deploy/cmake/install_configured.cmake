@@ -1,12 +1,14 @@
 # install_configured.cmake — run at install time (install(CODE) in deploy/CMakeLists.txt): writes
 # the files that name the install's own directories, for the prefix being installed to
 # (CMAKE_INSTALL_PREFIX at install time; DESTDIR, when set, is prepended by file(INSTALL)).
-#   tools: the systemd unit (ExecStart=, --config) and the example config, which goes to /etc for
-#          the prefix /usr (the Debian packages) and to PREFIX/etc otherwise; a config file that is
-#          already there is kept (the administrator's; dpkg handles it as a conffile).
+#   tools: the systemd unit (ExecStart=, --config, the example drop-in's path) and the example
+#          config, which goes to /etc for the prefix /usr (the Debian packages) and to PREFIX/etc
+#          otherwise; a config file that is already there is kept (the administrator's; dpkg
+#          handles it as a conffile).
 #   dev:   attnstat.pc.
 # Given by the caller: ATTNSTAT_COMPONENT, ATTNSTAT_DEPLOY_DIR, ATTNSTAT_GENERATED, ATTNSTAT_VERSION,
-# ATTNSTAT_BINDIR, ATTNSTAT_LIBDIR, ATTNSTAT_INCLUDEDIR, ATTNSTAT_UNITDIR (relative to the prefix).
+# ATTNSTAT_BINDIR, ATTNSTAT_LIBDIR, ATTNSTAT_INCLUDEDIR, ATTNSTAT_UNITDIR, ATTNSTAT_DOCDIR (relative
+# to the prefix).
 set(prefix "${CMAKE_INSTALL_PREFIX}")
 if(prefix STREQUAL "/usr")
   set(sysconfdir "/etc")
@@ -21,6 +23,7 @@ file(MAKE_DIRECTORY "${stage}")
 if(ATTNSTAT_COMPONENT STREQUAL "tools")
   set(BINDIR "${prefix}/${ATTNSTAT_BINDIR}")
   set(SYSCONFDIR "${sysconfdir}")
+  set(DOCDIR "${prefix}/${ATTNSTAT_DOCDIR}")
   configure_file("${ATTNSTAT_DEPLOY_DIR}/attnstatd.service.in" "${stage}/attnstatd.service" @ONLY)
   file(INSTALL "${stage}/attnstatd.service" DESTINATION "${prefix}/${ATTNSTAT_UNITDIR}"
        FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
