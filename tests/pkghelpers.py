@@ -1,8 +1,9 @@
 """pkghelpers.py — what the install and packaging suites share (test_docs, test_service,
-test_wheel, test_package): the paths ctest hands them, attnstat's version as include/attnstat.h writes it,
-running a command with a clear failure, a stand-in for systemd's notification socket, starting
-attnstatd and waiting for conditions with generous deadlines (never a timing margin), checking
-what pkg_pusher.py reports.
+test_wheel, test_package): the paths ctest hands them, attnstat's version as include/attnstat.h
+writes it, running a command with a clear failure, a stand-in for systemd's notification socket,
+starting attnstatd and waiting for conditions with generous deadlines (never a timing margin),
+checking what pkg_pusher.py reports; an ELF file's section names; what a systemd unit and its
+drop-ins let through over IP.
 Standard library only.
 """
 import json
@@ -188,3 +189,73 @@ def check_results(tc, out, pushes):
             for key in ("entropy_mean", "max_logit"):
                 tc.assertAlmostEqual(h[key], r[key], delta=1e-6 * max(1.0, abs(r[key])),
                                      msg="step %s head %d %s" % (step, h["head"], key))
+
+
+def elf_sections(path):
+    """The section names of an ELF64 little-endian file (a stripped program keeps them), read from
+    its section header table."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "%s: not ELF64 LE" % path
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i):
+        name, _type, _flags, _addr, offset, size = struct.unpack_from(
+            "<IIQQQQ", data, shoff + i * shentsize)
+        return name, offset, size
+
+    _, stroff, strsize = header(shstrndx)
+    strtab = data[stroff:stroff + strsize]
+    names = []
+    for i in range(shnum):
+        name = header(i)[0]
+        names.append(strtab[name:strtab.index(b"\0", name)].decode())
+    return names
+
+
+# What systemd.resource-control(5) says of IPAddressAllow= and IPAddressDeny=: lists of address
+# prefixes or the words below, merged over the unit and its drop-ins, an empty assignment clearing
+# the list; a packet whose address the allow list matches passes, else one the deny list matches
+# is dropped, else it passes.
+IP_WORDS = {"any": ["0.0.0.0/0", "::/0"], "localhost": ["127.0.0.0/8", "::1/128"],
+            "link-local": ["169.254.0.0/16", "fe80::/64"], "multicast": ["224.0.0.0/4", "ff00::/8"]}
+
+
+def unit_service_lists(texts, keys):
+    """{key: [values]} of the [Service] section of a unit and its drop-ins (texts, in the order
+    systemd reads them), for the list-valued keys given: assignments add their space-separated
+    words, an empty assignment clears the list."""
+    out = {k: [] for k in keys}
+    for text in texts:
+        section = None
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                section = line
+                continue
+            key, _, value = line.partition("=")
+            if section == "[Service]" and key.strip() in out:
+                words = value.split()
+                out[key.strip()] = out[key.strip()] + words if words else []
+    return out
+
+
+def ip_allowed(texts, address):
+    """Whether systemd lets the service exchange packets with address (unit and drop-ins: texts)."""
+    import ipaddress
+    lists = unit_service_lists(texts, ("IPAddressAllow", "IPAddressDeny"))
+    addr = ipaddress.ip_address(address)
+
+    def matches(words):
+        for w in words:
+            for net in IP_WORDS.get(w, [w]):
+                net = ipaddress.ip_network(net, strict=False)
+                if net.version == addr.version and addr in net:
+                    return True
+        return False
+
+    return matches(lists["IPAddressAllow"]) or not matches(lists["IPAddressDeny"])

@@ -5,8 +5,15 @@ Built (`cmake --build BUILD --target package`: CPack DEB) and inspected, everywh
   attnstat, libattnstat0, libattnstat-dev, python3-attnstat: their files (binaries, soname
   library and its link, header, pkg-config and CMake files, manual pages, bash completion, unit,
   sysusers.d and tmpfiles.d entries, /etc/attnstat/attnstatd.conf, the Python package), control
-  fields (dependencies, conffiles, shlibs), maintainer scripts that sh accepts, the packaged unit's
-  ExecStart=.
+  fields (dependencies, conffiles, shlibs, the ldconfig trigger, the configured Maintainer,
+  Installed-Size against the files), maintainer scripts that sh accepts, each package's copyright
+  file and changelog.Debian.gz, the packaged unit's ExecStart=;
+  - lintian: no error (its warnings printed; skipped, saying so, without lintian);
+  - the CLI and attnstat-synth carry no CUDA fatbin and none of the kernels' code (attnstatd and
+    libattnstat, which run the kernels, do: the check's own control);
+  - the packaged unit and its example drop-in pass `systemd-analyze verify`; without the drop-in
+    the unit lets the metrics port be scraped from other hosts and alert_exec webhooks out, over
+    IPv4 and IPv6; with it, only this node and the hosts it lists.
 Installed with dpkg, where this process is root (CI) and none of them is installed already (a real
 installation is never replaced; ATTNSTAT_TEST_NO_INSTALL=1 opts out), then purged at the end:
   - the user and group attnstat and /var/lib/attnstat, /run/attnstat (postinst, through
@@ -25,7 +32,9 @@ installation is never replaced; ATTNSTAT_TEST_NO_INSTALL=1 opts out), then purge
 When the installing part cannot run, it says so ("NOT TESTED") and the inspection still counts.
 Run by ctest (test_package); exits 77 when run otherwise or without dpkg-deb.
 """
+import email.utils
 import grp
+import gzip
 import json
 import os
 import pwd
@@ -64,7 +73,7 @@ def build_packages():
 
 
 def contents(deb):
-    """{path: (mode string, link target or None)} of a .deb's files."""
+    """{path: (mode string, link target or None, size)} of a .deb's files."""
     out = {}
     for line in ph.run(["dpkg-deb", "-c", deb]).stdout.splitlines():
         fields = line.split(None, 5)
@@ -72,7 +81,7 @@ def contents(deb):
         target = None
         if " -> " in name:
             name, target = name.split(" -> ", 1)
-        out[name[1:].rstrip("/") or "/"] = (fields[0], target)
+        out[name[1:].rstrip("/") or "/"] = (fields[0], target, int(fields[2]))
     return out
 
 
@@ -84,6 +93,18 @@ def control_file(deb, name):
     p = subprocess.run("dpkg-deb --ctrl-tarfile '%s' | tar -xO './%s'" % (deb, name), shell=True,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     return p.stdout if p.returncode == 0 else None
+
+
+def cache_value(name):
+    """A setting of the build tree's CMakeCache.txt, or None."""
+    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+        m = re.search(r"(?m)^%s:[A-Z]+=(.*)$" % re.escape(name), f.read())
+    return m.group(1) if m else None
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
 
 
 def libdir_of(files):
@@ -103,9 +124,11 @@ class Built(unittest.TestCase):
                   "/usr/lib/systemd/system/attnstatd.service", "/usr/lib/sysusers.d/attnstat.conf",
                   "/usr/lib/tmpfiles.d/attnstat.conf", "/etc/attnstat/attnstatd.conf",
                   "/usr/share/man/man8/attnstatd.8.gz", "/usr/share/man/man1/attnstat.1.gz",
+                  "/usr/share/man/man1/attnstat-synth.1.gz",
                   "/usr/share/bash-completion/completions/attnstat",
                   "/usr/share/bash-completion/completions/attnstatd",
-                  "/usr/share/doc/attnstat/README.md"):
+                  "/usr/share/doc/attnstat/README.md",
+                  "/usr/share/doc/attnstat/examples/attnstatd.service.d/ip-allowlist.conf"):
             self.assertIn(p, files)
         for p in ("/usr/bin/attnstatd", "/usr/bin/attnstat"):
             self.assertEqual(files[p][0], "-rwxr-xr-x", p)
@@ -148,6 +171,11 @@ class Built(unittest.TestCase):
         self.assertEqual(dev[libdir + "/libattnstat.so"][1], "libattnstat.so." + MAJOR)
         self.assertIn("libattnstat%s (= %s-" % (MAJOR, V),
                       field(self.debs["libattnstat-dev"], "Depends"))
+        # The loader's cache through dpkg's ldconfig trigger, not maintainer scripts.
+        lib_deb = self.debs["libattnstat" + MAJOR]
+        self.assertIn("activate-noawait ldconfig",
+                      (control_file(lib_deb, "triggers") or "").splitlines())
+        self.assertEqual([control_file(lib_deb, s) for s in ("postinst", "postrm")], [None, None])
 
     def test_python_package(self):
         deb = self.debs["python3-attnstat"]
@@ -158,6 +186,164 @@ class Built(unittest.TestCase):
         self.assertFalse([p for p in files if p.endswith((".so", ".pyc"))])
         self.assertEqual(field(deb, "Architecture"), "all")
         self.assertIn("libattnstat" + MAJOR, field(deb, "Depends"))
+
+
+class Debian(unittest.TestCase):
+    """What a Debian maintainer asks of the packages beyond their files."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.debs = build_packages()
+
+    def test_lintian_reports_no_error(self):
+        if not shutil.which("lintian"):
+            self.skipTest("NOT TESTED: lintian is not installed (Debian: apt-get install lintian)")
+        # --fail-on error: the exit status says whether lintian found an error, whatever its output
+        # looks like; the lines are checked as well, and printed for the record.
+        p = ph.run(["lintian", "--no-cfg", "--fail-on", "error"] + [self.debs[n] for n in PKGS],
+                   check=False)
+        tags = [l for l in p.stdout.splitlines() if re.match(r"^[A-Z]: ", l)]
+        print("lintian %s: %d error(s), %d warning(s)%s"
+              % (ph.run(["lintian", "--version"]).stdout.split()[-1],
+                 sum(t.startswith("E: ") for t in tags), sum(t.startswith("W: ") for t in tags),
+                 "".join("\n  " + t for t in tags)))
+        self.assertEqual(([t for t in tags if t.startswith("E: ")], p.returncode), ([], 0),
+                         p.stdout + p.stderr)
+
+    def test_maintainer_copyright_and_changelog(self):
+        want = cache_value("ATTNSTAT_DEB_MAINTAINER")
+        self.assertRegex(want, r"^[^<>@]+ <[^<>@ ]+@[^<>@ ]+\.[^<>@ ]+>$")
+        self.assertNotRegex(want, r"@localhost")
+        with open(os.path.join(ph.SOURCE, "deploy", "deb", "copyright")) as f:
+            copyright_src = f.read()
+        self.assertTrue(copyright_src.startswith(
+            "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"))
+        # The licence that Files: * names is a paragraph of its own, with its text.
+        lic = re.search(r"(?m)^Files: \*\nCopyright: \S.*\nLicense: (\S+)$", copyright_src)
+        self.assertTrue(lic, copyright_src)
+        self.assertRegex(copyright_src, r"(?m)^License: %s\n( \S.*\n)+" % re.escape(lic.group(1)))
+        with tempfile.TemporaryDirectory() as d:
+            for name in PKGS:
+                deb = self.debs[name]
+                self.assertEqual((field(deb, "Maintainer"), field(deb, "Source") or name),
+                                 (want, "attnstat"), name)
+                ph.run(["dpkg-deb", "-x", deb, os.path.join(d, name)])
+                doc = os.path.join(d, name, "usr", "share", "doc", name)
+                self.assertEqual(read(os.path.join(doc, "copyright")), copyright_src, name)
+                gz = os.path.join(doc, "changelog.Debian.gz")
+                with open(gz, "rb") as f:
+                    head = f.read(10)
+                # gzip -9n: no file name, no time stamp (the same bytes every build), best.
+                self.assertEqual((head[:3], head[3] & 0x08, head[4:8], head[8]),
+                                 (b"\x1f\x8b\x08", 0, b"\0\0\0\0", 2), name)
+                with gzip.open(gz, "rt") as f:
+                    log = f.read()
+                self.assertEqual(log.splitlines()[0], "attnstat (%s) unstable; urgency=medium"
+                                 % field(deb, "Version"), name)
+                sig = re.search(r"(?m)^ -- (.+)  (\w{3}, \d{2} \w{3} \d{4} [\d:]{8} \+0000)$", log)
+                self.assertTrue(sig, log)
+                self.assertEqual(sig.group(1), want)
+                self.assertIsNotNone(email.utils.parsedate_to_datetime(sig.group(2)))
+
+    def test_installed_size_counts_each_file_once(self):
+        """Installed-Size (KiB) as dpkg-gencontrol counts it: each regular file once, rounded up;
+        each link and directory 1 KiB (CPack alone counted libattnstat0's soname link as the
+        library itself)."""
+        for name in PKGS:
+            deb = self.debs[name]
+            files = contents(deb)
+            regular = sum((size + 1023) // 1024 for mode, _, size in files.values()
+                          if mode.startswith("-"))
+            others = sum(1 for mode, _, _ in files.values() if not mode.startswith("-"))
+            size = int(field(deb, "Installed-Size"))
+            print("%s: Installed-Size %d KiB (%s)" % (name, size, os.path.basename(deb)))
+            self.assertGreaterEqual(size, regular, name)
+            self.assertLessEqual(size, regular + others + 1, name)
+
+    def test_cli_and_synth_carry_no_gpu_code(self):
+        """The CLI and attnstat-synth never compute: no CUDA fatbin, none of the kernels. attnstatd
+        and libattnstat (local mode) run the kernels, and show that the checks see them."""
+        fatbin = {".nv_fatbin", ".nvFatBinSegment", "__nv_relfatbin"}
+        built = dict(zip(("attnstat", "attnstat-synth", "attnstatd"),
+                         ph.need_env("ATTNSTAT_CLI", "ATTNSTAT_SYNTH", "ATTNSTAT_DAEMON")))
+        cuda = "+cuda" in ph.run([built["attnstat"], "--version"]).stdout
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("attnstat", "libattnstat" + MAJOR):
+                ph.run(["dpkg-deb", "-x", self.debs[name], d])
+            lib = os.path.join(d, libdir_of(contents(self.debs["libattnstat" + MAJOR]))[1:],
+                               "libattnstat.so." + V)
+            binaries = {b: os.path.join(d, "usr", "bin", b)
+                        for b in ("attnstat", "attnstat-synth", "attnstatd")}
+            for b in ("attnstat", "attnstat-synth"):
+                self.assertEqual(fatbin & set(ph.elf_sections(binaries[b])), set(), b)
+            for what, path in (("attnstatd", binaries["attnstatd"]), ("libattnstat", lib)):
+                self.assertEqual(bool(fatbin & set(ph.elf_sections(path))), cuda, what)
+            print("packaged sizes (stripped): %s; libattnstat.so.%s %d bytes%s"
+                  % (", ".join("%s %d bytes" % (b, os.path.getsize(p))
+                               for b, p in sorted(binaries.items())), V, os.path.getsize(lib),
+                     "" if cuda else " (this build has no CUDA: no fatbin anywhere)"))
+        if not shutil.which("nm"):
+            self.skipTest("NOT TESTED: the kernels' symbols: no nm (Debian: binutils)")
+        # The build tree's programs keep their symbols: the kernels (prefix stats_) are not linked.
+        def kernel_symbols(path):
+            out = ph.run(["nm", "--defined-only", path]).stdout
+            return sorted(set(re.findall(r"(?m) [TtDdRrBb] (stats_\w+)$", out)))
+        for b in ("attnstat", "attnstat-synth"):
+            self.assertEqual(kernel_symbols(built[b]), [], b)
+        daemon = kernel_symbols(built["attnstatd"])
+        self.assertTrue([n for n in daemon if n.startswith("stats_cpu")], daemon)
+        self.assertEqual(any(n.startswith("stats_cuda") for n in daemon), cuda, daemon)
+
+    def test_unit_network_and_its_dropin(self):
+        """The documented remote scrape and alert_exec webhooks pass the packaged unit; the example
+        drop-in narrows IP to this node and the hosts it lists; systemd accepts both."""
+        with tempfile.TemporaryDirectory() as d:
+            ph.run(["dpkg-deb", "-x", self.debs["attnstat"], d])
+            unit = read(os.path.join(d, "usr/lib/systemd/system/attnstatd.service"))
+            named = re.search(
+                r"/usr/share/doc/attnstat/examples/attnstatd\.service\.d/[\w.-]+\.conf", unit)
+            self.assertTrue(named, "the unit names its example drop-in")
+            dropin = read(os.path.join(d, named.group(0)[1:]))
+            families = ph.unit_service_lists([unit], ["RestrictAddressFamilies"])
+            self.assertLessEqual({"AF_UNIX", "AF_INET", "AF_INET6"},
+                                 set(families["RestrictAddressFamilies"]))
+            # A Prometheus server elsewhere, a webhook's gateway (documentation addresses).
+            remote = ["198.51.100.7", "2001:db8:1::7", "203.0.113.9"]
+            for a in ["127.0.0.1", "::1"] + remote:
+                self.assertTrue(ph.ip_allowed([unit], a), a)
+            listed = [w for w in ph.unit_service_lists([dropin], ["IPAddressAllow"])
+                      ["IPAddressAllow"] if w not in ph.IP_WORDS]
+            self.assertTrue(listed, dropin)
+            for a in ["127.0.0.1", "::1"] + listed:
+                self.assertTrue(ph.ip_allowed([unit, dropin], a), a)
+            for a in remote:
+                self.assertFalse(ph.ip_allowed([unit, dropin], a), a)
+
+            if not shutil.which("systemd-analyze"):
+                self.skipTest("NOT TESTED: systemd-analyze verify: no systemd-analyze (Debian: "
+                              "systemd)")
+            # The unit as packaged, its ExecStart= naming the extracted daemon (not installed here).
+            vdir = os.path.join(d, "verify")
+            os.makedirs(os.path.join(vdir, "attnstatd.service.d"))
+            path = os.path.join(vdir, "attnstatd.service")
+            with open(path, "w") as f:
+                f.write(unit.replace("\nExecStart=/usr/bin/attnstatd ",
+                                     "\nExecStart=%s/usr/bin/attnstatd " % d))
+
+            def verify():
+                p = ph.run(["systemd-analyze", "verify", "--man=no", path], check=False)
+                return p.returncode, p.stdout + p.stderr
+
+            self.assertEqual(verify(), (0, ""))
+            # systemd reads the drop-ins beside the unit: one it cannot use is reported.
+            control = os.path.join(vdir, "attnstatd.service.d", "zz-control.conf")
+            with open(control, "w") as f:
+                f.write("[Service]\nIPAddressAllow=not-an-address\n")
+            self.assertIn("zz-control.conf", verify()[1])
+            os.unlink(control)
+            with open(os.path.join(vdir, "attnstatd.service.d", "ip-allowlist.conf"), "w") as f:
+                f.write(dropin)
+            self.assertEqual(verify(), (0, ""))
 
 
 def install_blocker():
@@ -276,7 +462,7 @@ class Installed(unittest.TestCase):
         if man_excluded():
             self.skipTest("dpkg excludes /usr/share/man on this machine (path-exclude): the pages "
                           "are checked in the package (Built)")
-        for page, sec in (("attnstatd", 8), ("attnstat", 1)):
+        for page, sec in (("attnstatd", 8), ("attnstat", 1), ("attnstat-synth", 1)):
             path = "/usr/share/man/man%d/%s.%d.gz" % (sec, page, sec)
             self.assertTrue(os.path.exists(path), path)
             if shutil.which("man"):
