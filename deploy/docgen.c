@@ -209,7 +209,14 @@ static void man_attnstatd(FILE *f)
           ".SH FILES\n.TP\n.I /etc/attnstat/attnstatd.conf\nThe service's settings.\n"
           ".TP\n.I /run/attnstat/attnstatd.sock\nThe socket training processes connect to.\n"
           ".TP\n.I /var/lib/attnstat/attnstat.db\nThe history (SQLite).\n"
-          ".SH SEE ALSO\n.BR attnstat (1),\n.BR systemctl (1),\n.BR systemd.service (5)\n",
+          ".TP\n.I /usr/lib/systemd/system/attnstatd.service\nThe packaged service. It filters "
+          "no IP address: \\fBmetrics_bind\\fR decides who reaches the metrics port, and "
+          "\\fBalert_exec\\fR commands reach the hosts they name. The drop-in "
+          "\\fI/usr/share/doc/attnstat/examples/attnstatd.service.d/ip\\-allowlist.conf\\fR, "
+          "copied to \\fI/etc/systemd/system/attnstatd.service.d/\\fR, narrows IP to this "
+          "node and the hosts it lists.\n"
+          ".SH SEE ALSO\n.BR attnstat (1),\n.BR attnstat\\-synth (1),\n.BR systemctl (1),\n"
+          ".BR systemd.service (5),\n.BR systemd.resource\\-control (5)\n",
           f);
 }
 
@@ -436,7 +443,7 @@ static void man_attnstat(FILE *f)
           "unreachable); 2 a usage error.\n"
           ".SH FILES\n.TP\n.I /var/lib/attnstat/attnstat.db\nThe packaged service's database "
           "(readable by the group attnstat).\n.TP\n.I /run/attnstat/attnstatd.sock\nIts socket.\n"
-          ".SH SEE ALSO\n.BR attnstatd (8)\n",
+          ".SH SEE ALSO\n.BR attnstatd (8),\n.BR attnstat\\-synth (1)\n",
           f);
 }
 
