@@ -17,10 +17,11 @@ if [ "${1:-}" != build ]; then
   # -setuptools, -wheel: PEP 517 with no package index) and the venv it is installed into
   # (python3-venv); the installed package's checks
   # (systemd for systemd-analyze and systemd-sysusers, procps for the unit's /bin/kill, groff-base
-  # for rendering the manual pages); clang and its libFuzzer runtime (tests/fuzz.sh).
+  # for rendering the manual pages, lintian for Debian's checks of the packages); clang and its
+  # libFuzzer runtime (tests/fuzz.sh).
   pkgs+=(sqlite3 python3 python3-numpy python3-yaml
          python3-build python3-setuptools python3-wheel python3-venv
-         systemd procps groff-base
+         systemd procps groff-base lintian
          clang libclang-rt-dev)
 fi
 
