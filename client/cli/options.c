@@ -225,8 +225,9 @@ const opt_command opt_commands[] = {
      "(goodbye, disconnected, idle, deleted), when it started and for how long it ran (to its "
      "end, or until now), the time of its newest sample, its step range, the number of per-head "
      "samples stored, its alerts firing now and its own retention limits (default: the "
-     "daemon's; attnstat retention --run R says them in full). A run attnstatd has not seen end "
-     "is live: one whose daemon stopped shows so until the daemon starts again and ends it. "
+     "daemon's; attnstat retention says them in full, with the daemon's). A run attnstatd has "
+     "not seen end is live: one whose daemon stopped shows so until the daemon starts again and "
+     "ends it. "
      "json/csv add when it ended, the durations in ms, retain_ms / retain_bytes (-1: the "
      "daemon's, 0: none) and its estimated bytes.",
      "table|json|csv", NULL, 0},
