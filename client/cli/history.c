@@ -1,10 +1,11 @@
-/* history.c — the attnstat CLI's history commands (see history.h): runs, trend (per-step
- * statistics of one layer, with sparklines) and heads (the layer x head grid of one step as a
- * heatmap); alerts.c has the alerts. Runs are given by name or id (--run) and resolved here, with
- * the known runs listed when the name matches none.
+/* history.c — the attnstat CLI's history commands (see history.h): runs, trend (one layer over
+ * steps: summary.c's summary of its heads, or the samples of one head or of every head, with
+ * sparklines) and heads (the layer x head grid of one step as a heatmap); alerts.c has the
+ * alerts. Runs are given by name or id (--run) and resolved here, with the known runs listed when
+ * the name matches none; --since/--until become steps through timearg.c.
  *
  * Stage: a command file of the CLI. Calls the store's read half (store.h: open read-only, list,
- * resolve, trend, grid, alerts), out.c and checkdb.c. */
+ * resolve, trend, grid, alerts), summary.c, timearg.c, out.c and checkdb.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
