@@ -121,7 +121,8 @@ static void render_marks(metrics_buf *out, const stage_ctx *x)
         free(l.v);
         return;
     }
-    qsort(l.v, l.n, sizeof *l.v, cmp_mark);
+    if (l.n > 1)
+        qsort(l.v, l.n, sizeof *l.v, cmp_mark);
     static const struct {
         feed_mark what;
         const char *name, *help;
