@@ -327,8 +327,13 @@ void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
 uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx)
 {
     uint8_t *keep = malloc(t->n ? t->n : 1);
-    if (!keep)
+    int8_t *by_name = malloc(t->nruns ? t->nruns : 1); /* a run name's answer, asked once */
+    if (!keep || !by_name) {
+        free(keep);
+        free(by_name);
         return 0; /* tried again at the next sweep */
+    }
+    memset(by_name, -1, t->nruns ? t->nruns : 1);
     for (uint32_t k = 0; k < t->n; k++) {
         const entry *x = &t->e[k];
         const char *run = t->runs[x->run].name;
@@ -337,10 +342,14 @@ uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx)
             for (uint32_t i = 0; i < x->ncontrib && !on; i++)
                 on = live(ctx, run, x->contrib[i]);
         } else if (x->has_stats || any_raised(x)) {
-            on = live(ctx, run, 0); /* contributors not all remembered, or an alert alone */
+            /* contributors not all remembered, or an alert alone: the run name's answer */
+            if (by_name[x->run] < 0)
+                by_name[x->run] = (int8_t)(live(ctx, run, 0) != 0);
+            on = by_name[x->run];
         }
         keep[k] = (uint8_t)(on != 0);
     }
+    free(by_name);
     uint32_t dropped = compact(t, keep);
     free(keep);
     return dropped;
