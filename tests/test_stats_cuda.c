@@ -194,6 +194,7 @@ static const cfg k_cfgs[] = {
     {.name = "bf16 d128 key padding mask + causal", .b = 3, .hq = 4, .hkv = 2, .nq = 280, .nk = 280, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .mask = MASK_KEYPAD_BOOL, .sinks = SINKS_F32},
     {.name = "f32->bf16 d128 causal+padding bool mask (sdpa)", .b = 3, .hq = 4, .hkv = 4, .nq = 260, .nk = 260, .d = 128, .dt = FS, .bnhd = 1, .wl = -1, .wr = -1, .compute = BF, .mask = MASK_CAUSAL_PAD_BOOL},
     {.name = "bf16 d64 causal+padding bool mask, 16-byte rows (GQA)", .b = 3, .hq = 8, .hkv = 2, .nq = 512, .nk = 512, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_CAUSAL_PAD_BOOL},
+    {.name = "bf16 d64 random bool mask (general), more blocks than the gated grid", .b = 2, .hq = 16, .hkv = 4, .nq = 512, .nk = 512, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_RANDOM_BOOL},
     {.name = "bf16 d64 random bool mask (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 150, .nk = 170, .d = 64, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_RANDOM_BOOL, .sinks = SINKS_BF16},
     {.name = "f16 d64 window mask f32 0/-inf", .b = 2, .hq = 2, .hkv = 1, .nq = 230, .nk = 230, .d = 64, .dt = FH, .wl = -1, .wr = -1, .mask = MASK_WINDOW_F32},
     {.name = "bf16 d128 bias mask bf16 (general)", .b = 2, .hq = 2, .hkv = 2, .nq = 130, .nk = 150, .d = 128, .dt = BF, .wl = -1, .wr = -1, .mask = MASK_BIAS_BF16},

@@ -125,18 +125,11 @@ static __device__ __forceinline__ bool mask_take(const kparams &p, long long mro
     return true;
 }
 
-/* grid (blocks_per_head, Hq), block 256; CTA (x, h) takes sampled rows [blk*GEN_BM, blk*GEN_BM +
- * GEN_BM) of its sequence, each warp GEN_ROWS_PER_WARP of them, each lane every 32nd visible key.
- * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; parts: [Hq, blocks_per_head]. A general mask
- * (p.mask) is read per logit: keys it excludes are skipped, its biases added to the logits (the
- * reported max logit stays without them). */
-__global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
+/* Block x of head h (the CUDA-core kernels below): its rows into one part, parts[h][x]. */
+static __device__ __forceinline__ void generic_block(const kparams &p, part *parts, int h, int x)
 {
-    if (gate_closed(p.gate, p.gate_general))
-        return;
     __shared__ float s_q[GEN_WARPS][STATS_MAX_HEAD_DIM];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = blockIdx.y, x = blockIdx.x;
     part acc;
     part_init(acc);
     seqinfo si;
@@ -201,6 +194,34 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+}
+
+/* grid (blocks_per_head, Hq), block 256; CTA (x, h) takes sampled rows [blk*GEN_BM, blk*GEN_BM +
+ * GEN_BM) of its sequence, each warp GEN_ROWS_PER_WARP of them, each lane every 32nd visible key.
+ * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; parts: [Hq, blocks_per_head]. A general mask
+ * (p.mask) is read per logit: keys it excludes are skipped, its biases added to the logits (the
+ * reported max logit stays without them). */
+__global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kparams p, part *parts)
+{
+    if (gate_closed(p.gate, p.gate_general))
+        return;
+    generic_block(p, parts, blockIdx.y, blockIdx.x);
+}
+
+/* The same behind a masked run's gate (launch.cu): grid (gx, Hq) with gx <= blocks_per_head, CTA
+ * (x, h) taking blocks x, x + gx, ... of head h. The gate is closed for every mask but a general
+ * one, and a grid of blocks_per_head x Hq CTAs returning at once took 20 us of a (4,32/4,2048,64)
+ * push (kernel_notes.md round 8); a wave of CTAs returns in a few. Three CTAs per SM (80
+ * registers): at four, ptxas keeps 64 and spills the loop's state; the ungated kernel fits four. */
+__global__ void __launch_bounds__(GEN_WARPS * 32, GEN_GATED_CTAS_PER_SM)
+    stats_generic_gated_kernel(const kparams p, part *parts)
+{
+    if (gate_closed(p.gate, p.gate_general))
+        return;
+    for (int x = blockIdx.x; x < p.blocks_per_head; x += gridDim.x) {
+        generic_block(p, parts, blockIdx.y, x);
+        __syncthreads(); /* block_store_part's shared partials read before the next block's */
+    }
 }
 
 /* ---- before it, masked runs: each mask row's interval of keys --------------------------------- */
@@ -330,6 +351,17 @@ cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s
 {
     int threads = k.batch < 1024 ? ((k.batch + 31) / 32) * 32 : 1024;
     packed_offsets_kernel<<<1, threads, 0, s>>>(k, blk_off);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_generic_gated(const kparams &k, part *parts, int heads_q, int sm_count,
+                                 cudaStream_t s)
+{
+    long long gx = ((long long)GEN_GATED_CTAS_PER_SM * sm_count + heads_q - 1) / heads_q; /* a wave */
+    if (gx > k.blocks_per_head)
+        gx = k.blocks_per_head;
+    stats_generic_gated_kernel<<<dim3((unsigned)(gx > 0 ? gx : 1), (unsigned)heads_q),
+                                 GEN_WARPS * 32, 0, s>>>(k, parts);
     return cudaGetLastError();
 }
 

@@ -133,7 +133,8 @@ template <bool MB> struct wgf_pipe {
 enum { WS_BOX_KEYS = 64 };
 
 /* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
-enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP };
+enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP,
+       GEN_GATED_CTAS_PER_SM = 3 /* the gated kernel's (generic.cu) */ };
 
 /* Threads per block of the per-row fill and of the per-head reduction. */
 enum { FILL_THREADS = 256, REDUCE_THREADS = 256 };
@@ -175,6 +176,10 @@ cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_cou
 /* Packed runs: blk_off[s] = the first block (rows_per_cta sampled rows) of sequence s. */
 cudaError_t launch_packed_offsets(const kparams &k, int *blk_off, cudaStream_t s);
 
+/* The CUDA-core kernel behind a masked run's gate (k.gate): a wave of CTAs per head striding over
+ * k.blocks_per_head blocks, parts [heads_q][k.blocks_per_head]. */
+cudaError_t launch_generic_gated(const kparams &k, part *parts, int heads_q, int sm_count,
+                                 cudaStream_t s);
 /* Masked runs: each mask row's interval of keys into rr ([mb * mh * len_q] int2), and 1 into
  * *general when a row's keys are not one interval or an additive value is a finite bias (the run
  * must then read the mask per logit). Reads the mask once. */

@@ -694,11 +694,11 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
                                      flag, 0, s),
                  "launch of reduce_heads_kernel");
         part *gparts = (part *)((char *)ctx->ws + gen_off);
-        pg.fn<<<grid_of(ctx, pg, p->heads_q), pg.k->threads, pg.k->smem, s>>>(kg, gparts);
-        le = cudaGetLastError();
+        le = launch_generic_gated(kg, gparts, p->heads_q, ctx->sm_count, s);
         if (le != cudaSuccess)
             return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
-                        pg.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
+                        "stats_generic_gated_kernel", cudaGetErrorString(le),
+                        cudaGetErrorName(le), (int)le);
         CUDA_TRY(launch_reduce_heads(gparts, pg.blocks_per_head, k.sampled, heads_ws, p->heads_q,
                                      flag, 1, s),
                  "launch of reduce_heads_kernel");
