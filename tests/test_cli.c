@@ -674,10 +674,11 @@ START_TEST(test_operator_commands)
         ck_assert_msg(*l == '{' && cli_json_num(l, "step") >= 0, "not a JSON line: %.200s", l);
     cli_result_free(&r);
 
-    /* the job ends: the run is deleted, samples, alerts and all */
+    /* the job ends: the run is deleted, samples, alerts and all (named without --db: looked up
+     * in the database the daemon names, not the default path) */
     attnstat_close(c);
     wait_runs_ended(&d, 1);
-    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "delete-run", "--run", "oa");
+    r = cli_run(d.dir, "--socket", d.sock, "delete-run", "--run", "oa");
     ck_assert_msg(r.status == 0 && strstr(r.out, "deleted"), "%s%s", r.out, r.err);
     cli_result_free(&r);
     ck_assert_int_eq(db_int(&d, "SELECT count(*) FROM runs WHERE name='oa'"), 0);

@@ -193,11 +193,37 @@ static int admin_command(const cli_args *a, int fd, Attnstat__Envelope *env)
 }
 
 /* --run resolved against the database (a name or an id): *run_id. */
+/* The database the daemon on a's socket names in its status, into db; 0 when none answers. A run
+ * named without --db is looked up there: the daemon may keep its database anywhere (--db of
+ * attnstatd), and the default path would name another, or none. */
+static int admin_daemon_db(const cli_args *a, char *db, size_t len)
+{
+    attnstat_connect_opts o;
+    attnstat_connect_opts_init(&o);
+    o.socket_path = a->socket;
+    o.timeout_ms = a->timeout_ms;
+    attnstat_client *c = NULL;
+    attnstat_error err;
+    if (attnstat_connect_ex(&o, &c, &err) != ATTNSTAT_OK)
+        return 0;
+    attnstat_daemon_status *ds = malloc(sizeof *ds);
+    int ok = ds && attnstat_status(c, ds, a->timeout_ms) == ATTNSTAT_OK && ds->db_path[0];
+    if (ok)
+        snprintf(db, len, "%s", ds->db_path);
+    free(ds);
+    attnstat_close(c);
+    return ok;
+}
+
 static int admin_run_id(const cli_args *a, int64_t *run_id)
 {
     store *st = NULL;
     char *name = NULL;
-    int rc = history_open_run(a, &st, run_id, &name);
+    char db[4096];
+    cli_args b = *a;
+    if (!a->db_given && admin_daemon_db(a, db, sizeof db))
+        b.db = db;
+    int rc = history_open_run(&b, &st, run_id, &name);
     if (rc != CLI_EXIT_OK)
         return rc;
     free(name);
