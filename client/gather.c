@@ -28,6 +28,20 @@ static int gather_is_dense(const int64_t shape[4], const int64_t strides[4])
     return 1;
 }
 
+int gather_extent(const int64_t shape[4], const int64_t strides[4], size_t esize,
+                  uint64_t *bytes)
+{
+    uint64_t last = 0, step = 0;
+    for (int i = 0; i < 4; i++)
+        if (shape[i] < 1 || (shape[i] > 1 && strides[i] < 0) ||
+            __builtin_mul_overflow((uint64_t)(shape[i] - 1), (uint64_t)strides[i], &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return -1;
+    if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, esize, bytes))
+        return -1;
+    return 0;
+}
+
 int gather_make_plan(const int64_t shape[4], const int64_t strides[4], size_t esize,
                      gather_plan *plan)
 {

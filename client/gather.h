@@ -22,6 +22,13 @@ typedef struct {
 int gather_make_plan(const int64_t shape[4], const int64_t strides[4], size_t esize,
                      gather_plan *plan);
 
+/* The bytes from a tensor's first element to the end of its last one:
+ * (sum over i of (shape[i] - 1) * strides[i] + 1) * esize, every shape >= 1 and stride >= 0.
+ * Returns 0, or -1 when that count overflows 64 bits (or a shape is < 1, or a stride of a
+ * dimension longer than 1 is negative). */
+int gather_extent(const int64_t shape[4], const int64_t strides[4], size_t esize,
+                  uint64_t *bytes);
+
 /* Copies the tensor at src into dst (plan->bytes bytes) according to plan. */
 void gather_copy(void *dst, const void *src, const int64_t shape[4], const int64_t strides[4],
                  size_t esize, const gather_plan *plan);

@@ -81,6 +81,36 @@ static attnstat_code push_check_tensor(attnstat_client *c, const attnstat_tensor
     return ATTNSTAT_OK;
 }
 
+/* The top of the largest user address space of a 64-bit Linux (x86-64 with 5-level paging: 2^56,
+ * arm64: 2^52), with room to spare; a 32-bit system's is its pointers' own range. */
+#define PUSH_ADDR_TOP (UINTPTR_MAX > 0xffffffffu ? (uint64_t)1 << 57 : (uint64_t)UINTPTR_MAX)
+
+/* Every tensor of the push (q, k, v, the mask, offsets, sinks): the bytes its shape and strides
+ * reach from its data pointer must lie in the address space, or reading it would fault (a stride
+ * of 2^60 elements) or wrap around. Caught here, the caller gets EINVAL, not a crash. */
+static attnstat_code push_check_extents(attnstat_client *c, const push_set *set)
+{
+    for (int i = 0; i < set->nt; i++) {
+        const attnstat_tensor *t = set->t[i];
+        uint64_t bytes = 0, at = (uint64_t)(uintptr_t)t->data;
+        int bad = gather_extent(t->shape, t->strides, attnstat_dtype_size((attnstat_dtype)t->dtype),
+                                &bytes) != 0;
+        if (!bad && at <= PUSH_ADDR_TOP && bytes <= PUSH_ADDR_TOP - at)
+            continue;
+        char reach[40] = "more than 2^64 bytes";
+        if (!bad)
+            snprintf(reach, sizeof reach, "%llu bytes", (unsigned long long)bytes);
+        return client_fail(c, ATTNSTAT_EINVAL,
+                           "%s: shape [%lld, %lld, %lld, %lld] with strides [%lld, %lld, %lld, "
+                           "%lld] spans %s from its data pointer %p, beyond the address space: a "
+                           "stride or a shape is wrong", set->name[i], (long long)t->shape[0],
+                           (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3],
+                           (long long)t->strides[0], (long long)t->strides[1],
+                           (long long)t->strides[2], (long long)t->strides[3], reach, t->data);
+    }
+    return ATTNSTAT_OK;
+}
+
 static attnstat_code push_check_push(attnstat_client *c, const attnstat_push_opts *o,
                                        const attnstat_tensor *q, const attnstat_tensor *k,
                                        const attnstat_tensor *v)
@@ -544,6 +574,8 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
     push_set_add(&set, k, "k", NULL);
     push_set_add(&set, v, "v", &set.iv);
     if (e && c->hello_done && (rc = push_check_ext(c, o, e, q, k, &set)) != ATTNSTAT_OK)
+        return rc;
+    if ((rc = push_check_extents(c, &set)) != ATTNSTAT_OK)
         return rc;
     int cuda = q->mem == ATTNSTAT_MEM_CUDA;
     if (cuda) {

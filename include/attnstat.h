@@ -95,9 +95,10 @@ typedef enum {
 
 /* A 4-D tensor [B, H, N, D]: element [b,h,n,d] at
  *     (const char *)data + (b*strides[0] + h*strides[1] + n*strides[2] + d*strides[3]) * dtype size
- * Strides are in elements, >= 0, and strides[3] must be 1 (D contiguous). Q is [B, Hq, Nq, D],
- * K and V are [B, Hkv, Nk, D] with Hq % Hkv == 0. Packed sequences: B = 1 and the rows of all
- * sequences follow each other along N (see attnstat_push_opts.cu_seqlens_*). */
+ * Strides are in elements, >= 0, and strides[3] must be 1 (D contiguous); the last element must lie
+ * in the address space (a push refuses a tensor whose strides reach past it: EINVAL). Q is
+ * [B, Hq, Nq, D], K and V are [B, Hkv, Nk, D] with Hq % Hkv == 0. Packed sequences: B = 1 and
+ * the rows of all sequences follow each other along N (see attnstat_push_opts.cu_seqlens_*). */
 typedef struct {
     const void *data;
     int32_t dtype;          /* attnstat_dtype */

@@ -552,6 +552,67 @@ START_TEST(test_push_sinks)
 }
 END_TEST
 
+/* A tensor whose shape and strides reach past the address space (a stride of 2^60 elements, or a
+ * byte count past 2^64) is refused with EINVAL naming the tensor, before anything is read or
+ * sent: without the check the host copy reads at data + 2^61 and the caller crashes. Sinks (a
+ * tensor of the extension) are checked too; a tensor that fits still pushes. */
+START_TEST(test_push_extent)
+{
+    uint16_t mem[2 * 8 * 16];
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+        mem[i] = (uint16_t)(0x3c00 + (i * 29 + g_seed) % 512);
+    attnstat_tensor q, k, v, sk;
+    make_tensors(&q, &k, mem, 8);
+    v = k;
+    float sv[2] = {0.5f, (float)(g_seed % 7)};
+    attnstat_tensor_init(&sk, sv, ATTNSTAT_F32, 1, 2, 1, 1);
+    attnstat_push_ext e;
+    attnstat_push_ext_init(&e);
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+    peer p;
+    peer_start(&p, PEER_SINKS);
+    attnstat_client *c = connect_small(&p, 1 << 16, 0);
+    ck_assert_int_eq(attnstat_hello(c, "extent", 0, NULL, NULL), ATTNSTAT_OK);
+    static const struct {
+        const char *tensor, *says;
+    } cases[] = {
+        {"q:", "bytes from its data pointer"}, {"k:", "more than 2^64 bytes"},
+        {"v:", "beyond the address space"},    {"sinks:", "beyond the address space"},
+        {"q:", "more than 2^64 bytes"},
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        attnstat_tensor q2 = q, k2 = k, v2 = v, s2 = sk;
+        switch (i) {
+        case 0: q2.strides[1] = (int64_t)1 << 60; break;       /* 2^61 bytes past q */
+        case 1: k2.strides[2] = (int64_t)1 << 62; break;       /* 7 * 2^62 elements */
+        case 2: v2.strides[2] = ((int64_t)1 << 57) / 14; break; /* just past the top */
+        case 3: s2.strides[1] = (int64_t)1 << 60; break;       /* host sinks are copied too */
+        case 4: q2.strides[1] = INT64_MAX; q2.strides[2] = INT64_MAX; break; /* the sum wraps */
+        }
+        e.sinks = &s2;
+        attnstat_code rc = attnstat_push2(c, &o, &e, &q2, &k2, i == 2 ? &v2 : NULL, NULL);
+        ck_assert_msg(rc == ATTNSTAT_EINVAL, "case %d: got %d (%s)", i, rc,
+                      attnstat_last_error(c));
+        const char *msg = attnstat_last_error(c);
+        ck_assert_msg(strncmp(msg, cases[i].tensor, strlen(cases[i].tensor)) == 0 &&
+                      strstr(msg, cases[i].says), "case %d: message '%s'", i, msg);
+    }
+    attnstat_counters st;
+    attnstat_stats(c, &st);
+    ck_assert_uint_eq(st.sent, 0);
+    /* a tensor inside memory pushes, its heads broadcast (stride 0) */
+    q.strides[1] = 0;
+    e.sinks = &sk;
+    ck_assert_msg(attnstat_push2(c, &o, &e, &q, &k, &v, NULL) == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    attnstat_close(c);
+    peer_stop(&p);
+    ck_assert_int_eq(p.pushes, 1);
+}
+END_TEST
+
 /* A peer that never answers pushes: the ring fills, later pushes drop and are counted. */
 START_TEST(test_drop_when_ring_full)
 {
@@ -849,6 +910,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_codes_and_args);
     tcase_add_test(tc, test_push_bad_args);
     tcase_add_test(tc, test_push_sinks);
+    tcase_add_test(tc, test_push_extent);
     tcase_add_test(tc, test_push_bytes_exact);
     tcase_add_test(tc, test_drop_when_ring_full);
     tcase_add_test(tc, test_never_blocks_when_peer_stopped);
