@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Generated from the schema/ migrations: store_migrations[], STORE_SCHEMA_VERSION. */
 #include "store_schema.h"
@@ -260,6 +261,21 @@ static void configure_sqlite(void)
     (void)rc; /* SQLITE_OK, or SQLITE_MISUSE as above: both leave a working SQLite */
 }
 
+/* A path that names something other than a regular file (a FIFO, a device, a socket, a
+ * directory) is refused before SQLite opens it: opening a FIFO blocks until a writer comes, for
+ * ever. A path that does not exist is left to SQLite (a read-write open creates it). */
+static int path_is_file(const char *path, store_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return 1;
+    store_set_err(err, 0, "'%s' is %s, not a database file: pass the path of the database file "
+                  "itself", path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                  : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode)
+                  ? "a block device" : S_ISSOCK(sb.st_mode) ? "a socket" : "a special file");
+    return 0;
+}
+
 static store *open_common(const char *path, const store_options *opt, store_error *err)
 {
     store_options o = STORE_OPTIONS_DEFAULT;
@@ -283,6 +299,8 @@ static store *open_common(const char *path, const store_options *opt, store_erro
         return NULL;
     }
     int readonly = o.readonly != 0;
+    if (!path_is_file(path, err))
+        return NULL;
     pthread_once(&configure_once, configure_sqlite);
     int rc = sqlite3_initialize();
     if (rc != SQLITE_OK) {
@@ -453,6 +471,8 @@ store_status store_file_schema(const char *path, int64_t *version, store_error *
         store_set_err(err, 0, "no database path given");
         return STORE_ERROR;
     }
+    if (!path_is_file(path, err))
+        return STORE_ERROR;
     pthread_once(&configure_once, configure_sqlite);
     sqlite3 *db = NULL;
     int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |

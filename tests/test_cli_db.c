@@ -7,7 +7,9 @@
  *   - check-db on a damaged database prints every problem SQLite reports on a line of its own
  *     (the lines of SQLite's answers, compared with PRAGMA integrity_check run here), no "\x0a";
  *   - --db DIR on every command that reads one database says that the path is a directory, which
- *     *.db files it holds and what --db takes, instead of SQLite's "disk I/O error".
+ *     *.db files it holds and what --db takes, instead of SQLite's "disk I/O error";
+ *   - a FIFO named *.db blocks nothing: job and export over a directory skip it and say so; as
+ *     --db it is refused.
  * Fresh random data each run; the seed is printed (ATTNSTAT_TEST_SEED repeats a run). */
 #include "daemon_harness.h"
 #include "stats_testutil.h"
@@ -298,9 +300,53 @@ START_TEST(test_db_directory)
 }
 END_TEST
 
+/* A FIFO named *.db never blocks the CLI (SQLite's open of a FIFO waits for a writer for ever):
+ * job and export over a directory skip it and say so, reading the databases beside it; a FIFO
+ * given as --db is refused, by job (which opens the path itself) and by a one-database command. */
+START_TEST(test_db_fifo)
+{
+    tu_rng rng = {tu_seed()};
+    dh_daemon d;
+    make_db(&d, &rng, 2 + (int)(tu_next(&rng) % 3));
+    char full[400], file[500], fifo[500];
+    snprintf(full, sizeof full, "%s/nodes", d.dir);
+    ck_assert_int_eq(mkdir(full, 0700), 0);
+    snprintf(file, sizeof file, "%s/node-b.db", full);
+    copy_db(d.db, file);
+    snprintf(fifo, sizeof fifo, "%s/node-a.db", full); /* sorted first: read before node-b */
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *cmds[][4] = {{"job", "--run", "dbrun"}, {"export", "--run", "dbrun"}};
+    for (size_t i = 0; i < 2; i++) {
+        cli_result r = cli_run(d.dir, "--db", full, cmds[i][0], cmds[i][1], cmds[i][2]);
+        char said[600];
+        snprintf(said, sizeof said, "skipping %s: a FIFO, not a database file", fifo);
+        ck_assert_msg(r.status == 0 && strstr(r.err, said) && strstr(r.out, "dbrun"),
+                      "%s --db DIR with a FIFO: exit %d:\n%s%s", cmds[i][0], r.status, r.out,
+                      r.err);
+        cli_result_free(&r);
+        r = cli_run(d.dir, "--db", fifo, cmds[i][0], cmds[i][1], cmds[i][2]);
+        snprintf(said, sizeof said, "'%s' is a FIFO, not a database file", fifo);
+        ck_assert_msg(r.status == 1 && strstr(r.err, said), "%s --db FIFO: exit %d:\n%s%s",
+                      cmds[i][0], r.status, r.out, r.err);
+        cli_result_free(&r);
+    }
+    cli_result r = cli_run(d.dir, "--db", fifo, "runs");
+    ck_assert_msg(r.status == 1 && strstr(r.err, "not a regular file (a FIFO)"), "runs: %d %s%s",
+                  r.status, r.out, r.err);
+    cli_result_free(&r);
+    /* a directory whose only *.db is a FIFO holds none to read */
+    ck_assert_int_eq(unlink(file), 0);
+    r = cli_run(d.dir, "--db", full, "job", "--run", "dbrun");
+    ck_assert_msg(r.status == 1 && strstr(r.err, "holds no *.db file that is a regular file"),
+                  "%d %s%s", r.status, r.out, r.err);
+    cli_result_free(&r);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {test_check_db_other_schema, test_check_db_problems_one_per_line,
-                            test_db_directory};
+                            test_db_directory, test_db_fifo};
     return cli_run_tests("cli_db", tests, (int)(sizeof tests / sizeof tests[0]));
 }

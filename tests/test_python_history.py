@@ -149,6 +149,18 @@ class HistoryReader(unittest.TestCase):
         with self.assertRaisesRegex(attnstat.HistoryError, "cannot read"):
             attnstat.history(os.path.join(self.tmp.name, "missing.db"))
 
+    def test_fifo_refused(self):
+        # a FIFO named *.db: refused at once (SQLite's open would wait for a writer for ever)
+        fifo = os.path.join(self.tmp.name, "fifo-%d.db" % random.randrange(1 << 30))
+        os.mkfifo(fifo)
+        try:
+            with self.assertRaisesRegex(attnstat.HistoryError, "is a FIFO, not a database file"):
+                attnstat.history(fifo)
+            with self.assertRaisesRegex(attnstat.HistoryError, "is a directory"):
+                attnstat.history(self.tmp.name)
+        finally:
+            os.unlink(fifo)
+
     def test_version_1(self):
         path = os.path.join(self.tmp.name, "v1.db")
         con = sqlite3.connect(path)

@@ -108,14 +108,21 @@ static int job_add_dir(job_dbs *d, const char *dir)
     if (rc != 0)
         fprintf(stderr, "attnstat: out of memory\n");
     qsort(names, n, sizeof *names, job_cmp_str);
+    size_t added = 0;
     for (size_t i = 0; i < n; i++) {
-        if (rc == 0)
-            rc = job_add_path(d, names[i]);
+        struct stat sb; /* a FIFO named x.db would block SQLite's open for ever: skipped, said */
+        if (rc == 0 && stat(names[i], &sb) == 0 && !S_ISREG(sb.st_mode))
+            fprintf(stderr, "attnstat: skipping %s: %s, not a database file\n",
+                    out_safe(names[i]), S_ISFIFO(sb.st_mode) ? "a FIFO"
+                    : S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+        else if (rc == 0 && (rc = job_add_path(d, names[i])) == 0)
+            added++;
         free(names[i]);
     }
     free(names);
-    if (rc == 0 && n == 0) {
-        fprintf(stderr, "attnstat: the directory %s holds no *.db file\n", out_safe(dir));
+    if (rc == 0 && added == 0) {
+        fprintf(stderr, "attnstat: the directory %s holds no *.db file%s\n", out_safe(dir),
+                n ? " that is a regular file" : "");
         rc = -1;
     }
     return rc;

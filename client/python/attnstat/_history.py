@@ -26,7 +26,9 @@ buckets (table coarse: per head the minimum, mean and maximum over a window of s
 format is decoded here from its description in schema/store_pack.h.
 """
 import math
+import os
 import sqlite3
+import stat
 import struct
 
 __all__ = ["history", "History", "HistoryError"]
@@ -158,6 +160,14 @@ class History:
 
     def __init__(self, db_path):
         self.path = db_path
+        try:  # SQLite's open of a FIFO (or a device) named like a database waits for ever
+            mode = os.stat(db_path).st_mode
+        except OSError as e:
+            raise HistoryError("cannot read %s: %s" % (db_path, e.strerror)) from None
+        if not stat.S_ISREG(mode):
+            raise HistoryError("%s is %s, not a database file" % (
+                db_path, "a FIFO" if stat.S_ISFIFO(mode) else "a directory"
+                if stat.S_ISDIR(mode) else "not a regular file"))
         try:
             self._db = sqlite3.connect("file:%s?mode=ro" % db_path, uri=True)
             app = self._db.execute("PRAGMA application_id").fetchone()[0]
