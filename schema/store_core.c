@@ -269,10 +269,11 @@ static int path_is_file(const char *path, store_error *err)
     struct stat sb;
     if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
         return 1;
+    mode_t m = sb.st_mode;
     store_set_err(err, 0, "'%s' is %s, not a database file: pass the path of the database file "
-                  "itself", path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                  : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode)
-                  ? "a block device" : S_ISSOCK(sb.st_mode) ? "a socket" : "a special file");
+                  "itself", path, S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO"
+                  : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+                  : S_ISSOCK(m) ? "a socket" : "a special file");
     return 0;
 }
 
