@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "store_lock.h"
 #include "store_read.h"
 #include "util.h"
 
@@ -69,7 +70,9 @@ void dbfile_why(int e, const char *path, char *buf, size_t len)
     }
 }
 
-int dbfile_lock(const char *db_path, char *err, size_t errlen)
+/* The lock by path (DB.lock, flock): what older attnstatd and `attnstat delete-run` with no
+ * daemon take. fd, or -1 with err set. */
+static int lock_path(const char *db_path, char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s.lock", db_path);
@@ -99,10 +102,46 @@ int dbfile_lock(const char *db_path, char *err, size_t errlen)
     return fd;
 }
 
-void dbfile_unlock(int fd)
+int dbfile_lock(const char *db_path, dbfile_locks *out, char *err, size_t errlen)
 {
-    if (fd >= 0)
-        close(fd); /* the lock goes with the last descriptor */
+    out->path_fd = out->file_fd = -1;
+    out->path_fd = lock_path(db_path, err, errlen);
+    if (out->path_fd < 0)
+        return -1;
+    long holder = 0;
+    char why[600];
+    int fd = store_lock_take(db_path, &holder, why, sizeof why);
+    if (fd == STORE_LOCK_HELD) {
+        char real[4096];
+        const char *name = realpath(db_path, real) ? real : db_path;
+        util_err(err, errlen, "the database %s is in use by another attnstatd (pid %ld), which "
+                 "opened the same file by another path (a hard link or a symbolic link: %s is "
+                 "one database, whatever names it): stop that one, or give this one another --db",
+                 db_path, holder, name);
+        dbfile_unlock(out);
+        return -1;
+    }
+    if (fd == STORE_LOCK_UNSUPPORTED) {
+        LOG_WARN("server", "%s: only the lock file %s.lock keeps a second attnstatd away, and "
+                 "only one that names the database by this very path (no hard link or symbolic "
+                 "link to it)", why, db_path);
+        return 0;
+    }
+    if (fd < 0) {
+        util_err(err, errlen, "the database %s: %s", db_path, why);
+        dbfile_unlock(out);
+        return -1;
+    }
+    out->file_fd = fd;
+    return 0;
+}
+
+void dbfile_unlock(dbfile_locks *l)
+{
+    store_lock_release(l->file_fd); /* after store_close(): see store_lock.h */
+    if (l->path_fd >= 0)
+        close(l->path_fd); /* the flock goes with the last descriptor */
+    l->file_fd = l->path_fd = -1;
 }
 
 int dbfile_prepare(const char *db_path, int have_gid, gid_t gid, char *err, size_t errlen)

@@ -93,7 +93,7 @@ typedef struct {
     metrics_http *metrics_http;
     headtab *heads;          /* the per-head metrics (NULL: no metrics port) */
     uint32_t ticks;          /* of the housekeeping timer */
-    int lock_fd;             /* the database's lock (dbfile.h) */
+    dbfile_locks locks;      /* the database's locks (dbfile.h) */
     int draining_done;       /* queued work finished; connections are closing */
     int torn_down;           /* workers stopped, handles closing */
 } attnstatd;
@@ -653,8 +653,9 @@ static int start_serving(attnstatd *d)
     return 0;
 }
 
-/* The database, in order: its directory, the lock (one daemon per database), the file and its
- * mode, the store (schema, migrations), the check at start, the runs' owners. 0, or -1 (logged). */
+/* The database, in order: its directory, the file and its mode, the locks (one daemon per
+ * database file), the store (schema, migrations), the check at start, the runs' owners. 0, or -1
+ * (logged). */
 static int open_database(attnstatd *d)
 {
     const cfg *c = d->cfg;
@@ -663,16 +664,12 @@ static int open_database(attnstatd *d)
         LOG_ERROR("server", "database: %s", err);
         return -1;
     }
-    d->lock_fd = dbfile_lock(c->db_path, err, sizeof err);
-    if (d->lock_fd < 0) {
-        LOG_ERROR("server", "%s", err);
-        return -1;
-    }
     struct group gr, *res = NULL;
     char gbuf[4096];
     int have_gid = c->allow_group && c->allow_group[0] &&
                    getgrnam_r(c->allow_group, &gr, gbuf, sizeof gbuf, &res) == 0 && res;
-    if (dbfile_prepare(c->db_path, have_gid, have_gid ? gr.gr_gid : 0, err, sizeof err) != 0) {
+    if (dbfile_prepare(c->db_path, have_gid, have_gid ? gr.gr_gid : 0, err, sizeof err) != 0 ||
+        dbfile_lock(c->db_path, &d->locks, err, sizeof err) != 0) {
         LOG_ERROR("server", "%s", err);
         return -1;
     }
@@ -728,7 +725,7 @@ int loop_run(cfg *c)
     d->x.cnt = cnt;
     d->x.reg = reg;
     d->x.runs = rs;
-    d->lock_fd = -1;
+    d->locks = (dbfile_locks)DBFILE_LOCKS_NONE;
     dbfile_umask(c);
     raise_fd_limit(c);
     int exit_code = 1;
@@ -825,7 +822,7 @@ out_loop:
     }
     if (exit_code == 0)
         LOG_INFO("server", "stopped cleanly");
-    dbfile_unlock(d->lock_fd);
+    dbfile_unlock(&d->locks);
 out_free:
     clients_free(reg);
     runs_free(rs);
