@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "alerts.h"
+#include "cfgfile.h"
 #include "util.h"
 
 #define CFG_VERSION ATTNSTAT_DAEMON_VERSION
@@ -410,23 +411,20 @@ static char *trim(char *s)
     return s;
 }
 
-int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen)
+int cfg_load_text(cfg *c, const char *path, const char *text, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
-        return -1;
-    }
     char line[4096], msg[512];
-    int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    int lineno = 0;
+    for (const char *p = text; *p;) {
         lineno++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n') {
+        size_t n = strcspn(p, "\n");
+        if (n > sizeof line - 2) {
             snprintf(err, errlen, "%s:%d: line is longer than %zu bytes", path, lineno, sizeof line - 2);
-            rc = -1;
-            break;
+            return -1;
         }
+        memcpy(line, p, n);
+        line[n] = '\0';
+        p += n + (p[n] == '\n');
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
@@ -436,22 +434,26 @@ int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen)
         char *eq = strchr(s, '=');
         if (!eq) {
             snprintf(err, errlen, "%s:%d: expected 'key = value', got '%s'", path, lineno, s);
-            rc = -1;
-            break;
+            return -1;
         }
         *eq = '\0';
         char *key = trim(s), *value = trim(eq + 1);
         if (cfg_set(c, key, value, msg, sizeof msg) != 0) {
             snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
-            rc = -1;
-            break;
+            return -1;
         }
     }
-    if (rc == 0 && ferror(f)) {
-        snprintf(err, errlen, "config file %s: read error", path);
-        rc = -1;
-    }
-    fclose(f);
+    return 0;
+}
+
+int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen)
+{
+    char *text;
+    size_t len;
+    if (cfgfile_read(path, 0, &text, &len, err, errlen) != 0)
+        return -1;
+    int rc = cfg_load_text(c, path, text, err, errlen);
+    free(text);
     return rc;
 }
 
@@ -515,23 +517,54 @@ int cfg_doc_row(size_t i, cfg_doc *out)
     return 0;
 }
 
-int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
+/* argv[i] names a config file (--config FILE, --config=FILE): its path, with *i moved past it;
+ * NULL when it does not. err set (and *bad) when --config lacks its file. */
+static const char *config_arg(int argc, char **argv, int *i, int *bad, char *err, size_t errlen)
+{
+    if (strcmp(argv[*i], "--config") == 0) {
+        if (*i + 1 >= argc) {
+            snprintf(err, errlen, "--config needs a file name");
+            *bad = 1;
+            return NULL;
+        }
+        return argv[++*i];
+    }
+    return strncmp(argv[*i], "--config=", 9) == 0 ? argv[*i] + 9 : NULL;
+}
+
+size_t cfg_config_files(const cfg *c, const char **paths, size_t max)
+{
+    size_t n = 0;
+    char err[64];
+    for (int i = 1; i < c->argc; i++) {
+        int bad = 0;
+        const char *path = config_arg(c->argc, c->argv, &i, &bad, err, sizeof err);
+        if (path && n < max)
+            paths[n++] = path;
+    }
+    return n;
+}
+
+/* cfg_parse_args(), the config files' texts given (texts[k]: the k-th --config file) or, when
+ * texts is NULL, read now. */
+static int parse_args(cfg *c, int argc, char **argv, const char *const *texts, size_t ntexts,
+                      char *err, size_t errlen)
 {
     /* The config file first, wherever --config appears, so that flags override it. */
+    size_t k = 0;
     for (int i = 1; i < argc; i++) {
-        const char *path = NULL;
-        if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "--config needs a file name");
-                return -1;
-            }
-            path = argv[++i];
-        } else if (strncmp(argv[i], "--config=", 9) == 0) {
-            path = argv[i] + 9;
-        }
-        if (path && cfg_load_file(c, path, err, errlen) != 0)
+        int bad = 0;
+        const char *path = config_arg(argc, argv, &i, &bad, err, errlen);
+        if (bad)
             return -1;
-        if (path && set_str(&c->config_path, path, err, errlen, "config") != 0)
+        if (!path)
+            continue;
+        if (texts && k >= ntexts)
+            return util_err(err, errlen, "config file %s: not read", path);
+        if (texts ? cfg_load_text(c, path, texts[k++], err, errlen) != 0
+                  : cfg_load_file(c, path, err, errlen) != 0)
+            return -1;
+        if (set_str(&c->config_path, path, err, errlen, "config") != 0)
             return -1;
     }
     c->argc = argc;
@@ -594,6 +627,11 @@ int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
     return 0;
 }
 
+int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen)
+{
+    return parse_args(c, argc, argv, NULL, 0, err, errlen);
+}
+
 void cfg_log(const cfg *c)
 {
     for (size_t i = 0; i < CFG_N; i++) {
@@ -646,12 +684,14 @@ static void cfg_text(const cfg *c, const cfg_entry *e, char *buf, size_t len)
     buf[0] = '\0';
 }
 
-int cfg_reload(cfg *live, char *err, size_t errlen)
+int cfg_reload(cfg *live, const char *const *texts, size_t ntexts, char *err, size_t errlen)
 {
     cfg fresh;
     if (cfg_init(&fresh, err, errlen) != 0)
         return -1;
-    if (live->argc > 0 && cfg_parse_args(&fresh, live->argc, live->argv, err, errlen) != 0) {
+    if (live->argc > 0 &&
+        parse_args(&fresh, live->argc, live->argv, texts ? texts : (const char *const[]){""},
+                   texts ? ntexts : 0, err, errlen) != 0) {
         cfg_free(&fresh);
         return -1;
     }

@@ -90,15 +90,24 @@ int cfg_parse_args(cfg *c, int argc, char **argv, char *err, size_t errlen);
 /* Applies one key = value (key as in the table). Returns 0 or -1 with err set. */
 int cfg_set(cfg *c, const char *key, const char *value, char *err, size_t errlen);
 
-/* Loads a config file. Returns 0 or -1 with err naming the file and line. */
+/* Loads a config file (at most CFGFILE_MAX bytes: cfgfile.h). Returns 0 or -1 with err naming the
+ * file and line. */
 int cfg_load_file(cfg *c, const char *path, char *err, size_t errlen);
+/* The same from the file's text, already read (path only names it in errors). */
+int cfg_load_text(cfg *c, const char *path, const char *text, char *err, size_t errlen);
 
-/* SIGHUP: the settings are read again (defaults < file < flags, as at start) into a copy; those
- * marked reloadable in the table (log level, thresholds, connection limits and deadlines,
- * alert_exec) are copied into live and each change is logged ("reload: X: old -> new"); a change
- * of another setting is logged as needing a restart. Returns the number of settings changed, or
- * -1 with err set when the file no longer parses (live is then untouched). Loop thread only. */
-int cfg_reload(cfg *live, char *err, size_t errlen);
+/* The --config files of c's command line, in order (at most max of them into paths, which point
+ * into the command line). Returns how many there are. */
+size_t cfg_config_files(const cfg *c, const char **paths, size_t max);
+
+/* SIGHUP: the settings are read again (defaults < file < flags, as at start) into a copy, from
+ * texts[k], the text of the k-th --config file (cfg_config_files), read beforehand off the event
+ * loop (reload.h); texts may be NULL when there is none. Those marked reloadable in the table
+ * (log level, thresholds, connection limits and deadlines, alert_exec) are copied into live and
+ * each change is logged ("reload: X: old -> new"); a change of another setting is logged as
+ * needing a restart. Returns the number of settings changed, or -1 with err set when a file no
+ * longer parses (live is then untouched). Reads no file. Loop thread only. */
+int cfg_reload(cfg *live, const char *const *texts, size_t ntexts, char *err, size_t errlen);
 
 /* Writes the table (name, default, bounds, help) to f. */
 void cfg_print_help(const char *argv0, void *f);

@@ -65,6 +65,7 @@
 #include "notify.h"
 #include "peer.h"
 #include "push.h"
+#include "reload.h"
 #include "retain.h"
 #include "runs.h"
 #include "session.h"
@@ -92,6 +93,7 @@ typedef struct {
     alerts_deliver *out;
     metrics_http *metrics_http;
     headtab *heads;          /* the per-head metrics (NULL: no metrics port) */
+    reload *reload;          /* SIGHUP's reader of the config files (reload.h) */
     uint32_t ticks;          /* of the housekeeping timer */
     dbfile_locks locks;      /* the database's locks (dbfile.h) */
     int draining_done;       /* queued work finished; connections are closing */
@@ -335,6 +337,8 @@ static void start_teardown(attnstatd *d)
     }
     metrics_http_stop(d->metrics_http);
     d->metrics_http = NULL;
+    reload_close(d->reload); /* a read still under way is abandoned */
+    d->reload = NULL;
 }
 
 static void maybe_finish(attnstatd *d)
@@ -395,8 +399,30 @@ static void grace_expired(uv_timer_t *t)
     start_teardown(d);
 }
 
-/* SIGHUP: the config file (and the flags over it) read again; what may change live changes, each
- * change logged (config.c); a file that no longer parses changes nothing. */
+/* SIGHUP, second half, on the loop: the config files' texts (read by reload.c's thread) parsed
+ * with the flags over them; what may change live changes, each change logged (config.c); a file
+ * that no longer parses, or could not be read, changes nothing. */
+static void on_reloaded(void *data, const char *const *texts, size_t n, const char *why)
+{
+    attnstatd *d = data;
+    char err[600], nerr[300];
+    int changed = why ? -1 : cfg_reload(d->cfg, texts, n, err, sizeof err);
+    if (changed < 0) {
+        LOG_ERROR("config", "reload failed, settings unchanged: %s", why ? why : err);
+    } else {
+        log_set_level(d->cfg->log_level);
+        if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
+            LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
+        if (d->x.ret)
+            retain_set_policy(d->x.ret, d->cfg);
+        LOG_INFO("config", "reload done: %d setting%s changed", changed, changed == 1 ? "" : "s");
+    }
+    if (notify_send("READY=1\nSTATUS=serving (settings reloaded)", nerr, sizeof nerr) < 0)
+        LOG_WARN("server", "%s", nerr);
+}
+
+/* SIGHUP, first half: the config files are read on reload.c's thread (a FIFO or a file system
+ * that hangs must not stop the loop); on_reloaded() applies them. */
 static void on_hup(uv_signal_t *h, int signum)
 {
     attnstatd *d = h->data;
@@ -411,19 +437,18 @@ static void on_hup(uv_signal_t *h, int signum)
         LOG_WARN("server", "%s", nerr);
     LOG_INFO("config", "SIGHUP: reading the settings again (%s)",
              d->cfg->config_path ? d->cfg->config_path : "no --config file: the flags only");
-    int n = cfg_reload(d->cfg, err, sizeof err);
-    if (n < 0) {
-        LOG_ERROR("config", "reload failed, settings unchanged: %s", err);
-    } else {
-        log_set_level(d->cfg->log_level);
-        if (d->x.feed && alerts_feed_reload(d->x.feed, err, sizeof err) != 0)
-            LOG_ERROR("config", "reload: the alert engine refused the thresholds: %s", err);
-        if (d->x.ret)
-            retain_set_policy(d->x.ret, d->cfg);
-        LOG_INFO("config", "reload done: %d setting%s changed", n, n == 1 ? "" : "s");
+    const char *paths[32];
+    size_t n = cfg_config_files(d->cfg, paths, sizeof paths / sizeof paths[0]);
+    if (n == 0) {
+        on_reloaded(d, NULL, 0, NULL);
+        return;
     }
-    if (notify_send("READY=1\nSTATUS=serving (settings reloaded)", nerr, sizeof nerr) < 0)
-        LOG_WARN("server", "%s", nerr);
+    if (!d->reload || reload_start(d->reload, paths, n, err, sizeof err) != 0) {
+        LOG_ERROR("config", "reload failed, settings unchanged: %s",
+                  d->reload ? err : "no reader (out of memory at start)");
+        if (notify_send("READY=1\nSTATUS=serving (reload failed)", nerr, sizeof nerr) < 0)
+            LOG_WARN("server", "%s", nerr);
+    }
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -633,6 +658,7 @@ static int start_serving(attnstatd *d)
     }
     uv_unref((uv_handle_t *)&d->tick);
     uv_unref((uv_handle_t *)&d->sig_hup);
+    d->reload = reload_new(d->loop, on_reloaded, d); /* NULL: logged; a SIGHUP then says so */
     if (c->metrics_port) {
         d->metrics_http = metrics_http_start(d->loop, c->metrics_bind, (int)c->metrics_port,
                                              c->metrics_timeout_ms, render_metrics, d, err,

@@ -2,6 +2,8 @@
  * with a real attnstatd: each test is a defect once seen, and fails on the code that had it.
  *  - R1: one daemon per database FILE: a hard link or a symbolic link to a database in use does
  *    not start a second daemon (two WALs on one file lost acknowledged samples);
+ *  - R8: SIGHUP reads the config file off the event loop: a FIFO in its place is refused with the
+ *    reason, a file too big too, and the daemon serves throughout;
  * Waits are for conditions, with generous deadlines: nothing here depends on a timing margin. */
 #include "daemon_harness.h"
 
@@ -28,6 +30,52 @@ static char *slurp(const char *path)
     }
     buf[n] = '\0';
     return buf;
+}
+
+/* Waits until the file at path holds needle (or timeout_ms passes). 1 when it does. */
+static int file_has(const char *path, const char *needle, int timeout_ms)
+{
+    int64_t deadline = dh_now_ms() + timeout_ms;
+    for (;;) {
+        char *text = slurp(path);
+        int found = strstr(text, needle) != NULL;
+        free(text);
+        if (found || dh_now_ms() > deadline)
+            return found;
+        dh_sleep_ms(50);
+    }
+}
+
+/* How many times needle occurs in the file at path. */
+static int file_count(const char *path, const char *needle)
+{
+    char *text = slurp(path);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(text);
+    return n;
+}
+
+/* Waits until needle occurs more than `than` times in the file at path. 1 when it does. */
+static int file_count_over(const char *path, const char *needle, int than, int timeout_ms)
+{
+    int64_t deadline = dh_now_ms() + timeout_ms;
+    for (;;) {
+        if (file_count(path, needle) > than)
+            return 1;
+        if (dh_now_ms() > deadline)
+            return 0;
+        dh_sleep_ms(50);
+    }
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
 }
 
 /* Runs attnstatd with args (NULL-terminated, after the binary) to its end, its output into log;
@@ -126,6 +174,66 @@ START_TEST(test_second_name_of_database_refused)
 }
 END_TEST
 
+/* ---- R8: SIGHUP off the event loop -------------------------------------------------------- */
+
+/* SIGHUP read the config file on the event loop: a FIFO in its place (or a file system that hangs)
+ * stopped the daemon for good. Now the file is read on a thread of its own, a FIFO is refused
+ * with the reason and the daemon serves throughout; a file too big is refused too; a regular file
+ * put back is applied. */
+START_TEST(test_sighup_fifo_does_not_stop_the_daemon)
+{
+    dh_rng rng = dh_rng_new("sighup_fifo");
+    dh_daemon d;
+    dh_dir_init(&d);
+    char conf[300], text[200];
+    snprintf(conf, sizeof conf, "%s/attnstatd.conf", d.dir);
+    write_file(conf, "logit_ceiling = 100\n");
+    dh_start(&d, "--config", conf, (const char *)NULL);
+    dh_conn c;
+    dh_connect(&c, &d);
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+
+    /* A FIFO nobody writes to, in the config file's place. */
+    ck_assert_int_eq(unlink(conf), 0);
+    ck_assert_msg(mkfifo(conf, 0600) == 0, "mkfifo: %s", strerror(errno));
+    const char *failed = "reload failed, settings unchanged";
+    int before = file_count(d.log, failed);
+    ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+    ck_assert_msg(file_count_over(d.log, failed, before, 30000), "no failed reload logged");
+    ck_assert_msg(file_has(d.log, "is a FIFO, not a regular file", 1000),
+                  "the failed reload does not say the file is a FIFO");
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL); /* it serves */
+
+    /* Too big: refused, saying the bound. */
+    ck_assert_int_eq(unlink(conf), 0);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 20000; i++)
+        fprintf(f, "# %060llu\n", (unsigned long long)dh_next(&rng));
+    ck_assert_int_eq(fclose(f), 0);
+    before = file_count(d.log, failed);
+    ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+    ck_assert(file_count_over(d.log, failed, before, 30000));
+    ck_assert_msg(file_has(d.log, "more than the 1048576 bytes", 1000),
+                  "the failed reload does not state the size bound");
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+
+    /* A regular file again: applied. */
+    double ceiling = 10 + (double)(dh_next(&rng) % 80);
+    snprintf(text, sizeof text, "logit_ceiling = %g\n", ceiling);
+    write_file(conf, text);
+    char want[100];
+    snprintf(want, sizeof want, "reload: logit_ceiling: 100 -> %g", ceiling);
+    ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+    ck_assert_msg(file_has(d.log, want, 30000), "the reload after the FIFO was not applied");
+    attnstat__envelope__free_unpacked(dh_status(&c), NULL);
+    dh_close(&c);
+    int rc = dh_stop(&d);
+    dh_cleanup(&d, rc != 0);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------ */
 
 static Suite *share_suite(void)
@@ -135,6 +243,10 @@ static Suite *share_suite(void)
     tcase_set_timeout(lock, 300);
     tcase_add_test(lock, test_second_name_of_database_refused);
     suite_add_tcase(s, lock);
+    TCase *hup = tcase_create("sighup");
+    tcase_set_timeout(hup, 300);
+    tcase_add_test(hup, test_sighup_fifo_does_not_stop_the_daemon);
+    suite_add_tcase(s, hup);
     return s;
 }
 
