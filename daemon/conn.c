@@ -437,10 +437,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             frame_error(c, err);
             return;
         }
-        Attnstat__Envelope *env = frame_decode(payload, len, NULL);
-        if (!env) {
-            snprintf(err, sizeof err, "a frame of %u bytes is not a valid Envelope (protobuf decode "
-                     "failed)", len);
+        Attnstat__Envelope *env = frame_decode_ex(payload, len, NULL, err, sizeof err);
+        if (!env) { /* not protobuf, or a string with a NUL: err says which */
             frame_reader_consume(&c->rd);
             frame_error(c, err);
             return;

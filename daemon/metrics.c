@@ -18,6 +18,7 @@
 #include "log.h"
 #include "names.h"
 #include "procstat.h"
+#include "utf8.h"
 #include "util.h"
 
 /* ---- the text ------------------------------------------------------------------------------- */
@@ -61,18 +62,33 @@ void metrics_printf(metrics_buf *b, const char *fmt, ...)
 
 void metrics_label(const char *in, char *out, size_t len)
 {
-    size_t o = 0;
-    for (const char *c = in; *c && o + 3 < len; c++) {
-        if (*c == '\\' || *c == '"') {
-            out[o++] = '\\';
-            out[o++] = *c;
-        } else if (*c == '\n') {
-            out[o++] = '\\';
-            out[o++] = 'n';
-        } else {
-            out[o++] = *c;
+    size_t o = 0, n = strlen(in);
+    const unsigned char *p = (const unsigned char *)in;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        int l = utf8_next(p + i, n - i, &cp);
+        if (l > 0 && !utf8_is_hidden(cp)) { /* as it is, " and \ escaped; whole characters */
+            int esc = cp == '\\' || cp == '"';
+            if (o + (size_t)l + (size_t)esc >= len)
+                break;
+            if (esc)
+                out[o++] = '\\';
+            memcpy(out + o, p + i, (size_t)l);
+            o += (size_t)l;
+            i += (size_t)l;
+            continue;
         }
+        /* a control or format character (U+202E...), or a byte that is not UTF-8: each byte as
+         * the text \xHH (the backslash escaped), as the CLI and the log show it */
+        for (int k = 0; k < (l ? l : 1); k++) {
+            if (o + 6 >= len)
+                goto done;
+            snprintf(out + o, len - o, "\\\\x%02x", p[i + (size_t)k]);
+            o += 5;
+        }
+        i += (size_t)(l ? l : 1);
     }
+done:
     out[o] = '\0';
 }
 

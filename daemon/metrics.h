@@ -26,8 +26,9 @@ typedef struct {
 
 /* Appends one printf-formatted piece, all or nothing. */
 void metrics_printf(metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A label value escaped as the text format wants it (backslash, double quote, newline) into out
- * (cut at len, NUL-terminated). */
+/* A label value escaped as the text format wants it (backslash, double quote) into out (cut at a
+ * whole character within len, NUL-terminated); a control or format character (a newline, U+202E)
+ * or a byte that is not UTF-8 becomes the text \xHH per byte, as the CLI shows it. */
 void metrics_label(const char *in, char *out, size_t len);
 /* A sample value: "+Inf", "-Inf", "NaN", an integer with every digit (a step), else %.10g. */
 void metrics_value(double v, char *out, size_t len);

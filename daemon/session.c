@@ -97,10 +97,11 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         return;
     }
     const char *run = h->run && h->run[0] ? h->run : c->default_run;
-    if (!util_printable(run, PEER_RUN_MAX - 1)) {
-        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
-                    "run name must be 1..%d bytes of printable UTF-8 (no control characters)",
-                    PEER_RUN_MAX - 1);
+    char why[96];
+    if (!util_printable(run, PEER_RUN_MAX - 1, why, sizeof why)) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "run name must be 1..%d bytes of "
+                    "printable UTF-8 (no control or format characters): %s", PEER_RUN_MAX - 1,
+                    why);
         return;
     }
     if (h->has_rank && h->rank < 0) {
@@ -108,10 +109,10 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         return;
     }
     const char *host = h->host && h->host[0] ? h->host : NULL;
-    if (host && !util_printable(host, SESSION_HOST_MAX)) {
-        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
-                    "host must be 1..%d bytes of printable UTF-8 (no control characters)",
-                    SESSION_HOST_MAX);
+    if (host && !util_printable(host, SESSION_HOST_MAX, why, sizeof why)) {
+        REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "host must be 1..%d bytes of "
+                    "printable UTF-8 (no control or format characters): %s", SESSION_HOST_MAX,
+                    why);
         return;
     }
     const char *config = h->config && h->config[0] ? h->config : NULL;
@@ -137,10 +138,11 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         return;
     }
     for (size_t i = 0; i < h->n_device_uuids; i++) {
-        if (!h->device_uuids[i] || !util_printable(h->device_uuids[i], SESSION_UUID_MAX)) {
-            REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0,
-                        "device_uuids[%zu] must be 1..%d bytes of printable text (\"GPU-...\")",
-                        i, SESSION_UUID_MAX);
+        if (!h->device_uuids[i] ||
+            !util_printable(h->device_uuids[i], SESSION_UUID_MAX, why, sizeof why)) {
+            REPLY_ERROR(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, "device_uuids[%zu] must be 1..%d "
+                        "bytes of printable text (\"GPU-...\"): %s", i, SESSION_UUID_MAX,
+                        h->device_uuids[i] ? why : "it is missing");
             return;
         }
     }

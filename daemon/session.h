@@ -2,10 +2,11 @@
  * thresholds and devices), Subscribe and Status are answered here; RegisterBuffer, RegisterEvent
  * and Forget go to the client's buffers (buffers.h), Push to push.h. Every reply to a bad message
  * is an Error (or, for a Push, an Ack) naming what was wrong; the connection stays usable.
- * A Hello is checked whole before anything is stored: run and host printable UTF-8 (no control
- * character: nothing a peer names can forge a log line or reach a terminal), config a JSON object
- * of at most max_hello_config bytes (stored as sent), at most 64 device UUIDs of printable text,
- * and the run name not another uid's (owners.h: refused with Error(PERMISSION) naming the owner).
+ * A Hello is checked whole before anything is stored: run and host printable UTF-8 (no control or
+ * format character: nothing a peer names can forge a log line or reach a terminal), config a JSON
+ * object of at most max_hello_config bytes (stored as sent), at most 64 device UUIDs of printable
+ * text (no string holds a NUL: frame_decode refuses the message), and the run name not another
+ * uid's (owners.h: refused with Error(PERMISSION) naming the owner).
  * Stage: session, after the connection (the loop hands it each decoded message) and before
  * buffers and push; calls peer, buffers, push, status, the alert feed (thresholds), devices, the
  * store (the run's record), validate, owners, json, counters, conn, envelope, names and log.

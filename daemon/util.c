@@ -35,17 +35,29 @@ uint64_t util_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
-int util_printable(const char *s, size_t max)
+int util_printable(const char *s, size_t max, char *why, size_t whylen)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > max)
+    if (n == 0 || n > max) {
+        if (why && whylen)
+            snprintf(why, whylen, n ? "it is %zu bytes" : "it is empty", n);
         return 0;
+    }
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        uint32_t cp;
+        uint32_t cp = 0;
         int l = utf8_next(p + i, n - i, &cp);
-        if (l == 0 || utf8_is_control(cp))
+        if (l == 0 || utf8_is_hidden(cp)) {
+            if (!why || !whylen)
+                return 0;
+            if (l == 0)
+                snprintf(why, whylen, "byte %zu (0x%02x) is not UTF-8", i, p[i]);
+            else
+                snprintf(why, whylen, "U+%04X at byte %zu is a %s character", (unsigned)cp, i,
+                         utf8_is_control(cp) ? "control" : "format (invisible, it reorders or "
+                         "splits text)");
             return 0;
+        }
         i += (size_t)l;
     }
     return 1;

@@ -17,8 +17,9 @@ uint64_t util_mono_ns(void);
 uint64_t util_wall_ms(void);
 
 /* Text an operator may see as it is: well-formed UTF-8 of 1..max bytes with no control character
- * (C0, DEL, C1: proto/utf8.h). */
-int util_printable(const char *s, size_t max);
+ * (C0, DEL, C1) and no format character (U+200B, U+202E, U+2028...: utf8_is_hidden in
+ * proto/utf8.h). Returns 1, or 0 with why (when not NULL) saying what is wrong and where. */
+int util_printable(const char *s, size_t max, char *why, size_t whylen);
 
 /* Creates the missing directories above path (mode 0755), as mkdir -p on its dirname. Returns 0,
  * or -1 with err naming the directory that could not be made. */

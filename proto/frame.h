@@ -46,7 +46,12 @@ int frame_reader_next(frame_reader *r, const uint8_t **payload, uint32_t *len, c
 void frame_reader_consume(frame_reader *r);
 
 /* Decodes a payload (NULL on a malformed message; free with attnstat__envelope__free_unpacked).
- * allocator may be NULL for the default. */
+ * allocator may be NULL for the default. A message with a NUL byte in any string field, however
+ * deep, is malformed too: protobuf-c would hand the string over cut at the NUL. */
 Attnstat__Envelope *frame_decode(const uint8_t *payload, uint32_t len, ProtobufCAllocator *allocator);
+/* frame_decode, and on NULL err (when not NULL) says why: the decoder's failure, or which string
+ * holds a NUL ("hello.run (a NUL at byte 3 of its 9)"). */
+Attnstat__Envelope *frame_decode_ex(const uint8_t *payload, uint32_t len,
+                                    ProtobufCAllocator *allocator, char *err, size_t errlen);
 
 #endif /* ATTNSTAT_FRAME_H */

@@ -42,6 +42,38 @@ int utf8_is_control(uint32_t cp)
     return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
 }
 
+/* Cf of Unicode 15.0 (DerivedGeneralCategory.txt), with Zl (U+2028) and Zp (U+2029) joined to
+ * the U+202A..U+202E run; sorted, inclusive. */
+static const uint32_t utf8_format_ranges[][2] = {
+    {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},
+    {0x070F, 0x070F},   {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x180E, 0x180E},
+    {0x200B, 0x200F},   {0x2028, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},
+    {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
+    {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+    {0xE0020, 0xE007F},
+};
+
+int utf8_is_format(uint32_t cp)
+{
+    if (cp < 0xAD)
+        return 0;
+    size_t lo = 0, hi = sizeof utf8_format_ranges / sizeof utf8_format_ranges[0];
+    while (lo < hi) { /* the first range that ends at or after cp */
+        size_t mid = (lo + hi) / 2;
+        if (utf8_format_ranges[mid][1] < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < sizeof utf8_format_ranges / sizeof utf8_format_ranges[0] &&
+           utf8_format_ranges[lo][0] <= cp;
+}
+
+int utf8_is_hidden(uint32_t cp)
+{
+    return utf8_is_control(cp) || utf8_is_format(cp);
+}
+
 char *utf8_escape(char *out, size_t len, const char *s)
 {
     if (len == 0)
@@ -51,7 +83,7 @@ char *utf8_escape(char *out, size_t len, const char *s)
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int l = utf8_next(p + i, n - i, &cp);
-        if (l > 0 && !utf8_is_control(cp)) {
+        if (l > 0 && !utf8_is_hidden(cp)) {
             if (o + (size_t)l >= len)
                 break;
             memcpy(out + o, p + i, (size_t)l);
@@ -61,7 +93,7 @@ char *utf8_escape(char *out, size_t len, const char *s)
         }
         if (l == 0)
             l = 1; /* one byte that starts no character */
-        for (int k = 0; k < l; k++) { /* a control character, every byte of it */
+        for (int k = 0; k < l; k++) { /* a control or format character, every byte of it */
             if (o + 4 >= len)
                 goto done;
             snprintf(out + o, len - o, "\\x%02x", p[i + (size_t)k]);

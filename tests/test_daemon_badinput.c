@@ -433,6 +433,112 @@ START_TEST(test_shrunk_segment_fails_the_push_only)
 }
 END_TEST
 
+/* A Hello with run (host and uuid may be NULL), its reply's Error code (0: HelloReply) and
+ * message. */
+static int hello_names(dh_conn *c, const char *run, const char *host, char *uuid, char *msg,
+                       size_t len)
+{
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, run);
+    h.host = (char *)host;
+    h.n_device_uuids = uuid ? 1 : 0;
+    h.device_uuids = uuid ? &uuid : NULL;
+    ck_assert_int_eq(dh_send(c, &env), 0);
+    Attnstat__Envelope *r = dh_recv(c, 20000);
+    ck_assert_msg(r != NULL, "no reply to a Hello");
+    int code = r->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR ? (int)r->error->code : 0;
+    snprintf(msg, len, "%s", code ? r->error->message : "");
+    if (!code)
+        ck_assert_int_eq(r->msg_case, ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY);
+    attnstat__envelope__free_unpacked(r, NULL);
+    return code;
+}
+
+/* Names that hide text: a run name with U+202E (right-to-left override: "evil\u202Egpj.exe"
+ * shows as "evilexe.jpg"), U+200B (zero width: a second "gpt" that looks like the first), U+2028
+ * (a line separator), a host with U+2029 or U+FEFF, a device UUID with a tag character: each
+ * refused with BAD_REQUEST naming the field and the character. A string with a NUL (protobuf-c
+ * would cut it there: "a\0b" stored as "a") is refused with Error(FRAME) naming the field, in
+ * the run name and in the config. None of them is stored; names in other scripts are taken. */
+START_TEST(test_hidden_characters_and_nul_refused)
+{
+    char base[16];
+    for (int i = 0; i < 8; i++)
+        base[i] = (char)('a' + dh_next(&W.rng) % 26);
+    base[8] = '\0';
+    static const struct {
+        const char *run_tail, *host, *uuid, *field, *cp;
+    } bad[] = {
+        {"\xe2\x80\xae" "gpj.exe", NULL, NULL, "run name", "U+202E"},
+        {"\xe2\x80\x8b", NULL, NULL, "run name", "U+200B"},
+        {"\xe2\x80\xa8" "x", NULL, NULL, "run name", "U+2028"},
+        {"-h", "node\xe2\x80\xa9" "1", NULL, "host", "U+2029"},
+        {"-h2", "\xef\xbb\xbfnode", NULL, "host", "U+FEFF"},
+        {"-u", NULL, "GPU-\xf3\xa0\x80\x81", "device_uuids[0]", "U+E0001"},
+    };
+    dh_conn c;
+    dh_connect(&c, &W.d);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char run[64], msg[512], uuid[32];
+        snprintf(run, sizeof run, "%s%s", base, bad[i].run_tail);
+        if (bad[i].uuid)
+            snprintf(uuid, sizeof uuid, "%s", bad[i].uuid);
+        int code = hello_names(&c, run, bad[i].host, bad[i].uuid ? uuid : NULL, msg, sizeof msg);
+        ck_assert_msg(code == ATTNSTAT__CODE__BAD_REQUEST && strstr(msg, bad[i].field) &&
+                      strstr(msg, bad[i].cp) && strstr(msg, "format"), "bad name %zu: %d '%s'",
+                      i, code, msg);
+    }
+    /* the connection is still usable: a name in another script (and an accent) is text */
+    char run[64], msg[512];
+    snprintf(run, sizeof run, "%s-\xe6\x97\xa5\xe6\x9c\xac-\xc3\xa9", base);
+    ck_assert_msg(hello_names(&c, run, "n\xc3\xb6" "de", NULL, msg, sizeof msg) == 0, "%s", msg);
+    dh_close(&c);
+
+    /* a NUL inside the run name and inside the config: the frame packed, one byte set to 0 */
+    for (int which = 0; which < 2; which++) {
+        char name[32], cfg[64];
+        snprintf(name, sizeof name, "%s-nul-%c", base, 'a' + which);
+        snprintf(cfg, sizeof cfg, "{\"lr\": %u, \"tag\": \"%sZ%s\"}",
+                 (unsigned)(dh_next(&W.rng) % 1000), base, base);
+        Attnstat__Hello h;
+        Attnstat__Envelope env;
+        envelope_hello(&env, &h, name);
+        h.config = cfg;
+        size_t len;
+        uint8_t *f = frame_pack(&env, FRAME_MAX_DEFAULT, &len);
+        ck_assert_ptr_nonnull(f);
+        const char *s = which ? cfg : name;
+        uint8_t *at = memmem(f, len, s, strlen(s));
+        ck_assert_ptr_nonnull(at);
+        at[which ? strchr(cfg, 'Z') - cfg : (ptrdiff_t)strlen(base)] = 0; /* "base\0nul-a" */
+        dh_connect(&c, &W.d);
+        ck_assert_int_eq(dh_write_all(c.fd, f, len), 0);
+        free(f);
+        Attnstat__Envelope *e = dh_recv(&c, 20000);
+        ck_assert_msg(e && e->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR &&
+                      e->error->code == ATTNSTAT__CODE__FRAME, "a NUL in %s not refused",
+                      which ? "the config" : "the run name");
+        ck_assert_msg(strstr(e->error->message, which ? "hello.config" : "hello.run") &&
+                      strstr(e->error->message, "NUL"), "%s", e->error->message);
+        attnstat__envelope__free_unpacked(e, NULL);
+        ck_assert(dh_wait_closed(&c, 20000));
+        dh_close(&c);
+    }
+    good_client_served("after-hidden");
+    ck_assert_int_eq(dh_stop(&W.d), 0);
+    sqlite3 *db = dh_db_open(&W.d);
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE name LIKE '%s%%'", base);
+    int64_t stored = dh_db_int(db, sql);
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE name = '%s'", base);
+    int64_t cut = dh_db_int(db, sql);
+    sqlite3_close(db);
+    ck_assert_int_eq(stored, 1); /* the one in another script */
+    ck_assert_int_eq(cut, 0);    /* no name cut at its NUL */
+}
+END_TEST
+
 START_TEST(test_max_clients)
 {
     /* A daemon of its own with room for two clients. */
@@ -541,6 +647,7 @@ static Suite *badinput_suite(void)
     tcase_add_test(tc, test_bad_pushes_get_their_code);
     tcase_add_test(tc, test_sinks_refused_then_served);
     tcase_add_test(tc, test_shrunk_segment_fails_the_push_only);
+    tcase_add_test(tc, test_hidden_characters_and_nul_refused);
     tcase_add_test(tc, test_max_clients);
     tcase_add_test(tc, test_fifo_in_dev_shm_does_not_block);
     tcase_add_test(tc, test_segment_truncated_mid_compute);

@@ -3,7 +3,8 @@
  * and decoding under allocation failure (a countdown allocator fails allocation N for N = 1, 2, ...
  * until decoding succeeds; every failure is clean and the sanitizer build checks for leaks); the
  * message builders (envelope.c: each one packed, decoded and compared field by field, with random
- * values) and the enum names (names.h against the generated enums' values). */
+ * values) and the enum names (names.h against the generated enums' values); a string with a NUL
+ * refused with its path (frame_decode_ex), and the format characters hidden (utf8.h). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "envelope.h"
 #include "frame.h"
 #include "names.h"
+#include "utf8.h"
 
 static uint64_t g_state;
 
@@ -438,6 +440,151 @@ START_TEST(test_names)
 }
 END_TEST
 
+/* ---- strings with a NUL, names with hidden characters ---------------------------------------- */
+
+/* A random name of n printable ASCII bytes (no NUL, unique enough to be found in a frame). */
+static void rand_name(char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (char)('a' + rnd() % 26);
+    out[n] = '\0';
+}
+
+/* The frame f (len bytes) with one byte of the string s (found in it) set to NUL: *at its index in
+ * s. Returns a malloc'd copy. */
+static uint8_t *with_nul(const uint8_t *f, size_t len, const char *s, size_t *at)
+{
+    size_t n = strlen(s);
+    const uint8_t *hit = memmem(f, len, s, n);
+    ck_assert_ptr_nonnull(hit);
+    uint8_t *c = malloc(len);
+    ck_assert_ptr_nonnull(c);
+    memcpy(c, f, len);
+    *at = rnd() % n;
+    c[(size_t)(hit - f) + *at] = 0;
+    return c;
+}
+
+/* protobuf-c hands strings over as C strings: a NUL inside one would cut it without a word. Every
+ * string of a message, however deep (a Hello's run, host, config, a device UUID; a StatusReply's
+ * worker name), is refused with its path and where the NUL is; a bytes field (a CUDA IPC handle)
+ * full of NULs is not a string and decodes. */
+START_TEST(test_string_with_nul_refused)
+{
+    char run[24], host[20], config[40], uuid[3][16];
+    rand_name(run, 8 + rnd() % 12);
+    rand_name(host, 6 + rnd() % 10);
+    char inner[20];
+    rand_name(inner, 10);
+    snprintf(config, sizeof config, "{\"k\": \"%s\"}", inner);
+    char *uuids[3];
+    for (int i = 0; i < 3; i++) {
+        rand_name(uuid[i], 12);
+        uuids[i] = uuid[i];
+    }
+    Attnstat__Hello h;
+    Attnstat__Envelope env;
+    envelope_hello(&env, &h, run);
+    h.host = host;
+    h.config = config;
+    h.n_device_uuids = 3;
+    h.device_uuids = uuids;
+    size_t len;
+    uint8_t *f = frame_pack(&env, FRAME_MAX_DEFAULT, &len);
+    ck_assert_ptr_nonnull(f);
+    char err[200];
+    Attnstat__Envelope *e = frame_decode_ex(f + 4, (uint32_t)(len - 4), NULL, err, sizeof err);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_str_eq(e->hello->run, run);
+    attnstat__envelope__free_unpacked(e, NULL);
+    const char *strs[] = {run, host, inner, uuid[1]};
+    const char *paths[] = {"hello.run", "hello.host", "hello.config", "hello.device_uuids"};
+    for (int i = 0; i < 4; i++) {
+        size_t at;
+        uint8_t *bad = with_nul(f, len, strs[i], &at);
+        err[0] = '\0';
+        ck_assert_ptr_null(frame_decode_ex(bad + 4, (uint32_t)(len - 4), NULL, err, sizeof err));
+        ck_assert_ptr_null(frame_decode(bad + 4, (uint32_t)(len - 4), NULL));
+        char want[80];
+        snprintf(want, sizeof want, "%s (a NUL at byte %zu of its %zu)", paths[i],
+                 at + (i == 2 ? 7 : 0), i == 2 ? strlen(config) : strlen(strs[i]));
+        ck_assert_msg(strstr(err, want) && strstr(err, "holds a NUL"), "'%s' lacks '%s'", err,
+                      want);
+        free(bad);
+    }
+    free(f);
+
+    /* nested: a StatusReply's second worker */
+    Attnstat__WorkerStatus w[2];
+    Attnstat__WorkerStatus *wp[2] = {&w[0], &w[1]};
+    char wname[2][16];
+    for (int i = 0; i < 2; i++) {
+        attnstat__worker_status__init(&w[i]);
+        rand_name(wname[i], 10);
+        w[i].name = wname[i];
+        w[i].queue_depth = rnd() % 100;
+        w[i].queue_capacity = 100;
+    }
+    Attnstat__StatusReply sr;
+    attnstat__status_reply__init(&sr);
+    sr.n_workers = 2;
+    sr.workers = wp;
+    attnstat__envelope__init(&env);
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY;
+    env.status_reply = &sr;
+    f = frame_pack(&env, FRAME_MAX_DEFAULT, &len);
+    ck_assert_ptr_nonnull(f);
+    size_t at;
+    uint8_t *bad = with_nul(f, len, wname[1], &at);
+    ck_assert_ptr_null(frame_decode_ex(bad + 4, (uint32_t)(len - 4), NULL, err, sizeof err));
+    ck_assert_msg(strstr(err, "status_reply.workers.name (a NUL at byte"), "%s", err);
+    free(bad);
+    free(f);
+
+    /* bytes may hold NULs: a CUDA IPC handle of random bytes, a quarter of them 0 */
+    uint8_t handle[64];
+    for (size_t i = 0; i < sizeof handle; i++)
+        handle[i] = rnd() % 4 ? (uint8_t)(1 + rnd() % 255) : 0;
+    handle[rnd() % sizeof handle] = 0;
+    Attnstat__RegisterBuffer rb;
+    envelope_register_cuda(&env, &rb, rnd(), handle, sizeof handle, 1 + rnd(), uuid[0]);
+    f = frame_pack(&env, FRAME_MAX_DEFAULT, &len);
+    ck_assert_ptr_nonnull(f);
+    e = frame_decode_ex(f + 4, (uint32_t)(len - 4), NULL, err, sizeof err);
+    ck_assert_msg(e != NULL, "a handle with NULs refused: %s", err);
+    ck_assert_int_eq(memcmp(e->register_buffer->ipc_handle.data, handle, sizeof handle), 0);
+    attnstat__envelope__free_unpacked(e, NULL);
+    free(f);
+}
+END_TEST
+
+/* Format characters (Unicode Cf, and the line and paragraph separators) are hidden characters, as
+ * controls are: utf8_escape writes them out; their neighbours and ordinary text are kept. */
+START_TEST(test_format_characters_hidden)
+{
+    static const uint32_t hidden[] = {0x00AD, 0x0600, 0x061C, 0x180E, 0x200B, 0x200E, 0x200F,
+                                      0x2028, 0x2029, 0x202A, 0x202E, 0x2060, 0x2066, 0x2069,
+                                      0x206F, 0xFEFF, 0xFFF9, 0x110BD, 0x1343F, 0x1D173, 0xE0001,
+                                      0xE0020, 0xE007F, 0x1B, 0x7F, 0x9B};
+    static const uint32_t shown[] = {'a', ' ', 0xE9, 0x00AC, 0x00AE, 0x200A, 0x2010, 0x2027,
+                                     0x202F, 0x2065, 0x2070, 0xFEFE, 0xFF00, 0xFFFC, 0xFFFD,
+                                     0x110BE, 0x13440, 0xE0000, 0xE0080, 0x10FFFF, 0x65E5};
+    for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+        ck_assert_msg(utf8_is_hidden(hidden[i]), "U+%04X not hidden", (unsigned)hidden[i]);
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++)
+        ck_assert_msg(!utf8_is_hidden(shown[i]) && !utf8_is_format(shown[i]), "U+%04X hidden",
+                      (unsigned)shown[i]);
+    ck_assert(utf8_is_format(0x202E) && !utf8_is_control(0x202E));
+    /* escaped: a random name around U+202E, U+200B and U+2028; "é" kept */
+    char name[12], in[64], want[96], out[96];
+    rand_name(name, 1 + rnd() % 10);
+    snprintf(in, sizeof in, "%s\xe2\x80\xae" "gpj.exe\xe2\x80\x8b\xc3\xa9\xe2\x80\xa8x", name);
+    snprintf(want, sizeof want, "%s\\xe2\\x80\\xae" "gpj.exe\\xe2\\x80\\x8b\xc3\xa9\\xe2\\x80\\xa8x",
+             name);
+    ck_assert_str_eq(utf8_escape(out, sizeof out, in), want);
+}
+END_TEST
+
 int main(void)
 {
     g_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
@@ -450,6 +597,8 @@ int main(void)
     tcase_add_test(tc, test_decode_allocation_failures);
     tcase_add_test(tc, test_envelope_builders);
     tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_string_with_nul_refused);
+    tcase_add_test(tc, test_format_characters_hidden);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

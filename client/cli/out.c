@@ -46,7 +46,10 @@ void out_json_string(FILE *f, const char *s)
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
         default:
-            if (utf8_is_control(cp))
+            if (utf8_is_hidden(cp) && cp > 0xFFFF) /* a tag character: a surrogate pair */
+                fprintf(f, "\\u%04x\\u%04x", 0xD800u + ((cp - 0x10000u) >> 10),
+                        0xDC00u + ((cp - 0x10000u) & 0x3FFu));
+            else if (utf8_is_hidden(cp)) /* a control or format character (U+202E) */
                 fprintf(f, "\\u%04x", (unsigned)cp);
             else
                 fwrite(p + i, 1, (size_t)l, f);

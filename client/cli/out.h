@@ -56,12 +56,14 @@ static inline out_val out_i(int64_t i) { return (out_val){.kind = OUT_INT, .i = 
 static inline out_val out_d(double d) { return (out_val){.kind = OUT_NUM, .d = d}; }
 
 /* JSON string escaping into f, with the quotes: control characters, DEL and C1 controls as \u00XX,
- * bytes that are not UTF-8 as \ufffd. */
+ * format characters (U+202E, U+200B, U+2028...) as \uXXXX (a surrogate pair past U+FFFF), bytes
+ * that are not UTF-8 as \ufffd. */
 void out_json_string(FILE *f, const char *s);
 
 /* Text from the database or a peer (run names, hosts, messages), made safe to print on a terminal:
- * control characters (newlines, escape sequences), DEL, C1 controls and bytes that are not UTF-8
- * become \xNN, so that nothing stored can move the cursor, recolour the screen or forge a line.
+ * control characters (newlines, escape sequences), DEL, C1 controls, format characters (U+202E
+ * right-to-left override, U+200B, U+2028: utf8_is_hidden) and bytes that are not UTF-8 become
+ * \xNN, so that nothing stored can move the cursor, recolour the screen, reorder or forge a line.
  * Written into buf[len] (cut to fit), which is returned. */
 char *out_escape(char *buf, size_t len, const char *s);
 /* out_escape() into one of OUT_SAFE_SLOTS rotating buffers of OUT_SAFE_LEN bytes: for printf
