@@ -239,6 +239,70 @@ class TestArguments(unittest.TestCase):
         e = self.assertPushError(_lib.ESTATE, "hello", 0, 0, q, k)  # valid, but no hello yet
         self.assertEqual(e.code_name, "ESTATE")
 
+    def assertRefused(self, field, fn, *args, **kw):
+        """fn(*args, **kw) raises a ValueError (an AttnstatError EINVAL too) naming field."""
+        with self.assertRaises(ValueError) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertIsInstance(e, attnstat.AttnstatError)
+        self.assertEqual(e.code, _lib.EINVAL, str(e))
+        self.assertIn(field, str(e))
+        return e
+
+    def test_values_past_the_c_types_refused(self):
+        """ctypes wraps an integer past its C type (step=2**70 was stored as step 0, rank=2**40
+        wrote into rank 0's run), a C string ends at a NUL and NaN means "the daemon's
+        threshold": each is refused before the call, a ValueError naming the field."""
+        q, k = randn(1, 2, 8, 16), randn(1, 2, 8, 16)
+        big = int(RNG.integers(1, 1 << 20))
+        push = self.c.push
+        for field, kw in (("step", dict(step=(1 << 63) + big)), ("step", dict(step=-(1 << 70))),
+                          ("layer", dict(layer=(1 << 32) + big)),
+                          ("window_left", dict(window_left=(1 << 31) + big)),
+                          ("sample_every", dict(sample_every=(1 << 32) + big)),
+                          ("seed", dict(seed=(1 << 64) + big)), ("seed", dict(seed=-big)),
+                          ("scale", dict(scale=1e39 * big)), ("softcap", dict(softcap=math.inf)),
+                          ("stream", dict(stream=(1 << 64) + big)),
+                          ("step", dict(step=2.5)), ("layer", dict(layer="3")),
+                          ("cu_seqlens_k[1]",
+                           dict(cu_seqlens_q=[0, 8], cu_seqlens_k=[0, 1 << 31]))):
+            args = dict(step=big, layer=0)
+            args.update(kw)
+            self.assertRefused(field, push, args.pop("step"), args.pop("layer"), q, k, **args)
+        # a tensor whose stride does not fit int64 (ctypes would make it 2**66 mod 2**64 = 0)
+        arr = randn(1, 2, 8, 16)
+
+        class Wide(object):
+            __array_interface__ = dict(arr.__array_interface__, strides=(1024, (1 << 66) * 4,
+                                                                         64, 4))
+        e = self.assertRefused("q stride[1]", push, big, 0, Wide(), k)
+        self.assertIn("past 64 bits", str(e))
+        # the hello's numbers and strings, refused before anything is sent
+        name = "run-%d" % big
+        for field, kw in (("rank", dict(rank=(1 << 40) + big)), ("rank", dict(rank=-1)),
+                          ("run", dict(run=name + "\0evil")),
+                          ("config", dict(config='{"a": "x\0y"}')),
+                          ("config", dict(config=b'{"a": 1}\0tail')),
+                          ("entropy_floor", dict(thresholds={"entropy_floor": math.nan})),
+                          ("logit_ceiling", dict(thresholds={"logit_ceiling": -math.inf})),
+                          ("raise_after", dict(thresholds={"raise_after": 1 << 32})),
+                          ("raise_after", dict(thresholds={"raise_after": 0})),
+                          ("devices", dict(devices=["GPU-%d\0x" % big])),
+                          ("socket", dict(socket=self.path + "\0.other")),
+                          ("timeout_s", dict(timeout_s=1e10)), ("timeout_s", dict(timeout_s=-1))):
+            args = dict(socket=self.path, run=name, lib=LIB, timeout_s=1)
+            args.update(kw)
+            self.assertRefused(field, attnstat.Client, **args)
+        self.assertRefused("layout field tp_size", self.c.set_layout, tp_rank=1,
+                           tp_size=(1 << 31) + big)
+        self.assertRefused("timeout_s", self.c.status, timeout_s=math.nan)
+        self.assertRefused("timeout_s", self.c.flush, timeout_s=math.nan)
+        # in range: the push itself goes on to the library (no hello yet: ESTATE)
+        with self.assertRaises(attnstat.AttnstatError) as cm:
+            push((1 << 63) - 1, (1 << 32) - 1, q, k, seed=(1 << 64) - 1, window_left=-1)
+        self.assertEqual(cm.exception.code, _lib.ESTATE, str(cm.exception))
+        self.assertNotIsInstance(cm.exception, ValueError)
+
     def test_cuda_tensors_without_a_gpu_path(self):
         """Without CUDA in the library or a usable device, CUDA tensors are ENOTSUP with a message
         that says so (checked before the hello); with one, the missing hello is what is wrong."""

@@ -10,7 +10,8 @@ import time
 import warnings
 import weakref
 
-from . import _layout, _lib
+from . import _args, _layout, _lib
+from ._args import ArgumentError
 from ._tensor import TensorError, describe
 from ._version import __version__
 from ._errors import AttnstatError
@@ -129,6 +130,7 @@ class Client(object):
                  devices=None, held_bytes_max=2 << 30, held_pushes_max=1024,
                  local_compute=False, layout=None, connect=None):
         self._c = None
+        rank = _args.integer(rank, "rank", 0, _args.I32[1])  # before a connection is made
         self.connect = _connect_mode(connect)
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
@@ -159,16 +161,18 @@ class Client(object):
         self._push_ex = _lib.optional(lib, "attnstat_push_ex")
         self._push2 = _lib.optional(lib, "attnstat_push2")
 
+        # the hello's arguments are checked before a connection is made
+        hello_args = self._hello_args(run, rank, thresholds, config, devices) if hello else None
         opts = _lib.ConnectOpts()
         lib.attnstat_connect_opts_init(ctypes.byref(opts))
         self.socket = os.fsdecode(socket) if socket is not None else default_socket(lib)
-        opts.socket_path = os.fsencode(self.socket)
+        opts.socket_path = _args.text(os.fsencode(self.socket), "socket")
         if ring_bytes is not None:
             opts.ring_bytes = _nonneg_int(ring_bytes, "ring_bytes")
         if queue_bytes is not None:
             opts.queue_bytes = _nonneg_int(queue_bytes, "queue_bytes")
         if timeout_s is not None:
-            opts.timeout_ms = max(1, int(round(float(timeout_s) * 1000)))
+            opts.timeout_ms = _timeout_ms(timeout_s, "timeout_s")
         err = _lib.Error()
         handle = ctypes.c_void_p()
         if self.connect == "background":
@@ -219,12 +223,12 @@ class Client(object):
                 raise AttnstatError(rc, msg)
 
         self.run = run
-        self.rank = int(rank)
+        self.rank = rank
         self.devices = []
         self.layout = None
         if hello:
             try:
-                self._hello(run, rank, thresholds, config, devices)
+                self._hello(hello_args)
                 if layout is not None:
                     self.set_layout(layout)
             except BaseException:
@@ -270,7 +274,7 @@ class Client(object):
             if isinstance(d, bytes):
                 d = d.decode()
             if isinstance(d, str) and d.upper().startswith("GPU-"):
-                out.append(d.encode())
+                out.append(_args.text(d, "devices (%r)" % d))
                 continue
             if hasattr(d, "type"):  # torch.device
                 if d.type != "cuda":
@@ -294,7 +298,9 @@ class Client(object):
             out.append(buf.value)
         return out
 
-    def _hello(self, run, rank, thresholds, config, devices=None):
+    def _hello_args(self, run, rank, thresholds, config, devices=None):
+        """What the hello sends, checked (before the connection is made): (run, rank,
+        thresholds, config, device UUIDs) as the C call takes them."""
         th = None
         if thresholds:
             th = _lib.Thresholds()
@@ -305,27 +311,33 @@ class Client(object):
                                         % (k, ", ".join(_THRESHOLD_FIELDS)))
                 if v is None:
                     continue
-                if k in ("raise_after", "clear_after"):
-                    setattr(th, k, _nonneg_int(v, k))
-                else:
-                    setattr(th, k, float(v))
-        if config is not None and not isinstance(config, (str, bytes)):
+                if k in ("raise_after", "clear_after"):  # 0 would mean "the daemon's"
+                    setattr(th, k, _args.integer(v, k, 1, _args.U32[1]))
+                else:  # NaN would mean "the daemon's"; None says that
+                    setattr(th, k, _args.finite(v, k))
+        rank = _args.integer(rank, "rank", 0, _args.I32[1])
+        if config is not None and not isinstance(config, (str, bytes, bytearray)):
             config = json.dumps(config, sort_keys=True, default=str)
-        cfg = config.encode() if isinstance(config, str) else config
-        runb = run.encode() if isinstance(run, str) else run
+        cfg = _args.text(config, "config") if config is not None else None
+        runb = _args.text(run, "run") if run is not None else None
         try:
             uuids = self._device_uuids(devices)
         except AttnstatError:
             if devices is not None:
                 raise
             uuids = []  # the automatic choice is only a head start: never an error
+        return runb, rank, th, cfg, uuids
+
+    def _hello(self, args):
+        """Says the hello of _hello_args."""
+        runb, rank, th, cfg, uuids = args
         thp = ctypes.byref(th) if th is not None else None
         hello_ex = _lib.optional(self._lib, "attnstat_hello_ex")
         if uuids and hello_ex is not None:
             arr = (ctypes.c_char_p * len(uuids))(*uuids)
-            rc = hello_ex(self._c, runb, int(rank), thp, cfg, arr, len(uuids))
+            rc = hello_ex(self._c, runb, rank, thp, cfg, arr, len(uuids))
         else:
-            rc = self._lib.attnstat_hello(self._c, runb, int(rank), thp, cfg)
+            rc = self._lib.attnstat_hello(self._c, runb, rank, thp, cfg)
         self._check(rc)
         self.devices = [u.decode() for u in uuids]
 
@@ -383,7 +395,7 @@ class Client(object):
                 raise TensorError("sinks has %d values: one per query head (q has %d)"
                                   % (ext.sinks.shape[1], dq.shape[1]))
         except TensorError as e:
-            raise AttnstatError(_lib.EINVAL, str(e))
+            raise ArgumentError(str(e)) from None
         cu = None if ext.cu_q is not None else _cu_pair(cu_seqlens_q, cu_seqlens_k)
         if ext.needed and self._push2 is None:
             raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype, CUDA cu_seqlens and "
@@ -415,7 +427,7 @@ class Client(object):
         self._enter()
         o = self._opts  # every field is set below
         try:
-            o.step = int(step)
+            o.step = _args.i64(step, "step")
             o.layer = _u32(layer, "layer")
             o.causal = 1 if causal else 0
             o.window_left = -1 if window_left is None else _i32(window_left, "window_left")
@@ -424,13 +436,15 @@ class Client(object):
             o.scale = _float(scale, "scale")
             o.sample_every = _u32(sample_every, "sample_every")
             o.sample_rows = _u32(sample_rows, "sample_rows")
-            o.sample_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+            o.sample_seed = _args.u64(seed, "seed")
             o.want_results = 1 if want_results else 0
-            o.cuda_stream = int(stream) if stream else None
+            o.cuda_stream = _args.u64(stream, "stream") if stream else None
             o.cu_seqlens_q = o.cu_seqlens_k = None
             o.n_seqs = 0
+        except ArgumentError:
+            raise
         except (TypeError, ValueError, OverflowError) as e:
-            raise AttnstatError(_lib.EINVAL, str(e))
+            raise ArgumentError(str(e)) from None
         if cu is not None:
             o.cu_seqlens_q, o.cu_seqlens_k, o.n_seqs = cu[:3]
         dq.fill(self._tq)
@@ -606,7 +620,8 @@ class Client(object):
         went away (stats()['abandoned'], and a RuntimeWarning the first time). Never raises
         because the connection was lost. The waiting is done outside the client's lock, so other
         threads' pushes go on meanwhile."""
-        deadline = None if timeout_s is None else time.monotonic() + max(0.0, float(timeout_s))
+        deadline = (None if timeout_s is None
+                    else time.monotonic() + _args.finite(timeout_s, "timeout_s", lo=0.0))
         while True:
             with self._lock:
                 self._enter()
@@ -670,7 +685,7 @@ class Client(object):
             self._enter()
             out = _lib.DaemonStatus()
             rc = self._lib.attnstat_status(self._handle(), ctypes.byref(out),
-                                           max(1, int(float(timeout_s) * 1000)))
+                                           _timeout_ms(timeout_s, "timeout_s"))
             self._raise_callback_error()
             self._check(rc)
         d = _struct_dict(out, skip=("workers", "client_list", "n_workers", "n_client_list",
@@ -851,6 +866,12 @@ class Client(object):
 
 
 _CONNECT_MODES = ("now", "background")
+
+
+def _timeout_ms(timeout_s, name):
+    """A timeout in seconds as the C int of milliseconds (at least 1)."""
+    ms = max(1, int(round(_args.finite(timeout_s, name, lo=0.0) * 1000)))
+    return _args.integer(ms, name + " (in ms)", 1, _args.I32[1])
 
 
 def _connect_mode(connect):

@@ -14,7 +14,7 @@ common frameworks (attnstat/torch/_layout.py).
 import ctypes
 
 from ._errors import AttnstatError
-from . import _lib
+from . import _args, _lib
 
 FIELDS = ("tp_rank", "tp_size", "pp_rank", "pp_size", "dp_rank", "dp_size", "cp_rank", "cp_size",
           "layer_offset", "head_offset")
@@ -40,10 +40,7 @@ def as_dict(layout=None, **fields):
                                 % (k, ", ".join(FIELDS)))
         if v is None:
             continue
-        try:
-            out[k] = int(v)
-        except (TypeError, ValueError):
-            raise AttnstatError(_lib.EINVAL, "layout field %s is %r: an integer" % (k, v))
+        out[k] = _args.i32(v, "layout field %s" % k)  # "... is 'x': must be an integer"
     for g in ("tp", "pp", "dp", "cp"):
         r, n = out[g + "_rank"], out[g + "_size"]
         if n < 1 or not 0 <= r < n:

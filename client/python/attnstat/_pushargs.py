@@ -1,8 +1,8 @@
 """What Client.push checks and describes besides q, k and v: the arguments, the mask, the compute
 dtype, packed offsets, attention sinks, and the objects kept alive while the daemon reads them."""
 import ctypes
-import math
 
+from . import _args
 from . import _lib
 from . import _tensor
 from ._errors import AttnstatError
@@ -106,31 +106,20 @@ def _span_bytes(d):
 
 
 def _nonneg_int(v, name):
-    v = int(v)
-    if v < 0:
-        raise AttnstatError(_lib.EINVAL, "%s is %d: must be >= 0" % (name, v))
-    return v
+    return _args.integer(v, name, 0, _args.U64[1])
 
 
 def _u32(v, name):
-    v = int(v)
-    if not 0 <= v <= 0xFFFFFFFF:
-        raise ValueError("%s is %d: must be 0..4294967295" % (name, v))
-    return v
+    return _args.u32(v, name)
 
 
 def _i32(v, name):
-    v = int(v)
-    if not -0x80000000 <= v <= 0x7FFFFFFF:
-        raise ValueError("%s is %d: must fit in 32 bits" % (name, v))
-    return v
+    return _args.i32(v, name)
 
 
 def _float(v, name):
-    f = float(v if v is not None else 0.0)
-    if not math.isfinite(f) or f < 0:
-        raise ValueError("%s is %r: must be finite and >= 0" % (name, v))
-    return f
+    """A C float option (softcap, scale): finite, >= 0, within float32's range; None is 0."""
+    return _args.finite(v if v is not None else 0.0, name, lo=0.0, single=True)
 
 
 def _int32_array(x, name):
@@ -138,12 +127,10 @@ def _int32_array(x, name):
     if hasattr(x, "tolist"):
         x = x.tolist()
     try:
-        vals = [int(v) for v in x]
-    except (TypeError, ValueError):
-        raise AttnstatError(_lib.EINVAL, "%s must be a sequence of integers" % name)
-    for v in vals:
-        if not -0x80000000 <= v <= 0x7FFFFFFF:
-            raise AttnstatError(_lib.EINVAL, "%s has %d: offsets are int32" % (name, v))
+        vals = list(x)
+    except TypeError:
+        raise _args.ArgumentError("%s must be a sequence of integers" % name) from None
+    vals = [_args.i32(v, "%s[%d]" % (name, i)) for i, v in enumerate(vals)]
     return (ctypes.c_int32 * len(vals))(*vals)
 
 

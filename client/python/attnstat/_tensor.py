@@ -46,6 +46,23 @@ class Desc(object):
         t.strides[:] = self.strides
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _fits(d, name):
+    """d, once its numbers fit the C struct (attnstat_tensor: a pointer, int32 device, int64
+    shape and strides): ctypes would wrap one that does not, describing another tensor."""
+    if not 0 <= d.ptr < (1 << 64):
+        raise TensorError("%s has data pointer %#x: not an address" % (name, d.ptr))
+    if not -(1 << 31) <= d.device < (1 << 31):
+        raise TensorError("%s is on device %d: not a CUDA ordinal" % (name, d.device))
+    for what, vals in (("shape", d.shape), ("stride", d.strides)):
+        for i, v in enumerate(vals):
+            if not _I64[0] <= v <= _I64[1]:
+                raise TensorError("%s %s[%d] is %d: past 64 bits" % (name, what, i, v))
+    return d
+
+
 def _is_torch_like(x):
     return (callable(getattr(x, "data_ptr", None)) and callable(getattr(x, "stride", None))
             and hasattr(x, "dtype") and hasattr(x, "shape"))
@@ -83,7 +100,7 @@ def _from_torch(x, name, aux=False):
         raise TensorError("%s is on device %r: attnstat takes CPU or CUDA tensors" % (name, kind))
     shape = tuple(int(s) for s in x.shape)
     strides = tuple(int(s) for s in x.stride())
-    return Desc(int(x.data_ptr()), dtype, mem, index, shape, strides, stream, x)
+    return _fits(Desc(int(x.data_ptr()), dtype, mem, index, shape, strides, stream, x), name)
 
 
 def _typestr_dtype(typestr, x, name):
@@ -129,7 +146,7 @@ def _from_interface(x, iface, mem, name, aux=False):
         device = _cuda_device_of(x)
         s = iface.get("stream")
         stream = int(s) if s is not None else None
-    return Desc(ptr, dtype, mem, device, shape, strides, stream, x)
+    return _fits(Desc(ptr, dtype, mem, device, shape, strides, stream, x), name)
 
 
 def _cuda_device_of(x):

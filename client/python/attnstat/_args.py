@@ -1,0 +1,93 @@
+"""The checks of what the binding hands to libattnstat's C types: ctypes wraps an integer that does
+not fit (step=2**70 becomes step 0, rank=2**40 rank 0) and a C string ends at its first NUL
+("run\\0x" becomes "run"), both without a word, and a NaN threshold means "the daemon's value" to
+the library. So every integer is checked against its C type's range, every float for being finite,
+every string for a NUL, here, before the call: what does not fit is refused with ArgumentError,
+naming the field.
+"""
+import math
+import operator
+
+from . import _lib
+from ._errors import AttnstatError
+
+I32 = (-(1 << 31), (1 << 31) - 1)
+U32 = (0, (1 << 32) - 1)
+I64 = (-(1 << 63), (1 << 63) - 1)
+U64 = (0, (1 << 64) - 1)
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+class ArgumentError(AttnstatError, ValueError):
+    """An argument refused before it reaches libattnstat (code EINVAL): out of its C type's range,
+    not finite, or a string with a NUL. A ValueError too; the message names the field."""
+
+    def __init__(self, message):
+        AttnstatError.__init__(self, _lib.EINVAL, message)
+
+
+def integer(v, name, lo, hi):
+    """v as a Python int in lo..hi (an int, anything with __index__, or an integral float)."""
+    if isinstance(v, bool):
+        v = int(v)
+    try:
+        i = operator.index(v)
+    except TypeError:
+        f = v if isinstance(v, float) else None
+        if f is None or not math.isfinite(f) or not f.is_integer():
+            raise ArgumentError("%s is %r: must be an integer" % (name, v)) from None
+        i = int(f)
+    if not lo <= i <= hi:
+        raise ArgumentError("%s is %d: must be %d..%d" % (name, i, lo, hi))
+    return i
+
+
+def i32(v, name):
+    return integer(v, name, *I32)
+
+
+def u32(v, name):
+    return integer(v, name, *U32)
+
+
+def i64(v, name):
+    return integer(v, name, *I64)
+
+
+def u64(v, name):
+    return integer(v, name, *U64)
+
+
+def finite(v, name, lo=None, hi=None, single=False):
+    """v as a finite float (within lo..hi when given; within float32's range when single: a C
+    float that would turn it into inf)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ArgumentError("%s is %r: must be a number" % (name, v)) from None
+    if not math.isfinite(f):
+        raise ArgumentError("%s is %r: must be finite" % (name, f))
+    if single and abs(f) > FLOAT32_MAX:
+        raise ArgumentError("%s is %r: past a 32-bit float's range (%g)" % (name, f, FLOAT32_MAX))
+    if (lo is not None and f < lo) or (hi is not None and f > hi):
+        raise ArgumentError("%s is %r: must be %s..%s" % (name, f, "-inf" if lo is None else lo,
+                                                          "inf" if hi is None else hi))
+    return f
+
+
+def text(v, name):
+    """v (str or bytes) as the bytes of a C string: UTF-8, and no NUL (C would end it there)."""
+    if isinstance(v, str):
+        try:
+            b = v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ArgumentError("%s is not valid text (%s)" % (name, e.reason)) from None
+    elif isinstance(v, (bytes, bytearray)):
+        b = bytes(v)
+    else:
+        raise ArgumentError("%s is %s: must be a str" % (name, type(v).__name__))
+    at = b.find(b"\0")
+    if at >= 0:
+        raise ArgumentError("%s holds a NUL character (at byte %d of %d): the C string would end "
+                            "there" % (name, at, len(b)))
+    return b
