@@ -94,10 +94,20 @@ static void finish(cmd *c, Attnstat__Code code, const char *msg, uint64_t count)
     free(c);
 }
 
-/* Root, the daemon's uid and the run's owner may act on it. */
-static int allowed(const run_entry *e, uid_t uid)
+/* Root, the daemon's uid and the run's owner may act on it (runs_may_act); on a run with no owner
+ * (recorded before owners were kept), root and the daemon's uid only. Else why not into buf. */
+static int allowed(const run_entry *e, uid_t uid, char *buf, size_t len)
 {
-    return uid == 0 || uid == geteuid() || !e->has_owner || e->owner == uid;
+    if (runs_may_act(e, uid))
+        return 1;
+    if (e->has_owner)
+        snprintf(buf, len, "run '%s', which belongs to uid %u: uid %u may not", e->name,
+                 (unsigned)e->owner, (unsigned)uid);
+    else
+        snprintf(buf, len, "run '%s', recorded by an older attnstatd with no owner: only root "
+                 "and attnstatd's uid %u may act on it; uid %u may not", e->name,
+                 (unsigned)geteuid(), (unsigned)uid);
+    return 0;
 }
 
 static int keep_alert(cmd *c, const store_alert *a)
@@ -387,11 +397,11 @@ static void cmd_done(storer_op *op)
             finish(c, ATTNSTAT__CODE__BAD_REQUEST, c->msg, 0);
             return;
         }
-        if (!allowed(e, c->uid)) {
-            snprintf(c->msg, sizeof c->msg, "%s %lld is of run '%s', which belongs to uid %u: "
-                     "uid %u may not %s it", what,
-                     (long long)(c->alert_id ? c->alert_id : c->silence_id), e->name,
-                     (unsigned)e->owner, (unsigned)c->uid, action_name(c->action));
+        char why[400];
+        if (!allowed(e, c->uid, why, sizeof why)) {
+            snprintf(c->msg, sizeof c->msg, "%s %lld is of %s %s it", what,
+                     (long long)(c->alert_id ? c->alert_id : c->silence_id), why,
+                     action_name(c->action));
             finish(c, ATTNSTAT__CODE__PERMISSION, c->msg, 0);
             return;
         }
@@ -461,9 +471,9 @@ void command_handle(const stage_ctx *x, peer *p, const Attnstat__Command *m)
         finish(c, ATTNSTAT__CODE__BAD_REQUEST, msg, 0);
         return;
     }
-    if (!allowed(e, p->uid)) {
-        snprintf(msg, sizeof msg, "run '%s' belongs to uid %u: uid %u may not %s it", e->name,
-                 (unsigned)e->owner, (unsigned)p->uid, action_name(m->action));
+    char why[400];
+    if (!allowed(e, p->uid, why, sizeof why)) {
+        snprintf(msg, sizeof msg, "%s %s it", why, action_name(m->action));
         finish(c, ATTNSTAT__CODE__PERMISSION, msg, 0);
         return;
     }

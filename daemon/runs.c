@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "store_read.h"
@@ -132,6 +133,30 @@ int runs_owner(const runs *r, const char *name, uid_t *uid)
         }
     }
     return 0;
+}
+
+int runs_unowned(const runs *r, const char *name)
+{
+    int known = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const run_entry *e = r->all[i];
+        if (strcmp(e->name, name) != 0)
+            continue;
+        if (e->has_owner)
+            return 0;
+        known = 1;
+    }
+    return known;
+}
+
+int runs_privileged(uid_t uid)
+{
+    return uid == 0 || uid == geteuid();
+}
+
+int runs_may_act(const run_entry *e, uid_t uid)
+{
+    return runs_privileged(uid) || (e->has_owner && e->owner == uid);
 }
 
 /* Appends an entry (indexed). NULL on no memory. */

@@ -8,8 +8,9 @@
  *
  * Owners. A run name belongs to the uid whose Hello first created it (any rank): another uid's
  * Hello with that name is refused, so two users admitted by --allow-group never write into, or
- * raise alerts in, each other's run. The owner is the run's owner_uid column; a run recorded
- * without one (before attnstatd kept owners) belongs to the first uid that says Hello for it.
+ * raise alerts in, each other's run. The owner is the run's owner_uid column. A run recorded
+ * without one (by an attnstatd before owners were kept, migrated) is nobody's to take: only root
+ * and the daemon's own uid may claim it with a Hello or act on it (runs_may_act).
  *
  * A run's life (run_state):
  *   LIVE      a connection said Hello for it and is open;
@@ -61,6 +62,14 @@ int runs_load(runs *r, store *db, uint64_t now_ns, char *err, size_t errlen);
 
 /* 1 with *uid the owner of run name (any rank), 0 when it has none. */
 int runs_owner(const runs *r, const char *name, uid_t *uid);
+/* 1 when run name is known and none of its ranks has an owner (recorded before owners were kept):
+ * only a privileged uid may claim it. */
+int runs_unowned(const runs *r, const char *name);
+/* 1 for root and the daemon's own (effective) uid, who may act on every run. */
+int runs_privileged(uid_t uid);
+/* Whether uid may write into e, delete it, change its retention, or ack, resolve or silence its
+ * alerts: a privileged uid, or e's owner (a run with no owner: the privileged only). */
+int runs_may_act(const run_entry *e, uid_t uid);
 run_entry *runs_find(const runs *r, const char *name, int32_t rank);
 run_entry *runs_get(const runs *r, int64_t id);
 /* A new run (ENDED, no connection: runs_attach() next) with the next id, owned by uid. NULL on no

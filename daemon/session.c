@@ -156,6 +156,16 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
                  (unsigned long long)p->conn_id, (unsigned)p->uid, run, (unsigned)owner);
         return;
     }
+    if (!runs_privileged(p->uid) && runs_unowned(x->runs, run)) { /* migrated, no owner kept */
+        REPLY_ERROR(p, ATTNSTAT__CODE__PERMISSION, 0, 0,
+                    "run '%s' was recorded by an older attnstatd, which kept no owner: only root "
+                    "and attnstatd's uid %u may claim it; uid %u may not write into it: choose "
+                    "another run name", run, (unsigned)geteuid(), (unsigned)p->uid);
+        LOG_WARN("session", "client %llu (uid %u): Hello for run '%s' refused: it has no owner "
+                 "(recorded by an older attnstatd)", (unsigned long long)p->conn_id,
+                 (unsigned)p->uid, run);
+        return;
+    }
     char msg[256];
     if (validate_thresholds(h->thresholds, msg, sizeof msg) != 0) {
         reply_error(p, ATTNSTAT__CODE__BAD_REQUEST, 0, 0, msg);
@@ -181,7 +191,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
         reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory registering the run");
         return;
     }
-    if (!e->has_owner) { /* recorded before owners were kept: the first uid takes it */
+    if (!e->has_owner) { /* recorded before owners were kept: root or the daemon's uid takes it */
         e->has_owner = 1;
         e->owner = p->uid;
     }
