@@ -6,8 +6,9 @@
  * which records who (the peer's uid, from the socket's credentials) and when; the alert feed
  * learns the outcome (acknowledged, silenced, unsilenced, resolved: delivered as RESOLVED with
  * reason "operator").
- * Who may: root, the daemon's own uid, and the run's owner (its first Hello's uid); others are
- * refused (PERMISSION). Deleting a run with a client connected is refused (BUSY: stop its job
+ * Who may: root, the daemon's own uid, and the run's owner (its first Hello's uid; a run with no
+ * owner, migrated from an older database: root and the daemon's uid only, runs_may_act); others
+ * are refused (PERMISSION). Deleting a run with a client connected is refused (BUSY: stop its job
  * first); a run that is live without a connection (within run_grace_ms) is ended first ("deleted":
  * its alerts resolved). While a run is deleted (a few thousand samples per transaction, between
  * the ingest's commits) a Hello for it is refused (BUSY).
