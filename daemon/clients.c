@@ -7,6 +7,8 @@
 struct clients {
     clients_entry *head;
     uint32_t n;
+    clients_filter_fn may_see;   /* NULL: every subscriber sees everything */
+    void *may_see_ctx;
 };
 
 clients *clients_new(void)
@@ -61,17 +63,32 @@ uint32_t clients_count(const clients *r)
 }
 
 void clients_tally(const clients *r, uid_t uid, uint32_t *admitted, uint32_t *of_uid,
-                   uint32_t *other)
+                   uint32_t *other, uint32_t *reserve)
 {
-    *admitted = *of_uid = *other = 0;
+    *admitted = *of_uid = *other = *reserve = 0;
     for (const clients_entry *e = r->head; e; e = e->next) {
         if (e->p && conn_is_open(e->c)) {
             (*admitted)++;
             *of_uid += conn_uid(e->c) == uid;
+            *reserve += e->p->reserve != 0;
         } else {
             (*other)++;
         }
     }
+}
+
+uint32_t clients_sessions(const clients *r, uid_t uid)
+{
+    uint32_t n = 0;
+    for (const clients_entry *e = r->head; e; e = e->next)
+        n += e->p && conn_is_open(e->c) && e->p->uid == uid && peer_is_session(e->p);
+    return n;
+}
+
+void clients_set_filter(clients *r, clients_filter_fn may_see, void *ctx)
+{
+    r->may_see = may_see;
+    r->may_see_ctx = ctx;
 }
 
 clients_entry *clients_first(const clients *r)
@@ -98,7 +115,7 @@ void clients_broadcast(clients *r, const Attnstat__Envelope *env, clients_sub wh
 {
     for (clients_entry *e = r->head, *next; e; e = next) {
         next = e->next;
-        if (subscribed(e, what))
+        if (subscribed(e, what) && (!r->may_see || r->may_see(r->may_see_ctx, e->p->uid, env)))
             conn_write(e->c, env, 0);
     }
 }

@@ -37,16 +37,24 @@ void clients_entry_free(clients_entry *e);
 
 uint32_t clients_count(const clients *r);
 /* Of the entries: *admitted served now (a client, its connection open), *of_uid of those with
- * peer uid uid, *other the rest (refused, or closing after a last reply). */
+ * peer uid uid, *reserve of those admitted into the reserved slots (peer.h), *other the rest
+ * (refused, or closing after a last reply). */
 void clients_tally(const clients *r, uid_t uid, uint32_t *admitted, uint32_t *of_uid,
-                   uint32_t *other);
+                   uint32_t *other, uint32_t *reserve);
+/* The open connections of uid that said Hello or subscribed (peer_is_session). */
+uint32_t clients_sessions(const clients *r, uid_t uid);
 /* The first entry (then e->next), newest first. */
 clients_entry *clients_first(const clients *r);
 
 typedef enum { CLIENTS_ALERTS, CLIENTS_RESULTS } clients_sub;
 /* 1 when a client is subscribed to what. */
 int clients_any_subscribed(const clients *r, clients_sub what);
-/* env, non-essential (dropped for a subscriber over its cap), to every client subscribed to what. */
+/* Whether a subscriber of uid may see env (a Result or an Alert: its run's owner decides). */
+typedef int (*clients_filter_fn)(void *ctx, uid_t uid, const Attnstat__Envelope *env);
+/* The filter every broadcast asks (the loop sets it once). */
+void clients_set_filter(clients *r, clients_filter_fn may_see, void *ctx);
+/* env, non-essential (dropped for a subscriber over its cap), to every client subscribed to what
+ * that the filter lets see it. */
 void clients_broadcast(clients *r, const Attnstat__Envelope *env, clients_sub what);
 
 #endif /* ATTNSTAT_CLIENTS_H */

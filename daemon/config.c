@@ -53,7 +53,9 @@ static const cfg_entry cfg_table[] = {
     {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none", 0, NULL},
     {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error", 1, NULL},
     {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes", 0, NULL},
-    {"max_clients", CFG_U64, F(max_clients), "256", 1, 65536, "connections served at once", 1, NULL},
+    {"max_clients", CFG_U64, F(max_clients), "256", 1, 65536,
+     "connections served at once, of every uid and kind (the last reserved_clients kept back)", 1,
+     NULL},
     {"max_buffers", CFG_U64, F(max_buffers), "64", 1, 65536,
      "registered buffers and events per connection", 0, NULL},
     {"max_buffer_bytes", CFG_U64, F(max_buffer_bytes), "17179869184", 1, 1099511627776.0,
@@ -71,7 +73,9 @@ static const cfg_entry cfg_table[] = {
      "work they may queue is bounded by queue_work, this bounds their number; one client with "
      "tiny pushes needs hundreds in flight to reach the store's rate)", 0, NULL},
     {"out_queue_bytes", CFG_U64, F(out_queue_bytes), "4194304", 65536, 1 << 30,
-     "unsent bytes per connection before results/alerts to it are dropped and reading pauses", 0, NULL},
+     "unsent bytes per connection past which reading from it pauses (until half are written; a "
+     "connection 4x over it is closed); results and alerts to it stop at sub_queue_bytes", 0,
+     NULL},
     {"commit_ms", CFG_U64, F(commit_ms), "5", 0, 1000,
      "the store thread commits as soon as no result waits (a lone push is stored at once); while "
      "results keep coming, a transaction is committed at least this often (0: only when none "
@@ -144,14 +148,37 @@ static const cfg_entry cfg_table[] = {
     {"metrics_timeout_ms", CFG_U64, F(metrics_timeout_ms), "5000", 100, 600000,
      "a metrics connection is closed this long after it opened, idle or not (at most 16 are open)", 0, NULL},
     {"max_clients_per_uid", CFG_U64, F(max_clients_per_uid), "64", 1, 65536,
-     "connections one uid may hold at once (so that one user cannot take every one of "
-     "max_clients); a connection past it is refused with the reason", 1, NULL},
+     "runs and subscriptions (connections that said Hello or Subscribe) one uid may hold at once, "
+     "so that one user cannot take every one of max_clients: a Hello or Subscribe past it is "
+     "refused with the reason; status_clients_per_uid more connections may still ask for status",
+     1, NULL},
     {"hello_timeout_ms", CFG_U64, F(hello_timeout_ms), "10000", 100, 3600000,
      "a connection that has neither said Hello nor subscribed this long after it was accepted "
      "is closed with the reason (its slot is freed)", 1, NULL},
     {"frame_timeout_ms", CFG_U64, F(frame_timeout_ms), "10000", 100, 3600000,
      "a frame whose first bytes arrived must be whole this long after, else the connection is "
      "closed with the reason (half a frame holds no slot for ever)", 1, NULL},
+    {"reserved_clients", CFG_U64, F(reserved_clients), "16", 0, 65536,
+     "of max_clients, the last ones are kept for root and the daemon's own uid, and for status "
+     "and admin commands of other uids (at most half of them): another uid's connection that "
+     "takes one may ask for status and send commands only (its Hello or Subscribe is refused "
+     "with the reason), so that uids holding every other slot cannot lock root out", 1, NULL},
+    {"status_clients_per_uid", CFG_U64, F(status_clients_per_uid), "4", 0, 65536,
+     "connections a uid may open past max_clients_per_uid for status and admin commands only (no "
+     "Hello, no Subscribe): a uid whose trainers hold its whole share still gets attnstat status",
+     1, NULL},
+    {"idle_timeout_ms", CFG_U64, F(idle_timeout_ms), "3600000", 0, 604800000,
+     "a connection that said Hello and has sent nothing for this long (no push in flight) is "
+     "closed with the reason, its slot freed (its run then ends as a disconnected one does; "
+     "libattnstat reconnects at its next push); 0: never. A subscriber is judged by "
+     "write_timeout_ms", 1, NULL},
+    {"write_timeout_ms", CFG_U64, F(write_timeout_ms), "60000", 100, 3600000,
+     "a connection with replies waiting for it of which its peer has read nothing for this long "
+     "is closed with the reason (a subscriber that stopped reading), its slot and memory freed",
+     1, NULL},
+    {"sub_queue_bytes", CFG_U64, F(sub_queue_bytes), "262144", 4096, 1 << 30,
+     "unsent bytes of results and alerts per subscriber at most: past them each further one to "
+     "it is dropped and counted (messages_dropped); its own replies are not", 0, NULL},
     {"max_hello_config", CFG_U64, F(max_hello_config), "65536", 2, 1048576,
      "largest run config a Hello may carry, in bytes: a JSON object, stored as sent", 1, NULL},
     {"db_check", CFG_CHOICE, F(db_check), "quick", 0, 0,

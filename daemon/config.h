@@ -44,7 +44,7 @@ typedef struct {
     uint64_t queue_depth;   /* per worker: queued + running pushes */
     uint64_t queue_work;    /* per CPU worker: their multiply-adds */
     uint64_t client_inflight; /* per client: pushes queued or computing */
-    uint64_t out_queue_bytes; /* per connection: unsent bytes before results/alerts are dropped */
+    uint64_t out_queue_bytes; /* per connection: unsent bytes before reading pauses */
     uint64_t commit_ms;     /* longest a transaction stays open while results keep coming */
     char *durability;       /* normal or full (synchronous=NORMAL / FULL) */
     uint64_t checkpoint_pages; /* WAL pages at which the checkpoint thread runs; 0: the store thread */
@@ -71,6 +71,11 @@ typedef struct {
     uint64_t hello_timeout_ms;  /* a connection must say Hello or subscribe within this */
     uint64_t frame_timeout_ms;  /* a frame begun must be whole within this */
     uint64_t max_hello_config;  /* bytes of a Hello's config (a JSON object) */
+    uint64_t reserved_clients;  /* the last slots of max_clients: root, the daemon's uid, status */
+    uint64_t status_clients_per_uid; /* a uid's connections past its share: status/commands only */
+    uint64_t idle_timeout_ms;   /* a Hello'd connection that sends nothing this long is closed */
+    uint64_t write_timeout_ms;  /* a connection that reads none of its replies this long: closed */
+    uint64_t sub_queue_bytes;   /* per subscriber: unsent results/alerts before they are dropped */
     char *db_check;         /* the database check at start: quick, full or off */
     uint64_t shutdown_grace_ms; /* SIGTERM: queued work may finish this long, then connections close */
     cfg_thresholds thresholds;

@@ -48,6 +48,9 @@ struct conn {
     uint64_t last_msg_ns;    /* when its last whole message was read (opened_ns before) */
     uint64_t partial_since_ns; /* when the first bytes of the frame being read arrived; 0: none */
     uint64_t msgs_dropped;
+    uint64_t bytes_handed;   /* handed to uv_write, ever: what libuv still holds is not written */
+    uint64_t tick_written;   /* bytes written at the last tick that saw them move */
+    uint64_t stall_since_ns; /* since when nothing waiting was written (write_timeout_ns) */
     uv_shutdown_t shutdown_req;
 };
 
@@ -234,9 +237,37 @@ void conn_refuse(conn *c, Attnstat__Code code, const char *msg, const char *why,
 
 static void frame_error(conn *c, const char *msg);
 
-void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns)
+/* 1 when c has had replies waiting for write_timeout_ns of which nothing was written (its peer
+ * does not read): then closed, said and counted. */
+static int write_stalled(conn *c, uint64_t now_ns, uint64_t write_timeout_ns)
+{
+    uint64_t waiting = uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+    uint64_t written = c->bytes_handed - waiting;
+    if (waiting == 0 || written != c->tick_written || !c->stall_since_ns) {
+        c->tick_written = written;
+        c->stall_since_ns = now_ns;
+        return 0;
+    }
+    if (!write_timeout_ns || now_ns - c->stall_since_ns <= write_timeout_ns)
+        return 0;
+    char why[200];
+    snprintf(why, sizeof why, "it read none of its %llu bytes of replies waiting for %llu ms "
+             "(write_timeout_ms %llu): its slot and memory freed",
+             (unsigned long long)(waiting + c->ob_len),
+             (unsigned long long)((now_ns - c->stall_since_ns) / 1000000ull),
+             (unsigned long long)(write_timeout_ns / 1000000ull));
+    counters_inc(c->cnt, CNT_CONNS_STALLED);
+    LOG_WARN("server", "client %llu (pid %d uid %u): %s", (unsigned long long)c->id, (int)c->pid,
+             (unsigned)c->uid, why);
+    conn_close(c, why);
+    return 1;
+}
+
+void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns, uint64_t write_timeout_ns)
 {
     if (c->closing)
+        return;
+    if (!c->shutting && write_stalled(c, now_ns, write_timeout_ns))
         return;
     if (c->shutting) {
         if (now_ns - c->flush_since_ns > CONN_FLUSH_NS)
@@ -301,8 +332,10 @@ static int flush_out(conn *c)
         c->out_bytes -= w->len;
         free(w->buf);
         free(w);
+        return rc;
     }
-    return rc;
+    c->bytes_handed += w->len;
+    return 0;
 }
 
 /* The loop is about to poll: what this turn gathered goes out. */
@@ -330,12 +363,14 @@ int conn_write(conn *c, const Attnstat__Envelope *env, int essential)
         return -1;
     }
     uint64_t cap = c->lim.out_queue_bytes;
-    if (!essential && c->out_bytes + len > cap) {
+    if (!essential && c->out_bytes + len > c->lim.sub_queue_bytes) {
         c->msgs_dropped++;
         counters_inc(c->cnt, CNT_MESSAGES_DROPPED);
         if (c->msgs_dropped == 1 || c->msgs_dropped % 1000 == 0)
-            LOG_WARN("server", "client %llu does not read fast enough: %llu results/alerts dropped",
-                     (unsigned long long)c->id, (unsigned long long)c->msgs_dropped);
+            LOG_WARN("server", "client %llu does not read fast enough: %llu results/alerts dropped "
+                     "(%zu bytes unsent, sub_queue_bytes %llu)", (unsigned long long)c->id,
+                     (unsigned long long)c->msgs_dropped, c->out_bytes,
+                     (unsigned long long)c->lim.sub_queue_bytes);
         free(buf);
         return -1;
     }

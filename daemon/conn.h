@@ -12,10 +12,13 @@
  * is closed once that Error is written and the peer closed its end (conn_refuse: lingering).
  * Writing: every message is one frame_pack()ed frame, gathered in the connection's output buffer
  * and handed to one write request per turn of the loop (just before it polls again: the replies of
- * a turn cost one write(2)); a request owns its bytes until its callback. Unsent bytes are counted: over out_queue_bytes, non-essential messages (results and
- * alerts to a subscriber) are dropped (counted) and reading pauses until the queue drains to half
- * (a client that never reads cannot make the daemon buffer without bound); essential replies still
- * queue, and a connection 4x over the cap is closed.
+ * a turn cost one write(2)); a request owns its bytes until its callback. Unsent bytes are
+ * counted: past sub_queue_bytes, non-essential messages (results and alerts to a subscriber) are
+ * dropped (counted, logged at the first and every 1000th); past out_queue_bytes reading pauses
+ * until the queue drains to half; essential replies still queue, and a connection 4x over
+ * out_queue_bytes is closed. A connection with replies waiting of which its peer has read nothing
+ * for write_timeout_ms is closed (conn_tick): a client that never reads cannot make the daemon
+ * buffer without bound, nor hold its slot.
  *
  * Ownership (libuv's rules): conn_new() allocates the conn; it is freed only in its handle's close
  * callback, right after the handler's on_closed. A handler may call conn_close() (or send, which
@@ -50,7 +53,8 @@ typedef struct {
 
 typedef struct {
     uint32_t max_frame;          /* largest frame read or written */
-    uint64_t out_queue_bytes;    /* unsent bytes before non-essential messages are dropped */
+    uint64_t out_queue_bytes;    /* unsent bytes before reading pauses (4x: closed) */
+    uint64_t sub_queue_bytes;    /* unsent bytes before non-essential messages are dropped */
 } conn_limits;
 
 /* A new connection's handle on loop, ready for uv_accept(conn_stream(c)). id names it in logs.
@@ -101,9 +105,11 @@ int conn_half_closed(const conn *c);
 /* When its last whole message was read (util_mono_ns(); the accept time before the first). */
 uint64_t conn_last_message_ns(const conn *c);
 /* Housekeeping (once a second): a connection whose last replies were not read (or that did not
- * close its end, lingering) within CONN_FLUSH_NS of conn_close_after_flush() is closed; one that
- * holds the first bytes of a frame for more than frame_timeout_ns (0: no limit) while it is read
- * is answered Error(FRAME) and closed (its slot freed). now_ns: util_mono_ns(). */
-void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns);
+ * close its end, lingering) within CONN_FLUSH_NS of conn_close_after_flush() is closed; one with
+ * replies waiting of which nothing was written for more than write_timeout_ns (0: no limit) is
+ * closed (counted: CNT_CONNS_STALLED); one that holds the first bytes of a frame for more than
+ * frame_timeout_ns (0: no limit) while it is read is answered Error(FRAME) and closed (its slot
+ * freed). now_ns: util_mono_ns(). */
+void conn_tick(conn *c, uint64_t now_ns, uint64_t frame_timeout_ns, uint64_t write_timeout_ns);
 
 #endif /* ATTNSTAT_CONN_H */

@@ -35,6 +35,10 @@
     X(FRAME_ERRORS, "frame_errors_total", "Connections closed on framing errors.")                \
     X(CONNS_TIMED_OUT, "connections_timed_out_total",                                              \
       "Connections closed for neither saying Hello nor subscribing in time.")                      \
+    X(CONNS_IDLE, "connections_idle_closed_total",                                                 \
+      "Connections closed for sending nothing for idle_timeout_ms after their Hello.")             \
+    X(CONNS_STALLED, "connections_stalled_total",                                                  \
+      "Connections closed for reading none of their replies for write_timeout_ms.")                \
     X(EXEC_STARTED, NULL, NULL)                                                                    \
     X(EXEC_FAILED, NULL, NULL)
 

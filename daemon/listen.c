@@ -47,6 +47,7 @@ listener *listen_new(uv_loop_t *loop, const cfg *c, counters *cnt, const listen_
     l->data = data;
     l->lim.max_frame = (uint32_t)c->max_frame;
     l->lim.out_queue_bytes = c->out_queue_bytes;
+    l->lim.sub_queue_bytes = c->sub_queue_bytes;
     l->uid = getuid();
     if (c->allow_group && c->allow_group[0]) {
         struct group gr, *res = NULL;
@@ -162,8 +163,8 @@ static void on_connection(uv_stream_t *server, int status)
              (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
     counters_inc(l->cnt, CNT_CONNS_ACCEPTED);
 
-    char msg[256];
-    listen_counts n = {0, 0, 0};
+    char msg[400];
+    listen_counts n = {0, 0, 0, 0};
     l->hooks.count(l->data, cred.uid, &n);
     if (cred.uid != l->uid && cred.uid != 0 &&
         !(l->have_allow_gid && peer_in_group(cred.pid, cred.gid, l->allow_gid))) {
@@ -173,20 +174,41 @@ static void on_connection(uv_stream_t *server, int status)
         refuse(l, c, ATTNSTAT__CODE__PERMISSION, msg, "refused by policy", n.lingering);
         return;
     }
-    if (n.admitted >= l->cfg->max_clients) {
+    const cfg *cf = l->cfg;
+    if (n.admitted >= cf->max_clients) {
         snprintf(msg, sizeof msg, "too many clients (max_clients %llu): try again later",
-                 (unsigned long long)l->cfg->max_clients);
+                 (unsigned long long)cf->max_clients);
         refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients", n.lingering);
         return;
     }
-    if (n.of_uid >= l->cfg->max_clients_per_uid) {
+    uint64_t of_uid_max = cf->max_clients_per_uid + cf->status_clients_per_uid;
+    if (n.of_uid >= of_uid_max) {
         snprintf(msg, sizeof msg, "uid %u has %u connections open, the most one uid may hold "
-                 "(max_clients_per_uid %llu): close one, or raise the setting",
-                 (unsigned)cred.uid, n.of_uid, (unsigned long long)l->cfg->max_clients_per_uid);
+                 "(max_clients_per_uid %llu + status_clients_per_uid %llu): close one, or raise "
+                 "the settings", (unsigned)cred.uid, n.of_uid,
+                 (unsigned long long)cf->max_clients_per_uid,
+                 (unsigned long long)cf->status_clients_per_uid);
         refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients of one uid", n.lingering);
         return;
     }
-    l->hooks.admitted(l->data, c);
+    /* The last reserved_clients slots: root's and the daemon's uid's; other uids' connections
+     * take at most half of them, for status and commands only. */
+    int privileged = cred.uid == 0 || cred.uid == l->uid;
+    uint64_t general = cf->max_clients > cf->reserved_clients
+                           ? cf->max_clients - cf->reserved_clients : 0;
+    int reserve = !privileged && n.admitted >= general;
+    if (reserve && n.reserve >= cf->reserved_clients / 2) {
+        snprintf(msg, sizeof msg, "too many clients: every slot is taken but the last %llu "
+                 "(reserved_clients), kept for root, uid %u and status commands, and the share "
+                 "of them other uids may use is taken: try again later",
+                 (unsigned long long)cf->reserved_clients, (unsigned)l->uid);
+        refuse(l, c, ATTNSTAT__CODE__BUSY, msg, "too many clients (reserve)", n.lingering);
+        return;
+    }
+    if (reserve)
+        LOG_INFO("server", "client %llu (uid %u) admitted into the reserved slots: status and "
+                 "commands only", (unsigned long long)conn_id(c), (unsigned)cred.uid);
+    l->hooks.admitted(l->data, c, reserve);
 }
 
 /* ---- binding -------------------------------------------------------------------------------- */

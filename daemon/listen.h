@@ -6,8 +6,12 @@
  * it) is removed, a live one is an error; the socket is bound under umask 0117 and then set to 0660
  * (group set to --allow-group when given). Accepting: each peer's pid/uid/gid come from SO_PEERCRED
  * and are logged; a peer of another uid than the daemon's, other than root, is refused with
- * Error(PERMISSION) unless it is in the allowed group (primary or supplementary group); a peer past
- * max_clients, or past max_clients_per_uid connections of its uid, is refused with Error(BUSY).
+ * Error(PERMISSION) unless it is in the allowed group (primary or supplementary group). Slots: a
+ * peer past max_clients connections, or past max_clients_per_uid + status_clients_per_uid of its
+ * uid, is refused with Error(BUSY); the last reserved_clients slots are kept for root and the
+ * daemon's uid: another uid's connection may take one only while other uids hold fewer than half
+ * of them, and is then admitted into the reserve (status and commands only: the loop refuses its
+ * Hello or Subscribe, as it refuses one past max_clients_per_uid runs and subscriptions of a uid).
  * A refused connection is closed once its Error is out and the peer closed its end (lingering:
  * a peer that sent its Hello first still reads the reason), at most CONN_FLUSH_NS later.
  * Loop thread only. */
@@ -30,6 +34,7 @@ typedef struct {
     uint32_t admitted;       /* served now (the new one not included) */
     uint32_t of_uid;         /* of those, the new peer's uid's */
     uint32_t lingering;      /* refused or closing, not yet gone */
+    uint32_t reserve;        /* of those served, admitted into the reserved slots */
 } listen_counts;
 
 /* What the listener tells its owner; data is the pointer given to listen_new. */
@@ -37,9 +42,10 @@ typedef struct {
     /* A connection was accepted, before any check: the owner registers it (and sets its handler;
      * a refused connection keeps it until it is closed). */
     void (*added)(void *data, conn *c);
-    /* It passed the policy and the client limit: the owner serves it (starts reading). */
-    void (*admitted)(void *data, conn *c);
-    /* The connections registered now (max_clients, max_clients_per_uid of uid). */
+    /* It passed the policy and the client limits: the owner serves it (starts reading); reserve:
+     * it took one of the reserved slots (status and commands only). */
+    void (*admitted)(void *data, conn *c, int reserve);
+    /* The connections registered now (max_clients, the uid's, the reserve's). */
     void (*count)(void *data, uid_t uid, listen_counts *out);
 } listen_hooks;
 

@@ -70,6 +70,16 @@ void peer_subscribe(peer *p, int alerts, int results)
     p->sub_results = results;
 }
 
+void peer_reserve(peer *p)
+{
+    p->reserve = 1;
+}
+
+int peer_is_session(const peer *p)
+{
+    return p->hello || p->sub_alerts || p->sub_results;
+}
+
 void peer_goodbye(peer *p)
 {
     p->goodbye = 1;

@@ -42,6 +42,8 @@ struct peer {
     int has_layout;          /* a ParallelLayout was accepted: its pushes get global numbers */
     store_layout layout;
     int sub_alerts, sub_results;
+    int reserve;             /* admitted into the reserved slots (listen.h): Status and Command
+                                only, never a Hello or a Subscribe */
     int goodbye;             /* it said Goodbye: its run ends when the connection closes */
     buffers *bufs;
     int gone;                /* the connection closed (read atomically by GPU workers) */
@@ -65,6 +67,10 @@ void peer_detach(peer *p);
 void peer_hello(peer *p, int64_t run_id, const char *run, int32_t rank, int has_pid, int32_t pid,
                 double collapse_threshold);
 void peer_subscribe(peer *p, int alerts, int results);
+/* It was admitted into the reserved slots: it may ask for status and send commands only. */
+void peer_reserve(peer *p);
+/* It holds a run's or a subscription's slot: it said Hello, or subscribed. */
+int peer_is_session(const peer *p);
 /* It said Goodbye. */
 void peer_goodbye(peer *p);
 /* Its ParallelLayout was accepted (checked): the pushes received from now on get global numbers. */

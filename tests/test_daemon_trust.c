@@ -220,8 +220,8 @@ START_TEST(test_half_frame_loses_its_slot)
 }
 END_TEST
 
-/* One uid may hold max_clients_per_uid connections; the next is refused with the reason (and
- * the slots left stay for the others). */
+/* One uid may hold max_clients_per_uid runs (and subscriptions); the next Hello is refused with
+ * the reason (and the slots left stay for the others). */
 START_TEST(test_per_uid_cap)
 {
     dh_daemon d;
@@ -232,7 +232,7 @@ START_TEST(test_per_uid_cap)
     hold_slot(&b, &d, "cap-b");
     dh_connect(&x, &d);
     char msg[512];
-    int code = next_error(&x, msg, sizeof msg, 30000);
+    int code = hello_with(&x, "cap-x", NULL, NULL, msg, sizeof msg);
     ck_assert_msg(code == ATTNSTAT__CODE__BUSY && strstr(msg, "max_clients_per_uid 2"),
                   "a third connection of one uid got code %d (%s)", code, msg);
     dh_close(&x);
@@ -554,12 +554,12 @@ START_TEST(test_sighup_reloads)
     ck_assert(log_has(&d, "max_frame changed (1048576 -> 65536) but takes effect only at a restart",
                       30000));
     ck_assert_int_eq(kill(d.pid, 0), 0);
-    /* Applied: one connection per uid now. */
+    /* Applied: one run per uid now. */
     dh_conn a, b;
     hold_slot(&a, &d, "hup");
     dh_connect(&b, &d);
     char msg[512];
-    int code = next_error(&b, msg, sizeof msg, 20000);
+    int code = hello_with(&b, "hup-2", NULL, NULL, msg, sizeof msg);
     ck_assert_msg(code == ATTNSTAT__CODE__BUSY, "the reloaded cap was not applied (%d: %s)", code,
                   msg);
     dh_close(&b);

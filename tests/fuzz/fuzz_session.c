@@ -221,7 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         die("socketpair", "failed");
     fcntl(sv[1], F_SETFL, fcntl(sv[1], F_GETFL) | O_NONBLOCK);
-    conn_limits lim = {(uint32_t)conf.max_frame, conf.out_queue_bytes};
+    conn_limits lim = {(uint32_t)conf.max_frame, conf.out_queue_bytes, conf.sub_queue_bytes};
     conn *c = conn_new(&loop, ++next_id, &lim, x.cnt);
     if (!c || conn_adopt(c, sv[0]) != 0)
         die("conn", "failed");

@@ -4,7 +4,8 @@
  * closed; a peer that does not read pauses reading at the write cap (non-essential messages are
  * dropped and counted) and reading resumes once it drains; a connection closed inside its handler
  * (by the handler, or by a send 4x over the cap) delivers nothing more and is freed once; a
- * half-close is the handler's to keep or close. After each test every handle is closed and the
+ * half-close is the handler's to keep or close; a subscriber's results stop at sub_queue_bytes,
+ * and a peer that reads none of its replies is closed after write_timeout. After each test every handle is closed and the
  * loop closes cleanly. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
 #include <uv.h>
 
@@ -43,6 +44,7 @@ typedef struct {
 } fixture;
 
 static fixture F;
+static uint64_t sub_cap;   /* the next open_conn()'s sub_queue_bytes (0: its out_queue_bytes) */
 
 static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
 {
@@ -112,7 +114,8 @@ static void open_conn(uint32_t max_frame, uint64_t out_queue_bytes, int small_bu
         ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz), 0);
         ck_assert_int_eq(setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz), 0);
     }
-    conn_limits lim = {max_frame, out_queue_bytes};
+    conn_limits lim = {max_frame, out_queue_bytes, sub_cap ? sub_cap : out_queue_bytes};
+    sub_cap = 0;
     F.c = conn_new(&F.loop, 7, &lim, F.cnt);
     ck_assert_ptr_nonnull(F.c);
     ck_assert_int_eq(conn_adopt(F.c, sv[0]), 0);
@@ -358,17 +361,17 @@ START_TEST(test_partial_frame_times_out)
     peer_write(f, len); /* a whole frame: nothing pending */
     spin(2000, &F.nmsg, 1);
     ck_assert_int_eq(F.nmsg, 1);
-    conn_tick(F.c, util_mono_ns() + 100 * timeout, timeout);
+    conn_tick(F.c, util_mono_ns() + 100 * timeout, timeout, 0);
     spin(20, NULL, 0);
     ck_assert_int_eq(F.closes, 0);
     size_t cut = 1 + rnd() % (len - 1);
     peer_write(f, cut);
     spin(50, NULL, 0);
     uint64_t t0 = util_mono_ns();
-    conn_tick(F.c, t0 + timeout / 2, timeout); /* inside the deadline: nothing */
+    conn_tick(F.c, t0 + timeout / 2, timeout, 0); /* inside the deadline: nothing */
     spin(20, NULL, 0);
     ck_assert_int_eq(F.closes, 0);
-    conn_tick(F.c, t0 + 10 * timeout, timeout);
+    conn_tick(F.c, t0 + 10 * timeout, timeout, 0);
     free(f);
     expect_frame_error_after("incomplete", 1);
     close_all();
@@ -550,6 +553,71 @@ START_TEST(test_half_close)
 }
 END_TEST
 
+/* A subscriber's results and alerts stop at sub_queue_bytes of unsent bytes (each further one
+ * dropped and counted) while its essential replies still queue: the memory a subscriber that does
+ * not read can hold is the smaller cap, not out_queue_bytes. */
+START_TEST(test_sub_cap_drops_results)
+{
+    const uint64_t cap = 4096 + rnd() % 8192;
+    sub_cap = cap;
+    open_conn(FRAME_MAX_DEFAULT, 1 << 20, 1);
+    char text[1500];
+    memset(text, 's', sizeof text - 1);
+    text[sizeof text - 1] = '\0';
+    Attnstat__Error e;
+    Attnstat__Envelope out;
+    envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, text, 0, 0);
+    int queued = 0, dropped = 0;
+    for (int i = 0; i < 400; i++) {
+        if (conn_write(F.c, &out, 0) == 0)
+            queued++;
+        else
+            dropped++;
+    }
+    ck_assert_msg(dropped > 0 && (uint64_t)queued * 1400 <= cap, /* each frame is > 1400 bytes */
+                  "%d queued, %d dropped under a cap of %llu bytes", queued, dropped,
+                  (unsigned long long)cap);
+    ck_assert_uint_eq(counters_get(F.cnt, CNT_MESSAGES_DROPPED), (uint64_t)dropped);
+    ck_assert_int_eq(conn_write(F.c, &out, 1), 0); /* an essential reply still goes */
+    ck_assert(conn_is_open(F.c));
+    close_all();
+}
+END_TEST
+
+/* A peer that reads none of its replies: conn_tick() past write_timeout closes the connection and
+ * counts it; while nothing waits, or inside the deadline, it does nothing. The clock is the
+ * caller's: no test time passes. */
+START_TEST(test_write_stall_closes)
+{
+    const uint64_t timeout = (200ull + rnd() % 800) * 1000000ull;
+    open_conn(FRAME_MAX_DEFAULT, 1 << 20, 1);
+    uint64_t t0 = util_mono_ns();
+    conn_tick(F.c, t0, 0, timeout); /* nothing waits */
+    conn_tick(F.c, t0 + 10 * timeout, 0, timeout);
+    spin(20, NULL, 0);
+    ck_assert_int_eq(F.closes, 0);
+    char text[4000];
+    memset(text, 'w', sizeof text - 1);
+    text[sizeof text - 1] = '\0';
+    for (int i = 0; i < 64; i++) {
+        Attnstat__Error e;
+        Attnstat__Envelope out;
+        ck_assert_int_eq(conn_write(F.c, envelope_error(&out, &e, ATTNSTAT__CODE__BUSY, text, 1,
+                                                        (uint64_t)i), 1), 0);
+    }
+    spin(20, NULL, 0); /* handed to the socket: most of it waits */
+    conn_tick(F.c, t0 + 11 * timeout, 0, timeout);
+    conn_tick(F.c, t0 + 11 * timeout + timeout / 2, 0, timeout); /* inside the deadline */
+    spin(20, NULL, 0);
+    ck_assert_int_eq(F.closes, 0);
+    conn_tick(F.c, t0 + 13 * timeout, 0, timeout);
+    spin(2000, &F.closed, 1);
+    ck_assert_int_eq(F.closes, 1);
+    ck_assert_uint_eq(counters_get(F.cnt, CNT_CONNS_STALLED), 1);
+    close_all();
+}
+END_TEST
+
 int main(void)
 {
     R = dh_rng_new("test_conn");
@@ -567,6 +635,8 @@ int main(void)
     tcase_add_test(tc, test_close_inside_handler);
     tcase_add_test(tc, test_send_closes_inside_handler);
     tcase_add_test(tc, test_half_close);
+    tcase_add_test(tc, test_sub_cap_drops_results);
+    tcase_add_test(tc, test_write_stall_closes);
     suite_add_tcase(s, tc);
     return dh_run(s);
 }
