@@ -181,6 +181,14 @@ static const cfg_entry cfg_table[] = {
      "it is dropped and counted (messages_dropped); its own replies are not", 0, NULL},
     {"max_hello_config", CFG_U64, F(max_hello_config), "65536", 2, 1048576,
      "largest run config a Hello may carry, in bytes: a JSON object, stored as sent", 1, NULL},
+    {"max_runs_per_uid", CFG_U64, F(max_runs_per_uid), "10000", 1, 1e9,
+     "runs (each name and rank) one uid may have in the database, ended ones included: a Hello "
+     "that would make one more is refused with the reason (attnstat delete-run frees them)", 1,
+     NULL},
+    {"max_config_bytes_per_uid", CFG_U64, F(max_config_bytes_per_uid), "67108864", 1024, 1e12,
+     "bytes of Hello configs one uid's runs may hold in the database together: a Hello whose "
+     "config would pass them is refused with the reason (attnstat delete-run frees them)", 1,
+     NULL},
     {"db_check", CFG_CHOICE, F(db_check), "quick", 0, 0,
      "the database check at start: quick (PRAGMA quick_check: every page read once), full "
      "(integrity_check, slower) or off; a damaged database is refused with the problems found",

@@ -76,6 +76,8 @@ typedef struct {
     uint64_t idle_timeout_ms;   /* a Hello'd connection that sends nothing this long is closed */
     uint64_t write_timeout_ms;  /* a connection that reads none of its replies this long: closed */
     uint64_t sub_queue_bytes;   /* per subscriber: unsent results/alerts before they are dropped */
+    uint64_t max_runs_per_uid;  /* runs (name, rank) one uid may have in the database */
+    uint64_t max_config_bytes_per_uid; /* Hello config bytes one uid's runs may hold together */
     char *db_check;         /* the database check at start: quick, full or off */
     uint64_t shutdown_grace_ms; /* SIGTERM: queued work may finish this long, then connections close */
     cfg_thresholds thresholds;

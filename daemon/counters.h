@@ -39,6 +39,9 @@
       "Connections closed for sending nothing for idle_timeout_ms after their Hello.")             \
     X(CONNS_STALLED, "connections_stalled_total",                                                  \
       "Connections closed for reading none of their replies for write_timeout_ms.")                \
+    X(HELLOS_OVER_QUOTA, "hellos_over_quota_total",                                                \
+      "Hellos refused: their uid's runs or config bytes would pass max_runs_per_uid or "           \
+      "max_config_bytes_per_uid.")                                                                 \
     X(EXEC_STARTED, NULL, NULL)                                                                    \
     X(EXEC_FAILED, NULL, NULL)
 

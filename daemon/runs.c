@@ -232,6 +232,7 @@ static int load_run(void *ctx, const store_run *sr)
     }
     e->has_owner = sr->has_owner;
     e->owner = (uid_t)sr->owner_uid;
+    e->config_bytes = sr->config ? strlen(sr->config) : 0;
     if (!sr->ended_ms) {
         e->state = RUN_ORPHAN;
         e->since_ns = e->active_ns = lc->now_ns;
@@ -302,6 +303,31 @@ void runs_ended(run_entry *e)
 {
     e->state = RUN_ENDED;
     e->goodbye = 0;
+}
+
+int runs_quota(const runs *r, const run_entry *e, uid_t uid, uint64_t config_bytes,
+               uint64_t max_runs, uint64_t max_config_bytes, char *err, size_t errlen)
+{
+    uint64_t nruns = 0, bytes = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const run_entry *o = r->all[i];
+        if (o == e || !o->has_owner || o->owner != uid)
+            continue;
+        nruns++;
+        bytes += o->config_bytes;
+    }
+    if (nruns + 1 > max_runs)
+        return util_err(err, errlen, "uid %u has %llu runs (each name and rank, ended ones "
+                        "included), the most one uid may have (max_runs_per_uid %llu): delete "
+                        "old ones (attnstat delete-run), or raise the setting", (unsigned)uid,
+                        (unsigned long long)nruns, (unsigned long long)max_runs);
+    if (bytes + config_bytes > max_config_bytes)
+        return util_err(err, errlen, "uid %u's runs hold %llu bytes of configs; this one's %llu "
+                        "more would pass max_config_bytes_per_uid %llu: send a smaller config, "
+                        "delete old runs (attnstat delete-run), or raise the setting",
+                        (unsigned)uid, (unsigned long long)bytes,
+                        (unsigned long long)config_bytes, (unsigned long long)max_config_bytes);
+    return 0;
 }
 
 void runs_each(const runs *r, void (*fn)(void *ctx, run_entry *e), void *ctx)

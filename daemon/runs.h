@@ -45,6 +45,7 @@ typedef struct {
     int goodbye;             /* ORPHAN: its last connection said Goodbye */
     uint64_t since_ns;       /* ORPHAN: since when (util_mono_ns) */
     uint64_t active_ns;      /* its Hello, or its last stored push (util_mono_ns) */
+    uint64_t config_bytes;   /* its Hello's config as stored (max_config_bytes_per_uid) */
     void *unrecorded;        /* its record, when the transaction that held it was rolled back
                               * (life.c submits it again before the run's next push; freed with
                               * the entry) */
@@ -92,6 +93,13 @@ void runs_due(runs *r, uint64_t now_ns, uint64_t grace_ns, uint64_t idle_ns,
               void (*why)(void *ctx, run_entry *e, const char *reason), void *ctx);
 /* e ended (ENDED). */
 void runs_ended(run_entry *e);
+
+/* Hellos alone must not grow the database without bound: may uid's Hello for run e (NULL: a new
+ * run) with a config of config_bytes be recorded? The runs uid owns (ended ones too) may be at most
+ * max_runs, their configs together at most max_config_bytes (e, when uid's already, counts with
+ * its new config instead of its old one). 0, or -1 with err saying which bound and what frees it. */
+int runs_quota(const runs *r, const run_entry *e, uid_t uid, uint64_t config_bytes,
+               uint64_t max_runs, uint64_t max_config_bytes, char *err, size_t errlen);
 
 /* Every run, in no particular order (fn must not add or remove runs). */
 void runs_each(const runs *r, void (*fn)(void *ctx, run_entry *e), void *ctx);

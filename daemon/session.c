@@ -187,10 +187,21 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
                     "once it is gone, or choose another run name", run, (int)rank);
         return;
     }
+    size_t config_bytes = config ? strlen(config) : 0;
+    char quota[400];
+    if (runs_quota(x->runs, e, p->uid, config_bytes, c->max_runs_per_uid,
+                   c->max_config_bytes_per_uid, quota, sizeof quota) != 0) {
+        counters_inc(x->cnt, CNT_HELLOS_OVER_QUOTA);
+        LOG_WARN("session", "client %llu (uid %u): Hello for run '%s' rank %d refused: %s",
+                 (unsigned long long)p->conn_id, (unsigned)p->uid, run, (int)rank, quota);
+        reply_error(p, ATTNSTAT__CODE__BUSY, 0, 0, quota);
+        return;
+    }
     if (!e && !(e = runs_add(x->runs, run, rank, p->uid))) {
         reply_error(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "out of memory registering the run");
         return;
     }
+    e->config_bytes = config_bytes;
     if (!e->has_owner) { /* recorded before owners were kept: root or the daemon's uid takes it */
         e->has_owner = 1;
         e->owner = p->uid;

@@ -6,7 +6,8 @@
  * format character: nothing a peer names can forge a log line or reach a terminal), config a JSON
  * object of at most max_hello_config bytes (stored as sent), at most 64 device UUIDs of printable
  * text (no string holds a NUL: frame_decode refuses the message), and the run name not another
- * uid's (owners.h: refused with Error(PERMISSION) naming the owner).
+ * uid's (owners.h: refused with Error(PERMISSION) naming the owner), nor past its uid's runs or
+ * config bytes (runs_quota: max_runs_per_uid, max_config_bytes_per_uid; Error(BUSY)).
  * Stage: session, after the connection (the loop hands it each decoded message) and before
  * buffers and push; calls peer, buffers, push, status, the alert feed (thresholds), devices, the
  * store (the run's record), validate, owners, json, counters, conn, envelope, names and log.

@@ -7,6 +7,8 @@
  *  - R4: a subscriber sees its own uid's runs only (root all), holds at most sub_queue_bytes
  *    unsent (the rest dropped and counted), and is closed once it reads nothing for
  *    write_timeout_ms;
+ *  - R7: Hellos alone store at most max_runs_per_uid runs and max_config_bytes_per_uid bytes of
+ *    configs per uid;
  *  - R8: SIGHUP reads the config file off the event loop: a FIFO in its place is refused with the
  *    reason, a file too big too, and the daemon serves throughout;
  * Waits are for conditions, with generous deadlines: nothing here depends on a timing margin. */
@@ -763,6 +765,109 @@ START_TEST(test_stalled_subscriber_closed)
 }
 END_TEST
 
+/* ---- R7: what Hellos alone may store ------------------------------------------------------ */
+
+/* A JSON object config of exactly n bytes (n >= 16), random content. */
+static char *random_config(dh_rng *rng, size_t n)
+{
+    char *s = malloc(n + 1);
+    ck_assert_ptr_nonnull(s);
+    memcpy(s, "{\"k\":\"", 6);
+    for (size_t i = 6; i < n - 2; i++)
+        s[i] = (char)('a' + dh_next(rng) % 26);
+    memcpy(s + n - 2, "\"}", 3);
+    return s;
+}
+
+/* Hellos with new run names (or big configs) and no push grew the database without bound (1 000
+ * Hellos of 64 KiB: 66 MB in 2 s). Now a uid's runs are at most max_runs_per_uid and their configs
+ * together max_config_bytes_per_uid: a Hello past either is refused (BUSY, naming the setting and
+ * what frees it), nothing of it stored; a run deleted frees its share. */
+START_TEST(test_hellos_bounded_per_uid)
+{
+    dh_rng rng = dh_rng_new("hello_quota");
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--max-runs-per-uid", "3", "--max-config-bytes-per-uid", "4096",
+             (const char *)NULL);
+    dh_conn t[8];
+    char msg[512], run[64], prefix[16];
+    snprintf(prefix, sizeof prefix, "q%llu", (unsigned long long)(dh_next(&rng) % 100000));
+    size_t sizes[3] = {900 + dh_next(&rng) % 100, 900 + dh_next(&rng) % 100, 1000};
+    int64_t ids[3];
+    for (int i = 0; i < 3; i++) {
+        dh_connect(&t[i], &d);
+        char *cfg = random_config(&rng, sizes[i]);
+        snprintf(run, sizeof run, "%s-%d", prefix, i);
+        ck_assert_int_eq(hello_with(&t[i], run, i, cfg, msg, sizeof msg), 0);
+        free(cfg);
+    }
+    /* A fourth run: refused. */
+    dh_connect(&t[3], &d);
+    snprintf(run, sizeof run, "%s-3", prefix);
+    int code = hello_with(&t[3], run, 0, NULL, msg, sizeof msg);
+    ck_assert_msg(code == ATTNSTAT__CODE__BUSY && strstr(msg, "max_runs_per_uid 3") &&
+                      strstr(msg, "delete-run"), "a fourth run got %d (%s)", code, msg);
+    /* A run of its own again, its config bigger: the sum decides. */
+    dh_connect(&t[4], &d);
+    snprintf(run, sizeof run, "%s-0", prefix);
+    char *big = random_config(&rng, 4096 - sizes[1] - sizes[2] + 1);
+    code = hello_with(&t[4], run, 0, big, msg, sizeof msg);
+    free(big);
+    ck_assert_msg(code == ATTNSTAT__CODE__BUSY && strstr(msg, "max_config_bytes_per_uid 4096"),
+                  "configs past the uid's bytes got %d (%s)", code, msg);
+    dh_connect(&t[5], &d);
+    char *fits = random_config(&rng, 4096 - sizes[1] - sizes[2]);
+    ck_assert_int_eq(hello_with(&t[5], run, 0, fits, msg, sizeof msg), 0);
+    free(fits);
+    sqlite3 *db = dh_db_open(&d);
+    char sql[300];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE name LIKE '%s-%%'", prefix);
+    int64_t nruns = dh_db_int(db, sql);
+    snprintf(sql, sizeof sql, "SELECT coalesce(sum(length(config)), 0) FROM runs WHERE name "
+             "LIKE '%s-%%'", prefix);
+    int64_t bytes = dh_db_int(db, sql);
+    for (int i = 0; i < 3; i++) {
+        snprintf(sql, sizeof sql, "SELECT id FROM runs WHERE name = '%s-%d'", prefix, i);
+        ids[i] = dh_db_int(db, sql);
+    }
+    sqlite3_close(db);
+    ck_assert_int_eq(nruns, 3);
+    ck_assert_int_le(bytes, 4096);
+    /* Run 2 deleted (its client gone): its share is free, the fourth run gets in. */
+    dh_close(&t[2]);
+    dh_conn op;
+    dh_connect(&op, &d);
+    int64_t deadline = dh_now_ms() + 30000;
+    for (;;) {
+        Attnstat__Command m;
+        Attnstat__Envelope env;
+        envelope_command(&env, &m, ATTNSTAT__COMMAND__ACTION__DELETE_RUN);
+        m.has_run_id = 1;
+        m.run_id = ids[2];
+        ck_assert_int_eq(dh_send(&op, &env), 0);
+        Attnstat__Envelope *r = dh_expect(&op, ATTNSTAT__ENVELOPE__MSG_COMMAND_REPLY, 30000);
+        ck_assert_ptr_nonnull(r);
+        int ok = r->command_reply->code == ATTNSTAT__CODE__OK;
+        attnstat__envelope__free_unpacked(r, NULL);
+        if (ok)
+            break;
+        ck_assert_msg(dh_now_ms() < deadline, "run %lld could not be deleted", (long long)ids[2]);
+        dh_sleep_ms(50); /* its client's close not seen yet */
+    }
+    dh_connect(&t[6], &d);
+    snprintf(run, sizeof run, "%s-3", prefix);
+    ck_assert_int_eq(hello_with(&t[6], run, 0, NULL, msg, sizeof msg), 0);
+    dh_close(&op);
+    for (int i = 0; i < 7; i++)
+        if (i != 2)
+            dh_close(&t[i]);
+    int rc = dh_stop(&d);
+    dh_cleanup(&d, rc != 0);
+    ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 /* ---- R8: SIGHUP off the event loop -------------------------------------------------------- */
 
 /* SIGHUP read the config file on the event loop: a FIFO in its place (or a file system that hangs)
@@ -843,6 +948,10 @@ static Suite *share_suite(void)
     tcase_add_test(subs, test_subscriber_output_bounded);
     tcase_add_test(subs, test_stalled_subscriber_closed);
     suite_add_tcase(s, subs);
+    TCase *quota = tcase_create("quota");
+    tcase_set_timeout(quota, 300);
+    tcase_add_test(quota, test_hellos_bounded_per_uid);
+    suite_add_tcase(s, quota);
     TCase *hup = tcase_create("sighup");
     tcase_set_timeout(hup, 300);
     tcase_add_test(hup, test_sighup_fifo_does_not_stop_the_daemon);
