@@ -44,9 +44,9 @@ int dbfile_lock(const char *db_path, dbfile_locks *out, char *err, size_t errlen
 /* Releases both, after store_close() (the lock files stay: they hold nothing once closed). */
 void dbfile_unlock(dbfile_locks *l);
 
-/* Before dbfile_lock and store_open: creates a missing database file with the daemon's mode (group set to
- * allow_group when given, gid >= 0), or reports an existing one that every user may read. 0, or -1
- * with err set (permission or a missing directory, told apart). */
+/* Before dbfile_lock and store_open: creates a missing database file with the daemon's mode
+ * (group set to allow_group when given, gid >= 0), or reports an existing one that every user may
+ * read. 0, or -1 with err set (permission or a missing directory, told apart). */
 int dbfile_prepare(const char *db_path, int have_gid, gid_t gid, char *err, size_t errlen);
 
 /* After store_open: the check db_check names. 0, or -1 with err saying what is damaged and what

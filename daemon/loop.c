@@ -5,7 +5,7 @@
  *   listen  -> loop: added / admitted (a registry entry and a client; the session as the
  *              connection's handler)
  *   conn    -> session_handle(): each decoded message of an admitted client (a Hello or a
- *              Subscribe once it has a slot: admit_session)
+ *              Subscribe once it has a slot: admit_message(), admit.h)
  *   session -> push_receive() -> worker queue (push.h: the object that carries a push)
  *   worker  -> loop (the pool's done callback): push_computed() (Release), then batch_add()
  *   batch   -> the store thread (storer.h: every write of the daemon, group commit; its idle work
@@ -47,6 +47,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "admit.h"
 #include "alerts_deliver.h"
 #include "alerts_feed.h"
 #include "batch.h"
@@ -105,43 +106,12 @@ static void maybe_finish(attnstatd *d);
 
 /* ---- connections: listen -> registry -> session --------------------------------------------- */
 
-/* A Hello or a Subscribe takes a slot of its uid's share (max_clients_per_uid) and of the general
- * slots: refused (Error BUSY with the reason, then closed) on a connection admitted into the
- * reserve, or past the share. 1 when the message may go on. */
-static int admit_session(attnstatd *d, clients_entry *e, const Attnstat__Envelope *env)
-{
-    peer *p = e->p;
-    if ((env->msg_case != ATTNSTAT__ENVELOPE__MSG_HELLO &&
-         env->msg_case != ATTNSTAT__ENVELOPE__MSG_SUBSCRIBE) || peer_is_session(p))
-        return 1;
-    const cfg *c = d->cfg;
-    const char *what = env->msg_case == ATTNSTAT__ENVELOPE__MSG_HELLO ? "Hello" : "Subscribe";
-    char msg[400];
-    uint32_t n = clients_sessions(d->x.reg, p->uid);
-    if (p->reserve)
-        snprintf(msg, sizeof msg, "%s refused: this connection took one of the last slots "
-                 "(reserved_clients %llu, kept for root, uid %u and status commands), which may "
-                 "ask for status and send commands only: try again later", what,
-                 (unsigned long long)c->reserved_clients, (unsigned)getuid());
-    else if (n >= c->max_clients_per_uid)
-        snprintf(msg, sizeof msg, "%s refused: uid %u has %u runs and subscriptions open, the "
-                 "most one uid may hold (max_clients_per_uid %llu): close one, or raise the "
-                 "setting", what, (unsigned)p->uid, n, (unsigned long long)c->max_clients_per_uid);
-    else
-        return 1;
-    counters_inc(d->x.cnt, CNT_CONNS_REFUSED);
-    LOG_WARN("server", "client %llu (pid %d uid %u): %s", (unsigned long long)conn_id(e->c),
-             (int)conn_pid(e->c), (unsigned)p->uid, msg);
-    conn_refuse(e->c, ATTNSTAT__CODE__BUSY, msg, "no slot for a run or subscription", 1);
-    return 0;
-}
-
 static void on_message(void *data, conn *c, const Attnstat__Envelope *env)
 {
     clients_entry *e = data;
     attnstatd *d = e->owner;
     (void)c;
-    if (e->p && admit_session(d, e, env))
+    if (e->p && admit_message(&d->x, e, env))
         session_handle(&d->x, e->p, env);
 }
 
@@ -214,20 +184,6 @@ static void on_count(void *data, uid_t uid, listen_counts *n)
 {
     attnstatd *d = data;
     clients_tally(d->x.reg, uid, &n->admitted, &n->of_uid, &n->lingering, &n->reserve);
-}
-
-/* Who sees a Result or an Alert (clients_filter_fn): root and the daemon's uid every run's, other
- * uids their own runs' only (a run with no owner recorded: nobody else's). */
-static int subscriber_may_see(void *ctx, uid_t uid, const Attnstat__Envelope *env)
-{
-    attnstatd *d = ctx;
-    if (uid == 0 || uid == getuid())
-        return 1;
-    int64_t run_id = env->msg_case == ATTNSTAT__ENVELOPE__MSG_RESULT  ? env->result->run_id
-                     : env->msg_case == ATTNSTAT__ENVELOPE__MSG_ALERT ? env->alert->run_id
-                                                                      : 0;
-    const run_entry *r = run_id > 0 ? runs_get(d->x.runs, run_id) : NULL;
-    return r && r->has_owner && r->owner == uid;
 }
 
 /* ---- pushes: worker -> batch -> alerts feed, Acks, delivery ------------------------------- */
@@ -513,47 +469,13 @@ static void on_signal(uv_signal_t *h, int signum)
     begin_shutdown(d, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
-/* Once a second: connections stuck in a flush that never completes are closed, and so are those
- * holding half a frame past frame_timeout_ms or reading none of their replies for
- * write_timeout_ms (conn_tick), those that neither said Hello nor subscribed and sent nothing for
- * hello_timeout_ms, and those that said Hello and sent nothing (no push in flight) for
- * idle_timeout_ms: their slots freed. Repeated log lines held back are summed up. */
+/* Once a second: the connections' deadlines (admit_sweep: their slots freed), the runs whose time
+ * has come, the per-head metrics' old keys; repeated log lines held back are summed up. */
 static void on_tick(uv_timer_t *t)
 {
     attnstatd *d = t->data;
     const cfg *c = d->cfg;
-    uint64_t now = util_mono_ns();
-    uint64_t hello_ns = c->hello_timeout_ms * 1000000ull;
-    uint64_t idle_ns = c->idle_timeout_ms * 1000000ull;
-    for (clients_entry *e = clients_first(d->x.reg), *next; e; e = next) {
-        next = e->next;
-        const peer *p = e->p;
-        uint64_t quiet = now - conn_last_message_ns(e->c);
-        int open = p && p->c && conn_is_open(e->c);
-        if (open && !peer_is_session(p) && quiet > hello_ns) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "no Hello (or Subscribe) and no message for %llu ms "
-                     "(hello_timeout_ms): closing this connection", (unsigned long long)c->hello_timeout_ms);
-            counters_inc(d->x.cnt, CNT_CONNS_TIMED_OUT);
-            LOG_WARN("server", "client %llu (pid %d uid %u): %s", (unsigned long long)conn_id(e->c),
-                     (int)conn_pid(e->c), (unsigned)conn_uid(e->c), msg);
-            conn_refuse(e->c, ATTNSTAT__CODE__NO_HELLO, msg, "no Hello in time", 1);
-            continue;
-        }
-        if (open && p->hello && idle_ns && p->inflight == 0 && quiet > idle_ns) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "run '%s': no message for %llu ms since the last "
-                     "(idle_timeout_ms %llu): closing this connection to free its slot (a client "
-                     "that pushes again reconnects)", p->run,
-                     (unsigned long long)(quiet / 1000000ull), (unsigned long long)c->idle_timeout_ms);
-            counters_inc(d->x.cnt, CNT_CONNS_IDLE);
-            LOG_WARN("server", "client %llu (pid %d uid %u): %s", (unsigned long long)conn_id(e->c),
-                     (int)conn_pid(e->c), (unsigned)conn_uid(e->c), msg);
-            conn_refuse(e->c, ATTNSTAT__CODE__BUSY, msg, "idle", 1);
-            continue;
-        }
-        conn_tick(e->c, now, c->frame_timeout_ms * 1000000ull, c->write_timeout_ms * 1000000ull);
-    }
+    admit_sweep(&d->x, util_mono_ns());
     life_check(&d->x);
     if (d->heads && ++d->ticks % 10 == 0) {
         headtab_expire(d->heads, (int64_t)util_wall_ms(), (int64_t)c->metrics_stale_s * 1000);
@@ -843,7 +765,7 @@ int loop_run(cfg *c)
     if (sigaction(SIGPIPE, &sa, NULL) != 0)
         LOG_WARN("server", "cannot ignore SIGPIPE: %s", strerror(errno));
 
-    clients_set_filter(reg, subscriber_may_see, d);
+    clients_set_filter(reg, admit_may_see, rs);
     listen_hooks lh = {on_added, on_admitted, on_count};
     d->lis = listen_new(loopp, c, cnt, &lh, d, err, sizeof err);
     if (!d->lis) {

@@ -95,9 +95,10 @@ void runs_due(runs *r, uint64_t now_ns, uint64_t grace_ns, uint64_t idle_ns,
 void runs_ended(run_entry *e);
 
 /* Hellos alone must not grow the database without bound: may uid's Hello for run e (NULL: a new
- * run) with a config of config_bytes be recorded? The runs uid owns (ended ones too) may be at most
- * max_runs, their configs together at most max_config_bytes (e, when uid's already, counts with
- * its new config instead of its old one). 0, or -1 with err saying which bound and what frees it. */
+ * run) with a config of config_bytes be recorded? The runs uid owns (ended ones too) may be at
+ * most max_runs, their configs together at most max_config_bytes (e, when uid's already, counts
+ * with its new config instead of its old one). 0, or -1 with err saying which bound and what
+ * frees it. */
 int runs_quota(const runs *r, const run_entry *e, uid_t uid, uint64_t config_bytes,
                uint64_t max_runs, uint64_t max_config_bytes, char *err, size_t errlen);
 

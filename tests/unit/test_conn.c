@@ -5,8 +5,9 @@
  * dropped and counted) and reading resumes once it drains; a connection closed inside its handler
  * (by the handler, or by a send 4x over the cap) delivers nothing more and is freed once; a
  * half-close is the handler's to keep or close; a subscriber's results stop at sub_queue_bytes,
- * and a peer that reads none of its replies is closed after write_timeout. After each test every handle is closed and the
- * loop closes cleanly. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
+ * and a peer that reads none of its replies is closed after write_timeout. After each test every
+ * handle is closed and the loop closes cleanly. Random data from a printed seed
+ * (ATTNSTAT_TEST_SEED replays it). */
 #include <uv.h>
 
 #include "conn.h"
