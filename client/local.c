@@ -347,6 +347,10 @@ attnstat_code local_push(attnstat_client *c, const attnstat_push_opts *o, const 
         /* The run is enqueued: wait for it before the caller may let go of its tensors. */
         (void)cudaStreamSynchronize(ld->stream);
         rc = client_fail(c, ATTNSTAT_EINVAL, "cudaEventRecord: %s", cudaGetErrorString(e));
+    } else if (t->stream_waits && (e = cudaStreamWaitEvent(caller, en.done, 0)) != cudaSuccess) {
+        /* The caller may overwrite the tensors with its next work: held to it by the host. */
+        (void)cudaGetLastError();
+        (void)cudaStreamSynchronize(ld->stream);
     }
     if (rc != ATTNSTAT_OK) {
         (void)cudaEventDestroy(en.in);

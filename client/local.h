@@ -28,6 +28,7 @@
 typedef struct {
     const attnstat_tensor *q, *k, *mask, *cu_q, *cu_k, *sinks;
     int32_t compute_dtype; /* -1: the tensors' own precision */
+    int32_t stream_waits;  /* 1: the caller's stream waits for the computation (no copy kept) */
 } local_tensors;
 
 /* Enqueues the computation of push seq (its in-flight slot given) on the tensors' device. OK, or

@@ -40,6 +40,7 @@ typedef struct {
     int nt;
     int iv, imask, icu, isinks; /* where v, the mask, cu_q and the sinks are in t[]; -1: absent */
     int32_t compute_dtype;     /* -1: not sent */
+    int32_t stream_waits;      /* local mode: the caller's stream waits for the computation */
 } push_set;
 
 static void push_set_add(push_set *s, const attnstat_tensor *t, const char *name, int *index)
@@ -427,9 +428,10 @@ void attnstat_push_ext_init(attnstat_push_ext *e)
     e->compute_dtype = -1;
 }
 
-/* attnstat_push_ext as it was before sinks: a caller built against that attnstat.h passes this
- * size, and its push has no sinks. */
+/* attnstat_push_ext as it was before sinks, and before stream_waits: a caller built against
+ * that attnstat.h passes this size, and its push has no sinks (does not wait). */
 #define PUSH_EXT_SIZE_V1 offsetof(attnstat_push_ext, sinks)
+#define PUSH_EXT_SIZE_V2 offsetof(attnstat_push_ext, stream_waits)
 
 /* The sinks' checks: [1, Hq, 1, 1] of a floating-point dtype in q's memory, contiguous along the
  * heads in CUDA memory (the daemon and local mode read them in place), a daemon that takes them. */
@@ -472,8 +474,20 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
     if (e->size < PUSH_EXT_SIZE_V1)
         return client_fail(c, ATTNSTAT_EINVAL, "attnstat_push_ext.size is %u, not %zu: initialise "
                            "it with attnstat_push_ext_init", e->size, sizeof *e);
-    /* the fields a caller's attnstat.h had: sinks only where its struct holds them */
-    const attnstat_tensor *sinks = e->size >= sizeof *e ? e->sinks : NULL;
+    /* the fields a caller's attnstat.h had: sinks and stream_waits only where its struct holds
+     * them */
+    const attnstat_tensor *sinks = e->size >= PUSH_EXT_SIZE_V2 ? e->sinks : NULL;
+    const int32_t waits = e->size >= sizeof *e ? e->stream_waits : 0;
+    if (waits != 0 && waits != 1)
+        return client_fail(c, ATTNSTAT_EINVAL, "stream_waits is %d: 0 or 1", waits);
+    if (waits && (q->mem != ATTNSTAT_MEM_CUDA || !c->local_on))
+        return client_fail(c, ATTNSTAT_EINVAL, "stream_waits is for CUDA tensors in local mode "
+                           "(attnstat_set_local_compute): %s", q->mem != ATTNSTAT_MEM_CUDA
+                               ? "these are in host memory"
+                               : "attnstatd computes this push, and a stream cannot wait for "
+                                 "another process's work; keep the tensors (or copies) until "
+                                 "their release");
+    set->stream_waits = waits;
     if (e->compute_dtype != -1 && e->compute_dtype != ATTNSTAT_F32 &&
         e->compute_dtype != ATTNSTAT_F16 && e->compute_dtype != ATTNSTAT_BF16)
         return client_fail(c, ATTNSTAT_EINVAL, "compute_dtype %d is not -1, ATTNSTAT_F32, F16 or "
@@ -605,7 +619,8 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
         local_tensors lt = {q, k, set.imask >= 0 ? set.t[set.imask] : NULL,
                             set.icu >= 0 ? set.t[set.icu] : NULL,
                             set.icu >= 0 ? set.t[set.icu + 1] : NULL,
-                            set.isinks >= 0 ? set.t[set.isinks] : NULL, set.compute_dtype};
+                            set.isinks >= 0 ? set.t[set.isinks] : NULL, set.compute_dtype,
+                            set.stream_waits};
         rc = local_push(c, o, &lt, seq, slot);
         if (rc == ATTNSTAT_OK && seq_out)
             *seq_out = seq; /* its tensors are read until its kernel is done: held */

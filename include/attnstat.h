@@ -544,6 +544,15 @@ typedef struct {
      * Added after the fields above: a caller built against an older attnstat.h (a smaller size)
      * simply has none. ATTNSTAT_ENOTSUP when the daemon's HelloReply does not list "sinks". */
     const attnstat_tensor *sinks;
+    /* Local mode only (attnstat_set_local_compute, CUDA tensors): 1 makes the caller's stream
+     * (opts->cuda_stream) wait, on the device, for this push's computation, so that what the
+     * caller enqueues there next may overwrite q, k, the mask and the sinks: code that reuses its
+     * buffers (a torch.compile'd graph) pushes them as they are, with no copy. The computation
+     * still runs on the library's stream, but the caller's next work waits for it. 0 (default):
+     * the caller keeps the tensors unchanged until their release callback. EINVAL when the daemon
+     * computes (a stream cannot wait for another process's work) or the tensors are in host
+     * memory. Added after sinks (a caller's older attnstat.h: 0). */
+    int32_t stream_waits;
 } attnstat_push_ext;
 
 /* Defaults: size set, compute_dtype -1, everything else 0/NULL. */

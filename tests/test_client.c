@@ -544,10 +544,26 @@ START_TEST(test_push_sinks)
     before.size = (uint32_t)offsetof(attnstat_push_ext, sinks) - 1;
     ck_assert_int_eq(attnstat_push2(c, &o, &before, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
     ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "attnstat_push_ext.size"));
+    /* stream_waits is local mode's alone: a stream cannot wait for the daemon's work */
+    e.stream_waits = 1;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "stream_waits is for CUDA tensors in local mode"),
+                  "%s", attnstat_last_error(c));
+    e.stream_waits = 2;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "0 or 1"));
+    /* the struct as the attnstat.h before stream_waits had it: its sinks pushed, nothing past
+     * them read */
+    attnstat_push_ext v2 = e;
+    v2.size = (uint32_t)offsetof(attnstat_push_ext, stream_waits);
+    v2.stream_waits = 7;
+    ck_assert_msg(attnstat_push2(c, &o, &v2, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
     attnstat_close(c);
     peer_stop(&p);
-    ck_assert_int_eq(p.pushes, 2);
-    ck_assert_int_eq(p.sinks_seen, 1);
+    ck_assert_int_eq(p.pushes, 3);
+    ck_assert_int_eq(p.sinks_seen, 2);
     ck_assert_msg(p.mismatches == 0, "%d elements differ", p.mismatches);
 }
 END_TEST

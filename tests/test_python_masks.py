@@ -256,6 +256,19 @@ class TestSinksEndToEnd(DaemonCase):
             self.assertTrue(c.push(0, 0, q, k, sinks=np.ones(2, np.float32)))
             self.assertTrue(c.flush(60))
 
+    def test_stream_waits_is_refused_where_the_daemon_computes(self):
+        """stream_waits (the caller's stream waits for the computation, local mode only): host
+        tensors computed by the daemon are refused saying why, and nothing is sent."""
+        q, k = randn(1, 2, 4, 8), randn(1, 2, 5, 8)
+        with self.d.client(self.run_name()) as c:
+            with self.assertRaises(attnstat.AttnstatError) as cm:
+                c.push(0, 0, q, k, stream_waits=True)
+            self.assertEqual(cm.exception.code, _lib.EINVAL)
+            self.assertIn("local mode", str(cm.exception))
+            self.assertTrue(c.push(1, 0, q, k))
+            self.assertTrue(c.flush(60))
+            self.assertEqual(c.stats()["acked"], 1)
+
 
 @need_daemon
 class TestRejectionsAreNeverSilent(DaemonCase):

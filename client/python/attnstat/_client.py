@@ -345,7 +345,7 @@ class Client(object):
     def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
              window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
-             stream=None, attn_mask=None, compute_dtype=None, sinks=None):
+             stream=None, attn_mask=None, compute_dtype=None, sinks=None, stream_waits=False):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
@@ -375,7 +375,10 @@ class Client(object):
         k). Each joins every row of its head as one more outcome of the softmax, as it is (no
         scale, softcap or mask): the entropy and its normalisation (ln(visible keys + 1)) count
         it, the max logit does not; -inf is no sink. A daemon that does not take sinks makes the
-        push raise (ENOTSUP) rather than compute without them.
+        push raise (ENOTSUP) rather than compute without them. stream_waits (local mode, CUDA
+        tensors): the stream waits, on the device, for this push's computation, so that the
+        caller's next work on it may overwrite the tensors (no copy needed; AttnstatError EINVAL
+        when the daemon computes the push).
         """
         if window is not None:
             if window_left is not None or window_right is not None:
@@ -390,7 +393,8 @@ class Client(object):
             dq = describe(q, "q", layout)
             dk = describe(k, "k", layout)
             dv = describe(v, "v", layout) if v is not None else None
-            ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k, sinks)
+            ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k, sinks,
+                       stream_waits)
             if ext.sinks is not None and ext.sinks.shape[1] != dq.shape[1]:
                 raise TensorError("sinks has %d values: one per query head (q has %d)"
                                   % (ext.sinks.shape[1], dq.shape[1]))

@@ -113,12 +113,14 @@ class PushExt(ctypes.Structure):
         ("cu_seqlens_q", ctypes.POINTER(Tensor)),
         ("cu_seqlens_k", ctypes.POINTER(Tensor)),
         ("sinks", ctypes.POINTER(Tensor)),
+        ("stream_waits", ctypes.c_int32),
     ]
 
 
-# attnstat_push_ext before its sinks field: a libattnstat whose attnstat_push_ext_init sets this
-# size (or less) reads no sinks, so none may be given to it.
+# attnstat_push_ext up to its sinks field, and up to stream_waits: a libattnstat whose
+# attnstat_push_ext_init sets a smaller size reads none, so none may be given to it.
 PUSH_EXT_SIZE_SINKS = PushExt.sinks.offset + ctypes.sizeof(ctypes.POINTER(Tensor))
+PUSH_EXT_SIZE_WAITS = ctypes.sizeof(PushExt)
 
 
 class ConnectOpts(ctypes.Structure):

@@ -16,7 +16,8 @@ class _Ext(object):
     """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets, attention
     sinks."""
 
-    def __init__(self, mask, compute, cu_q, cu_k, sinks=None):
+    def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False):
+        self.waits = 1 if stream_waits else 0
         self.mask = _tensor.describe_mask(mask) if mask is not None else None
         self.sinks = _tensor.describe_sinks(sinks) if sinks is not None else None
         self.compute = -1
@@ -36,7 +37,7 @@ class _Ext(object):
             self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
             self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
         self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None
-                       or self.sinks is not None)
+                       or self.sinks is not None or self.waits)
         self._ext = self._tm = self._tcq = self._tck = self._ts = None
 
     def descs(self):
@@ -67,6 +68,11 @@ class _Ext(object):
             self._ts = _lib.Tensor()
             self.sinks.fill(self._ts)
             e.sinks = ctypes.pointer(self._ts)
+        if self.waits:
+            if e.size < _lib.PUSH_EXT_SIZE_WAITS:  # an older libattnstat would not wait
+                raise AttnstatError(_lib.ENOTSUP, "stream_waits needs a libattnstat that takes "
+                                    "it (this one is older)")
+            e.stream_waits = 1
         self._ext = e
         return ctypes.byref(e)
 

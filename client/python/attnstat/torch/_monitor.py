@@ -88,7 +88,9 @@ class monitor(object):
     further modules whose attention attributes are patched (those that hold the original
     functions are found on their own). doors: 'auto' or a sequence of door names ('sdpa',
     'flex', 'flash_attn', 'transformers'). compute_dtype: 'auto' (the precision the attention
-    computed in, where the door computes under autocast), None (the tensors' own) or a dtype name.
+    computed in, where the door computes under autocast), None (the tensors' own) or a dtype name
+    (in compiled code, float32 q and k of an autocast door reach the monitor already rounded to
+    the attention's precision, as the attention read them).
     mask_bytes_max: the largest dense mask a flex_attention BlockMask is evaluated into.
     compiled: inside torch.compile'd code, 'auto' (default: monitored through the custom
     operator, no graph break) or 'skip' (counted in .skipped_by['compiled'], not pushed); 'break'
@@ -155,6 +157,7 @@ class monitor(object):
         self._model_key = id(model) if model is not None else None
         self._active = False
         self._gpu_off = False
+        self._waits_ok = True    # the library takes stream_waits (local mode: compiled calls uncopied)
         self._torch = None
         self._ack_cb = None
         self._wanted = set(_DOORS if doors == "auto" else doors)
@@ -474,6 +477,7 @@ class monitor(object):
             return
         q = call.q
         stream = None
+        kw_waits = False
         if getattr(q, "is_cuda", False):
             if self._graph_capturing():  # no push (event record, IPC, copy) inside a capture
                 self._skip("graph", "calls made while a CUDA graph is being captured are not "
@@ -490,6 +494,8 @@ class monitor(object):
             elif self._gpu_off:
                 self._skip("gpu", "CUDA calls are not monitored: this libattnstat has no GPU path")
                 return
+            elif copy and getattr(self.client, "local_compute", False) and self._waits_ok:
+                kw_waits = True  # computed in this process: the stream waits for it, no copy
             elif copy:
                 cd, stream = self._copy_call(call, cd)
             if call.sinks is not None and not self.copy_to_host and not copy:
@@ -504,9 +510,15 @@ class monitor(object):
             kw["compute_dtype"] = cd
         if stream is not None:
             kw["stream"] = stream
+        if kw_waits:
+            kw["stream_waits"] = True
         try:
             sent = self.client.push(step, layer, call.q, call.k, **kw)
         except Exception as e:  # a failing push or callback never stops the forward pass
+            if (kw_waits and isinstance(e, AttnstatError) and e.code == _lib.ENOTSUP
+                    and "stream_waits" in str(e)):
+                self._waits_ok = False  # an older libattnstat: compiled calls copied instead
+                return self._push(call, step, index, cd, copy)
             if self.strict:
                 raise
             if isinstance(e, AttnstatError) and e.code == _lib.ENOTSUP:

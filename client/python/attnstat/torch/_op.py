@@ -144,17 +144,21 @@ def emit(torch, door, call, out):
         if anchor is not None:
             note(anchor, door.name, call.kind, call.why)
         return
-    cd = ""
-    if door.autocast and call.q.dtype == torch.float32:
+    q, k = call.q, call.k
+    if door.autocast and q.dtype == torch.float32:
+        # rounded in the graph, as autocast rounds them for the attention (Inductor fuses the
+        # cast into the kernel that makes q, or shares autocast's own): the observation gets
+        # 16-bit tensors, which the statistics kernel reads on its fastest path and which cost
+        # half as much to copy
         t = _first_tensor(out, torch)
         if t is not None and t.dtype in (torch.bfloat16, torch.float16):
-            cd = "bfloat16" if t.dtype == torch.bfloat16 else "float16"
+            q, k = q.to(t.dtype), k.to(t.dtype)
     wl, wr = call.window if call.window is not None else (-1, -1)
-    observe(call.q, call.k, call.attn_mask, call.cu_seqlens_q, call.cu_seqlens_k, call.sinks,
+    observe(q, k, call.attn_mask, call.cu_seqlens_q, call.cu_seqlens_k, call.sinks,
             door.name, -1 if call.layer is None else int(call.layer), int(call.heads or 0),
             bool(call.causal),
             float(call.scale or 0.0), int(wl), int(wr), float(call.softcap or 0.0), call.layout,
-            cd)
+            "")
 
 
 def emit_forward(torch, model_key, args, kwargs):
