@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alerts_limit.h"
 #include "log.h"
 #include "util.h"
 
@@ -37,6 +38,7 @@ struct alerts_feed {
     runs *reg;
     counters *cnt;
     alerts_engine *engine;
+    alerts_limit *lim;       /* each run's bound on transitions (alert_rate, alert_burst) */
     alerts_feed_sink sink;
     void *data;
     feed_alert *events;      /* transitions to record and deliver */
@@ -176,7 +178,10 @@ int alerts_feed_reload(alerts_feed *f, char *err, size_t errlen)
 {
     alerts_config c;
     to_alerts_config(&f->cfg->thresholds, &c);
-    return alerts_set_defaults(f->engine, &c, err, errlen) == ALERTS_OK ? 0 : -1;
+    if (alerts_set_defaults(f->engine, &c, err, errlen) != ALERTS_OK)
+        return -1;
+    alerts_limit_set(f->lim, f->cfg->alert_rate, (double)f->cfg->alert_burst);
+    return 0;
 }
 
 uint32_t alerts_feed_active(const alerts_feed *f)
@@ -317,7 +322,11 @@ alerts_feed *alerts_feed_new(const cfg *c, store *db, runs *reg, counters *cnt,
     alerts_config ac;
     to_alerts_config(&c->thresholds, &ac);
     f->engine = alerts_new(&ac, err, errlen);
-    if (!f->engine) {
+    f->lim = f->engine ? alerts_limit_new(c->alert_rate, (double)c->alert_burst) : NULL;
+    if (!f->lim) {
+        if (f->engine)
+            util_err(err, errlen, "out of memory");
+        alerts_free(f->engine);
         free(f);
         return NULL;
     }
@@ -325,6 +334,7 @@ alerts_feed *alerts_feed_new(const cfg *c, store *db, runs *reg, counters *cnt,
     alerts_limits_default(&lim);
     lim.max_heads_per_run = (uint32_t)c->max_heads_per_run;
     if (alerts_set_limits(f->engine, &lim, err, errlen) != ALERTS_OK) {
+        alerts_limit_free(f->lim);
         alerts_free(f->engine);
         free(f);
         return NULL;
@@ -338,6 +348,7 @@ void alerts_feed_free(alerts_feed *f)
     if (!f)
         return;
     alerts_free(f->engine);
+    alerts_limit_free(f->lim);
     free(f->events);
     free(f->marks.v);
     free(f->silences.v);
@@ -388,6 +399,14 @@ static store_status record_run(void *db, storer_op *op, store_error *err)
     return STORE_OK;
 }
 
+/* A transition handed to the sink, with its run's owner (who it is delivered for). */
+static void sink(alerts_feed *f, feed_alert *a)
+{
+    const run_entry *e = f->reg ? runs_get(f->reg, a->t.run_id) : NULL;
+    a->owner = e && e->has_owner ? (uint32_t)e->owner : 0;
+    f->sink(f->data, a);
+}
+
 /* Loop thread: the rows are in the table (or could not be): now they are delivered, in order. */
 static void record_done(storer_op *op)
 {
@@ -399,7 +418,7 @@ static void record_done(storer_op *op)
         LOG_WARN("store", "%zu of %zu alert transitions not recorded: their run is gone (%s)",
                  r->skipped, r->n, op->err.msg);
     for (size_t i = 0; i < r->n; i++)
-        r->f->sink(r->f->data, &r->rows[i]);
+        sink(r->f, &r->rows[i]);
     free(r);
 }
 
@@ -418,7 +437,7 @@ static void record(alerts_feed *f)
                       "delivered)", f->nevents);
         }
         for (size_t i = 0; i < f->nevents; i++)
-            f->sink(f->data, &f->events[i]);
+            sink(f, &f->events[i]);
         f->nevents = 0;
         return;
     }
@@ -439,6 +458,48 @@ void alerts_feed_start(alerts_feed *f, storer *st)
     f->st = st;
     f->db = NULL; /* the store thread owns the handle from now on */
     alerts_feed_deliver(f);
+}
+
+/* ---- the bound on a run's transitions (alerts_limit.h) --------------------------------------- */
+
+static const char *run_name(const alerts_feed *f, int64_t run_id)
+{
+    const run_entry *e = f->reg ? runs_get(f->reg, run_id) : NULL;
+    return e ? e->name : "?";
+}
+
+/* A summary of a run's suppressed transitions: one log line (the counts are on /metrics). */
+static void say_suppressed(void *ctx, const alerts_limit_summary *s)
+{
+    alerts_feed *f = ctx;
+    LOG_WARN("alerts", "run '%s' (id %lld): %llu alert transition%s suppressed in %.1f s (over "
+             "alert_burst %llu raises, refilled at alert_rate %g a second): not recorded nor "
+             "delivered%s", run_name(f, s->run_id), (long long)s->run_id,
+             (unsigned long long)s->suppressed, s->suppressed == 1 ? "" : "s",
+             (double)(s->last_ms - s->first_ms) / 1000.0,
+             (unsigned long long)f->cfg->alert_burst, f->cfg->alert_rate,
+             s->ended ? "" : "; it goes on");
+}
+
+/* Whether transition t of run (its name) goes on past the run's bound; suppressed ones counted. */
+static int limit_pass(alerts_feed *f, const alerts_transition *t, const char *run, int64_t now_ms)
+{
+    alerts_limit_verdict v = alerts_limit_admit(f->lim, t, now_ms);
+    if (v == ALERTS_LIMIT_PASS)
+        return 1;
+    counters_inc(f->cnt, CNT_ALERTS_SUPPRESSED);
+    if (v == ALERTS_LIMIT_FIRST && t->state == ALERTS_RAISED)
+        LOG_WARN("alerts", "run '%s': its alerts raise faster than alert_rate %g a second past "
+                 "alert_burst %llu: its transitions are suppressed (not recorded nor delivered, "
+                 "counted in attnstat_alert_transitions_suppressed_total) until they slow down; a "
+                 "summary follows", run, f->cfg->alert_rate,
+                 (unsigned long long)f->cfg->alert_burst);
+    return 0;
+}
+
+uint64_t alerts_feed_suppressed(const alerts_feed *f, int64_t run_id)
+{
+    return alerts_limit_suppressed(f->lim, run_id);
 }
 
 /* ---- a batch -------------------------------------------------------------------------------- */
@@ -484,6 +545,10 @@ static int observe(alerts_feed *f, const batch_item *it, int64_t now_ms)
             continue;
         }
         for (int i = 0; i < k; i++) {
+            if (tr[i].state == ALERTS_CLEARED)
+                ended(f, &tr[i]);
+            if (!limit_pass(f, &tr[i], it->run, now_ms))
+                continue;
             feed_alert *a = new_event(f);
             if (!a)
                 return -1;
@@ -491,10 +556,8 @@ static int observe(alerts_feed *f, const batch_item *it, int64_t now_ms)
             snprintf(a->run, sizeof a->run, "%s", it->run);
             a->rank = it->rank;
             a->time_ms = it->time_ms;
-            if (tr[i].state == ALERTS_CLEARED) {
+            if (tr[i].state == ALERTS_CLEARED)
                 snprintf(a->reason, sizeof a->reason, "samples");
-                ended(f, &tr[i]);
-            }
             a->silenced = silenced(f, &tr[i], now_ms);
             alerts_format(&tr[i], a->message, sizeof a->message);
         }
@@ -514,6 +577,7 @@ void alerts_feed_batch(alerts_feed *f, batch_item *const *items, const Attnstat_
 
 void alerts_feed_deliver(alerts_feed *f)
 {
+    alerts_limit_summaries(f->lim, (int64_t)util_wall_ms(), say_suppressed, f);
     record(f); /* the sink runs once they are recorded */
 }
 
@@ -531,14 +595,18 @@ uint32_t alerts_feed_end_run(alerts_feed *f, const run_entry *e, const char *rea
     int64_t now_ms = (int64_t)util_wall_ms();
     uint32_t done = 0;
     for (size_t i = 0; i < n; i++) {
+        alerts_transition t = act[i];
+        t.state = ALERTS_RESOLVED;
+        t.value = NAN;
+        t.threshold = NAN;
+        t.streak = 0;
+        done++;
+        if (!limit_pass(f, &t, e->name, now_ms))
+            continue; /* its raise was suppressed: so is its end */
         feed_alert *a = new_event(f);
         if (!a)
             break;
-        a->t = act[i];
-        a->t.state = ALERTS_RESOLVED;
-        a->t.value = NAN;
-        a->t.threshold = NAN;
-        a->t.streak = 0;
+        a->t = t;
         snprintf(a->run, sizeof a->run, "%s", e->name);
         a->rank = e->rank;
         a->time_ms = now_ms;
@@ -547,9 +615,9 @@ uint32_t alerts_feed_end_run(alerts_feed *f, const run_entry *e, const char *rea
         alerts_format(&a->t, a->message, sizeof a->message);
         size_t ml = strlen(a->message);
         snprintf(a->message + ml, sizeof a->message - ml, ": the run ended (%s)", reason);
-        done++;
     }
     free(act);
+    alerts_limit_end_run(f->lim, e->id, say_suppressed, f);
     if (e->conns > 0)
         alerts_forget_heads(f->engine, e->id); /* idle, still connected: its thresholds stay */
     else
@@ -600,10 +668,12 @@ void alerts_feed_mark(alerts_feed *f, feed_mark what, const store_alert *a, uint
                            .step = a->step, .rule = rule, .state = ALERTS_RESOLVED,
                            .value = NAN, .threshold = NAN};
     ended(f, &t);
+    int64_t now_ms = (int64_t)util_wall_ms();
+    if (!limit_pass(f, &t, run, now_ms))
+        return;
     feed_alert *e = new_event(f);
     if (!e)
         return;
-    int64_t now_ms = (int64_t)util_wall_ms();
     e->t = t;
     snprintf(e->run, sizeof e->run, "%s", run);
     e->rank = rank;

@@ -1,7 +1,9 @@
 /* alerts_feed.h — the alert engine (alerts.h) between the store and delivery, and the life of an
  * alert: it owns the engine, checks and records the runs' thresholds, feeds it every stored sample
  * of a live run, has the transitions recorded by the store thread, and hands each one on to the
- * sink it was given (delivery: log, subscribers, --alert-exec). An alert ends when its samples are
+ * sink it was given (delivery: log, subscribers, --alert-exec), within each run's bound on
+ * transitions (alert_rate, alert_burst: past it they are suppressed, counted and summarised in the
+ * log; alerts_limit.h). An alert ends when its samples are
  * good again (CLEARED), or RESOLVED: its run ended (runs.h says when), or an operator resolved it;
  * an operator may also acknowledge it (who and when, for the metrics of alerts nobody has seen)
  * and silence its (run, layer, head, rule) for a while (its transitions are recorded and logged,
@@ -41,6 +43,7 @@ typedef struct {
     uint32_t uid;
     int silenced;            /* a silence holds its key: the log only */
     int recorded;            /* in the store already (an operator's resolve): not recorded again */
+    uint32_t owner;          /* its run's owner uid (0 when it has none): delivery's fair share */
 } feed_alert;
 
 /* Where each transition goes (after the batch's answers). */
@@ -96,6 +99,9 @@ void alerts_feed_mark(alerts_feed *f, feed_mark what, const store_alert *a, uint
 
 /* Alerts raised and not ended, of every run. */
 uint32_t alerts_feed_active(const alerts_feed *f);
+/* Transitions suppressed by the bound on each run's transitions (alert_rate, alert_burst:
+ * alerts_limit.h): of run_id while it lives, or of every run since the start (run_id 0). */
+uint64_t alerts_feed_suppressed(const alerts_feed *f, int64_t run_id);
 /* Per run with an active alert: fn(ctx, run_id, active, unacknowledged) — unacknowledged counts
  * the active ones neither acknowledged nor silenced. */
 void alerts_feed_counts(alerts_feed *f, void (*fn)(void *ctx, int64_t run_id, uint32_t active,

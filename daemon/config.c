@@ -50,6 +50,18 @@ static const cfg_entry cfg_table[] = {
      "group whose members may connect besides the daemon's own uid and root", 0, NULL},
     {"alert_exec", CFG_STR, F(alert_exec), "", 0, 0,
      "shell command run on every alert transition, the alert in ATTNSTAT_* env vars", 1, NULL},
+    {"alert_exec_queue", CFG_U64, F(alert_exec_queue), "1024", 1, 1048576,
+     "alert transitions waiting while 16 alert_exec commands run, at most, shared fairly between "
+     "uids and between runs: when it is full, a transition of a uid (or run) holding less than "
+     "the largest share takes the newest place of that share; any other is dropped (counted: "
+     "attnstat_alert_exec_dropped_total, logged)", 0, NULL},
+    {"alert_rate", CFG_DBL, F(alert_rate), "100", 0.001, 1000000,
+     "alert raises a second that each run may record and deliver, refilling a bucket of "
+     "alert_burst: past it the run's transitions (and the ends of those raises) are suppressed, "
+     "counted (attnstat_alert_transitions_suppressed_total) and summarised in the log, so that a "
+     "run whose heads flap can neither fill the alerts table nor crowd out alert_exec", 1, NULL},
+    {"alert_burst", CFG_U64, F(alert_burst), "1000", 1, 1000000000,
+     "alert raises a run may make at once before alert_rate bounds it", 1, NULL},
     {"default_run", CFG_STR, F(default_run), "default", 0, 0, "run name for a Hello that names none", 0, NULL},
     {"log_level", CFG_LEVEL, F(log_level), "info", 0, 0, "debug, info, warn or error", 1, NULL},
     {"max_frame", CFG_U64, F(max_frame), "1048576", 4096, 64 << 20, "largest frame in bytes", 0, NULL},

@@ -35,6 +35,9 @@ typedef struct {
     char *db_path;          /* SQLite database */
     char *allow_group;      /* peers of another uid in this group are allowed ("" = none) */
     char *alert_exec;       /* command run (sh -c) on every alert transition ("" = none) */
+    uint64_t alert_exec_queue; /* transitions waiting for an alert_exec command, at most */
+    double alert_rate;      /* alert raises a second one run may record (refills alert_burst) */
+    uint64_t alert_burst;   /* a run's bucket of raises: past it, its transitions are suppressed */
     char *default_run;      /* run name when a Hello has none */
     log_level log_level;
     uint64_t max_frame;     /* bytes per frame */

@@ -42,8 +42,15 @@
     X(HELLOS_OVER_QUOTA, "hellos_over_quota_total",                                                \
       "Hellos refused: their uid's runs or config bytes would pass max_runs_per_uid or "           \
       "max_config_bytes_per_uid.")                                                                 \
-    X(EXEC_STARTED, NULL, NULL)                                                                    \
-    X(EXEC_FAILED, NULL, NULL)
+    X(ALERTS_SUPPRESSED, "alert_transitions_suppressed_total",                                    \
+      "Alert transitions neither recorded nor delivered: their run raised more than alert_burst "  \
+      "at alert_rate a second (each run's count: attnstat_run_alert_transitions_suppressed).")     \
+    X(EXEC_STARTED, "alert_exec_started_total", "alert_exec commands started.")                   \
+    X(EXEC_FAILED, "alert_exec_failed_total",                                                      \
+      "alert_exec commands that could not start or exited with an error.")                         \
+    X(EXEC_DROPPED, "alert_exec_dropped_total",                                                    \
+      "Alert transitions not given to alert_exec: its queue (alert_exec_queue) was full and "     \
+      "their uid's (or run's) share the largest, or the daemon stopped.")
 
 typedef enum {
 #define COUNTERS_ID(id, name, help) CNT_##id,

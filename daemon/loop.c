@@ -327,6 +327,8 @@ static void start_teardown(attnstatd *d)
         devices_close(d->x.dev); /* delivers whatever finished; the batch hands it on */
     if (d->x.st)
         storer_close(d->x.st); /* commits and answers everything it holds */
+    if (d->out)
+        alerts_deliver_stop(d->out); /* what waits for alert_exec is dropped, said */
     if (d->bat) {
         batch_free(d->bat);
         d->bat = NULL;

@@ -5,7 +5,8 @@
  * newline), rank and run_id. The alert counts exist for runs with an active alert only, so their
  * number stays the number of runs in trouble, and they vanish when the alerts end; the thresholds
  * for every live run (LIVE or ORPHAN), so they vanish when it ends or is deleted. The operators'
- * marks are per head, of live runs only, keyed by the run's name as the per-head series are. */
+ * marks are per head, of live runs only, keyed by the run's name as the per-head series are; the
+ * transitions a live run had suppressed (alerts_limit.h), for those with any. */
 #include "metrics_runs.h"
 
 #include <stdio.h>
@@ -61,6 +62,21 @@ static void threshold_line(void *ctx, run_entry *e)
                        "rule=\"%s\"} %s\n", name, (int)e->rank, (long long)e->id,
                        alerts_rule_name(th[i].rule), v);
     }
+}
+
+/* attnstat_run_alert_transitions_suppressed: a live process's transitions past its bound
+ * (alert_rate, alert_burst), for those with any. */
+static void suppressed_line(void *ctx, run_entry *e)
+{
+    text *t = ctx;
+    uint64_t n = is_live(e) ? alerts_feed_suppressed(t->x->feed, e->id) : 0;
+    if (!n)
+        return;
+    char name[1024];
+    metrics_label(e->name, name, sizeof name);
+    metrics_printf(t->out, "attnstat_run_alert_transitions_suppressed{run=\"%s\",rank=\"%d\","
+                   "run_id=\"%lld\"} %llu\n", name, (int)e->rank, (long long)e->id,
+                   (unsigned long long)n);
 }
 
 /* The operators' marks of live runs, by (run name, layer, head, rule): two processes of a job on
@@ -169,6 +185,11 @@ void metrics_render_runs(metrics_buf *out, const stage_ctx *x)
          "entropy_floor (normalised entropy), entropy_drop (fraction of the baseline), "
          "logit_ceiling.\n# TYPE attnstat_run_threshold gauge\n");
     runs_each(x->runs, threshold_line, &t);
+    metrics_printf(out, "# HELP attnstat_run_alert_transitions_suppressed Alert transitions of a "
+         "live process neither recorded nor delivered: it raised more than alert_burst at "
+         "alert_rate a second (processes with any only).\n"
+         "# TYPE attnstat_run_alert_transitions_suppressed gauge\n");
+    runs_each(x->runs, suppressed_line, &t);
     render_marks(out, x);
     metrics_printf(out, "# HELP attnstat_store_queue Writes waiting for the store thread.\n"
          "# TYPE attnstat_store_queue gauge\nattnstat_store_queue %u\n",

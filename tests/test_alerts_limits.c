@@ -1,6 +1,8 @@
 /* test_alerts_limits.c — the alert engine's memory and limits (part of the test_alerts suite):
  * steady-state observation without allocation, forgetting runs, the per-run and engine limits on
- * states (a run past its cap leaves other runs' alerts alone), random limits against a model. */
+ * states (a run past its cap leaves other runs' alerts alone), random limits against a model;
+ * the bound on each run's transitions (alerts_limit.h: a burst, a rate, ends that follow their
+ * raise, summaries). */
 #include <check.h>
 #include <inttypes.h>
 #include <math.h>
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alerts_limit.h"
 #include "alerts_testutil.h"
 
 /* ---- memory ------------------------------------------------------------------------------------- */
@@ -306,6 +309,104 @@ START_TEST(test_limits_against_model)
 }
 END_TEST
 
+/* ---- the bound on a run's transitions (alerts_limit.h) -------------------------------------- */
+
+typedef struct {
+    int n;
+    alerts_limit_summary last;
+    uint64_t sum;
+} summaries;
+
+static void take_summary(void *ctx, const alerts_limit_summary *s)
+{
+    summaries *l = ctx;
+    l->n++;
+    l->last = *s;
+    l->sum += s->suppressed;
+}
+
+static alerts_transition edge(int64_t run, int32_t head, alerts_state state)
+{
+    alerts_transition t = {.run_id = run, .layer = (int32_t)(head % 7), .head = head,
+                           .rule = ALERTS_LOGIT_CEILING, .state = state};
+    return t;
+}
+
+/* A run raises more than its burst at once: exactly `burst` raises pass, the others are
+ * suppressed with the ends of those raises (an end follows its raise, never alone), another run
+ * keeps its own bucket, tokens come back at `rate`, the episode is summarised once, after it is
+ * quiet, with every transition it suppressed, and the run's end summarises and forgets the rest. */
+START_TEST(test_transitions_bounded_per_run)
+{
+    double rate = (double)rnd_range(2, 20), burst = (double)rnd_range(5, 50);
+    alerts_limit *l = alerts_limit_new(rate, burst);
+    ck_assert_ptr_nonnull(l);
+    int heads = (int)burst + (int)rnd_range(10, 200);
+    int64_t now = rnd_range(1000000, 2000000);
+    int pass = 0, first = 0;
+    uint8_t *passed = calloc((size_t)heads, 1);
+    for (int h = 0; h < heads; h++) {
+        alerts_transition t = edge(1, h, ALERTS_RAISED);
+        alerts_limit_verdict v = alerts_limit_admit(l, &t, now);
+        passed[h] = v == ALERTS_LIMIT_PASS;
+        pass += passed[h];
+        first += v == ALERTS_LIMIT_FIRST;
+    }
+    ck_assert_int_eq(pass, (int)burst);
+    ck_assert_int_eq(first, 1);
+    ck_assert_uint_eq(alerts_limit_suppressed(l, 1), (uint64_t)(heads - pass));
+    ck_assert_uint_eq(alerts_limit_pending(l), (size_t)(heads - pass));
+    /* another run: a full bucket of its own */
+    alerts_transition o = edge(2, 0, ALERTS_RAISED);
+    ck_assert_int_eq(alerts_limit_admit(l, &o, now), ALERTS_LIMIT_PASS);
+    /* ends follow their raise: half of the heads clear */
+    int ends = 0, ends_passed = 0;
+    for (int h = 0; h < heads; h += 2) {
+        alerts_transition t = edge(1, h, ALERTS_CLEARED);
+        alerts_limit_verdict v = alerts_limit_admit(l, &t, now + 1);
+        ck_assert_msg((v == ALERTS_LIMIT_PASS) == passed[h], "head %d: the end of a %s raise %s",
+                      h, passed[h] ? "recorded" : "suppressed", v ? "suppressed" : "passed");
+        ends++;
+        ends_passed += passed[h];
+    }
+    uint64_t want = (uint64_t)(heads - pass) + (uint64_t)(ends - ends_passed);
+    ck_assert_uint_eq(alerts_limit_suppressed(l, 1), want);
+    /* still within the quiet time: no summary yet; after it, one with every suppressed one */
+    summaries got = {0};
+    ck_assert_uint_eq(alerts_limit_summaries(l, now + 2, take_summary, &got), 0);
+    ck_assert_uint_eq(alerts_limit_summaries(l, now + 1 + ALERTS_LIMIT_QUIET_MS, take_summary,
+                                             &got), 1);
+    ck_assert_int_eq(got.n, 1);
+    ck_assert_uint_eq(got.last.suppressed, want);
+    ck_assert_int_eq(got.last.run_id, 1);
+    ck_assert(got.last.ended);
+    ck_assert_uint_eq(alerts_limit_summaries(l, now + 10 * ALERTS_LIMIT_QUIET_MS, take_summary,
+                                             &got), 0);
+    /* tokens come back at rate: k seconds later, rate x k raises pass (within the burst) */
+    int64_t later = now + 1 + ALERTS_LIMIT_QUIET_MS + 1000;
+    double tokens = fmin(burst, rate * (double)(later - now) / 1000.0);
+    int again = 0;
+    for (int h = heads; h < heads + (int)burst + 5; h++) {
+        alerts_transition t = edge(1, h, ALERTS_RAISED);
+        again += alerts_limit_admit(l, &t, later) == ALERTS_LIMIT_PASS;
+    }
+    ck_assert_int_eq(again, (int)floor(tokens));
+    /* the run ends: what it still suppressed is summarised, its keys forgotten */
+    uint64_t before = got.sum;
+    alerts_limit_end_run(l, 1, take_summary, &got);
+    ck_assert_int_eq(got.n, 2);
+    ck_assert_uint_eq(got.sum - before, (uint64_t)((int)burst + 5 - again));
+    ck_assert_uint_eq(alerts_limit_pending(l), 0);
+    ck_assert_uint_eq(alerts_limit_suppressed(l, 1), 0); /* its entry is gone */
+    ck_assert_uint_eq(alerts_limit_suppressed(l, 0), got.sum);
+    /* a new episode of the same run starts with a full bucket */
+    alerts_transition t = edge(1, 0, ALERTS_RAISED);
+    ck_assert_int_eq(alerts_limit_admit(l, &t, later), ALERTS_LIMIT_PASS);
+    free(passed);
+    alerts_limit_free(l);
+}
+END_TEST
+
 
 void alerts_limits_tests(TCase *tc)
 {
@@ -313,4 +414,5 @@ void alerts_limits_tests(TCase *tc)
     tcase_add_test(tc, test_forget_run);
     tcase_add_test(tc, test_run_cap_spares_other_runs);
     tcase_add_test(tc, test_limits_against_model);
+    tcase_add_test(tc, test_transitions_bounded_per_run);
 }
