@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "store_job.h"
 
 #define HEADTAB_CONTRIB 8 /* processes remembered per entry and step (pooling, re-pushes) */
 #define HEADTAB_RULES 4   /* proto's AlertRule 1 .. 4 */
+#define HEADTAB_GHOSTS 4  /* keys left out remembered, per key the table keeps (24 bytes each) */
 
 static const char *const headtab_rule_names[HEADTAB_RULES] = {"entropy_floor", "entropy_drop",
                                                               "logit_ceiling", "nonfinite"};
@@ -38,7 +40,18 @@ typedef struct {
 typedef struct {
     char *name;
     uint32_t entries;        /* entries of this run */
+    uint32_t ghosts;         /* its keys left out for want of room (remembered ones) */
+    int said;                /* the log said that its heads are left out */
 } run_slot;
+
+/* A key left out (its run held its share): remembered to be counted, and taken in when room comes.
+ * dead: forgotten (taken in), its slot reused at the next rebuild. */
+typedef struct {
+    uint32_t run;
+    int32_t layer, head;
+    int dead;
+    int64_t touched_ms;
+} ghost;
 
 struct headtab {
     entry *e;
@@ -49,6 +62,10 @@ struct headtab {
     uint32_t nruns, capruns;
     uint32_t last_run;       /* the run found last (pushes come in runs of one run) */
     uint64_t untracked;
+    ghost *g;                /* the keys left out, at most max of them (dense; dead ones too) */
+    uint32_t ng, gcap, gdead;
+    uint32_t *gindex;        /* ghost index + 1; 0: empty (a power of two, >= 2 x gcap) */
+    uint32_t gindex_cap;
 };
 
 int headtab_mode_from(const char *name)
@@ -78,6 +95,8 @@ void headtab_free(headtab *t)
     free(t->runs);
     free(t->e);
     free(t->index);
+    free(t->g);
+    free(t->gindex);
     free(t);
 }
 
@@ -152,12 +171,203 @@ static uint32_t run_of(headtab *t, const char *name)
     char *dup = strdup(name);
     if (!dup)
         return UINT32_MAX;
-    t->runs[t->nruns] = (run_slot){dup, 0};
+    t->runs[t->nruns] = (run_slot){dup, 0, 0, 0};
     return t->last_run = t->nruns++;
 }
 
-/* The entry of the key, made when missing; NULL when the table is full (counted) or on no memory. */
-static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head)
+/* ---- fair shares: keys left out ------------------------------------------------------------- */
+
+/* The keys each run may keep now: max shared evenly by the runs known (those with entries or keys
+ * left out, and the one asking). */
+static uint32_t fair_share(const headtab *t)
+{
+    uint32_t share = t->max / (t->nruns ? t->nruns : 1);
+    return share ? share : 1;
+}
+
+static uint32_t ghost_slot(const headtab *t, uint32_t run, int32_t layer, int32_t head)
+{
+    uint32_t mask = t->gindex_cap - 1;
+    for (uint32_t i = key_hash(run, layer, head) & mask;; i = (i + 1) & mask) {
+        uint32_t v = t->gindex[i];
+        if (v == 0)
+            return i;
+        const ghost *g = &t->g[v - 1];
+        if (g->run == run && g->layer == layer && g->head == head)
+            return i;
+    }
+}
+
+/* The ghosts' index rebuilt for cap slots (a power of two). -1 on no memory (the old one kept). */
+static int ghost_reindex(headtab *t, uint32_t cap)
+{
+    uint32_t *ni = calloc(cap, sizeof *ni);
+    if (!ni)
+        return -1;
+    free(t->gindex);
+    t->gindex = ni;
+    t->gindex_cap = cap;
+    for (uint32_t k = 0; k < t->ng; k++)
+        t->gindex[ghost_slot(t, t->g[k].run, t->g[k].layer, t->g[k].head)] = k + 1;
+    return 0;
+}
+
+/* The forgotten ghosts go, the others keep their order, their runs renumbered through map when
+ * given; the index is rebuilt. */
+static void ghost_pack(headtab *t, const uint32_t *map)
+{
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < t->ng; k++)
+        if (!t->g[k].dead)
+            t->g[kept++] = t->g[k];
+    t->ng = kept;
+    t->gdead = 0;
+    for (uint32_t k = 0; map && k < t->ng; k++)
+        t->g[k].run = map[t->g[k].run];
+    if (t->gindex_cap && ghost_reindex(t, t->gindex_cap) != 0) {
+        memset(t->gindex, 0, (size_t)t->gindex_cap * sizeof *t->gindex);
+        for (uint32_t k = 0; k < t->ng; k++)
+            t->gindex[ghost_slot(t, t->g[k].run, t->g[k].layer, t->g[k].head)] = k + 1;
+    }
+}
+
+/* The key (of run r) is left out: remembered (or seen again) at now_ms. Past HEADTAB_GHOSTS x max
+ * remembered keys, it is not (the counts of keys left out are then lower bounds; untracked counts
+ * every sample). */
+static void ghost_note(headtab *t, uint32_t r, int32_t layer, int32_t head, int64_t now_ms)
+{
+    if (t->gindex_cap) {
+        uint32_t v = t->gindex[ghost_slot(t, r, layer, head)];
+        if (v) {
+            ghost *g = &t->g[v - 1];
+            g->touched_ms = now_ms;
+            if (g->dead) {
+                g->dead = 0;
+                t->gdead--;
+                t->runs[r].ghosts++;
+            }
+            return;
+        }
+    }
+    uint64_t most = (uint64_t)t->max * HEADTAB_GHOSTS;
+    if (t->ng - t->gdead >= most)
+        return;
+    if (t->ng == t->gcap && t->gdead)
+        ghost_pack(t, NULL);
+    if (t->ng == t->gcap) {
+        uint64_t ncap = t->gcap ? (uint64_t)t->gcap * 2 : 256;
+        if (ncap > most)
+            ncap = most;
+        ghost *ng = realloc(t->g, (size_t)ncap * sizeof *ng);
+        if (!ng)
+            return;
+        t->g = ng;
+        t->gcap = (uint32_t)ncap;
+    }
+    if ((uint64_t)(t->ng + 1) * 2 > t->gindex_cap &&
+        ghost_reindex(t, t->gindex_cap ? t->gindex_cap * 2 : 512) != 0)
+        return;
+    t->g[t->ng] = (ghost){r, layer, head, 0, now_ms};
+    t->gindex[ghost_slot(t, r, layer, head)] = ++t->ng;
+    t->runs[r].ghosts++;
+}
+
+/* The key (of run r) is kept from now on: no longer left out. */
+static void ghost_take(headtab *t, uint32_t r, int32_t layer, int32_t head)
+{
+    if (!t->gindex_cap || t->ng == t->gdead)
+        return;
+    uint32_t v = t->gindex[ghost_slot(t, r, layer, head)];
+    if (v && !t->g[v - 1].dead) {
+        t->g[v - 1].dead = 1;
+        t->gdead++;
+        t->runs[r].ghosts--;
+    }
+}
+
+/* A new key of run r that does not fit (r holds its share): counted, remembered, said once. */
+static void left_out(headtab *t, uint32_t r, int32_t layer, int32_t head, int64_t now_ms)
+{
+    t->untracked++;
+    ghost_note(t, r, layer, head, now_ms);
+    if (t->runs[r].said)
+        return;
+    t->runs[r].said = 1;
+    LOG_WARN("metrics", "run '%s' holds its share of the per-head metrics (%u keys: "
+             "metrics_max_heads %u shared by %u run%s): its other heads are left out of /metrics "
+             "(stored and alerted on; counted in attnstat_metrics_run_heads_left_out)",
+             t->runs[r].name, fair_share(t), t->max, t->nruns, t->nruns == 1 ? "" : "s");
+}
+
+static uint32_t compact(headtab *t, const uint8_t *keep, const uint8_t *drop_ghost, int drop_runs);
+
+typedef struct {
+    uint32_t run;
+    int raised;
+    int64_t touched_ms;
+    uint32_t k;
+} trim_ord;
+
+/* Within a run: entries with an alert raised first, then the most recently updated. */
+static int cmp_trim(const void *a, const void *b)
+{
+    const trim_ord *p = a, *q = b;
+    if (p->run != q->run)
+        return p->run < q->run ? -1 : 1;
+    if (p->raised != q->raised)
+        return p->raised ? -1 : 1;
+    if (p->touched_ms != q->touched_ms)
+        return p->touched_ms > q->touched_ms ? -1 : 1;
+    return (p->k > q->k) - (p->k < q->k);
+}
+
+static int any_raised(const entry *x);
+
+/* The runs over their share give back their least useful entries (no alert raised, updated
+ * longest ago) down to it, remembered as left out: room for a run under its share. Runs keep
+ * their numbers. Returns 1 when there is room now. */
+static int trim(headtab *t, uint32_t share, int64_t now_ms)
+{
+    int over = 0;
+    for (uint32_t r = 0; r < t->nruns; r++)
+        over |= t->runs[r].entries > share;
+    if (!over)
+        return 0;
+    trim_ord *o = malloc((size_t)t->n * sizeof *o);
+    uint8_t *keep = malloc(t->n);
+    if (!o || !keep) {
+        free(o);
+        free(keep);
+        return 0;
+    }
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < t->n; k++) {
+        const entry *x = &t->e[k];
+        keep[k] = 1;
+        if (t->runs[x->run].entries > share)
+            o[m++] = (trim_ord){x->run, any_raised(x), x->touched_ms, k};
+    }
+    qsort(o, m, sizeof *o, cmp_trim);
+    for (uint32_t i = 0; i < m;) {
+        uint32_t run = o[i].run, j = 0;
+        for (; i < m && o[i].run == run; i++, j++) {
+            if (j < share)
+                continue;
+            const entry *x = &t->e[o[i].k];
+            keep[o[i].k] = 0;
+            ghost_note(t, run, x->layer, x->head, now_ms);
+        }
+    }
+    free(o);
+    compact(t, keep, NULL, 0);
+    free(keep);
+    return t->n < t->max;
+}
+
+/* The entry of the key, made when missing while its run holds less than its fair share (room is
+ * taken from the runs over theirs when the table is full); NULL when it does not fit (left out:
+ * counted) or on no memory. */
+static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head, int64_t now_ms)
 {
     uint32_t r = run_of(t, run);
     if (r == UINT32_MAX)
@@ -167,8 +377,9 @@ static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head)
         if (t->index[sl])
             return &t->e[t->index[sl] - 1];
     }
-    if (t->n >= t->max) {
-        t->untracked++;
+    uint32_t share = fair_share(t);
+    if (t->runs[r].entries >= share || (t->n >= t->max && !trim(t, share, now_ms))) {
+        left_out(t, r, layer, head, now_ms);
         return NULL;
     }
     if (t->n == t->cap) {
@@ -193,6 +404,7 @@ static entry *entry_of(headtab *t, const char *run, int32_t layer, int32_t head)
     x->head = head;
     t->index[slot_of(t, r, layer, head)] = ++t->n;
     t->runs[r].entries++;
+    ghost_take(t, r, layer, head);
     return x;
 }
 
@@ -224,7 +436,7 @@ void headtab_observe(headtab *t, const char *run, int64_t run_id, int32_t layer,
                      const stats_head *heads, int32_t nheads, int64_t step, int64_t now_ms)
 {
     for (int32_t i = 0; i < nheads; i++) {
-        entry *x = entry_of(t, run, layer, head_base + i);
+        entry *x = entry_of(t, run, layer, head_base + i, now_ms);
         if (!x)
             continue;
         x->touched_ms = now_ms;
@@ -255,7 +467,7 @@ void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int
         return;
     /* A clear finds its entry or nothing: an entry swept with its run (headtab_sweep) is not made
      * again by the resolutions that follow the run's end. */
-    entry *x = raised ? entry_of(t, run, layer, head) : find_entry(t, run, layer, head);
+    entry *x = raised ? entry_of(t, run, layer, head, now_ms) : find_entry(t, run, layer, head);
     if (!x)
         return;
     x->touched_ms = now_ms;
@@ -266,9 +478,11 @@ void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int
         (*c)--;
 }
 
-/* Keeps the entries marked in keep[0 .. n) (compacted in order), drops the others, and the runs
- * left without an entry; the index is rebuilt. Returns the number dropped. */
-static uint32_t compact(headtab *t, const uint8_t *keep)
+/* Keeps the entries marked in keep[0 .. n) (compacted in order) and drops the others; drops the
+ * keys left out marked in drop_ghost[0 .. ng) (when given) and the forgotten ones; with drop_runs,
+ * the runs left with neither an entry nor a key left out go and the others are renumbered. The
+ * indexes are rebuilt. Returns the number of entries dropped. */
+static uint32_t compact(headtab *t, const uint8_t *keep, const uint8_t *drop_ghost, int drop_runs)
 {
     uint32_t kept = 0;
     for (uint32_t k = 0; k < t->n; k++) {
@@ -281,15 +495,22 @@ static uint32_t compact(headtab *t, const uint8_t *keep)
         kept++;
     }
     uint32_t dropped = t->n - kept;
-    if (dropped == 0)
-        return 0;
     t->n = kept;
-    /* Runs left without an entry go, and the others are renumbered. */
-    uint32_t *map = malloc((t->nruns ? t->nruns : 1) * sizeof *map);
-    if (map) {
+    for (uint32_t k = 0; drop_ghost && k < t->ng; k++)
+        if (!t->g[k].dead && drop_ghost[k]) {
+            t->runs[t->g[k].run].ghosts--;
+            t->g[k].dead = 1;
+            t->gdead++;
+        }
+    /* Runs left with nothing go, and the others are renumbered. */
+    uint32_t *map = NULL;
+    int gone = 0;
+    for (uint32_t r = 0; drop_runs && r < t->nruns; r++)
+        gone |= t->runs[r].entries == 0 && t->runs[r].ghosts == 0;
+    if (gone && (map = malloc(t->nruns * sizeof *map)) != NULL) {
         uint32_t nr = 0;
         for (uint32_t r = 0; r < t->nruns; r++) {
-            if (t->runs[r].entries == 0) {
+            if (t->runs[r].entries == 0 && t->runs[r].ghosts == 0) {
                 free(t->runs[r].name);
                 map[r] = UINT32_MAX;
                 continue;
@@ -301,11 +522,13 @@ static uint32_t compact(headtab *t, const uint8_t *keep)
         t->last_run = 0;
         for (uint32_t k = 0; k < t->n; k++)
             t->e[k].run = map[t->e[k].run];
-        free(map);
     }
+    if (t->gdead || map)
+        ghost_pack(t, map);
+    free(map);
     /* Rebuilt in place (the same size: never more than half full). On no memory for the new index
      * the old one is cleared and refilled. */
-    if (reindex(t, t->index_cap) != 0) {
+    if ((dropped || gone) && reindex(t, t->index_cap) != 0) {
         memset(t->index, 0, (size_t)t->index_cap * sizeof *t->index);
         for (uint32_t k = 0; k < t->n; k++)
             t->index[slot_of(t, t->e[k].run, t->e[k].layer, t->e[k].head)] = k + 1;
@@ -315,21 +538,28 @@ static uint32_t compact(headtab *t, const uint8_t *keep)
 
 void headtab_expire(headtab *t, int64_t now_ms, int64_t stale_ms)
 {
-    uint8_t *keep = malloc(t->n ? t->n : 1);
-    if (!keep)
+    uint8_t *keep = malloc(t->n ? t->n : 1), *drop = malloc(t->ng ? t->ng : 1);
+    if (!keep || !drop) {
+        free(keep);
+        free(drop);
         return; /* tried again at the next expiry */
+    }
     for (uint32_t k = 0; k < t->n; k++)
         keep[k] = now_ms - t->e[k].touched_ms <= stale_ms;
-    compact(t, keep);
+    for (uint32_t k = 0; k < t->ng; k++)
+        drop[k] = now_ms - t->g[k].touched_ms > stale_ms;
+    compact(t, keep, drop, 1);
     free(keep);
+    free(drop);
 }
 
 uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx)
 {
-    uint8_t *keep = malloc(t->n ? t->n : 1);
+    uint8_t *keep = malloc(t->n ? t->n : 1), *drop = malloc(t->ng ? t->ng : 1);
     int8_t *by_name = malloc(t->nruns ? t->nruns : 1); /* a run name's answer, asked once */
-    if (!keep || !by_name) {
+    if (!keep || !drop || !by_name) {
         free(keep);
+        free(drop);
         free(by_name);
         return 0; /* tried again at the next sweep */
     }
@@ -349,9 +579,18 @@ uint32_t headtab_sweep(headtab *t, headtab_live_fn live, void *ctx)
         }
         keep[k] = (uint8_t)(on != 0);
     }
+    for (uint32_t k = 0; k < t->ng; k++) { /* keys left out: while their run name lives */
+        const ghost *g = &t->g[k];
+        if (g->dead)
+            continue;
+        if (by_name[g->run] < 0)
+            by_name[g->run] = (int8_t)(live(ctx, t->runs[g->run].name, 0) != 0);
+        drop[k] = (uint8_t)!by_name[g->run];
+    }
     free(by_name);
-    uint32_t dropped = compact(t, keep);
+    uint32_t dropped = compact(t, keep, drop, 1);
     free(keep);
+    free(drop);
     return dropped;
 }
 
@@ -557,23 +796,49 @@ static void render_alerts(const headtab *t, const sorted *so, uint32_t n, metric
     }
 }
 
+/* Each run's share of the table: the keys it keeps and those left out, runs in name order. */
+static void render_shares(const headtab *t, const run_ref *rr, metrics_buf *out)
+{
+    metrics_printf(out, "# HELP attnstat_metrics_heads_share Per-head keys each run may keep now: "
+                   "metrics_max_heads shared evenly by the runs with heads on this node (a run "
+                   "under its share takes room from those over it).\n"
+                   "# TYPE attnstat_metrics_heads_share gauge\nattnstat_metrics_heads_share %u\n",
+                   fair_share(t));
+    static const char *const fam[2][2] = {
+        {"attnstat_metrics_run_heads", "Per-head keys of a run kept for /metrics."},
+        {"attnstat_metrics_run_heads_left_out",
+         "Heads of a run left out of the per-head metrics for want of room (the run holds its "
+         "share of metrics_max_heads; at most 4 x metrics_max_heads are counted); they are "
+         "stored and alerted on all the same."},
+    };
+    char run[3 * 256];
+    for (int f = 0; f < 2; f++) {
+        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f][0], fam[f][1], fam[f][0]);
+        for (uint32_t i = 0; i < t->nruns; i++) {
+            const run_slot *r = &t->runs[rr[i].i];
+            metrics_label(r->name, run, sizeof run);
+            metrics_printf(out, "%s{run=\"%s\"} %u\n", fam[f][0], run,
+                           f ? r->ghosts : r->entries);
+        }
+    }
+}
+
 void headtab_render(const headtab *t, headtab_mode mode, uint32_t top, metrics_buf *out)
 {
     metrics_printf(out, "# HELP attnstat_metrics_heads (run, layer, head) keys this daemon keeps "
                    "for its per-head metrics (metrics_max_heads at most).\n"
                    "# TYPE attnstat_metrics_heads gauge\nattnstat_metrics_heads %u\n"
                    "# HELP attnstat_metrics_heads_untracked_total Samples of new (run, layer, "
-                   "head) keys not kept for the metrics: metrics_max_heads was reached.\n"
+                   "head) keys not kept for the metrics: their run held its share of "
+                   "metrics_max_heads.\n"
                    "# TYPE attnstat_metrics_heads_untracked_total counter\n"
                    "attnstat_metrics_heads_untracked_total %llu\n",
                    t->n, (unsigned long long)t->untracked);
-    if (mode == HEADTAB_OFF || t->n == 0)
-        return;
-    run_ref *rr = malloc((size_t)t->nruns * sizeof *rr);
-    uint32_t *rrank = malloc((size_t)t->nruns * sizeof *rrank);
-    sorted *so = malloc((size_t)t->n * sizeof *so);
-    uint8_t *sel = calloc(t->n, 1);
-    if (!rr || !rrank || !so || !sel) {
+    run_ref *rr = malloc((size_t)(t->nruns ? t->nruns : 1) * sizeof *rr);
+    uint32_t *rrank = malloc((size_t)(t->nruns ? t->nruns : 1) * sizeof *rrank);
+    sorted *so = NULL;
+    uint8_t *sel = NULL;
+    if (!rr || !rrank) {
         out->full = 1; /* said by the scrape's log line */
         goto done;
     }
@@ -582,6 +847,15 @@ void headtab_render(const headtab *t, headtab_mode mode, uint32_t top, metrics_b
     qsort(rr, t->nruns, sizeof *rr, cmp_run_ref);
     for (uint32_t i = 0; i < t->nruns; i++)
         rrank[rr[i].i] = i;
+    render_shares(t, rr, out);
+    if (mode == HEADTAB_OFF || t->n == 0)
+        goto done;
+    so = malloc((size_t)t->n * sizeof *so);
+    sel = calloc(t->n, 1);
+    if (!so || !sel) {
+        out->full = 1;
+        goto done;
+    }
     for (uint32_t k = 0; k < t->n; k++)
         so[k] = (sorted){rrank[t->e[k].run], &t->e[k]};
     qsort(so, t->n, sizeof *so, cmp_sorted);

@@ -5,8 +5,10 @@
  * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
  * one); run names are escaped; the table's bound counts what it refuses; expiry forgets heads
  * nobody updates and the table keeps working; the sweep drops a head as soon as none of the
- * processes that fed it is live (a job that ended), by its processes or by its run name. The text
- * is read back line by line. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
+ * processes that fed it is live (a job that ended), by its processes or by its run name; each run
+ * holds a fair share of the table (one that floods it gives keys back to a newcomer; those left
+ * out are counted per run). The text is read back line by line. Random data from a printed seed
+ * (ATTNSTAT_TEST_SEED replays it). */
 #include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "headtab.h"
 #include "store_job.h"
@@ -384,6 +386,84 @@ START_TEST(test_sweep_by_name)
 }
 END_TEST
 
+/* Pushes keys [0, n) of run as layers of 64 heads (layer k / 64, head k % 64), at step. */
+static void push_keys(headtab *t, const char *run, int64_t run_id, uint32_t n, int64_t step,
+                      int64_t now)
+{
+    stats_head h[64];
+    for (int i = 0; i < 64; i++)
+        h[i] = head(0.2 + 0.6 * unit(), 10 * unit());
+    for (uint32_t k = 0; k < n; k += 64)
+        headtab_observe(t, run, run_id, (int32_t)(k / 64), 0, h,
+                        (int32_t)(n - k < 64 ? n - k : 64), step, now);
+}
+
+/* One run cannot take every key: a run that floods the table keeps it while alone, and gives back
+ * its least useful keys (never one with an alert raised) when another run comes, down to an even
+ * share; the newcomer's heads are all on the page; what does not fit is counted per run
+ * (attnstat_metrics_run_heads_left_out) and taken back in when room comes (a run that ended). */
+START_TEST(test_fair_share)
+{
+    uint32_t max = 64 * (uint32_t)(8 + dh_next(&R) % 24), extra = 64 * (1 + dh_next(&R) % 8);
+    headtab *t = headtab_new(max);
+    live_set live = {.ids = {1, 2, 3}, .nids = 3, .names = {"flood", "quiet", "late"},
+                     .nnames = 3};
+    push_keys(t, "flood", 1, max + extra, 1, 1000);
+    headtab_alert(t, "flood", 0, 5, 3, 1, 900); /* its oldest key, with an alert raised */
+    ck_assert_uint_eq(headtab_count(t), max);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"flood\""), max);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"flood\""),
+                        extra);
+    ck_assert_ptr_nonnull(strstr(txt, "\nattnstat_metrics_heads_share "));
+    free(txt);
+    /* another run: all of its few heads are shown, the flood keeps half */
+    uint32_t q = 1 + (uint32_t)(dh_next(&R) % 60);
+    push_keys(t, "quiet", 2, q, 1, 2000);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"quiet\""), q);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"quiet\""), 0);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"flood\""), max / 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"flood\""),
+                        max + extra - max / 2);
+    char share[64];
+    snprintf(share, sizeof share, "\nattnstat_metrics_heads_share %u\n", max / 2);
+    ck_assert_ptr_nonnull(strstr(txt, share));
+    ck_assert_int_eq(count_of(txt, "attnstat_head_step"), (int)(max / 2 + q));
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert",
+                                 "run=\"flood\",layer=\"0\",head=\"5\",rule=\"logit_ceiling\""), 1);
+    free(txt);
+    /* the flood's next step: what it keeps is updated, what was left out stays out */
+    push_keys(t, "flood", 1, max + extra, 2, 3000);
+    ck_assert_uint_eq(headtab_count(t), max / 2 + q);
+    /* a third run floods too: it grows to a third, the flood keeps what it holds while there is
+     * room (nothing is taken back before it is needed) */
+    push_keys(t, "late", 3, max, 1, 4000);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"flood\""), max / 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"late\""), max / 3);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"quiet\""), q);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"late\""),
+                        max - max / 3);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"flood\""),
+                        max + extra - max / 2);
+    free(txt);
+    /* the flood ends: its keys, kept and left out, go; the late run takes the room back */
+    live.ids[0] = 99;
+    live.names[0] = "nobody";
+    headtab_sweep(t, is_live, &live);
+    push_keys(t, "late", 3, max, 2, 5000);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert(isnan(value_of(txt, "attnstat_metrics_run_heads", "run=\"flood\"")));
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"late\""), max / 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads_left_out", "run=\"late\""),
+                        max - max / 2);
+    ck_assert_double_eq(value_of(txt, "attnstat_metrics_run_heads", "run=\"quiet\""), q);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
 int main(void)
 {
     R = dh_rng_new("test_headtab");
@@ -397,6 +477,7 @@ int main(void)
     tcase_add_test(tc, test_many_keys);
     tcase_add_test(tc, test_sweep_ended);
     tcase_add_test(tc, test_sweep_by_name);
+    tcase_add_test(tc, test_fair_share);
     suite_add_tcase(s, tc);
     return dh_run(s);
 }
