@@ -3,7 +3,9 @@
  * wire protocol) — byte-exact ring contents, drops counted when the ring or the outgoing queue is
  * full, pushes that return while the peer reads nothing, a refused ring, a lost connection.
  * The ring allocator and the compact copy have their own suite (test_client_ring.c).
- * Random data; the seed is printed (set ATTNSTAT_TEST_SEED to repeat a run). */
+ * Random data; the seed is printed (set ATTNSTAT_TEST_SEED to repeat a run).
+ * Why this file is long: one scripted peer (its modes, its checks of what arrives) serves every
+ * conversation here; split in two, each half would carry its own copy of it. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -5,6 +5,7 @@ the library. So every integer is checked against its C type's range, every float
 every string for a NUL, here, before the call: what does not fit is refused with ArgumentError,
 naming the field.
 """
+import ctypes
 import math
 import operator
 
@@ -91,3 +92,29 @@ def text(v, name):
         raise ArgumentError("%s holds a NUL character (at byte %d of %d): the C string would end "
                             "there" % (name, at, len(b)))
     return b
+
+
+def timeout_ms(timeout_s, name):
+    """A timeout in seconds as the C int of milliseconds (at least 1)."""
+    ms = max(1, int(round(finite(timeout_s, name, lo=0.0) * 1000)))
+    return integer(ms, name + " (in ms)", 1, I32[1])
+
+
+def thresholds(lib, given, fields):
+    """The attnstat_thresholds of a dict (None or empty: None): every field known and checked (a
+    NaN double or a 0 count would mean "the daemon's value" to the library; None says that)."""
+    if not given:
+        return None
+    th = _lib.Thresholds()
+    lib.attnstat_thresholds_init(ctypes.byref(th))
+    for k, v in dict(given).items():
+        if k not in fields:
+            raise AttnstatError(_lib.EINVAL, "unknown threshold %r (known: %s)"
+                                % (k, ", ".join(fields)))
+        if v is None:
+            continue
+        if k in ("raise_after", "clear_after"):
+            setattr(th, k, integer(v, k, 1, U32[1]))
+        else:
+            setattr(th, k, finite(v, k))
+    return th

@@ -172,7 +172,7 @@ class Client(object):
         if queue_bytes is not None:
             opts.queue_bytes = _nonneg_int(queue_bytes, "queue_bytes")
         if timeout_s is not None:
-            opts.timeout_ms = _timeout_ms(timeout_s, "timeout_s")
+            opts.timeout_ms = _args.timeout_ms(timeout_s, "timeout_s")
         err = _lib.Error()
         handle = ctypes.c_void_p()
         if self.connect == "background":
@@ -301,20 +301,7 @@ class Client(object):
     def _hello_args(self, run, rank, thresholds, config, devices=None):
         """What the hello sends, checked (before the connection is made): (run, rank,
         thresholds, config, device UUIDs) as the C call takes them."""
-        th = None
-        if thresholds:
-            th = _lib.Thresholds()
-            self._lib.attnstat_thresholds_init(ctypes.byref(th))
-            for k, v in dict(thresholds).items():
-                if k not in _THRESHOLD_FIELDS:
-                    raise AttnstatError(_lib.EINVAL, "unknown threshold %r (known: %s)"
-                                        % (k, ", ".join(_THRESHOLD_FIELDS)))
-                if v is None:
-                    continue
-                if k in ("raise_after", "clear_after"):  # 0 would mean "the daemon's"
-                    setattr(th, k, _args.integer(v, k, 1, _args.U32[1]))
-                else:  # NaN would mean "the daemon's"; None says that
-                    setattr(th, k, _args.finite(v, k))
+        th = _args.thresholds(self._lib, thresholds, _THRESHOLD_FIELDS)
         rank = _args.integer(rank, "rank", 0, _args.I32[1])
         if config is not None and not isinstance(config, (str, bytes, bytearray)):
             config = json.dumps(config, sort_keys=True, default=str)
@@ -689,7 +676,7 @@ class Client(object):
             self._enter()
             out = _lib.DaemonStatus()
             rc = self._lib.attnstat_status(self._handle(), ctypes.byref(out),
-                                           _timeout_ms(timeout_s, "timeout_s"))
+                                           _args.timeout_ms(timeout_s, "timeout_s"))
             self._raise_callback_error()
             self._check(rc)
         d = _struct_dict(out, skip=("workers", "client_list", "n_workers", "n_client_list",
@@ -870,12 +857,6 @@ class Client(object):
 
 
 _CONNECT_MODES = ("now", "background")
-
-
-def _timeout_ms(timeout_s, name):
-    """A timeout in seconds as the C int of milliseconds (at least 1)."""
-    ms = max(1, int(round(_args.finite(timeout_s, name, lo=0.0) * 1000)))
-    return _args.integer(ms, name + " (in ms)", 1, _args.I32[1])
 
 
 def _connect_mode(connect):
