@@ -1,6 +1,6 @@
 /* headtab.c — the latest statistics of every (run, global layer, global head), and their
  * Prometheus text (see headtab.h). Stage: metrics; calls store_job.h (store_merge_stats),
- * metrics.h (the text buffer) and libc.
+ * metrics.h (the text buffer), log and libc.
  *
  * How it is kept: the entries live in one dense array; an open-addressing index (linear probing,
  * at most half full) finds an entry by its key. Runs are interned in a small array (a node serves
@@ -8,7 +8,11 @@
  * the index when they drop something; a push never pays for them. The sweep asks, per entry, about
  * the processes that fed its latest step (a hash lookup each, in the loop's run registry): a scrape
  * of a large table pays that once, which is what makes the end of a run show in that scrape.
- * A scrape sorts the entries by (run, layer, head) once and walks them per family. */
+ * A scrape sorts the entries by (run, layer, head) once and walks them per family.
+ * The keys left out (ghosts: a run held its share) are a second dense array and index of the same
+ * kind, lighter (no statistics); one taken in is marked dead and goes at the next rebuild. Taking
+ * room back (trim) sorts the entries of the runs over their share once: it happens when the table
+ * is full and a run under its share needs room, so about once per run that comes. */
 #include "headtab.h"
 
 #include <math.h>

@@ -3,8 +3,8 @@
  * cardinality the operator chose (metrics_heads, metrics_top).
  *
  * Stage: metrics, beside the flow. The loop feeds it each committed batch (headtab_observe) and
- * each alert transition (headtab_alert), and renders it at a scrape; it calls store_job.h's pooling
- * and metrics.h's text buffer, nothing else of the daemon. Loop thread only.
+ * each alert transition (headtab_alert), and renders it at a scrape; it calls store_job.h's pooling,
+ * metrics.h's text buffer and the log, nothing else of the daemon. Loop thread only.
  *
  * Keys and pooling. An entry is keyed by the run's NAME (the job: every process of a job shares
  * it), the global layer and the global head (the layout applied, push.c). On one node several
@@ -25,10 +25,14 @@
  * of its run name is live. A clear never makes an entry (the run's end resolves its alerts after
  * the sweep may have dropped them).
  *
- * Bounds. At most max_heads entries (metrics_max_heads): a new key past it is not tracked and is
- * counted (attnstat_metrics_heads_untracked_total). An entry not updated for stale_ms (no sample,
- * no alert transition) is dropped at the next headtab_expire: a live process that stopped pushing
- * a head leaves it after metrics_stale_s.
+ * Bounds. At most max_heads entries (metrics_max_heads), shared evenly by the run names that have
+ * keys here (or keys left out): a run grows only to its share, and a run under its share takes
+ * room from those over theirs when the table is full (their entries with an alert raised kept
+ * first, then the most recently updated). A new key that does not fit is left out: counted
+ * (attnstat_metrics_heads_untracked_total), remembered per run (up to 4 x max_heads keys:
+ * attnstat_metrics_run_heads_left_out), taken in when room comes, and said once per run in the
+ * log. An entry not updated for stale_ms (no sample, no alert transition) is dropped at the next
+ * headtab_expire: a live process that stopped pushing a head leaves it after metrics_stale_s.
  *
  * What a scrape shows (headtab_render), every series labelled run, layer (and head):
  *   HEADTAB_ALL     every head: attnstat_head_* families (entropy normalised, entropy, max logit,
@@ -88,7 +92,8 @@ size_t headtab_count(const headtab *t);
 uint64_t headtab_untracked(const headtab *t);
 
 /* The Prometheus text of the table in mode (top: the N of HEADTAB_TOP) into out, with the table's
- * own gauges (attnstat_metrics_heads, attnstat_metrics_heads_untracked_total). */
+ * own gauges (attnstat_metrics_heads, attnstat_metrics_heads_untracked_total, the share and each
+ * run's keys kept and left out). */
 void headtab_render(const headtab *t, headtab_mode mode, uint32_t top, metrics_buf *out);
 
 #endif /* ATTNSTAT_HEADTAB_H */
