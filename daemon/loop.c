@@ -302,6 +302,10 @@ static void render_metrics(void *data, metrics_buf *out)
         headtab_render(d->heads, (headtab_mode)headtab_mode_from(d->cfg->metrics_heads),
                        (uint32_t)d->cfg->metrics_top, out);
     metrics_render_runs(out, &d->x);
+    metrics_printf(out, "# HELP attnstat_alert_exec_queued Alert transitions waiting for an "
+                   "alert_exec command (alert_exec_queue at most).\n"
+                   "# TYPE attnstat_alert_exec_queued gauge\nattnstat_alert_exec_queued %u\n",
+                   alerts_deliver_queued(d->out));
 }
 
 /* ---- shutdown ------------------------------------------------------------------------------- */

@@ -207,6 +207,13 @@ START_TEST(test_flood_leaves_other_runs_alerts)
     ck_assert_int_eq(waitpid(child, &st, 0), child);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other run's process failed");
 
+    /* every command waits: the queue is full, the other run's 2 among the flood's */
+    char *m = scrape(port);
+    char want[200];
+    snprintf(want, sizeof want, "\nattnstat_alert_exec_queued %d\n", queue);
+    ck_assert_msg(strstr(m, want), "no '%s' in /metrics", want + 1);
+    free(m);
+
     /* the commands go on: the other run's alerts are run, the flood's queued ones too */
     FILE *rf = fopen(release, "w");
     ck_assert_ptr_nonnull(rf);
@@ -220,14 +227,14 @@ START_TEST(test_flood_leaves_other_runs_alerts)
     ck_assert_int_eq(flood_lines, 16 + queue - 2);
 
     /* the counts on /metrics: drops and suppressed transitions, the flood's own */
-    char *m = scrape(port);
-    char want[200];
+    m = scrape(port);
     snprintf(want, sizeof want, "\nattnstat_alert_exec_dropped_total %d\n", burst - 16 - queue + 2);
     ck_assert_msg(strstr(m, want), "no '%s' in /metrics", want + 1);
     snprintf(want, sizeof want, "\nattnstat_alert_transitions_suppressed_total %d\n",
              flood - burst);
     ck_assert_msg(strstr(m, want), "no '%s' in /metrics", want + 1);
     ck_assert_ptr_nonnull(strstr(m, "\nattnstat_run_alert_transitions_suppressed{run=\"flood\""));
+    ck_assert_ptr_nonnull(strstr(m, "\nattnstat_alert_exec_queued 0\n")); /* all run */
     free(m);
 
     /* the flood ends: its resolutions follow its raises (those suppressed are suppressed) and
