@@ -318,19 +318,22 @@ static void enqueue(alerts_deliver *d, const feed_alert *a)
         say_dropped(d, a->run, a->owner, d->stopped ? "the daemon stops" : "out of memory");
         return;
     }
-    if (d->nq == d->cap && !make_room(d, a->owner, a->t.run_id)) {
-        say_dropped(d, a->run, a->owner, "its own share (uid and run) being the largest");
+    /* a run queued keeps the uid it was queued for (an ownerless run claimed meanwhile) */
+    const dq_run *was = run_find(d, a->t.run_id);
+    uint32_t uid = was ? was->uid : a->owner;
+    if (d->nq == d->cap && !make_room(d, uid, a->t.run_id)) {
+        say_dropped(d, a->run, uid, "its own share (uid and run) being the largest");
         return;
     }
-    dq_run *r = run_find(d, a->t.run_id);
+    dq_run *r = run_find(d, a->t.run_id); /* again: make_room may have moved the entries */
     if (!r) {
         r = &d->runs[d->nruns++];
-        *r = (dq_run){a->t.run_id, a->owner, DQ_NONE, DQ_NONE, 0, 0};
+        *r = (dq_run){a->t.run_id, uid, DQ_NONE, DQ_NONE, 0, 0};
     }
-    dq_uid *u = uid_find(d, a->owner);
+    dq_uid *u = uid_find(d, uid);
     if (!u) {
         u = &d->uids[d->nuids++];
-        *u = (dq_uid){a->owner, 0, 0};
+        *u = (dq_uid){uid, 0, 0};
     }
     uint32_t i = d->free_head;
     d->free_head = d->items[i].next;
