@@ -601,9 +601,18 @@ START_TEST(test_operator_commands)
     th.raise_after = 1;
     attnstat_client *c = cli_trainer(d.sock, "oa", 0, &th, 0, 0);
     cli_push_steps(c, &rng, 0, 2, 2, 3.0);
-    cli_result r = cli_run(d.dir, "--db", d.db, "alerts", "--active", "--format", "json");
-    ck_assert_msg(r.status == 0, "%s", r.err);
-    int active = cli_count_lines(r.out);
+    /* the alerts are recorded after the pushes' Acks: wait for them (no timing margin) */
+    cli_result r;
+    int active = 0;
+    for (int tries = 0;; tries++) {
+        r = cli_run(d.dir, "--db", d.db, "alerts", "--active", "--format", "json");
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        active = cli_count_lines(r.out);
+        if (active >= 2 || tries == 1200)
+            break;
+        cli_result_free(&r);
+        dh_sleep_ms(50);
+    }
     ck_assert_msg(active >= 2, "%d active alerts:\n%s", active, r.out);
     int64_t id1 = (int64_t)cli_json_num(r.out, "id");
     int64_t id2 = (int64_t)cli_json_num(strchr(r.out, '\n') + 1, "id");
