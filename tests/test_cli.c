@@ -683,6 +683,20 @@ START_TEST(test_operator_commands)
         ck_assert_msg(*l == '{' && cli_json_num(l, "step") >= 0, "not a JSON line: %.200s", l);
     cli_result_free(&r);
 
+    /* the database by another name (a symbolic link: its DB.lock is another file) and a socket
+     * where no daemon answers: the daemon holding the file is found by the file's own lock, and
+     * nothing is deleted under it */
+    char hard[4200], nosock[4200];
+    snprintf(hard, sizeof hard, "%s/other-name.db", d.dir);
+    snprintf(nosock, sizeof nosock, "%s/nobody.sock", d.dir);
+    ck_assert_int_eq(symlink(d.db, hard), 0);
+    r = cli_run(d.dir, "--db", hard, "--socket", nosock, "delete-run", "--run", "oa");
+    ck_assert_msg(r.status == 1 && strstr(r.err, "by this name or another"), "%d %s%s", r.status,
+                  r.out, r.err);
+    cli_result_free(&r);
+    ck_assert_int_gt(db_int(&d, "SELECT count(*) FROM runs WHERE name='oa'"), 0);
+    unlink(hard);
+
     /* the job ends: the run is deleted, samples, alerts and all (named without --db: looked up
      * in the database the daemon names, not the default path) */
     attnstat_close(c);

@@ -26,6 +26,7 @@
 #include "history.h"
 #include "out.h"
 #include "store.h"
+#include "store_lock.h"
 #include "store_retain.h"
 
 #define ADMIN_DELETE_BUDGET 4096 /* samples per transaction, offline */
@@ -330,11 +331,29 @@ static int admin_delete_offline(const cli_args *a, int64_t run_id)
         close(lfd);
         return CLI_EXIT_FAIL;
     }
+    /* and the lock on the file itself, which a daemon holds whatever name it opened it by (a
+     * hard or symbolic link: its DB.lock is beside another path) */
+    long holder = 0;
+    char lerr[256];
+    int ffd = store_lock_take(a->db, &holder, lerr, sizeof lerr);
+    if (ffd == STORE_LOCK_HELD) {
+        fprintf(stderr, "attnstat: delete-run: attnstatd (pid %ld) has %s open, by this name or "
+                "another, but does not answer on %s: pass its --socket\n", holder,
+                out_safe(a->db), out_safe(a->socket));
+        close(lfd);
+        return CLI_EXIT_FAIL;
+    }
+    if (ffd < 0 && ffd != STORE_LOCK_UNSUPPORTED) {
+        fprintf(stderr, "attnstat: delete-run: %s\n", out_safe(lerr));
+        close(lfd);
+        return CLI_EXIT_FAIL;
+    }
     store_error se = {0, ""};
     store *st = store_open(a->db, 5000, &se);
     if (!st) {
         fprintf(stderr, "attnstat: delete-run: cannot open %s: %s\n", out_safe(a->db),
                 out_safe(se.msg));
+        store_lock_release(ffd);
         close(lfd);
         return CLI_EXIT_FAIL;
     }
@@ -343,6 +362,7 @@ static int admin_delete_offline(const cli_args *a, int64_t run_id)
     while (!done && s == STORE_OK)
         s = store_delete_run(st, run_id, ADMIN_DELETE_BUDGET, &done, &se);
     store_close(st);
+    store_lock_release(ffd);
     close(lfd);
     if (s != STORE_OK) {
         fprintf(stderr, "attnstat: delete-run: %s\n", out_safe(se.msg));
