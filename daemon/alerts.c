@@ -164,14 +164,78 @@ alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
     return st;
 }
 
+/* The thresholds by name, in the order the runs table's JSON holds them: alerts_config_format
+ * writes them, alerts_config_parse reads them back by key (a threshold added here leaves the rows
+ * written before it readable, each missing key the daemon's value). X(name, D: double or U:
+ * uint32_t). */
+#define ALERTS_CONFIG_FIELDS(X)                                                                    \
+    X(entropy_floor, D) X(entropy_drop, D) X(ema_alpha, D) X(ema_warmup, U) X(logit_ceiling, D)  \
+    X(raise_after, U) X(clear_after, U)
+
+static int config_put(char *buf, size_t n, size_t *at, const char *key, double d, int is_u32,
+                      uint32_t u)
+{
+    const size_t room = *at < n ? n - *at : 0;
+    const char *sep = *at > 1 ? "," : "";
+    int w = is_u32 ? snprintf(buf ? buf + *at : NULL, room, "%s\"%s\":%" PRIu32, sep, key, u)
+                   : snprintf(buf ? buf + *at : NULL, room, "%s\"%s\":%.17g", sep, key, d);
+    if (w < 0)
+        return -1;
+    *at += (size_t)w;
+    return 0;
+}
+
 int alerts_config_format(const alerts_config *c, char *buf, size_t n)
 {
-    return snprintf(buf, n,
-                    "{\"entropy_floor\":%.17g,\"entropy_drop\":%.17g,\"ema_alpha\":%.17g,"
-                    "\"ema_warmup\":%" PRIu32 ",\"logit_ceiling\":%.17g,\"raise_after\":%" PRIu32
-                    ",\"clear_after\":%" PRIu32 "}",
-                    c->entropy_floor, c->entropy_drop, c->ema_alpha, c->ema_warmup,
-                    c->logit_ceiling, c->raise_after, c->clear_after);
+    size_t at = (size_t)snprintf(buf, n, "{");
+#define PUT_D(name) (double)c->name, 0, 0
+#define PUT_U(name) 0.0, 1, c->name
+#define PUT(name, T)                                                                              \
+    if (config_put(n ? buf : NULL, n, &at, #name, PUT_##T(name)) != 0)                            \
+        return -1;
+    ALERTS_CONFIG_FIELDS(PUT)
+#undef PUT
+#undef PUT_U
+#undef PUT_D
+    int w = snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0, "}");
+    return w < 0 ? -1 : (int)(at + (size_t)w);
+}
+
+/* The number after "key": in json (our own format: no spaces, no nesting); 0 when absent or not
+ * a number. */
+static int config_number(const char *json, const char *key, double *v)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return 0;
+    p += strlen(pat);
+    char *end;
+    *v = strtod(p, &end);
+    return end != p && (*end == ',' || *end == '}');
+}
+
+int alerts_config_parse(const char *json, alerts_overrides *o)
+{
+    memset(o, 0, sizeof *o);
+    if (!json || json[0] != '{')
+        return -1;
+    int found = 0;
+    double v;
+#define GET_D(name) o->name = v
+#define GET_U(name) o->name = v >= 0.0 && v <= (double)UINT32_MAX ? (uint32_t)v : 0
+#define GET(name, T)                                                                              \
+    if (config_number(json, #name, &v)) {                                                         \
+        GET_##T(name);                                                                           \
+        o->has_##name = 1;                                                                        \
+        found++;                                                                                  \
+    }
+    ALERTS_CONFIG_FIELDS(GET)
+#undef GET
+#undef GET_U
+#undef GET_D
+    return found;
 }
 
 int alerts_format(const alerts_transition *t, char *buf, size_t n)

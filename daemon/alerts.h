@@ -182,6 +182,12 @@ alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
 /* The config as one line of JSON (for the runs table, logs). Returns what snprintf returns. */
 int alerts_config_format(const alerts_config *c, char *buf, size_t n);
 
+/* A config as alerts_config_format wrote it, read back by key into o (each threshold found set,
+ * with its has_ flag; a key this daemon does not know is ignored, one it knows that the text
+ * lacks stays unset: the daemon's value). Returns how many were found, -1 when json is not an
+ * object. */
+int alerts_config_parse(const char *json, alerts_overrides *o);
+
 /* A one-line description of a transition for people (logs, the alerts table, the exec sink), e.g.
  * "entropy_floor raised: run 3 layer 2 head 7 step 1200: normalised entropy mean 0.041 < 0.1
  * for 3 samples". Returns what snprintf returns. */

@@ -208,16 +208,13 @@ static int restore_run_cb(void *ctx, const store_run *run)
 {
     restore_ctx *rc = ctx;
     alerts_overrides o;
-    memset(&o, 0, sizeof o);
-    if (run->ended_ms || !run->thresholds ||
-        sscanf(run->thresholds,
-               "{\"entropy_floor\":%lf,\"entropy_drop\":%lf,\"ema_alpha\":%lf,\"ema_warmup\":%" SCNu32
-               ",\"logit_ceiling\":%lf,\"raise_after\":%" SCNu32 ",\"clear_after\":%" SCNu32,
-               &o.entropy_floor, &o.entropy_drop, &o.ema_alpha, &o.ema_warmup, &o.logit_ceiling,
-               &o.raise_after, &o.clear_after) != 7)
+    if (run->ended_ms || !run->thresholds)
         return 0;
-    o.has_entropy_floor = o.has_entropy_drop = o.has_ema_alpha = o.has_ema_warmup = 1;
-    o.has_logit_ceiling = o.has_raise_after = o.has_clear_after = 1;
+    if (alerts_config_parse(run->thresholds, &o) <= 0) {
+        LOG_WARN("alerts", "run %lld: its stored thresholds are not readable (%.80s): the "
+                 "daemon's apply until its next Hello", (long long)run->id, run->thresholds);
+        return 0;
+    }
     char aerr[256];
     if (alerts_set_run(rc->f->engine, run->id, &o, aerr, sizeof aerr) == ALERTS_OK)
         rc->runs++;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alerts_testutil.h"
+#include "stats_testutil.h"
 
 /* ---- hysteresis ---------------------------------------------------------------------------------- */
 
@@ -401,6 +402,7 @@ END_TEST
 
 START_TEST(test_config)
 {
+    tu_rng rng = {tu_seed()};
     alerts_config c;
     alerts_config_default(&c);
     char err[256] = "";
@@ -422,6 +424,38 @@ START_TEST(test_config)
     ck_assert_int_lt(alerts_config_format(&c, json, sizeof json), (int)sizeof json);
     ck_assert_msg(strstr(json, "\"logit_ceiling\":100") && strstr(json, "\"raise_after\":3"),
                   "%s", json);
+
+    /* the runs table's text, read back by key: every threshold, of random values */
+    alerts_config x = c;
+    x.entropy_floor = tu_uniform(&rng) * 0.9 + 0.01;
+    x.entropy_drop = tu_uniform(&rng) * 0.8 + 0.1;
+    x.ema_alpha = tu_uniform(&rng) * 0.5 + 0.01;
+    x.ema_warmup = 1 + (uint32_t)(tu_uniform(&rng) * 100);
+    x.logit_ceiling = 10.0 + tu_uniform(&rng) * 1000.0;
+    x.raise_after = 1 + (uint32_t)(tu_uniform(&rng) * 9);
+    x.clear_after = 1 + (uint32_t)(tu_uniform(&rng) * 9);
+    int len = alerts_config_format(&x, json, sizeof json);
+    ck_assert_int_eq(len, (int)strlen(json));
+    char want[512]; /* the text as rows written before the table hold it, byte for byte */
+    snprintf(want, sizeof want,
+             "{\"entropy_floor\":%.17g,\"entropy_drop\":%.17g,\"ema_alpha\":%.17g,"
+             "\"ema_warmup\":%u,\"logit_ceiling\":%.17g,\"raise_after\":%u,\"clear_after\":%u}",
+             x.entropy_floor, x.entropy_drop, x.ema_alpha, (unsigned)x.ema_warmup,
+             x.logit_ceiling, (unsigned)x.raise_after, (unsigned)x.clear_after);
+    ck_assert_str_eq(json, want);
+    alerts_overrides o;
+    ck_assert_int_eq(alerts_config_parse(json, &o), 7);
+    alerts_config back;
+    ck_assert_int_eq(alerts_config_merge(&back, &c, &o, err, sizeof err), ALERTS_OK);
+    ck_assert(memcmp(&back, &x, sizeof back) == 0);
+    /* a row of an older or newer daemon: a key missing stays the daemon's, one unknown ignored */
+    snprintf(want, sizeof want, "{\"entropy_floor\":0.25,\"sink_mass_floor\":0.5,"
+             "\"logit_ceiling\":%.17g}", x.logit_ceiling);
+    ck_assert_int_eq(alerts_config_parse(want, &o), 2);
+    ck_assert(o.has_entropy_floor && o.entropy_floor == 0.25 && o.has_logit_ceiling &&
+              o.logit_ceiling == x.logit_ceiling && !o.has_entropy_drop && !o.has_raise_after);
+    ck_assert_int_eq(alerts_config_parse("not json", &o), -1);
+    ck_assert_int_eq(alerts_config_parse("{\"entropy_floor\":oops}", &o), 0);
 
     for (int r = 1; r <= ALERTS_NRULES; r++)
         ck_assert_int_eq(alerts_rule_from_name(alerts_rule_name((alerts_rule)r)), r);
