@@ -241,17 +241,28 @@ static int admin_socket(const cli_args *a)
     return fd;
 }
 
+/* ack, resolve, silence (--id an alert's id) and unsilence (--id a silence's id), or --run: every
+ * active alert (every silence) of the run. */
 static int admin_mark(const cli_args *a, Attnstat__Command__Action action)
 {
+    const int unsilence = action == ATTNSTAT__COMMAND__ACTION__UNSILENCE;
     if ((a->alert_id > 0) == (a->run != NULL)) {
-        fprintf(stderr, "attnstat: %s takes --id ID (one alert) or --run RUN (every active alert "
-                "of the run), one of the two\n", a->cmd);
+        if (unsilence)
+            fprintf(stderr, "attnstat: alerts unsilence takes --id ID (one silence: its id in "
+                    "attnstat alerts silences) or --run RUN (every silence of the run), one of "
+                    "the two\n");
+        else
+            fprintf(stderr, "attnstat: %s takes --id ID (one alert) or --run RUN (every active "
+                    "alert of the run), one of the two\n", a->cmd);
         return CLI_EXIT_USAGE;
     }
     Attnstat__Command m;
     Attnstat__Envelope env;
     envelope_command(&env, &m, action);
-    if (a->alert_id > 0) {
+    if (a->alert_id > 0 && unsilence) {
+        m.has_silence_id = 1;
+        m.silence_id = a->alert_id;
+    } else if (a->alert_id > 0) {
         m.has_alert_id = 1;
         m.alert_id = a->alert_id;
     } else {
@@ -289,29 +300,7 @@ int admin_alerts_silence(const cli_args *a)
 
 int admin_alerts_unsilence(const cli_args *a)
 {
-    if ((a->alert_id > 0) == (a->run != NULL)) {
-        fprintf(stderr, "attnstat: alerts unsilence takes --id ID (one silence: its id in attnstat "
-                "alerts silences) or --run RUN (every silence of the run), one of the two\n");
-        return CLI_EXIT_USAGE;
-    }
-    Attnstat__Command m;
-    Attnstat__Envelope env;
-    envelope_command(&env, &m, ATTNSTAT__COMMAND__ACTION__UNSILENCE);
-    if (a->alert_id > 0) {
-        m.has_silence_id = 1;
-        m.silence_id = a->alert_id;
-    } else {
-        int64_t run_id;
-        int rc = admin_run_id(a, &run_id);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        m.has_run_id = 1;
-        m.run_id = run_id;
-    }
-    int fd = admin_socket(a);
-    if (fd < 0)
-        return CLI_EXIT_FAIL;
-    return admin_command(a, fd, &env);
+    return admin_mark(a, ATTNSTAT__COMMAND__ACTION__UNSILENCE);
 }
 
 /* delete-run with no daemon: on the database itself, under the daemon's lock. */

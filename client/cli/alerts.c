@@ -331,6 +331,19 @@ static int alerts_open(const cli_args *a, store **st, int64_t *run_id, char **ru
     return CLI_EXIT_OK;
 }
 
+/* What a listing reads besides its rows: the runs (names, ranks), the silences in force and,
+ * with firing, the raises still active (of run_id, or every run's when 0). */
+static store_status alerts_gather(store *st, int64_t run_id, int firing, history_runlist *runs,
+                                  alerts_now *now, store_error *err)
+{
+    store_status s = store_list_runs(st, history_collect_run, runs, err);
+    if (s == STORE_OK && firing)
+        s = store_alerts(st, run_id, 1, alerts_collect_firing, now, err);
+    if (s == STORE_OK)
+        s = store_silences(st, run_id, 0, alerts_collect_silence, now, err);
+    return s;
+}
+
 int alerts_list(const cli_args *a)
 {
     store *st;
@@ -342,11 +355,7 @@ int alerts_list(const cli_args *a)
     history_runlist runs = {0};
     alerts_now now = {0};
     store_error err;
-    store_status s = store_list_runs(st, history_collect_run, &runs, &err);
-    if (s == STORE_OK)
-        s = store_alerts(st, run_id, 1, alerts_collect_firing, &now, &err);
-    if (s == STORE_OK)
-        s = store_silences(st, run_id, 0, alerts_collect_silence, &now, &err);
+    store_status s = alerts_gather(st, run_id, 1, &runs, &now, &err);
     out_set o;
     out_begin(&o, a->fmt, stdout, alerts_cols, (int)(sizeof alerts_cols / sizeof alerts_cols[0]));
     alerts_newest newest = {.want = a->newest};
@@ -403,9 +412,7 @@ int alerts_silences(const cli_args *a)
     history_runlist runs = {0};
     alerts_now now = {0};
     store_error err;
-    store_status s = store_list_runs(st, history_collect_run, &runs, &err);
-    if (s == STORE_OK)
-        s = store_silences(st, run_id, 0, alerts_collect_silence, &now, &err);
+    store_status s = alerts_gather(st, run_id, 0, &runs, &now, &err);
     store_close(st);
     if (s != STORE_OK || now.failed) {
         fprintf(stderr, "attnstat: cannot read silences: %s\n",

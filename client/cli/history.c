@@ -425,27 +425,6 @@ static int history_collect_sample(void *ctx, const store_sample *s)
     return 0;
 }
 
-static void history_spark_line(const char *label, const double *v, size_t n, int prec)
-{
-    double first = NAN, last = NAN, lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(v[i]))
-            continue;
-        if (isnan(first))
-            first = v[i];
-        last = v[i];
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    printf("  %-13s ", label);
-    out_sparkline(stdout, v, n, 48);
-    if (isnan(first))
-        printf("  (no values)\n");
-    else
-        printf("  %.*f -> %.*f  (min %.*f, max %.*f)\n", prec, first, prec, last, prec, lo, prec,
-               hi);
-}
-
 /* The layer and head counts (highest number + 1) of a set of samples. In 64 bits: layer and head
  * numbers go up to INT32_MAX. */
 static void history_extent(const history_samples *l, int64_t *layers, int64_t *heads)
@@ -586,8 +565,8 @@ int history_trend(const cli_args *a)
                     ml[n] = l.v[idx[i].i].stats.max_logit;
                 }
                 printf("head %d\n", h);
-                history_spark_line("entropy_norm", en, n, 3);
-                history_spark_line("max_logit", ml, n, 2);
+                out_spark_line(stdout, "entropy_norm", 13, en, n, 3);
+                out_spark_line(stdout, "max_logit", 13, ml, n, 2);
             }
         }
         free(en);

@@ -326,6 +326,28 @@ void out_sparkline(FILE *f, const double *v, size_t n, size_t width)
     free(b);
 }
 
+void out_spark_line(FILE *f, const char *label, int label_width, const double *v, size_t n,
+                    int prec)
+{
+    double first = NAN, last = NAN, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]))
+            continue;
+        if (isnan(first))
+            first = v[i];
+        last = v[i];
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    fprintf(f, "  %-*s ", label_width, label);
+    out_sparkline(f, v, n, 48);
+    if (isnan(first))
+        fprintf(f, "  (no values)\n");
+    else
+        fprintf(f, "  %.*f -> %.*f  (min %.*f, max %.*f)\n", prec, first, prec, last, prec, lo,
+                prec, hi);
+}
+
 void out_time(char *buf, size_t len, int64_t ms)
 {
     if (ms <= 0) {

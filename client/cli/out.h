@@ -76,6 +76,11 @@ const char *out_safe(const char *s);
  * cells (values are averaged into buckets when there are more). */
 void out_sparkline(FILE *f, const double *v, size_t n, size_t width);
 
+/* One line: "  LABEL SPARKLINE  first -> last  (min lo, max hi)" over the finite values of v (the
+ * label padded to label_width, values with prec decimals), or "(no values)". */
+void out_spark_line(FILE *f, const char *label, int label_width, const double *v, size_t n,
+                    int prec);
+
 /* RFC 3339 UTC time "YYYY-MM-DDTHH:MM:SSZ" of a Unix time in milliseconds ("-" for 0). */
 void out_time(char *buf, size_t len, int64_t ms);
 /* A duration in its two largest units: "45s", "12m5s", "3h12m", "2d3h" (seconds dropped past

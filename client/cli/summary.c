@@ -204,27 +204,6 @@ static int summary_run_steps(void *ctx, const store_run *r)
     return 0;
 }
 
-static void summary_spark(const char *label, const double *v, size_t n, int prec)
-{
-    double first = NAN, last = NAN, lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(v[i]))
-            continue;
-        if (isnan(first))
-            first = v[i];
-        last = v[i];
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    printf("  %-16s ", label);
-    out_sparkline(stdout, v, n, 48);
-    if (isnan(first))
-        printf("  (no values)\n");
-    else
-        printf("  %.*f -> %.*f  (min %.*f, max %.*f)\n", prec, first, prec, last, prec, lo, prec,
-               hi);
-}
-
 int summary_trend(const cli_args *a, store *st, int64_t run_id, const char *run, int64_t from,
                   int64_t to, size_t *rows)
 {
@@ -271,8 +250,8 @@ int summary_trend(const cli_args *a, store *st, int64_t run_id, const char *run,
                "and max over the heads and steps of each; min@ / max@: the head)\n",
                run, a->layer, (long long)lo, (long long)hi, (long long)c.nb,
                (unsigned long long)c.width);
-        summary_spark("entropy_norm min", c.spark_en, (size_t)c.nb, 3);
-        summary_spark("max_logit max", c.spark_ml, (size_t)c.nb, 2);
+        out_spark_line(stdout, "entropy_norm min", 16, c.spark_en, (size_t)c.nb, 3);
+        out_spark_line(stdout, "max_logit max", 16, c.spark_ml, (size_t)c.nb, 2);
     }
     *rows = c.rows;
     free(c.heads);
