@@ -72,7 +72,7 @@ void sh_write_file(const char *path, const char *text)
     ck_assert_int_eq(fclose(f), 0);
 }
 
-int sh_run_daemon_to_end(const char *log, const char *const *args)
+int sh_run_daemon_to_end(const char *log, const char *const *args, uid_t as_uid)
 {
     const char *argv[32];
     int n = 0;
@@ -83,12 +83,14 @@ int sh_run_daemon_to_end(const char *log, const char *const *args)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
             close(fd);
         }
+        if (as_uid != (uid_t)-1 && (setgid(as_uid) != 0 || setuid(as_uid) != 0))
+            _exit(126);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -96,7 +98,7 @@ int sh_run_daemon_to_end(const char *log, const char *const *args)
     int st;
     while (waitpid(pid, &st, WNOHANG) != pid) {
         if (dh_now_ms() > deadline) {
-            kill(pid, SIGTERM);
+            kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
         }

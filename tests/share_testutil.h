@@ -20,9 +20,10 @@ int sh_file_count(const char *path, const char *needle);
 int sh_file_count_over(const char *path, const char *needle, int than, int timeout_ms);
 /* Writes text to path (created or truncated). */
 void sh_write_file(const char *path, const char *text);
-/* Runs attnstatd with args (NULL-terminated, after the binary) to its end, its output into log;
- * returns its exit status (-1: killed by a signal, or still running after 60 s: then killed). */
-int sh_run_daemon_to_end(const char *log, const char *const *args);
+/* Runs attnstatd with args (NULL-terminated, after the binary) to its end, as as_uid when it is
+ * not (uid_t)-1 (root only), its output into log; returns its exit status (-1: killed by a
+ * signal, or still running after 60 s: then killed). */
+int sh_run_daemon_to_end(const char *log, const char *const *args, uid_t as_uid);
 
 /* ---- connections of other uids -------------------------------------------------------------- */
 

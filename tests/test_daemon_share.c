@@ -42,7 +42,7 @@ START_TEST(test_second_name_of_database_refused)
     const char *names[] = {hard, soft};
     for (int i = 0; i < 2; i++) {
         const char *args[] = {"--socket", sock2, "--db", names[i], NULL};
-        int st = sh_run_daemon_to_end(log2, args);
+        int st = sh_run_daemon_to_end(log2, args, (uid_t)-1);
         char *out = sh_slurp(log2);
         int named = strstr(out, want) != NULL;
         if (st != 1 || !named)

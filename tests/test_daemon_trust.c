@@ -16,6 +16,7 @@
 #include <regex.h>
 
 #include "cli_harness.h"
+#include "share_testutil.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -74,43 +75,6 @@ static int hello_with(dh_conn *c, const char *run, const char *host, const char 
     }
     attnstat__envelope__free_unpacked(r, NULL);
     return code;
-}
-
-/* Runs attnstatd with argv (NULL-terminated, after the binary) to its end; its output into
- * log; returns its exit status (-1: killed or not ended in 60 s). */
-static int run_daemon_to_end(const char *log, const char *const *args, uid_t as_uid)
-{
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = ATTNSTATD_PATH;
-    for (int i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (as_uid != (uid_t)-1 && (setgid(as_uid) != 0 || setuid(as_uid) != 0))
-            _exit(126);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int64_t deadline = dh_now_ms() + 60000;
-    int st;
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (dh_now_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        dh_sleep_ms(20);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static const uid_t NOBODY = 65534;
@@ -589,7 +553,7 @@ START_TEST(test_one_daemon_per_database)
     snprintf(sock2, sizeof sock2, "%s/second.sock", d.dir);
     snprintf(log2, sizeof log2, "%s/second.log", d.dir);
     const char *args[] = {"--socket", sock2, "--db", d.db, NULL};
-    int st = run_daemon_to_end(log2, args, (uid_t)-1);
+    int st = sh_run_daemon_to_end(log2, args, (uid_t)-1);
     char *out = slurp(log2);
     snprintf(want, sizeof want, "in use by another attnstatd (pid %d", (int)d.pid);
     int named = strstr(out, want) != NULL;
@@ -650,7 +614,7 @@ START_TEST(test_damaged_database_refused)
     const char *args[] = {"--socket", d.sock, "--db", d.db, NULL};
     char log2[400];
     snprintf(log2, sizeof log2, "%s/damaged.log", d.dir);
-    int st = run_daemon_to_end(log2, args, (uid_t)-1);
+    int st = sh_run_daemon_to_end(log2, args, (uid_t)-1);
     char *out = slurp(log2);
     int said = strstr(out, "is damaged") != NULL && strstr(out, "check-db") != NULL;
     free(out);
@@ -716,7 +680,7 @@ START_TEST(test_log_times_priorities_and_causes)
     snprintf(elog, sizeof elog, "%s/perm.log", e.dir);
     ck_assert_int_eq(chmod(e.dir, 0777), 0);
     const char *args[] = {"--socket", sock, "--db", db, NULL};
-    int st = run_daemon_to_end(elog, args, NOBODY);
+    int st = sh_run_daemon_to_end(elog, args, NOBODY);
     char *out = slurp(elog);
     int perm = strstr(out, "permission denied") != NULL && strstr(out, closed) != NULL &&
                strstr(out, "No such file") == NULL;
