@@ -107,6 +107,8 @@ const char *attnstat_rule_name(int32_t rule)
     case ATTNSTAT_RULE_ENTROPY_DROP: return "entropy_drop";
     case ATTNSTAT_RULE_LOGIT_CEILING: return "logit_ceiling";
     case ATTNSTAT_RULE_NONFINITE: return "nonfinite";
+    case ATTNSTAT_RULE_SINK_MASS_CEILING: return "sink_mass_ceiling";
+    case ATTNSTAT_RULE_DISTANCE_FLOOR: return "distance_floor";
     }
     return "unknown";
 }
@@ -160,6 +162,8 @@ void attnstat_thresholds_init(attnstat_thresholds *t)
     t->collapse_threshold = NAN;
     t->raise_after = 0;
     t->clear_after = 0;
+    t->sink_mass_ceiling = NAN;
+    t->distance_floor = NAN;
 }
 
 char *attnstat_default_socket(char *buf, size_t len)

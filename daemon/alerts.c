@@ -263,6 +263,14 @@ int alerts_format(const alerts_transition *t, char *buf, size_t n)
         what = "non-finite rows";
         cmp = raised ? ">" : "=";
         break;
+    case ALERTS_SINK_MASS_CEILING:
+        what = "sink mass";
+        cmp = raised ? ">" : "<=";
+        break;
+    case ALERTS_DISTANCE_FLOOR:
+        what = "mean attention distance (positions)";
+        cmp = raised ? "<" : ">=";
+        break;
     }
     return snprintf(buf, n,
                     "%s %s: run %" PRId64 " layer %" PRId32 " head %" PRId32 " step %" PRId64

@@ -199,6 +199,8 @@ typedef struct {
     double collapse_threshold;  /* per-row normalised entropy counted as collapsed */
     uint32_t raise_after;       /* consecutive bad samples to raise */
     uint32_t clear_after;       /* consecutive good samples to clear */
+    double sink_mass_ceiling;   /* mean attention on the first visible key, 0..1 (1: off) */
+    double distance_floor;      /* mean attention distance in positions (0: off) */
 } attnstat_thresholds;
 
 void attnstat_thresholds_init(attnstat_thresholds *t);
@@ -302,6 +304,8 @@ typedef enum {
     ATTNSTAT_RULE_ENTROPY_DROP = 2,
     ATTNSTAT_RULE_LOGIT_CEILING = 3,
     ATTNSTAT_RULE_NONFINITE = 4,
+    ATTNSTAT_RULE_SINK_MASS_CEILING = 5,
+    ATTNSTAT_RULE_DISTANCE_FLOOR = 6,
 } attnstat_rule;
 
 typedef enum {
@@ -336,6 +340,7 @@ typedef struct {
     uint64_t rows, rows_norm, rows_empty, nonfinite_rows;
     double entropy_mean, entropy_std, entropy_min, entropy_max;
     double entropy_norm_mean, collapsed_frac, max_logit;
+    double sink_mass, distance;  /* NaN where not computed (an older attnstatd) */
 } attnstat_head_result;
 
 typedef void (*attnstat_alert_fn)(void *user, const attnstat_alert *alert);

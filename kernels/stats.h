@@ -159,6 +159,9 @@ typedef struct {
     double collapsed_frac;   /* fraction of rows_norm rows whose normalised entropy is under the
                                 collapse threshold */
     double max_logit;        /* max of m_i over counted rows; -inf when rows == 0 */
+    double sink_mass;        /* mean over counted rows of p(first visible key); NaN when rows == 0 */
+    double distance;         /* mean over counted rows of sum_j p_ij |i - j| (positions); NaN when
+                                rows == 0 */
     int32_t sampled;         /* 1 when the rows were sampled (means are estimates, max a lower bound) */
 } stats_head;
 

@@ -254,6 +254,7 @@ static inline void acc_finish(const head_acc *a, int sampled, stats_head *out)
     out->nonfinite_rows = a->nonfinite;
     out->sampled = sampled;
     out->max_logit = a->max_logit;
+    out->sink_mass = out->distance = NAN; /* not computed yet */
     if (a->rows > 0) {
         double n = (double)a->rows, mean = a->sum / n, var = a->sumsq / n - mean * mean;
         out->entropy_mean = mean;

@@ -63,3 +63,10 @@ int names_alert_rule_from(const char *name)
 #undef FROM
     return 0;
 }
+
+/* The alert rules of the statistics' tables (vocab/vocab.h) are the protocol's, value for value. */
+#include "vocab.h"
+#define X(c, v, name, stat, cmp, th) _Static_assert(ATTNSTAT__ALERT_RULE__##c == v, #c);
+VOCAB_RULES(X)
+#undef X
+_Static_assert(VOCAB_NRULES == 0 NAMES_ALERT_RULE(VOCAB_ONE_), "vocab.h and names.h list the same rules");

@@ -37,7 +37,9 @@
     X(ENTROPY_FLOOR, 1, "entropy_floor")                                                           \
     X(ENTROPY_DROP, 2, "entropy_drop")                                                             \
     X(LOGIT_CEILING, 3, "logit_ceiling")                                                           \
-    X(NONFINITE, 4, "nonfinite")
+    X(NONFINITE, 4, "nonfinite")                                                                   \
+    X(SINK_MASS_CEILING, 5, "sink_mass_ceiling")                                                   \
+    X(DISTANCE_FLOOR, 6, "distance_floor")
 
 /* Alert edges (AlertState). */
 #define NAMES_ALERT_STATE(X)                                                                       \

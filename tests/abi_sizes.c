@@ -36,7 +36,8 @@ int main(void)
     F(attnstat_thresholds, entropy_floor); F(attnstat_thresholds, entropy_drop);
     F(attnstat_thresholds, ema_alpha); F(attnstat_thresholds, logit_ceiling);
     F(attnstat_thresholds, collapse_threshold); F(attnstat_thresholds, raise_after);
-    F(attnstat_thresholds, clear_after);
+    F(attnstat_thresholds, clear_after); F(attnstat_thresholds, sink_mass_ceiling);
+    F(attnstat_thresholds, distance_floor);
 
     S(attnstat_layout);
     F(attnstat_layout, size); F(attnstat_layout, tp_rank); F(attnstat_layout, tp_size);
@@ -73,7 +74,8 @@ int main(void)
     F(attnstat_head_result, entropy_mean); F(attnstat_head_result, entropy_std);
     F(attnstat_head_result, entropy_min); F(attnstat_head_result, entropy_max);
     F(attnstat_head_result, entropy_norm_mean); F(attnstat_head_result, collapsed_frac);
-    F(attnstat_head_result, max_logit);
+    F(attnstat_head_result, max_logit); F(attnstat_head_result, sink_mass);
+    F(attnstat_head_result, distance);
 
     S(attnstat_worker_status);
     F(attnstat_worker_status, name); F(attnstat_worker_status, queue_depth);

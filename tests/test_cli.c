@@ -363,7 +363,8 @@ START_TEST(test_unknown_options_refused)
     /* A value that is not one, and a flag given a value. */
     r = cli_run(d.dir, "alerts", "--rule", "entropy_flor");
     ck_assert_msg(r.status == 2 && strstr(r.err, "--rule is entropy_floor, entropy_drop, "
-                                                 "logit_ceiling or nonfinite, not 'entropy_flor'"),
+                                                 "logit_ceiling, nonfinite, sink_mass_ceiling or "
+                                                 "distance_floor, not 'entropy_flor'"),
                   "%s", r.err);
     cli_result_free(&r);
     const char *bad_times[] = {"yesterday", "10", "10y", "2024-13-01", "2023-02-29",

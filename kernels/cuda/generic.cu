@@ -311,6 +311,7 @@ __global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, 
         o.rows = t.rows, o.rows_norm = t.rows_norm, o.rows_empty = t.rows_empty;
         o.nonfinite_rows = t.nonfinite, o.sampled = sampled;
         o.max_logit = t.rows > 0 ? (double)t.mmax : -INFINITY;
+        o.sink_mass = o.distance = NAN; /* not computed yet */
         if (t.rows > 0) {
             double n = (double)t.rows, mean = t.sum / n, var = t.sumsq / n - mean * mean;
             o.entropy_mean = mean;

@@ -143,6 +143,8 @@ class Thresholds(ctypes.Structure):
         ("collapse_threshold", ctypes.c_double),
         ("raise_after", ctypes.c_uint32),
         ("clear_after", ctypes.c_uint32),
+        ("sink_mass_ceiling", ctypes.c_double),
+        ("distance_floor", ctypes.c_double),
     ]
 
 
@@ -232,6 +234,8 @@ class HeadResult(ctypes.Structure):
         ("entropy_norm_mean", ctypes.c_double),
         ("collapsed_frac", ctypes.c_double),
         ("max_logit", ctypes.c_double),
+        ("sink_mass", ctypes.c_double),
+        ("distance", ctypes.c_double),
     ]
 
 
