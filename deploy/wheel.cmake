@@ -47,6 +47,7 @@ add_custom_target(python-wheel
   COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:attnstat_wheel_lib> ${wheel_stage}/attnstat/libattnstat.so
   COMMAND ${CMAKE_STRIP} --strip-unneeded ${wheel_stage}/attnstat/libattnstat.so
   COMMAND ${CMAKE_COMMAND} -E env ATTNSTAT_VERSION_HEADER=${PROJECT_SOURCE_DIR}/include/attnstat.h
+          ATTNSTAT_VOCAB_HEADER=${PROJECT_SOURCE_DIR}/vocab/vocab.h
           PYTHONDONTWRITEBYTECODE=1
           ${ATTNSTAT_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/build_wheel.py ${wheel_stage} ${wheel_dist}
   DEPENDS attnstat_wheel_lib

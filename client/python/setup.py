@@ -40,8 +40,30 @@ def read_version():
 VERSION = read_version()
 
 
+def vocab_module():
+    """The text of attnstat/_vocab.py with vocab/vocab.h's tables written in ($ATTNSTAT_VOCAB_HEADER
+    names the header when the package was copied out of the source tree), or None when the
+    package's _vocab.py already holds them (an sdist)."""
+    header = os.environ.get("ATTNSTAT_VOCAB_HEADER") or os.path.join(
+        HERE, "..", "..", "vocab", "vocab.h")
+    src = os.path.join(HERE, "attnstat", "_vocab.py")
+    with open(src) as f:
+        text = f.read()
+    if "def parse(" not in text:
+        return None
+    if not os.path.exists(header):
+        raise SystemExit("attnstat's tables are in vocab/vocab.h, which is not at %s: build from "
+                         "the source tree, or set ATTNSTAT_VOCAB_HEADER to the header" % header)
+    scope = {"__name__": "attnstat_vocab_build", "__file__": src}
+    os.environ["ATTNSTAT_VOCAB_HEADER"] = header
+    exec(compile(text, src, "exec"), scope)
+    with open(header) as f:
+        return scope["emit"](scope["parse"](f.read()))
+
+
 class BuildPy(build_py):
-    """Writes the version into the built package's attnstat/_version.py."""
+    """Writes the version into the built package's attnstat/_version.py, and the tables of
+    statistics and rules into its attnstat/_vocab.py."""
 
     def run(self):
         super().run()
@@ -49,6 +71,10 @@ class BuildPy(build_py):
         with open(path, "w") as f:
             f.write('"""The version of attnstat, written at build time (include/attnstat.h\'s '
                     'ATTNSTAT_VERSION)."""\n__version__ = "%s"\n' % VERSION)
+        vocab = vocab_module()
+        if vocab is not None:
+            with open(os.path.join(self.build_lib, "attnstat", "_vocab.py"), "w") as f:
+                f.write(vocab)
 
 
 cmdclass = {"build_py": BuildPy}
