@@ -41,11 +41,17 @@ VERSION = read_version()
 
 
 def vocab_module():
-    """The text of attnstat/_vocab.py with vocab/vocab.h's tables written in ($ATTNSTAT_VOCAB_HEADER
-    names the header when the package was copied out of the source tree), or None when the
-    package's _vocab.py already holds them (an sdist)."""
-    header = os.environ.get("ATTNSTAT_VOCAB_HEADER") or os.path.join(
-        HERE, "..", "..", "vocab", "vocab.h")
+    """The text of attnstat/_vocab.py with vocab/vocab.h's tables written in, or None when the
+    package's _vocab.py already holds them (an sdist). When the package was copied out of the
+    source tree, $ATTNSTAT_VOCAB_HEADER names the header, or it is found in the tree that
+    $ATTNSTAT_VERSION_HEADER names."""
+    header = os.environ.get("ATTNSTAT_VOCAB_HEADER")
+    if not header:
+        header = os.path.join(HERE, "..", "..", "vocab", "vocab.h")
+        version_header = os.environ.get("ATTNSTAT_VERSION_HEADER")
+        if not os.path.exists(header) and version_header:
+            header = os.path.join(os.path.dirname(os.path.abspath(version_header)), "..",
+                                  "vocab", "vocab.h")
     src = os.path.join(HERE, "attnstat", "_vocab.py")
     with open(src) as f:
         text = f.read()

@@ -5,7 +5,7 @@ fields and the compact format's layout are built from these rows, never listed b
 In the source tree the rows are read from vocab/vocab.h itself. An installed package has them
 written here when it is built (setup.py, deploy/CMakeLists.txt), by this module run as a program:
 
-    python3 -m attnstat._vocab vocab/vocab.h > attnstat/_vocab.py
+    python3 client/python/attnstat/_vocab.py vocab/vocab.h > attnstat/_vocab.py
 
 Each list holds one dict per row, keyed by the column names of vocab.h; identifiers are kept as
 written there (for example pack "VOCAB_PACK_UNIT16"), numbers as numbers, strings as strings.
@@ -119,6 +119,6 @@ def emit(tables):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python3 -m attnstat._vocab VOCAB_H > _vocab.py")
+        sys.exit("usage: python3 _vocab.py VOCAB_H > _vocab.py")
     with open(sys.argv[1]) as f:
         sys.stdout.write(emit(parse(f.read())))
