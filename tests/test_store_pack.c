@@ -219,9 +219,10 @@ START_TEST(test_row_size)
         in[i].s.nonfinite_rows = base.nonfinite_rows;
     }
     size_t len = store_pack_encode(in, 64, 1700000000000, buf);
-    /* 18 bytes and a bit per head, a 3-byte header, the shared counts (<= 40 bytes) */
-    ck_assert_uint_le(len, 64 * 18 + 8 + 3 + 40);
-    ck_assert_uint_ge(len, 64 * 18 + 8 + 3 + 4);
+    /* version 2: 24 bytes (three f32, six u16) and a bit per head, a 3-byte header, the shared
+     * counts (<= 40 bytes) */
+    ck_assert_uint_le(len, 64 * 24 + 8 + 3 + 40);
+    ck_assert_uint_ge(len, 64 * 24 + 8 + 3 + 4);
     fprintf(stderr, "  64 heads: %zu bytes (%.2f per head)\n", len, len / 64.0);
     /* one head whose counts differ costs its counts and a bitmap, not a copy per head */
     in[17].s.nonfinite_rows = base.nonfinite_rows + 3;
@@ -256,7 +257,9 @@ START_TEST(test_damaged)
         memcpy(bad, buf, len);
         bad[len] = 0;
         ck_assert_int_eq(store_pack_decode(bad, len + 1, t, out), -1);
-        bad[0] = 2;
+        bad[0] = STORE_PACK_VERSION + 1;
+        ck_assert_int_eq(store_pack_count(bad, len), -1);
+        bad[0] = 0;
         ck_assert_int_eq(store_pack_count(bad, len), -1);
         /* flipped bytes: either refused or a row of valid shape; never a read past the end */
         for (int k = 0; k < 20; k++) {
