@@ -25,6 +25,12 @@ static const struct {
     int since;
 } stat_pack[VOCAB_NSTATS] = {VOCAB_STATS(PACK_)};
 #undef PACK_
+/* A row of a version past the one written would never be stored: bump STORE_PACK_VERSION with it. */
+#define SINCE_(name, unit, pack, since, ...)                                                      \
+    _Static_assert(since >= 1 && since <= STORE_PACK_VERSION,                                     \
+                   "VOCAB_STATS row " #name ": since is past STORE_PACK_VERSION (store_pack.h)");
+VOCAB_STATS(SINCE_)
+#undef SINCE_
 
 /* ---- field encodings ------------------------------------------------------------------------ */
 
@@ -246,6 +252,8 @@ size_t store_pack_encode(const store_pack_head *heads, int32_t n, int64_t row_ti
         const stats_head *h = &heads[i].s;
         size_t ui = (size_t)i;
         for (int f = 0; f < VOCAB_NSTATS; f++) {
+            if (col_of[f] < 0)
+                continue; /* a row newer than STORE_PACK_VERSION: not in this format yet */
             uint8_t *p = col + (size_t)col_of[f] * un;
             uint32_t bits = enc_field(f, store_stat_get(h, f));
             if (stat_pack[f].pack == VOCAB_PACK_F32)

@@ -45,7 +45,9 @@ _VERSIONS = (1, 2, 3, 4, 5)   # schema versions this reader understands (1: exac
 _FIELDS = tuple(r["name"] for r in _vocab.STATS)    # the statistics, in table order
 _COUNTS = tuple(r["name"] for r in _vocab.COUNTS)
 _TIERS = ("exact", "compact", "bucket")
-_PACK_VERSIONS = (1, 2)       # compact format versions (schema/store_pack.h, STORE_PACK_VERSION)
+# compact format versions (schema/store_pack.h): 1 .. the newest `since` of the table (the C
+# encoder writes that one: store_pack.c asserts that no row's since is past its STORE_PACK_VERSION)
+_PACK_VERSIONS = tuple(range(1, max(r["since"] for r in _vocab.STATS) + 1))
 _SCALE = {"VOCAB_PACK_NAT16": 2048.0, "VOCAB_PACK_UNIT16": 65534.0}
 
 
