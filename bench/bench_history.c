@@ -18,12 +18,14 @@
  *    second run while another thread runs retention steps on its own handle, against the same
  *    ingest alone.
  * The database lives in --dir (default /tmp) and is deleted at the end unless --keep.
- * Includes store_read.h, store_write.h, store_retain.h, SQLite, libc, pthreads.
+ * Includes store_read.h, store_write.h, store_retain.h, vocab.h (the exact tier's columns),
+ * SQLite, libc, pthreads.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,7 @@
 #include "store_read.h"
 #include "store_retain.h"
 #include "store_write.h"
+#include "vocab.h"
 
 /* ---- measuring -------------------------------------------------------------------------------- */
 
@@ -129,6 +132,8 @@ static void make_pool(void)
         h->entropy_norm_mean = unit();
         h->collapsed_frac = unit() * 0.1;
         h->max_logit = unit() * 40 - 5;
+        h->sink_mass = unit() * 0.6;
+        h->distance = unit() * 900;
         h->sampled = i % 3 == 0;
     }
 }
@@ -200,6 +205,15 @@ static void plain_exec(sqlite3 *db, const char *sql)
     }
 }
 
+/* The exact tier's columns from vocab.h's rows, as the store writes them (schema/store_sql.c), and
+ * where each value sits in a stats_head. */
+#define COL_(name, ...) ", " #name
+#define REAL_COL_(name, ...) ", " #name " REAL"
+#define PARAM_(name, ...) ", ?"
+#define OFF_(name, ...) offsetof(stats_head, name),
+static const size_t stat_off[VOCAB_NSTATS] = {VOCAB_STATS(OFF_)};
+static const size_t count_off[VOCAB_NCOUNTS] = {VOCAB_COUNTS(OFF_)};
+
 /* The limit: the same rows into the same tables (made by the store, or version 1's samples table
  * with v1_key), positional binds on one prepared INSERT, the run's summary updated once per
  * commit, nothing else. */
@@ -222,9 +236,8 @@ static run_result ingest_plain(const char *path, int64_t pushes, int layers, int
                        "REFERENCES runs(id) ON DELETE CASCADE, layer INTEGER NOT NULL CHECK "
                        "(layer >= 0), head INTEGER NOT NULL CHECK (head >= 0), step INTEGER NOT "
                        "NULL, time INTEGER NOT NULL, rows INTEGER NOT NULL, rows_norm INTEGER NOT "
-                       "NULL, rows_empty INTEGER NOT NULL, nonfinite_rows INTEGER NOT NULL, "
-                       "entropy_mean REAL, entropy_std REAL, entropy_min REAL, entropy_max REAL, "
-                       "entropy_norm_mean REAL, collapsed_frac REAL, max_logit REAL, sampled "
+                       "NULL, rows_empty INTEGER NOT NULL, nonfinite_rows INTEGER NOT NULL"
+                       VOCAB_STATS(REAL_COL_) ", sampled "
                        "INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run_id, layer, head, step)) "
                        "WITHOUT ROWID; CREATE INDEX samples_step ON samples (run_id, step)");
     plain_exec(db, "INSERT INTO runs (id, name, started, last_hello) VALUES (1, 'ingest', 1, 1)");
@@ -232,10 +245,9 @@ static run_result ingest_plain(const char *path, int64_t pushes, int layers, int
     char sql[1024];
     /* upsert: the store's statement (a sample pushed again replaces the stored one) */
     snprintf(sql, sizeof sql,
-             "INSERT INTO samples (run_id, layer, head, step, time, rows, rows_norm, rows_empty, "
-             "nonfinite_rows, entropy_mean, entropy_std, entropy_min, entropy_max, "
-             "entropy_norm_mean, collapsed_frac, max_logit, sampled) VALUES (?1, ?2, ?3, ?4, ?5, "
-             "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)%s",
+             "INSERT INTO samples (run_id, layer, head, step, time" VOCAB_COUNTS(COL_)
+             VOCAB_STATS(COL_) ", sampled) VALUES (?1, ?2, ?3, ?4, ?5" VOCAB_COUNTS(PARAM_)
+             VOCAB_STATS(PARAM_) ", ?)%s",
              upsert ? " ON CONFLICT (run_id, step, layer, head) DO NOTHING" : "");
     if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &ins, NULL) != SQLITE_OK ||
         sqlite3_prepare_v3(db,
@@ -260,18 +272,14 @@ static run_result ingest_plain(const char *path, int64_t pushes, int layers, int
             sqlite3_bind_int(ins, 3, h);
             sqlite3_bind_int64(ins, 4, step);
             sqlite3_bind_int64(ins, 5, time);
-            sqlite3_bind_int64(ins, 6, x->rows);
-            sqlite3_bind_int64(ins, 7, x->rows_norm);
-            sqlite3_bind_int64(ins, 8, x->rows_empty);
-            sqlite3_bind_int64(ins, 9, x->nonfinite_rows);
-            sqlite3_bind_double(ins, 10, x->entropy_mean);
-            sqlite3_bind_double(ins, 11, x->entropy_std);
-            sqlite3_bind_double(ins, 12, x->entropy_min);
-            sqlite3_bind_double(ins, 13, x->entropy_max);
-            sqlite3_bind_double(ins, 14, x->entropy_norm_mean);
-            sqlite3_bind_double(ins, 15, x->collapsed_frac);
-            sqlite3_bind_double(ins, 16, x->max_logit);
-            sqlite3_bind_int(ins, 17, x->sampled);
+            int k = 6;
+            for (int c = 0; c < VOCAB_NCOUNTS; c++)
+                sqlite3_bind_int64(ins, k++, *(const int64_t *)(const void *)((const char *)x +
+                                                                      count_off[c]));
+            for (int f = 0; f < VOCAB_NSTATS; f++)
+                sqlite3_bind_double(ins, k++, *(const double *)(const void *)((const char *)x +
+                                                                      stat_off[f]));
+            sqlite3_bind_int(ins, k, x->sampled);
             if (sqlite3_step(ins) != SQLITE_DONE) {
                 fprintf(stderr, "bench_history: insert: %s\n", sqlite3_errmsg(db));
                 exit(1);

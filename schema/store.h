@@ -46,9 +46,11 @@
  *     exact tier: statistics that are NaN (a head with rows == 0 has NaN means) are stored as NULL
  *       and read back as NaN. Every other double reads back bit for bit, infinities included
  *       (max_logit is -inf when rows == 0), except that -0.0 reads back as +0.0.
- *     compact tier: each field at the precision that schema/store_pack.h states (binary32 for
- *       entropy_mean and max_logit, 1/2048 nat for entropy_std/min/max, 1/65534 for the two
- *       fractions, counts and times exact, sampled as 0/1); NaN and infinities as in the exact tier.
+ *     compact tier: each field at the precision that schema/store_pack.h states for its row's
+ *       `pack` in vocab/vocab.h (binary32 for entropy_mean, max_logit and distance, 1/2048 nat for
+ *       entropy_std/min/max, 1/65534 for the three fractions, counts and times exact, sampled as
+ *       0/1); NaN and infinities as in the exact tier. A statistic newer than a row (sink_mass and
+ *       distance of rows stored before schema version 5) reads back as NaN in every tier.
  *     buckets: per head, the minimum, the mean and the maximum of each field over the samples the
  *       window merged, at the compact precision (store_read.h says how a bucket reads).
  * - Lifecycle (schema version 3). A run has an owner (a uid) and may end (store_run_end(): when

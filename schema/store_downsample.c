@@ -23,7 +23,8 @@
 
 /* ---- one layer of a window ------------------------------------------------------------------- */
 
-enum { NF = 7, NC = 4 };
+/* Every statistic and count of vocab.h's rows (store_stat(), store_count()). */
+enum { NF = VOCAB_NSTATS, NC = VOCAB_NCOUNTS };
 
 typedef struct {
     int32_t head;
@@ -36,15 +37,12 @@ typedef struct {
 
 static double *field(stats_head *h, int i)
 {
-    double *f[NF] = {&h->entropy_mean, &h->entropy_std, &h->entropy_min, &h->entropy_max,
-                     &h->entropy_norm_mean, &h->collapsed_frac, &h->max_logit};
-    return f[i];
+    return store_stat(h, i);
 }
 
 static int64_t *count(stats_head *h, int i)
 {
-    int64_t *c[NC] = {&h->rows, &h->rows_norm, &h->rows_empty, &h->nonfinite_rows};
-    return c[i];
+    return store_count(h, i);
 }
 
 /* Fold `weight` samples whose mean is m (min lo, max hi) into a; one sample: lo == m == hi. */

@@ -111,19 +111,13 @@ static const char *const tier_names[] = {"exact", "compact", "bucket"};
 
 size_t store_format_sample(const store_sample *s, store_format f, char *buf, size_t len)
 {
-    static const char *const fnames[7] = {"entropy_mean", "entropy_std", "entropy_min",
-                                          "entropy_max", "entropy_norm_mean", "collapsed_frac",
-                                          "max_logit"};
+#define NAME_(name, ...) #name,
+    static const char *const fnames[VOCAB_NSTATS] = {VOCAB_STATS(NAME_)};
+#undef NAME_
     out o = {buf, len, 0};
     if (buf && len)
         buf[0] = '\0';
     const stats_head *h = &s->stats, *lo = s->min ? s->min : h, *hi = s->max ? s->max : h;
-    const double v[7] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max,
-                         h->entropy_norm_mean, h->collapsed_frac, h->max_logit};
-    const double vl[7] = {lo->entropy_mean, lo->entropy_std, lo->entropy_min, lo->entropy_max,
-                          lo->entropy_norm_mean, lo->collapsed_frac, lo->max_logit};
-    const double vh[7] = {hi->entropy_mean, hi->entropy_std, hi->entropy_min, hi->entropy_max,
-                          hi->entropy_norm_mean, hi->collapsed_frac, hi->max_logit};
     const char *tier = s->tier >= 0 && s->tier <= 2 ? tier_names[s->tier] : "?";
     const char *sep = f == STORE_FORMAT_CSV ? "," : ", ";
     if (f == STORE_FORMAT_CSV)
@@ -139,18 +133,18 @@ size_t store_format_sample(const store_sample *s, store_format f, char *buf, siz
                 ", \"nonfinite_rows\": %" PRId64 ", \"sampled\": %" PRId32,
             s->run_id, s->layer, s->head, s->step, s->step_last, tier, s->merged, s->time_ms,
             h->rows, h->rows_norm, h->rows_empty, h->nonfinite_rows, h->sampled);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < VOCAB_NSTATS; i++) {
         put(&o, "%s", sep);
         if (f == STORE_FORMAT_JSONL)
             put(&o, "\"%s\": ", fnames[i]);
-        put_num(&o, f, v[i]);
+        put_num(&o, f, store_stat_get(h, i));
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < VOCAB_NSTATS; i++)
         for (int e = 0; e < 2; e++) {
             put(&o, "%s", sep);
             if (f == STORE_FORMAT_JSONL)
                 put(&o, "\"%s_%s\": ", fnames[i], e ? "hi" : "lo");
-            put_num(&o, f, e ? vh[i] : vl[i]);
+            put_num(&o, f, store_stat_get(e ? hi : lo, i));
         }
     put(&o, f == STORE_FORMAT_CSV ? "\n" : "}\n");
     return o.used;

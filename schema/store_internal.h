@@ -215,6 +215,16 @@ void *store_scratch(store *st, int id, size_t bytes, store_error *err);
 
 /* ---- rows of the tiers (store_rows.c) ------------------------------------------------------------ */
 
+/* The exact tier's columns (HOT_COLS, store_sql.c), 0-based: run_id, layer, head, step, time, then
+ * vocab.h's VOCAB_COUNTS and VOCAB_STATS rows in table order, then sampled. S_SAMPLE_INSERT and
+ * S_SAMPLE_UPDATE take them as parameters ?1 .. ?HOT_NCOLS in the same order (column c: ?c+1). */
+enum {
+    HOT_COL_COUNTS = 5,
+    HOT_COL_STATS = HOT_COL_COUNTS + VOCAB_NCOUNTS,
+    HOT_COL_SAMPLED = HOT_COL_STATS + VOCAB_NSTATS,
+    HOT_NCOLS
+};
+
 /* The exact-tier row the statement is on (the columns of HOT_COLS, store_sql.c) into h; its
  * layer to *layer, its step to *step (either may be NULL). */
 void store_row_hot(sqlite3_stmt *s, store_pack_head *h, int32_t *layer, int64_t *step);

@@ -5,6 +5,8 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 
 #include "store_internal.h"
 
@@ -109,37 +111,72 @@ static double wmean(double a, double wa, double b, double wb)
     return a + (b - a) * (wb / (wa + wb));
 }
 
+/* Each statistic's pooling, from its row: how (pool), over which count (weight, a VOCAB_COUNTS
+ * row), and whether its value means something when that count is 0 (absent: max_logit's -inf). */
+#define POOL_(name, unit, pack, since, pool, weight, lo, hi, absent, ...)                         \
+    {pool, offsetof(stats_head, weight), absent == VOCAB_ABSENT_NO_LOGIT},
+static const struct {
+    enum vocab_pool pool;
+    size_t weight;  /* offset of the count in stats_head */
+    int ungated;    /* pooled whatever the counts (a value is defined with no counted row) */
+} pool_of[VOCAB_NSTATS] = {VOCAB_STATS(POOL_)};
+#undef POOL_
+
+static int64_t weight_of(const stats_head *h, int i)
+{
+    int64_t w;
+    memcpy(&w, (const char *)h + pool_of[i].weight, sizeof w);
+    return w;
+}
+
 void store_merge_stats(stats_head *acc, const stats_head *x)
 {
-    if (x->rows > 0) {
-        if (acc->rows <= 0) {
-            acc->entropy_mean = x->entropy_mean;
-            acc->entropy_std = x->entropy_std;
-            acc->entropy_min = x->entropy_min;
-            acc->entropy_max = x->entropy_max;
-        } else {
-            double na = (double)acc->rows, nb = (double)x->rows, n = na + nb;
-            double d = x->entropy_mean - acc->entropy_mean;
-            double va = acc->entropy_std * acc->entropy_std, vb = x->entropy_std * x->entropy_std;
-            double var = (na * va + nb * vb) / n + d * d * (na / n) * (nb / n);
-            acc->entropy_mean = wmean(acc->entropy_mean, na, x->entropy_mean, nb);
-            acc->entropy_std = sqrt(var > 0 ? var : 0);
-            acc->entropy_min = fmin(acc->entropy_min, x->entropy_min);
-            acc->entropy_max = fmax(acc->entropy_max, x->entropy_max);
+    /* Every statistic pools from acc's values as they were (a STD row reads its MEAN row's mean
+     * before that mean moves): the results go to out, then back to acc. */
+    stats_head out = *acc;
+    int mean_row = -1; /* the latest MEAN row before the current one */
+    for (int i = 0; i < VOCAB_NSTATS; i++) {
+        double a = store_stat_get(acc, i), b = store_stat_get(x, i), *o = store_stat(&out, i);
+        int64_t wa = weight_of(acc, i), wb = weight_of(x, i);
+        enum vocab_pool p = pool_of[i].pool;
+        if (p == VOCAB_POOL_MEAN)
+            mean_row = i;
+        if (pool_of[i].ungated) { /* fmin / fmax ignore a NaN side; -inf gives way to any value */
+            if (p == VOCAB_POOL_MAX)
+                *o = fmax(a, b);
+            else if (p == VOCAB_POOL_MIN)
+                *o = fmin(a, b);
+            continue;
+        }
+        if (wb <= 0)
+            continue; /* x has no row this statistic is over: acc's value stays */
+        if (wa <= 0) {
+            *o = b; /* acc had none: x's value whole */
+            continue;
+        }
+        double na = (double)wa, nb = (double)wb, n = na + nb;
+        switch (p) {
+        case VOCAB_POOL_MEAN:
+            *o = wmean(a, na, b, nb);
+            break;
+        case VOCAB_POOL_STD: {
+            /* the pooled population deviation about the MEAN row before it */
+            double d = mean_row >= 0 ? store_stat_get(x, mean_row) - store_stat_get(acc, mean_row)
+                                     : 0;
+            double var = (na * (a * a) + nb * (b * b)) / n + d * d * (na / n) * (nb / n);
+            *o = sqrt(var > 0 ? var : 0);
+            break;
+        }
+        case VOCAB_POOL_MIN:
+            *o = fmin(a, b);
+            break;
+        case VOCAB_POOL_MAX:
+            *o = fmax(a, b);
+            break;
         }
     }
-    if (x->rows_norm > 0) {
-        if (acc->rows_norm <= 0) {
-            acc->entropy_norm_mean = x->entropy_norm_mean;
-            acc->collapsed_frac = x->collapsed_frac;
-        } else {
-            double na = (double)acc->rows_norm, nb = (double)x->rows_norm;
-            acc->entropy_norm_mean = wmean(acc->entropy_norm_mean, na, x->entropy_norm_mean, nb);
-            acc->collapsed_frac = wmean(acc->collapsed_frac, na, x->collapsed_frac, nb);
-        }
-    }
-    /* fmax ignores a NaN side; -inf (no counted row) gives way to any value */
-    acc->max_logit = fmax(acc->max_logit, x->max_logit);
+    for (int i = 0; i < VOCAB_NSTATS; i++)
+        *store_stat(acc, i) = store_stat_get(&out, i);
     acc->rows += x->rows;
     acc->rows_norm += x->rows_norm;
     acc->rows_empty += x->rows_empty;

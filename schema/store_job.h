@@ -48,12 +48,14 @@ store_status store_job_get_run(store *st, int64_t run_id, store_job_run_cb cb, v
                            store_error *err);
 
 /* Pool x into acc: afterwards acc holds the statistics of the union of the rows both were computed
- * over (disjoint sets: replicas' batch entries, context ranks' rows). Counts add; entropy_mean is
- * the rows-weighted mean and entropy_std the pooled population deviation; entropy_norm_mean and
- * collapsed_frac are weighted by rows_norm; min, max and max_logit are the extremes; sampled is
- * set when either was. A side with no counted row (NaN statistics) adds only its counts. Exact up
- * to rounding for samples of the exact tier; a downsampled bucket (means over steps) pools its
- * means. */
+ * over (disjoint sets: replicas' batch entries, context ranks' rows). Counts add; each statistic
+ * pools as its row in vocab/vocab.h says (columns pool and weight): a MEAN is the mean weighted by
+ * its count (entropy_mean, sink_mass and distance by rows; entropy_norm_mean and collapsed_frac by
+ * rows_norm), a STD the pooled population deviation about the MEAN row before it (entropy_std),
+ * MIN and MAX the extremes (entropy_min, entropy_max, max_logit); sampled is set when either was.
+ * A side whose count is 0 (NaN statistics) adds only its counts, except that max_logit, defined
+ * with no counted row (-inf), is always the larger. Exact up to rounding for samples of the exact
+ * tier; a downsampled bucket (means over steps) pools its means. */
 void store_merge_stats(stats_head *acc, const stats_head *x);
 
 #ifdef __cplusplus

@@ -1,11 +1,12 @@
 /* store_pack.c — the compact sample format, behind store_pack.h: field encodings (binary32, the
- * two fixed-point kinds), varints, and a row's encoding and decoding. Pure C and libc (math.h,
- * string.h): no SQLite, no allocation. Called by the store's compact tier (store_rows.c,
- * store_retain.c) and the tests.
+ * two fixed-point kinds), varints, the fixed columns' layout of each version (from vocab.h's rows),
+ * and a row's encoding and decoding. Pure C and libc (math.h, string.h): no SQLite, no allocation.
+ * Called by the store's compact tier (store_rows.c, store_retain.c) and the tests.
  *
  * How it works
- * - A row is parsed into a view (where each section starts) before anything is read from it, so
- *   every read is bounds-checked once: a damaged blob is reported, never read past its end.
+ * - A row is parsed into a view (its version's layout, where each section starts) before anything
+ *   is read from it, so every read is bounds-checked once: a damaged blob is reported, never read
+ *   past its end.
  * - The fixed-size columns come first, so one head's values sit at fixed offsets; the variable
  *   tail (counts, ids, time exceptions) is walked in order.
  */
@@ -17,10 +18,19 @@
 
 enum { FLAG_IDS = 1, FLAG_COUNTS = 2, FLAG_TIMES = 4, FLAG_ALL = 7 };
 
-/* Per-head bytes of the fixed columns, and the columns' order. */
-enum { COL_MEAN, COL_LOGIT, COL_STD, COL_MIN, COL_MAX, COL_NORM, COL_COLL, NCOL };
-#define FIXED_PER_HEAD 18
-static const size_t col_off[NCOL] = {0, 4, 8, 10, 12, 14, 16}; /* times n; sizes 4 4 2 2 2 2 2 */
+/* Each statistic's encoding and first version, from its row. */
+#define PACK_(name, unit, pack, since, ...) {pack, since},
+static const struct {
+    enum vocab_pack pack;
+    int since;
+} stat_pack[VOCAB_NSTATS] = {VOCAB_STATS(PACK_)};
+#undef PACK_
+/* A row of a version past the one written would never be stored: bump STORE_PACK_VERSION with it. */
+#define SINCE_(name, unit, pack, since, ...)                                                      \
+    _Static_assert(since >= 1 && since <= STORE_PACK_VERSION,                                     \
+                   "VOCAB_STATS row " #name ": since is past STORE_PACK_VERSION (store_pack.h)");
+VOCAB_STATS(SINCE_)
+#undef SINCE_
 
 /* ---- field encodings ------------------------------------------------------------------------ */
 
@@ -69,15 +79,47 @@ static double fix_value(uint16_t u, double scale)
     return u == U16_NAN ? NAN : (double)u / scale;
 }
 
+/* Steps per unit of a 16-bit encoding. */
+static double fix_scale(enum vocab_pack p)
+{
+    return p == VOCAB_PACK_NAT16 ? ENT_SCALE : U16_TOP;
+}
+
+size_t store_pack_layout(int version, long col[VOCAB_NSTATS])
+{
+    long at = 0;
+    for (int pass = 0; pass < 2; pass++) /* the F32 fields, then the 16-bit ones */
+        for (int i = 0; i < VOCAB_NSTATS; i++) {
+            int f32 = stat_pack[i].pack == VOCAB_PACK_F32;
+            if (f32 != (pass == 0))
+                continue;
+            if (stat_pack[i].since > version) {
+                col[i] = -1;
+                continue;
+            }
+            col[i] = at;
+            at += f32 ? 4 : 2;
+        }
+    return (size_t)at;
+}
+
+/* One field encoded (the bits of its column) and decoded. */
+static uint32_t enc_field(int i, double x)
+{
+    enum vocab_pack p = stat_pack[i].pack;
+    return p == VOCAB_PACK_F32 ? f32_bits(x) : fix_bits(x, fix_scale(p));
+}
+
+static double dec_field(int i, uint32_t u)
+{
+    enum vocab_pack p = stat_pack[i].pack;
+    return p == VOCAB_PACK_F32 ? f32_value(u) : fix_value((uint16_t)u, fix_scale(p));
+}
+
 void store_pack_round(stats_head *h)
 {
-    h->entropy_mean = f32_value(f32_bits(h->entropy_mean));
-    h->max_logit = f32_value(f32_bits(h->max_logit));
-    h->entropy_std = fix_value(fix_bits(h->entropy_std, ENT_SCALE), ENT_SCALE);
-    h->entropy_min = fix_value(fix_bits(h->entropy_min, ENT_SCALE), ENT_SCALE);
-    h->entropy_max = fix_value(fix_bits(h->entropy_max, ENT_SCALE), ENT_SCALE);
-    h->entropy_norm_mean = fix_value(fix_bits(h->entropy_norm_mean, U16_TOP), U16_TOP);
-    h->collapsed_frac = fix_value(fix_bits(h->collapsed_frac, U16_TOP), U16_TOP);
+    for (int i = 0; i < VOCAB_NSTATS; i++)
+        *store_stat(h, i) = dec_field(i, enc_field(i, *store_stat(h, i)));
     h->sampled = h->sampled != 0;
 }
 
@@ -181,8 +223,10 @@ static int bit(const uint8_t *map, int32_t i)
 size_t store_pack_bound(int32_t n)
 {
     size_t un = n > 0 ? (size_t)n : 0, map = (un + 7) / 8;
+    long col[VOCAB_NSTATS];
+    size_t fixed = store_pack_layout(STORE_PACK_VERSION, col);
     /* header, columns, sampled, first counts, then per head: 4 counts, an id, a time */
-    return 1 + 10 + 1 + un * FIXED_PER_HEAD + map + 40 + map + un * 40 + un * 10 + map + un * 10;
+    return 1 + 10 + 1 + un * fixed + map + 40 + map + un * 40 + un * 10 + map + un * 10;
 }
 
 size_t store_pack_encode(const store_pack_head *heads, int32_t n, int64_t row_time, uint8_t *out)
@@ -197,6 +241,8 @@ size_t store_pack_encode(const store_pack_head *heads, int32_t n, int64_t row_ti
         if (heads[i].time_ms != row_time)
             flags |= FLAG_TIMES;
     }
+    long col_of[VOCAB_NSTATS];
+    size_t fixed = store_pack_layout(STORE_PACK_VERSION, col_of);
     size_t o = 0;
     out[o++] = STORE_PACK_VERSION;
     o += put_varint(out + o, (uint64_t)n);
@@ -205,15 +251,18 @@ size_t store_pack_encode(const store_pack_head *heads, int32_t n, int64_t row_ti
     for (int32_t i = 0; i < n; i++) {
         const stats_head *h = &heads[i].s;
         size_t ui = (size_t)i;
-        put_u32(col + col_off[COL_MEAN] * un + 4 * ui, f32_bits(h->entropy_mean));
-        put_u32(col + col_off[COL_LOGIT] * un + 4 * ui, f32_bits(h->max_logit));
-        put_u16(col + col_off[COL_STD] * un + 2 * ui, fix_bits(h->entropy_std, ENT_SCALE));
-        put_u16(col + col_off[COL_MIN] * un + 2 * ui, fix_bits(h->entropy_min, ENT_SCALE));
-        put_u16(col + col_off[COL_MAX] * un + 2 * ui, fix_bits(h->entropy_max, ENT_SCALE));
-        put_u16(col + col_off[COL_NORM] * un + 2 * ui, fix_bits(h->entropy_norm_mean, U16_TOP));
-        put_u16(col + col_off[COL_COLL] * un + 2 * ui, fix_bits(h->collapsed_frac, U16_TOP));
+        for (int f = 0; f < VOCAB_NSTATS; f++) {
+            if (col_of[f] < 0)
+                continue; /* a row newer than STORE_PACK_VERSION: not in this format yet */
+            uint8_t *p = col + (size_t)col_of[f] * un;
+            uint32_t bits = enc_field(f, store_stat_get(h, f));
+            if (stat_pack[f].pack == VOCAB_PACK_F32)
+                put_u32(p + 4 * ui, bits);
+            else
+                put_u16(p + 2 * ui, (uint16_t)bits);
+        }
     }
-    o += FIXED_PER_HEAD * un;
+    o += fixed * un;
     memset(out + o, 0, map);
     for (int32_t i = 0; i < n; i++)
         if (heads[i].s.sampled)
@@ -254,13 +303,15 @@ size_t store_pack_encode(const store_pack_head *heads, int32_t n, int64_t row_ti
 typedef struct {
     int32_t n;
     uint8_t flags;
+    long col_of[VOCAB_NSTATS]; /* the version's layout (store_pack_layout) */
     const uint8_t *col, *sampled, *tail, *end;
 } view;
 
 static int parse(const uint8_t *blob, size_t len, view *v)
 {
-    if (!blob || len < 3 || blob[0] != STORE_PACK_VERSION)
+    if (!blob || len < 3 || blob[0] < 1 || blob[0] > STORE_PACK_VERSION)
         return -1;
+    size_t fixed = store_pack_layout(blob[0], v->col_of);
     const uint8_t *p = blob + 1, *end = blob + len;
     uint64_t n;
     if (get_varint(&p, end, &n) || n < 1 || n > INT32_MAX || p >= end)
@@ -269,11 +320,13 @@ static int parse(const uint8_t *blob, size_t len, view *v)
     v->flags = *p++;
     if (v->flags & ~FLAG_ALL)
         return -1;
-    size_t need = (size_t)n * FIXED_PER_HEAD + ((size_t)n + 7) / 8;
+    if ((uint64_t)(end - p) / fixed < n) /* n * fixed would not fit (nor overflow) */
+        return -1;
+    size_t need = (size_t)n * fixed + ((size_t)n + 7) / 8;
     if ((size_t)(end - p) < need)
         return -1;
     v->col = p;
-    v->sampled = p + (size_t)n * FIXED_PER_HEAD;
+    v->sampled = p + (size_t)n * fixed;
     v->tail = v->sampled + ((size_t)n + 7) / 8;
     v->end = end;
     return 0;
@@ -283,14 +336,16 @@ static int parse(const uint8_t *blob, size_t len, view *v)
 static void read_fixed(const view *v, int32_t i, stats_head *h)
 {
     size_t un = (size_t)v->n, ui = (size_t)i;
-    const uint8_t *c = v->col;
-    h->entropy_mean = f32_value(get_u32(c + col_off[COL_MEAN] * un + 4 * ui));
-    h->max_logit = f32_value(get_u32(c + col_off[COL_LOGIT] * un + 4 * ui));
-    h->entropy_std = fix_value(get_u16(c + col_off[COL_STD] * un + 2 * ui), ENT_SCALE);
-    h->entropy_min = fix_value(get_u16(c + col_off[COL_MIN] * un + 2 * ui), ENT_SCALE);
-    h->entropy_max = fix_value(get_u16(c + col_off[COL_MAX] * un + 2 * ui), ENT_SCALE);
-    h->entropy_norm_mean = fix_value(get_u16(c + col_off[COL_NORM] * un + 2 * ui), U16_TOP);
-    h->collapsed_frac = fix_value(get_u16(c + col_off[COL_COLL] * un + 2 * ui), U16_TOP);
+    for (int f = 0; f < VOCAB_NSTATS; f++) {
+        if (v->col_of[f] < 0) {
+            *store_stat(h, f) = NAN; /* a field this version does not carry */
+            continue;
+        }
+        const uint8_t *p = v->col + (size_t)v->col_of[f] * un;
+        *store_stat(h, f) = dec_field(f, stat_pack[f].pack == VOCAB_PACK_F32
+                                             ? get_u32(p + 4 * ui)
+                                             : get_u16(p + 2 * ui));
+    }
     h->sampled = bit(v->sampled, i);
 }
 

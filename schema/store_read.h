@@ -24,6 +24,7 @@
 
 #include "stats.h"
 #include "store.h"
+#include "vocab.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,19 +160,22 @@ typedef enum {
                              * infinities are null (JSON has neither) */
 } store_format;
 
-/* The columns of an export, in order (CSV header line, newline included). The *_lo / *_hi columns
- * are a bucket's minima and maxima (a sample's own value otherwise); doubles are printed with
- * %.17g (they read back exactly), times in Unix milliseconds, tier as exact/compact/bucket. */
+/* The columns of an export, in order (CSV header line, newline included): the keys, the counts,
+ * sampled, then vocab.h's statistics in table order, then <statistic>_lo and <statistic>_hi of each
+ * in table order. The *_lo / *_hi columns are a bucket's minima and maxima (a sample's own value
+ * otherwise); doubles are printed with %.17g (they read back exactly), times in Unix milliseconds,
+ * tier as exact/compact/bucket. */
+#define STORE_EXPORT_STAT_(name, ...) "," #name
+#define STORE_EXPORT_RANGE_(name, ...) "," #name "_lo," #name "_hi"
 #define STORE_EXPORT_CSV_HEADER                                                                    \
     "run_id,layer,head,step,step_last,tier,merged,time_ms,rows,rows_norm,rows_empty,"             \
-    "nonfinite_rows,sampled,entropy_mean,entropy_std,entropy_min,entropy_max,entropy_norm_mean,"  \
-    "collapsed_frac,max_logit,entropy_mean_lo,entropy_mean_hi,entropy_std_lo,entropy_std_hi,"     \
-    "entropy_min_lo,entropy_min_hi,entropy_max_lo,entropy_max_hi,entropy_norm_mean_lo,"           \
-    "entropy_norm_mean_hi,collapsed_frac_lo,collapsed_frac_hi,max_logit_lo,max_logit_hi\n"
+    "nonfinite_rows,sampled" VOCAB_STATS(STORE_EXPORT_STAT_) VOCAB_STATS(STORE_EXPORT_RANGE_) "\n"
 
 /* Format one row as a line (newline included) into buf: the length it needs, as snprintf (the
- * line is cut when len is too small). A row takes at most STORE_FORMAT_MAX bytes. */
-#define STORE_FORMAT_MAX 1536
+ * line is cut when len is too small). A row takes at most STORE_FORMAT_MAX bytes: the keys, counts
+ * and sampled under 420 as JSON, and each statistic's three values (24 characters at most, %.17g)
+ * with their JSON keys in 3 x its name's length + 96 (160 for names up to 21 characters). */
+#define STORE_FORMAT_MAX (512 + 160 * VOCAB_NSTATS)
 size_t store_format_sample(const store_sample *s, store_format f, char *buf, size_t len);
 
 /* PRAGMA integrity_check: STORE_OK when it says "ok"; otherwise STORE_ERROR with the problems it

@@ -24,18 +24,11 @@ void store_row_hot(sqlite3_stmt *s, store_pack_head *o, int32_t *layer, int64_t 
         *step = sqlite3_column_int64(s, 3);
     o->time_ms = sqlite3_column_int64(s, 4);
     stats_head *h = &o->s;
-    h->rows = sqlite3_column_int64(s, 5);
-    h->rows_norm = sqlite3_column_int64(s, 6);
-    h->rows_empty = sqlite3_column_int64(s, 7);
-    h->nonfinite_rows = sqlite3_column_int64(s, 8);
-    h->entropy_mean = col_f64(s, 9);
-    h->entropy_std = col_f64(s, 10);
-    h->entropy_min = col_f64(s, 11);
-    h->entropy_max = col_f64(s, 12);
-    h->entropy_norm_mean = col_f64(s, 13);
-    h->collapsed_frac = col_f64(s, 14);
-    h->max_logit = col_f64(s, 15);
-    h->sampled = sqlite3_column_int(s, 16);
+    for (int i = 0; i < VOCAB_NCOUNTS; i++)
+        *store_count(h, i) = sqlite3_column_int64(s, HOT_COL_COUNTS + i);
+    for (int i = 0; i < VOCAB_NSTATS; i++) /* NULL (also a row older than its column): NaN */
+        *store_stat(h, i) = col_f64(s, HOT_COL_STATS + i);
+    h->sampled = sqlite3_column_int(s, HOT_COL_SAMPLED);
 }
 
 /* A BLOB column: its bytes, or NULL with err set when SQLite ran out of memory reading it. */

@@ -14,15 +14,17 @@
     "id, name, rank, host, pid, started, last_hello, config, thresholds, samples, step_min, "     \
     "step_max, last_time, bytes, coalesce(retain_ms, -1), coalesce(retain_bytes, -1), owner_uid, " \
     "ended, end_reason"
-/* The exact tier's columns in the order store_row_hot() (store_rows.c) reads them. */
-#define HOT_COLS                                                                                   \
-    "run_id, layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, " \
-    "entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sampled"
+/* The exact tier's columns in the order store_row_hot() (store_rows.c) reads them (HOT_COL_*,
+ * store_internal.h): the keys and time, vocab.h's counts and statistics in table order, sampled.
+ * The lists are written from the rows at compile time: a column's name is its row's name. */
+#define COL_(name, ...) ", " #name
+#define COL_Q_(name, ...) ", samples." #name
+#define PARAM_(name, ...) ", ?"
+#define SET_(name, ...) ", " #name " = ?"
+#define HOT_COLS "run_id, layer, head, step, time" VOCAB_COUNTS(COL_) VOCAB_STATS(COL_) ", sampled"
 #define HOT_COLS_Q                                                                                 \
-    "samples.run_id, samples.layer, samples.head, samples.step, samples.time, samples.rows, "     \
-    "samples.rows_norm, samples.rows_empty, samples.nonfinite_rows, samples.entropy_mean, "        \
-    "samples.entropy_std, samples.entropy_min, samples.entropy_max, samples.entropy_norm_mean, "   \
-    "samples.collapsed_frac, samples.max_logit, samples.sampled"
+    "samples.run_id, samples.layer, samples.head, samples.step, samples.time"                      \
+    VOCAB_COUNTS(COL_Q_) VOCAB_STATS(COL_Q_) ", samples.sampled"
 #define ALERT_COLS                                                                                 \
     "id, run_id, layer, head, step, rule, state, value, threshold, time, message, reason, uid, "   \
     "ack_uid, ack_time"
@@ -64,16 +66,15 @@ const char *const store_sql[S_COUNT] = {
     [S_SILENCES_END_RUN] = "UPDATE silences SET until = ?2 WHERE run_id = ?1 AND until IS NULL",
     /* ?1 run */
     [S_RUN_EXISTS] = "SELECT 1 FROM runs WHERE id = ?1",
-    /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 time, ?6..?9 counts, ?10..?16 statistics, ?17 sampled
-     * (the order of HOT_COLS; S_SAMPLE_UPDATE takes the same parameters) */
+    /* ?1 run, ?2 layer, ?3 head, ?4 step, ?5 time, then the counts, the statistics and sampled
+     * (the order of HOT_COLS: column c is ?c+1; S_SAMPLE_UPDATE takes the same parameters). A
+     * bare ? is numbered one past the largest before it, so the lists count on from ?5. */
     [S_SAMPLE_INSERT] =
-        "INSERT INTO samples (" HOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-        "?12, ?13, ?14, ?15, ?16, ?17) ON CONFLICT (run_id, step, layer, head) DO NOTHING",
+        "INSERT INTO samples (" HOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5" VOCAB_COUNTS(PARAM_)
+        VOCAB_STATS(PARAM_) ", ?) ON CONFLICT (run_id, step, layer, head) DO NOTHING",
     [S_SAMPLE_UPDATE] =
-        "UPDATE samples SET time = ?5, rows = ?6, rows_norm = ?7, rows_empty = ?8, "
-        "nonfinite_rows = ?9, entropy_mean = ?10, entropy_std = ?11, entropy_min = ?12, "
-        "entropy_max = ?13, entropy_norm_mean = ?14, collapsed_frac = ?15, max_logit = ?16, "
-        "sampled = ?17 WHERE run_id = ?1 AND step = ?4 AND layer = ?2 AND head = ?3",
+        "UPDATE samples SET time = ?5" VOCAB_COUNTS(SET_) VOCAB_STATS(SET_) ", sampled = ? "
+        "WHERE run_id = ?1 AND step = ?4 AND layer = ?2 AND head = ?3",
     /* ?1 run, ?2 samples added, ?3 lowest step, ?4 highest step, ?5 newest time, ?6 bytes added */
     [S_RUN_SUMMARY] =
         "UPDATE runs SET samples = samples + ?2, step_min = min(coalesce(step_min, ?3), ?3), "

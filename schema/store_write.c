@@ -252,18 +252,11 @@ static int bind_sample(sqlite3_stmt *s, int64_t run_id, int32_t layer, int32_t h
     BIND(sqlite3_bind_int(s, 3, head));
     BIND(sqlite3_bind_int64(s, 4, step));
     BIND(sqlite3_bind_int64(s, 5, time_ms));
-    BIND(sqlite3_bind_int64(s, 6, h->rows));
-    BIND(sqlite3_bind_int64(s, 7, h->rows_norm));
-    BIND(sqlite3_bind_int64(s, 8, h->rows_empty));
-    BIND(sqlite3_bind_int64(s, 9, h->nonfinite_rows));
-    BIND(bind_f64(s, 10, h->entropy_mean));
-    BIND(bind_f64(s, 11, h->entropy_std));
-    BIND(bind_f64(s, 12, h->entropy_min));
-    BIND(bind_f64(s, 13, h->entropy_max));
-    BIND(bind_f64(s, 14, h->entropy_norm_mean));
-    BIND(bind_f64(s, 15, h->collapsed_frac));
-    BIND(bind_f64(s, 16, h->max_logit));
-    BIND(sqlite3_bind_int(s, 17, h->sampled));
+    for (int i = 0; i < VOCAB_NCOUNTS; i++)
+        BIND(sqlite3_bind_int64(s, HOT_COL_COUNTS + 1 + i, *store_count((stats_head *)h, i)));
+    for (int i = 0; i < VOCAB_NSTATS; i++)
+        BIND(bind_f64(s, HOT_COL_STATS + 1 + i, store_stat_get(h, i)));
+    BIND(sqlite3_bind_int(s, HOT_COL_SAMPLED + 1, h->sampled));
     return rc;
 }
 

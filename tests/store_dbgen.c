@@ -1,6 +1,8 @@
 /* store_dbgen.c — a history database for tests/test_python_history.py, written through the store
  * (schema/), with what the store itself reads back as the reference:
  *   store_dbgen <database> <export.jsonl> [seed]
+ *   store_dbgen --export <database> <export.jsonl>   (an existing database, migrated if older:
+ *                                                    every run exported, nothing else written)
  * Two runs (one name with two ranks, and another), random statistics with empty heads (NaN means,
  * max_logit -inf), heads pushed again at a later time, a head written straight into the exact
  * tier with a gap in its ids, then the retention step: compaction (the exact tier keeps the newest
@@ -43,7 +45,7 @@ static stats_head rand_head(void)
     if (unit() < 0.1) { /* no counted row */
         h.rows_empty = 1 + (int64_t)(unit() * 20);
         h.entropy_mean = h.entropy_std = h.entropy_min = h.entropy_max = NAN;
-        h.entropy_norm_mean = h.collapsed_frac = NAN;
+        h.entropy_norm_mean = h.collapsed_frac = h.sink_mass = h.distance = NAN;
         h.max_logit = -INFINITY;
         return h;
     }
@@ -58,6 +60,8 @@ static stats_head rand_head(void)
     h.collapsed_frac = h.rows_norm ? unit() * 0.2 : NAN;
     h.max_logit = (unit() - 0.3) * 100;
     h.sampled = unit() < 0.3;
+    h.sink_mass = unit();
+    h.distance = unit() * 900;
     return h;
 }
 
@@ -70,8 +74,35 @@ static int write_row(void *ctx, const store_sample *s)
     return 0;
 }
 
+/* Export every run of an existing database (opened read-write: an older one is migrated). */
+static int export_only(const char *db, const char *out)
+{
+    store_error err;
+    store *st = store_open(db, 0, &err);
+    if (!st)
+        fail("open", &err);
+    FILE *f = fopen(out, "w");
+    if (!f) {
+        perror(out);
+        return 1;
+    }
+    for (int64_t id = 1; id < 64; id++) {
+        store_status rs = store_export(st, id, write_row, f, &err);
+        if (rs != STORE_OK && rs != STORE_NOTFOUND)
+            fail("export", &err);
+    }
+    if (fclose(f) != 0) {
+        perror(out);
+        return 1;
+    }
+    store_close(st);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--export") == 0)
+        return export_only(argv[2], argv[3]);
     if (argc < 3) {
         fprintf(stderr, "usage: store_dbgen <database> <export.jsonl> [seed]\n");
         return 2;

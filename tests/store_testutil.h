@@ -81,6 +81,7 @@ static inline stats_head rand_head(int allow_empty)
         h.entropy_norm_mean = NAN;
         h.collapsed_frac = NAN;
         h.max_logit = -INFINITY;
+        h.sink_mass = h.distance = NAN;
         h.sampled = (int32_t)(rnd() & 1);
         return h;
     }
@@ -96,6 +97,8 @@ static inline stats_head rand_head(int allow_empty)
     h.collapsed_frac = h.rows_norm ? rnd_unit() : NAN;
     h.max_logit = (rnd_unit() - 0.2) * 300;
     h.sampled = (int32_t)(rnd() & 1);
+    h.sink_mass = rnd_unit();
+    h.distance = rnd_unit() * 2048;
     return h;
 }
 
@@ -124,13 +127,11 @@ static inline void assert_same_head(const stats_head *a, const stats_head *b, co
                       a->rows_empty == b->rows_empty && a->nonfinite_rows == b->nonfinite_rows &&
                       a->sampled == b->sampled,
                   "%s: counts differ", where);
-    const double *x[] = {&a->entropy_mean, &a->entropy_std, &a->entropy_min, &a->entropy_max,
-                         &a->entropy_norm_mean, &a->collapsed_frac, &a->max_logit};
-    const double *y[] = {&b->entropy_mean, &b->entropy_std, &b->entropy_min, &b->entropy_max,
-                         &b->entropy_norm_mean, &b->collapsed_frac, &b->max_logit};
-    for (int i = 0; i < 7; i++)
-        ck_assert_msg(same_double(*x[i], *y[i]), "%s: double field %d differs: %.17g vs %.17g",
-                      where, i, *x[i], *y[i]);
+#define SAME_STAT_(name, ...)                                                                      \
+    ck_assert_msg(same_double(a->name, b->name), "%s: %s differs: %.17g vs %.17g", where, #name,   \
+                  a->name, b->name);
+    VOCAB_STATS(SAME_STAT_)
+#undef SAME_STAT_
 }
 
 static inline store *open_ok(const char *path)

@@ -7,7 +7,10 @@ with listed head ids and per-head times, buckets; empty heads with NaN / -inf; a
 the store's own export of every run (JSON lines, store_format_sample). The reader's rows must equal
 the store's, field for field and bit for bit, in the same order, whole and filtered by layer, head
 and step range. Also: runs by id and name, ambiguous and unknown runs, a file that is not an
-attnstat database, a version-1 database (001_init.sql, exact rows only), active alerts.
+attnstat database, a version-1 database (001_init.sql, exact rows only), active alerts; the
+compact format's layout by its rule (versions 1 and 2), a version-1 row built by hand, and
+tests/fixtures/store_v4.db (made by the store of schema version 4, version-1 compact rows) read as
+it is against the store's export of a migrated copy.
 pandas is not installed on the development machine: dataframe() is then checked to raise
 ImportError with a message; where pandas exists, the frame is checked against samples().
 
@@ -17,7 +20,9 @@ import json
 import math
 import os
 import random
+import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -185,7 +190,79 @@ class HistoryReader(unittest.TestCase):
         with self.assertRaisesRegex(attnstat.HistoryError, "compact row"):
             _history.unpack(b"\x01\x05\x00" + b"\x00" * 10, 0)
         with self.assertRaisesRegex(attnstat.HistoryError, "format"):
-            _history.unpack(b"\x02\x01\x00", 0)
+            _history.unpack(b"\x03\x01\x00", 0)
+        with self.assertRaisesRegex(attnstat.HistoryError, "format"):
+            _history.unpack(b"\x00\x01\x00", 0)
+
+    def test_new_statistics_through_every_tier(self):
+        # store_dbgen writes finite sink_mass and distance: they come back from every tier
+        seen = {w["tier"] for w in self.want
+                if w["sink_mass"] is not None and w["distance"] is not None}
+        self.assertEqual(seen, {"exact", "compact", "bucket"})
+
+    def test_layout_rule(self):
+        # schema/store_pack.h: version 1 is f32 entropy_mean, f32 max_logit, u16 entropy_std,
+        # entropy_min, entropy_max, entropy_norm_mean, collapsed_frac; version 2 adds f32 distance
+        # after max_logit and u16 sink_mass at the end
+        v1, size1 = _history.layout(1)
+        self.assertEqual([(c[0], c[1], c[3]) for c in v1],
+                         [("entropy_mean", "f", 0), ("max_logit", "f", 4), ("entropy_std", "H", 8),
+                          ("entropy_min", "H", 10), ("entropy_max", "H", 12),
+                          ("entropy_norm_mean", "H", 14), ("collapsed_frac", "H", 16)])
+        self.assertEqual(size1, 18)
+        v2, size2 = _history.layout(2)
+        self.assertEqual([c[0] for c in v2],
+                         ["entropy_mean", "max_logit", "distance", "entropy_std", "entropy_min",
+                          "entropy_max", "entropy_norm_mean", "collapsed_frac", "sink_mass"])
+        self.assertEqual(size2, 24)
+
+    def test_version_1_row_by_hand(self):
+        # two heads, ids 0 and 1, the same counts, the row's time: built from the documented bytes
+        rng = random.Random(SEED ^ 0x51)
+        mean = [rng.uniform(0.1, 5) for _ in range(2)]
+        logit = [rng.uniform(-50, 50) for _ in range(2)]
+        u16 = [[rng.randrange(1, 60000) for _ in range(2)] for _ in range(5)]
+        b = bytes([1, 2, 0]) + struct.pack("<2f", *mean) + struct.pack("<2f", *logit)
+        for col in u16:
+            b += struct.pack("<2H", *col)
+        b += bytes([0b10]) + bytes([2 * 7, 2 * 3, 0, 2 * 1])  # sampled: head 1; zigzag counts
+        rows = _history.unpack(b, 1234)
+        self.assertEqual([(h, t) for h, t, _ in rows], [(0, 1234), (1, 1234)])
+        for h, (_, _, s) in enumerate(rows):
+            self.assertEqual(s["entropy_mean"], struct.unpack("<f", struct.pack("<f", mean[h]))[0])
+            self.assertEqual(s["max_logit"], struct.unpack("<f", struct.pack("<f", logit[h]))[0])
+            for k, f in enumerate(("entropy_std", "entropy_min", "entropy_max")):
+                self.assertEqual(s[f], u16[k][h] / 2048.0)
+            for k, f in enumerate(("entropy_norm_mean", "collapsed_frac")):
+                self.assertEqual(s[f], u16[3 + k][h] / 65534.0)
+            self.assertTrue(math.isnan(s["sink_mass"]) and math.isnan(s["distance"]))
+            self.assertEqual((s["rows"], s["rows_norm"], s["rows_empty"], s["nonfinite_rows"]),
+                             (7, 3, 0, 1))
+            self.assertEqual(s["sampled"], h)
+
+    def test_version_4_file(self):
+        # tests/fixtures/store_v4.db: made by the store of schema version 4 (compact rows of
+        # format version 1, no sink_mass / distance columns). Read as it is, it must equal what
+        # the store of today exports from a migrated copy, the new statistics NaN.
+        fixture = os.path.join(HERE, "fixtures", "store_v4.db")
+        copy = os.path.join(self.tmp.name, "v4-copy.db")
+        export = os.path.join(self.tmp.name, "v4-export.jsonl")
+        shutil.copyfile(fixture, copy)
+        subprocess.run([DBGEN, "--export", copy, export], check=True)
+        with open(export) as f:
+            want = [json.loads(line) for line in f]
+        tiers = set()
+        with attnstat.history(fixture) as h:
+            self.assertEqual(h.version, 4)
+            for r in h.runs():
+                w = [x for x in want if x["run_id"] == r["id"]]
+                self.check_rows(h.samples(r["id"]), w, "v4 run %d" % r["id"])
+                tiers |= {x["tier"] for x in w}
+                for x in w:
+                    for k in ("sink_mass", "distance"):
+                        for e in ("", "_lo", "_hi"):
+                            self.assertIsNone(x[k + e])
+        self.assertEqual(tiers, {"exact", "compact", "bucket"})
 
 
 if __name__ == "__main__":

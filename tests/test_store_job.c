@@ -242,7 +242,7 @@ END_TEST
  * reference reduces). */
 typedef struct {
     int n;
-    double h[256], norm[256], logit[256];
+    double h[256], norm[256], logit[256], sink[256], dist[256];
     int has_norm[256];
 } rows;
 
@@ -254,6 +254,8 @@ static void rand_rows(rows *r, int n, double shift)
         r->has_norm[i] = rnd() % 5 != 0;
         r->norm[i] = rnd_unit();
         r->logit[i] = (rnd_unit() - 0.3) * 200;
+        r->sink[i] = rnd_unit() * shift / 2;       /* a row's p(first visible key) */
+        r->dist[i] = rnd_unit() * 300 * (1 + shift); /* a row's sum_j p_ij |i - j| */
     }
 }
 
@@ -261,7 +263,7 @@ static stats_head direct(const rows *const *sets, int nsets)
 {
     stats_head s;
     memset(&s, 0, sizeof s);
-    double sum = 0, nsum = 0, coll = 0;
+    double sum = 0, nsum = 0, coll = 0, sink = 0, dist = 0;
     s.entropy_min = INFINITY;
     s.entropy_max = -INFINITY;
     s.max_logit = -INFINITY;
@@ -272,6 +274,8 @@ static stats_head direct(const rows *const *sets, int nsets)
             s.entropy_min = fmin(s.entropy_min, sets[k]->h[i]);
             s.entropy_max = fmax(s.entropy_max, sets[k]->h[i]);
             s.max_logit = fmax(s.max_logit, sets[k]->logit[i]);
+            sink += sets[k]->sink[i];
+            dist += sets[k]->dist[i];
             if (sets[k]->has_norm[i]) {
                 s.rows_norm++;
                 nsum += sets[k]->norm[i];
@@ -290,17 +294,21 @@ static stats_head direct(const rows *const *sets, int nsets)
     }
     s.entropy_norm_mean = s.rows_norm ? nsum / (double)s.rows_norm : NAN;
     s.collapsed_frac = s.rows_norm ? coll / (double)s.rows_norm : NAN;
+    s.sink_mass = s.rows ? sink / (double)s.rows : NAN;
+    s.distance = s.rows ? dist / (double)s.rows : NAN;
     return s;
 }
 
 static void assert_close_head(const stats_head *a, const stats_head *b, const char *where)
 {
     ck_assert_msg(a->rows == b->rows && a->rows_norm == b->rows_norm, "%s: counts", where);
-    const double x[7] = {a->entropy_mean, a->entropy_std, a->entropy_min, a->entropy_max,
-                         a->entropy_norm_mean, a->collapsed_frac, a->max_logit};
-    const double y[7] = {b->entropy_mean, b->entropy_std, b->entropy_min, b->entropy_max,
-                         b->entropy_norm_mean, b->collapsed_frac, b->max_logit};
-    for (int i = 0; i < 7; i++) {
+    const double x[9] = {a->entropy_mean, a->entropy_std, a->entropy_min, a->entropy_max,
+                         a->entropy_norm_mean, a->collapsed_frac, a->max_logit, a->sink_mass,
+                         a->distance};
+    const double y[9] = {b->entropy_mean, b->entropy_std, b->entropy_min, b->entropy_max,
+                         b->entropy_norm_mean, b->collapsed_frac, b->max_logit, b->sink_mass,
+                         b->distance};
+    for (int i = 0; i < 9; i++) {
         if (isnan(x[i]) || isnan(y[i]) || isinf(x[i]) || isinf(y[i])) {
             ck_assert_msg(same_double(x[i], y[i]), "%s: field %d: %g vs %g", where, i, x[i], y[i]);
             continue;

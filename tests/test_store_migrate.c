@@ -5,7 +5,7 @@
  * the exact tier; then compacted, every sample at the compact precision; then through a read-only
  * handle. Version 2: the runs' owners move from the thresholds text into their column, alerts keep
  * their ids and states. Version 3: everything of runs and alerts that end is kept, the layout
- * columns (version 4) added; a fresh database has both. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
+ * columns (version 4) and the statistics' columns (version 5) added; a fresh database has them all. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
@@ -172,6 +172,7 @@ static void v1_build(const char *path, v1_truth *t)
                     int64_t added = 0;
                     for (int h = 0; h < nh; h++) {
                         stats_head x = rand_head(1);
+                        x.sink_mass = x.distance = NAN; /* no column for them in version 1 */
                         if (rnd() % 5 == 0 && x.rows > 0) {
                             x.entropy_mean = rand_bits_double();
                             x.max_logit = rand_bits_double();
@@ -509,15 +510,18 @@ static void assert_v3_and_v4(void)
                                       "IN ('reason', 'uid', 'ack_uid', 'ack_time')"), 4);
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_master WHERE name = 'silences'"),
                      1);
+    /* and version 5's statistics (tests/test_store_v4.c migrates a version-4 file) */
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('samples') WHERE name "
+                                      "IN ('sink_mass', 'distance')"), 2);
 }
 
 /* A database this code makes from nothing is at the last version and has both. */
 START_TEST(test_fresh_has_every_version)
 {
-    ck_assert_int_eq(store_schema_version(), 4);
+    ck_assert_int_eq(store_schema_version(), 5);
     store *st = open_ok(dbpath);
     store_close(st);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
     assert_v3_and_v4();
 }
 END_TEST
@@ -554,7 +558,7 @@ START_TEST(test_migrate_v3_layout)
     sqlite3_close(db);
 
     store *st = open_ok(dbpath);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
     assert_v3_and_v4();
     store_error err = {0};
     v2_rows r = {0};

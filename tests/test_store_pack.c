@@ -4,6 +4,10 @@
  * rows decoded whole and one head at a time, the size per head, and damaged bytes (every
  * truncation, flipped bytes, trailing bytes) reported, never read past.
  *
+ * Version 2's two new fields (sink_mass: UNIT16, distance: F32) at their precision; the layout rule
+ * of each version against the lists the header writes out; version-1 rows built by hand from the
+ * documented bytes (not by the encoder) decoded, their new fields NaN.
+ *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run).
  */
 #include <float.h>
@@ -16,16 +20,18 @@
 static stats_head one_field(int field, double v)
 {
     stats_head h = rand_head(0);
-    double *f[7] = {&h.entropy_mean, &h.entropy_std, &h.entropy_min, &h.entropy_max,
-                    &h.entropy_norm_mean, &h.collapsed_frac, &h.max_logit};
+    double *f[9] = {&h.entropy_mean, &h.entropy_std, &h.entropy_min, &h.entropy_max,
+                    &h.entropy_norm_mean, &h.collapsed_frac, &h.max_logit, &h.sink_mass,
+                    &h.distance};
     *f[field] = v;
     return h;
 }
 
 static double get_field(const stats_head *h, int field)
 {
-    const double f[7] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max,
-                         h->entropy_norm_mean, h->collapsed_frac, h->max_logit};
+    const double f[9] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max,
+                         h->entropy_norm_mean, h->collapsed_frac, h->max_logit, h->sink_mass,
+                         h->distance};
     return f[field];
 }
 
@@ -110,6 +116,172 @@ START_TEST(test_precision_fixed)
         ck_assert(pack_field(f, -0.25) == 0);
         ck_assert(isnan(pack_field(f, NAN)));
         ck_assert(fabs(pack_field(f, 0.1) - 0.1) <= 0.5 / 65534); /* the default entropy floor */
+    }
+}
+END_TEST
+
+/* Version 2's fields: sink_mass (field 7) a fraction like the two above, distance (field 8) binary32
+ * positions. */
+START_TEST(test_precision_new_fields)
+{
+    for (int i = 0; i < 20000; i++) {
+        double x = rnd_unit();
+        double got = pack_field(7, x);
+        ck_assert_msg(fabs(got - x) <= 0.5 / 65534 + 1e-15, "sink_mass %.17g read %.17g", x, got);
+        double d = ldexp(1 + rnd_unit(), (int)rnd_range(-20, 31)); /* up to 2^32 positions */
+        got = pack_field(8, d);
+        ck_assert_msg(fabs(got - d) <= ldexp(d, -24), "distance %.17g read %.17g", d, got);
+    }
+    ck_assert(pack_field(7, 0) == 0);
+    ck_assert(pack_field(7, 1) == 1);
+    ck_assert(pack_field(7, 1.5) == 1);   /* clamped */
+    ck_assert(pack_field(7, -0.25) == 0); /* clamped */
+    ck_assert(pack_field(7, INFINITY) == 1);
+    ck_assert(isnan(pack_field(7, NAN)));
+    ck_assert(pack_field(8, 0) == 0 && !signbit(pack_field(8, -0.0))); /* -0.0 reads +0.0 */
+    ck_assert(pack_field(8, 1e39) == INFINITY);
+    ck_assert(pack_field(8, INFINITY) == INFINITY);
+    ck_assert(pack_field(8, -INFINITY) == -INFINITY);
+    ck_assert(pack_field(8, 4096.5) == 4096.5);
+    ck_assert(isnan(pack_field(8, NAN)));
+}
+END_TEST
+
+/* The rule (store_pack.h) against the layouts the header writes out for versions 1 and 2. */
+START_TEST(test_layout_rule)
+{
+    long col[VOCAB_NSTATS];
+    /* VOCAB_STATS order: mean std min max norm collapsed max_logit sink_mass distance */
+    const long v1[9] = {0, 8, 10, 12, 14, 16, 4, -1, -1};
+    const long v2[9] = {0, 12, 14, 16, 18, 20, 4, 22, 8};
+    ck_assert_int_eq(VOCAB_NSTATS, 9);
+    ck_assert_uint_eq(store_pack_layout(1, col), 18);
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(col[i] == v1[i], "version 1 field %d at %ld, not %ld", i, col[i], v1[i]);
+    ck_assert_uint_eq(store_pack_layout(2, col), 24);
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(col[i] == v2[i], "version 2 field %d at %ld, not %ld", i, col[i], v2[i]);
+    ck_assert_int_eq(STORE_PACK_VERSION, 2);
+}
+END_TEST
+
+/* ---- version 1, by hand ------------------------------------------------------------------------ */
+
+static size_t hand_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7)
+        p[n++] = (uint8_t)(v | 0x80);
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t hand_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+/* Rows written byte by byte from version 1's documented layout (f32 entropy_mean, f32 max_logit,
+ * u16 entropy_std, min, max, norm_mean, collapsed_frac; sampled bits; zigzag counts; listed ids),
+ * with the values each field must read as, decoded whole and one head at a time. */
+START_TEST(test_version_1_by_hand)
+{
+    enum { CAP = 40 };
+    static uint8_t buf[CAP * 64 + 64];
+    for (int trial = 0; trial < 500; trial++) {
+        int32_t n = (int32_t)rnd_range(1, CAP);
+        int ids = rnd() & 1;
+        float mean[CAP], logit[CAP];
+        uint16_t u[5][CAP];
+        int32_t head[CAP];
+        int sampled[CAP];
+        int64_t c[4] = {rnd_range(0, 1 << 20), rnd_range(0, 1000), rnd_range(0, 9),
+                        -rnd_range(0, 3)}; /* a negative count: zigzag */
+        int32_t id = ids ? (int32_t)rnd_range(0, 500) : 0;
+        for (int32_t i = 0; i < n; i++) {
+            mean[i] = (float)(rnd_unit() * 8);
+            logit[i] = (float)((rnd_unit() - 0.3) * 200);
+            if (rnd() % 9 == 0)
+                logit[i] = -INFINITY;
+            for (int k = 0; k < 5; k++)
+                u[k][i] = rnd() % 11 == 0 ? 0xFFFF : (uint16_t)rnd_range(0, 65534);
+            head[i] = id;
+            id += ids ? (int32_t)rnd_range(1, 40) : 1;
+            sampled[i] = (int)(rnd() & 1);
+        }
+        size_t o = 0;
+        buf[o++] = 1;
+        o += hand_varint(buf + o, (uint64_t)n);
+        buf[o++] = ids ? 1 : 0;
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &mean[i], 4);
+            o += hand_le(buf + o, b, 4);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &logit[i], 4);
+            o += hand_le(buf + o, b, 4);
+        }
+        for (int k = 0; k < 5; k++)
+            for (int32_t i = 0; i < n; i++)
+                o += hand_le(buf + o, u[k][i], 2);
+        size_t map = ((size_t)n + 7) / 8;
+        memset(buf + o, 0, map);
+        for (int32_t i = 0; i < n; i++)
+            buf[o + (size_t)i / 8] |= (uint8_t)(sampled[i] << (i % 8));
+        o += map;
+        for (int k = 0; k < 4; k++)
+            o += hand_varint(buf + o, c[k] >= 0 ? (uint64_t)c[k] * 2 : (uint64_t)(-c[k]) * 2 - 1);
+        if (ids) {
+            o += hand_varint(buf + o, (uint64_t)head[0]);
+            for (int32_t i = 1; i < n; i++)
+                o += hand_varint(buf + o, (uint64_t)(head[i] - head[i - 1] - 1));
+        }
+        static store_pack_head out[CAP];
+        ck_assert_int_eq(store_pack_count(buf, o), n);
+        ck_assert_int_eq(store_pack_decode(buf, o, 777, out), 0);
+        for (int32_t i = 0; i < n; i++) {
+            const double scale[5] = {2048, 2048, 2048, 65534, 65534};
+            double want[5];
+            for (int k = 0; k < 5; k++)
+                want[k] = u[k][i] == 0xFFFF ? NAN : u[k][i] / scale[k];
+            for (int pass = 0; pass < 2; pass++) {
+                store_pack_head one, *g = &out[i];
+                if (pass) {
+                    ck_assert_int_eq(store_pack_decode_one(buf, o, 777, head[i], &one), 1);
+                    g = &one;
+                }
+                ck_assert_int_eq(g->head, head[i]);
+                ck_assert_int_eq(g->time_ms, 777);
+                ck_assert(same_double(g->s.entropy_mean, (double)mean[i]));
+                ck_assert(same_double(g->s.max_logit, (double)logit[i]));
+                ck_assert(same_double(g->s.entropy_std, want[0]));
+                ck_assert(same_double(g->s.entropy_min, want[1]));
+                ck_assert(same_double(g->s.entropy_max, want[2]));
+                ck_assert(same_double(g->s.entropy_norm_mean, want[3]));
+                ck_assert(same_double(g->s.collapsed_frac, want[4]));
+                ck_assert(isnan(g->s.sink_mass) && isnan(g->s.distance)); /* not in version 1 */
+                ck_assert_int_eq(g->s.sampled, sampled[i]);
+                ck_assert(g->s.rows == c[0] && g->s.rows_norm == c[1] &&
+                          g->s.rows_empty == c[2] && g->s.nonfinite_rows == c[3]);
+            }
+        }
+        /* one byte short, one byte over: refused */
+        ck_assert_int_eq(store_pack_decode(buf, o - 1, 777, out), -1);
+        buf[o] = 0;
+        ck_assert_int_eq(store_pack_decode(buf, o + 1, 777, out), -1);
+        /* the same heads written by today's encoder: version 2, the same values read back */
+        static store_pack_head re[CAP], back[CAP];
+        static uint8_t enc[CAP * 64 + 64];
+        memcpy(re, out, (size_t)n * sizeof *re);
+        size_t len = store_pack_encode(re, n, 777, enc);
+        ck_assert_int_eq(enc[0], 2);
+        ck_assert_int_eq(store_pack_decode(enc, len, 777, back), 0);
+        for (int32_t i = 0; i < n; i++)
+            assert_same_head(&back[i].s, &out[i].s, "version 1 re-encoded");
     }
 }
 END_TEST
@@ -219,9 +391,10 @@ START_TEST(test_row_size)
         in[i].s.nonfinite_rows = base.nonfinite_rows;
     }
     size_t len = store_pack_encode(in, 64, 1700000000000, buf);
-    /* 18 bytes and a bit per head, a 3-byte header, the shared counts (<= 40 bytes) */
-    ck_assert_uint_le(len, 64 * 18 + 8 + 3 + 40);
-    ck_assert_uint_ge(len, 64 * 18 + 8 + 3 + 4);
+    /* version 2: 24 bytes (three f32, six u16) and a bit per head, a 3-byte header, the shared
+     * counts (<= 40 bytes) */
+    ck_assert_uint_le(len, 64 * 24 + 8 + 3 + 40);
+    ck_assert_uint_ge(len, 64 * 24 + 8 + 3 + 4);
     fprintf(stderr, "  64 heads: %zu bytes (%.2f per head)\n", len, len / 64.0);
     /* one head whose counts differ costs its counts and a bitmap, not a copy per head */
     in[17].s.nonfinite_rows = base.nonfinite_rows + 3;
@@ -256,7 +429,9 @@ START_TEST(test_damaged)
         memcpy(bad, buf, len);
         bad[len] = 0;
         ck_assert_int_eq(store_pack_decode(bad, len + 1, t, out), -1);
-        bad[0] = 2;
+        bad[0] = STORE_PACK_VERSION + 1;
+        ck_assert_int_eq(store_pack_count(bad, len), -1);
+        bad[0] = 0;
         ck_assert_int_eq(store_pack_count(bad, len), -1);
         /* flipped bytes: either refused or a row of valid shape; never a read past the end */
         for (int k = 0; k < 20; k++) {
@@ -298,6 +473,9 @@ static Suite *make_pack_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_precision_binary32);
     tcase_add_test(tc, test_precision_fixed);
+    tcase_add_test(tc, test_precision_new_fields);
+    tcase_add_test(tc, test_layout_rule);
+    tcase_add_test(tc, test_version_1_by_hand);
     tcase_add_test(tc, test_rows_round_trip);
     tcase_add_test(tc, test_row_size);
     tcase_add_test(tc, test_damaged);

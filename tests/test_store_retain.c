@@ -182,31 +182,31 @@ static int collect_into_model(void *ctx, const store_sample *s)
     return 0;
 }
 
+/* The i-th statistic / count of vocab.h's rows (store_pack.h). */
+enum { NF = VOCAB_NSTATS, NC = VOCAB_NCOUNTS };
+
 static double fieldv(const stats_head *h, int i)
 {
-    const double f[7] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max,
-                         h->entropy_norm_mean, h->collapsed_frac, h->max_logit};
-    return f[i];
+    return store_stat_get(h, i);
 }
 
 static int64_t countv(const stats_head *h, int i)
 {
-    const int64_t c[4] = {h->rows, h->rows_norm, h->rows_empty, h->nonfinite_rows};
-    return c[i];
+    return *store_count((stats_head *)h, i);
 }
 
 /* The bucket of (layer, head) over [lo, hi] computed directly from the model, as it reads back. */
 static int64_t direct_bucket(const amodel *m, int l, int h, int64_t lo, int64_t hi,
                              stats_head *mn, stats_head *mean, stats_head *mx)
 {
-    int64_t n = 0, cnt[7] = {0}, csum[4] = {0}, clo[4] = {0}, chi[4] = {0};
-    double sum[7] = {0}, vlo[7] = {0}, vhi[7] = {0};
+    int64_t n = 0, cnt[NF] = {0}, csum[NC] = {0}, clo[NC] = {0}, chi[NC] = {0};
+    double sum[NF] = {0}, vlo[NF] = {0}, vhi[NF] = {0};
     int32_t slo = 0, shi = 0;
     for (int64_t s = lo; s <= hi; s++) {
         if (!m->have[s][l][h] || m->kept[s][l])
             continue;
         const stats_head *x = &m->h[s][l][h];
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < NF; i++) {
             double v = fieldv(x, i);
             if (!isfinite(v))
                 continue;
@@ -215,7 +215,7 @@ static int64_t direct_bucket(const amodel *m, int l, int h, int64_t lo, int64_t 
             sum[i] += v;
             cnt[i]++;
         }
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < NC; i++) {
             int64_t v = countv(x, i);
             clo[i] = n == 0 || v < clo[i] ? v : clo[i];
             chi[i] = n == 0 || v > chi[i] ? v : chi[i];
@@ -227,25 +227,15 @@ static int64_t direct_bucket(const amodel *m, int l, int h, int64_t lo, int64_t 
     }
     if (!n)
         return 0;
-    double *fl[7] = {&mn->entropy_mean, &mn->entropy_std, &mn->entropy_min, &mn->entropy_max,
-                     &mn->entropy_norm_mean, &mn->collapsed_frac, &mn->max_logit};
-    double *fm[7] = {&mean->entropy_mean, &mean->entropy_std, &mean->entropy_min,
-                     &mean->entropy_max, &mean->entropy_norm_mean, &mean->collapsed_frac,
-                     &mean->max_logit};
-    double *fh[7] = {&mx->entropy_mean, &mx->entropy_std, &mx->entropy_min, &mx->entropy_max,
-                     &mx->entropy_norm_mean, &mx->collapsed_frac, &mx->max_logit};
-    for (int i = 0; i < 7; i++) {
-        *fl[i] = cnt[i] ? vlo[i] : NAN;
-        *fm[i] = cnt[i] ? sum[i] / (double)cnt[i] : NAN;
-        *fh[i] = cnt[i] ? vhi[i] : NAN;
+    for (int i = 0; i < NF; i++) {
+        *store_stat(mn, i) = cnt[i] ? vlo[i] : NAN;
+        *store_stat(mean, i) = cnt[i] ? sum[i] / (double)cnt[i] : NAN;
+        *store_stat(mx, i) = cnt[i] ? vhi[i] : NAN;
     }
-    int64_t *cl[4] = {&mn->rows, &mn->rows_norm, &mn->rows_empty, &mn->nonfinite_rows};
-    int64_t *cm[4] = {&mean->rows, &mean->rows_norm, &mean->rows_empty, &mean->nonfinite_rows};
-    int64_t *ch[4] = {&mx->rows, &mx->rows_norm, &mx->rows_empty, &mx->nonfinite_rows};
-    for (int i = 0; i < 4; i++) {
-        *cl[i] = clo[i];
-        *cm[i] = llround((double)csum[i] / (double)n);
-        *ch[i] = chi[i];
+    for (int i = 0; i < NC; i++) {
+        *store_count(mn, i) = clo[i];
+        *store_count(mean, i) = llround((double)csum[i] / (double)n);
+        *store_count(mx, i) = chi[i];
     }
     mn->sampled = slo;
     mean->sampled = shi;

@@ -12,18 +12,21 @@ dataframe()). The file may be read while the daemon writes it (WAL); nothing her
 A row is one (layer, head, step) sample, or one head of a downsampled bucket, with the keys of the
 store's export (STORE_EXPORT_CSV_HEADER in schema/store_read.h): run_id, layer, head, step,
 step_last, tier ("exact", "compact" or "bucket"), merged, time_ms, rows, rows_norm, rows_empty,
-nonfinite_rows, sampled, entropy_mean, entropy_std, entropy_min, entropy_max, entropy_norm_mean,
-collapsed_frac, max_logit, and <field>_lo / <field>_hi for each of the seven statistics (a
-bucket's minimum and maximum; a sample's own value otherwise). Missing statistics are float("nan");
-max_logit is -inf for a head with no counted row. Rows come ordered by layer, then step, then head,
-a bucket before a sample of its first step, as the store exports them.
+nonfinite_rows, sampled, then every statistic of vocab/vocab.h's table in its order (entropy_mean,
+entropy_std, entropy_min, entropy_max, entropy_norm_mean, collapsed_frac, max_logit, sink_mass,
+distance), then <field>_lo / <field>_hi for each of them (a bucket's minimum and maximum; a
+sample's own value otherwise). Missing statistics are float("nan") (sink_mass and distance of rows
+stored before they were recorded too); max_logit is -inf for a head with no counted row. Rows come
+ordered by layer, then step, then head, a bucket before a sample of its first step, as the store
+exports them.
 
 The store keeps a run's samples in three tiers (schema/002_compact.sql), read here as one, as the
 store reads them (schema/store_read.h): the exact tier (table samples: every value as pushed), the
 compact tier (table history: each head of a (layer, step) packed into a BLOB at the precision
 schema/store_pack.h states; a head in both tiers is read from the exact one) and downsampled
 buckets (table coarse: per head the minimum, mean and maximum over a window of steps). The BLOB
-format is decoded here from its description in schema/store_pack.h.
+format is decoded here from its description in schema/store_pack.h: versions 1 and 2, each
+version's fixed columns laid out from attnstat._vocab.STATS by the header's rule.
 """
 import math
 import os
@@ -31,15 +34,21 @@ import sqlite3
 import stat
 import struct
 
+from . import _vocab
+
 __all__ = ["history", "History", "HistoryError"]
 
 _APPLICATION_ID = 0x61747374  # 'atst'
-_VERSIONS = (1, 2, 3, 4)      # schema versions this reader understands (1: exact rows only;
-                              # 3 and 4 add columns to runs, tiers unchanged)
-_FIELDS = ("entropy_mean", "entropy_std", "entropy_min", "entropy_max", "entropy_norm_mean",
-           "collapsed_frac", "max_logit")
-_COUNTS = ("rows", "rows_norm", "rows_empty", "nonfinite_rows")
+_VERSIONS = (1, 2, 3, 4, 5)   # schema versions this reader understands (1: exact rows only;
+                              # 3 and 4 add columns to runs, tiers unchanged; 5 adds columns of
+                              # statistics to samples: those with since > 1 in vocab.h)
+_FIELDS = tuple(r["name"] for r in _vocab.STATS)    # the statistics, in table order
+_COUNTS = tuple(r["name"] for r in _vocab.COUNTS)
 _TIERS = ("exact", "compact", "bucket")
+# compact format versions (schema/store_pack.h): 1 .. the newest `since` of the table (the C
+# encoder writes that one: store_pack.c asserts that no row's since is past its STORE_PACK_VERSION)
+_PACK_VERSIONS = tuple(range(1, max(r["since"] for r in _vocab.STATS) + 1))
+_SCALE = {"VOCAB_PACK_NAT16": 2048.0, "VOCAB_PACK_UNIT16": 65534.0}
 
 
 class HistoryError(Exception):
@@ -78,24 +87,46 @@ def _bits(b, i, n):
     return [bool((b[i + (h >> 3)] >> (h & 7)) & 1) for h in range(n)]
 
 
+def layout(version):
+    """The fixed columns of a compact row of this version, by schema/store_pack.h's rule: the F32
+    fields of the statistics with since <= version in table order, then their 16-bit fields
+    (NAT16, UNIT16) in table order. A list of (field, struct code, scale or None, offset in units
+    of n), and the bytes per head."""
+    rows = [r for r in _vocab.STATS if r["since"] <= version]
+    cols, at = [], 0
+    for r in [r for r in rows if r["pack"] == "VOCAB_PACK_F32"]:
+        cols.append((r["name"], "f", None, at))
+        at += 4
+    for r in [r for r in rows if r["pack"] != "VOCAB_PACK_F32"]:
+        cols.append((r["name"], "H", _SCALE[r["pack"]], at))
+        at += 2
+    return cols, at
+
+
+_LAYOUTS = {v: layout(v) for v in _PACK_VERSIONS}
+
+
 def unpack(blob, row_time):
-    """Decode a compact row: a list of (head, time_ms, stats dict), heads ascending."""
+    """Decode a compact row: a list of (head, time_ms, stats dict), heads ascending. Fields its
+    version lacks read as NaN."""
     b = bytes(blob)
-    if len(b) < 3 or b[0] != 1:
+    if len(b) < 3 or b[0] not in _LAYOUTS:
         raise HistoryError("a compact row is not in the format this reader knows")
+    cols, fixed = _LAYOUTS[b[0]]
     n, i = _varint(b, 1)
     flags = b[i]
     i += 1
-    if n < 1 or len(b) < i + 18 * n + (n + 7) // 8:
+    if n < 1 or len(b) < i + fixed * n + (n + 7) // 8:
         raise HistoryError("a compact row is damaged (too short)")
-    mean = struct.unpack_from("<%df" % n, b, i)
-    logit = struct.unpack_from("<%df" % n, b, i + 4 * n)
-    u16 = [struct.unpack_from("<%dH" % n, b, i + (8 + 2 * k) * n) for k in range(5)]
-    i += 18 * n
+    values = {}
+    for name, code, scale, off in cols:
+        v = struct.unpack_from("<%d%s" % (n, code), b, i + off * n)
+        values[name] = v if scale is None else [_fix(u, scale) for u in v]
+    i += fixed * n
     sampled = _bits(b, i, n)
     i += (n + 7) // 8
     first = []
-    for _ in range(4):
+    for _ in range(len(_COUNTS)):
         u, i = _varint(b, i)
         first.append(_unzig(u))
     counts = [list(first) for _ in range(n)]
@@ -104,7 +135,7 @@ def unpack(blob, row_time):
         i += (n + 7) // 8
         for h in range(n):
             if differ[h]:
-                for k in range(4):
+                for k in range(len(_COUNTS)):
                     u, i = _varint(b, i)
                     counts[h][k] = _unzig(u)
     heads = list(range(n))
@@ -126,11 +157,8 @@ def unpack(blob, row_time):
         raise HistoryError("a compact row is damaged (trailing bytes)")
     out = []
     for h in range(n):
-        s = {"entropy_mean": mean[h], "max_logit": logit[h],
-             "entropy_std": _fix(u16[0][h], 2048.0), "entropy_min": _fix(u16[1][h], 2048.0),
-             "entropy_max": _fix(u16[2][h], 2048.0),
-             "entropy_norm_mean": _fix(u16[3][h], 65534.0),
-             "collapsed_frac": _fix(u16[4][h], 65534.0), "sampled": int(sampled[h])}
+        s = {f: values[f][h] if f in values else math.nan for f in _FIELDS}
+        s["sampled"] = int(sampled[h])
         s.update(zip(_COUNTS, counts[h]))
         out.append((heads[h], times[h], s))
     return out
@@ -267,14 +295,17 @@ class History:
                             out[(ly, slo, 0, h)] = _row(rid, ly, h, slo, shi, "bucket", c, tm, s,
                                                         sl, sh)
             hw, ha = ("", ()) if head is None else (" AND head = ?", (int(head),))
-            q = ("SELECT layer, head, step, time, rows, rows_norm, rows_empty, nonfinite_rows, "
-                 "entropy_mean, entropy_std, entropy_min, entropy_max, entropy_norm_mean, "
-                 "collapsed_frac, max_logit, sampled FROM samples WHERE run_id = ? AND step "
-                 "BETWEEN ? AND ?" + lw + hw)
+            # the statistics the file has columns for (NaN for the others: before version 5)
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(samples)")}
+            have = [f for f in _FIELDS if f in cols]
+            q = ("SELECT layer, head, step, time, %s, %s, sampled FROM samples WHERE run_id = ? "
+                 "AND step BETWEEN ? AND ?" % (", ".join(_COUNTS), ", ".join(have)) + lw + hw)
+            nc = len(_COUNTS)
             for r in self._db.execute(q, (rid, lo, hi) + la + ha):
-                s = dict(zip(_COUNTS, r[4:8]))
-                s.update((f, _num(v)) for f, v in zip(_FIELDS, r[8:15]))
-                s["sampled"] = r[15]
+                s = dict(zip(_COUNTS, r[4:4 + nc]))
+                s.update((f, math.nan) for f in _FIELDS)
+                s.update((f, _num(v)) for f, v in zip(have, r[4 + nc:4 + nc + len(have)]))
+                s["sampled"] = r[4 + nc + len(have)]
                 out[(r[0], r[2], 1, r[1])] = _row(rid, r[0], r[1], r[2], r[2], "exact", 1, r[3], s)
         finally:
             self._db.execute("COMMIT")
