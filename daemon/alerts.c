@@ -243,6 +243,18 @@ VOCAB_RULES(ALERTS_RULE_AT)
 _Static_assert((0 VOCAB_RULES(ALERTS_ONE_DROP)) <= 1, "a head keeps one EMA baseline");
 #undef ALERTS_ONE_DROP
 
+int alerts_rule_threshold(const alerts_config *c, alerts_rule r, double *value, const char **name)
+{
+    if ((int)r < 1 || (int)r > (int)ALERTS_NRULES || rule_row[r - 1].thr == ALERTS_THR_none)
+        return 0;
+    double thv[ALERTS_THR_N + 1];
+    thresholds_of(c, thv);
+    *value = thv[rule_row[r - 1].thr];
+    if (name)
+        *name = rule_row[r - 1].threshold;
+    return 1;
+}
+
 int alerts_format(const alerts_transition *t, char *buf, size_t n)
 {
     if (t->state == ALERTS_RESOLVED)

@@ -165,6 +165,11 @@ alerts_rule alerts_rule_from_name(const char *name);
 
 void alerts_config_default(alerts_config *c);
 
+/* The threshold of rule r in c (its VOCAB_RULES threshold column, as a double; for ENTROPY_DROP
+ * the fraction entropy_drop, not the baseline's threshold), with its row's name in *name (may be
+ * NULL). 0 when r has none (NONFINITE) or is not a rule: *value and *name are then untouched. */
+int alerts_rule_threshold(const alerts_config *c, alerts_rule r, double *value, const char **name);
+
 /* Check every field against its bounds. ALERTS_EINVAL with a message naming the field, the value
  * and the bounds. err may be NULL. */
 alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errlen);
