@@ -108,7 +108,7 @@ alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errl
      * as the row gives them ("(0, 1]"). */
 #define ALERTS_CHECK_ROW(name, type, def, lo, lo_incl, hi, hi_incl, help)                         \
     if (!in_bounds((double)c->name, lo, lo_incl, hi, hi_incl)) {                                  \
-        util_err(err, errlen, "%s %.17g is out of bounds %c%g, %g%c", #name, (double)c->name,    \
+        util_err(err, errlen, "%s %g is out of bounds %c%g, %g%c", #name, (double)c->name,        \
                  (lo_incl) ? '[' : '(', (double)(lo), (double)(hi), (hi_incl) ? ']' : ')');       \
         return ALERTS_EINVAL;                                                                     \
     }

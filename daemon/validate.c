@@ -548,7 +548,7 @@ int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
     if (wirerow_get(&t->base, #name, &has, &v) == 0 && has &&                                     \
         !(isfinite(v) && ((lo_incl) ? v >= (lo) : v > (lo)) &&                                    \
           ((hi_incl) ? v <= (hi) : v < (hi)))) {                                                  \
-        snprintf(msg, msglen, "thresholds.%s %.17g must be in %c%g, %g%c", #name, v,              \
+        snprintf(msg, msglen, "thresholds.%s %g must be in %c%g, %g%c", #name, v,                  \
                  (lo_incl) ? '[' : '(', (double)(lo), (double)(hi), (hi_incl) ? ']' : ')');       \
         return -1;                                                                                \
     }

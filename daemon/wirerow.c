@@ -32,11 +32,6 @@ static void mark(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
     }
 }
 
-int wirerow_has_field(const ProtobufCMessageDescriptor *d, const char *name)
-{
-    return d && name && protobuf_c_message_descriptor_get_field_by_name(d, name) != NULL;
-}
-
 int wirerow_get(const ProtobufCMessage *m, const char *name, int *has, double *v)
 {
     const ProtobufCFieldDescriptor *f = field_of(m, name);

@@ -24,7 +24,4 @@ int wirerow_get_u64(const ProtobufCMessage *m, const char *name, int *has, uint6
 int wirerow_set(ProtobufCMessage *m, const char *name, double v);
 int wirerow_set_u64(ProtobufCMessage *m, const char *name, uint64_t v);
 
-/* 1 when m's message has a field `name`, else 0. */
-int wirerow_has_field(const ProtobufCMessageDescriptor *d, const char *name);
-
 #endif /* ATTNSTAT_WIREROW_H */
