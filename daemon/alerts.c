@@ -1,4 +1,5 @@
-/* alerts.c — the alert engine behind alerts.h. Stage: the rule engine (pure); calls names and util.
+/* alerts.c — the alert engine behind alerts.h. Stage: the rule engine (pure); calls names and util;
+ * reads vocab.h's rows.
  *
  * How it works
  * - One slot per (run, layer, head) in an open-addressing table with linear probing, kept at most
@@ -6,6 +7,8 @@
  *   backward-shift deletion, so there are no tombstones and forgetting never allocates.
  * - A slot holds, per rule, the consecutive bad and good counts, whether the rule is raised, and
  *   the transition that raised it; plus the EMA baseline of entropy_mean for ENTROPY_DROP.
+ * - The rules are vocab.h's VOCAB_RULES, judged by their cmp column (observe_rule()); the
+ *   thresholds are its VOCAB_THRESHOLDS, checked, merged, written and read back by their rows.
  * - Per-run records (thresholds, number of states, refused new heads) sit in a small array searched
  *   linearly (runs are few: one per training process), with the last hit remembered. A run gets
  *   one with its first state or its thresholds, and loses it when forgotten.
@@ -84,19 +87,15 @@ alerts_rule alerts_rule_from_name(const char *name)
 
 void alerts_config_default(alerts_config *c)
 {
-    c->entropy_floor = ALERTS_DEFAULT_ENTROPY_FLOOR;
-    c->entropy_drop = ALERTS_DEFAULT_ENTROPY_DROP;
-    c->ema_alpha = ALERTS_DEFAULT_EMA_ALPHA;
-    c->ema_warmup = ALERTS_DEFAULT_EMA_WARMUP;
-    c->logit_ceiling = ALERTS_DEFAULT_LOGIT_CEILING;
-    c->raise_after = ALERTS_DEFAULT_RAISE_AFTER;
-    c->clear_after = ALERTS_DEFAULT_CLEAR_AFTER;
+#define ALERTS_SET_DEFAULT(name, type, def, ...) c->name = (ALERTS_CTYPE_##type)(def);
+    VOCAB_THRESHOLDS(ALERTS_SET_DEFAULT)
+#undef ALERTS_SET_DEFAULT
 }
 
-/* lo < v (or lo <= v when lo_incl) and v <= hi, finite. */
-static int in_bounds(double v, double lo, int lo_incl, double hi)
+/* v within [lo, hi] (each end open when its _incl is 0), finite. */
+static int in_bounds(double v, double lo, int lo_incl, double hi, int hi_incl)
 {
-    return isfinite(v) && (lo_incl ? v >= lo : v > lo) && v <= hi;
+    return isfinite(v) && (lo_incl ? v >= lo : v > lo) && (hi_incl ? v <= hi : v < hi);
 }
 
 alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errlen)
@@ -105,36 +104,16 @@ alerts_status alerts_config_check(const alerts_config *c, char *err, size_t errl
         util_err(err, errlen, "no alert config given");
         return ALERTS_EINVAL;
     }
-    if (!in_bounds(c->entropy_floor, 0, 1, 1)) {
-        util_err(err, errlen, "entropy_floor %g is out of bounds [0, 1]", c->entropy_floor);
-        return ALERTS_EINVAL;
+    /* Every threshold against its row's bounds; the message names it, its value and the bounds
+     * as the row gives them ("(0, 1]"). */
+#define ALERTS_CHECK_ROW(name, type, def, lo, lo_incl, hi, hi_incl, help)                         \
+    if (!in_bounds((double)c->name, lo, lo_incl, hi, hi_incl)) {                                  \
+        util_err(err, errlen, "%s %g is out of bounds %c%g, %g%c", #name, (double)c->name,        \
+                 (lo_incl) ? '[' : '(', (double)(lo), (double)(hi), (hi_incl) ? ']' : ')');       \
+        return ALERTS_EINVAL;                                                                     \
     }
-    if (!in_bounds(c->entropy_drop, 0, 0, 1) || c->entropy_drop >= 1) {
-        util_err(err, errlen, "entropy_drop %g is out of bounds (0, 1)", c->entropy_drop);
-        return ALERTS_EINVAL;
-    }
-    if (!in_bounds(c->ema_alpha, 0, 0, 1)) {
-        util_err(err, errlen, "ema_alpha %g is out of bounds (0, 1]", c->ema_alpha);
-        return ALERTS_EINVAL;
-    }
-    if (c->ema_warmup < 1 || c->ema_warmup > 1000000) {
-        util_err(err, errlen, "ema_warmup %" PRIu32 " is out of bounds [1, 1000000]", c->ema_warmup);
-        return ALERTS_EINVAL;
-    }
-    if (!in_bounds(c->logit_ceiling, 0, 0, 1e30)) {
-        util_err(err, errlen, "logit_ceiling %g is out of bounds (0, 1e30]", c->logit_ceiling);
-        return ALERTS_EINVAL;
-    }
-    if (c->raise_after < 1 || c->raise_after > 1000000) {
-        util_err(err, errlen, "raise_after %" PRIu32 " is out of bounds [1, 1000000]",
-                c->raise_after);
-        return ALERTS_EINVAL;
-    }
-    if (c->clear_after < 1 || c->clear_after > 1000000) {
-        util_err(err, errlen, "clear_after %" PRIu32 " is out of bounds [1, 1000000]",
-                c->clear_after);
-        return ALERTS_EINVAL;
-    }
+    VOCAB_THRESHOLDS(ALERTS_CHECK_ROW)
+#undef ALERTS_CHECK_ROW
     return ALERTS_OK;
 }
 
@@ -143,20 +122,11 @@ alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
 {
     alerts_config c = *base;
     if (o) {
-        if (o->has_entropy_floor)
-            c.entropy_floor = o->entropy_floor;
-        if (o->has_entropy_drop)
-            c.entropy_drop = o->entropy_drop;
-        if (o->has_ema_alpha)
-            c.ema_alpha = o->ema_alpha;
-        if (o->has_ema_warmup)
-            c.ema_warmup = o->ema_warmup;
-        if (o->has_logit_ceiling)
-            c.logit_ceiling = o->logit_ceiling;
-        if (o->has_raise_after)
-            c.raise_after = o->raise_after;
-        if (o->has_clear_after)
-            c.clear_after = o->clear_after;
+#define ALERTS_MERGE_ROW(name, ...)                                                                \
+    if (o->has_##name)                                                                             \
+        c.name = o->name;
+        VOCAB_THRESHOLDS(ALERTS_MERGE_ROW)
+#undef ALERTS_MERGE_ROW
     }
     alerts_status st = alerts_config_check(&c, err, errlen);
     if (st == ALERTS_OK)
@@ -164,14 +134,9 @@ alerts_status alerts_config_merge(alerts_config *out, const alerts_config *base,
     return st;
 }
 
-/* The thresholds by name, in the order the runs table's JSON holds them: alerts_config_format
- * writes them, alerts_config_parse reads them back by key (a threshold added here leaves the rows
- * written before it readable, each missing key the daemon's value). X(name, D: double or U:
- * uint32_t). */
-#define ALERTS_CONFIG_FIELDS(X)                                                                    \
-    X(entropy_floor, D) X(entropy_drop, D) X(ema_alpha, D) X(ema_warmup, U) X(logit_ceiling, D)  \
-    X(raise_after, U) X(clear_after, U)
-
+/* The runs table's JSON holds the thresholds by name, in VOCAB_THRESHOLDS' order:
+ * alerts_config_format writes them, alerts_config_parse reads them back by key (a row added to
+ * the table leaves the rows written before it readable, each missing key the daemon's value). */
 static int config_put(char *buf, size_t n, size_t *at, const char *key, double d, int is_u32,
                       uint32_t u)
 {
@@ -188,15 +153,15 @@ static int config_put(char *buf, size_t n, size_t *at, const char *key, double d
 int alerts_config_format(const alerts_config *c, char *buf, size_t n)
 {
     size_t at = (size_t)snprintf(buf, n, "{");
-#define PUT_D(name) (double)c->name, 0, 0
-#define PUT_U(name) 0.0, 1, c->name
-#define PUT(name, T)                                                                              \
-    if (config_put(n ? buf : NULL, n, &at, #name, PUT_##T(name)) != 0)                            \
+#define PUT_VOCAB_D(name) (double)c->name, 0, 0
+#define PUT_VOCAB_U(name) 0.0, 1, c->name
+#define PUT(name, type, ...)                                                                      \
+    if (config_put(n ? buf : NULL, n, &at, #name, PUT_##type(name)) != 0)                         \
         return -1;
-    ALERTS_CONFIG_FIELDS(PUT)
+    VOCAB_THRESHOLDS(PUT)
 #undef PUT
-#undef PUT_U
-#undef PUT_D
+#undef PUT_VOCAB_U
+#undef PUT_VOCAB_D
     int w = snprintf(at < n ? buf + at : NULL, at < n ? n - at : 0, "}");
     return w < 0 ? -1 : (int)(at + (size_t)w);
 }
@@ -223,19 +188,71 @@ int alerts_config_parse(const char *json, alerts_overrides *o)
         return -1;
     int found = 0;
     double v;
-#define GET_D(name) o->name = v
-#define GET_U(name) o->name = v >= 0.0 && v <= (double)UINT32_MAX ? (uint32_t)v : 0
-#define GET(name, T)                                                                              \
+#define GET_VOCAB_D(name) o->name = v
+#define GET_VOCAB_U(name) o->name = v >= 0.0 && v <= (double)UINT32_MAX ? (uint32_t)v : 0
+#define GET(name, type, ...)                                                                      \
     if (config_number(json, #name, &v)) {                                                         \
-        GET_##T(name);                                                                           \
+        GET_##type(name);                                                                        \
         o->has_##name = 1;                                                                        \
         found++;                                                                                  \
     }
-    ALERTS_CONFIG_FIELDS(GET)
+    VOCAB_THRESHOLDS(GET)
 #undef GET
-#undef GET_U
-#undef GET_D
+#undef GET_VOCAB_U
+#undef GET_VOCAB_D
     return found;
+}
+
+/* The thresholds' places in an array of their values (thresholds_of()), ALERTS_THR_none last. */
+enum {
+#define ALERTS_THR_ID(name, ...) ALERTS_THR_##name,
+    VOCAB_THRESHOLDS(ALERTS_THR_ID)
+#undef ALERTS_THR_ID
+    ALERTS_THR_N,
+    ALERTS_THR_none = ALERTS_THR_N
+};
+
+/* c's thresholds as doubles by their place, and 0 for a rule that has none (VOCAB_ANY). */
+static void thresholds_of(const alerts_config *c, double thv[ALERTS_THR_N + 1])
+{
+#define ALERTS_THR_VALUE(name, ...) thv[ALERTS_THR_##name] = (double)c->name;
+    VOCAB_THRESHOLDS(ALERTS_THR_VALUE)
+#undef ALERTS_THR_VALUE
+    thv[ALERTS_THR_none] = 0.0;
+}
+
+/* Each rule's columns of VOCAB_RULES, by rule - 1. */
+static const struct {
+    const char *stat;     /* the statistic or count it reads */
+    enum vocab_cmp cmp;
+    const char *threshold; /* the threshold row, "none" */
+    int thr;               /* its place (ALERTS_THR_*) */
+} rule_row[ALERTS_NRULES] = {
+#define ALERTS_RULE_ROW(c, v, name, stat, cmp, threshold)                                         \
+    [v - 1] = {#stat, cmp, #threshold, ALERTS_THR_##threshold},
+    VOCAB_RULES(ALERTS_RULE_ROW)
+#undef ALERTS_RULE_ROW
+};
+
+/* The rules are 1..ALERTS_NRULES in the table's order (their slots), and one rule at most keeps
+ * the EMA baseline a head's state has room for. */
+#define ALERTS_RULE_AT(c, v, ...) _Static_assert(v >= 1 && v <= ALERTS_NRULES, "rule " #c);
+VOCAB_RULES(ALERTS_RULE_AT)
+#undef ALERTS_RULE_AT
+#define ALERTS_ONE_DROP(c, v, name, stat, cmp, ...) +((cmp) == VOCAB_DROP)
+_Static_assert((0 VOCAB_RULES(ALERTS_ONE_DROP)) <= 1, "a head keeps one EMA baseline");
+#undef ALERTS_ONE_DROP
+
+int alerts_rule_threshold(const alerts_config *c, alerts_rule r, double *value, const char **name)
+{
+    if ((int)r < 1 || (int)r > (int)ALERTS_NRULES || rule_row[r - 1].thr == ALERTS_THR_none)
+        return 0;
+    double thv[ALERTS_THR_N + 1];
+    thresholds_of(c, thv);
+    *value = thv[rule_row[r - 1].thr];
+    if (name)
+        *name = rule_row[r - 1].threshold;
+    return 1;
 }
 
 int alerts_format(const alerts_transition *t, char *buf, size_t n)
@@ -244,39 +261,37 @@ int alerts_format(const alerts_transition *t, char *buf, size_t n)
         return snprintf(buf, n, "%s resolved: run %" PRId64 " layer %" PRId32 " head %" PRId32
                         " (raised at step %" PRId64 ")", alerts_rule_name(t->rule), t->run_id,
                         t->layer, t->head, t->step);
-    const char *what = "value", *cmp = "?";
+    const char *what = "value", *cmp = "?", *than = "";
     int raised = t->state == ALERTS_RAISED;
-    switch (t->rule) {
-    case ALERTS_ENTROPY_FLOOR:
-        what = "normalised entropy mean";
-        cmp = raised ? "<" : ">=";
-        break;
-    case ALERTS_ENTROPY_DROP:
-        what = "entropy mean (nats)";
-        cmp = raised ? "< drop threshold" : ">= drop threshold";
-        break;
-    case ALERTS_LOGIT_CEILING:
-        what = "max logit";
-        cmp = raised ? ">" : "<=";
-        break;
-    case ALERTS_NONFINITE:
-        what = "non-finite rows";
-        cmp = raised ? ">" : "=";
-        break;
-    case ALERTS_SINK_MASS_CEILING:
-        what = "sink mass";
-        cmp = raised ? ">" : "<=";
-        break;
-    case ALERTS_DISTANCE_FLOOR:
-        what = "mean attention distance (positions)";
-        cmp = raised ? "<" : ">=";
-        break;
+    if ((int)t->rule >= 1 && (int)t->rule <= (int)ALERTS_NRULES) {
+        what = rule_row[t->rule - 1].stat;
+        switch (rule_row[t->rule - 1].cmp) {
+        case VOCAB_BELOW:
+            cmp = raised ? "<" : ">=";
+            break;
+        case VOCAB_ABOVE:
+            cmp = raised ? ">" : "<=";
+            break;
+        case VOCAB_DROP:
+            cmp = raised ? "<" : ">=";
+            than = " (1 - ";
+            break;
+        case VOCAB_ANY:
+            cmp = raised ? ">" : "=";
+            break;
+        }
     }
+    char thr[96];
+    if (*than)
+        snprintf(thr, sizeof thr, "%.4g%s%s) x its baseline", t->threshold, than,
+                 rule_row[t->rule - 1].threshold);
+    else
+        snprintf(thr, sizeof thr, "%.4g", t->threshold);
     return snprintf(buf, n,
                     "%s %s: run %" PRId64 " layer %" PRId32 " head %" PRId32 " step %" PRId64
-                    ": %s %.4g %s %.4g for %" PRIu32 " sample%s",
+                    ": %s %.4g %s %s for %" PRIu32 " sample%s",
                     alerts_rule_name(t->rule), alerts_state_name(t->state), t->run_id, t->layer,
-                    t->head, t->step, what, t->value, cmp, t->threshold, t->streak,
+                    t->head, t->step, what, t->value, cmp, thr, t->streak,
                     t->streak == 1 ? "" : "s");
 }
 
@@ -577,6 +592,60 @@ static int judge(rule_state *r, int bad, uint32_t raise_after, uint32_t clear_af
     return 0;
 }
 
+/* Judge one rule of one sample: value is its stat, threshold its threshold's value (for
+ * VOCAB_DROP: entropy_drop). Writes its transition to *out and returns 1 when it flips; 0
+ * otherwise. A NaN value says nothing (neither bad nor good), and so does a sample with no counted
+ * row for the rules on a statistic. */
+static int observe_rule(head_state *s, const alerts_config *c, int has_rows, alerts_rule rule,
+                        enum vocab_cmp cmp, double value, double threshold, alerts_transition *t,
+                        alerts_transition *out)
+{
+    rule_state *r = &s->r[rule - 1];
+    t->rule = rule;
+    t->value = value;
+    switch (cmp) {
+    case VOCAB_BELOW:
+    case VOCAB_ABOVE:
+        if (!has_rows || isnan(value))
+            return 0;
+        t->threshold = threshold;
+        if (judge(r, cmp == VOCAB_BELOW ? value < threshold : value > threshold, c->raise_after,
+                  c->clear_after, t)) {
+            *out = *t;
+            return 1;
+        }
+        return 0;
+    case VOCAB_DROP: {
+        /* Judged against the baseline before this sample, which it may then join. */
+        if (!has_rows || !isfinite(value))
+            return 0;
+        int bad = 0, flipped = 0;
+        if (s->ema_n >= c->ema_warmup) {
+            t->threshold = (1.0 - threshold) * s->ema;
+            bad = value < t->threshold;
+            if (judge(r, bad, c->raise_after, c->clear_after, t)) {
+                *out = *t;
+                flipped = 1;
+            }
+        }
+        if (!r->raised && !bad) {
+            s->ema = s->ema_n == 0 ? value : s->ema + c->ema_alpha * (value - s->ema);
+            if (s->ema_n < UINT32_MAX)
+                s->ema_n++;
+        }
+        return flipped;
+    }
+    case VOCAB_ANY: /* immediate: raises on the first bad sample */
+        t->threshold = 0;
+        if (judge(r, value > 0, 1, c->clear_after, t)) {
+            *out = *t;
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
 int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head, int64_t step,
                    const stats_head *h, alerts_transition out[ALERTS_NRULES])
 {
@@ -606,63 +675,27 @@ int alerts_observe(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head
     }
     const alerts_config *c = rc ? &rc->cfg : &e->defaults; /* a kept head's run has a record */
 
+    double thv[ALERTS_THR_N + 1];
+    thresholds_of(c, thv);
+
+    /* Every rule, in the table's order: its stat (a double, or a count) against its threshold. */
     int n = 0;
     alerts_transition t = {.run_id = run_id, .layer = layer, .head = head, .step = step};
-
-    /* ENTROPY_FLOOR */
-    if (has_rows && !isnan(h->entropy_norm_mean)) {
-        t.rule = ALERTS_ENTROPY_FLOOR;
-        t.value = h->entropy_norm_mean;
-        t.threshold = c->entropy_floor;
-        if (judge(&s->r[0], t.value < t.threshold, c->raise_after, c->clear_after, &t))
-            out[n++] = t;
-    }
-
-    /* ENTROPY_DROP: judged against the baseline before this sample, which it may then join. */
-    if (has_rows && isfinite(h->entropy_mean)) {
-        rule_state *r = &s->r[1];
-        int bad = 0;
-        if (s->ema_n >= c->ema_warmup) {
-            t.rule = ALERTS_ENTROPY_DROP;
-            t.value = h->entropy_mean;
-            t.threshold = (1.0 - c->entropy_drop) * s->ema;
-            bad = t.value < t.threshold;
-            if (judge(r, bad, c->raise_after, c->clear_after, &t))
-                out[n++] = t;
-        }
-        if (!r->raised && !bad) {
-            s->ema = s->ema_n == 0 ? h->entropy_mean
-                                   : s->ema + c->ema_alpha * (h->entropy_mean - s->ema);
-            if (s->ema_n < UINT32_MAX)
-                s->ema_n++;
-        }
-    }
-
-    /* LOGIT_CEILING */
-    if (has_rows && !isnan(h->max_logit)) {
-        t.rule = ALERTS_LOGIT_CEILING;
-        t.value = h->max_logit;
-        t.threshold = c->logit_ceiling;
-        if (judge(&s->r[2], t.value > t.threshold, c->raise_after, c->clear_after, &t))
-            out[n++] = t;
-    }
-
-    /* NONFINITE: immediate */
-    t.rule = ALERTS_NONFINITE;
-    t.value = (double)h->nonfinite_rows;
-    t.threshold = 0;
-    if (judge(&s->r[3], h->nonfinite_rows > 0, 1, c->clear_after, &t))
-        out[n++] = t;
+#define ALERTS_OBSERVE_RULE(k, v, name, stat, cmp, threshold)                                     \
+    n += observe_rule(s, c, has_rows, ALERTS_##k, cmp, (double)h->stat,                          \
+                      thv[ALERTS_THR_##threshold], &t, &out[n]);
+    VOCAB_RULES(ALERTS_OBSERVE_RULE)
+#undef ALERTS_OBSERVE_RULE
     return n;
 }
 
 alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
                              alerts_rule rule, int64_t step, double value, double threshold)
 {
-    if (!e || run_id <= 0 || layer < 0 || head < 0 || rule < ALERTS_ENTROPY_FLOOR ||
-        rule > ALERTS_NONFINITE)
+    if (!e || run_id <= 0 || layer < 0 || head < 0 || (int)rule < 1 || (int)rule > (int)ALERTS_NRULES)
         return ALERTS_EINVAL;
-    if (rule == ALERTS_ENTROPY_DROP && !(isfinite(threshold) && threshold > 0))
+    int drop = rule_row[rule - 1].cmp == VOCAB_DROP;
+    if (drop && !(isfinite(threshold) && threshold > 0))
         return ALERTS_EINVAL;
     head_state *s = e->cap ? probe(e, run_id, layer, head) : NULL;
     run_config *rc = find_run(e, run_id);
@@ -675,8 +708,10 @@ alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, in
     rule_state *r = &s->r[rule - 1];
     if (r->raised)
         return ALERTS_OK;
-    if (rule == ALERTS_ENTROPY_DROP) {
-        s->ema = threshold / (1.0 - rc->cfg.entropy_drop);
+    if (drop) { /* the threshold was (1 - drop) x baseline */
+        double thv[ALERTS_THR_N + 1];
+        thresholds_of(&rc->cfg, thv);
+        s->ema = threshold / (1.0 - thv[rule_row[rule - 1].thr]);
         s->ema_n = UINT32_MAX; /* judged at once, whatever ema_warmup the run gets */
     }
     r->raised = 1;
@@ -697,7 +732,7 @@ alerts_status alerts_restore(alerts_engine *e, int64_t run_id, int32_t layer, in
 int alerts_resolve(alerts_engine *e, int64_t run_id, int32_t layer, int32_t head,
                    alerts_rule rule, int64_t step)
 {
-    if (!e || run_id <= 0 || rule < ALERTS_ENTROPY_FLOOR || rule > ALERTS_NONFINITE || !e->cap)
+    if (!e || run_id <= 0 || (int)rule < 1 || (int)rule > (int)ALERTS_NRULES || !e->cap)
         return 0;
     head_state *s = probe(e, run_id, layer, head);
     if (s->run_id == 0)

@@ -1,32 +1,37 @@
 /* alerts.h — the alert engine: rules over per-(run, layer, head) statistics, with hysteresis.
  *
- * Stage: the rule engine, fed by alerts_feed.c. Includes kernels/ (stats.h) and proto/names.h.
+ * Stage: the rule engine, fed by alerts_feed.c. Includes kernels/ (stats.h), proto/names.h and
+ * vocab/vocab.h (the rules and thresholds, as rows).
  * Pure logic: no I/O, no clock, no global state. The daemon feeds it every stored sample and sinks
  * the transitions it returns (store, log, subscribers, exec). One engine is used by one thread at
  * a time.
  *
- * Rules (values match AlertRule in proto/attnstat.proto), each kept per (run, layer, head):
- *   ENTROPY_FLOOR  bad when entropy_norm_mean < entropy_floor.
- *                  value = entropy_norm_mean, threshold = entropy_floor.
- *   ENTROPY_DROP   bad when entropy_mean < (1 - entropy_drop) * baseline, where the baseline is an
- *                  EMA of entropy_mean with weight ema_alpha. The first sample sets the baseline;
- *                  the rule judges nothing until ema_warmup samples have been folded in. The
- *                  baseline takes a sample only while the rule is not raised and the sample is not
- *                  bad, so a collapse does not drag its own reference down.
- *                  value = entropy_mean, threshold = (1 - entropy_drop) * baseline.
- *   LOGIT_CEILING  bad when max_logit > logit_ceiling.
- *                  value = max_logit, threshold = logit_ceiling.
- *   NONFINITE      bad when nonfinite_rows > 0. Raises on the first bad sample (whatever
- *                  raise_after says), clears like the others.
- *                  value = nonfinite_rows, threshold = 0.
+ * Rules: the rows of VOCAB_RULES (vocab.h; values match AlertRule in proto/attnstat.proto), each
+ * kept per (run, layer, head) and judged by its cmp column on its stat against its threshold:
+ *   VOCAB_BELOW  bad when stat < threshold (ENTROPY_FLOOR: entropy_norm_mean < entropy_floor;
+ *                DISTANCE_FLOOR: distance < distance_floor, off at its default 0).
+ *                value = the stat, threshold = the threshold.
+ *   VOCAB_ABOVE  bad when stat > threshold (LOGIT_CEILING: max_logit > logit_ceiling;
+ *                SINK_MASS_CEILING: sink_mass > sink_mass_ceiling, off at its default 1).
+ *                value = the stat, threshold = the threshold.
+ *   VOCAB_DROP   ENTROPY_DROP: bad when entropy_mean < (1 - entropy_drop) * baseline, where the
+ *                baseline is an EMA of entropy_mean with weight ema_alpha. The first sample sets
+ *                the baseline; the rule judges nothing until ema_warmup samples have been folded
+ *                in. The baseline takes a sample only while the rule is not raised and the sample
+ *                is not bad, so a collapse does not drag its own reference down.
+ *                value = entropy_mean, threshold = (1 - entropy_drop) * baseline.
+ *   VOCAB_ANY    NONFINITE: bad when nonfinite_rows > 0. Raises on the first bad sample (whatever
+ *                raise_after says), clears like the others.
+ *                value = nonfinite_rows, threshold = 0.
  * Hysteresis: a rule raises after raise_after consecutive bad samples and clears after
  * clear_after consecutive good ones; one transition per edge, never repeated while the state holds.
  * An alert also ends when its run ends or an operator resolves it (ALERTS_RESOLVED): the engine
  * does not judge that, the feed does (alerts_forget_run(), alerts_resolve()).
  * Samples that say nothing: a sample with rows == 0 (no counted row: its means are NaN) changes
- * nothing for the entropy and logit rules; for NONFINITE it is bad when nonfinite_rows > 0 (a head
+ * nothing for the rules on a statistic; for NONFINITE it is bad when nonfinite_rows > 0 (a head
  * whose every row was non-finite) and changes nothing otherwise. A rule whose value is NaN (e.g.
- * entropy_norm_mean when rows_norm == 0) changes nothing for that rule: counters keep their streak.
+ * entropy_norm_mean when rows_norm == 0, or sink_mass and distance from a producer that does not
+ * compute them) changes nothing for that rule: counters keep their streak.
  *
  * Memory: per-head state lives in an open-addressing hash table that grows geometrically when a new
  * (run, layer, head) appears; observing heads already known never allocates (see
@@ -46,21 +51,23 @@
 
 #include "names.h"
 #include "stats.h"
+#include "vocab.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* The rules and states are the protocol's AlertRule and AlertState, from its one table of names
- * (proto/names.h): ALERTS_ENTROPY_FLOOR = 1 ... ALERTS_NONFINITE = 4, ALERTS_RAISED = 1,
- * ALERTS_CLEARED = 2. */
+ * (proto/names.h): ALERTS_ENTROPY_FLOOR = 1 ... ALERTS_DISTANCE_FLOOR = 6, ALERTS_RAISED = 1,
+ * ALERTS_CLEARED = 2. proto/names.c checks them against vocab.h's VOCAB_RULES. */
 typedef enum {
 #define ALERTS_RULE_ID(c, v, s) ALERTS_##c = v,
     NAMES_ALERT_RULE(ALERTS_RULE_ID)
 #undef ALERTS_RULE_ID
 } alerts_rule;
 
-#define ALERTS_NRULES 4
+/* Every rule of VOCAB_RULES is evaluated; rule r keeps its state in slot r - 1. */
+#define ALERTS_NRULES VOCAB_NRULES
 
 typedef enum {
 #define ALERTS_STATE_ID(c, v, s) ALERTS_##c = v,
@@ -68,57 +75,44 @@ typedef enum {
 #undef ALERTS_STATE_ID
 } alerts_state;
 
-/* The thresholds' defaults: the one place they are written (alerts_config_default() and
- * attnstatd's settings table, daemon/config.c, both use these). Plain numbers, so that the
- * settings table can spell them as its default text (ALERTS_STR). */
-#define ALERTS_DEFAULT_ENTROPY_FLOOR 0.1
-#define ALERTS_DEFAULT_ENTROPY_DROP 0.5
-#define ALERTS_DEFAULT_EMA_ALPHA 0.05
-#define ALERTS_DEFAULT_EMA_WARMUP 20
-#define ALERTS_DEFAULT_LOGIT_CEILING 100
-#define ALERTS_DEFAULT_RAISE_AFTER 3
-#define ALERTS_DEFAULT_CLEAR_AFTER 5
+/* The thresholds' defaults are VOCAB_THRESHOLDS' default column (vocab.h), the one place they
+ * are written: alerts_config_default() and attnstatd's settings table (daemon/config.c) read it.
+ * The engine's own limit's default: */
 #define ALERTS_DEFAULT_MAX_HEADS_PER_RUN 65536
 #define ALERTS_STR_(x) #x
 #define ALERTS_STR(x) ALERTS_STR_(x) /* a default as text: ALERTS_STR(ALERTS_DEFAULT_RAISE_AFTER) */
 
-/* Thresholds. Defaults (alerts_config_default) and accepted bounds:
- *   entropy_floor  0.1    [0, 1]      normalised entropy: mean row attends almost one key
- *   entropy_drop   0.5    (0, 1)      entropy halves relative to its baseline
- *   ema_alpha      0.05   (0, 1]      baseline memory of about 1/alpha = 20 samples
- *   ema_warmup     20     [1, 1e6]    samples before ENTROPY_DROP can judge
- *   logit_ceiling  100    (0, 1e30]   QK-Clip's tau (Kimi K2)
- *   raise_after    3      [1, 1e6]    consecutive bad samples to raise
- *   clear_after    5      [1, 1e6]    consecutive good samples to clear
+/* A threshold's C type by its VOCAB_THRESHOLDS type: ALERTS_CTYPE_##type. */
+#define ALERTS_CTYPE_VOCAB_D double
+#define ALERTS_CTYPE_VOCAB_U uint32_t
+
+/* Thresholds: one field per VOCAB_THRESHOLDS row, in its order, named as the row. Defaults
+ * (alerts_config_default) and accepted bounds are the row's (vocab.h); today:
+ *   entropy_floor      0.1    [0, 1]      normalised entropy: mean row attends almost one key
+ *   entropy_drop       0.5    (0, 1)      entropy halves relative to its baseline
+ *   ema_alpha          0.05   (0, 1]      baseline memory of about 1/alpha = 20 samples
+ *   ema_warmup         20     [1, 1e6]    samples before ENTROPY_DROP can judge
+ *   logit_ceiling      100    (0, 1e30]   QK-Clip's tau (Kimi K2)
+ *   raise_after        3      [1, 1e6]    consecutive bad samples to raise
+ *   clear_after        5      [1, 1e6]    consecutive good samples to clear
+ *   sink_mass_ceiling  1      (0, 1]      1: off (a mass is never over 1)
+ *   distance_floor     0      [0, 1e30]   0: off (a distance is never under 0)
  * (Thresholds.collapse_threshold of the protocol is a parameter of the computation, not of these
  * rules: it goes to stats_problem.collapse_threshold.) */
 typedef struct {
-    double entropy_floor;
-    double entropy_drop;
-    double ema_alpha;
-    uint32_t ema_warmup;
-    double logit_ceiling;
-    uint32_t raise_after;
-    uint32_t clear_after;
+#define ALERTS_CONFIG_FIELD(name, type, ...) ALERTS_CTYPE_##type name;
+    VOCAB_THRESHOLDS(ALERTS_CONFIG_FIELD)
+#undef ALERTS_CONFIG_FIELD
 } alerts_config;
 
 /* Per-run overrides: each field is used only when its has_ flag is set (the shape protobuf-c gives
- * the optional fields of Thresholds, so a Hello's thresholds copy straight across). */
+ * the optional fields of Thresholds). */
 typedef struct {
-    int has_entropy_floor;
-    double entropy_floor;
-    int has_entropy_drop;
-    double entropy_drop;
-    int has_ema_alpha;
-    double ema_alpha;
-    int has_ema_warmup;
-    uint32_t ema_warmup;
-    int has_logit_ceiling;
-    double logit_ceiling;
-    int has_raise_after;
-    uint32_t raise_after;
-    int has_clear_after;
-    uint32_t clear_after;
+#define ALERTS_OVERRIDE_FIELD(name, type, ...)                                                     \
+    int has_##name;                                                                                \
+    ALERTS_CTYPE_##type name;
+    VOCAB_THRESHOLDS(ALERTS_OVERRIDE_FIELD)
+#undef ALERTS_OVERRIDE_FIELD
 } alerts_overrides;
 
 /* One edge of one rule of one head. */
@@ -170,6 +164,11 @@ const char *alerts_state_name(alerts_state s); /* "raised", "cleared" */
 alerts_rule alerts_rule_from_name(const char *name);
 
 void alerts_config_default(alerts_config *c);
+
+/* The threshold of rule r in c (its VOCAB_RULES threshold column, as a double; for ENTROPY_DROP
+ * the fraction entropy_drop, not the baseline's threshold), with its row's name in *name (may be
+ * NULL). 0 when r has none (NONFINITE) or is not a rule: *value and *name are then untouched. */
+int alerts_rule_threshold(const alerts_config *c, alerts_rule r, double *value, const char **name);
 
 /* Check every field against its bounds. ALERTS_EINVAL with a message naming the field, the value
  * and the bounds. err may be NULL. */

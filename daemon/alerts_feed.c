@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "alerts_limit.h"
+#include "wirerow.h"
 #include "log.h"
 #include "util.h"
 
@@ -118,34 +119,31 @@ static feed_alert *new_event(alerts_feed *f)
 
 /* ---- thresholds ----------------------------------------------------------------------------- */
 
+/* A Hello's thresholds as overrides: every VOCAB_THRESHOLDS row the wire carries (by its name in
+ * Thresholds; ema_warmup is a daemon setting only), set when the Hello set it. */
 static void to_overrides(const Attnstat__Thresholds *t, alerts_overrides *o)
 {
     memset(o, 0, sizeof *o);
     if (!t)
         return;
-    o->has_entropy_floor = t->has_entropy_floor;
-    o->entropy_floor = t->entropy_floor;
-    o->has_entropy_drop = t->has_entropy_drop;
-    o->entropy_drop = t->entropy_drop;
-    o->has_ema_alpha = t->has_ema_alpha;
-    o->ema_alpha = t->ema_alpha;
-    o->has_logit_ceiling = t->has_logit_ceiling;
-    o->logit_ceiling = t->logit_ceiling;
-    o->has_raise_after = t->has_raise_after;
-    o->raise_after = t->raise_after;
-    o->has_clear_after = t->has_clear_after;
-    o->clear_after = t->clear_after;
+    int has;
+    double v;
+#define FEED_OVERRIDE(name, type, ...)                                                             \
+    if (wirerow_get(&t->base, #name, &has, &v) == 0 && has) {                                     \
+        o->has_##name = 1;                                                                         \
+        o->name = (ALERTS_CTYPE_##type)v;                                                          \
+    }
+    VOCAB_THRESHOLDS(FEED_OVERRIDE)
+#undef FEED_OVERRIDE
 }
 
+/* The daemon's settings (config.h: one field per row, uint64_t for the uint32 rows, checked
+ * against the same bounds by config.c) as the engine's thresholds. */
 static void to_alerts_config(const cfg_thresholds *th, alerts_config *c)
 {
-    c->entropy_floor = th->entropy_floor;
-    c->entropy_drop = th->entropy_drop;
-    c->ema_alpha = th->ema_alpha;
-    c->ema_warmup = (uint32_t)th->ema_warmup;
-    c->logit_ceiling = th->logit_ceiling;
-    c->raise_after = (uint32_t)th->raise_after;
-    c->clear_after = (uint32_t)th->clear_after;
+#define FEED_CONFIG(name, type, ...) c->name = (ALERTS_CTYPE_##type)th->name;
+    VOCAB_THRESHOLDS(FEED_CONFIG)
+#undef FEED_CONFIG
 }
 
 int alerts_feed_check(alerts_feed *f, const Attnstat__Thresholds *t, double collapse_threshold,

@@ -3,9 +3,10 @@
  * Each row of cfg_table says where a setting lands in the cfg struct, its type, its default, its
  * bounds and one line of help. Parsing a value checks it against the row's bounds, so nothing
  * downstream re-checks ranges; an error names the setting, the value and the accepted range (and,
- * from a file, the file and line). The alert thresholds' defaults are the alert engine's
- * (ALERTS_DEFAULT_* of alerts.h), written there once.
- * Stage: start-up (main.c); calls log (levels) and uses alerts.h's defaults. */
+ * from a file, the file and line). The alert thresholds' rows (name, default, bounds, help) are
+ * vocab.h's VOCAB_THRESHOLDS, written there once.
+ * Stage: start-up (main.c); calls log (levels) and reads vocab.h's thresholds and alerts.h's
+ * max_heads_per_run default. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -38,6 +39,17 @@ typedef struct {
 #define F(field) offsetof(cfg, field)
 #define T(field) offsetof(cfg, thresholds.field)
 #define DEF(name) ALERTS_STR(ALERTS_DEFAULT_##name) /* the alert engine's default, as text */
+
+/* A row of the table from a VOCAB_THRESHOLDS row. The table's bounds are inclusive: a threshold's
+ * open bound (lo_incl or hi_incl 0) is taken CFG_OPEN_STEP inside it, which is how the settings
+ * spelled (0, 1) before the thresholds were rows ([0.000001, 0.999999]); the alert engine checks
+ * the open bound itself as well (alerts_config_check). */
+#define CFG_OPEN_STEP 0.000001
+#define CFG_TYPE_VOCAB_D CFG_DBL
+#define CFG_TYPE_VOCAB_U CFG_U64
+#define CFG_THRESHOLD_ROW(name, type, def, lo, lo_incl, hi, hi_incl, help)                        \
+    {#name, CFG_TYPE_##type, T(name), #def, (lo_incl) ? (lo) : (lo) + CFG_OPEN_STEP,              \
+     (hi_incl) ? (hi) : (hi) - CFG_OPEN_STEP, help, 1, NULL},
 
 static const cfg_entry cfg_table[] = {
     {"socket", CFG_STR, F(socket_path), NULL, 0, 0,
@@ -211,20 +223,9 @@ static const cfg_entry cfg_table[] = {
     {"max_heads_per_run", CFG_U64, F(max_heads_per_run), DEF(MAX_HEADS_PER_RUN), 1, 262144,
      "distinct (layer, head) pairs of one run the alerts track; heads past it are not alerted on "
      "(samples are still stored; logged once per run)", 0, NULL},
-    {"entropy_floor", CFG_DBL, T(entropy_floor), DEF(ENTROPY_FLOOR), 0, 1,
-     "alert when a head's normalised entropy mean is under this", 1, NULL},
-    {"entropy_drop", CFG_DBL, T(entropy_drop), DEF(ENTROPY_DROP), 0.000001, 0.999999,
-     "alert when a head's entropy mean falls by this fraction of its EMA baseline", 1, NULL},
-    {"ema_alpha", CFG_DBL, T(ema_alpha), DEF(EMA_ALPHA), 0.000001, 1,
-     "EMA baseline smoothing (weight of a new sample)", 1, NULL},
-    {"ema_warmup", CFG_U64, T(ema_warmup), DEF(EMA_WARMUP), 1, 1000000,
-     "samples folded into the baseline before the entropy-drop rule judges", 1, NULL},
-    {"logit_ceiling", CFG_DBL, T(logit_ceiling), DEF(LOGIT_CEILING), 0.000001, 1e30,
-     "alert when a head's max logit is over this (QK-Clip tau)", 1, NULL},
-    {"raise_after", CFG_U64, T(raise_after), DEF(RAISE_AFTER), 1, 1000000,
-     "consecutive bad samples to raise", 1, NULL},
-    {"clear_after", CFG_U64, T(clear_after), DEF(CLEAR_AFTER), 1, 1000000,
-     "consecutive good samples to clear", 1, NULL},
+    /* The alert thresholds: one row per VOCAB_THRESHOLDS row (vocab.h), its name, default,
+     * bounds and help; each reloads on SIGHUP. */
+    VOCAB_THRESHOLDS(CFG_THRESHOLD_ROW)
     {"collapse_threshold", CFG_DBL, T(collapse_threshold), "0.1", 0.000001, 1,
      "per-row normalised entropy under which a row counts as collapsed", 1, NULL},
 };

@@ -4,7 +4,8 @@
  * line also takes --web.listen-address [HOST]:PORT, the exporters' spelling of --metrics-bind and
  * --metrics-port (cfg_doc_alias).
  * Precedence: defaults < config file < flags.
- * Stage: start-up (main.c reads it; every stage reads the result). Includes log.h (levels). */
+ * Stage: start-up (main.c reads it; every stage reads the result). Includes log.h (levels) and
+ * vocab.h (the alert thresholds, as rows). */
 #ifndef ATTNSTAT_CONFIG_H
 #define ATTNSTAT_CONFIG_H
 
@@ -12,21 +13,22 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "vocab.h"
 
 /* The version, from the build (daemon/CMakeLists.txt: ATTNSTAT_VERSION of include/attnstat.h). */
 #ifndef ATTNSTAT_DAEMON_VERSION
 #error "ATTNSTAT_DAEMON_VERSION is defined by the build (daemon/CMakeLists.txt)"
 #endif
 
-/* Alert thresholds (defaults for every run; a Hello may override each one). */
+/* Alert thresholds (defaults for every run; a Hello may override each one): one field per row of
+ * vocab.h's VOCAB_THRESHOLDS, named as the row (double, or uint64_t for its uint32 rows: config.c
+ * checks them against the row's bounds), then the computation's collapse_threshold. */
+#define CFG_CTYPE_VOCAB_D double
+#define CFG_CTYPE_VOCAB_U uint64_t
 typedef struct {
-    double entropy_floor;      /* normalised entropy mean under this is bad */
-    double entropy_drop;       /* entropy mean under (1 - drop) * EMA baseline is bad */
-    double ema_alpha;          /* EMA baseline smoothing */
-    uint64_t ema_warmup;       /* samples before the entropy-drop rule judges */
-    double logit_ceiling;      /* max logit over this is bad */
-    uint64_t raise_after;      /* consecutive bad samples to raise */
-    uint64_t clear_after;      /* consecutive good samples to clear */
+#define CFG_THRESHOLD_FIELD(name, type, ...) CFG_CTYPE_##type name;
+    VOCAB_THRESHOLDS(CFG_THRESHOLD_FIELD)
+#undef CFG_THRESHOLD_FIELD
     double collapse_threshold; /* per-row normalised entropy counted as collapsed */
 } cfg_thresholds;
 

@@ -1,6 +1,7 @@
 /* headtab.c — the latest statistics of every (run, global layer, global head), and their
  * Prometheus text (see headtab.h). Stage: metrics; calls store_job.h (store_merge_stats),
- * metrics.h (the text buffer), log and libc.
+ * metrics.h (the text buffer), names.h (the rules' names), log and libc; the per-head families
+ * are vocab.h's VOCAB_STATS rows that name a metric.
  *
  * How it is kept: the entries live in one dense array; an open-addressing index (linear probing,
  * at most half full) finds an entry by its key. Runs are interned in a small array (a node serves
@@ -20,14 +21,13 @@
 #include <string.h>
 
 #include "log.h"
+#include "names.h"
 #include "store_job.h"
+#include "vocab.h"
 
 #define HEADTAB_CONTRIB 8 /* processes remembered per entry and step (pooling, re-pushes) */
-#define HEADTAB_RULES 4   /* proto's AlertRule 1 .. 4 */
+#define HEADTAB_RULES VOCAB_NRULES /* proto's AlertRule 1 .. VOCAB_NRULES (names.h names them) */
 #define HEADTAB_GHOSTS 4  /* keys left out remembered, per key the table keeps (24 bytes each) */
-
-static const char *const headtab_rule_names[HEADTAB_RULES] = {"entropy_floor", "entropy_drop",
-                                                              "logit_ceiling", "nonfinite"};
 
 typedef struct {
     uint32_t run;            /* index in t->runs */
@@ -680,38 +680,50 @@ static int select_top(const sorted *so, uint32_t lo, uint32_t hi, uint32_t top, 
 static void render_heads(const headtab *t, const sorted *so, uint32_t n, const uint8_t *sel,
                          metrics_buf *out)
 {
+    /* A family per VOCAB_STATS row with a metric (attnstat_head_<metric>, the row's help), then
+     * the step and the non-finite rows. A head's value is left out when its row's weight count
+     * is 0 (no counted row: a fraction of none is no news) and when it is NaN (no value) or -Inf
+     * (no logit). */
     static const struct {
         const char *name, *help;
-        int field;
+        size_t stat, weight;  /* offsets in stats_head: the double and its int64 weight count */
     } fam[] = {
-        {"attnstat_head_entropy_normalized_ratio",
-         "Latest normalised attention entropy mean of a head (0..1: entropy / ln(visible keys)).", 0},
-        {"attnstat_head_entropy_nats", "Latest attention entropy mean of a head, in nats.", 1},
-        {"attnstat_head_max_logit", "Latest maximum scaled attention logit of a head.", 2},
-        {"attnstat_head_collapsed_ratio",
-         "Latest fraction of a head's rows whose normalised entropy is under the collapse "
-         "threshold.", 3},
-        {"attnstat_head_step", "Training step of a head's latest sample.", 4},
-        {"attnstat_head_nonfinite_rows",
-         "Rows with NaN or Inf logits in a head's latest sample (heads with any only).", 5},
+#define HEADTAB_FAMILY(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, ...)    \
+    {"attnstat_head_" metric, help, offsetof(stats_head, name), offsetof(stats_head, weight)},
+        VOCAB_STATS(HEADTAB_FAMILY)
+#undef HEADTAB_FAMILY
     };
+    static const struct {
+        const char *name, *help;
+    } more[] = {
+        {"attnstat_head_step", "Training step of a head's latest sample."},
+        {"attnstat_head_nonfinite_rows",
+         "Rows with NaN or Inf logits in a head's latest sample (heads with any only)."},
+    };
+    const size_t nfam = sizeof fam / sizeof fam[0], nmore = sizeof more / sizeof more[0];
     char run[3 * 256], val[64];
-    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fam[f].name, fam[f].help,
-                       fam[f].name);
+    for (size_t f = 0; f < nfam + nmore; f++) {
+        if (f < nfam && strcmp(fam[f].name, "attnstat_head_") == 0)
+            continue; /* the row has no family */
+        const char *name = f < nfam ? fam[f].name : more[f - nfam].name;
+        const char *help = f < nfam ? fam[f].help : more[f - nfam].help;
+        metrics_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
         uint32_t last_run = UINT32_MAX;
         for (uint32_t k = 0; k < n; k++) {
             const entry *x = so[k].x;
             if (!sel[k] || !x->has_stats)
                 continue;
             double v;
-            switch (fam[f].field) {
-            case 0: v = x->s.entropy_norm_mean; break;
-            case 1: v = x->s.entropy_mean; break;
-            case 2: v = x->s.max_logit; break;
-            case 3: v = x->s.rows_norm > 0 ? x->s.collapsed_frac : NAN; break;
-            case 4: v = (double)x->step; break;
-            default: v = x->s.nonfinite_rows > 0 ? (double)x->s.nonfinite_rows : NAN; break;
+            if (f < nfam) {
+                int64_t w;
+                memcpy(&w, (const char *)&x->s + fam[f].weight, sizeof w);
+                memcpy(&v, (const char *)&x->s + fam[f].stat, sizeof v);
+                if (w <= 0)
+                    v = NAN;
+            } else if (f == nfam) {
+                v = (double)x->step;
+            } else {
+                v = x->s.nonfinite_rows > 0 ? (double)x->s.nonfinite_rows : NAN;
             }
             /* No sample says nothing: NaN (no counted row) and -Inf (no logit) are left out. */
             if (isnan(v) || (isinf(v) && v < 0))
@@ -721,7 +733,7 @@ static void render_heads(const headtab *t, const sorted *so, uint32_t n, const u
                 last_run = x->run;
             }
             metrics_value(v, val, sizeof val);
-            metrics_printf(out, "%s{run=\"%s\",layer=\"%d\",head=\"%d\"} %s\n", fam[f].name, run,
+            metrics_printf(out, "%s{run=\"%s\",layer=\"%d\",head=\"%d\"} %s\n", name, run,
                            (int)x->layer, (int)x->head, val);
         }
     }
@@ -795,7 +807,7 @@ static void render_alerts(const headtab *t, const sorted *so, uint32_t n, metric
             metrics_label(t->runs[x->run].name, run, sizeof run);
             metrics_printf(out, "attnstat_head_alert{run=\"%s\",layer=\"%d\",head=\"%d\","
                            "rule=\"%s\"} 1\n", run, (int)x->layer, (int)x->head,
-                           headtab_rule_names[r]);
+                           names_alert_rule(r + 1));
         }
     }
 }

@@ -70,7 +70,7 @@ void headtab_free(headtab *t);
 void headtab_observe(headtab *t, const char *run, int64_t run_id, int32_t layer, int32_t head_base,
                      const stats_head *heads, int32_t nheads, int64_t step, int64_t now_ms);
 
-/* An alert transition of rule (1 .. 4, proto's AlertRule) on (run, layer, head): raised 1 or
+/* An alert transition of rule (1 .. VOCAB_NRULES, proto's AlertRule) on (run, layer, head): raised 1 or
  * cleared 0. Raises and clears are counted per rule, so that two processes' alerts on one key
  * (replicas) hold until both cleared. */
 void headtab_alert(headtab *t, const char *run, int32_t layer, int32_t head, int rule, int raised,

@@ -50,17 +50,15 @@ static void threshold_line(void *ctx, run_entry *e)
     alerts_feed_run_config(t->x->feed, e->id, &c);
     char name[1024], v[64];
     metrics_label(e->name, name, sizeof name);
-    const struct {
-        alerts_rule rule;
+    /* Every rule of VOCAB_RULES that has a threshold, in the table's order. */
+    for (int r = 1; r <= (int)ALERTS_NRULES; r++) {
         double value;
-    } th[] = {{ALERTS_ENTROPY_FLOOR, c.entropy_floor},
-              {ALERTS_ENTROPY_DROP, c.entropy_drop},
-              {ALERTS_LOGIT_CEILING, c.logit_ceiling}};
-    for (size_t i = 0; i < sizeof th / sizeof th[0]; i++) {
-        metrics_value(th[i].value, v, sizeof v);
+        if (!alerts_rule_threshold(&c, (alerts_rule)r, &value, NULL))
+            continue;
+        metrics_value(value, v, sizeof v);
         metrics_printf(t->out, "attnstat_run_threshold{run=\"%s\",rank=\"%d\",run_id=\"%lld\","
                        "rule=\"%s\"} %s\n", name, (int)e->rank, (long long)e->id,
-                       alerts_rule_name(th[i].rule), v);
+                       alerts_rule_name((alerts_rule)r), v);
     }
 }
 
@@ -180,10 +178,20 @@ void metrics_render_runs(metrics_buf *out, const stage_ctx *x)
     metrics_printf(out, "# HELP attnstat_run_alerts_unacknowledged Active alerts of a run that nobody "
          "acknowledged or silenced.\n# TYPE attnstat_run_alerts_unacknowledged gauge\n");
     alerts_feed_counts(x->feed, run_line, &t);
+    /* The rules that have a threshold, named in the HELP text as the series label them. */
+    char rules[512] = "";
+    alerts_config dc;
+    alerts_config_default(&dc);
+    for (int r = 1, at = 0; r <= (int)ALERTS_NRULES; r++) {
+        double value;
+        if (alerts_rule_threshold(&dc, (alerts_rule)r, &value, NULL) && at < (int)sizeof rules)
+            at += snprintf(rules + at, sizeof rules - (size_t)at, "%s%s", at ? ", " : "",
+                           alerts_rule_name((alerts_rule)r));
+    }
     metrics_printf(out, "# HELP attnstat_run_threshold The alert thresholds in force for a live "
          "process of a run (the daemon's settings under the run's own, from its Hello), by rule: "
-         "entropy_floor (normalised entropy), entropy_drop (fraction of the baseline), "
-         "logit_ceiling.\n# TYPE attnstat_run_threshold gauge\n");
+         "%s (entropy_drop: the fraction of the baseline).\n"
+         "# TYPE attnstat_run_threshold gauge\n", rules);
     runs_each(x->runs, threshold_line, &t);
     metrics_printf(out, "# HELP attnstat_run_alert_transitions_suppressed Alert transitions of a "
          "live process neither recorded nor delivered: it raised more than alert_burst at "

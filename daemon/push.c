@@ -1,5 +1,6 @@
 /* push.c — one Push from receipt to Ack (see push.h). Stage: push; calls validate, buffers,
- * devices, worker, gpu_worker, peer, conn, envelope, counters, util and log. */
+ * devices, worker, gpu_worker, peer, conn, envelope, counters, util, log and wirerow (a head's
+ * statistics on the wire by vocab.h's rows). */
 #include "push.h"
 
 #include <math.h>
@@ -16,6 +17,8 @@
 #include "names.h"
 #include "util.h"
 #include "validate.h"
+#include "vocab.h"
+#include "wirerow.h"
 
 _Static_assert(VALIDATE_MAX_TENSORS <= GPU_JOB_TENSORS && VALIDATE_MAX_TENSORS <= WORKER_MAX_GUARDS,
                "a push's tensors fit the GPU job's references and the CPU job's guards");
@@ -419,32 +422,23 @@ int push_computed(push *u)
 
 /* ---- results as protobuf -------------------------------------------------------------------- */
 
+/* A head's statistics as a HeadStats: every count of VOCAB_COUNTS set (rows is required, the
+ * others optional: wirerow sets what each needs), every statistic of VOCAB_STATS set when finite
+ * (NaN and -inf say "none" by their absence). */
 static void fill_head(Attnstat__HeadStats *o, uint32_t head, const stats_head *h)
 {
     attnstat__head_stats__init(o);
     o->head = head;
-    o->rows = (uint64_t)h->rows;
-    o->has_rows_norm = 1;
-    o->rows_norm = (uint64_t)h->rows_norm;
-    o->has_rows_empty = 1;
-    o->rows_empty = (uint64_t)h->rows_empty;
-    o->has_nonfinite_rows = 1;
-    o->nonfinite_rows = (uint64_t)h->nonfinite_rows;
-#define OPT(field, v)                                                                              \
-    do {                                                                                           \
-        if (isfinite(v)) {                                                                         \
-            o->has_##field = 1;                                                                    \
-            o->field = (v);                                                                        \
-        }                                                                                          \
-    } while (0)
-    OPT(entropy_mean, h->entropy_mean);
-    OPT(entropy_std, h->entropy_std);
-    OPT(entropy_min, h->entropy_min);
-    OPT(entropy_max, h->entropy_max);
-    OPT(entropy_norm_mean, h->entropy_norm_mean);
-    OPT(collapsed_frac, h->collapsed_frac);
-    OPT(max_logit, h->max_logit);
-#undef OPT
+#define PUSH_COUNT(name, help) wirerow_set_u64(&o->base, #name, (uint64_t)h->name);
+    VOCAB_COUNTS(PUSH_COUNT)
+#undef PUSH_COUNT
+#define PUSH_STAT(name, ...)                                                                       \
+    if (isfinite(h->name)) {                                                                      \
+        o->has_##name = 1;                                                                        \
+        o->name = h->name;                                                                        \
+    }
+    VOCAB_STATS(PUSH_STAT)
+#undef PUSH_STAT
     o->has_sampled = 1;
     o->sampled = h->sampled != 0;
 }

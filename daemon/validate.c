@@ -1,4 +1,5 @@
-/* validate.c — Push validation (see validate.h). Stage: validate (pure); calls names and util.
+/* validate.c — Push validation (see validate.h). Stage: validate (pure); calls names, util and
+ * wirerow; a Hello's thresholds and a Computed's heads are checked by vocab.h's rows.
  * Checks run in the order a person would fix them: the buffer exists, the tensor description is
  * well formed, it fits in its buffer, q and k agree, packed offsets are consistent, then options
  * (via stats_validate) and the work limit. */
@@ -11,6 +12,8 @@
 
 #include "names.h"
 #include "util.h"
+#include "vocab.h"
+#include "wirerow.h"
 
 /* Writes the message to msg[msglen] (in scope wherever it is used) and evaluates to code. */
 #define FAIL(code, ...) (util_err(msg, msglen, __VA_ARGS__), (code))
@@ -532,46 +535,70 @@ int validate_shm_name(const char *name, char *msg, size_t msglen)
     return 0;
 }
 
-static int check_unit(const char *field, int has, double v, char *msg, size_t msglen)
-{
-    if (has && !(v >= 0.0 && v <= 1.0)) {
-        snprintf(msg, msglen, "thresholds.%s %g must be in [0, 1]", field, v);
-        return -1;
-    }
-    return 0;
-}
-
+/* A Hello's thresholds: every VOCAB_THRESHOLDS row the wire carries (by its name in Thresholds),
+ * when set, finite and within the row's bounds; then the computation's collapse_threshold, in
+ * (0, 1]. */
 int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
 {
     if (!t)
         return 0;
-    if (check_unit("entropy_floor", t->has_entropy_floor, t->entropy_floor, msg, msglen) ||
-        check_unit("entropy_drop", t->has_entropy_drop, t->entropy_drop, msg, msglen) ||
-        check_unit("ema_alpha", t->has_ema_alpha, t->ema_alpha, msg, msglen) ||
-        check_unit("collapse_threshold", t->has_collapse_threshold, t->collapse_threshold, msg,
-                   msglen))
-        return -1;
-    if (t->has_collapse_threshold && t->collapse_threshold == 0.0) {
-        snprintf(msg, msglen, "thresholds.collapse_threshold must be over 0");
-        return -1;
+    int has;
+    double v;
+#define VALIDATE_THRESHOLD(name, type, def, lo, lo_incl, hi, hi_incl, help)                       \
+    if (wirerow_get(&t->base, #name, &has, &v) == 0 && has &&                                     \
+        !(isfinite(v) && ((lo_incl) ? v >= (lo) : v > (lo)) &&                                    \
+          ((hi_incl) ? v <= (hi) : v < (hi)))) {                                                  \
+        snprintf(msg, msglen, "thresholds.%s %g must be in %c%g, %g%c", #name, v,                  \
+                 (lo_incl) ? '[' : '(', (double)(lo), (double)(hi), (hi_incl) ? ']' : ')');       \
+        return -1;                                                                                \
     }
-    if (t->has_logit_ceiling && !(isfinite(t->logit_ceiling) && t->logit_ceiling > 0.0)) {
-        snprintf(msg, msglen, "thresholds.logit_ceiling %g must be finite and positive",
-                 t->logit_ceiling);
-        return -1;
-    }
-    if (t->has_raise_after && (t->raise_after < 1 || t->raise_after > 1000000)) {
-        snprintf(msg, msglen, "thresholds.raise_after %u must be in [1, 1000000]", t->raise_after);
-        return -1;
-    }
-    if (t->has_clear_after && (t->clear_after < 1 || t->clear_after > 1000000)) {
-        snprintf(msg, msglen, "thresholds.clear_after %u must be in [1, 1000000]", t->clear_after);
+    VOCAB_THRESHOLDS(VALIDATE_THRESHOLD)
+#undef VALIDATE_THRESHOLD
+    if (t->has_collapse_threshold && !(t->collapse_threshold > 0.0 && t->collapse_threshold <= 1.0)) {
+        snprintf(msg, msglen, "thresholds.collapse_threshold %g must be in (0, 1]",
+                 t->collapse_threshold);
         return -1;
     }
     return 0;
 }
 
 /* ---- Computed: statistics a client computed itself -------------------------------------------- */
+/* A statistic's value when no counted row defines it (its row's `absent` column). */
+static double absent_value(enum vocab_absent a, uint64_t rows)
+{
+    switch (a) {
+    case VOCAB_ABSENT_ZERO:
+        return 0.0;
+    case VOCAB_ABSENT_NO_LOGIT:
+        return rows ? NAN : -INFINITY;
+    case VOCAB_ABSENT_NAN:
+        break;
+    }
+    return NAN;
+}
+
+/* A client's statistic against its row's bounds (inclusive): 1 with the value in *out when it lies
+ * within them, or past one by no more than rounding can take a value computed in float32 or
+ * float64 (VALIDATE_STAT_SLACK of the bound's size, at least of 1: a normalised entropy of
+ * 1 + 1e-7 from a head that attends uniformly), then clamped to that bound; else 0. */
+#define VALIDATE_STAT_SLACK 1e-6
+static int in_row_bounds(double v, double lo, double hi, double *out)
+{
+    if (v >= lo && v <= hi) {
+        *out = v;
+        return 1;
+    }
+    if (v < lo && v >= lo - VALIDATE_STAT_SLACK * fmax(1.0, fabs(lo))) {
+        *out = lo;
+        return 1;
+    }
+    if (v > hi && v <= hi + VALIDATE_STAT_SLACK * fmax(1.0, fabs(hi))) {
+        *out = hi;
+        return 1;
+    }
+    return 0;
+}
+
 /* Sets msg and returns BAD_REQUEST. */
 #define COMPUTED_BAD(...) (util_err(msg, msglen, __VA_ARGS__), ATTNSTAT__CODE__BAD_REQUEST)
 
@@ -593,29 +620,23 @@ Attnstat__Code validate_computed(const Attnstat__Computed *m, stats_head *out, c
             return COMPUTED_BAD("head %zu: row counts that do not agree (rows %llu, "
                             "rows_norm %llu)", i, (unsigned long long)h->rows,
                             (unsigned long long)h->rows_norm);
-        const double ent[4] = {h->entropy_mean, h->entropy_std, h->entropy_min, h->entropy_max};
-        const int has[4] = {h->has_entropy_mean, h->has_entropy_std, h->has_entropy_min,
-                            h->has_entropy_max};
-        for (int j = 0; j < 4; j++)
-            if (has[j] && !(ent[j] >= 0.0 && isfinite(ent[j])))
-                return COMPUTED_BAD("head %zu: an entropy of %g (entropies are finite "
-                                "and >= 0)", i, ent[j]);
-        if (h->has_collapsed_frac && !(h->collapsed_frac >= 0.0 && h->collapsed_frac <= 1.0))
-            return COMPUTED_BAD("head %zu: collapsed_frac %g is not in [0, 1]", i,
-                            h->collapsed_frac);
+        /* Every statistic of the table: absent (unset, or NaN) it takes the row's `absent`
+         * value; present it lies within the row's bounds, inclusive. */
         stats_head *o = &out[i];
         memset(o, 0, sizeof *o);
-        o->rows = (int64_t)h->rows;
-        o->rows_norm = (int64_t)h->rows_norm;
-        o->rows_empty = (int64_t)h->rows_empty;
-        o->nonfinite_rows = (int64_t)h->nonfinite_rows;
-        o->entropy_mean = h->has_entropy_mean ? h->entropy_mean : NAN;
-        o->entropy_std = h->has_entropy_std ? h->entropy_std : NAN;
-        o->entropy_min = h->has_entropy_min ? h->entropy_min : NAN;
-        o->entropy_max = h->has_entropy_max ? h->entropy_max : NAN;
-        o->entropy_norm_mean = h->has_entropy_norm_mean ? h->entropy_norm_mean : NAN;
-        o->collapsed_frac = h->has_collapsed_frac ? h->collapsed_frac : 0.0;
-        o->max_logit = h->has_max_logit ? h->max_logit : h->rows ? NAN : -INFINITY;
+#define COMPUTED_COUNT(name, help) o->name = (int64_t)h->name;
+        VOCAB_COUNTS(COMPUTED_COUNT)
+#undef COMPUTED_COUNT
+#define COMPUTED_STAT(name, unit, pack, since, pool, weight, lo, hi, absent, ...)                  \
+        if (h->has_##name && !isnan(h->name)) {                                                   \
+            if (!in_row_bounds(h->name, lo, hi, &o->name))                                        \
+                return COMPUTED_BAD("head %zu: %s %g is not in [%g, %g]", i, #name, h->name,      \
+                                    (double)(lo), (double)(hi));                                  \
+        } else {                                                                                  \
+            o->name = absent_value(absent, h->rows);                                              \
+        }
+        VOCAB_STATS(COMPUTED_STAT)
+#undef COMPUTED_STAT
         o->sampled = h->has_sampled && h->sampled;
     }
     return ATTNSTAT__CODE__OK;

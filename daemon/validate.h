@@ -65,9 +65,11 @@ typedef struct {
 
 /* A Computed message (per-head statistics a client computed in its own process): 1 to
  * VALIDATE_MAX_HEADS heads in order 0..n-1, a layer up to VALIDATE_MAX_LAYER, counts that agree
- * (rows_norm <= rows), entropies >= 0 where given, a collapsed fraction in [0, 1]. Into out[n]
- * (n = m->n_heads, checked first: out must hold VALIDATE_MAX_HEADS) as the kernels give them:
- * absent values NaN, a head without rows max_logit -inf. OK, or BAD_REQUEST with msg. */
+ * (rows_norm <= rows), every statistic of vocab.h's VOCAB_STATS within its row's lo and hi where
+ * given (inclusive; a value past a bound by rounding only, 1e-6 of it, is taken as the bound).
+ * Into out[n] (n = m->n_heads, checked first: out must hold VALIDATE_MAX_HEADS) as the kernels
+ * give them: a statistic not given (or NaN) takes its row's `absent` value (NaN; collapsed_frac
+ * 0; max_logit -inf for a head without rows, else NaN). OK, or BAD_REQUEST with msg. */
 Attnstat__Code validate_computed(const Attnstat__Computed *m, stats_head *out, char *msg,
                                  size_t msglen);
 

@@ -36,7 +36,8 @@ void setup(void)
 }
 
 /* A healthy head: entropy around base (nats, +-1%), normalised entropy well above any floor, max
- * logit well under any ceiling, every row finite. */
+ * logit, sink mass well under any ceiling, distance well over any floor (of random_config()),
+ * every row finite. */
 stats_head healthy(double base)
 {
     stats_head h;
@@ -50,6 +51,8 @@ stats_head healthy(double base)
     h.entropy_norm_mean = 0.5 + rnd_unit() * 0.3;
     h.collapsed_frac = 0.01;
     h.max_logit = 5 + rnd_unit() * 20;
+    h.sink_mass = 0.05 + rnd_unit() * 0.3;   /* under any ceiling of random_config() */
+    h.distance = 20 + rnd_unit() * 200;      /* over any floor of random_config() */
     return h;
 }
 
@@ -70,8 +73,11 @@ stats_head spiked(double base, alerts_rule rule, const alerts_config *c)
     case ALERTS_NONFINITE:
         h.nonfinite_rows = rnd_range(1, 100);
         break;
-    case ALERTS_SINK_MASS_CEILING: /* not evaluated by the engine yet */
-    case ALERTS_DISTANCE_FLOOR:
+    case ALERTS_SINK_MASS_CEILING: /* a mass over the ceiling, at most 1 */
+        h.sink_mass = c->sink_mass_ceiling + (1 - c->sink_mass_ceiling) * (0.01 + 0.99 * rnd_unit());
+        break;
+    case ALERTS_DISTANCE_FLOOR: /* a distance under the floor, at least 0 */
+        h.distance = c->distance_floor * rnd_unit() * 0.99;
         break;
     }
     return h;
@@ -87,6 +93,7 @@ stats_head empty_head(int64_t nonfinite)
     h.entropy_mean = h.entropy_std = h.entropy_min = h.entropy_max = NAN;
     h.entropy_norm_mean = h.collapsed_frac = NAN;
     h.max_logit = -INFINITY;
+    h.sink_mass = h.distance = NAN;
     return h;
 }
 
@@ -136,6 +143,8 @@ alerts_config random_config(void)
     c.entropy_floor = 0.05 + rnd_unit() * 0.2;
     c.entropy_drop = 0.2 + rnd_unit() * 0.6;
     c.logit_ceiling = 30 + rnd_unit() * 200;
+    c.sink_mass_ceiling = 0.5 + rnd_unit() * 0.45; /* on: under 1 */
+    c.distance_floor = 1 + rnd_unit() * 15;        /* on: over 0 */
     return c;
 }
 

@@ -17,7 +17,8 @@ int64_t rnd_range(int64_t lo, int64_t hi);
 void setup(void);
 
 /* A healthy head: entropy around base (nats, +-1%), normalised entropy well above any floor, max
- * logit well under any ceiling, every row finite. */
+ * logit, sink mass well under any ceiling, distance well over any floor (of random_config()),
+ * every row finite. */
 stats_head healthy(double base);
 /* The same head made bad for one rule only. */
 stats_head spiked(double base, alerts_rule rule, const alerts_config *c);

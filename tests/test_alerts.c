@@ -1,5 +1,7 @@
 /* test_alerts.c — Check suite for daemon/alerts: exact hysteresis of every rule, a spike injected
- * into a stable random series raising only its rule, per-run overrides, samples that say nothing,
+ * into a stable random series raising only its rule (sink_mass_ceiling and distance_floor too),
+ * per-run overrides, samples that say nothing (NaN sink mass and distance too; both rules off at
+ * their defaults),
  * steady-state observation without allocation, forgetting runs, config bounds, the per-run and
  * engine limits on states (a run past its cap leaves other runs' alerts alone). The memory and
  * limits tests are in test_alerts_limits.c, the helpers they share in alerts_testutil.c.
@@ -60,8 +62,13 @@ START_TEST(test_exact_hysteresis)
             case ALERTS_NONFINITE:
                 ck_assert(t[0].value == (double)h.nonfinite_rows && t[0].threshold == 0);
                 break;
-            case ALERTS_SINK_MASS_CEILING: /* not evaluated by the engine yet */
+            case ALERTS_SINK_MASS_CEILING:
+                ck_assert(t[0].value == h.sink_mass && t[0].threshold == c.sink_mass_ceiling);
+                ck_assert(t[0].value > t[0].threshold && t[0].value <= 1);
+                break;
             case ALERTS_DISTANCE_FLOOR:
+                ck_assert(t[0].value == h.distance && t[0].threshold == c.distance_floor);
+                ck_assert(t[0].value < t[0].threshold && t[0].value >= 0);
                 break;
             }
             /* staying bad repeats nothing */
@@ -375,12 +382,24 @@ START_TEST(test_restore)
     ck_assert_int_eq(observe(e, 1, 3, 0, 32, &h, t), 1);
     ck_assert_int_eq(t[0].rule, ALERTS_NONFINITE);
 
+    /* The rules on sink mass and distance restore like the others (a run stored with them on):
+     * raised, not raised again, cleared together by clear_after good samples. */
+    ck_assert_int_eq(alerts_restore(e, 1, 3, 0, ALERTS_SINK_MASS_CEILING, 40, 0.9, 0.8), ALERTS_OK);
+    ck_assert_int_eq(alerts_restore(e, 1, 3, 0, ALERTS_DISTANCE_FLOOR, 40, 1.5, 4), ALERTS_OK);
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 2);
+    ck_assert_int_eq(observe(e, 1, 3, 0, 41, &h, t), 0);
+    ck_assert_int_eq(observe(e, 1, 3, 0, 42, &h, t), 2);
+    ck_assert(t[0].rule == ALERTS_SINK_MASS_CEILING && t[0].state == ALERTS_CLEARED);
+    ck_assert(t[1].rule == ALERTS_DISTANCE_FLOOR && t[1].state == ALERTS_CLEARED);
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 0);
+
     /* Bad arguments. */
     ck_assert_int_eq(alerts_restore(e, 0, 0, 0, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
     ck_assert_int_eq(alerts_restore(e, 1, -1, 0, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
     ck_assert_int_eq(alerts_restore(e, 1, 0, -1, ALERTS_LOGIT_CEILING, 0, 1, 1), ALERTS_EINVAL);
     ck_assert_int_eq(alerts_restore(e, 1, 0, 0, (alerts_rule)0, 0, 1, 1), ALERTS_EINVAL);
-    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, (alerts_rule)5, 0, 1, 1), ALERTS_EINVAL);
+    ck_assert_int_eq(alerts_restore(e, 1, 0, 0, (alerts_rule)(ALERTS_NRULES + 1), 0, 1, 1),
+                     ALERTS_EINVAL);
     ck_assert_int_eq(alerts_restore(e, 1, 9, 9, ALERTS_ENTROPY_DROP, 0, 1, NAN), ALERTS_EINVAL);
     ck_assert_uint_eq(alerts_heads(e), 3);
 
@@ -397,6 +416,84 @@ START_TEST(test_restore)
     ck_assert_uint_eq(alerts_heads(e), 4);
     ck_assert_uint_eq(alerts_active(e, 2, NULL, 0), 2);
     ck_assert_uint_eq(alerts_refused(e, 0), 0);
+    alerts_free(e);
+}
+END_TEST
+
+/* ---- sink mass and distance ------------------------------------------------------------------- */
+
+/* At the table's defaults (sink_mass_ceiling 1, distance_floor 0) the two rules never fire on any
+ * finite value a head can have: a mass in [0, 1], a distance >= 0, the bounds themselves too. */
+START_TEST(test_new_rules_off_by_default)
+{
+    alerts_config c;
+    alerts_config_default(&c);
+    ck_assert(c.sink_mass_ceiling == 1.0 && c.distance_floor == 0.0);
+    alerts_engine *e = new_engine(&c);
+    alerts_transition t[ALERTS_NRULES];
+    int64_t step = warm(e, 1, 0, 0, 2.0, &c, 0);
+    for (int i = 0; i < 400; i++, step++) {
+        stats_head h = healthy(2.0);
+        switch (i % 4) {
+        case 0: h.sink_mass = 1.0, h.distance = 0.0; break; /* the bounds */
+        case 1: h.sink_mass = rnd_unit(), h.distance = rnd_unit() * 1e-6; break;
+        case 2: h.sink_mass = 1.0 - rnd_unit() * 1e-12, h.distance = rnd_unit() * 1e6; break;
+        default: h.sink_mass = 0.0, h.distance = 1e-300; break;
+        }
+        ck_assert_msg(observe(e, 1, 0, 0, step, &h, t) == 0, "sample %d (sink_mass %.17g, "
+                      "distance %.17g) fired %s", i, h.sink_mass, h.distance,
+                      alerts_rule_name(t[0].rule));
+    }
+    alerts_free(e);
+}
+END_TEST
+
+/* A NaN sink mass or distance (a producer that does not compute it, a head without rows) says
+ * nothing for its rule: neither bad nor good; the streaks go on across it. */
+START_TEST(test_new_rules_nan_says_nothing)
+{
+    alerts_config c = random_config();
+    if (c.raise_after < 2)
+        c.raise_after = 2;
+    alerts_engine *e = new_engine(&c);
+    alerts_transition t[ALERTS_NRULES];
+    int64_t step = warm(e, 1, 0, 0, 2.0, &c, 0);
+    /* raise_after - 1 samples bad for both, NaN ones between: no raise */
+    for (uint32_t i = 0; i + 1 < c.raise_after; i++) {
+        stats_head h = spiked(2.0, ALERTS_SINK_MASS_CEILING, &c);
+        h.distance = spiked(2.0, ALERTS_DISTANCE_FLOOR, &c).distance;
+        ck_assert_int_eq(observe(e, 1, 0, 0, step++, &h, t), 0);
+        for (int g = (int)rnd_range(1, 4); g > 0; g--) {
+            stats_head x = healthy(2.0);
+            x.sink_mass = x.distance = NAN;
+            ck_assert_int_eq(observe(e, 1, 0, 0, step++, &x, t), 0);
+        }
+    }
+    /* the raise_after-th bad one raises both, in the table's order */
+    stats_head h = spiked(2.0, ALERTS_SINK_MASS_CEILING, &c);
+    h.distance = spiked(2.0, ALERTS_DISTANCE_FLOOR, &c).distance;
+    ck_assert_int_eq(observe(e, 1, 0, 0, step++, &h, t), 2);
+    ck_assert(t[0].rule == ALERTS_SINK_MASS_CEILING && t[0].state == ALERTS_RAISED &&
+              t[0].value == h.sink_mass && t[0].threshold == c.sink_mass_ceiling);
+    ck_assert(t[1].rule == ALERTS_DISTANCE_FLOOR && t[1].state == ALERTS_RAISED &&
+              t[1].value == h.distance && t[1].threshold == c.distance_floor);
+    ck_assert_uint_eq(t[0].streak, c.raise_after);
+    /* NaN samples do not clear them, whatever their number */
+    for (uint32_t i = 0; i < c.clear_after + 5; i++) {
+        stats_head x = healthy(2.0);
+        x.sink_mass = x.distance = NAN;
+        ck_assert_int_eq(observe(e, 1, 0, 0, step++, &x, t), 0);
+    }
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 2);
+    /* clear_after good ones (NaN ones between) clear both, on the last */
+    for (uint32_t i = 0; i < c.clear_after; i++) {
+        stats_head x = healthy(2.0);
+        int n = observe(e, 1, 0, 0, step++, &x, t);
+        ck_assert_int_eq(n, i + 1 == c.clear_after ? 2 : 0);
+        x.sink_mass = x.distance = NAN;
+        ck_assert_int_eq(observe(e, 1, 0, 0, step++, &x, t), 0);
+    }
+    ck_assert_uint_eq(alerts_active(e, 1, NULL, 0), 0);
     alerts_free(e);
 }
 END_TEST
@@ -437,20 +534,50 @@ START_TEST(test_config)
     x.logit_ceiling = 10.0 + tu_uniform(&rng) * 1000.0;
     x.raise_after = 1 + (uint32_t)(tu_uniform(&rng) * 9);
     x.clear_after = 1 + (uint32_t)(tu_uniform(&rng) * 9);
+    x.sink_mass_ceiling = 0.05 + tu_uniform(&rng) * 0.9;
+    x.distance_floor = tu_uniform(&rng) * 100.0;
     int len = alerts_config_format(&x, json, sizeof json);
     ck_assert_int_eq(len, (int)strlen(json));
-    char want[512]; /* the text as rows written before the table hold it, byte for byte */
-    snprintf(want, sizeof want,
+    /* the text as rows written before the table hold it, byte for byte, then the new keys */
+    char old[512], want[512];
+    snprintf(old, sizeof old,
              "{\"entropy_floor\":%.17g,\"entropy_drop\":%.17g,\"ema_alpha\":%.17g,"
              "\"ema_warmup\":%u,\"logit_ceiling\":%.17g,\"raise_after\":%u,\"clear_after\":%u}",
              x.entropy_floor, x.entropy_drop, x.ema_alpha, (unsigned)x.ema_warmup,
              x.logit_ceiling, (unsigned)x.raise_after, (unsigned)x.clear_after);
+    snprintf(want, sizeof want, "%.*s,\"sink_mass_ceiling\":%.17g,\"distance_floor\":%.17g}",
+             (int)strlen(old) - 1, old, x.sink_mass_ceiling, x.distance_floor);
     ck_assert_str_eq(json, want);
     alerts_overrides o;
-    ck_assert_int_eq(alerts_config_parse(json, &o), 7);
+    ck_assert_int_eq(alerts_config_parse(json, &o), VOCAB_NTHRESHOLDS);
     alerts_config back;
     ck_assert_int_eq(alerts_config_merge(&back, &c, &o, err, sizeof err), ALERTS_OK);
     ck_assert(memcmp(&back, &x, sizeof back) == 0);
+    /* a row stored before the new thresholds: the new ones are the daemon's (here: not the
+     * defaults), the others the row's */
+    alerts_config daemon = c;
+    daemon.sink_mass_ceiling = 0.5 + tu_uniform(&rng) * 0.4;
+    daemon.distance_floor = 1.0 + tu_uniform(&rng) * 9.0;
+    ck_assert_int_eq(alerts_config_parse(old, &o), 7);
+    ck_assert(!o.has_sink_mass_ceiling && !o.has_distance_floor);
+    ck_assert_int_eq(alerts_config_merge(&back, &daemon, &o, err, sizeof err), ALERTS_OK);
+    ck_assert(back.sink_mass_ceiling == daemon.sink_mass_ceiling &&
+              back.distance_floor == daemon.distance_floor);
+    ck_assert(back.entropy_floor == x.entropy_floor && back.logit_ceiling == x.logit_ceiling &&
+              back.clear_after == x.clear_after);
+    /* the new thresholds' bounds: the table's (a mass ceiling in (0, 1], a floor >= 0) */
+    alerts_config nb = c;
+    nb.sink_mass_ceiling = 0.0;
+    ck_assert_int_eq(alerts_config_check(&nb, err, sizeof err), ALERTS_EINVAL);
+    ck_assert_msg(strstr(err, "sink_mass_ceiling") && strstr(err, "(0, 1]"), "%s", err);
+    nb.sink_mass_ceiling = 1.0 + 1e-9;
+    ck_assert_int_eq(alerts_config_check(&nb, err, sizeof err), ALERTS_EINVAL);
+    nb = c;
+    nb.distance_floor = -1e-9;
+    ck_assert_int_eq(alerts_config_check(&nb, err, sizeof err), ALERTS_EINVAL);
+    ck_assert_msg(strstr(err, "distance_floor") && strstr(err, "[0, "), "%s", err);
+    nb.distance_floor = NAN;
+    ck_assert_int_eq(alerts_config_check(&nb, err, sizeof err), ALERTS_EINVAL);
     /* a row of an older or newer daemon: a key missing stays the daemon's, one unknown ignored */
     snprintf(want, sizeof want, "{\"entropy_floor\":0.25,\"sink_mass_floor\":0.5,"
              "\"logit_ceiling\":%.17g}", x.logit_ceiling);
@@ -472,7 +599,16 @@ START_TEST(test_config)
     char msg[256];
     alerts_format(&t, msg, sizeof msg);
     ck_assert_msg(strstr(msg, "entropy_floor raised") && strstr(msg, "layer 2 head 7") &&
-                      strstr(msg, "step 1200") && strstr(msg, "0.041"),
+                      strstr(msg, "step 1200") && strstr(msg, "0.041 < 0.1"),
+                  "%s", msg);
+    /* the words follow the rule's comparison: a ceiling is "over" */
+    t.rule = ALERTS_SINK_MASS_CEILING, t.value = 0.93, t.threshold = 0.8;
+    alerts_format(&t, msg, sizeof msg);
+    ck_assert_msg(strstr(msg, "sink_mass_ceiling raised") && strstr(msg, "sink_mass 0.93 > 0.8"),
+                  "%s", msg);
+    t.rule = ALERTS_DISTANCE_FLOOR, t.state = ALERTS_CLEARED, t.value = 12, t.threshold = 4;
+    alerts_format(&t, msg, sizeof msg);
+    ck_assert_msg(strstr(msg, "distance_floor cleared") && strstr(msg, "distance 12 >= 4"),
                   "%s", msg);
 }
 END_TEST
@@ -488,6 +624,8 @@ static Suite *make_alerts_suite(void)
     tcase_add_test(tc, test_empty_and_nan_samples);
     tcase_add_test(tc, test_drop_baseline);
     tcase_add_test(tc, test_restore);
+    tcase_add_test(tc, test_new_rules_off_by_default);
+    tcase_add_test(tc, test_new_rules_nan_says_nothing);
     suite_add_tcase(s, tc);
     tc = tcase_create("engine");
     tcase_add_checked_fixture(tc, setup, NULL);

@@ -1,5 +1,6 @@
 /* test_daemon_config.c — attnstatd's settings and access policy, with real daemon processes:
- * a config file sets values (flags override it); a bad value is reported with its file and line
+ * a config file sets values (flags override it; the alert thresholds of vocab.h, sink_mass_ceiling
+ * and distance_floor too); a bad value is reported with its file and line
  * and the daemon exits 2; the socket is created with mode 0660; a peer of another uid is served
  * only when its group is allowed (--allow-group; run as root to switch uids, skipped otherwise). */
 #include <arpa/inet.h>
@@ -56,14 +57,26 @@ START_TEST(test_config_file_and_errors)
     const char *unknown[] = {ATTNSTATD_PATH, "--no-such-flag", "1", NULL};
     ck_assert_int_eq(run_status(unknown, out, sizeof out), 2);
     ck_assert_msg(strstr(out, "unknown flag '--no-such-flag'"), "%s", out);
+    /* The thresholds are vocab.h's rows: the new ones are settings too, with their bounds. */
+    const char *badsink[] = {ATTNSTATD_PATH, "--sink-mass-ceiling", "1.5", NULL};
+    ck_assert_int_eq(run_status(badsink, out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "sink_mass_ceiling: 1.5 is out of range [1e-06, 1]"), "%s", out);
+    const char *baddist[] = {ATTNSTATD_PATH, "--distance-floor=-0.5", NULL};
+    ck_assert_int_eq(run_status(baddist, out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "distance_floor: -0.5 is out of range [0, 1e+30]"), "%s", out);
     const char *help[] = {ATTNSTATD_PATH, "--help", NULL};
     ck_assert_int_eq(run_status(help, out, sizeof out), 0);
     ck_assert_msg(strstr(out, "--max-frame") && strstr(out, "--allow-group"), "%s", out);
+    ck_assert_msg(strstr(out, "--sink-mass-ceiling") && strstr(out, "default 1.0, range [1e-06, 1]") &&
+                      strstr(out, "--distance-floor") && strstr(out, "default 0.0, range [0, 1e+30]") &&
+                      strstr(out, "--entropy-drop") && strstr(out, "default 0.5, range [1e-06, 0.999999]"),
+                  "%s", out);
 
     /* A good file: max_clients = 1 takes effect; a flag overrides the file's log level. */
     f = fopen(conf, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "max_clients = 1   # one at a time\nlog_level = error\n");
+    fprintf(f, "max_clients = 1   # one at a time\nlog_level = error\nsink_mass_ceiling = 0.5\n"
+               "distance_floor = 3\n");
     fclose(f);
     dh_start(&d, "--config", conf, "--log-level", "debug", (const char *)NULL);
     struct stat sb;
@@ -103,6 +116,12 @@ START_TEST(test_config_file_and_errors)
     out[n] = '\0';
     fclose(lf);
     ck_assert_msg(strstr(out, "debug"), "--log-level debug did not override the file");
+    /* the file's sink_mass_ceiling and distance_floor are the run's (its Hello set none) */
+    sqlite3 *db = dh_db_open(&d);
+    char json[1024];
+    dh_db_text(db, "SELECT thresholds FROM runs WHERE name = 'first'", json, sizeof json);
+    sqlite3_close(db);
+    ck_assert_msg(strstr(json, "\"sink_mass_ceiling\":0.5,\"distance_floor\":3"), "%s", json);
     dh_cleanup(&d, 0);
 }
 END_TEST

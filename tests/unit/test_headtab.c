@@ -1,7 +1,9 @@
 /* test_headtab.c — unit tests of daemon/headtab.c (the per-head metrics), no daemon: samples of
  * one (job, layer, head) and step from several processes pool into the statistics of all their rows
  * (store_merge_stats), a newer step or a process's own re-push replaces; tensor-parallel ranks'
- * heads sit side by side; alerts count raises and clears per rule; each metrics_heads mode shows
+ * heads sit side by side; alerts count raises and clears per rule (every rule of vocab.h); the
+ * per-head families are vocab.h's rows with a metric, sink mass and distance shown only when
+ * finite; each metrics_heads mode shows
  * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
  * one); run names are escaped; the table's bound counts what it refuses; expiry forgets heads
  * nobody updates and the table keeps working; the sweep drops a head as soon as none of the
@@ -144,6 +146,75 @@ START_TEST(test_alerts)
     headtab_alert(t, "j", 1, 2, 9, 1, 1000); /* not a rule */
     txt = render(t, HEADTAB_ALL, 10);
     ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 0);
+    free(txt);
+    /* the rules on sink mass and distance (5, 6) are shown by their names */
+    headtab_alert(t, "j", 1, 2, 5, 1, 1000);
+    headtab_alert(t, "j", 1, 3, 6, 1, 1000);
+    txt = render(t, HEADTAB_ALL, 10);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert",
+                                 "run=\"j\",layer=\"1\",head=\"2\",rule=\"sink_mass_ceiling\""), 1);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_alert",
+                                 "run=\"j\",layer=\"1\",head=\"3\",rule=\"distance_floor\""), 1);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_alert"), 2);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+/* The per-head families are vocab.h's VOCAB_STATS rows with a metric: today's four keep their
+ * names and HELP texts, and sink_mass (attnstat_head_sink_mass_ratio) and distance
+ * (attnstat_head_distance_positions) come with them, each shown only for a finite value. */
+START_TEST(test_families)
+{
+    headtab *t = headtab_new(1000);
+    stats_head h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = head(0.2 + 0.6 * unit(), 5 + 30 * unit());
+    h[0].sink_mass = unit(), h[0].distance = 100 * unit();
+    h[1].sink_mass = NAN, h[1].distance = NAN;         /* not computed */
+    h[2].sink_mass = 1.0, h[2].distance = 0.0;         /* the bounds: finite, shown */
+    memset(&h[3], 0, sizeof h[3]);                     /* no counted row: nothing shown */
+    h[3].rows_empty = 4;
+    h[3].entropy_mean = h[3].entropy_std = h[3].entropy_min = h[3].entropy_max = NAN;
+    h[3].entropy_norm_mean = h[3].sink_mass = h[3].distance = NAN;
+    h[3].collapsed_frac = 0.0;
+    h[3].max_logit = -INFINITY;
+    headtab_observe(t, "fam", 1, 0, 0, h, 4, 10, 1000);
+    char *txt = render(t, HEADTAB_ALL, 10);
+    static const char *const help[] = {
+        "# HELP attnstat_head_entropy_normalized_ratio Latest normalised attention entropy mean of "
+        "a head (0..1: entropy / ln(visible keys)).\n# TYPE attnstat_head_entropy_normalized_ratio "
+        "gauge\n",
+        "# HELP attnstat_head_entropy_nats Latest attention entropy mean of a head, in nats.\n",
+        "# HELP attnstat_head_max_logit Latest maximum scaled attention logit of a head.\n",
+        "# HELP attnstat_head_collapsed_ratio Latest fraction of a head's rows whose normalised "
+        "entropy is under the collapse threshold.\n",
+        "# HELP attnstat_head_sink_mass_ratio Latest mean over a head's rows of the attention on "
+        "the row's first visible key (the sink token).\n# TYPE attnstat_head_sink_mass_ratio gauge\n",
+        "# HELP attnstat_head_distance_positions Latest mean attention distance of a head",
+    };
+    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++)
+        ck_assert_msg(strstr(txt, help[i]), "no '%s' in\n%s", help[i], txt);
+    const char *lab[3] = {"run=\"fam\",layer=\"0\",head=\"0\"", "run=\"fam\",layer=\"0\",head=\"1\"",
+                          "run=\"fam\",layer=\"0\",head=\"2\""};
+    /* (the text has 10 significant digits) */
+    ck_assert(fabs(value_of(txt, "attnstat_head_sink_mass_ratio", lab[0]) - h[0].sink_mass) <=
+              1e-9 * fabs(h[0].sink_mass));
+    ck_assert(fabs(value_of(txt, "attnstat_head_distance_positions", lab[0]) - h[0].distance) <=
+              1e-9 * fabs(h[0].distance));
+    ck_assert_double_eq(value_of(txt, "attnstat_head_sink_mass_ratio", lab[2]), 1.0);
+    ck_assert_double_eq(value_of(txt, "attnstat_head_distance_positions", lab[2]), 0.0);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_sink_mass_ratio"), 2);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_distance_positions"), 2);
+    /* the other families as before: heads 0..2 have them, head 3 (no counted row) none */
+    ck_assert(fabs(value_of(txt, "attnstat_head_max_logit", lab[1]) - h[1].max_logit) <=
+              1e-9 * fabs(h[1].max_logit));
+    ck_assert(fabs(value_of(txt, "attnstat_head_collapsed_ratio", lab[1]) - h[1].collapsed_frac) <=
+              1e-9);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_entropy_nats"), 3);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_collapsed_ratio"), 3);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_max_logit"), 3);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_step"), 4);
     free(txt);
     headtab_free(t);
 }
@@ -472,6 +543,7 @@ int main(void)
     tcase_add_test(tc, test_pool_replace_repush);
     tcase_add_test(tc, test_tensor_parallel_side_by_side);
     tcase_add_test(tc, test_alerts);
+    tcase_add_test(tc, test_families);
     tcase_add_test(tc, test_modes);
     tcase_add_test(tc, test_escaping_bound_expiry);
     tcase_add_test(tc, test_many_keys);

@@ -520,19 +520,27 @@ START_TEST(test_thresholds)
     Attnstat__Thresholds t = ATTNSTAT__THRESHOLDS__INIT;
     t.has_entropy_floor = t.has_entropy_drop = t.has_ema_alpha = t.has_collapse_threshold = 1;
     t.entropy_floor = (double)(rnd() % 1000) / 1000.0;
-    t.entropy_drop = (double)(rnd() % 1000) / 1000.0;
-    t.ema_alpha = (double)(rnd() % 1000) / 1000.0;
+    t.entropy_drop = (double)(1 + rnd() % 999) / 1000.0; /* (0, 1) */
+    t.ema_alpha = (double)(1 + rnd() % 1000) / 1000.0;   /* (0, 1] */
     t.collapse_threshold = (double)(1 + rnd() % 1000) / 1000.0;
     t.has_logit_ceiling = t.has_raise_after = t.has_clear_after = 1;
     t.logit_ceiling = 1.0 + (double)(rnd() % 100000);
     t.raise_after = (uint32_t)rnd_range(1, 1000000);
     t.clear_after = (uint32_t)rnd_range(1, 1000000);
+    t.has_sink_mass_ceiling = t.has_distance_floor = 1;
+    t.sink_mass_ceiling = (double)(1 + rnd() % 1000) / 1000.0; /* (0, 1] */
+    t.distance_floor = (double)(rnd() % 100000) / 100.0;      /* [0, 1000) */
     ck_assert_int_eq(validate_thresholds(&t, msg, sizeof msg), 0);
+    /* the bounds themselves, where they are inclusive */
+    Attnstat__Thresholds edge = t;
+    edge.entropy_floor = 1.0, edge.sink_mass_ceiling = 1.0, edge.distance_floor = 0.0;
+    edge.ema_alpha = 1.0;
+    ck_assert_msg(validate_thresholds(&edge, msg, sizeof msg) == 0, "%s", msg);
     struct {
         const char *field;
         Attnstat__Thresholds t;
-    } bad[9];
-    for (int i = 0; i < 9; i++)
+    } bad[15];
+    for (int i = 0; i < 15; i++)
         bad[i].t = t;
     bad[0].field = "entropy_floor", bad[0].t.entropy_floor = 1.0 + 1e-9;
     bad[1].field = "entropy_drop", bad[1].t.entropy_drop = -0.5;
@@ -543,7 +551,13 @@ START_TEST(test_thresholds)
     bad[6].field = "raise_after", bad[6].t.raise_after = 0;
     bad[7].field = "clear_after", bad[7].t.clear_after = 1000001;
     bad[8].field = "collapse_threshold", bad[8].t.collapse_threshold = 2.0;
-    for (int i = 0; i < 9; i++) {
+    bad[9].field = "sink_mass_ceiling", bad[9].t.sink_mass_ceiling = 0.0;
+    bad[10].field = "sink_mass_ceiling", bad[10].t.sink_mass_ceiling = 1.0 + 1e-9;
+    bad[11].field = "distance_floor", bad[11].t.distance_floor = -1e-9;
+    bad[12].field = "distance_floor", bad[12].t.distance_floor = NAN;
+    bad[13].field = "entropy_drop", bad[13].t.entropy_drop = 0.0;
+    bad[14].field = "ema_alpha", bad[14].t.ema_alpha = 0.0;
+    for (int i = 0; i < 15; i++) {
         msg[0] = '\0';
         ck_assert_int_eq(validate_thresholds(&bad[i].t, msg, sizeof msg), -1);
         ck_assert_msg(strstr(msg, bad[i].field), "%d: '%s' lacks %s", i, msg, bad[i].field);
