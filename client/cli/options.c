@@ -1,16 +1,17 @@
 /* options.c — the attnstat CLI's option tables (see options.h): data, and two lookups.
  *
- * Stage: a leaf of the CLI; calls libc only. */
+ * Stage: a leaf of the CLI; calls libc only (the --metric choices are stats_cli.c's). */
 #include "options.h"
 
 #include <stddef.h>
 #include <string.h>
 
+#include "stats_cli.h" /* the --metric choices, from vocab.h */
+
 #define OPT_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const opt_formats[] = {"table", "json", "csv", "jsonl", NULL};
 static const char *const opt_colors[] = {"auto", "always", "never", NULL};
-static const char *const opt_metrics[] = {"entropy_norm", "entropy", "max_logit", NULL};
 static const char *const opt_states[] = {"firing", "raised", "cleared", "resolved", NULL};
 
 const opt_spec opt_specs[OPT_COUNT] = {
@@ -27,7 +28,7 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_TO] = {OPT_TO, "--to", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
     [OPT_EVERY] = {OPT_EVERY, "--every", NULL, "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_STEP] = {OPT_STEP, "--step", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
-    [OPT_METRIC] = {OPT_METRIC, "--metric", NULL, "M", OPT_CHOICE, 0, 0, opt_metrics},
+    [OPT_METRIC] = {OPT_METRIC, "--metric", NULL, "M", OPT_CHOICE, 0, 0, stats_cli_metrics},
     [OPT_RULE] = {OPT_RULE, "--rule", NULL, "RULE", OPT_RULE_NAME, 0, 0, NULL},
     [OPT_ACTIVE] = {OPT_ACTIVE, "--active", NULL, NULL, OPT_FLAG, 0, 0, NULL},
     [OPT_SINCE] = {OPT_SINCE, "--since", NULL, "TIME", OPT_TIME, 0, 0, NULL},
@@ -93,8 +94,10 @@ static const opt_use opt_heads[] = {
     {OPT_SINCE, 0, "the latest step stored at or after TIME (with --until: in between): "
                    OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "the latest step stored at or before TIME: the grid as it was then"},
-    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
-                    "(high = logits growing)"},
+    {OPT_METRIC, 0, "a statistic an alert rule watches: entropy_norm (default; low = "
+                    "collapsing), entropy (nats), max_logit (high = logits growing), sink_mass "
+                    "(high = attention parked on the first key) or distance (positions; low = "
+                    "attention kept local)"},
     {OPT_RANK, 0, "the rank, for a run with several"},
 };
 
@@ -117,8 +120,8 @@ static const opt_use opt_diff[] = {
     {OPT_STEP, 0, "one step only (--from S --to S)"},
     {OPT_SINCE, 0, "each run's steps stored at or after TIME: " OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "each run's steps stored at or before TIME (as --since)"},
-    {OPT_METRIC, 0, "the change the rows are sorted by: entropy_norm (default), entropy or "
-                    "max_logit"},
+    {OPT_METRIC, 0, "the change the rows are sorted by: entropy_norm (default), entropy, "
+                    "max_logit, sink_mass or distance"},
     {OPT_LIMIT, 0, "only the N largest changes"},
 };
 
@@ -144,8 +147,10 @@ static const opt_use opt_alerts[] = {
 static const opt_use opt_job[] = {
     {OPT_RUN, 1, "the job: the run name every one of its processes said hello with"},
     {OPT_STEP, 0, "the step (default: the newest step every process of the job has reached)"},
-    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
-                    "(high = logits growing)"},
+    {OPT_METRIC, 0, "a statistic an alert rule watches: entropy_norm (default; low = "
+                    "collapsing), entropy (nats), max_logit (high = logits growing), sink_mass "
+                    "(high = attention parked on the first key) or distance (positions; low = "
+                    "attention kept local)"},
 };
 
 static const opt_use opt_export[] = {

@@ -1,0 +1,191 @@
+/* stats_cli.c — the CLI's columns, --metric choices and heatmap scales from vocab/vocab.h's
+ * statistics (see stats_cli.h).
+ *
+ * Stage: a leaf of the CLI; calls out.c's value constructors and libc only. */
+#include "stats_cli.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    const char *name, *cli;
+    int digits, unit, pool;
+} stats_cli_row;
+
+static const stats_cli_row stats_cli_rows[VOCAB_NSTATS] = {
+#define X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits)       \
+    {#name, cli, digits, unit, pool},
+    VOCAB_STATS(X)
+#undef X
+};
+
+enum {
+#define X(name, ...) STATS_CLI_##name,
+    VOCAB_STATS(X)
+#undef X
+    STATS_CLI_NONE /* a rule on a count (nonfinite_rows) */
+};
+/* The VOCAB_STATS index of a row's name, STATS_CLI_NONE for a count. */
+#define X(name, ...) STATS_CLI_##name = STATS_CLI_NONE,
+enum { VOCAB_COUNTS(X) };
+#undef X
+
+/* The thresholds' defaults, by the rules that compare with them. */
+enum {
+#define X(name, ...) STATS_CLI_TH_##name,
+    VOCAB_THRESHOLDS(X)
+#undef X
+    STATS_CLI_TH_none /* a rule without a threshold (nonfinite) */
+};
+static const double stats_cli_th_default[] = {
+#define X(name, type, def, ...) def,
+    VOCAB_THRESHOLDS(X)
+#undef X
+    NAN};
+
+/* The rules, by the statistic each reads: its comparison and its threshold. */
+typedef struct {
+    int stat, cmp, threshold;
+} stats_cli_rule;
+
+static const stats_cli_rule stats_cli_rules[VOCAB_NRULES] = {
+#define X(c, v, rname, stat, cmp, threshold) {STATS_CLI_##stat, cmp, STATS_CLI_TH_##threshold},
+    VOCAB_RULES(X)
+#undef X
+};
+
+/* The rule that reads statistic i, -1 when none. */
+static int stats_cli_rule_of(int i)
+{
+    for (int r = 0; r < VOCAB_NRULES; r++)
+        if (stats_cli_rules[r].stat == i)
+            return r;
+    return -1;
+}
+
+double stats_cli_value(const stats_head *h, int i)
+{
+    switch (i) {
+#define X(name, ...)                                                                               \
+    case STATS_CLI_##name: return h->name;
+        VOCAB_STATS(X)
+#undef X
+    }
+    return NAN;
+}
+
+const char *stats_cli_metrics[VOCAB_NSTATS + 1];
+static char stats_cli_metric_names[VOCAB_NSTATS][64];
+static int stats_cli_metric_stat[VOCAB_NSTATS];
+
+void stats_cli_init(void)
+{
+    if (stats_cli_metrics[0])
+        return;
+    int n = 0;
+    for (int r = 0; r < VOCAB_NRULES; r++) { /* the rules' order: entropy_norm first */
+        int i = stats_cli_rules[r].stat, seen = 0;
+        for (int k = 0; k < n; k++)
+            seen |= stats_cli_metric_stat[k] == i;
+        if (i == STATS_CLI_NONE || seen)
+            continue;
+        char *d = stats_cli_metric_names[n];
+        size_t len = strlen(stats_cli_rows[i].name);
+        if (len > 5 && !strcmp(stats_cli_rows[i].name + len - 5, "_mean"))
+            len -= 5;
+        if (len >= sizeof stats_cli_metric_names[n])
+            len = sizeof stats_cli_metric_names[n] - 1;
+        memcpy(d, stats_cli_rows[i].name, len);
+        d[len] = '\0';
+        stats_cli_metric_stat[n] = i;
+        stats_cli_metrics[n++] = d;
+    }
+    stats_cli_metrics[n] = NULL;
+}
+
+int stats_cli_nmetrics(void)
+{
+    stats_cli_init();
+    int n = 0;
+    while (stats_cli_metrics[n])
+        n++;
+    return n;
+}
+
+int stats_cli_metric_at(int k)
+{
+    stats_cli_init();
+    return stats_cli_metric_stat[k];
+}
+
+int stats_cli_pool(int i)
+{
+    return stats_cli_rows[i].pool;
+}
+
+const char *stats_cli_label(int i)
+{
+    return stats_cli_rows[i].cli;
+}
+
+int stats_cli_digits(int i)
+{
+    return stats_cli_rows[i].digits;
+}
+
+int stats_cli_metric(const char *m)
+{
+    stats_cli_init();
+    for (int k = 0; stats_cli_metrics[k]; k++)
+        if (!strcmp(stats_cli_metrics[k], m))
+            return stats_cli_metric_stat[k];
+    return -1;
+}
+
+int stats_cli_high_is_bad(int i)
+{
+    int r = stats_cli_rule_of(i);
+    return r >= 0 && stats_cli_rules[r].cmp == VOCAB_ABOVE;
+}
+
+void stats_cli_scale(int i, double vmax, double *lo, double *hi)
+{
+    *lo = 0;
+    if (i >= 0 && stats_cli_rows[i].unit == VOCAB_RATIO) {
+        *hi = 1;
+        return;
+    }
+    int r = i >= 0 ? stats_cli_rule_of(i) : -1;
+    if (r >= 0 && stats_cli_rules[r].cmp == VOCAB_ABOVE) {
+        double t = stats_cli_th_default[stats_cli_rules[r].threshold];
+        *hi = vmax > t ? vmax : t;
+        return;
+    }
+    *hi = vmax > 0 ? vmax : 1;
+}
+
+static int stats_cli_named(const char *const *list, const char *name)
+{
+    for (int k = 0; list && list[k]; k++)
+        if (!strcmp(list[k], name))
+            return 1;
+    return 0;
+}
+
+void stats_cli_cols(out_col *cols, int *n, const char *const *omit, const char *const *hide)
+{
+    for (int i = 0; i < VOCAB_NSTATS; i++) {
+        const stats_cli_row *r = &stats_cli_rows[i];
+        if (stats_cli_named(omit, r->name))
+            continue;
+        cols[(*n)++] = (out_col){r->name, strcmp(r->cli, r->name) ? r->cli : NULL, OUT_NUM,
+                                 r->digits, !stats_cli_named(hide, r->name)};
+    }
+}
+
+void stats_cli_vals(out_val *v, int *n, const stats_head *h, const char *const *omit)
+{
+    for (int i = 0; i < VOCAB_NSTATS; i++)
+        if (!stats_cli_named(omit, stats_cli_rows[i].name))
+            v[(*n)++] = out_d(stats_cli_value(h, i));
+}
