@@ -372,9 +372,13 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
         for (int i = 0; i < n; i++)
             printf("%c  run %s (id %lld): steps %lld..%lld\n", 'A' + i, r[i].name,
                    (long long)r[i].id, (long long)r[i].from, (long long)r[i].to);
+        char more[96] = "";
+        if (!diff_short_label(a->metric))
+            snprintf(more, sizeof more, ", %s = mean %s", stats_cli_label(stats_cli_metric_at(metric)),
+                     a->metric);
         printf("per (layer, head): en = mean normalised entropy (0..1), ent = mean entropy "
-               "(nats), ml = largest max logit; X-A = run X minus run A; sorted by the largest "
-               "change of %s\n\n", a->metric);
+               "(nats), ml = largest max logit%s; X-A = run X minus run A; sorted by the largest "
+               "change of %s\n\n", more, a->metric);
     }
     out_set o;
     out_begin(&o, a->fmt, stdout, dc.cols, dc.ncols);

@@ -698,6 +698,7 @@ int history_heads(const cli_args *a)
         out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
                           .heads = (int)heads,
                           .values = grid, .high_is_good = !stats_cli_high_is_bad(mi),
+                          .bad_means = stats_cli_bad_means(mi),
                           .color = history_use_color(a), .show_values = heads <= 16};
         stats_cli_scale(mi, vmax, &hm.lo, &hm.hi);
         out_heatmap_print(stdout, &hm);

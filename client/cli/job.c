@@ -391,6 +391,7 @@ static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells
              p->n == 1 ? "" : "es");
     out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
                       .heads = (int)heads, .values = grid, .high_is_good = !stats_cli_high_is_bad(mi),
+                          .bad_means = stats_cli_bad_means(mi),
                       .color = job_use_color(a), .show_values = heads <= 16};
     stats_cli_scale(mi, vmax, &hm.lo, &hm.hi);
     out_heatmap_print(stdout, &hm);

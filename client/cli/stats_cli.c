@@ -5,6 +5,7 @@
 #include "stats_cli.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -47,6 +48,12 @@ static const double stats_cli_th_default[] = {
 typedef struct {
     int stat, cmp, threshold;
 } stats_cli_rule;
+
+static const char *const stats_cli_rule_names[VOCAB_NRULES] = {
+#define X(c, v, rname, ...) rname,
+    VOCAB_RULES(X)
+#undef X
+};
 
 static const stats_cli_rule stats_cli_rules[VOCAB_NRULES] = {
 #define X(c, v, rname, stat, cmp, threshold) {STATS_CLI_##stat, cmp, STATS_CLI_TH_##threshold},
@@ -146,6 +153,21 @@ int stats_cli_high_is_bad(int i)
 {
     int r = stats_cli_rule_of(i);
     return r >= 0 && stats_cli_rules[r].cmp == VOCAB_ABOVE;
+}
+
+const char *stats_cli_bad_means(int i)
+{
+    int r = i >= 0 ? stats_cli_rule_of(i) : -1;
+    if (r < 0)
+        return "";
+    int unit = stats_cli_rows[i].unit, cmp = stats_cli_rules[r].cmp;
+    if ((cmp == VOCAB_BELOW || cmp == VOCAB_DROP) && (unit == VOCAB_NATS || unit == VOCAB_RATIO))
+        return "collapsing";
+    if (cmp == VOCAB_ABOVE && unit == VOCAB_LOGIT)
+        return "logits growing";
+    static char buf[VOCAB_NRULES][96];
+    snprintf(buf[r], sizeof buf[r], "%s alerts", stats_cli_rule_names[r]);
+    return buf[r];
 }
 
 void stats_cli_scale(int i, double vmax, double *lo, double *hi)

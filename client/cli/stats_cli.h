@@ -42,6 +42,10 @@ int stats_cli_digits(int i);
 /* 1 when high values of statistic i are the bad ones (a rule alerts above a threshold). */
 int stats_cli_high_is_bad(int i);
 
+/* What the bad end of statistic i's heatmap means: "collapsing" (an entropy low), "logits
+ * growing" (a logit high), else "<rule> alerts". */
+const char *stats_cli_bad_means(int i);
+
 /* The colour scale of statistic i's heatmap, given the largest finite value drawn (-inf: none). */
 void stats_cli_scale(int i, double vmax, double *lo, double *hi);
 
