@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "history.h"
+#include "options.h"
 #include "out.h"
 #include "stats_cli.h"
 #include "store_read.h"
@@ -290,7 +291,7 @@ static int diff_make_columns(diff_columns *dc, int n, int chosen)
         dc->cols[k++] = (out_col){DIFF_NAME("samples_%c", 'a' + i), NULL, OUT_INT, 0, 0};
     }
     for (int m = 0; m < nm; m++) {
-        const char *key = stats_cli_metrics[m];
+        const char *key = opt_metrics[m];
         const char *lab = diff_short_label(key);
         int st = stats_cli_metric_at(m), prec = stats_cli_digits(st);
         int shown = lab != NULL || m == chosen;
@@ -315,8 +316,8 @@ static int diff_make_columns(diff_columns *dc, int n, int chosen)
 static int diff_print(const cli_args *a, diff_run_data *r, int n)
 {
     int metric = -1; /* the --metric choice rows are sorted by */
-    for (int k = 0; stats_cli_metrics[k]; k++)
-        if (!strcmp(stats_cli_metrics[k], a->metric))
+    for (int k = 0; opt_metrics[k]; k++)
+        if (!strcmp(opt_metrics[k], a->metric))
             metric = k;
     if (metric < 0) {
         fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);

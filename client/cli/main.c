@@ -30,9 +30,9 @@
 #include "job.h"
 #include "live.h"
 #include "options.h"
-#include "stats_cli.h"
 #include "timearg.h"
 #include "top.h"
+#include "vocab.h"
 
 #define MAIN_WIDTH 98 /* help text is wrapped to this many columns */
 
@@ -569,7 +569,6 @@ int main(int argc, char **argv)
     const opt_command *cmd;
     const char *topic;
     int given[OPT_COUNT];
-    stats_cli_init(); /* the --metric choices */
     if (main_parse(argc, argv, &a, &cmd, &topic, given) != 0)
         return CLI_EXIT_USAGE;
     if (a.version) {

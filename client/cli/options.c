@@ -1,17 +1,59 @@
 /* options.c — the attnstat CLI's option tables (see options.h): data, and two lookups.
  *
- * Stage: a leaf of the CLI; calls libc only (the --metric choices are stats_cli.c's). */
+ * Stage: a leaf of the CLI; calls libc only (the --metric choices come from vocab.h's rows). */
 #include "options.h"
 
 #include <stddef.h>
 #include <string.h>
 
-#include "stats_cli.h" /* the --metric choices, from vocab.h */
+#include "vocab.h"
 
 #define OPT_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const opt_formats[] = {"table", "json", "csv", "jsonl", NULL};
 static const char *const opt_colors[] = {"auto", "always", "never", NULL};
+/* The --metric choices: the statistics the alert rules read (VOCAB_RULES' stat where it is a
+ * VOCAB_STATS row), in the rules' order, each by its name less a trailing "_mean" (entropy_norm,
+ * entropy, max_logit, sink_mass, distance: the names the option has always taken). Filled before
+ * main runs, so that every program built with this table (the CLI, attnstat-docgen) has them. */
+const char *opt_metrics[VOCAB_NSTATS + 1];
+static char opt_metric_names[VOCAB_NSTATS][64];
+
+__attribute__((constructor)) static void opt_metrics_init(void)
+{
+    static const char *const stats[] = {
+#define X(name, ...) #name,
+        VOCAB_STATS(X)
+#undef X
+    };
+    static const char *const read[] = {
+#define X(c, v, rname, stat, ...) #stat,
+        VOCAB_RULES(X)
+#undef X
+    };
+    int n = 0;
+    for (int r = 0; r < OPT_N(read); r++) {
+        int is_stat = 0;
+        for (int i = 0; i < OPT_N(stats); i++)
+            is_stat |= !strcmp(stats[i], read[r]);
+        size_t len = strlen(read[r]);
+        if (len > 5 && !strcmp(read[r] + len - 5, "_mean"))
+            len -= 5;
+        if (!is_stat || len >= sizeof opt_metric_names[0])
+            continue;
+        int seen = 0;
+        for (int k = 0; k < n; k++)
+            seen |= !strncmp(opt_metrics[k], read[r], len) && opt_metrics[k][len] == '\0';
+        if (seen)
+            continue;
+        memcpy(opt_metric_names[n], read[r], len);
+        opt_metric_names[n][len] = '\0';
+        opt_metrics[n] = opt_metric_names[n];
+        n++;
+    }
+    opt_metrics[n] = NULL;
+}
+
 static const char *const opt_states[] = {"firing", "raised", "cleared", "resolved", NULL};
 
 const opt_spec opt_specs[OPT_COUNT] = {
@@ -28,7 +70,7 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_TO] = {OPT_TO, "--to", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
     [OPT_EVERY] = {OPT_EVERY, "--every", NULL, "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_STEP] = {OPT_STEP, "--step", NULL, "S", OPT_INT, INT64_MIN + 1, INT64_MAX, NULL},
-    [OPT_METRIC] = {OPT_METRIC, "--metric", NULL, "M", OPT_CHOICE, 0, 0, stats_cli_metrics},
+    [OPT_METRIC] = {OPT_METRIC, "--metric", NULL, "M", OPT_CHOICE, 0, 0, opt_metrics},
     [OPT_RULE] = {OPT_RULE, "--rule", NULL, "RULE", OPT_RULE_NAME, 0, 0, NULL},
     [OPT_ACTIVE] = {OPT_ACTIVE, "--active", NULL, NULL, OPT_FLAG, 0, 0, NULL},
     [OPT_SINCE] = {OPT_SINCE, "--since", NULL, "TIME", OPT_TIME, 0, 0, NULL},

@@ -1,8 +1,11 @@
 /* stats_cli.c — the CLI's columns, --metric choices and heatmap scales from vocab/vocab.h's
  * statistics (see stats_cli.h).
  *
- * Stage: a leaf of the CLI; calls out.c's value constructors and libc only. */
+ * Stage: a leaf of the CLI; reads options.c's --metric choices, calls out.c's value constructors
+ * and libc. */
 #include "stats_cli.h"
+
+#include "options.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -81,42 +84,42 @@ double stats_cli_value(const stats_head *h, int i)
     return NAN;
 }
 
-const char *stats_cli_metrics[VOCAB_NSTATS + 1];
-static char stats_cli_metric_names[VOCAB_NSTATS][64];
 static int stats_cli_metric_stat[VOCAB_NSTATS];
+static int stats_cli_nmetric = -1;
 
-void stats_cli_init(void)
+/* Each --metric choice's statistic: the row called so, or so plus "_mean". */
+static void stats_cli_init(void)
 {
-    if (stats_cli_metrics[0])
+    if (stats_cli_nmetric >= 0)
         return;
     int n = 0;
-    for (int r = 0; r < VOCAB_NRULES; r++) { /* the rules' order: entropy_norm first */
-        int i = stats_cli_rules[r].stat, seen = 0;
-        for (int k = 0; k < n; k++)
-            seen |= stats_cli_metric_stat[k] == i;
-        if (i == STATS_CLI_NONE || seen)
-            continue;
-        char *d = stats_cli_metric_names[n];
-        size_t len = strlen(stats_cli_rows[i].name);
-        if (len > 5 && !strcmp(stats_cli_rows[i].name + len - 5, "_mean"))
-            len -= 5;
-        if (len >= sizeof stats_cli_metric_names[n])
-            len = sizeof stats_cli_metric_names[n] - 1;
-        memcpy(d, stats_cli_rows[i].name, len);
-        d[len] = '\0';
-        stats_cli_metric_stat[n] = i;
-        stats_cli_metrics[n++] = d;
+    for (int k = 0; opt_metrics[k] && n < VOCAB_NSTATS; k++) {
+        size_t len = strlen(opt_metrics[k]);
+        for (int i = 0; i < VOCAB_NSTATS; i++) {
+            const char *name = stats_cli_rows[i].name;
+            if (!strncmp(name, opt_metrics[k], len) &&
+                (name[len] == '\0' || !strcmp(name + len, "_mean"))) {
+                stats_cli_metric_stat[n++] = i;
+                break;
+            }
+        }
     }
-    stats_cli_metrics[n] = NULL;
+    stats_cli_nmetric = n;
+}
+
+int stats_cli_metric(const char *m)
+{
+    stats_cli_init();
+    for (int k = 0; k < stats_cli_nmetric; k++)
+        if (!strcmp(opt_metrics[k], m))
+            return stats_cli_metric_stat[k];
+    return -1;
 }
 
 int stats_cli_nmetrics(void)
 {
     stats_cli_init();
-    int n = 0;
-    while (stats_cli_metrics[n])
-        n++;
-    return n;
+    return stats_cli_nmetric;
 }
 
 int stats_cli_metric_at(int k)
@@ -140,14 +143,6 @@ int stats_cli_digits(int i)
     return stats_cli_rows[i].digits;
 }
 
-int stats_cli_metric(const char *m)
-{
-    stats_cli_init();
-    for (int k = 0; stats_cli_metrics[k]; k++)
-        if (!strcmp(stats_cli_metrics[k], m))
-            return stats_cli_metric_stat[k];
-    return -1;
-}
 
 int stats_cli_high_is_bad(int i)
 {

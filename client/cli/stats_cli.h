@@ -5,9 +5,11 @@
  *   column     key = the row's name (JSON key, CSV header), label = its `cli`, decimals = its
  *              `digits`, in table order. A view names the rows it leaves out of the table (kept
  *              in JSON and CSV) or out altogether.
- *   --metric   the statistics an alert rule reads (VOCAB_RULES' stat), in the rules' order: each by its row's name less
- *              a trailing "_mean" (entropy, entropy_norm, max_logit, sink_mass, distance: the names
- *              the option has always taken, which `cli` abbreviates for entropy_norm). Low is bad unless its rule alerts above a threshold (VOCAB_ABOVE).
+ *   --metric   options.c's choices (opt_metrics): the statistics an alert rule reads (VOCAB_RULES'
+ *              stat), in the rules' order, each by its row's name less a trailing "_mean"
+ *              (entropy_norm, entropy, max_logit, sink_mass, distance: the names the option has
+ *              always taken; `cli` abbreviates entropy_norm). Low is bad unless its rule alerts
+ *              above a threshold (VOCAB_ABOVE).
  *   heatmap    a ratio (VOCAB_RATIO) on 0..1; a statistic whose rule alerts above a threshold on
  *              0..max(largest value, the threshold's default); any other on 0..its largest value.
  *
@@ -22,15 +24,10 @@
 /* The statistic `i` (VOCAB_STATS order) of h. */
 double stats_cli_value(const stats_head *h, int i);
 
-/* The --metric choices, NULL-terminated (options.c's table points at it; filled before main
- * parses the command line: stats_cli_init). */
-extern const char *stats_cli_metrics[VOCAB_NSTATS + 1];
-void stats_cli_init(void);
-
 /* The statistic --metric m names (its VOCAB_STATS index), -1 when none. */
 int stats_cli_metric(const char *m);
 
-/* How many --metric choices there are, and the statistic of choice k (stats_cli_metrics[k]). */
+/* How many --metric choices there are, and the statistic of choice k (opt_metrics[k]). */
 int stats_cli_nmetrics(void);
 int stats_cli_metric_at(int k);
 
