@@ -143,7 +143,6 @@ int stats_cli_digits(int i)
     return stats_cli_rows[i].digits;
 }
 
-
 int stats_cli_high_is_bad(int i)
 {
     int r = stats_cli_rule_of(i);
