@@ -42,43 +42,31 @@ from attnstat import _vocab as vocab  # noqa: E402
 def proto_fields(message):
     """{field name: (type, number)} of a message of proto/attnstat.proto, read from the file."""
     with open(os.path.join(ROOT, "proto", "attnstat.proto")) as f:
-        text = f.read()
-    body = re.search(r"message %s \{(.*?)\n\}" % message, text, re.S).group(1)
-    return {m.group(2): (m.group(1), int(m.group(3)))
-            for m in re.finditer(r"^\s*(?:optional|required)\s+(\w+)\s+(\w+)\s*=\s*(\d+);", body,
-                                 re.M)}
+        body = re.search(r"message %s \{(.*?)\n\}" % message, f.read(), re.S).group(1)
+    return {m.group(2): (m.group(1), int(m.group(3))) for m in re.finditer(
+        r"^\s*(?:optional|required)\s+(\w+)\s+(\w+)\s*=\s*(\d+);", body, re.M)}
 
 
 def pb_fields(buf):
-    """The fields of a serialized protobuf message, {number: value} (varints as int, 64-bit fields
-    as their 8 bytes, length-delimited ones as bytes; the last of a repeated number)."""
+    """A serialized protobuf message's fields, {number: value}: varints as int, fixed64 as its 8
+    bytes, length-delimited as bytes (other wire types: ValueError)."""
     out, i = {}, 0
 
     def varint(i):
         v, shift = 0, 0
-        while True:
-            b = buf[i]
-            i += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return v, i
+        while buf[i] & 0x80:
+            v, shift, i = v | (buf[i] & 0x7F) << shift, shift + 7, i + 1
+        return v | buf[i] << shift, i + 1
     while i < len(buf):
         key, i = varint(i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            out[num], i = varint(i)
-        elif wt == 1:
-            out[num], i = buf[i:i + 8], i + 8
-        elif wt == 2:
-            n, i = varint(i)
-            out[num], i = buf[i:i + n], i + n
-        elif wt == 5:
-            out[num], i = buf[i:i + 4], i + 4
+        if key & 7 == 0:
+            out[key >> 3], i = varint(i)
+        elif key & 7 in (1, 2):
+            n, i = (8, i) if key & 7 == 1 else varint(i)
+            out[key >> 3], i = buf[i:i + n], i + n
         else:
-            raise ValueError("wire type %d" % wt)
+            raise ValueError("wire type %d" % (key & 7))
     return out
-
 
 class TestReference(unittest.TestCase):
     """The reference itself, on cases with known answers."""
@@ -597,9 +585,7 @@ class TestArguments(unittest.TestCase):
                 given[name] = float(lo + (hi - lo) * RNG.uniform(0.01, 0.99))
         given["collapse_threshold"] = float(RNG.uniform(0.01, 0.99))
         self.assertEqual(set(given), set(numbers))
-        d = tempfile.TemporaryDirectory()
-        self.addCleanup(d.cleanup)
-        path = os.path.join(d.name, "hello.sock")
+        path = os.path.join(self.dir.name, "hello.sock")
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.addCleanup(srv.close)
         srv.bind(path)
@@ -610,22 +596,14 @@ class TestArguments(unittest.TestCase):
         conn, _ = srv.accept()
         self.addCleanup(conn.close)
         conn.settimeout(5)
-        data = b""
-        while True:
-            b = conn.recv(65536)
-            if not b:
-                break
-            data += b
+        data = b"".join(iter(lambda: conn.recv(65536), b""))
         n = int.from_bytes(data[:4], "little")
         env = pb_fields(data[4:4 + n])
         hello = pb_fields(env[1])  # Envelope.hello
         sent = pb_fields(hello[7])  # Hello.thresholds
         for name, (kind, num) in numbers.items():
             self.assertIn(num, sent, "%s not in the Hello (sent %r)" % (name, given))
-            if kind == "double":
-                got = struct.unpack("<d", sent[num])[0]
-            else:
-                got = sent[num]
+            got = struct.unpack("<d", sent[num])[0] if kind == "double" else sent[num]
             self.assertEqual(got, given[name], name)
         self.assertEqual(len(sent), len(numbers))
 

@@ -32,7 +32,7 @@
 
 static uint64_t g_seed;
 
-/* ---- attnstat_head_result: head, sampled, counts, statistics; nothing else -------------------- */
+/* ---- attnstat_head_result: head, sampled, counts, statistics; nothing else ------------------- */
 #define FIELD_TYPE_IS(s, f, T) _Generic(((s *)0)->f, T: 1, default: 0)
 
 _Static_assert(offsetof(attnstat_head_result, head) == 0, "head first");
@@ -53,7 +53,7 @@ enum {
 };
 #define X(name, ...)                                                                               \
     _Static_assert(offsetof(attnstat_head_result, name) == HR_COUNTS_AT + 8 * HR_COUNT_##name,     \
-                   "attnstat_head_result." #name ": the counts in vocab.h's order after sampled");  \
+                   "attnstat_head_result." #name ": the counts in vocab.h's order after sampled"); \
     _Static_assert(FIELD_TYPE_IS(attnstat_head_result, name, uint64_t),                            \
                    "attnstat_head_result." #name " is a uint64");
 VOCAB_COUNTS(X)
@@ -68,7 +68,7 @@ VOCAB_STATS(X)
 _Static_assert(sizeof(attnstat_head_result) == HR_STATS_AT + 8 * VOCAB_NSTATS,
                "attnstat_head_result holds a field that is not a row of vocab.h");
 
-/* ---- attnstat_thresholds: every row the hello carries, collapse_threshold; nothing else ------- */
+/* ---- attnstat_thresholds: every row the hello carries, collapse_threshold; nothing else ------ */
 #define TH_T_VOCAB_D double
 #define TH_T_VOCAB_U uint32_t
 #define X(name, type, ...)                                                                         \

@@ -5,14 +5,14 @@
  * default the steps every run has (the latest first step to the earliest last step of the runs'
  * summaries). Each of its layers (store_run_layers; one with --layer) is read as a trend over
  * those steps (store_trend, every tier) and folded per head into a cell: each statistic an alert
- * rule reads (stats_cli.c, from vocab.h), by its pool: a mean (a downsampled row weighted by the
+ * rule reads (statcol.c, from vocab.h), by its pool: a mean (a downsampled row weighted by the
  * samples it merged; the normalised entropy, the entropy, the sink mass, the distance) or an
- * extreme (a downsampled row's maximum: the max logit). The runs' cells, each list sorted by (layer, head), are
- * merged into rows; a row's key is the largest |later run - first run| of --metric; rows with a
- * run missing sort last.
+ * extreme (a downsampled row's maximum: the max logit). The runs' cells, each list sorted by
+ * (layer, head), are merged into rows; a row's key is the largest |later run - first run| of
+ * --metric; rows with a run missing sort last.
  *
  * Stage: a command file of the CLI, called by main.c. Calls history.c, timearg.c, the store's read
- * half, stats_cli.c and out.c. */
+ * half, statcol.c and out.c. */
 #include "diff.h"
 
 #include <math.h>
@@ -23,11 +23,11 @@
 #include "history.h"
 #include "options.h"
 #include "out.h"
-#include "stats_cli.h"
+#include "statcol.h"
 #include "store_read.h"
 #include "timearg.h"
 
-/* One run's (layer, head): per --metric choice k (stats_cli.c: the statistics the alert rules
+/* One run's (layer, head): per --metric choice k (statcol.c: the statistics the alert rules
  * read), its fold over the steps compared: by the statistic's pool, the mean (sum / w, a
  * downsampled row weighted by the samples it merged) or the extreme (ext: a downsampled row's
  * minimum or maximum). */
@@ -81,17 +81,17 @@ static int diff_sample(void *ctx, const store_sample *s)
     }
     diff_cell *c = &r->cells[lo];
     double w = (double)s->merged;
-    for (int k = 0; k < stats_cli_nmetrics(); k++) {
-        int i = stats_cli_metric_at(k), pool = stats_cli_pool(i);
+    for (int k = 0; k < statcol_nmetrics(); k++) {
+        int i = statcol_metric_at(k), pool = statcol_pool(i);
         if (pool == VOCAB_POOL_MAX || pool == VOCAB_POOL_MIN) {
             const stats_head *x = pool == VOCAB_POOL_MAX ? (s->max ? s->max : &s->stats)
                                                          : (s->min ? s->min : &s->stats);
-            double v = stats_cli_value(x, i);
+            double v = statcol_value(x, i);
             if (isfinite(v) && (isnan(c->ext[k]) ||
                                 (pool == VOCAB_POOL_MAX ? v > c->ext[k] : v < c->ext[k])))
                 c->ext[k] = v;
         } else {
-            double v = stats_cli_value(&s->stats, i);
+            double v = statcol_value(&s->stats, i);
             if (isfinite(v)) {
                 c->sum[k] += v * w;
                 c->w[k] += w;
@@ -208,7 +208,8 @@ static int diff_windows(const cli_args *a, diff_run_data *r, int n)
 
 /* ---- rows -------------------------------------------------------------------------------------*/
 /* The table's short labels of the statistics diff has always compared (the others are labelled by
- * their `cli` name, and shown in the table only when --metric picks them: JSON and CSV carry all). */
+ * their `cli` name, and shown in the table only when --metric picks them: JSON and CSV carry
+ * all). */
 static const char *const diff_short[][2] = {
     {"entropy_norm", "en"}, {"entropy", "ent"}, {"max_logit", "ml"}};
 
@@ -258,7 +259,7 @@ static double diff_value(const diff_cell *c, int k)
 {
     if (!c)
         return NAN;
-    int pool = stats_cli_pool(stats_cli_metric_at(k));
+    int pool = statcol_pool(statcol_metric_at(k));
     if (pool == VOCAB_POOL_MAX || pool == VOCAB_POOL_MIN)
         return c->ext[k];
     return c->w[k] > 0 ? c->sum[k] / c->w[k] : NAN;
@@ -275,7 +276,7 @@ typedef struct {
 
 static int diff_make_columns(diff_columns *dc, int n, int chosen)
 {
-    const int nm = stats_cli_nmetrics();
+    const int nm = statcol_nmetrics();
     int ncols = 2 + 2 * n + nm * (2 * n - 1);
     dc->cols = calloc((size_t)ncols, sizeof *dc->cols);
     dc->names = malloc((size_t)ncols * 2 * 48);
@@ -293,10 +294,10 @@ static int diff_make_columns(diff_columns *dc, int n, int chosen)
     for (int m = 0; m < nm; m++) {
         const char *key = opt_metrics[m];
         const char *lab = diff_short_label(key);
-        int st = stats_cli_metric_at(m), prec = stats_cli_digits(st);
+        int st = statcol_metric_at(m), prec = statcol_digits(st);
         int shown = lab != NULL || m == chosen;
         if (!lab)
-            lab = stats_cli_label(st);
+            lab = statcol_label(st);
         for (int i = 0; i < n; i++) {
             const char *kk = DIFF_NAME("%s_%c", key, 'a' + i);
             const char *ll = DIFF_NAME("%s_%c", lab, 'A' + i);
@@ -375,7 +376,7 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
                    (long long)r[i].id, (long long)r[i].from, (long long)r[i].to);
         char more[96] = "";
         if (!diff_short_label(a->metric))
-            snprintf(more, sizeof more, ", %s = mean %s", stats_cli_label(stats_cli_metric_at(metric)),
+            snprintf(more, sizeof more, ", %s = mean %s", statcol_label(statcol_metric_at(metric)),
                      a->metric);
         printf("per (layer, head): en = mean normalised entropy (0..1), ent = mean entropy "
                "(nats), ml = largest max logit%s; X-A = run X minus run A; sorted by the largest "
@@ -392,7 +393,7 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
             v[k++] = out_s(r[i].name);
             v[k++] = out_i(c ? c->samples : 0);
         }
-        for (int m = 0; m < stats_cli_nmetrics(); m++) {
+        for (int m = 0; m < statcol_nmetrics(); m++) {
             double first = diff_value(diff_find(&r[0], rows[j].layer, rows[j].head), m);
             for (int i = 0; i < n; i++)
                 v[k++] = out_d(diff_value(diff_find(&r[i], rows[j].layer, rows[j].head), m));

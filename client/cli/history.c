@@ -17,7 +17,7 @@
 #include "checkdb.h"
 #include "history.h"
 #include "out.h"
-#include "stats_cli.h"
+#include "statcol.h"
 #include "store_read.h"
 #include "summary.h"
 #include "timearg.h"
@@ -355,7 +355,7 @@ int history_runs(const cli_args *a)
 }
 
 /* ---- Samples (trend, heads) --------------------------------------------------------------------*/
-/* The samples' columns: where they are, then vocab.h's statistics (stats_cli.c: the table hides
+/* The samples' columns: where they are, then vocab.h's statistics (statcol.c: the table hides
  * entropy_std and entropy_max, kept in JSON and CSV), then the other counts. */
 static const char *const history_hidden_stats[] = {"entropy_std", "entropy_max", NULL};
 static const out_col history_sample_head[] = {
@@ -380,7 +380,7 @@ static int history_sample_cols(out_col *cols)
     int n = 0;
     for (int i = 0; i < HISTORY_NHEAD; i++)
         cols[n++] = history_sample_head[i];
-    stats_cli_cols(cols, &n, NULL, history_hidden_stats);
+    statcol_cols(cols, &n, NULL, history_hidden_stats);
     for (int i = 0; i < HISTORY_NTAIL; i++)
         cols[n++] = history_sample_tail[i];
     return n;
@@ -398,7 +398,7 @@ static void history_sample_out(out_set *o, const char *run, const store_sample *
     v[n++] = out_i(s->step);
     v[n++] = out_i(s->time_ms);
     v[n++] = out_i(h->rows);
-    stats_cli_vals(v, &n, h, NULL);
+    statcol_vals(v, &n, h, NULL);
     v[n++] = out_i(h->rows_norm);
     v[n++] = out_i(h->rows_empty);
     v[n++] = out_i(h->nonfinite_rows);
@@ -585,10 +585,10 @@ int history_trend(const cli_args *a)
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
-/* Statistic m (a VOCAB_STATS index: stats_cli_metric of --metric) of a sample. */
+/* Statistic m (a VOCAB_STATS index: statcol_metric of --metric) of a sample. */
 static double history_metric(const store_sample *s, int m)
 {
-    return stats_cli_value(&s->stats, m);
+    return statcol_value(&s->stats, m);
 }
 
 static int history_use_color(const cli_args *a)
@@ -602,7 +602,7 @@ static int history_use_color(const cli_args *a)
 
 int history_heads(const cli_args *a)
 {
-    const int mi = stats_cli_metric(a->metric); /* main.c took only a choice of stats_cli.c */
+    const int mi = statcol_metric(a->metric); /* main.c took only a choice of statcol.c */
     if (mi < 0) {
         fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);
         return CLI_EXIT_USAGE;
@@ -697,15 +697,15 @@ int history_heads(const cli_args *a)
                  (long long)step, a->metric);
         out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
                           .heads = (int)heads,
-                          .values = grid, .high_is_good = !stats_cli_high_is_bad(mi),
-                          .bad_means = stats_cli_bad_means(mi),
+                          .values = grid, .high_is_good = !statcol_high_is_bad(mi),
+                          .bad_means = statcol_bad_means(mi),
                           .color = history_use_color(a), .show_values = heads <= 16};
-        stats_cli_scale(mi, vmax, &hm.lo, &hm.hi);
+        statcol_scale(mi, vmax, &hm.lo, &hm.hi);
         out_heatmap_print(stdout, &hm);
         /* The heads most at risk, named. */
         size_t order[5];
         size_t nw = 0;
-        int low_bad = !stats_cli_high_is_bad(mi);
+        int low_bad = !statcol_high_is_bad(mi);
         for (size_t pick = 0; pick < 5 && pick < l.n; pick++) {
             size_t best = SIZE_MAX;
             for (size_t i = 0; i < l.n; i++) {

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "out.h"
-#include "stats_cli.h"
+#include "statcol.h"
 #include "store_job.h"
 #include "store_read.h"
 #include "timearg.h"
@@ -282,10 +282,10 @@ typedef struct {
     size_t first, count;
 } job_cell;
 
-/* Statistic m (a VOCAB_STATS index: stats_cli_metric of --metric) of a cell. */
+/* Statistic m (a VOCAB_STATS index: statcol_metric of --metric) of a cell. */
 static double job_metric(const stats_head *s, int m)
 {
-    return stats_cli_value(s, m);
+    return statcol_value(s, m);
 }
 
 static int job_use_color(const cli_args *a)
@@ -312,7 +312,7 @@ static void job_ranks(const job_procs *p, const job_samples *l, const job_cell *
     }
 }
 
-/* A cell's columns: where it is and who pooled it, then vocab.h's statistics (stats_cli.c; the
+/* A cell's columns: where it is and who pooled it, then vocab.h's statistics (statcol.c; the
  * table hides entropy_std, and the per-row extremes entropy_min and entropy_max are left out). */
 static const char *const job_omitted_stats[] = {"entropy_min", "entropy_max", NULL};
 static const char *const job_hidden_stats[] = {"entropy_std", NULL};
@@ -355,7 +355,7 @@ static void job_print_procs(const job_dbs *d, const job_procs *p, int64_t step)
 static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells, int64_t step,
                          const job_procs *p)
 {
-    const int mi = stats_cli_metric(a->metric); /* main.c took only a choice of stats_cli.c */
+    const int mi = statcol_metric(a->metric); /* main.c took only a choice of statcol.c */
     if (mi < 0) {
         fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);
         return -1;
@@ -390,14 +390,14 @@ static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells
              "process%s)", out_safe(a->run), (long long)step, a->metric, p->n,
              p->n == 1 ? "" : "es");
     out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
-                      .heads = (int)heads, .values = grid, .high_is_good = !stats_cli_high_is_bad(mi),
-                          .bad_means = stats_cli_bad_means(mi),
+                      .heads = (int)heads, .values = grid, .high_is_good = !statcol_high_is_bad(mi),
+                          .bad_means = statcol_bad_means(mi),
                       .color = job_use_color(a), .show_values = heads <= 16};
-    stats_cli_scale(mi, vmax, &hm.lo, &hm.hi);
+    statcol_scale(mi, vmax, &hm.lo, &hm.hi);
     out_heatmap_print(stdout, &hm);
     free(grid);
     /* The heads most at risk, named. */
-    int low_bad = !stats_cli_high_is_bad(mi);
+    int low_bad = !statcol_high_is_bad(mi);
     size_t pick[5], np = 0;
     for (; np < 5; np++) {
         size_t best = SIZE_MAX;
@@ -512,7 +512,7 @@ int job_map(const cli_args *a)
     int ncols = 0;
     for (int i = 0; i < JOB_NHEAD; i++)
         cols[ncols++] = job_cell_head[i];
-    stats_cli_cols(cols, &ncols, job_omitted_stats, job_hidden_stats);
+    statcol_cols(cols, &ncols, job_omitted_stats, job_hidden_stats);
     out_begin(&o, a->fmt, stdout, cols, ncols);
     for (size_t i = 0; i < ncells; i++) {
         char ranks[256];
@@ -529,7 +529,7 @@ int job_map(const cli_args *a)
         v[n++] = out_i(h->rows);
         v[n++] = out_i(h->rows_norm);
         v[n++] = out_i(h->nonfinite_rows);
-        stats_cli_vals(v, &n, h, job_omitted_stats);
+        statcol_vals(v, &n, h, job_omitted_stats);
         out_add(&o, v);
     }
     rc = out_end(&o) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
