@@ -27,8 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "envelope.h"
+#include "client_vocab.h"
 #include "conn.h"
+#include "envelope.h"
 #include "local.h"
 #include "hostring.h"
 #include "replies.h"
@@ -78,29 +79,34 @@ attnstat_code link_set_hello(attnstat_client *c, const char *run, int32_t rank,
     return ATTNSTAT_OK;
 }
 
+void link_thresholds_pb(Attnstat__Thresholds *o, const attnstat_thresholds *th)
+{
+    attnstat__thresholds__init(o);
+    /* Every threshold of vocab.h that the hello carries; unset (NaN, or 0 for a count) is left
+     * out: the daemon's value. collapse_threshold is the kernels' parameter, not a row. */
+#define LINK_TH_VOCAB_D(f) (!isnan(th->f))
+#define LINK_TH_VOCAB_U(f) (th->f != 0)
+#define X(name, type, ...)                                                                         \
+    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(if (LINK_TH_##type(name)) {                             \
+        o->has_##name = 1;                                                                         \
+        o->name = th->name;                                                                        \
+    })
+    VOCAB_THRESHOLDS(X)
+#undef X
+#undef LINK_TH_VOCAB_D
+#undef LINK_TH_VOCAB_U
+    if (!isnan(th->collapse_threshold)) {
+        o->has_collapse_threshold = 1;
+        o->collapse_threshold = th->collapse_threshold;
+    }
+}
+
 /* Sends the kept Hello (the same one on every connection: the daemon continues the run). */
 static attnstat_code link_send_hello(attnstat_client *c)
 {
     Attnstat__Thresholds t = ATTNSTAT__THRESHOLDS__INIT;
-    if (c->hello_has_th) {
-        const attnstat_thresholds *th = &c->hello_th;
-#define TH_D(f)                                                                                    \
-    if (!isnan(th->f)) {                                                                           \
-        t.has_##f = 1;                                                                             \
-        t.f = th->f;                                                                               \
-    }
-        TH_D(entropy_floor) TH_D(entropy_drop) TH_D(ema_alpha) TH_D(logit_ceiling)
-        TH_D(collapse_threshold)
-#undef TH_D
-        if (th->raise_after) {
-            t.has_raise_after = 1;
-            t.raise_after = th->raise_after;
-        }
-        if (th->clear_after) {
-            t.has_clear_after = 1;
-            t.clear_after = th->clear_after;
-        }
-    }
+    if (c->hello_has_th)
+        link_thresholds_pb(&t, &c->hello_th);
     char host[256];
     if (gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "unknown");

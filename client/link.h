@@ -35,6 +35,10 @@ attnstat_code link_set_hello(attnstat_client *c, const char *run, int32_t rank,
                              const attnstat_thresholds *th, const char *config_json,
                              const char *const *device_uuids, int32_t n_devices);
 
+/* The hello's thresholds on the wire: every field of th that is set (vocab.h's rows the hello
+ * carries, and collapse_threshold); unset ones left out. */
+void link_thresholds_pb(Attnstat__Thresholds *o, const attnstat_thresholds *th);
+
 /* The first hello on the current connection: sends the kept Hello, then (once answered) makes and
  * registers the host ring, waiting up to c->timeout_ms for each answer. Returns ATTNSTAT_OK with
  * the link UP and hello_done set, or the error with c->err saying it (EREFUSED with the daemon's

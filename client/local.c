@@ -42,6 +42,7 @@ attnstat_code attnstat_set_local_compute(attnstat_client *c, int on)
 #ifdef ATTNSTAT_LOCAL_KERNELS
 #include <cuda_runtime.h>
 
+#include "local_pb.h"
 #include "stats_cuda.h"
 
 #define LOCAL_MAX_DEVICES 64
@@ -384,33 +385,6 @@ out:
 }
 
 /* ---- Completion ------------------------------------------------------------------------------- */
-static void local_head_pb(Attnstat__HeadStats *o, uint32_t head, const stats_head *h)
-{
-    attnstat__head_stats__init(o);
-    o->head = head;
-    o->rows = (uint64_t)h->rows;
-    o->has_rows_norm = o->has_rows_empty = o->has_nonfinite_rows = 1;
-    o->rows_norm = (uint64_t)h->rows_norm;
-    o->rows_empty = (uint64_t)h->rows_empty;
-    o->nonfinite_rows = (uint64_t)h->nonfinite_rows;
-    o->has_entropy_mean = isfinite(h->entropy_mean);
-    o->entropy_mean = h->entropy_mean;
-    o->has_entropy_std = isfinite(h->entropy_std);
-    o->entropy_std = h->entropy_std;
-    o->has_entropy_min = isfinite(h->entropy_min);
-    o->entropy_min = h->entropy_min;
-    o->has_entropy_max = isfinite(h->entropy_max);
-    o->entropy_max = h->entropy_max;
-    o->has_entropy_norm_mean = isfinite(h->entropy_norm_mean);
-    o->entropy_norm_mean = h->entropy_norm_mean;
-    o->has_collapsed_frac = isfinite(h->collapsed_frac);
-    o->collapsed_frac = h->collapsed_frac;
-    o->has_max_logit = isfinite(h->max_logit);
-    o->max_logit = h->max_logit;
-    o->has_sampled = 1;
-    o->sampled = h->sampled != 0;
-}
-
 /* The Computed message of entry en. OK, or the conn_send code (DROPPED, ECLOSED), or ENOMEM. */
 static attnstat_code local_send(attnstat_client *c, const local_entry *en)
 {

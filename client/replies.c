@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_vocab.h"
+
 #define REPLIES_READ_FRAME_MAX (64u << 20) /* the daemon's max_frame is at most 64 MiB */
 
 static void replies_set_last(attnstat_client *c, int code, const char *msg)
@@ -26,22 +28,18 @@ static void replies_set_last(attnstat_client *c, int code, const char *msg)
 }
 
 /* ---- Results ---------------------------------------------------------------------------------- */
-static void replies_head_result(attnstat_head_result *o, const Attnstat__HeadStats *h)
+void replies_head_result(attnstat_head_result *o, const Attnstat__HeadStats *h)
 {
     memset(o, 0, sizeof *o);
     o->head = h->head;
-    o->rows = h->rows;
-    o->rows_norm = h->rows_norm;
-    o->rows_empty = h->rows_empty;
-    o->nonfinite_rows = h->nonfinite_rows;
     o->sampled = h->has_sampled && h->sampled;
-    o->entropy_mean = h->has_entropy_mean ? h->entropy_mean : NAN;
-    o->entropy_std = h->has_entropy_std ? h->entropy_std : NAN;
-    o->entropy_min = h->has_entropy_min ? h->entropy_min : NAN;
-    o->entropy_max = h->has_entropy_max ? h->entropy_max : NAN;
-    o->entropy_norm_mean = h->has_entropy_norm_mean ? h->entropy_norm_mean : NAN;
-    o->collapsed_frac = h->has_collapsed_frac ? h->collapsed_frac : NAN;
-    o->max_logit = h->has_max_logit ? h->max_logit : NAN;
+    /* A count the daemon left out reads 0, a statistic NaN (vocab.h's rows, in table order). */
+#define X(name, ...) o->name = h->name;
+    VOCAB_COUNTS(X)
+#undef X
+#define X(name, ...) o->name = h->has_##name ? h->name : NAN;
+    VOCAB_STATS(X)
+#undef X
 }
 
 /* src: a subscribed Result's origin (NULL for an Ack's results). */

@@ -20,6 +20,10 @@
 
 /* Decodes one frame from the daemon and handles it (conn.c's handler). An undecodable one is
  * counted as an error and skipped. */
+/* A HeadStats from the wire as the public result: every count (0 when left out) and statistic
+ * (NaN when left out) of vocab.h's rows. */
+void replies_head_result(attnstat_head_result *o, const Attnstat__HeadStats *h);
+
 void replies_on_frame(attnstat_client *c, const uint8_t *payload, uint32_t len);
 
 /* The connection is gone: no Ack will come for the pushes in flight. Each is released (its ring

@@ -5,6 +5,7 @@
  * Stage: the bottom of libattnstat. Calls libc and proto/names only. */
 #include "util.h"
 
+#include "client_vocab.h"
 #include "names.h"
 
 #include <math.h>
@@ -102,15 +103,7 @@ const char *attnstat_proto_code_name(int32_t code)
 
 const char *attnstat_rule_name(int32_t rule)
 {
-    switch (rule) {
-    case ATTNSTAT_RULE_ENTROPY_FLOOR: return "entropy_floor";
-    case ATTNSTAT_RULE_ENTROPY_DROP: return "entropy_drop";
-    case ATTNSTAT_RULE_LOGIT_CEILING: return "logit_ceiling";
-    case ATTNSTAT_RULE_NONFINITE: return "nonfinite";
-    case ATTNSTAT_RULE_SINK_MASS_CEILING: return "sink_mass_ceiling";
-    case ATTNSTAT_RULE_DISTANCE_FLOOR: return "distance_floor";
-    }
-    return "unknown";
+    return names_alert_rule(rule); /* proto/names.h's list: "unknown" for a value not in it */
 }
 
 const char *attnstat_state_name(int32_t state)
@@ -155,15 +148,15 @@ void attnstat_connect_opts_init(attnstat_connect_opts *o)
 
 void attnstat_thresholds_init(attnstat_thresholds *t)
 {
-    t->entropy_floor = NAN;
-    t->entropy_drop = NAN;
-    t->ema_alpha = NAN;
-    t->logit_ceiling = NAN;
-    t->collapse_threshold = NAN;
-    t->raise_after = 0;
-    t->clear_after = 0;
-    t->sink_mass_ceiling = NAN;
-    t->distance_floor = NAN;
+    /* Unset: NaN for a double, 0 for a count (vocab.h's rows the hello carries). */
+#define UTIL_TH_UNSET_VOCAB_D NAN
+#define UTIL_TH_UNSET_VOCAB_U 0
+#define X(name, type, ...) CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(t->name = UTIL_TH_UNSET_##type;)
+    VOCAB_THRESHOLDS(X)
+#undef X
+#undef UTIL_TH_UNSET_VOCAB_D
+#undef UTIL_TH_UNSET_VOCAB_U
+    t->collapse_threshold = NAN; /* the kernels' parameter, not an alert threshold */
 }
 
 char *attnstat_default_socket(char *buf, size_t len)

@@ -11,7 +11,11 @@
  *     default; --per-head every row;
  *   - diff: per (layer, head) each run's means and largest max logit over the steps both have,
  *     the differences, the order by the largest change, a head one run lacks last;
- *   - the usage errors of these options and of top's (test_cli_top.c tests top itself).
+ *   - the usage errors of these options and of top's (test_cli_top.c tests top itself);
+ *   - sink_mass and distance (vocab.h's newer statistics): --metric and --rule take them, the
+ *     sample columns carry them, heads/job draw them, diff sorts by them; and the values written
+ *     come back exactly through trend, heads, job and diff (test_new_metrics_values: needs the
+ *     store's columns for them).
  * Fresh random data each run; the seed is printed (ATTNSTAT_TEST_SEED repeats a run). */
 #include "daemon_harness.h"
 #include "stats_testutil.h"
@@ -448,6 +452,223 @@ START_TEST(test_diff)
     dh_cleanup(&d, 0);
 }
 END_TEST
+/* ---- sink_mass and distance through the views ------------------------------------------------*/
+/* Run `name` of L layers x heads, steps [first, first + steps) a minute apart from T0, with
+ * vocab.h's newer statistics fresh and finite: sink_mass in (0.01, 0.99), distance in (0.5, 300)
+ * positions. The statistics into v[(s * L + l) * heads + h]. */
+static void write_metric_run(const char *db, const char *name, int first, int steps, int heads,
+                             stats_head *v, dh_rng *r)
+{
+    store_error err;
+    store *st = store_open(db, 0, &err);
+    ck_assert_msg(st != NULL, "store_open: %s", err.msg);
+    store_run_info info = {.name = name, .rank = 0, .host = "node", .time_ms = T0};
+    int64_t id = 0;
+    ck_assert_msg(store_run_begin(st, &info, &id, &err) == STORE_OK, "%s", err.msg);
+    stats_head row[64];
+    for (int s = 0; s < steps; s++)
+        for (int l = 0; l < L; l++) {
+            for (int h = 0; h < heads; h++) {
+                row[h] = rand_stats(r);
+                row[h].sink_mass = 0.01 + 0.98 * unit(r);
+                row[h].distance = 0.5 + 299.5 * unit(r);
+                v[((size_t)s * L + (size_t)l) * (size_t)heads + (size_t)h] = row[h];
+            }
+            ck_assert_msg(store_add_samples(st, id, first + s, l, row, heads,
+                                            T0 + (int64_t)s * MIN_MS, &err) == STORE_OK,
+                          "%s", err.msg);
+        }
+    ck_assert_msg(store_commit(st, &err) == STORE_OK, "%s", err.msg);
+    store_close(st);
+}
+
+/* The options that name the new statistics and rules are taken, and the views draw them: what
+ * holds whether or not the store keeps their values. */
+START_TEST(test_new_metrics_options)
+{
+    dh_rng r = dh_rng_new("new_metrics_options");
+    dh_daemon d;
+    dh_dir_init(&d);
+    enum { S = 3 };
+    stats_head *v = malloc(sizeof(stats_head) * S * L * H);
+    ck_assert_ptr_nonnull(v);
+    write_metric_run(d.db, "nm", 0, S, H, v, &r);
+    write_metric_run(d.db, "nm2", 0, S, H, v, &r);
+    static const struct {
+        const char *metric, *pick;
+    } m[] = {{"sink_mass", "highest sink_mass:"}, {"distance", "lowest distance:"}};
+    for (size_t i = 0; i < 2; i++) {
+        cli_result res = cli_run(d.dir, "--db", d.db, "heads", "--run", "nm", "--metric",
+                                 m[i].metric);
+        CLI_OK(res);
+        char title[96];
+        snprintf(title, sizeof title, "%s per layer x head", m[i].metric);
+        ck_assert_msg(strstr(res.out, title) && strstr(res.out, m[i].pick), "%s", res.out);
+        cli_result_free(&res);
+        res = cli_run(d.dir, "--db", d.db, "job", "--run", "nm", "--metric", m[i].metric);
+        CLI_OK(res);
+        ck_assert_msg(strstr(res.out, title) && strstr(res.out, m[i].pick), "%s", res.out);
+        cli_result_free(&res);
+        res = cli_run(d.dir, "--db", d.db, "diff", "nm", "nm2", "--metric", m[i].metric,
+                      "--format", "csv");
+        CLI_OK(res);
+        char key[64];
+        snprintf(key, sizeof key, ",%s_a,%s_b,%s_b_minus_a", m[i].metric, m[i].metric,
+                 m[i].metric);
+        ck_assert_msg(strstr(res.out, key), "%s", res.out);
+        cli_result_free(&res);
+        /* the diff table shows the chosen statistic's columns */
+        res = cli_run(d.dir, "--db", d.db, "diff", "nm", "nm2", "--metric", m[i].metric);
+        CLI_OK(res);
+        snprintf(key, sizeof key, "%s_B-A", m[i].metric);
+        ck_assert_msg(strstr(res.out, key) && strstr(res.out, "en_B-A"), "%s", res.out);
+        cli_result_free(&res);
+    }
+    /* the samples' JSON and CSV carry every statistic; the table the new two */
+    cli_result res = cli_run(d.dir, "--db", d.db, "trend", "--run", "nm", "--layer", "0",
+                             "--head", "1", "--format", "csv");
+    CLI_OK(res);
+    ck_assert_msg(strstr(res.out, "entropy_mean,entropy_std,entropy_min,entropy_max,"
+                                  "entropy_norm_mean,collapsed_frac,max_logit,sink_mass,distance,"
+                                  "rows_norm"), "%s", res.out);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "trend", "--run", "nm", "--layer", "0", "--head", "1");
+    CLI_OK(res);
+    ck_assert_msg(strstr(res.out, "ent_min") && strstr(res.out, "sink_mass") &&
+                      strstr(res.out, "distance") && !strstr(res.out, "entropy_std"),
+                  "%s", res.out);
+    cli_result_free(&res);
+    /* the choices, from the tables */
+    res = cli_run(d.dir, "--db", d.db, "heads", "--run", "nm", "--metric", "sink");
+    ck_assert_msg(res.status == 2 &&
+                      strstr(res.err, "--metric is entropy_norm, entropy, max_logit, sink_mass or "
+                                      "distance, not 'sink'"), "%d %s", res.status, res.err);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "alerts", "--rule", "sink_mass_ceiling");
+    CLI_OK(res);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "alerts", "--rule", "distance_floor", "--format", "json");
+    CLI_OK(res);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "alerts", "--rule", "sink_mass");
+    ck_assert_msg(res.status == 2 && strstr(res.err, "sink_mass_ceiling or distance_floor"),
+                  "%d %s", res.status, res.err);
+    cli_result_free(&res);
+    free(v);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
+/* The values of sink_mass and distance written through the store come back through trend, heads,
+ * job and diff exactly (each head's most-affected named). Needs the store to keep them (its
+ * columns for the newer statistics). */
+START_TEST(test_new_metrics_values)
+{
+    dh_rng r = dh_rng_new("new_metrics_values");
+    dh_daemon d;
+    dh_dir_init(&d);
+    enum { S = 4 };
+    stats_head *va = malloc(sizeof(stats_head) * S * L * H);
+    stats_head *vb = malloc(sizeof(stats_head) * S * L * H);
+    ck_assert(va && vb);
+    write_metric_run(d.db, "va", 0, S, H, va, &r);
+    write_metric_run(d.db, "vb", 0, S, H, vb, &r);
+    /* trend of one head: every step's values */
+    int l = (int)(dh_next(&r) % L), hh = (int)(dh_next(&r) % H);
+    char ls[16], hs[16];
+    snprintf(ls, sizeof ls, "%d", l);
+    snprintf(hs, sizeof hs, "%d", hh);
+    cli_result res = cli_run(d.dir, "--db", d.db, "trend", "--run", "va", "--layer", ls, "--head",
+                             hs, "--format", "json");
+    CLI_OK(res);
+    char *copy, *lines[64];
+    ck_assert_int_eq(json_lines(res.out, &copy, lines, 64), S);
+    for (int i = 0; i < S; i++) {
+        int s = (int)cli_json_num(lines[i], "step");
+        ck_assert(s >= 0 && s < S);
+        const stats_head *x = &va[((size_t)s * L + (size_t)l) * H + (size_t)hh];
+        ck_assert_msg(cli_json_num(lines[i], "sink_mass") == x->sink_mass &&
+                          cli_json_num(lines[i], "distance") == x->distance,
+                      "step %d: %s (wrote %.17g %.17g)", s, lines[i], x->sink_mass, x->distance);
+    }
+    free(copy);
+    cli_result_free(&res);
+    /* heads: the last step's grid, and the most-affected head named */
+    const stats_head *last = &va[(size_t)(S - 1) * L * H];
+    res = cli_run(d.dir, "--db", d.db, "heads", "--run", "va", "--format", "json");
+    CLI_OK(res);
+    ck_assert_int_eq(json_lines(res.out, &copy, lines, 64), L * H);
+    for (int i = 0; i < L * H; i++) {
+        int li = (int)cli_json_num(lines[i], "layer"), hi = (int)cli_json_num(lines[i], "head");
+        const stats_head *x = &last[(size_t)li * H + (size_t)hi];
+        ck_assert_msg(cli_json_num(lines[i], "sink_mass") == x->sink_mass &&
+                          cli_json_num(lines[i], "distance") == x->distance, "%s", lines[i]);
+    }
+    free(copy);
+    cli_result_free(&res);
+    int top = 0, bottom = 0;
+    for (int i = 1; i < L * H; i++) {
+        top = last[i].sink_mass > last[top].sink_mass ? i : top;
+        bottom = last[i].distance < last[bottom].distance ? i : bottom;
+    }
+    char want[96];
+    res = cli_run(d.dir, "--db", d.db, "heads", "--run", "va", "--metric", "sink_mass");
+    CLI_OK(res);
+    snprintf(want, sizeof want, "highest sink_mass: L%d.H%d %.3f", top / H, top % H,
+             last[top].sink_mass);
+    ck_assert_msg(strstr(res.out, want), "want '%s' in:\n%s", want, res.out);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "job", "--run", "va", "--metric", "distance");
+    CLI_OK(res);
+    snprintf(want, sizeof want, "lowest distance: L%d.H%d %.3f", bottom / H, bottom % H,
+             last[bottom].distance);
+    ck_assert_msg(strstr(res.out, want), "want '%s' in:\n%s", want, res.out);
+    cli_result_free(&res);
+    /* job's cells (one process: its own values) */
+    res = cli_run(d.dir, "--db", d.db, "job", "--run", "va", "--format", "json");
+    CLI_OK(res);
+    ck_assert_int_eq(json_lines(res.out, &copy, lines, 64), L * H);
+    for (int i = 0; i < L * H; i++) {
+        int li = (int)cli_json_num(lines[i], "layer"), hi = (int)cli_json_num(lines[i], "head");
+        const stats_head *x = &last[(size_t)li * H + (size_t)hi];
+        ck_assert_msg(cli_json_num(lines[i], "sink_mass") == x->sink_mass &&
+                          cli_json_num(lines[i], "distance") == x->distance, "%s", lines[i]);
+    }
+    free(copy);
+    cli_result_free(&res);
+    /* diff: the means over the steps, the rows by the largest change of --metric */
+    res = cli_run(d.dir, "--db", d.db, "diff", "va", "vb", "--metric", "distance", "--format",
+                  "json");
+    CLI_OK(res);
+    ck_assert_int_eq(json_lines(res.out, &copy, lines, 64), L * H);
+    double prev = INFINITY;
+    for (int i = 0; i < L * H; i++) {
+        int li = (int)cli_json_num(lines[i], "layer"), hi = (int)cli_json_num(lines[i], "head");
+        double ma[2] = {0, 0}, da[2] = {0, 0};
+        for (int s = 0; s < S; s++) {
+            size_t k = ((size_t)s * L + (size_t)li) * H + (size_t)hi;
+            ma[0] += va[k].sink_mass / S;
+            ma[1] += vb[k].sink_mass / S;
+            da[0] += va[k].distance / S;
+            da[1] += vb[k].distance / S;
+        }
+        ck_assert_double_eq_tol(cli_json_num(lines[i], "sink_mass_a"), ma[0], 1e-12);
+        ck_assert_double_eq_tol(cli_json_num(lines[i], "sink_mass_b"), ma[1], 1e-12);
+        ck_assert_double_eq_tol(cli_json_num(lines[i], "distance_a"), da[0], 1e-9);
+        ck_assert_double_eq_tol(cli_json_num(lines[i], "distance_b_minus_a"), da[1] - da[0],
+                                1e-9);
+        double change = fabs(da[1] - da[0]);
+        ck_assert_msg(change <= prev + 1e-9, "row %d out of order: %s", i, lines[i]);
+        prev = change;
+    }
+    free(copy);
+    cli_result_free(&res);
+    free(va);
+    free(vb);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 /* ---- usage --------------------------------------------------------------------------------- */
 START_TEST(test_usage)
 {
@@ -500,7 +721,8 @@ END_TEST
 int main(void)
 {
     const TTest *tests[] = {test_time_steps_tiers, test_time_windows, test_relative_times,
-                            test_trend_summary,    test_diff,         test_usage};
+                            test_trend_summary,    test_diff,         test_usage,
+                            test_new_metrics_options, test_new_metrics_values};
     return cli_run_tests("cli_view", tests, (int)(sizeof tests / sizeof tests[0]));
 }
 

@@ -210,7 +210,7 @@ class Completion(unittest.TestCase):
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "help", "t"]),
                          {"trend", "top"})
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "heads", "--metric", ""]),
-                         {"entropy_norm", "entropy", "max_logit"})
+                         {"entropy_norm", "entropy", "max_logit", "sink_mass", "distance"})
         self.assertEqual(complete(self.cli, "_attnstat", ["attnstat", "--format", "=", "j"]),
                          {"json", "jsonl"})
         rules = complete(self.cli, "_attnstat", ["attnstat", "alerts", "--rule", ""])

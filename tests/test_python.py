@@ -18,8 +18,10 @@ import grp
 import json
 import math
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +36,37 @@ from pyhelpers import (DAEMON, HERE, LIB, RNG, ROOT, Daemon, DaemonCase, FakeDev
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib, _tensor  # noqa: E402
+from attnstat import _vocab as vocab  # noqa: E402
 
+
+def proto_fields(message):
+    """{field name: (type, number)} of a message of proto/attnstat.proto, read from the file."""
+    with open(os.path.join(ROOT, "proto", "attnstat.proto")) as f:
+        body = re.search(r"message %s \{(.*?)\n\}" % message, f.read(), re.S).group(1)
+    return {m.group(2): (m.group(1), int(m.group(3))) for m in re.finditer(
+        r"^\s*(?:optional|required)\s+(\w+)\s+(\w+)\s*=\s*(\d+);", body, re.M)}
+
+
+def pb_fields(buf):
+    """A serialized protobuf message's fields, {number: value}: varints as int, fixed64 as its 8
+    bytes, length-delimited as bytes (other wire types: ValueError)."""
+    out, i = {}, 0
+
+    def varint(i):
+        v, shift = 0, 0
+        while buf[i] & 0x80:
+            v, shift, i = v | (buf[i] & 0x7F) << shift, shift + 7, i + 1
+        return v | buf[i] << shift, i + 1
+    while i < len(buf):
+        key, i = varint(i)
+        if key & 7 == 0:
+            out[key >> 3], i = varint(i)
+        elif key & 7 in (1, 2):
+            n, i = (8, i) if key & 7 == 1 else varint(i)
+            out[key >> 3], i = buf[i:i + n], i + n
+        else:
+            raise ValueError("wire type %d" % (key & 7))
+    return out
 
 class TestReference(unittest.TestCase):
     """The reference itself, on cases with known answers."""
@@ -531,6 +563,49 @@ class TestArguments(unittest.TestCase):
         with self.assertRaises(attnstat.AttnstatError) as cm:
             attnstat.Client(socket=self.path, thresholds={"entropy_flor": 0.1}, lib=LIB)
         self.assertIn("unknown threshold", str(cm.exception))
+
+    def test_thresholds_reach_the_hello(self):
+        """Every threshold keyword (vocab.h's rows the hello carries, collapse_threshold) is sent
+        in the Hello with its value: the Hello's bytes are decoded here by the field numbers of
+        proto/attnstat.proto, so a keyword dropped on its way fails."""
+        numbers = proto_fields("Thresholds")
+        given = {}
+        for row in vocab.THRESHOLDS:
+            name = row["name"]
+            if name in _lib.DAEMON_ONLY_THRESHOLDS:
+                self.assertNotIn(name, numbers)
+                with self.assertRaises(attnstat.AttnstatError) as cm:
+                    attnstat.Client(socket=self.path, thresholds={name: 5}, lib=LIB)
+                self.assertIn("unknown threshold", str(cm.exception))
+                continue
+            if row["type"] == "VOCAB_U":
+                given[name] = int(RNG.integers(1, 1000))
+            else:
+                lo, hi = float(row["lo"]), min(float(row["hi"]), float(row["lo"]) + 1000.0)
+                given[name] = float(lo + (hi - lo) * RNG.uniform(0.01, 0.99))
+        given["collapse_threshold"] = float(RNG.uniform(0.01, 0.99))
+        self.assertEqual(set(given), set(numbers))
+        path = os.path.join(self.dir.name, "hello.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(srv.close)
+        srv.bind(path)
+        srv.listen(1)
+        with self.assertRaises(attnstat.AttnstatError) as cm:  # nobody answers the Hello
+            attnstat.Client(socket=path, run="th", thresholds=given, lib=LIB, timeout_s=0.3)
+        self.assertEqual(cm.exception.code, _lib.ETIMEDOUT, str(cm.exception))
+        conn, _ = srv.accept()
+        self.addCleanup(conn.close)
+        conn.settimeout(5)
+        data = b"".join(iter(lambda: conn.recv(65536), b""))
+        n = int.from_bytes(data[:4], "little")
+        env = pb_fields(data[4:4 + n])
+        hello = pb_fields(env[1])  # Envelope.hello
+        sent = pb_fields(hello[7])  # Hello.thresholds
+        for name, (kind, num) in numbers.items():
+            self.assertIn(num, sent, "%s not in the Hello (sent %r)" % (name, given))
+            got = struct.unpack("<d", sent[num])[0] if kind == "double" else sent[num]
+            self.assertEqual(got, given[name], name)
+        self.assertEqual(len(sent), len(numbers))
 
     def test_connect_error(self):
         with self.assertRaises(attnstat.AttnstatError) as cm:

@@ -49,7 +49,7 @@
     X(entropy_std, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_STD, rows, 0.0, 1e30,              \
       VOCAB_ABSENT_NAN, "", "Standard deviation of a head's per-row entropy, in nats.", "std", 4)  \
     X(entropy_min, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MIN, rows, 0.0, 1e30,              \
-      VOCAB_ABSENT_NAN, "", "Lowest per-row entropy of a head, in nats.", "min", 4)               \
+      VOCAB_ABSENT_NAN, "", "Lowest per-row entropy of a head, in nats.", "ent_min", 4)           \
     X(entropy_max, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MAX, rows, 0.0, 1e30,              \
       VOCAB_ABSENT_NAN, "", "Highest per-row entropy of a head, in nats.", "max", 4)              \
     X(entropy_norm_mean, VOCAB_RATIO, VOCAB_PACK_UNIT16, 1, VOCAB_POOL_MEAN, rows_norm, 0.0, 1.0, \
@@ -62,7 +62,7 @@
       "threshold.", "collapsed", 3)                                                                \
     X(max_logit, VOCAB_LOGIT, VOCAB_PACK_F32, 1, VOCAB_POOL_MAX, rows, -1e30, 1e30,               \
       VOCAB_ABSENT_NO_LOGIT, "max_logit", "Latest maximum scaled attention logit of a head.",      \
-      "max_logit", 3)                                                                              \
+      "max_logit", 2)                                                                              \
     X(sink_mass, VOCAB_RATIO, VOCAB_PACK_UNIT16, 2, VOCAB_POOL_MEAN, rows, 0.0, 1.0,              \
       VOCAB_ABSENT_NAN, "sink_mass_ratio",                                                         \
       "Latest mean over a head's rows of the attention on the row's first visible key (the "      \

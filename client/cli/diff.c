@@ -4,14 +4,15 @@
  * steps: --step, --from/--to, its own steps stored in --since/--until (timearg_steps), or by
  * default the steps every run has (the latest first step to the earliest last step of the runs'
  * summaries). Each of its layers (store_run_layers; one with --layer) is read as a trend over
- * those steps (store_trend, every tier) and folded per head into a cell: the normalised entropy's
- * and the entropy's means (a downsampled row weighted by the samples it merged) and the largest
- * max logit (a downsampled row's maximum). The runs' cells, each list sorted by (layer, head), are
- * merged into rows; a row's key is the largest |later run - first run| of --metric; rows with a
- * run missing sort last.
+ * those steps (store_trend, every tier) and folded per head into a cell: each statistic an alert
+ * rule reads (statcol.c, from vocab.h), by its pool: a mean (a downsampled row weighted by the
+ * samples it merged; the normalised entropy, the entropy, the sink mass, the distance) or an
+ * extreme (a downsampled row's maximum: the max logit). The runs' cells, each list sorted by
+ * (layer, head), are merged into rows; a row's key is the largest |later run - first run| of
+ * --metric; rows with a run missing sort last.
  *
  * Stage: a command file of the CLI, called by main.c. Calls history.c, timearg.c, the store's read
- * half and out.c. */
+ * half, statcol.c and out.c. */
 #include "diff.h"
 
 #include <math.h>
@@ -20,14 +21,19 @@
 #include <string.h>
 
 #include "history.h"
+#include "options.h"
 #include "out.h"
+#include "statcol.h"
 #include "store_read.h"
 #include "timearg.h"
 
-/* One run's (layer, head): its sums over the steps compared. */
+/* One run's (layer, head): per --metric choice k (statcol.c: the statistics the alert rules
+ * read), its fold over the steps compared: by the statistic's pool, the mean (sum / w, a
+ * downsampled row weighted by the samples it merged) or the extreme (ext: a downsampled row's
+ * minimum or maximum). */
 typedef struct {
     int32_t layer, head;
-    double en_sum, en_w, ent_sum, ent_w, ml_max;
+    double sum[VOCAB_NSTATS], w[VOCAB_NSTATS], ext[VOCAB_NSTATS];
     int64_t samples;
 } diff_cell;
 
@@ -68,22 +74,30 @@ static int diff_sample(void *ctx, const store_sample *s)
             r->cap = ncap;
         }
         memmove(r->cells + lo + 1, r->cells + lo, (r->n - lo) * sizeof *r->cells);
-        r->cells[lo] = (diff_cell){.layer = r->layer, .head = s->head, .ml_max = NAN};
+        r->cells[lo] = (diff_cell){.layer = r->layer, .head = s->head};
+        for (int k = 0; k < VOCAB_NSTATS; k++)
+            r->cells[lo].ext[k] = NAN;
         r->n++;
     }
     diff_cell *c = &r->cells[lo];
-    const stats_head *h = &s->stats, *top = s->max ? s->max : h;
     double w = (double)s->merged;
-    if (isfinite(h->entropy_norm_mean)) {
-        c->en_sum += h->entropy_norm_mean * w;
-        c->en_w += w;
+    for (int k = 0; k < statcol_nmetrics(); k++) {
+        int i = statcol_metric_at(k), pool = statcol_pool(i);
+        if (pool == VOCAB_POOL_MAX || pool == VOCAB_POOL_MIN) {
+            const stats_head *x = pool == VOCAB_POOL_MAX ? (s->max ? s->max : &s->stats)
+                                                         : (s->min ? s->min : &s->stats);
+            double v = statcol_value(x, i);
+            if (isfinite(v) && (isnan(c->ext[k]) ||
+                                (pool == VOCAB_POOL_MAX ? v > c->ext[k] : v < c->ext[k])))
+                c->ext[k] = v;
+        } else {
+            double v = statcol_value(&s->stats, i);
+            if (isfinite(v)) {
+                c->sum[k] += v * w;
+                c->w[k] += w;
+            }
+        }
     }
-    if (isfinite(h->entropy_mean)) {
-        c->ent_sum += h->entropy_mean * w;
-        c->ent_w += w;
-    }
-    if (isfinite(top->max_logit) && !(top->max_logit <= c->ml_max))
-        c->ml_max = top->max_logit;
     c->samples += s->merged;
     return 0;
 }
@@ -193,7 +207,19 @@ static int diff_windows(const cli_args *a, diff_run_data *r, int n)
 }
 
 /* ---- rows -------------------------------------------------------------------------------------*/
-#define DIFF_METRICS 3 /* entropy_norm, entropy, max_logit */
+/* The table's short labels of the statistics diff has always compared (the others are labelled by
+ * their `cli` name, and shown in the table only when --metric picks them: JSON and CSV carry
+ * all). */
+static const char *const diff_short[][2] = {
+    {"entropy_norm", "en"}, {"entropy", "ent"}, {"max_logit", "ml"}};
+
+static const char *diff_short_label(const char *metric)
+{
+    for (size_t j = 0; j < sizeof diff_short / sizeof diff_short[0]; j++)
+        if (!strcmp(diff_short[j][0], metric))
+            return diff_short[j][1];
+    return NULL;
+}
 
 typedef struct {
     int32_t layer, head;
@@ -228,15 +254,15 @@ static const diff_cell *diff_find(const diff_run_data *r, int32_t layer, int32_t
                                                                                   : NULL;
 }
 
-static double diff_value(const diff_cell *c, int metric)
+/* Choice k's value of a cell (NaN: none, or no cell). */
+static double diff_value(const diff_cell *c, int k)
 {
     if (!c)
         return NAN;
-    if (metric == 0)
-        return c->en_w > 0 ? c->en_sum / c->en_w : NAN;
-    if (metric == 1)
-        return c->ent_w > 0 ? c->ent_sum / c->ent_w : NAN;
-    return c->ml_max;
+    int pool = statcol_pool(statcol_metric_at(k));
+    if (pool == VOCAB_POOL_MAX || pool == VOCAB_POOL_MIN)
+        return c->ext[k];
+    return c->w[k] > 0 ? c->sum[k] / c->w[k] : NAN;
 }
 
 /* The table's and the records' columns for n runs: layer, head, then per metric each run's value
@@ -248,12 +274,10 @@ typedef struct {
     char *names;
 } diff_columns;
 
-static int diff_make_columns(diff_columns *dc, int n)
+static int diff_make_columns(diff_columns *dc, int n, int chosen)
 {
-    static const char *const key[DIFF_METRICS] = {"entropy_norm", "entropy", "max_logit"};
-    static const char *const lab[DIFF_METRICS] = {"en", "ent", "ml"};
-    static const int prec[DIFF_METRICS] = {4, 4, 2};
-    int ncols = 2 + 2 * n + DIFF_METRICS * (2 * n - 1);
+    const int nm = statcol_nmetrics();
+    int ncols = 2 + 2 * n + nm * (2 * n - 1);
     dc->cols = calloc((size_t)ncols, sizeof *dc->cols);
     dc->names = malloc((size_t)ncols * 2 * 48);
     if (!dc->cols || !dc->names)
@@ -267,16 +291,22 @@ static int diff_make_columns(diff_columns *dc, int n)
         dc->cols[k++] = (out_col){DIFF_NAME("run_%c", 'a' + i), NULL, OUT_STR, 0, 0};
         dc->cols[k++] = (out_col){DIFF_NAME("samples_%c", 'a' + i), NULL, OUT_INT, 0, 0};
     }
-    for (int m = 0; m < DIFF_METRICS; m++) {
+    for (int m = 0; m < nm; m++) {
+        const char *key = opt_metrics[m];
+        const char *lab = diff_short_label(key);
+        int st = statcol_metric_at(m), prec = statcol_digits(st);
+        int shown = lab != NULL || m == chosen;
+        if (!lab)
+            lab = statcol_label(st);
         for (int i = 0; i < n; i++) {
-            const char *kk = DIFF_NAME("%s_%c", key[m], 'a' + i);
-            const char *ll = DIFF_NAME("%s_%c", lab[m], 'A' + i);
-            dc->cols[k++] = (out_col){kk, ll, OUT_NUM, prec[m], 1};
+            const char *kk = DIFF_NAME("%s_%c", key, 'a' + i);
+            const char *ll = DIFF_NAME("%s_%c", lab, 'A' + i);
+            dc->cols[k++] = (out_col){kk, ll, OUT_NUM, prec, shown};
         }
         for (int i = 1; i < n; i++) {
-            const char *kk = DIFF_NAME("%s_%c_minus_a", key[m], 'a' + i);
-            const char *ll = DIFF_NAME("%s_%c-A", lab[m], 'A' + i);
-            dc->cols[k++] = (out_col){kk, ll, OUT_NUM, prec[m], 1};
+            const char *kk = DIFF_NAME("%s_%c_minus_a", key, 'a' + i);
+            const char *ll = DIFF_NAME("%s_%c-A", lab, 'A' + i);
+            dc->cols[k++] = (out_col){kk, ll, OUT_NUM, prec, shown};
         }
     }
 #undef DIFF_NAME
@@ -286,7 +316,14 @@ static int diff_make_columns(diff_columns *dc, int n)
 
 static int diff_print(const cli_args *a, diff_run_data *r, int n)
 {
-    int metric = !strcmp(a->metric, "entropy") ? 1 : !strcmp(a->metric, "max_logit") ? 2 : 0;
+    int metric = -1; /* the --metric choice rows are sorted by */
+    for (int k = 0; opt_metrics[k]; k++)
+        if (!strcmp(opt_metrics[k], a->metric))
+            metric = k;
+    if (metric < 0) {
+        fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);
+        return CLI_EXIT_USAGE;
+    }
     size_t cap = 0;
     for (int i = 0; i < n; i++)
         cap += r[i].n;
@@ -295,7 +332,7 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
     diff_columns dc = {0};
     out_val *v = NULL;
     int rc = CLI_EXIT_FAIL;
-    if (!rows || !at || diff_make_columns(&dc, n) != 0 ||
+    if (!rows || !at || diff_make_columns(&dc, n, metric) != 0 ||
         !(v = malloc((size_t)dc.ncols * sizeof *v))) {
         fprintf(stderr, "attnstat: out of memory\n");
         goto out;
@@ -337,9 +374,13 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
         for (int i = 0; i < n; i++)
             printf("%c  run %s (id %lld): steps %lld..%lld\n", 'A' + i, r[i].name,
                    (long long)r[i].id, (long long)r[i].from, (long long)r[i].to);
+        char more[96] = "";
+        if (!diff_short_label(a->metric))
+            snprintf(more, sizeof more, ", %s = mean %s", statcol_label(statcol_metric_at(metric)),
+                     a->metric);
         printf("per (layer, head): en = mean normalised entropy (0..1), ent = mean entropy "
-               "(nats), ml = largest max logit; X-A = run X minus run A; sorted by the largest "
-               "change of %s\n\n", a->metric);
+               "(nats), ml = largest max logit%s; X-A = run X minus run A; sorted by the largest "
+               "change of %s\n\n", more, a->metric);
     }
     out_set o;
     out_begin(&o, a->fmt, stdout, dc.cols, dc.ncols);
@@ -352,7 +393,7 @@ static int diff_print(const cli_args *a, diff_run_data *r, int n)
             v[k++] = out_s(r[i].name);
             v[k++] = out_i(c ? c->samples : 0);
         }
-        for (int m = 0; m < DIFF_METRICS; m++) {
+        for (int m = 0; m < statcol_nmetrics(); m++) {
             double first = diff_value(diff_find(&r[0], rows[j].layer, rows[j].head), m);
             for (int i = 0; i < n; i++)
                 v[k++] = out_d(diff_value(diff_find(&r[i], rows[j].layer, rows[j].head), m));

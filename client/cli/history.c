@@ -17,11 +17,11 @@
 #include "checkdb.h"
 #include "history.h"
 #include "out.h"
+#include "statcol.h"
 #include "store_read.h"
 #include "summary.h"
 #include "timearg.h"
 
-#define HISTORY_DEFAULT_CEILING 100.0
 /* The largest heatmap drawn: layer and head numbers come from the database and go up to
  * INT32_MAX; a grid past these is refused (json/csv print any sample). */
 #define HISTORY_MAX_GRID_LAYERS 4096
@@ -355,49 +355,54 @@ int history_runs(const cli_args *a)
 }
 
 /* ---- Samples (trend, heads) --------------------------------------------------------------------*/
-static const out_col history_sample_cols[] = {
-    {"run", NULL, OUT_STR, 0, 0},
-    {"run_id", NULL, OUT_INT, 0, 0},
-    {"layer", NULL, OUT_INT, 0, 1},
-    {"head", NULL, OUT_INT, 0, 1},
-    {"step", NULL, OUT_INT, 0, 1},
-    {"time_ms", NULL, OUT_INT, 0, 0},
+/* The samples' columns: where they are, then vocab.h's statistics (statcol.c: the table hides
+ * entropy_std and entropy_max, kept in JSON and CSV), then the other counts. */
+static const char *const history_hidden_stats[] = {"entropy_std", "entropy_max", NULL};
+static const out_col history_sample_head[] = {
+    {"run", NULL, OUT_STR, 0, 0},  {"run_id", NULL, OUT_INT, 0, 0},
+    {"layer", NULL, OUT_INT, 0, 1}, {"head", NULL, OUT_INT, 0, 1},
+    {"step", NULL, OUT_INT, 0, 1}, {"time_ms", NULL, OUT_INT, 0, 0},
     {"rows", NULL, OUT_INT, 0, 1},
-    {"entropy_mean", "entropy", OUT_NUM, 4, 1},
-    {"entropy_std", NULL, OUT_NUM, 4, 0},
-    {"entropy_min", "ent_min", OUT_NUM, 4, 1},
-    {"entropy_max", NULL, OUT_NUM, 4, 0},
-    {"entropy_norm_mean", "ent_norm", OUT_NUM, 4, 1},
-    {"collapsed_frac", "collapsed", OUT_NUM, 3, 1},
-    {"max_logit", NULL, OUT_NUM, 2, 1},
+};
+static const out_col history_sample_tail[] = {
     {"rows_norm", NULL, OUT_INT, 0, 0},
     {"rows_empty", NULL, OUT_INT, 0, 0},
     {"nonfinite_rows", "nonfinite", OUT_INT, 0, 1},
     {"sampled", NULL, OUT_INT, 0, 0},
 };
-#define HISTORY_NSAMPLE_COLS ((int)(sizeof history_sample_cols / sizeof history_sample_cols[0]))
+#define HISTORY_NHEAD ((int)(sizeof history_sample_head / sizeof history_sample_head[0]))
+#define HISTORY_NTAIL ((int)(sizeof history_sample_tail / sizeof history_sample_tail[0]))
+#define HISTORY_MAX_SAMPLE_COLS (HISTORY_NHEAD + VOCAB_NSTATS + HISTORY_NTAIL)
+
+/* The columns into cols (room for HISTORY_MAX_SAMPLE_COLS); returns how many. */
+static int history_sample_cols(out_col *cols)
+{
+    int n = 0;
+    for (int i = 0; i < HISTORY_NHEAD; i++)
+        cols[n++] = history_sample_head[i];
+    statcol_cols(cols, &n, NULL, history_hidden_stats);
+    for (int i = 0; i < HISTORY_NTAIL; i++)
+        cols[n++] = history_sample_tail[i];
+    return n;
+}
 
 static void history_sample_out(out_set *o, const char *run, const store_sample *s)
 {
     const stats_head *h = &s->stats;
-    out_val v[] = {out_s(run),
-                   out_i(s->run_id),
-                   out_i(s->layer),
-                   out_i(s->head),
-                   out_i(s->step),
-                   out_i(s->time_ms),
-                   out_i(h->rows),
-                   out_d(h->entropy_mean),
-                   out_d(h->entropy_std),
-                   out_d(h->entropy_min),
-                   out_d(h->entropy_max),
-                   out_d(h->entropy_norm_mean),
-                   out_d(h->collapsed_frac),
-                   out_d(h->max_logit),
-                   out_i(h->rows_norm),
-                   out_i(h->rows_empty),
-                   out_i(h->nonfinite_rows),
-                   out_i(h->sampled)};
+    out_val v[HISTORY_MAX_SAMPLE_COLS];
+    int n = 0;
+    v[n++] = out_s(run);
+    v[n++] = out_i(s->run_id);
+    v[n++] = out_i(s->layer);
+    v[n++] = out_i(s->head);
+    v[n++] = out_i(s->step);
+    v[n++] = out_i(s->time_ms);
+    v[n++] = out_i(h->rows);
+    statcol_vals(v, &n, h, NULL);
+    v[n++] = out_i(h->rows_norm);
+    v[n++] = out_i(h->rows_empty);
+    v[n++] = out_i(h->nonfinite_rows);
+    v[n++] = out_i(h->sampled);
     out_add(o, v);
 }
 
@@ -541,8 +546,9 @@ int history_trend(const cli_args *a)
         store_close(st);
         return CLI_EXIT_FAIL;
     }
+    out_col cols[HISTORY_MAX_SAMPLE_COLS];
     out_set o;
-    out_begin(&o, a->fmt, stdout, history_sample_cols, HISTORY_NSAMPLE_COLS);
+    out_begin(&o, a->fmt, stdout, cols, history_sample_cols(cols));
     for (size_t i = 0; i < l.n; i++)
         history_sample_out(&o, run, &l.v[i]);
     int oe = out_end(&o);
@@ -579,13 +585,10 @@ int history_trend(const cli_args *a)
     return oe ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
-static double history_metric(const store_sample *s, const char *metric)
+/* Statistic m (a VOCAB_STATS index: statcol_metric of --metric) of a sample. */
+static double history_metric(const store_sample *s, int m)
 {
-    if (!strcmp(metric, "entropy"))
-        return s->stats.entropy_mean;
-    if (!strcmp(metric, "max_logit"))
-        return s->stats.max_logit;
-    return s->stats.entropy_norm_mean;
+    return statcol_value(&s->stats, m);
 }
 
 static int history_use_color(const cli_args *a)
@@ -599,6 +602,11 @@ static int history_use_color(const cli_args *a)
 
 int history_heads(const cli_args *a)
 {
+    const int mi = statcol_metric(a->metric); /* main.c took only a choice of statcol.c */
+    if (mi < 0) {
+        fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);
+        return CLI_EXIT_USAGE;
+    }
     store *st;
     int64_t run_id;
     char *run;
@@ -641,8 +649,9 @@ int history_heads(const cli_args *a)
     }
     int oe = 0;
     if (a->fmt != OUT_TABLE) {
+        out_col cols[HISTORY_MAX_SAMPLE_COLS];
         out_set o;
-        out_begin(&o, a->fmt, stdout, history_sample_cols, HISTORY_NSAMPLE_COLS);
+        out_begin(&o, a->fmt, stdout, cols, history_sample_cols(cols));
         for (size_t i = 0; i < l.n; i++)
             history_sample_out(&o, run, &l.v[i]);
         oe = out_end(&o);
@@ -679,7 +688,7 @@ int history_heads(const cli_args *a)
             grid[i] = NAN;
         double vmax = -INFINITY;
         for (size_t i = 0; i < l.n; i++) {
-            double v = history_metric(&l.v[i], a->metric);
+            double v = history_metric(&l.v[i], mi);
             grid[(size_t)l.v[i].layer * (size_t)heads + (size_t)l.v[i].head] = v;
             if (isfinite(v) && v > vmax)
                 vmax = v;
@@ -688,31 +697,27 @@ int history_heads(const cli_args *a)
                  (long long)step, a->metric);
         out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
                           .heads = (int)heads,
-                          .values = grid, .lo = 0, .hi = 1, .high_is_good = 1,
+                          .values = grid, .high_is_good = !statcol_high_is_bad(mi),
+                          .bad_means = statcol_bad_means(mi),
                           .color = history_use_color(a), .show_values = heads <= 16};
-        if (!strcmp(a->metric, "entropy"))
-            hm.hi = vmax > 0 ? vmax : 1;
-        else if (!strcmp(a->metric, "max_logit")) {
-            hm.hi = vmax > HISTORY_DEFAULT_CEILING ? vmax : HISTORY_DEFAULT_CEILING;
-            hm.high_is_good = 0;
-        }
+        statcol_scale(mi, vmax, &hm.lo, &hm.hi);
         out_heatmap_print(stdout, &hm);
         /* The heads most at risk, named. */
         size_t order[5];
         size_t nw = 0;
-        int low_bad = strcmp(a->metric, "max_logit") != 0;
+        int low_bad = !statcol_high_is_bad(mi);
         for (size_t pick = 0; pick < 5 && pick < l.n; pick++) {
             size_t best = SIZE_MAX;
             for (size_t i = 0; i < l.n; i++) {
                 int used = 0;
                 for (size_t k = 0; k < nw; k++)
                     used |= order[k] == i;
-                double v = history_metric(&l.v[i], a->metric);
+                double v = history_metric(&l.v[i], mi);
                 if (used || !isfinite(v))
                     continue;
                 if (best == SIZE_MAX ||
-                    (low_bad ? v < history_metric(&l.v[best], a->metric)
-                             : v > history_metric(&l.v[best], a->metric)))
+                    (low_bad ? v < history_metric(&l.v[best], mi)
+                             : v > history_metric(&l.v[best], mi)))
                     best = i;
             }
             if (best == SIZE_MAX)
@@ -722,7 +727,7 @@ int history_heads(const cli_args *a)
         printf("%s %s:", low_bad ? "lowest" : "highest", a->metric);
         for (size_t k = 0; k < nw; k++) {
             const store_sample *x = &l.v[order[k]];
-            printf("%s L%d.H%d %.3f", k ? "," : "", x->layer, x->head, history_metric(x, a->metric));
+            printf("%s L%d.H%d %.3f", k ? "," : "", x->layer, x->head, history_metric(x, mi));
         }
         printf("\n");
         free(grid);

@@ -22,13 +22,13 @@
 #include <unistd.h>
 
 #include "out.h"
+#include "statcol.h"
 #include "store_job.h"
 #include "store_read.h"
 #include "timearg.h"
 
 #define JOB_MAX_GRID 4096    /* the largest heatmap drawn (layers, heads) */
 #define JOB_MAX_DBS 4096     /* databases read at once (a directory's *.db files included) */
-#define JOB_DEFAULT_CEILING 100.0
 
 /* ---- The databases ------------------------------------------------------------------------------*/
 typedef struct {
@@ -282,13 +282,10 @@ typedef struct {
     size_t first, count;
 } job_cell;
 
-static double job_metric(const stats_head *s, const char *metric)
+/* Statistic m (a VOCAB_STATS index: statcol_metric of --metric) of a cell. */
+static double job_metric(const stats_head *s, int m)
 {
-    if (!strcmp(metric, "entropy"))
-        return s->entropy_mean;
-    if (!strcmp(metric, "max_logit"))
-        return s->max_logit;
-    return s->entropy_norm_mean;
+    return statcol_value(s, m);
 }
 
 static int job_use_color(const cli_args *a)
@@ -315,18 +312,19 @@ static void job_ranks(const job_procs *p, const job_samples *l, const job_cell *
     }
 }
 
-static const out_col job_cell_cols[] = {
+/* A cell's columns: where it is and who pooled it, then vocab.h's statistics (statcol.c; the
+ * table hides entropy_std, and the per-row extremes entropy_min and entropy_max are left out). */
+static const char *const job_omitted_stats[] = {"entropy_min", "entropy_max", NULL};
+static const char *const job_hidden_stats[] = {"entropy_std", NULL};
+static const out_col job_cell_head[] = {
     {"job", NULL, OUT_STR, 0, 0},          {"layer", NULL, OUT_INT, 0, 1},
     {"head", NULL, OUT_INT, 0, 1},         {"step", NULL, OUT_INT, 0, 1},
     {"processes", NULL, OUT_INT, 0, 1},    {"ranks", NULL, OUT_STR, 0, 1},
     {"rows", NULL, OUT_INT, 0, 1},         {"rows_norm", NULL, OUT_INT, 0, 0},
     {"nonfinite_rows", NULL, OUT_INT, 0, 0},
-    {"entropy_mean", "entropy", OUT_NUM, 4, 1},
-    {"entropy_std", NULL, OUT_NUM, 4, 0},  {"entropy_norm_mean", "ent_norm", OUT_NUM, 4, 1},
-    {"collapsed_frac", "collapsed", OUT_NUM, 3, 1},
-    {"max_logit", NULL, OUT_NUM, 2, 1},
 };
-#define JOB_NCELL_COLS ((int)(sizeof job_cell_cols / sizeof job_cell_cols[0]))
+#define JOB_NHEAD ((int)(sizeof job_cell_head / sizeof job_cell_head[0]))
+#define JOB_MAX_CELL_COLS (JOB_NHEAD + VOCAB_NSTATS)
 
 /* The processes, what each holds at the map's step, to stdout (table format). */
 static void job_print_procs(const job_dbs *d, const job_procs *p, int64_t step)
@@ -357,12 +355,17 @@ static void job_print_procs(const job_dbs *d, const job_procs *p, int64_t step)
 static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells, int64_t step,
                          const job_procs *p)
 {
+    const int mi = statcol_metric(a->metric); /* main.c took only a choice of statcol.c */
+    if (mi < 0) {
+        fprintf(stderr, "attnstat: no statistic called '%s'\n", a->metric);
+        return -1;
+    }
     int32_t layers = 0, heads = 0;
     double vmax = -INFINITY;
     for (size_t i = 0; i < ncells; i++) {
         layers = cells[i].layer + 1 > layers ? cells[i].layer + 1 : layers;
         heads = cells[i].head + 1 > heads ? cells[i].head + 1 : heads;
-        double v = job_metric(&cells[i].s, a->metric);
+        double v = job_metric(&cells[i].s, mi);
         if (isfinite(v) && v > vmax)
             vmax = v;
     }
@@ -381,35 +384,31 @@ static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells
         grid[i] = NAN;
     for (size_t i = 0; i < ncells; i++)
         grid[(size_t)cells[i].layer * (size_t)heads + (size_t)cells[i].head] =
-            job_metric(&cells[i].s, a->metric);
+            job_metric(&cells[i].s, mi);
     char title[1400];
     snprintf(title, sizeof title, "job %s, step %lld: %s per layer x head (global numbers, %zu "
              "process%s)", out_safe(a->run), (long long)step, a->metric, p->n,
              p->n == 1 ? "" : "es");
     out_heatmap hm = {.title = title, .metric = a->metric, .layers = (int)layers,
-                      .heads = (int)heads, .values = grid, .lo = 0, .hi = 1, .high_is_good = 1,
+                      .heads = (int)heads, .values = grid, .high_is_good = !statcol_high_is_bad(mi),
+                          .bad_means = statcol_bad_means(mi),
                       .color = job_use_color(a), .show_values = heads <= 16};
-    if (!strcmp(a->metric, "entropy"))
-        hm.hi = vmax > 0 ? vmax : 1;
-    else if (!strcmp(a->metric, "max_logit")) {
-        hm.hi = vmax > JOB_DEFAULT_CEILING ? vmax : JOB_DEFAULT_CEILING;
-        hm.high_is_good = 0;
-    }
+    statcol_scale(mi, vmax, &hm.lo, &hm.hi);
     out_heatmap_print(stdout, &hm);
     free(grid);
     /* The heads most at risk, named. */
-    int low_bad = strcmp(a->metric, "max_logit") != 0;
+    int low_bad = !statcol_high_is_bad(mi);
     size_t pick[5], np = 0;
     for (; np < 5; np++) {
         size_t best = SIZE_MAX;
         for (size_t i = 0; i < ncells; i++) {
-            double v = job_metric(&cells[i].s, a->metric);
+            double v = job_metric(&cells[i].s, mi);
             int used = 0;
             for (size_t k = 0; k < np; k++)
                 used |= pick[k] == i;
             if (used || !isfinite(v))
                 continue;
-            double bv = best == SIZE_MAX ? 0 : job_metric(&cells[best].s, a->metric);
+            double bv = best == SIZE_MAX ? 0 : job_metric(&cells[best].s, mi);
             if (best == SIZE_MAX || (low_bad ? v < bv : v > bv))
                 best = i;
         }
@@ -420,7 +419,7 @@ static int job_print_map(const cli_args *a, const job_cell *cells, size_t ncells
     printf("%s %s:", low_bad ? "lowest" : "highest", a->metric);
     for (size_t k = 0; k < np; k++)
         printf("%s L%d.H%d %.3f", k ? "," : "", (int)cells[pick[k]].layer,
-               (int)cells[pick[k]].head, job_metric(&cells[pick[k]].s, a->metric));
+               (int)cells[pick[k]].head, job_metric(&cells[pick[k]].s, mi));
     printf("\n");
     return 0;
 }
@@ -509,18 +508,28 @@ int job_map(const cli_args *a)
         goto out;
     }
     out_set o;
-    out_begin(&o, a->fmt, stdout, job_cell_cols, JOB_NCELL_COLS);
+    out_col cols[JOB_MAX_CELL_COLS];
+    int ncols = 0;
+    for (int i = 0; i < JOB_NHEAD; i++)
+        cols[ncols++] = job_cell_head[i];
+    statcol_cols(cols, &ncols, job_omitted_stats, job_hidden_stats);
+    out_begin(&o, a->fmt, stdout, cols, ncols);
     for (size_t i = 0; i < ncells; i++) {
         char ranks[256];
         job_ranks(&p, &l, &cells[i], ranks, sizeof ranks);
         const stats_head *h = &cells[i].s;
-        out_val v[] = {out_s(a->run),           out_i(cells[i].layer),
-                       out_i(cells[i].head),    out_i(step),
-                       out_i((int64_t)cells[i].count), out_s(ranks),
-                       out_i(h->rows),          out_i(h->rows_norm),
-                       out_i(h->nonfinite_rows), out_d(h->entropy_mean),
-                       out_d(h->entropy_std),   out_d(h->entropy_norm_mean),
-                       out_d(h->collapsed_frac), out_d(h->max_logit)};
+        out_val v[JOB_MAX_CELL_COLS];
+        int n = 0;
+        v[n++] = out_s(a->run);
+        v[n++] = out_i(cells[i].layer);
+        v[n++] = out_i(cells[i].head);
+        v[n++] = out_i(step);
+        v[n++] = out_i((int64_t)cells[i].count);
+        v[n++] = out_s(ranks);
+        v[n++] = out_i(h->rows);
+        v[n++] = out_i(h->rows_norm);
+        v[n++] = out_i(h->nonfinite_rows);
+        statcol_vals(v, &n, h, job_omitted_stats);
         out_add(&o, v);
     }
     rc = out_end(&o) ? CLI_EXIT_FAIL : CLI_EXIT_OK;

@@ -32,6 +32,7 @@
 #include "options.h"
 #include "timearg.h"
 #include "top.h"
+#include "vocab.h"
 
 #define MAIN_WIDTH 98 /* help text is wrapped to this many columns */
 
@@ -82,17 +83,20 @@ static void main_opt_label(char *buf, size_t len, const opt_spec *s)
              s->arg ? " " : "", s->arg ? s->arg : "");
 }
 
-/* The rule names, from libattnstat ("entropy_floor, entropy_drop, ... or nonfinite"). */
+/* The rule names, from vocab.h's rules ("entropy_floor, entropy_drop, ... or distance_floor"). */
 static void main_rule_names(char *buf, size_t len)
 {
+    static const char *const names[] = {
+#define X(c, v, name, ...) name,
+        VOCAB_RULES(X)
+#undef X
+    };
     size_t n = 0;
-    int count = 0;
-    while (strcmp(attnstat_rule_name(count + 1), "unknown"))
-        count++;
     buf[0] = '\0';
-    for (int r = 1; r <= count && n < len; r++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", r == 1 ? "" : r == count ? " or " : ", ",
-                              attnstat_rule_name(r));
+    for (int r = 0; r < VOCAB_NRULES && n < len; r++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", r == 0 ? "" : r == VOCAB_NRULES - 1 ? " or "
+                                                                                        : ", ",
+                              names[r]);
 }
 
 static void main_opt_lines(FILE *f, const opt_use *uses, int n)
@@ -245,8 +249,9 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
         break;
     case OPT_RULE_NAME: {
         int known = 0;
-        for (int r = 1; strcmp(attnstat_rule_name(r), "unknown"); r++)
-            known |= !strcmp(attnstat_rule_name(r), val);
+#define X(c, v, rname, ...) known |= !strcmp(rname, val);
+        VOCAB_RULES(X)
+#undef X
         if (!known) {
             char names[160];
             main_rule_names(names, sizeof names);

@@ -1,16 +1,59 @@
 /* options.c — the attnstat CLI's option tables (see options.h): data, and two lookups.
  *
- * Stage: a leaf of the CLI; calls libc only. */
+ * Stage: a leaf of the CLI; calls libc only (the --metric choices come from vocab.h's rows). */
 #include "options.h"
 
 #include <stddef.h>
 #include <string.h>
 
+#include "vocab.h"
+
 #define OPT_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const char *const opt_formats[] = {"table", "json", "csv", "jsonl", NULL};
 static const char *const opt_colors[] = {"auto", "always", "never", NULL};
-static const char *const opt_metrics[] = {"entropy_norm", "entropy", "max_logit", NULL};
+/* The --metric choices: the statistics the alert rules read (VOCAB_RULES' stat where it is a
+ * VOCAB_STATS row), in the rules' order, each by its name less a trailing "_mean" (entropy_norm,
+ * entropy, max_logit, sink_mass, distance: the names the option has always taken). Filled before
+ * main runs, so that every program built with this table (the CLI, attnstat-docgen) has them. */
+const char *opt_metrics[VOCAB_NSTATS + 1];
+static char opt_metric_names[VOCAB_NSTATS][64];
+
+__attribute__((constructor)) static void opt_metrics_init(void)
+{
+    static const char *const stats[] = {
+#define X(name, ...) #name,
+        VOCAB_STATS(X)
+#undef X
+    };
+    static const char *const read[] = {
+#define X(c, v, rname, stat, ...) #stat,
+        VOCAB_RULES(X)
+#undef X
+    };
+    int n = 0;
+    for (int r = 0; r < OPT_N(read); r++) {
+        int is_stat = 0;
+        for (int i = 0; i < OPT_N(stats); i++)
+            is_stat |= !strcmp(stats[i], read[r]);
+        size_t len = strlen(read[r]);
+        if (len > 5 && !strcmp(read[r] + len - 5, "_mean"))
+            len -= 5;
+        if (!is_stat || len >= sizeof opt_metric_names[0])
+            continue;
+        int seen = 0;
+        for (int k = 0; k < n; k++)
+            seen |= !strncmp(opt_metrics[k], read[r], len) && opt_metrics[k][len] == '\0';
+        if (seen)
+            continue;
+        memcpy(opt_metric_names[n], read[r], len);
+        opt_metric_names[n][len] = '\0';
+        opt_metrics[n] = opt_metric_names[n];
+        n++;
+    }
+    opt_metrics[n] = NULL;
+}
+
 static const char *const opt_states[] = {"firing", "raised", "cleared", "resolved", NULL};
 
 const opt_spec opt_specs[OPT_COUNT] = {
@@ -93,8 +136,10 @@ static const opt_use opt_heads[] = {
     {OPT_SINCE, 0, "the latest step stored at or after TIME (with --until: in between): "
                    OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "the latest step stored at or before TIME: the grid as it was then"},
-    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
-                    "(high = logits growing)"},
+    {OPT_METRIC, 0, "a statistic an alert rule watches: entropy_norm (default; low = "
+                    "collapsing), entropy (nats), max_logit (high = logits growing), sink_mass "
+                    "(high = attention parked on the first key) or distance (positions; low = "
+                    "attention kept local)"},
     {OPT_RANK, 0, "the rank, for a run with several"},
 };
 
@@ -117,8 +162,8 @@ static const opt_use opt_diff[] = {
     {OPT_STEP, 0, "one step only (--from S --to S)"},
     {OPT_SINCE, 0, "each run's steps stored at or after TIME: " OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "each run's steps stored at or before TIME (as --since)"},
-    {OPT_METRIC, 0, "the change the rows are sorted by: entropy_norm (default), entropy or "
-                    "max_logit"},
+    {OPT_METRIC, 0, "the change the rows are sorted by: entropy_norm (default), entropy, "
+                    "max_logit, sink_mass or distance"},
     {OPT_LIMIT, 0, "only the N largest changes"},
 };
 
@@ -144,8 +189,10 @@ static const opt_use opt_alerts[] = {
 static const opt_use opt_job[] = {
     {OPT_RUN, 1, "the job: the run name every one of its processes said hello with"},
     {OPT_STEP, 0, "the step (default: the newest step every process of the job has reached)"},
-    {OPT_METRIC, 0, "entropy_norm (default; low = collapsing), entropy (nats) or max_logit "
-                    "(high = logits growing)"},
+    {OPT_METRIC, 0, "a statistic an alert rule watches: entropy_norm (default; low = "
+                    "collapsing), entropy (nats), max_logit (high = logits growing), sink_mass "
+                    "(high = attention parked on the first key) or distance (positions; low = "
+                    "attention kept local)"},
 };
 
 static const opt_use opt_export[] = {

@@ -93,6 +93,8 @@ typedef struct {
 } opt_command;
 
 extern const opt_spec opt_specs[OPT_COUNT]; /* indexed by opt_id */
+/* --metric's choices, NULL-terminated: the statistics vocab.h's rules read (options.c). */
+extern const char *opt_metrics[];
 extern const opt_use opt_globals[];
 extern const int opt_nglobals;
 extern const opt_command opt_commands[];

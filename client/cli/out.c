@@ -529,14 +529,16 @@ void out_heatmap_print(FILE *f, const out_heatmap *hm)
     snprintf(lo, sizeof lo, "%.3g", hm->lo);
     snprintf(hi, sizeof hi, "%.3g", hm->hi);
     const char *bad = hm->high_is_good ? "low" : "high";
+    const char *means = hm->bad_means  ? hm->bad_means
+                        : hm->high_is_good ? "collapsing"
+                                           : "logits growing";
     if (hm->color) {
         fprintf(f, "legend: %s ", lo);
         for (int i = 0; i <= 10; i++) {
             double v = hm->lo + (hm->hi - hm->lo) * i / 10.0;
             fprintf(f, "\x1b[48;5;%dm \x1b[0m", out_colour(hm, v));
         }
-        fprintf(f, " %s %s   (red = %s %s = %s)\n", hi, hm->metric, bad, hm->metric,
-                hm->high_is_good ? "collapsing" : "logits growing");
+        fprintf(f, " %s %s   (red = %s %s = %s)\n", hi, hm->metric, bad, hm->metric, means);
     } else {
         fprintf(f, "legend (%s):", hm->metric);
         double span = (hm->hi - hm->lo) / 5.0;
@@ -548,7 +550,6 @@ void out_heatmap_print(FILE *f, const out_heatmap *hm)
                 fprintf(f, "  '%s' %s%.3g", out_shade[k], k == 0 ? "<" : ">=",
                         k == 0 ? hm->lo + span : hm->lo + k * span);
         }
-        fprintf(f, "  '··' no data   (%s = %s)\n", bad,
-                hm->high_is_good ? "collapsing" : "logits growing");
+        fprintf(f, "  '··' no data   (%s = %s)\n", bad, means);
     }
 }

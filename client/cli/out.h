@@ -103,6 +103,8 @@ typedef struct {
     const double *values;
     double lo, hi;
     int high_is_good;
+    const char *bad_means; /* what the bad end says in the legend (NULL: "collapsing" when high is
+                            * good, else "logits growing") */
     int color;
     int show_values;    /* print the value in each cell */
     int layer_group, head_group; /* a row / column stands for this many layers / heads from its

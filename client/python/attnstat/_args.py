@@ -113,7 +113,7 @@ def thresholds(lib, given, fields):
                                 % (k, ", ".join(fields)))
         if v is None:
             continue
-        if k in ("raise_after", "clear_after"):
+        if dict(_lib.Thresholds._fields_)[k] is ctypes.c_uint32:  # a count (vocab.h: VOCAB_U)
             setattr(th, k, integer(v, k, 1, U32[1]))
         else:
             setattr(th, k, finite(v, k))

@@ -10,7 +10,7 @@ import time
 import warnings
 import weakref
 
-from . import _args, _layout, _lib
+from . import _args, _layout, _lib, _vocab
 from ._args import ArgumentError
 from ._tensor import TensorError, describe
 from ._version import __version__
@@ -20,8 +20,8 @@ from ._pushargs import (_Ext, _Held, _cu_pair, _detached, _float, _i32, _nonneg_
 
 
 class Alert(object):
-    """An alert from the daemon (see Client.on_alert). rule: 'entropy_floor', 'entropy_drop',
-    'logit_ceiling' or 'nonfinite'; state: 'raised' or 'cleared'."""
+    __doc__ = ("An alert from the daemon (see Client.on_alert). rule: %s (vocab.h's rules); state: "
+               "'raised' or 'cleared'." % ", ".join(repr(r["name"]) for r in _vocab.RULES))
     __slots__ = ("run", "run_id", "rank", "step", "layer", "head", "rule", "state", "value",
                  "threshold", "time_ms", "message")
 

@@ -9,6 +9,7 @@ import glob
 import os
 import warnings
 
+from . import _vocab
 from ._version import __version__
 
 # ---- Codes and enums (attnstat.h) -----------------------------------------------------------------
@@ -133,19 +134,30 @@ class ConnectOpts(ctypes.Structure):
     ]
 
 
+# Thresholds the daemon keeps to itself (its own option only: not in attnstat_thresholds, the
+# hello or Client's keywords); libattnstat marks the same rows (client/client_vocab.h, DAEMON_ONLY),
+# and tests/test_vocab.c checks the mark against the protocol.
+DAEMON_ONLY_THRESHOLDS = ("ema_warmup",)
+_TH_CTYPE = {"VOCAB_D": ctypes.c_double, "VOCAB_U": ctypes.c_uint32}
+
+
+def _threshold_fields():
+    """attnstat_thresholds: vocab.h's thresholds in table order, the daemon-only ones left out,
+    with collapse_threshold (the kernels' parameter, not an alert threshold) where the header
+    places it, after logit_ceiling."""
+    out = []
+    for row in _vocab.THRESHOLDS:
+        if row["name"] in DAEMON_ONLY_THRESHOLDS:
+            continue
+        out.append((row["name"], _TH_CTYPE[row["type"]]))
+        if row["name"] == "logit_ceiling":
+            out.append(("collapse_threshold", ctypes.c_double))
+    return out
+
+
 class Thresholds(ctypes.Structure):
     """attnstat_thresholds"""
-    _fields_ = [
-        ("entropy_floor", ctypes.c_double),
-        ("entropy_drop", ctypes.c_double),
-        ("ema_alpha", ctypes.c_double),
-        ("logit_ceiling", ctypes.c_double),
-        ("collapse_threshold", ctypes.c_double),
-        ("raise_after", ctypes.c_uint32),
-        ("clear_after", ctypes.c_uint32),
-        ("sink_mass_ceiling", ctypes.c_double),
-        ("distance_floor", ctypes.c_double),
-    ]
+    _fields_ = _threshold_fields()
 
 
 class Layout(ctypes.Structure):
@@ -219,24 +231,10 @@ class Alert(ctypes.Structure):
 
 
 class HeadResult(ctypes.Structure):
-    """attnstat_head_result"""
-    _fields_ = [
-        ("head", ctypes.c_uint32),
-        ("sampled", ctypes.c_int32),
-        ("rows", ctypes.c_uint64),
-        ("rows_norm", ctypes.c_uint64),
-        ("rows_empty", ctypes.c_uint64),
-        ("nonfinite_rows", ctypes.c_uint64),
-        ("entropy_mean", ctypes.c_double),
-        ("entropy_std", ctypes.c_double),
-        ("entropy_min", ctypes.c_double),
-        ("entropy_max", ctypes.c_double),
-        ("entropy_norm_mean", ctypes.c_double),
-        ("collapsed_frac", ctypes.c_double),
-        ("max_logit", ctypes.c_double),
-        ("sink_mass", ctypes.c_double),
-        ("distance", ctypes.c_double),
-    ]
+    """attnstat_head_result: head, sampled, then vocab.h's counts and statistics in table order."""
+    _fields_ = ([("head", ctypes.c_uint32), ("sampled", ctypes.c_int32)]
+                + [(row["name"], ctypes.c_uint64) for row in _vocab.COUNTS]
+                + [(row["name"], ctypes.c_double) for row in _vocab.STATS])
 
 
 class WorkerStatus(ctypes.Structure):
