@@ -14,6 +14,9 @@ For each bf16 shape (B, Hq, Hkv, N, D, causal):
 ATTNSTAT_BENCH_VARIANTS=N,M,...: also check and time those variants, numbered as in
 kernels/cuda/variants.h (read from it here: one numbering for code, bench and
 bench/kernel_notes.md). Run through bench/bench_kernel.sh, which builds the library first.
+ATTNSTAT_BENCH_LIB0=PATH: a second libattnstat_cuda.so built with -DATTNSTAT_CUDA_EXTRAS=0 (the
+kernels without sink mass and distance), timed beside the default one on the same tensors
+(bench_kernel.sh extras builds both and passes it).
 """
 import ctypes
 import math
@@ -55,14 +58,15 @@ class Head(ctypes.Structure):
                 ("entropy_mean", ctypes.c_double), ("entropy_std", ctypes.c_double),
                 ("entropy_min", ctypes.c_double), ("entropy_max", ctypes.c_double),
                 ("entropy_norm_mean", ctypes.c_double), ("collapsed_frac", ctypes.c_double),
-                ("max_logit", ctypes.c_double), ("sampled", ctypes.c_int32)]
+                ("max_logit", ctypes.c_double), ("sink_mass", ctypes.c_double),
+                ("distance", ctypes.c_double), ("sampled", ctypes.c_int32)]
 
 
 class Err(ctypes.Structure):
     _fields_ = [("msg", ctypes.c_char * 256)]
 
 
-assert ctypes.sizeof(Problem) == 216 and ctypes.sizeof(Head) == 96, "stats.h layout changed"
+assert ctypes.sizeof(Problem) == 216 and ctypes.sizeof(Head) == 112, "stats.h layout changed"
 
 BF16, BOOL = 2, 3
 # stats_cuda_path (kernels/stats_cuda.h)
@@ -154,11 +158,12 @@ class Ours:
 
 
 def ref_rows_f64(q, k, causal, scale):
-    """Every row's entropy and max logit in float64: [B, Hq, N] each."""
+    """Every row's entropy, max logit, sink mass (p of its first visible key: key 0 here) and
+    distance (sum_j p_ij |i + Lk - Lq - j|) in float64: [B, Hq, N] each."""
     B, Hq, N, D = q.shape
     group = Hq // k.shape[1]
     H = torch.empty(B, Hq, N, dtype=torch.float64, device=q.device)
-    M = torch.empty_like(H)
+    M, S, X = torch.empty_like(H), torch.empty_like(H), torch.empty_like(H)
     chunk = max(1, (1 << 28) // k.shape[2])  # rows per piece: ~2 GiB of float64 logits
     for b in range(B):
         for h in range(Hq):
@@ -174,8 +179,14 @@ def ref_rows_f64(q, k, causal, scale):
                 lp = torch.log_softmax(s, dim=-1)
                 H[b, h, r0:r1] = -(lp.exp() * torch.where(torch.isinf(lp), torch.zeros_like(lp), lp)).sum(-1)
                 M[b, h, r0:r1] = s.max(-1).values
-                del s, lp
-    return H, M
+                pr = lp.exp()
+                S[b, h, r0:r1] = pr[:, 0]
+                pos = torch.arange(r0, r1, device=q.device, dtype=torch.float64)[:, None] + \
+                    (k.shape[2] - N)
+                jj = torch.arange(k.shape[2], device=q.device, dtype=torch.float64)[None, :]
+                X[b, h, r0:r1] = (pr * (pos - jj).abs()).sum(-1)
+                del s, lp, pr
+    return H, M, S, X
 
 
 def torch_materialised_stats(q, k, causal, scale):
@@ -235,6 +246,8 @@ def main():
     print(f"GPU {dev.name}, {dev.multi_processor_count} SMs, driver {driver}, torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; bf16 matmul peak measured {peak:.0f} TFLOP/s")
     ours = Ours(lib)
+    lib0path = os.environ.get("ATTNSTAT_BENCH_LIB0")
+    ours0 = Ours(load_lib(lib0path)) if lib0path else None
     shapes = [  # B, Hq, Hkv, N, D, causal, sample_every
         (2, 32, 32, 4096, 128, False, 0),
         (2, 32, 32, 4096, 128, True, 0),
@@ -283,13 +296,14 @@ def main():
 
         # 1. check against float64 (every row): the default path, then each variant asked for
         q, k, v, p, _ = sets[0]
-        H, M = ref_rows_f64(q, k, causal, scale)
+        H, M, S, X = ref_rows_f64(q, k, causal, scale)
         sel = None
         if every:
             sel = torch.zeros(N, dtype=torch.bool, device="cuda")
             sel[::every] = True
-            H, M = H[:, :, sel], M[:, :, sel]
+            H, M, S, X = H[:, :, sel], M[:, :, sel], S[:, :, sel], X[:, :, sel]
         ref_mean = H.mean(dim=(0, 2))
+        ref_sink, ref_dist = S.mean(dim=(0, 2)), X.mean(dim=(0, 2))
         failed = set()
         for var in [None] + variants:  # None: the default path
             path = 0 if var is None else variant_path(var)
@@ -305,19 +319,34 @@ def main():
             got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
             dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
             ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
+            # sink mass and distance: checked where the kernel computes them (NaN: it does not)
+            got_s = torch.tensor([heads[h].sink_mass for h in range(Hq)], dtype=torch.float64, device="cuda")
+            got_x = torch.tensor([heads[h].distance for h in range(Hq)], dtype=torch.float64, device="cuda")
+            extras = "not computed"
+            if not torch.isnan(got_s).all() or not torch.isnan(got_x).all():
+                ds = (got_s - ref_sink).abs().max().item()
+                dx = ((got_x - ref_dist).abs() / ref_dist.abs().clamp(min=1.0)).max().item()
+                ok = ok and ds <= 1e-4 and dx <= 1e-4 and not math.isnan(ds + dx)
+                extras = f"max|dsink| {ds:.2e}, max rel ddistance {dx:.2e}"
             print(f"check {tag:40s} {name}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
-                  f"max rel dmean {dmean:.2e}: {'ok' if ok else 'FAILED'}", flush=True)
+                  f"max rel dmean {dmean:.2e}, {extras}: {'ok' if ok else 'FAILED'}", flush=True)
             lib.stats_cuda_set_path(ours.ctx, 0)
             if not ok and var is None:
                 sys.exit("bench: our output disagrees with PyTorch float64; not timing")
             if not ok:  # a variant under trial: report it, time the others
                 failed.add(var)
             del rh, rm
-        del H, M
+        del H, M, S, X
 
         # 2. time
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
+        t_ours0 = float("nan")
+        if ours0 is not None:  # the same kernels without sink mass and distance, same tensors
+            ours0.heads_dev = ours.heads_dev
+            ours0.lib.stats_cuda_reserve(ours0.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
+            t_ours0 = time_events(lambda s: ours0.run(s[3], sync=False), sets, iters)
+            t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)  # interleaved
         lib.stats_cuda_set_path(ours.ctx, variant_path(MMA_SYNC_VARIANT))  # for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         lib.stats_cuda_set_path(ours.ctx, 0)
@@ -353,7 +382,8 @@ def main():
         flops = 2.0 * D * pairs * B * Hq
         tflops = flops / (t_ours * 1e-3) / 1e12
         floor_ms = flops / (peak * 1e12) * 1e3
-        rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal))))
+        rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal)),
+                     t_ours0))
         print(f"time  {tag:40s} ours {t_ours:.4f} ms (variant {MMA_SYNC_VARIANT}, mma.sync: {t_mma:.4f})  "
               f"sdpa {t_sdpa:.4f} ms  "
               f"materialised {t_mat:.2f} ms", flush=True)
@@ -364,12 +394,18 @@ def main():
     print(f"| shape (B,H,N,D) bf16 | ours ms | SDPA flash ms | materialised ms | x SDPA | x mat | "
           f"TFLOP/s | floor ms | share of floor |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for tag, t, ts, tm, tf, fl, base in rows:
+    for tag, t, ts, tm, tf, fl, base, _ in rows:
         xs = f"{ts / t:.2f}" if ts == ts else "-"
         xm = f"{tm / t:.1f}" if tm == tm else "-"
         extra = f" ({t / base:.3f} of unsampled)" if base and "every" in tag else ""
         print(f"| {tag}{extra} | {t:.3f} | {ts:.3f} | {tm:.2f} | {xs} | {xm} | {tf:.0f} | {fl:.3f} | "
               f"{100 * fl / t:.0f}% |")
+    if ours0 is not None:  # what sink mass and distance cost, kernel by kernel
+        print()
+        print("| shape | with sink mass and distance ms | without ms | cost |")
+        print("|---|---|---|---|")
+        for tag, t, *_, t0 in rows:
+            print(f"| {tag} | {t:.4f} | {t0:.4f} | {100 * (t / t0 - 1):+.1f}% |")
     if variants:  # last: the variants side by side (FAIL: failed the float64 check, not timed)
         print()
         print("| shape | default ms | " + " | ".join(f"v{i} {VARIANTS[i][0]} ms" for i in variants) + " |")
