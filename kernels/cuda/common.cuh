@@ -253,6 +253,7 @@ static __device__ __forceinline__ void part_init(part &a)
     a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
     a.sum = a.sumsq = a.sum_norm = 0.0;
     a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
+    a.sum_sink = a.sum_dist = 0.0;
 }
 
 static __device__ __forceinline__ void part_merge(part &a, const part &b)
@@ -261,6 +262,7 @@ static __device__ __forceinline__ void part_merge(part &a, const part &b)
     a.nonfinite += b.nonfinite, a.collapsed += b.collapsed;
     a.sum += b.sum, a.sumsq += b.sumsq, a.sum_norm += b.sum_norm;
     a.hmin = fminf(a.hmin, b.hmin), a.hmax = fmaxf(a.hmax, b.hmax), a.mmax = fmaxf(a.mmax, b.mmax);
+    a.sum_sink += b.sum_sink, a.sum_dist += b.sum_dist;
 }
 
 static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
@@ -277,6 +279,8 @@ static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
     b.hmin = __shfl_xor_sync(0xffffffffu, a.hmin, lane_mask);
     b.hmax = __shfl_xor_sync(0xffffffffu, a.hmax, lane_mask);
     b.mmax = __shfl_xor_sync(0xffffffffu, a.mmax, lane_mask);
+    b.sum_sink = __shfl_xor_sync(0xffffffffu, a.sum_sink, lane_mask);
+    b.sum_dist = __shfl_xor_sync(0xffffffffu, a.sum_dist, lane_mask);
     part_merge(a, b);
 }
 
@@ -305,13 +309,18 @@ static __device__ __forceinline__ float head_sink(const kparams &p, int h)
 }
 
 /* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
- * and folds the row into a. ro: index of the row in the per-row outputs. Mraw: the max logit
+ * and folds the row into a. F: the logit of the row's first visible key (base 2, as M, the mask's
+ * bias included) and D = sum 2^(s_j - M) |pos - j| (the scale of l): the row's sink mass is
+ * 2^(F - M) / l and its distance D / l, with (M, l) after the sink's merge (D rescaled to that M);
+ * NaN for both from a kernel that does not compute them (the head's values are then NaN).
+ * ro: index of the row in the per-row outputs. Mraw: the max logit
  * (base 2 units, as M) without an additive mask's bias; M itself where there is none. sink: the
  * head's sink logit in base 2 (head_sink), -inf for none: one more outcome, merged into the row's
  * (M, l, W) as the state (sink, 1, 0) the way the online update merges when the max moves (guarded
  * where an exponential is 0, so that no 0 * inf appears); the max logit stays the keys'. */
 static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
-                                                float M, float l, float W, float Mraw, float sink)
+                                                float M, float l, float W, float Mraw, float sink,
+                                                float F, float D)
 {
     if (nvis <= 0) {
         a.rows_empty++;
@@ -331,6 +340,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
             const float d = M - sink, e = ex2(d);
             W = e > 0.0f ? e * fmaf(d, l, W) : 0.0f;
             l = fmaf(e, l, 1.0f); /* the max is the sink's now: its term is 2^0 */
+            D *= e;
+            M = sink;
         } else {
             const float d = sink - M, e = ex2(d);
             if (e > 0.0f) {
@@ -350,6 +361,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     float h = LN2_F * (log2f(l) - W / l);
     h = h > 0.0f ? h : 0.0f;
     float m = Mraw * LN2_F;
+    a.sum_sink += (double)(ex2(F - M) / l);
+    a.sum_dist += (double)(D / l);
     if (p.row_h)
         p.row_h[ro] = h;
     if (p.row_m)

@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             if (tq == 0 && i >= 0) {
                 long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
                 row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr],
-                         sink);
+                         sink, NAN, NAN); /* sink mass and distance: not computed here */
             }
         }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
