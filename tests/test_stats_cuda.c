@@ -37,13 +37,17 @@
 #include "stats.h"
 #include "stats_cuda.h"
 
-/* The variants (kernels/cuda/variants.h) that leave sink mass and distance NaN. */
+/* The variants (kernels/cuda/variants.h) that leave sink mass and distance NaN (ATTNSTAT_CUDA_EXTRAS
+ * there says whether 6-11 compute them). */
 static const int k_extras_nan[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
                                    STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
-                                   STATS_VARIANT_MMA_SYNC, STATS_VARIANT_WS_TMA,
-                                   STATS_VARIANT_WS_TMA_P1, STATS_VARIANT_WS_TMA_P2,
-                                   STATS_VARIANT_WS_TMA_3WG, STATS_VARIANT_WS_TMA_PERS,
-                                   STATS_VARIANT_WS_TMA_3WG_PERS};
+                                   STATS_VARIANT_MMA_SYNC,
+#if !ATTNSTAT_CUDA_EXTRAS /* a build that times the kernels without them */
+                                   STATS_VARIANT_WS_TMA, STATS_VARIANT_WS_TMA_P1,
+                                   STATS_VARIANT_WS_TMA_P2, STATS_VARIANT_WS_TMA_3WG,
+                                   STATS_VARIANT_WS_TMA_PERS, STATS_VARIANT_WS_TMA_3WG_PERS,
+#endif
+};
 
 static int extras_nan(int variant)
 {

@@ -350,14 +350,48 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
     }
 }
 
+/* The logit (base 2) of key lo for row i of head h, for its sink mass (the tensor-core kernels
+ * take no general mask, so a row's first visible key is lo): q_i . k_lo from global memory (16-bit,
+ * as the tensor cores read them), the four lanes of a quad each taking every 4th element, summed
+ * across the quad; then scale and softcap as the fold's. Every lane of the warp calls it; NaN for
+ * a row that has no key. */
+template <bool F16>
+static __device__ __forceinline__ float quad_first_logit(const kparams &p, const seqinfo &si, int h,
+                                                         int i, int lo, int hi, int tq)
+{
+    float dot = 0.0f;
+    if (i >= 0 && lo <= hi) {
+        const unsigned short *q = (const unsigned short *)p.q +
+                                  ((long long)si.tb * p.qsb + (long long)h * p.qsh +
+                                   (long long)(si.q0 + i) * p.qsn);
+        const unsigned short *k = (const unsigned short *)p.k +
+                                  ((long long)si.tb * p.ksb + (long long)(h / p.group) * p.ksh +
+                                   (long long)(si.k0 + lo) * p.ksn);
+        for (int e = tq; e < p.d; e += 4) {
+            const unsigned short a = __ldg(q + e), b = __ldg(k + e);
+            const float fa = F16 ? __half2float(__ushort_as_half(a)) : __uint_as_float((unsigned)a << 16);
+            const float fb = F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
+            dot = fmaf(fa, fb, dot);
+        }
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    if (i < 0 || lo > hi)
+        return NAN;
+    return p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+}
+
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
  * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
- * with head h's sink (read here, once per block and warp, after the block's tiles). */
+ * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
+ * also kept D (fold_lane), summed over the quad at the merged max, and the row's sink mass comes
+ * from its first key's logit (quad_first_logit); without, row_done gets NaN for both. */
+template <bool XS = false, bool F16 = false>
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
                                                       const warp_keys &k, const float (&M)[2],
                                                       const float (&l)[2], const float (&W)[2],
-                                                      part &acc)
+                                                      part &acc, const float *D = nullptr)
 {
     const float sink = head_sink(p, h);
 #pragma unroll
@@ -371,9 +405,16 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
             state_merge(Mr, lr, wr, M2, l2, W2);
         }
         const int i = rows[warp * 16 + hr * 8 + g];
+        float F = NAN, Dr = NAN;
+        if (XS) { /* every lane: the shuffles below take the whole warp */
+            Dr = D[hr] != 0.0f ? D[hr] * ex2(M[hr] - Mr) : 0.0f; /* to the quad's max */
+            Dr += __shfl_xor_sync(0xffffffffu, Dr, 1);
+            Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
+            F = quad_first_logit<F16>(p, si, h, i, k.lo[hr], k.hi[hr], tq);
+        }
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, NAN, NAN);
+            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
         }
     }
 }
@@ -390,11 +431,15 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
  * of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e (POLY of every 8 n8 blocks' exps by
  * ex2_poly on the FMA pipe, the rest on MUFU). Both rows are one straight-line
  * block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf makes M infinite (and u
- * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN. */
-template <int NT, bool CAP, bool MASK, int POLY = 0>
+ * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN.
+ * XS (sink mass and distance): also D[hr] = sum e |pos[hr] - j| per lane, in NP partials of
+ * e * |b + c| (b = j0 + 2 tq - pos per row and tile, c the key's constant offset in the tile: one
+ * FADD and one FFMA per logit) combined like l: D <- a*D + sum. Without XS the code is as before. */
+template <int NT, bool CAP, bool MASK, int POLY = 0, bool XS = false>
 static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                  float (&l)[2], float (&W)[2], const int (&lo)[2],
-                                                 const int (&hi)[2], int j0, int tq)
+                                                 const int (&hi)[2], int j0, int tq,
+                                                 float *D = nullptr, const int *pos = nullptr)
 {
     constexpr int NV = 2 * NT, NP = 4;
     static_assert(NV == 16 || NV == 32, "the tree max below is written for 16 or 32 values per row");
@@ -432,10 +477,11 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         a[hr] = ex2(d);
         ad[hr] = a[hr] * d;
     }
-    float lp[2][NP], wp[2][NP];
+    float lp[2][NP], wp[2][NP], dp[2][NP];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const float negM = -Mn[hr];
+        const float b = XS ? (float)(j0 + 2 * tq - pos[hr]) : 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             const float v = s[k >> 1][2 * hr + (k & 1)];
@@ -456,6 +502,10 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
                 lp[hr][q] += e;
                 wp[hr][q] = fmaf(e, u, wp[hr][q]);
             }
+            if (XS) {
+                const float dj = fabsf(b + (float)((k >> 1) * 8 + (k & 1)));
+                dp[hr][q] = k < NP ? e * dj : fmaf(e, dj, dp[hr][q]);
+            }
         }
     }
 #pragma unroll
@@ -465,6 +515,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
         l[hr] = fmaf(a[hr], l[hr], lt);
         M[hr] = Mn[hr];
+        if (XS)
+            D[hr] = fmaf(a[hr], D[hr], (dp[hr][0] + dp[hr][1]) + (dp[hr][2] + dp[hr][3]));
     }
 }
 
