@@ -432,10 +432,15 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
  * ex2_poly on the FMA pipe, the rest on MUFU). Both rows are one straight-line
  * block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf makes M infinite (and u
  * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN.
- * XS (sink mass and distance): also D[hr] = sum e |pos[hr] - j| per lane, in NP partials of
- * e * |b + c| (b = j0 + 2 tq - pos per row and tile, c the key's constant offset in the tile: one
- * FADD and one FFMA per logit) combined like l: D <- a*D + sum. Without XS the code is as before. */
-template <int NT, bool CAP, bool MASK, int POLY = 0, bool XS = false>
+ * XS (sink mass and distance): also D[hr] = sum e |pos[hr] - j| per lane, combined like l
+ * (D <- a*D + the tile's sum), with b = j0 + 2 tq - pos per row and tile and c the key's constant
+ * offset in the tile (j - pos = b + c):
+ *   XS = 1, a tile whose keys are all <= pos for both rows (the caller knows: every tile off the
+ *           diagonal of a causal run): sum e |b + c| = -(b * sum e + sum e * c), and sum e * c is
+ *           one FFMA per logit with c an immediate;
+ *   XS = 2, any other tile: NP partials of e * |b + c| (FADD, abs, FFMA per logit).
+ * XS = 0 is the code as it was before the two statistics. */
+template <int NT, bool CAP, bool MASK, int POLY = 0, int XS = 0>
 static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                  float (&l)[2], float (&W)[2], const int (&lo)[2],
                                                  const int (&hi)[2], int j0, int tq,
@@ -503,7 +508,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
                 wp[hr][q] = fmaf(e, u, wp[hr][q]);
             }
             if (XS) {
-                const float dj = fabsf(b + (float)((k >> 1) * 8 + (k & 1)));
+                const float c = (float)((k >> 1) * 8 + (k & 1));
+                const float dj = XS == 1 ? c : fabsf(b + c);
                 dp[hr][q] = k < NP ? e * dj : fmaf(e, dj, dp[hr][q]);
             }
         }
@@ -515,8 +521,11 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
         l[hr] = fmaf(a[hr], l[hr], lt);
         M[hr] = Mn[hr];
-        if (XS)
-            D[hr] = fmaf(a[hr], D[hr], (dp[hr][0] + dp[hr][1]) + (dp[hr][2] + dp[hr][3]));
+        if (XS) {
+            const float dt = (dp[hr][0] + dp[hr][1]) + (dp[hr][2] + dp[hr][3]);
+            const float b = (float)(j0 + 2 * tq - pos[hr]);
+            D[hr] = fmaf(a[hr], D[hr], XS == 1 ? -fmaf(b, lt, dt) : dt);
+        }
     }
 }
 

@@ -122,6 +122,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
                                                   bool release_last, part &acc)
 {
     constexpr int BN = S::BN, NT = BN / 8, LDQ = S::LDQ, ST = S::STAGES, KS = DP / 16;
+    constexpr int XG = XS ? 2 : 0; /* fold_lane's general distance form, or none */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     warp_keys wk;
     warp_rows_range(p, si, h, rows, warp, gq, wk);
@@ -151,16 +152,36 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         if (j0 > whi_max || j1 < wlo_min)
             return; /* no row of this warp sees the tile */
         const bool whole = j0 >= wlo_max && j1 <= whi_min;
+        if constexpr (XS && POLY == 0) {
+            /* causal: every key a row sees is at or left of its diagonal (masked keys weigh 0),
+             * so every tile takes fold_lane's one-FFMA distance form (a register for a
+             * per-tile test against the rows' diagonals spilled variants 6-8 at d128; with this
+             * form, variants 7-8 (POLY) spill at d128 and keep the general one) */
+            if (p.causal) {
+                if (p.softcap) {
+                    if (whole)
+                        fold_lane<NT, true, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, true, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                } else {
+                    if (whole)
+                        fold_lane<NT, false, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, false, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                }
+                return;
+            }
+        }
         if (p.softcap) {
             if (whole)
-                fold_lane<NT, true, false, POLY, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                fold_lane<NT, true, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_lane<NT, true, true, POLY, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                fold_lane<NT, true, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         } else {
             if (whole)
-                fold_lane<NT, false, false, POLY, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                fold_lane<NT, false, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_lane<NT, false, true, POLY, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                fold_lane<NT, false, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         }
     };
     auto release = [&](unsigned tile) {
