@@ -139,12 +139,19 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     }
 
     float M[2], l[2], W[2], D[2];
-    int pos[2]; /* XS: each row's causal diagonal (stats.h's pos_i) */
+    /* XS: each row's causal diagonal (stats.h's pos_i); left: no row of the warp sees a key right
+     * of its diagonal (causal, or a mask whose rows end there: the usual padded-batch one) */
+    int pos[2];
+    bool left = true;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         M[hr] = -INFINITY, l[hr] = 0.0f, W[hr] = 0.0f, D[hr] = 0.0f;
         pos[hr] = XS ? rows[warp * 16 + hr * 8 + gq] + si.lk - si.lq : 0;
+        if (XS && lo[hr] <= hi[hr] && hi[hr] > pos[hr])
+            left = false;
     }
+    if (XS)
+        left = __all_sync(0xffffffffu, left);
     float sa[NT][4], sb[NT][4];
 
     auto fold = [&](float (&s)[NT][4], int t) {
@@ -153,11 +160,11 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
             return; /* no row of this warp sees the tile */
         const bool whole = j0 >= wlo_max && j1 <= whi_min;
         if constexpr (XS && POLY == 0) {
-            /* causal: every key a row sees is at or left of its diagonal (masked keys weigh 0),
-             * so every tile takes fold_lane's one-FFMA distance form (a register for a
-             * per-tile test against the rows' diagonals spilled variants 6-8 at d128; with this
-             * form, variants 7-8 (POLY) spill at d128 and keep the general one) */
-            if (p.causal) {
+            /* every key a row sees is at or left of its diagonal (masked keys weigh 0), so every
+             * tile takes fold_lane's one-FFMA distance form (a register for a per-tile test
+             * against the rows' diagonals spilled variants 6-8 at d128; with this form, variants
+             * 7-8 (POLY) spill at d128 and keep the general one) */
+            if (left) {
                 if (p.softcap) {
                     if (whole)
                         fold_lane<NT, true, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
