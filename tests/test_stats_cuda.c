@@ -41,9 +41,8 @@
  * there says whether 6-11 compute them). */
 static const int k_extras_nan[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
                                    STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
-                                   STATS_VARIANT_MMA_SYNC,
 #if !ATTNSTAT_CUDA_EXTRAS /* a build that times the kernels without them */
-                                   STATS_VARIANT_WS_TMA, STATS_VARIANT_WS_TMA_P1,
+                                   STATS_VARIANT_MMA_SYNC, STATS_VARIANT_WS_TMA, STATS_VARIANT_WS_TMA_P1,
                                    STATS_VARIANT_WS_TMA_P2, STATS_VARIANT_WS_TMA_3WG,
                                    STATS_VARIANT_WS_TMA_PERS, STATS_VARIANT_WS_TMA_3WG_PERS,
 #endif

@@ -383,6 +383,45 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     }
 }
 
+/* Element off of q or k as a tensor core multiplies it: 16-bit as it is, float32 rounded to f16
+ * (F16) or bf16. */
+template <bool F16>
+static __device__ __forceinline__ float tc_operand(const kparams &p, const void *base, long long off)
+{
+    if (p.dtype == STATS_F32) {
+        const float v = __ldg((const float *)base + off);
+        return F16 ? __half2float(__float2half_rn(v)) : __bfloat162float(__float2bfloat16_rn(v));
+    }
+    const unsigned short u = __ldg((const unsigned short *)base + off);
+    return F16 ? __half2float(__ushort_as_half(u)) : __uint_as_float((unsigned)u << 16);
+}
+
+/* The logit (base 2) of key lo for row i of head h, for its sink mass (the tensor-core kernels
+ * take no general mask, so a row's first visible key is lo): q_i . k_lo from global memory as the
+ * tensor cores read them (16-bit; float32 rounded to bf16 or f16 as the tiles' loads round it),
+ * the four lanes of a quad each taking every 4th element, summed
+ * across the quad; then scale and softcap as the fold's. Every lane of the warp calls it; NaN for
+ * a row that has no key. */
+template <bool F16>
+static __device__ __forceinline__ float quad_first_logit(const kparams &p, const seqinfo &si, int h,
+                                                         int i, int lo, int hi, int tq)
+{
+    float dot = 0.0f;
+    if (i >= 0 && lo <= hi) {
+        const long long qo = (long long)si.tb * p.qsb + (long long)h * p.qsh +
+                             (long long)(si.q0 + i) * p.qsn;
+        const long long ko = (long long)si.tb * p.ksb + (long long)(h / p.group) * p.ksh +
+                             (long long)(si.k0 + lo) * p.ksn;
+        for (int e = tq; e < p.d; e += 4)
+            dot = fmaf(tc_operand<F16>(p, p.q, qo + e), tc_operand<F16>(p, p.k, ko + e), dot);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    if (i < 0 || lo > hi)
+        return NAN;
+    return p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+}
+
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
  * a fixed order, so the result never depends on scheduling. NW > 0: over the first NW warps alone,
  * meeting at named barrier 2 (the warp-specialised kernels, whose producer warps do not take
@@ -436,12 +475,16 @@ static __device__ __forceinline__ void state_merge(float &M, float &l, float &W,
 /* One tile of logits s[mt][nt][4] (m16n8 accumulator layout: this lane holds rows g and g + 8 of
  * each m16 tile, keys j0 + nt*8 + 2*tq + e, e < 2) folded into the row states M[mt][hr] (the quad's
  * true max, after two shuffles) and l, W[mt][hr][e] (this lane's keys). lo/hi: each row's visible
- * keys; MASK: some key of the tile is outside them. */
-template <int MT, int NT, bool CAP, bool MASK, int POLY>
+ * keys; MASK: some key of the tile is outside them. XS: also D[mt][hr] += e |pos - j| per key
+ * (this lane's keys; b = j0 + 2 tq - pos per row and tile, c the key's offset: FADD, abs, FFMA),
+ * rescaled with l; without XS the code is as before. */
+template <int MT, int NT, bool CAP, bool MASK, int POLY, bool XS = false>
 static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][NT][4],
                                                  float (&M)[MT][2], float (&l)[MT][2][2],
                                                  float (&W)[MT][2][2], const int (&lo)[MT][2],
-                                                 const int (&hi)[MT][2], int j0, int tq)
+                                                 const int (&hi)[MT][2], int j0, int tq,
+                                                 float (*D)[2] = nullptr,
+                                                 const int (*pos)[2] = nullptr)
 {
     /* POLY of every 4 n8 column blocks take ex2_poly (FMA pipe), the rest MUFU */
 #pragma unroll
@@ -474,9 +517,12 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     W[mt][hr][e] = fmaf(a, W[mt][hr][e], ad * l[mt][hr][e]);
                     l[mt][hr][e] *= a;
                 }
+                if (XS)
+                    D[mt][hr] *= a;
                 M[mt][hr] = Mn;
             }
             const float negM = -Mn;
+            const float bj = XS ? (float)(j0 + 2 * tq - pos[mt][hr]) : 0.0f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -495,6 +541,8 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     }
                     l[mt][hr][e] += pe;
                     W[mt][hr][e] = fmaf(pe, u, W[mt][hr][e]);
+                    if (XS)
+                        D[mt][hr] = fmaf(pe, fabsf(bj + (float)(nt * 8 + e)), D[mt][hr]);
                 }
         }
     }

@@ -350,37 +350,6 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
     }
 }
 
-/* The logit (base 2) of key lo for row i of head h, for its sink mass (the tensor-core kernels
- * take no general mask, so a row's first visible key is lo): q_i . k_lo from global memory (16-bit,
- * as the tensor cores read them), the four lanes of a quad each taking every 4th element, summed
- * across the quad; then scale and softcap as the fold's. Every lane of the warp calls it; NaN for
- * a row that has no key. */
-template <bool F16>
-static __device__ __forceinline__ float quad_first_logit(const kparams &p, const seqinfo &si, int h,
-                                                         int i, int lo, int hi, int tq)
-{
-    float dot = 0.0f;
-    if (i >= 0 && lo <= hi) {
-        const unsigned short *q = (const unsigned short *)p.q +
-                                  ((long long)si.tb * p.qsb + (long long)h * p.qsh +
-                                   (long long)(si.q0 + i) * p.qsn);
-        const unsigned short *k = (const unsigned short *)p.k +
-                                  ((long long)si.tb * p.ksb + (long long)(h / p.group) * p.ksh +
-                                   (long long)(si.k0 + lo) * p.ksn);
-        for (int e = tq; e < p.d; e += 4) {
-            const unsigned short a = __ldg(q + e), b = __ldg(k + e);
-            const float fa = F16 ? __half2float(__ushort_as_half(a)) : __uint_as_float((unsigned)a << 16);
-            const float fb = F16 ? __half2float(__ushort_as_half(b)) : __uint_as_float((unsigned)b << 16);
-            dot = fmaf(fa, fb, dot);
-        }
-    }
-    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-    if (i < 0 || lo > hi)
-        return NAN;
-    return p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
-}
-
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
  * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
  * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
