@@ -386,7 +386,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
 /* Element off of q or k as a tensor core multiplies it: 16-bit as it is, float32 rounded to f16
  * (F16) or bf16. */
 template <bool F16>
-static __device__ __forceinline__ float tc_operand(const kparams &p, const void *base, long long off)
+static __device__ __forceinline__ float tc_operand(const kparams &p, const void *base,
+                                                  long long off)
 {
     if (p.dtype == STATS_F32) {
         const float v = __ldg((const float *)base + off);

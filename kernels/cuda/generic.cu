@@ -129,8 +129,9 @@ static __device__ __forceinline__ bool mask_take(const kparams &p, long long mro
  * for its sink mass: lo, or under a general mask the first the mask lets through (a ballot per 32
  * keys). The warp's lanes share the dot product (q in shared memory; k from kseq, the sequence's
  * key 0). NaN when the row takes no key. Every lane gets the value. */
-static __device__ __forceinline__ float first_logit(const kparams &p, const float *q, long long kseq,
-                                                 long long mrow, int lo, int hi, int lane)
+static __device__ __forceinline__ float first_logit(const kparams &p, const float *q,
+                                                   long long kseq, long long mrow, int lo, int hi,
+                                                   int lane)
 {
     int first = lo;
     float bias = 0.0f;

@@ -270,9 +270,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
 
 #define MMA_ONE(DP, MT)                                                                            \
     { DP, mma_shape<DP, MT>::BM, MMA_WARPS * 32, mma_shape<DP, MT>::smem_bytes,                     \
-      stats_mma_kernel<DP, MT, false, false, MMA_XS>, stats_mma_kernel<DP, MT, true, false, MMA_XS>, \
+      stats_mma_kernel<DP, MT, false, false, MMA_XS>,                                             \
+      stats_mma_kernel<DP, MT, true, false, MMA_XS>,                                              \
       "mma.sync bf16 d" #DP, "mma.sync f16 d" #DP, "stats_mma_kernel",                             \
-      stats_mma_kernel<DP, MT, false, true, MMA_XS>, stats_mma_kernel<DP, MT, true, true, MMA_XS>, 0 }
+      stats_mma_kernel<DP, MT, false, true, MMA_XS>,                                              \
+      stats_mma_kernel<DP, MT, true, true, MMA_XS>, 0 }
 
 const kernel_instance stats_mma_sm80[] = {
     MMA_ONE(32, MMA_MT), MMA_ONE(64, MMA_MT),       MMA_ONE(96, MMA_MT),
