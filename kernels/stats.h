@@ -1,5 +1,5 @@
-/* stats.h — attention statistics: per query row, the entropy of the attention distribution and the
- * maximum attention logit, reduced per query head. One problem description, three backends:
+/* stats.h — attention statistics: per query row, the entropy of the attention distribution, the
+ * maximum attention logit, the sink mass and the mean attention distance, reduced per query head. One problem description, three backends:
  * stats_cpu() (plain C, double accumulation; the reference every other backend is tested against),
  * stats_cpu_fast_ws() (float32 vector loops; what the daemon computes host pushes with) and
  * stats_cuda() (kernels/stats_cuda.h; device pointers, caller's stream).
@@ -12,6 +12,14 @@
  *     p_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i)
  *     H_i  = -sum_j p_ij ln p_ij              (nats; in [0, ln n_i] with n_i visible keys)
  * With attention sinks, the head's sink is one more outcome of the distribution (below).
+ * Row i's first visible key f_i is the lowest key index (within its sequence when packed) that the
+ * row sees under causal, window and mask together, and with pos_i = i + Lk - Lq (the causal
+ * diagonal of the alignment below: the key a causal row ends on)
+ *     sink_i = p_i,f_i                        (mass on the first visible key: BOS, the usual sink)
+ *     dist_i = sum_j p_ij |pos_i - j|         (positions; ViT's mean attention distance)
+ * in the distribution the row's H_i is taken over: with a gpt-oss sink logit the sink's own
+ * probability is not the first key's and, having no position, adds nothing to dist_i (it still
+ * counts in the normalisation, so sink_i and dist_i shrink as the sink takes mass).
  * K head for query head h is h / (Hq / Hkv) (grouped-query attention).
  *
  * Visibility (FlashAttention's conventions). With Lq, Lk the lengths of the row's sequence and
@@ -159,9 +167,9 @@ typedef struct {
     double collapsed_frac;   /* fraction of rows_norm rows whose normalised entropy is under the
                                 collapse threshold */
     double max_logit;        /* max of m_i over counted rows; -inf when rows == 0 */
-    double sink_mass;        /* mean over counted rows of p(first visible key); NaN when rows == 0 */
-    double distance;         /* mean over counted rows of sum_j p_ij |i - j| (positions); NaN when
-                                rows == 0 */
+    double sink_mass;        /* mean of sink_i (above) over counted rows; NaN when rows == 0 */
+    double distance;         /* mean of dist_i = sum_j p_ij |pos_i - j| (above) over counted rows,
+                                in key positions; NaN when rows == 0 */
     int32_t sampled;         /* 1 when the rows were sampled (means are estimates, max a lower bound) */
 } stats_head;
 

@@ -8,7 +8,11 @@
  * d = m_old - m_new < 0:
  *     l <- a * l,   w <- a * (w + d * l_old),   a = exp(d)
  * guarded on the first tile, where m = -inf and l = 0 (d * l would be -inf * 0 = NaN).
- * An attention sink is one more outcome, folded into the row's final state (row_finish). */
+ * An attention sink is one more outcome, folded into the row's final state (row_finish).
+ * Sink mass and distance: the row keeps the logit of its first visible key (keys are folded in
+ * order, so the first that takes part), and dsum = sum exp(t) |pos - j| (pos = i + Lk - Lq, the
+ * causal diagonal), rescaled by a with l; at the end p_first = exp(first - m) / l and
+ * distance = dsum / l (row_sink_distance, with the sink folded into m and l). */
 #include "stats.h"
 #include "stats_cpu_common.h"
 
@@ -45,9 +49,10 @@ static double dot(const double *q, const double *k, int d)
 }
 
 /* Online state of one row: running max m, l = sum exp(s - m), w = sum exp(s - m) * (s - m), over
- * the logits s with their mask's bias; mraw the max without it; nvis the keys that took part. */
+ * the logits s with their mask's bias; mraw the max without it; nvis the keys that took part;
+ * first the logit of the first of them, dsum = sum exp(s - m) |pos - j|. */
 typedef struct {
-    double m, l, w, mraw;
+    double m, l, w, mraw, first, dsum;
     int64_t nvis;
     int finite;
 } row_state;
@@ -55,9 +60,9 @@ typedef struct {
 /* Folds keys [lo, hi] (indices into k, each a row of d doubles) that the mask lets through into
  * the row's state, TILE keys at a time: one max per tile, one rescale per tile when it moves. */
 static void row_update(row_state *st, const double *q, const double *k, int64_t lo, int64_t hi,
-                       int d, double scale, double softcap, const row_mask *mk)
+                       int64_t pos, int d, double scale, double softcap, const row_mask *mk)
 {
-    double s[TILE];
+    double s[TILE], dj[TILE];
     for (int64_t j0 = lo; j0 <= hi && st->finite; j0 += TILE) {
         int nt = (int)(hi - j0 + 1 < TILE ? hi - j0 + 1 : TILE), nv = 0;
         double tmax = -INFINITY;
@@ -73,6 +78,7 @@ static void row_update(row_state *st, const double *q, const double *k, int64_t 
             x += bias;
             if (!isfinite(x))
                 st->finite = 0;
+            dj[nv] = (double)llabs(pos - (j0 + t));
             s[nv++] = x;
             if (x > tmax)
                 tmax = x;
@@ -82,11 +88,14 @@ static void row_update(row_state *st, const double *q, const double *k, int64_t 
             return; /* the row is excluded; nothing more to learn from it */
         if (nv == 0)
             continue;
+        if (st->nvis == nv) /* the row's first keys */
+            st->first = s[0];
         if (tmax > st->m) {
             if (st->l > 0.0) { /* guarded: on the first tile m = -inf and l = 0 */
                 double dlt = st->m - tmax, a = exp(dlt);
                 st->w = a * (st->w + dlt * st->l);
                 st->l = a * st->l;
+                st->dsum = a * st->dsum;
             }
             st->m = tmax;
         }
@@ -94,6 +103,7 @@ static void row_update(row_state *st, const double *q, const double *k, int64_t 
             double tt = s[t] - st->m, e = exp(tt);
             st->l += e;
             st->w += e * tt;
+            st->dsum += e * dj[t];
         }
     }
 }
@@ -115,10 +125,10 @@ static void row_finish(const row_state *st, int64_t visible, double sink, row_re
             out->finite = 0;
     }
     if (!out->finite) {
-        out->entropy = NAN;
-        out->max_logit = NAN;
+        out->entropy = out->max_logit = out->sink_mass = out->distance = NAN;
         return;
     }
+    row_sink_distance(st->m, st->first, st->dsum, m, l, &out->sink_mass, &out->distance);
     double h = log(l) - w / l;
     out->entropy = h > 0.0 ? h : 0.0;
     out->max_logit = st->mraw;
@@ -239,7 +249,7 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
         for (int kvh = 0; kvh < p->heads_kv; kvh++) {
             row_state *rows = ws->rows; /* [g][sj] */
             for (int64_t r = 0; r < (int64_t)group * nsamp; r++)
-                rows[r] = (row_state){-INFINITY, 0.0, 0.0, -INFINITY, 0, 1};
+                rows[r] = (row_state){-INFINITY, 0.0, 0.0, -INFINITY, 0.0, 0.0, 0, 1};
             for (int64_t c0 = 0; c0 < lk; c0 += KCHUNK) {
                 int64_t c1 = c0 + KCHUNK - 1 < lk - 1 ? c0 + KCHUNK - 1 : lk - 1;
                 int loaded = 0;
@@ -267,8 +277,8 @@ stats_status stats_cpu_ws(const stats_problem *p, stats_cpu_workspace *ws, stats
                         row_mask mk = {NULL, p->mask_dtype};
                         if (p->mask.ptr)
                             mk.row = elem(&p->mask, p->mask_dtype, b, h, i);
-                        row_update(rs, ws->qbuf, ws->kbuf - c0 * d, lo, hi, d, scale, softcap,
-                                   &mk);
+                        row_update(rs, ws->qbuf, ws->kbuf - c0 * d, lo, hi, i + off, d, scale,
+                                   softcap, &mk);
                     }
                 }
             }

@@ -182,17 +182,29 @@ static inline void sink_fold(double *m, double *l, double *w, double s)
     }
 }
 
+/* Sink mass and distance of a row at its end. Over its keys the row's online state is (mk, lk) with
+ * first = the logit (bias included) of its first visible key and dsum = sum_j e^(s_j - mk) |pos - j|;
+ * (m, l) is the final state, with the sink folded in when there is one (else m = mk, l = lk). */
+static inline void row_sink_distance(double mk, double first, double dsum, double m, double l,
+                                     double *sink_mass, double *distance)
+{
+    *sink_mass = exp(first - m) / l;
+    *distance = (m == mk ? dsum : dsum * exp(mk - m)) / l;
+}
+
 /* ---- per-row results and per-head accumulation ------------------------------------------- */
 
 typedef struct {
     double entropy, max_logit;
     int64_t outcomes; /* of the row's distribution: its visible keys, plus one for a sink */
     int finite;
+    double sink_mass, distance; /* p of the first visible key; sum_j p_j |pos - j| */
 } row_result;
 
 typedef struct {
     int64_t rows, rows_norm, rows_empty, nonfinite, collapsed;
     double sum, sumsq, min, max, sum_norm, max_logit;
+    double sum_sink, sum_dist;
 } head_acc;
 
 static inline void acc_init(head_acc *a)
@@ -213,6 +225,8 @@ static inline void acc_row_logv(head_acc *a, const row_result *r, double collaps
     }
     a->rows++;
     a->sum += r->entropy;
+    a->sum_sink += r->sink_mass;
+    a->sum_dist += r->distance;
     a->sumsq += r->entropy * r->entropy;
     if (r->entropy < a->min)
         a->min = r->entropy;
@@ -254,15 +268,17 @@ static inline void acc_finish(const head_acc *a, int sampled, stats_head *out)
     out->nonfinite_rows = a->nonfinite;
     out->sampled = sampled;
     out->max_logit = a->max_logit;
-    out->sink_mass = out->distance = NAN; /* not computed yet */
     if (a->rows > 0) {
         double n = (double)a->rows, mean = a->sum / n, var = a->sumsq / n - mean * mean;
+        out->sink_mass = a->sum_sink / n;
+        out->distance = a->sum_dist / n;
         out->entropy_mean = mean;
         out->entropy_std = sqrt(var > 0.0 ? var : 0.0);
         out->entropy_min = a->min;
         out->entropy_max = a->max;
     } else {
         out->entropy_mean = out->entropy_std = out->entropy_min = out->entropy_max = NAN;
+        out->sink_mass = out->distance = NAN;
     }
     if (a->rows_norm > 0) {
         out->entropy_norm_mean = a->sum_norm / (double)a->rows_norm;

@@ -9,7 +9,8 @@
  * and no reduction across lanes, which gcc vectorises at -O2 without reassociating anything.
  * Per row and block, in float: s = scale * q.k (softcap: cap * tanhf(s / cap)), the block's max,
  * then e = 2^((s - m) * log2 e) by a branch-free polynomial (fast_exp below) and the block sums
- * sum e, sum e * (s - m). The row's state across blocks (l, w) is double, with the shifted form and
+ * sum e, sum e * (s - m), sum e * |pos - j| (distance; pos = i + Lk - Lq, the causal diagonal, and
+ * |pos - j| exact in float below 2^24). The row's state across blocks (l, w, dsum) is double, with the shifted form and
  * the guarded rescale of the reference; per-row results and per-head sums are the reference's
  * (stats_cpu_common.h), in double.
  *
@@ -20,7 +21,8 @@
  * Everything else (causal, windows, softcap, GQA, packed sequences, sampling, bool and additive
  * masks, attention sinks, f32/f16/bf16 inputs and compute dtypes, empty rows) is computed here.
  * Masks take a scalar per-key pass after the vector logits; a sink is folded into each row's
- * final state in double, as the reference does (a NaN or +inf sink makes the row non-finite here
+ * final state in double, as the reference does; the first visible key's logit is kept as it
+ * passes (sink mass = exp(first - m) / l at the row's end) (a NaN or +inf sink makes the row non-finite here
  * too, with no hand-over: it is one value per head, not a logit). */
 #include "stats.h"
 #include "stats_cpu_common.h"
@@ -45,6 +47,8 @@ typedef struct {
     float m, mraw;  /* running max (with the mask's bias), max without it */
     double l, w;    /* sum exp(s - m), sum exp(s - m) * (s - m) */
     int64_t nvis;
+    float first;    /* the logit (bias included) of the row's first visible key */
+    double dsum;    /* sum exp(s - m) |pos - j| */
 } fast_row;
 
 struct stats_cpu_fast_workspace {

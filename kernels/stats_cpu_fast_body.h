@@ -153,34 +153,37 @@ static inline void FAST_FN(block_logits)(vblk *s, const float *restrict q,
 
 /* Folds the lanes of s that take part (the others hold -inf) into the row: one max, one rescale
  * when it moves, then the block's sums. */
-static inline void FAST_FN(block_fold)(fast_row *r, const vblk *s, float tmax)
+static inline void FAST_FN(block_fold)(fast_row *r, const vblk *s, const vblk *dist, float tmax)
 {
     if (tmax > r->m) {
         if (r->l > 0.0) { /* guarded: on the first block m = -inf and l = 0 */
             double dlt = (double)r->m - (double)tmax, a = exp(dlt);
             r->w = a * (r->w + dlt * r->l);
             r->l = a * r->l;
+            r->dsum = a * r->dsum;
         }
         r->m = tmax;
     }
     const float m = r->m, log2e = 1.4426950408889634f;
-    vblk e, ew;
+    vblk e, ew, ed;
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++) {
         vf tt = s->v[j] - m;                      /* <= 0; -inf for lanes not taking part */
         e.v[j] = FAST_FN(vexp2)(tt * log2e);
         tt = (vf)((vi)tt & (e.v[j] > 0.0f));      /* keeps 0 * -inf out of w */
         ew.v[j] = e.v[j] * tt;
+        ed.v[j] = e.v[j] * dist->v[j];            /* 0 for lanes not taking part */
     }
     r->l += FAST_FN(hsum)(&e);
     r->w += FAST_FN(hsum)(&ew);
+    r->dsum += FAST_FN(hsum)(&ed);
 }
 
 /* One row over keys [lo, hi] (chunk coordinates c0..) of the loaded chunk. Returns 0, or -1 when a
  * logit the row sees is NaN or +-Inf (the problem goes to the reference). */
 static inline int FAST_FN(row)(fast_row *r, const float *q, const float *kt, int64_t c0,
-                               int64_t lo, int64_t hi, int d, float scale, float softcap,
-                               const row_mask *mk)
+                               int64_t lo, int64_t hi, int64_t pos, int d, float scale,
+                               float softcap, const row_mask *mk)
 {
     static const int32_t lanes[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     const vf zero = {0}, ninf = zero - INFINITY;
@@ -234,9 +237,26 @@ static inline int FAST_FN(row)(fast_row *r, const float *q, const float *kt, int
             chk[0] += ck;
             memcpy(&s, sv, sizeof sv);
         }
+        if (nv > 0) {
+            if (r->nvis == 0) { /* the row's first visible key: the lowest lane taking part */
+                float sv[BLK];
+                memcpy(sv, &s, sizeof sv);
+                int t = a;
+                while (t < z && sv[t] == -INFINITY)
+                    t++;
+                r->first = sv[t];
+            }
+            vblk dist; /* |pos - j| for the block's keys, j = c0 + b0 + lane */
+            const vf lanef = __builtin_convertvector(lane, vf);
+            const float base = (float)(c0 + b0 - pos);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++) {
+                vf x = lanef + (base + (float)(VW * j));
+                dist.v[j] = FAST_FN(vsel)(x < 0.0f, -x, x);
+            }
+            FAST_FN(block_fold)(r, &s, &dist, tmax);
+        }
         r->nvis += nv;
-        if (nv > 0)
-            FAST_FN(block_fold)(r, &s, tmax);
     }
     float c = FAST_FN(lanes_sum)(chk);
     return c != c ? -1 : 0;
@@ -270,7 +290,7 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
         for (int kvh = 0; kvh < p->heads_kv; kvh++) {
             fast_row *rows = ws->rows;
             for (int64_t r = 0; r < (int64_t)group * nsamp; r++)
-                rows[r] = (fast_row){-INFINITY, -INFINITY, 0.0, 0.0, 0};
+                rows[r] = (fast_row){-INFINITY, -INFINITY, 0.0, 0.0, 0, 0.0f, 0.0};
             for (int64_t c0 = 0; c0 < lk; c0 += KCHUNK) {
                 int64_t c1 = c0 + KCHUNK - 1 < lk - 1 ? c0 + KCHUNK - 1 : lk - 1;
                 int loaded = 0;
@@ -298,8 +318,8 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
                         row_mask mk = {NULL, p->mask_dtype};
                         if (p->mask.ptr)
                             mk.row = elem(&p->mask, p->mask_dtype, b, h, i);
-                        if (FAST_FN(row)(&rows[g * nsamp + sj], qrow, ws->kt, c0, lo, hi, d,
-                                         scale, p->softcap, &mk))
+                        if (FAST_FN(row)(&rows[g * nsamp + sj], qrow, ws->kt, c0, lo, hi, i + off,
+                                         d, scale, p->softcap, &mk))
                             return 1;
                     }
                 }
@@ -318,9 +338,9 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
                         continue;
                     }
                     double m = rs->m, l = rs->l, w = rs->w;
-                    row_result r = {0.0, rs->mraw, rs->nvis + has_sink, 1};
+                    row_result r = {0.0, rs->mraw, rs->nvis + has_sink, 1, 0.0, 0.0};
                     if (has_sink && !sink_ok) { /* a NaN or +inf sink: the row is non-finite */
-                        r.entropy = r.max_logit = NAN;
+                        r.entropy = r.max_logit = r.sink_mass = r.distance = NAN;
                         r.finite = 0;
                         acc_row_logv(&acc[h], &r, collapse, 0.0);
                         row_out(p, tb, h, q0, i, &r, row_entropy, row_maxlogit);
@@ -328,6 +348,8 @@ static int FAST_FN(compute)(const stats_problem *p, stats_cpu_fast_workspace *ws
                     }
                     if (has_sink)
                         sink_fold(&m, &l, &w, sink);
+                    row_sink_distance(rs->m, rs->first, rs->dsum, m, l, &r.sink_mass,
+                                      &r.distance);
                     double hh = log(l) - w / l;
                     r.entropy = hh > 0.0 ? hh : 0.0;
                     if (r.outcomes != last_vis) {

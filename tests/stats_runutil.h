@@ -166,6 +166,10 @@ static inline void run_check(run *r, const char *what)
                       w->norm_mean);
         ck_assert_msg(tu_close(g->max_logit, w->max_logit, 1e-9, 1e-9),
                       "%s: head %d max logit %.15g vs %.15g", what, h, g->max_logit, w->max_logit);
+        ck_assert_msg(tu_close(g->sink_mass, w->sink_mass, 1e-9, 0),
+                      "%s: head %d sink mass %.15g vs %.15g", what, h, g->sink_mass, w->sink_mass);
+        ck_assert_msg(tu_close(g->distance, w->distance, 1e-12, 1e-9),
+                      "%s: head %d distance %.15g vs %.15g", what, h, g->distance, w->distance);
         double slack = w->rows_norm ? 1.0 / (double)w->rows_norm + 1e-12 : 1e-12;
         ck_assert_msg(fabs(g->collapsed_frac - w->collapsed_frac) <= slack,
                       "%s: head %d collapsed %.6f vs %.6f", what, h, g->collapsed_frac,

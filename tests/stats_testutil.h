@@ -1,7 +1,8 @@
 /* stats_testutil.h — shared by the kernel test suites: a seeded generator, dtype rounding written
  * independently of kernels/, tensors in either memory layout with their exact values kept as
  * doubles, and an independent two-pass computation of the statistics (all logits of a row first,
- * then the max, then p_j and -sum p_j ln p_j), to check any backend against.
+ * then the max, then p_j and -sum p_j ln p_j, the first visible key's p and sum_j p_j |pos - j|),
+ * to check any backend against.
  * Header-only (static functions) so each suite includes it without a library. */
 #ifndef ATTNSTAT_STATS_TESTUTIL_H
 #define ATTNSTAT_STATS_TESTUTIL_H
@@ -296,6 +297,7 @@ static inline double tu_compute(double v, stats_dtype in, stats_dtype compute)
 
 typedef struct {
     double entropy, max_logit;
+    double sink_mass, distance; /* p of the first visible key; sum_j p_j |i + o - j| */
     int64_t visible;  /* outcomes of the distribution: visible keys, plus one for a sink */
     int state; /* 0 not computed, 1 counted, 2 non-finite, 3 empty */
 } tu_row;
@@ -303,6 +305,7 @@ typedef struct {
 typedef struct {
     int64_t rows, rows_norm, rows_empty, nonfinite;
     double mean, std, min, max, norm_mean, collapsed_frac, max_logit;
+    double sink_mass, distance; /* means over counted rows; NaN when none */
 } tu_head;
 
 /* Fills rows ([phys_b, Hq, Nq] like the backends' per-row outputs) and heads ([Hq]) for problem p,
@@ -311,7 +314,9 @@ typedef struct {
  * more outcome of every row that sees a key: its logit joins the keys' in the softmax as it is
  * (stats.h). Each row: all its outcomes' logits, their max, ln of their sum of exponentials
  * (log1p of the outcomes other than the max: exact where one outcome dominates), then
- * -sum p ln p with ln p = s - max - ln sum. */
+ * -sum p ln p with ln p = s - max - ln sum; sink mass is p of the lowest visible key (the
+ * first outcome kept: keys are visited in order), distance sum_j p_j |i + o - j| over the keys
+ * (o = Lk - Lq, the causal alignment; the sink has no position). */
 static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_tensor *k,
                                       const tu_mask *mask, const double *sinks, tu_row *rows,
                                       tu_head *heads)
@@ -323,6 +328,7 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
     double collapse = p->collapse_threshold > 0 ? p->collapse_threshold : STATS_DEFAULT_COLLAPSE;
     memset(rows, 0, sizeof(tu_row) * (size_t)(phys_b * p->heads_q * nq));
     double *s = malloc(sizeof(double) * (size_t)(p->len_k + 1));
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)(p->len_k + 1));
     for (int h = 0; h < p->heads_q; h++) {
         const double sink = sinks ? sinks[h] : -INFINITY;
         for (int b = 0; b < p->batch; b++) {
@@ -371,6 +377,7 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
                     if (!isfinite(x))
                         finite = 0;
                     raw = x > raw ? x : raw;
+                    pos[nv] = j;
                     s[nv++] = x + bias;
                 }
                 if (nv == 0) {
@@ -383,6 +390,7 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
                         finite = 0;
                     s[nv++] = sink;
                 }
+                const int64_t nkeys = sink != -INFINITY ? nv - 1 : nv;
                 r->visible = nv;
                 if (!finite) {
                     r->state = 2;
@@ -396,12 +404,16 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
                     if (j != top)
                         rest += exp(s[j] - m);
                 const double lnl = log1p(rest); /* ln sum_j exp(s_j - m) */
-                double ent = 0;
+                double ent = 0, dist = 0;
                 for (int64_t j = 0; j < nv; j++) {
                     double lp = s[j] - m - lnl, pj = exp(lp);
                     if (pj > 0)
                         ent -= pj * lp;
+                    if (j < nkeys)
+                        dist += pj * (double)llabs(i + o - pos[j]);
                 }
+                r->sink_mass = exp(s[0] - m - lnl);
+                r->distance = dist;
                 r->entropy = ent > 0 ? ent : 0;
                 r->max_logit = raw;
                 r->state = 1;
@@ -411,7 +423,7 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
         tu_head *hd = &heads[h];
         memset(hd, 0, sizeof *hd);
         hd->min = INFINITY, hd->max = -INFINITY, hd->max_logit = -INFINITY;
-        double sum = 0, sumn = 0;
+        double sum = 0, sumn = 0, sumsink = 0, sumdist = 0;
         int64_t collapsed = 0;
         for (int64_t b = 0; b < phys_b; b++)
             for (int64_t i = 0; i < nq; i++) {
@@ -424,6 +436,8 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
                     continue;
                 hd->rows++;
                 sum += r->entropy;
+                sumsink += r->sink_mass;
+                sumdist += r->distance;
                 hd->min = fmin(hd->min, r->entropy);
                 hd->max = fmax(hd->max, r->entropy);
                 hd->max_logit = fmax(hd->max_logit, r->max_logit);
@@ -435,6 +449,8 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
                 }
             }
         hd->mean = hd->rows ? sum / (double)hd->rows : NAN;
+        hd->sink_mass = hd->rows ? sumsink / (double)hd->rows : NAN;
+        hd->distance = hd->rows ? sumdist / (double)hd->rows : NAN;
         double ss = 0;
         for (int64_t b = 0; b < phys_b; b++)
             for (int64_t i = 0; i < nq; i++) {
@@ -449,6 +465,7 @@ static inline void tu_reference_sinks(const stats_problem *p, tu_tensor *q, tu_t
             hd->min = hd->max = NAN;
     }
     free(s);
+    free(pos);
 }
 
 static inline void tu_reference_masked(const stats_problem *p, tu_tensor *q, tu_tensor *k,

@@ -118,6 +118,53 @@ START_TEST(test_uniform_is_log_n)
 }
 END_TEST
 
+/* Identical keys under a window (loop 0: causal with Nk > Nq, so row i's diagonal is at key
+ * i + Nk - Nq; loop 1: not causal, a window on each side): each row's distribution is uniform over
+ * its n visible keys [lo, hi], so its sink mass is 1/n and its distance the mean of |pos - j| over
+ * them, summed here in closed form per row; both CPU backends must give their head means. */
+START_TEST(test_uniform_sink_distance)
+{
+    reseed(__LINE__, _i);
+    const int nq = 29, nk = 29 + (_i == 0 ? 11 : 0);
+    const int wl = 3 + (int)(tu_next(&g_rng) % 9), wr = _i == 0 ? -1 : 1 + (int)(tu_next(&g_rng) % 6);
+    cfg c = {2, 2, 1, nq, nk, 32, STATS_F32, TU_BHND, _i == 0, wl, wr, 0, 0, 0, 0, 0, 1, 0};
+    run r;
+    run_setup(&r, &c);
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t n = 0; n < nk; n++)
+            for (int64_t e = 0; e < 32; e++)
+                tu_set(&r.k, b, 0, n, e, tu_at(&r.k, b, 0, 0)[e]); /* key row 0 everywhere */
+    double want_sink = 0, want_dist = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t pos = i + nk - nq, lo = pos - wl > 0 ? pos - wl : 0;
+        int64_t hi = wr < 0 ? pos : (pos + wr < nk - 1 ? pos + wr : nk - 1);
+        double n = (double)(hi - lo + 1);
+        /* sum over [lo, pos] of pos - j, and over (pos, hi] of j - pos */
+        double left = (double)(pos - lo) * (double)(pos - lo + 1) / 2.0;
+        double right = hi > pos ? (double)(hi - pos) * (double)(hi - pos + 1) / 2.0 : 0.0;
+        want_sink += 1.0 / n;
+        want_dist += (left + right) / n;
+    }
+    want_sink /= nq, want_dist /= nq;
+    stats_error err;
+    for (int be = 0; be < 2; be++) {
+        stats_status st = be ? stats_cpu_fast(&r.p, r.heads, NULL, NULL, &err)
+                             : stats_cpu(&r.p, r.heads, NULL, NULL, &err);
+        ck_assert_int_eq(st, STATS_OK);
+        const double tol = be ? 1e-6 : 1e-12;
+        for (int h = 0; h < 2; h++) {
+            ck_assert_msg(fabs(r.heads[h].sink_mass - want_sink) <= tol,
+                          "%s: head %d sink mass %.15g vs %.15g", be ? "fast" : "reference", h,
+                          r.heads[h].sink_mass, want_sink);
+            ck_assert_msg(fabs(r.heads[h].distance - want_dist) <= tol * want_dist,
+                          "%s: head %d distance %.15g vs %.15g", be ? "fast" : "reference", h,
+                          r.heads[h].distance, want_dist);
+        }
+    }
+    run_free(&r);
+}
+END_TEST
+
 /* One key far above the others (gap ~1e3 logits): H = 0 exactly; causal row 0 is 0 exactly. */
 START_TEST(test_one_hot_and_causal_row0)
 {
@@ -623,6 +670,7 @@ static Suite *stats_suite(void)
     tcase_add_loop_test(tc, test_random_shapes, 0, (int)(sizeof shapes / sizeof shapes[0]));
     tcase_add_loop_test(tc, test_dtype_layout_dims, 0, 9);
     tcase_add_test(tc, test_uniform_is_log_n);
+    tcase_add_loop_test(tc, test_uniform_sink_distance, 0, 2);
     tcase_add_test(tc, test_one_hot_and_causal_row0);
     tcase_add_test(tc, test_key_permutation);
     tcase_add_test(tc, test_gqa_equals_repeated_heads);

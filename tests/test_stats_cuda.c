@@ -15,6 +15,12 @@
  *                        max logit comes from cancellation, e.g. 3.3 out of terms of ~1e3)
  *   per-head means       |gpu - cpu| <= 1e-4 * |cpu| + 1e-6 nats (entropy and normalised entropy)
  *   entropy min/max/std  |gpu - cpu| <= 1e-3 nats;  max logit as per row
+ *   sink mass            |gpu - cpu| <= 1e-4 (a probability's mean)
+ *   distance             |gpu - cpu| <= 1e-4 * |cpu| + 1e-4 (key positions)
+ *   Both are NaN exactly where the reference's are, and NaN on every head from the variants of
+ *   k_extras_nan (the kernels that do not compute them yet: never a wrong number); the others
+ *   must compute them. With a mask the device picks the kernel (a general mask runs the CUDA-core
+ *   one, which computes them), so there either is accepted.
  *   row counts exact; collapsed fraction may differ by one row sitting on the threshold.
  * Skipped rows must be exactly STATS_ROW_SKIPPED / -inf, non-finite rows NaN / NaN; every output
  * is poisoned before each run so that an unwritten element fails. */
@@ -30,6 +36,25 @@
 #include "cuda/variants.h"
 #include "stats.h"
 #include "stats_cuda.h"
+
+/* The variants (kernels/cuda/variants.h) that leave sink mass and distance NaN (ATTNSTAT_CUDA_EXTRAS
+ * there says whether 6-11 compute them). */
+static const int k_extras_nan[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
+                                   STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
+#if !ATTNSTAT_CUDA_EXTRAS /* a build that times the kernels without them */
+                                   STATS_VARIANT_MMA_SYNC, STATS_VARIANT_WS_TMA, STATS_VARIANT_WS_TMA_P1,
+                                   STATS_VARIANT_WS_TMA_P2, STATS_VARIANT_WS_TMA_3WG,
+                                   STATS_VARIANT_WS_TMA_PERS, STATS_VARIANT_WS_TMA_3WG_PERS,
+#endif
+};
+
+static int extras_nan(int variant)
+{
+    for (size_t i = 0; i < sizeof k_extras_nan / sizeof k_extras_nan[0]; i++)
+        if (k_extras_nan[i] == variant)
+            return 1;
+    return 0;
+}
 
 static uint64_t g_seed;
 static stats_cuda *g_ctx;
@@ -414,6 +439,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 
     stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : path);
     const char *kname = stats_cuda_kernel_name(g_ctx, &pd);
+    const int variant = stats_cuda_plan_variant(g_ctx, &pd), no_extras = extras_nan(variant);
     /* The reference: plain float32 on the GPU is bf16 on the way in, on every path (stats_cuda.h),
      * so compare it with the reference computed so; the float32 error is measured in bench/. */
     if (c->dt == FS && c->compute == FS)
@@ -468,6 +494,9 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
                  close_rel(a->entropy_min, b->entropy_min, 0, 1e-3) &&
                  close_rel(a->entropy_max, b->entropy_max, 0, 1e-3) &&
                  close_rel(a->max_logit, b->max_logit, 1e-5, fabs(b->max_logit) < 1 ? 1e-5 : 0) &&
+                 ((no_extras && isnan(a->sink_mass) && isnan(a->distance)) ||
+                  ((!no_extras || pd.mask.ptr) && close_rel(a->sink_mass, b->sink_mass, 0, 1e-4) &&
+                   close_rel(a->distance, b->distance, 1e-4, 1e-4))) &&
                  fabs(a->collapsed_frac - b->collapsed_frac) * (double)(b->rows_norm > 0 ? b->rows_norm : 1) <=
                      1.0 + 1e-9;
         if (!ok) {
@@ -475,13 +504,16 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
             fprintf(stderr,
                     "  %s: head %d: rows %lld/%lld norm %lld/%lld empty %lld/%lld nonfinite %lld/%lld "
                     "sampled %d/%d\n    mean %.9g/%.9g norm %.9g/%.9g std %.6g/%.6g min %.6g/%.6g "
-                    "max %.6g/%.6g maxlogit %.9g/%.9g collapsed %.6g/%.6g\n",
+                    "max %.6g/%.6g maxlogit %.9g/%.9g collapsed %.6g/%.6g\n"
+                    "    sink mass %.9g/%.9g distance %.9g/%.9g (variant %d%s)\n",
                     c->name, h, (long long)a->rows, (long long)b->rows, (long long)a->rows_norm,
                     (long long)b->rows_norm, (long long)a->rows_empty, (long long)b->rows_empty,
                     (long long)a->nonfinite_rows, (long long)b->nonfinite_rows, a->sampled, b->sampled,
                     a->entropy_mean, b->entropy_mean, a->entropy_norm_mean, b->entropy_norm_mean,
                     a->entropy_std, b->entropy_std, a->entropy_min, b->entropy_min, a->entropy_max,
-                    b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac);
+                    b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac,
+                    a->sink_mass, b->sink_mass, a->distance, b->distance, variant,
+                    no_extras ? ": must leave them NaN" : "");
         }
     }
     if (c->sinks == SINKS_ODD) /* the reference itself: NaN / +inf sinks count, 1e4 dominates */

@@ -253,6 +253,7 @@ static __device__ __forceinline__ void part_init(part &a)
     a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
     a.sum = a.sumsq = a.sum_norm = 0.0;
     a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
+    a.sum_sink = a.sum_dist = 0.0;
 }
 
 static __device__ __forceinline__ void part_merge(part &a, const part &b)
@@ -261,6 +262,7 @@ static __device__ __forceinline__ void part_merge(part &a, const part &b)
     a.nonfinite += b.nonfinite, a.collapsed += b.collapsed;
     a.sum += b.sum, a.sumsq += b.sumsq, a.sum_norm += b.sum_norm;
     a.hmin = fminf(a.hmin, b.hmin), a.hmax = fmaxf(a.hmax, b.hmax), a.mmax = fmaxf(a.mmax, b.mmax);
+    a.sum_sink += b.sum_sink, a.sum_dist += b.sum_dist;
 }
 
 static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
@@ -277,6 +279,8 @@ static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
     b.hmin = __shfl_xor_sync(0xffffffffu, a.hmin, lane_mask);
     b.hmax = __shfl_xor_sync(0xffffffffu, a.hmax, lane_mask);
     b.mmax = __shfl_xor_sync(0xffffffffu, a.mmax, lane_mask);
+    b.sum_sink = __shfl_xor_sync(0xffffffffu, a.sum_sink, lane_mask);
+    b.sum_dist = __shfl_xor_sync(0xffffffffu, a.sum_dist, lane_mask);
     part_merge(a, b);
 }
 
@@ -305,13 +309,18 @@ static __device__ __forceinline__ float head_sink(const kparams &p, int h)
 }
 
 /* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
- * and folds the row into a. ro: index of the row in the per-row outputs. Mraw: the max logit
+ * and folds the row into a. F: the logit of the row's first visible key (base 2, as M, the mask's
+ * bias included) and D = sum 2^(s_j - M) |pos - j| (the scale of l): the row's sink mass is
+ * 2^(F - M) / l and its distance D / l, with (M, l) after the sink's merge (D rescaled to that M);
+ * NaN for both from a kernel that does not compute them (the head's values are then NaN).
+ * ro: index of the row in the per-row outputs. Mraw: the max logit
  * (base 2 units, as M) without an additive mask's bias; M itself where there is none. sink: the
  * head's sink logit in base 2 (head_sink), -inf for none: one more outcome, merged into the row's
  * (M, l, W) as the state (sink, 1, 0) the way the online update merges when the max moves (guarded
  * where an exponential is 0, so that no 0 * inf appears); the max logit stays the keys'. */
 static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
-                                                float M, float l, float W, float Mraw, float sink)
+                                                float M, float l, float W, float Mraw, float sink,
+                                                float F, float D)
 {
     if (nvis <= 0) {
         a.rows_empty++;
@@ -331,6 +340,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
             const float d = M - sink, e = ex2(d);
             W = e > 0.0f ? e * fmaf(d, l, W) : 0.0f;
             l = fmaf(e, l, 1.0f); /* the max is the sink's now: its term is 2^0 */
+            D *= e;
+            M = sink;
         } else {
             const float d = sink - M, e = ex2(d);
             if (e > 0.0f) {
@@ -350,6 +361,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     float h = LN2_F * (log2f(l) - W / l);
     h = h > 0.0f ? h : 0.0f;
     float m = Mraw * LN2_F;
+    a.sum_sink += (double)(ex2(F - M) / l);
+    a.sum_dist += (double)(D / l);
     if (p.row_h)
         p.row_h[ro] = h;
     if (p.row_m)
@@ -368,6 +381,46 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
         if (hn < (double)p.collapse)
             a.collapsed++;
     }
+}
+
+/* Element off of q or k as a tensor core multiplies it: 16-bit as it is, float32 rounded to f16
+ * (F16) or bf16. */
+template <bool F16>
+static __device__ __forceinline__ float tc_operand(const kparams &p, const void *base,
+                                                  long long off)
+{
+    if (p.dtype == STATS_F32) {
+        const float v = __ldg((const float *)base + off);
+        return F16 ? __half2float(__float2half_rn(v)) : __bfloat162float(__float2bfloat16_rn(v));
+    }
+    const unsigned short u = __ldg((const unsigned short *)base + off);
+    return F16 ? __half2float(__ushort_as_half(u)) : __uint_as_float((unsigned)u << 16);
+}
+
+/* The logit (base 2) of key lo for row i of head h, for its sink mass (the tensor-core kernels
+ * take no general mask, so a row's first visible key is lo): q_i . k_lo from global memory as the
+ * tensor cores read them (16-bit; float32 rounded to bf16 or f16 as the tiles' loads round it),
+ * the four lanes of a quad each taking every 4th element, summed
+ * across the quad; then scale and softcap as the fold's. Every lane of the warp calls it; NaN for
+ * a row that has no key. */
+template <bool F16>
+static __device__ __forceinline__ float quad_first_logit(const kparams &p, const seqinfo &si, int h,
+                                                         int i, int lo, int hi, int tq)
+{
+    float dot = 0.0f;
+    if (i >= 0 && lo <= hi) {
+        const long long qo = (long long)si.tb * p.qsb + (long long)h * p.qsh +
+                             (long long)(si.q0 + i) * p.qsn;
+        const long long ko = (long long)si.tb * p.ksb + (long long)(h / p.group) * p.ksh +
+                             (long long)(si.k0 + lo) * p.ksn;
+        for (int e = tq; e < p.d; e += 4)
+            dot = fmaf(tc_operand<F16>(p, p.q, qo + e), tc_operand<F16>(p, p.k, ko + e), dot);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    if (i < 0 || lo > hi)
+        return NAN;
+    return p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
 }
 
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
@@ -423,12 +476,16 @@ static __device__ __forceinline__ void state_merge(float &M, float &l, float &W,
 /* One tile of logits s[mt][nt][4] (m16n8 accumulator layout: this lane holds rows g and g + 8 of
  * each m16 tile, keys j0 + nt*8 + 2*tq + e, e < 2) folded into the row states M[mt][hr] (the quad's
  * true max, after two shuffles) and l, W[mt][hr][e] (this lane's keys). lo/hi: each row's visible
- * keys; MASK: some key of the tile is outside them. */
-template <int MT, int NT, bool CAP, bool MASK, int POLY>
+ * keys; MASK: some key of the tile is outside them. XS: also D[mt][hr] += e |pos - j| per key
+ * (this lane's keys; b = j0 + 2 tq - pos per row and tile, c the key's offset: FADD, abs, FFMA),
+ * rescaled with l; without XS the code is as before. */
+template <int MT, int NT, bool CAP, bool MASK, int POLY, bool XS = false>
 static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT][NT][4],
                                                  float (&M)[MT][2], float (&l)[MT][2][2],
                                                  float (&W)[MT][2][2], const int (&lo)[MT][2],
-                                                 const int (&hi)[MT][2], int j0, int tq)
+                                                 const int (&hi)[MT][2], int j0, int tq,
+                                                 float (*D)[2] = nullptr,
+                                                 const int (*pos)[2] = nullptr)
 {
     /* POLY of every 4 n8 column blocks take ex2_poly (FMA pipe), the rest MUFU */
 #pragma unroll
@@ -461,9 +518,12 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     W[mt][hr][e] = fmaf(a, W[mt][hr][e], ad * l[mt][hr][e]);
                     l[mt][hr][e] *= a;
                 }
+                if (XS)
+                    D[mt][hr] *= a;
                 M[mt][hr] = Mn;
             }
             const float negM = -Mn;
+            const float bj = XS ? (float)(j0 + 2 * tq - pos[mt][hr]) : 0.0f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -482,6 +542,8 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     }
                     l[mt][hr][e] += pe;
                     W[mt][hr][e] = fmaf(pe, u, W[mt][hr][e]);
+                    if (XS)
+                        D[mt][hr] = fmaf(pe, fabsf(bj + (float)(nt * 8 + e)), D[mt][hr]);
                 }
         }
     }

@@ -125,6 +125,42 @@ static __device__ __forceinline__ bool mask_take(const kparams &p, long long mro
     return true;
 }
 
+/* The logit (base 2, the mask's bias included) of the first key of [lo, hi] that a row takes,
+ * for its sink mass: lo, or under a general mask the first the mask lets through (a ballot per 32
+ * keys). The warp's lanes share the dot product (q in shared memory; k from kseq, the sequence's
+ * key 0). NaN when the row takes no key. Every lane gets the value. */
+static __device__ __forceinline__ float first_logit(const kparams &p, const float *q,
+                                                   long long kseq, long long mrow, int lo, int hi,
+                                                   int lane)
+{
+    int first = lo;
+    float bias = 0.0f;
+    if (p.mask) {
+        first = hi + 1;
+        for (int j0 = lo; j0 <= hi; j0 += 32) {
+            float b = 0.0f;
+            const bool take = j0 + lane <= hi && mask_take(p, mrow, j0 + lane, &b);
+            const unsigned bal = __ballot_sync(0xffffffffu, take);
+            if (bal) {
+                const int src = __ffs(bal) - 1;
+                first = j0 + src;
+                bias = __shfl_sync(0xffffffffu, b, src);
+                break;
+            }
+        }
+    }
+    if (first > hi)
+        return NAN;
+    const long long koff = kseq + (long long)first * p.ksn;
+    float dot = 0.0f;
+    for (int e = lane; e < p.d; e += 32)
+        dot = fmaf(q[e], load_qk(p.k, koff + e, p), dot);
+    for (int m = 16; m > 0; m >>= 1)
+        dot += __shfl_xor_sync(0xffffffffu, dot, m);
+    const float xv = p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+    return xv + bias * LOG2E_F;
+}
+
 /* Block x of head h (the CUDA-core kernels below): its rows into one part, parts[h][x]. */
 static __device__ __forceinline__ void generic_block(const kparams &p, part *parts, int h, int x)
 {
@@ -148,8 +184,11 @@ static __device__ __forceinline__ void generic_block(const kparams &p, part *par
         for (int e = lane; e < p.d; e += 32)
             s_q[warp][e] = load_qk(p.q, qoff + e, p);
         __syncwarp();
-        float M = -INFINITY, l = 0.0f, W = 0.0f, Mraw = -INFINITY;
+        /* D = sum 2^(u) |pos - j|, with l's scale (the row's first visible key's logit is
+         * computed after the loop: held in it, it spilled the gated kernel's registers) */
+        float M = -INFINITY, l = 0.0f, W = 0.0f, Mraw = -INFINITY, D = 0.0f;
         int nvis = 0;
+        const int pos = i + si.lk - si.lq; /* the causal diagonal: stats.h's pos_i */
         long long kbase = (long long)si.tb * p.ksb + (long long)kvh * p.ksh;
         const long long mrow = p.mask ? (long long)si.tb * p.msb + (long long)h * p.msh +
                                             (long long)i * p.msn
@@ -171,13 +210,16 @@ static __device__ __forceinline__ void generic_block(const kparams &p, part *par
                     float dd = M - xv, a = ex2(dd);
                     W = a * W + a * dd * l;
                     l = a * l;
+                    D = a * D;
                 }
                 M = xv;
             }
             float u = xv - M, pe = ex2(u);
             l += pe;
             W = fmaf(pe, u, W);
+            D = fmaf(pe, (float)abs(pos - kj), D);
         }
+        const float Mlane = M;
         for (int m = 1; m < 32; m <<= 1) {
             float M2 = __shfl_xor_sync(0xffffffffu, M, m), l2 = __shfl_xor_sync(0xffffffffu, l, m);
             float W2 = __shfl_xor_sync(0xffffffffu, W, m);
@@ -185,12 +227,19 @@ static __device__ __forceinline__ void generic_block(const kparams &p, part *par
             Mraw = fmaxf(Mraw, __shfl_xor_sync(0xffffffffu, Mraw, m));
             nvis += __shfl_xor_sync(0xffffffffu, nvis, m);
         }
+        /* D to the row's max (every lane's M is it now); a lane with D = 0 adds nothing (its own
+         * max may be -inf) */
+        D = D != 0.0f ? D * ex2(Mlane - M) : 0.0f;
+        for (int m = 1; m < 32; m <<= 1)
+            D += __shfl_xor_sync(0xffffffffu, D, m);
+        const float F = first_logit(p, s_q[warp], kbase + (long long)si.k0 * p.ksn, mrow, lo, hi,
+                                    lane);
         if (lane == 0) {
             /* the head's sink is read here, at each of the warp's few rows: held across the row
              * loop it cost 15 registers on sm_80 (64 -> 79, one CTA less per SM) */
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
             row_done(p, acc, ro, p.mask ? nvis : hi - lo + 1, M, l, W, p.mask ? Mraw : M,
-                     head_sink(p, h));
+                     head_sink(p, h), F, D);
         }
     }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
@@ -211,8 +260,9 @@ __global__ void __launch_bounds__(GEN_WARPS * 32) stats_generic_kernel(const kpa
 /* The same behind a masked run's gate (launch.cu): grid (gx, Hq) with gx <= blocks_per_head, CTA
  * (x, h) taking blocks x, x + gx, ... of head h. The gate is closed for every mask but a general
  * one, and a grid of blocks_per_head x Hq CTAs returning at once took 20 us of a (4,32/4,2048,64)
- * push (kernel_notes.md round 8); a wave of CTAs returns in a few. Three CTAs per SM (80
- * registers): at four, ptxas keeps 64 and spills the loop's state; the ungated kernel fits four. */
+ * push (kernel_notes.md round 8); a wave of CTAs returns in a few. Two CTAs per SM: at three (80
+ * registers) ptxas spilled on sm_90a once the fold also kept the distance sum (D); before it, three
+ * fitted and four spilled. */
 __global__ void __launch_bounds__(GEN_WARPS * 32, GEN_GATED_CTAS_PER_SM)
     stats_generic_gated_kernel(const kparams p, part *parts)
 {
@@ -311,9 +361,11 @@ __global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, 
         o.rows = t.rows, o.rows_norm = t.rows_norm, o.rows_empty = t.rows_empty;
         o.nonfinite_rows = t.nonfinite, o.sampled = sampled;
         o.max_logit = t.rows > 0 ? (double)t.mmax : -INFINITY;
-        o.sink_mass = o.distance = NAN; /* not computed yet */
+        o.sink_mass = o.distance = NAN;
         if (t.rows > 0) {
             double n = (double)t.rows, mean = t.sum / n, var = t.sumsq / n - mean * mean;
+            o.sink_mass = t.sum_sink / n; /* NaN from a kernel that does not compute it */
+            o.distance = t.sum_dist / n;
             o.entropy_mean = mean;
             o.entropy_std = sqrt(var > 0.0 ? var : 0.0);
             o.entropy_min = t.hmin;

@@ -97,6 +97,8 @@ struct part {
     int rows, rows_norm, rows_empty, nonfinite, collapsed, pad;
     double sum, sumsq, sum_norm;
     float hmin, hmax, mmax, pad2;
+    double sum_sink, sum_dist; /* sums of the rows' sink mass and distance (NaN: a kernel that
+                                  does not compute them, so the head's values are NaN) */
 };
 
 /* ---- tile sizes per architecture ------------------------------------------------------------- */
@@ -134,7 +136,7 @@ enum { WS_BOX_KEYS = 64 };
 
 /* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
 enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP,
-       GEN_GATED_CTAS_PER_SM = 3 /* the gated kernel's (generic.cu) */ };
+       GEN_GATED_CTAS_PER_SM = 2 /* the gated kernel's (generic.cu) */ };
 
 /* Threads per block of the per-row fill and of the per-head reduction. */
 enum { FILL_THREADS = 256, REDUCE_THREADS = 256 };

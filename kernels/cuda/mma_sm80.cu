@@ -15,6 +15,7 @@
  *     -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 \
  *     -Xptxas=-v -c kernels/cuda/mma_sm80.cu */
 #include "common.cuh"
+#include "variants.h"
 
 template <int DP, int MT> struct mma_shape {
     static constexpr int BM = MMA_WARPS * 16 * MT; /* sampled rows per CTA */
@@ -55,7 +56,7 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
  * (warp w: rows [w*16*MT, (w+1)*16*MT) of the block); parts: [Hq, blocks_per_head], this CTA's at
  * h * blocks_per_head + x; per-row outputs [B, Hq, Nq]. CVT: q and k are float32, rounded to the
  * operand type as they are loaded (the next K tile is loaded after this tile's MMAs). */
-template <int DP, int MT, bool F16, bool CVT>
+template <int DP, int MT, bool F16, bool CVT, bool XS>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kparams p, part *parts)
 {
     if (gate_closed(p.gate, p.gate_general))
@@ -164,13 +165,16 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             ldmatrix_x4(qf[mt][ks], sq + (warp * 16 * MT + mt * 16 + (lane & 15)) * LD + ks * 16 +
                                         (lane >> 4) * 8);
 
-    float M[MT][2], l[MT][2][2], W[MT][2][2];
+    float M[MT][2], l[MT][2][2], W[MT][2][2], D[MT][2];
+    int pos[MT][2]; /* XS: each row's causal diagonal (stats.h's pos_i) */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             M[mt][hr] = -INFINITY;
             l[mt][hr][0] = l[mt][hr][1] = W[mt][hr][0] = W[mt][hr][1] = 0.0f;
+            D[mt][hr] = 0.0f;
+            pos[mt][hr] = XS ? s_row[warp * 16 * MT + mt * 16 + hr * 8 + g] + si.lk - si.lq : 0;
         }
 
     /* ldmatrix addressing for K: lanes 0-7 keys 0-7 col 0, 8-15 keys 0-7 col 8,
@@ -218,14 +222,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
         const bool full = j0 >= wlo_max && j1 <= whi_min;
         if (p.softcap) {
             if (full)
-                fold_tile<MT, NT, true, false, 0>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, true, false, 0, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_tile<MT, NT, true, true, 0>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, true, true, 0, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         } else {
             if (full)
-                fold_tile<MT, NT, false, false, 0>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, false, false, 0, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_tile<MT, NT, false, true, 0>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_tile<MT, NT, false, true, 0, XS>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         }
     }
     cp_async_wait<0>();
@@ -242,10 +246,17 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             lr += __shfl_xor_sync(0xffffffffu, lr, 2);
             wr += __shfl_xor_sync(0xffffffffu, wr, 2);
             int r = warp * 16 * MT + mt * 16 + hr * 8 + g, i = s_row[r];
+            float F = NAN, Dr = NAN; /* XS: M is the quad's already; D sums as l does */
+            if (XS) {
+                Dr = D[mt][hr];
+                Dr += __shfl_xor_sync(0xffffffffu, Dr, 1);
+                Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
+                F = quad_first_logit<F16>(p, si, h, i, lo[mt][hr], hi[mt][hr], tq);
+            }
             if (tq == 0 && i >= 0) {
                 long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
                 row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr],
-                         sink);
+                         sink, F, Dr);
             }
         }
     block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
@@ -254,11 +265,16 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
 
 /* ---- the instances: one per head_dim bucket (kernels.h MMA_NDP) ------------------------------ */
 
+/* XS: sink mass and distance too, unless the build says ATTNSTAT_CUDA_EXTRAS=0 (variants.h). */
+#define MMA_XS (ATTNSTAT_CUDA_EXTRAS != 0)
+
 #define MMA_ONE(DP, MT)                                                                            \
     { DP, mma_shape<DP, MT>::BM, MMA_WARPS * 32, mma_shape<DP, MT>::smem_bytes,                     \
-      stats_mma_kernel<DP, MT, false, false>, stats_mma_kernel<DP, MT, true, false>,               \
+      stats_mma_kernel<DP, MT, false, false, MMA_XS>,                                             \
+      stats_mma_kernel<DP, MT, true, false, MMA_XS>,                                              \
       "mma.sync bf16 d" #DP, "mma.sync f16 d" #DP, "stats_mma_kernel",                             \
-      stats_mma_kernel<DP, MT, false, true>, stats_mma_kernel<DP, MT, true, true>, 0 }
+      stats_mma_kernel<DP, MT, false, true, MMA_XS>,                                              \
+      stats_mma_kernel<DP, MT, true, true, MMA_XS>, 0 }
 
 const kernel_instance stats_mma_sm80[] = {
     MMA_ONE(32, MMA_MT), MMA_ONE(64, MMA_MT),       MMA_ONE(96, MMA_MT),

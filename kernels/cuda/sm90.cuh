@@ -352,12 +352,15 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
 
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
  * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
- * with head h's sink (read here, once per block and warp, after the block's tiles). */
+ * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
+ * also kept D (fold_lane), summed over the quad at the merged max, and the row's sink mass comes
+ * from its first key's logit (quad_first_logit); without, row_done gets NaN for both. */
+template <bool XS = false, bool F16 = false>
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
                                                       const warp_keys &k, const float (&M)[2],
                                                       const float (&l)[2], const float (&W)[2],
-                                                      part &acc)
+                                                      part &acc, const float *D = nullptr)
 {
     const float sink = head_sink(p, h);
 #pragma unroll
@@ -371,9 +374,16 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
             state_merge(Mr, lr, wr, M2, l2, W2);
         }
         const int i = rows[warp * 16 + hr * 8 + g];
+        float F = NAN, Dr = NAN;
+        if (XS) { /* every lane: the shuffles below take the whole warp */
+            Dr = D[hr] != 0.0f ? D[hr] * ex2(M[hr] - Mr) : 0.0f; /* to the quad's max */
+            Dr += __shfl_xor_sync(0xffffffffu, Dr, 1);
+            Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
+            F = quad_first_logit<F16>(p, si, h, i, k.lo[hr], k.hi[hr], tq);
+        }
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink);
+            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
         }
     }
 }
@@ -390,11 +400,20 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
  * of the tile: w <- a*(w + d*l) + sum e*u,  l <- a*l + sum e (POLY of every 8 n8 blocks' exps by
  * ex2_poly on the FMA pipe, the rest on MUFU). Both rows are one straight-line
  * block, so their chains interleave. NaN/Inf behave as in fold_tile: +Inf makes M infinite (and u
- * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN. */
-template <int NT, bool CAP, bool MASK, int POLY = 0>
+ * NaN), NaN makes l NaN, a -Inf logit with a finite max makes e*u NaN.
+ * XS (sink mass and distance): also D[hr] = sum e |pos[hr] - j| per lane, combined like l
+ * (D <- a*D + the tile's sum), with b = j0 + 2 tq - pos per row and tile and c the key's constant
+ * offset in the tile (j - pos = b + c):
+ *   XS = 1, a tile whose keys are all <= pos for both rows (the caller knows: every tile off the
+ *           diagonal of a causal run): sum e |b + c| = -(b * sum e + sum e * c), and sum e * c is
+ *           one FFMA per logit with c an immediate;
+ *   XS = 2, any other tile: NP partials of e * |b + c| (FADD, abs, FFMA per logit).
+ * XS = 0 is the code as it was before the two statistics. */
+template <int NT, bool CAP, bool MASK, int POLY = 0, int XS = 0>
 static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                  float (&l)[2], float (&W)[2], const int (&lo)[2],
-                                                 const int (&hi)[2], int j0, int tq)
+                                                 const int (&hi)[2], int j0, int tq,
+                                                 float *D = nullptr, const int *pos = nullptr)
 {
     constexpr int NV = 2 * NT, NP = 4;
     static_assert(NV == 16 || NV == 32, "the tree max below is written for 16 or 32 values per row");
@@ -432,10 +451,11 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         a[hr] = ex2(d);
         ad[hr] = a[hr] * d;
     }
-    float lp[2][NP], wp[2][NP];
+    float lp[2][NP], wp[2][NP], dp[2][NP];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const float negM = -Mn[hr];
+        const float b = XS ? (float)(j0 + 2 * tq - pos[hr]) : 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             const float v = s[k >> 1][2 * hr + (k & 1)];
@@ -456,6 +476,11 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
                 lp[hr][q] += e;
                 wp[hr][q] = fmaf(e, u, wp[hr][q]);
             }
+            if (XS) {
+                const float c = (float)((k >> 1) * 8 + (k & 1));
+                const float dj = XS == 1 ? c : fabsf(b + c);
+                dp[hr][q] = k < NP ? e * dj : fmaf(e, dj, dp[hr][q]);
+            }
         }
     }
 #pragma unroll
@@ -465,6 +490,11 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
         l[hr] = fmaf(a[hr], l[hr], lt);
         M[hr] = Mn[hr];
+        if (XS) {
+            const float dt = (dp[hr][0] + dp[hr][1]) + (dp[hr][2] + dp[hr][3]);
+            const float b = (float)(j0 + 2 * tq - pos[hr]);
+            D[hr] = fmaf(a[hr], D[hr], XS == 1 ? -fmaf(b, lt, dt) : dt);
+        }
     }
 }
 

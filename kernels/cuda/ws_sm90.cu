@@ -19,6 +19,7 @@
  *     -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 \
  *     -Xptxas=-v -c kernels/cuda/ws_sm90.cu */
 #include "sm90.cuh"
+#include "variants.h"
 
 /* One CTA: NCW consumer warpgroups of 64 rows (BM rows) and the producer warpgroup (NTH threads),
  * K tiles of BN keys, the registers per thread the producer keeps (REG_P) and the consumers get
@@ -111,7 +112,7 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
  * into registers (then one arrival per warp on q_empty, when given), the block's ntiles tiles from
  * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
  * is done with it, the last too when release_last), the rows' results into acc. */
-template <class S, int DP, bool F16, int POLY>
+template <class S, int DP, bool F16, int POLY, bool XS>
 static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinfo &si, int h,
                                                   const int *rows, const unsigned short *sq,
                                                   unsigned long long *q_empty, int t_first,
@@ -121,6 +122,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
                                                   bool release_last, part &acc)
 {
     constexpr int BN = S::BN, NT = BN / 8, LDQ = S::LDQ, ST = S::STAGES, KS = DP / 16;
+    constexpr int XG = XS ? 2 : 0; /* fold_lane's general distance form, or none */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     warp_keys wk;
     warp_rows_range(p, si, h, rows, warp, gq, wk);
@@ -136,10 +138,20 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
             mbar_arrive(q_empty);
     }
 
-    float M[2], l[2], W[2];
+    float M[2], l[2], W[2], D[2];
+    /* XS: each row's causal diagonal (stats.h's pos_i); left: no row of the warp sees a key right
+     * of its diagonal (causal, or a mask whose rows end there: the usual padded-batch one) */
+    int pos[2];
+    bool left = true;
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++)
-        M[hr] = -INFINITY, l[hr] = 0.0f, W[hr] = 0.0f;
+    for (int hr = 0; hr < 2; hr++) {
+        M[hr] = -INFINITY, l[hr] = 0.0f, W[hr] = 0.0f, D[hr] = 0.0f;
+        pos[hr] = XS ? rows[warp * 16 + hr * 8 + gq] + si.lk - si.lq : 0;
+        if (XS && lo[hr] <= hi[hr] && hi[hr] > pos[hr])
+            left = false;
+    }
+    if (XS)
+        left = __all_sync(0xffffffffu, left);
     float sa[NT][4], sb[NT][4];
 
     auto fold = [&](float (&s)[NT][4], int t) {
@@ -147,16 +159,36 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         if (j0 > whi_max || j1 < wlo_min)
             return; /* no row of this warp sees the tile */
         const bool whole = j0 >= wlo_max && j1 <= whi_min;
+        if constexpr (XS && POLY == 0) {
+            /* every key a row sees is at or left of its diagonal (masked keys weigh 0), so every
+             * tile takes fold_lane's one-FFMA distance form (a register for a per-tile test
+             * against the rows' diagonals spilled variants 6-8 at d128; with this form, variants
+             * 7-8 (POLY) spill at d128 and keep the general one) */
+            if (left) {
+                if (p.softcap) {
+                    if (whole)
+                        fold_lane<NT, true, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, true, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                } else {
+                    if (whole)
+                        fold_lane<NT, false, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, false, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                }
+                return;
+            }
+        }
         if (p.softcap) {
             if (whole)
-                fold_lane<NT, true, false, POLY>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_lane<NT, true, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_lane<NT, true, true, POLY>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_lane<NT, true, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         } else {
             if (whole)
-                fold_lane<NT, false, false, POLY>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_lane<NT, false, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
             else
-                fold_lane<NT, false, true, POLY>(p, s, M, l, W, lo, hi, j0, tq);
+                fold_lane<NT, false, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
         }
     };
     auto release = [&](unsigned tile) {
@@ -200,7 +232,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     }
     g += ntiles;
 
-    warp_rows_done(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc);
+    warp_rows_done<XS, F16>(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc, D);
 }
 
 /* The (head, block) of item i of the grid: causal blocks differ in length (the last rows see every
@@ -227,7 +259,7 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
  * [w*16, w*16 + 16) of the CTA's BM sampled rows), the last four the producer warpgroup (one thread
  * of it copies). q: [B, Hq, Nq, D] by strides; K through the tensor map p.ktm. parts: [Hq,
  * blocks_per_head]. */
-template <int DP, bool F16, int POLY, int NCW, int BN_>
+template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     stats_ws_kernel(const __grid_constant__ kparams p, part *parts)
 {
@@ -290,7 +322,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     setmaxnreg_inc<S::REG_C>();
     cp_async_wait<0>();
     named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
-    ws_consume<S, DP, F16, POLY>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
+    ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
                                  g, false, acc);
     block_store_part<PRODUCER>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
@@ -305,7 +337,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
  * and its Q are ready (mbarriers info_full, q_full) and hand them back (info_empty after the rows'
  * results, q_empty once Q is in their registers). So the next block's rows, Q and first tiles load
  * while the consumers finish the current one, and no CTA starts or ends between blocks. */
-template <int DP, bool F16, int POLY, int NCW, int BN_>
+template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
     stats_wsp_kernel(const __grid_constant__ kparams p, part *parts)
 {
@@ -395,7 +427,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         const int slot = m & 1;
         mbar_wait(&s_info_full[slot], (m >> 1) & 1);
         mbar_wait(&s_q_full, m & 1);
-        ws_consume<S, DP, F16, POLY>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
+        ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
                                      s_nt[slot], sk, s_full, s_empty, g, true, acc);
         __syncwarp();
         if (lane == 0) /* rows[] read for the last time (row_done) */
@@ -407,11 +439,15 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
 }
 
 /* ---- the instances: variants 6-11 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
- * inputs only. POLY: of every 8 n8 blocks of a tile, how many take their exps on the FMA pipe. */
+ * inputs only. POLY: of every 8 n8 blocks of a tile, how many take their exps on the FMA pipe.
+ * XS = ATTNSTAT_CUDA_EXTRAS (variants.h; 1 unless the build says 0): the fold also computes sink
+ * mass and distance; built with 0, these kernels are the code they were before the two (both
+ * left NaN), to time the difference. */
 
 #define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST)                                                 \
     { DP, ws_shape<DP, NCW, BN>::BM, ws_shape<DP, NCW, BN>::NTH,                                   \
-      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN>, K<DP, true, POLY, NCW, BN>,  \
+      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN, ATTNSTAT_CUDA_EXTRAS != 0>,   \
+      K<DP, true, POLY, NCW, BN, ATTNSTAT_CUDA_EXTRAS != 0>,                                       \
       "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG, #K, NULL, NULL, PERSIST }
 #define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST)                                                 \
     {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST), WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST)}

@@ -126,13 +126,16 @@ def _mask_4d(m, B, H, Nq, Nk):
 
 
 def reference(c):
-    """float64 per-head statistics: {head: (mean, min, max, max_logit, rows)}. q and k are first
+    """float64 per-head statistics: {head: (mean, min, max, max_logit, rows, sink_mass, distance)}.
+    q and k are first
     rounded to the precision the daemon computes in: the case's compute dtype, else their own,
     and bf16 for plain float32 (the GPU's float32 mode, stats_cuda.h). Masks follow SDPA: boolean
     True = the key takes part; additive values are added to the logits, -inf and the dtype's
     lowest value exclude the key; the max logit is the largest logit without the additive values.
     Rows that see no key are left out. c["sinks"] ([Hq]): each head's sink logit joins every
-    row's softmax as one more outcome (not in the max logit)."""
+    row's softmax as one more outcome (not in the max logit). Sink mass: each row's probability of
+    its first visible key; distance: sum_j p_j |i + Lk - Lq - j| over its keys (the causal diagonal;
+    the sink has no position); both means over the counted rows (kernels/stats.h)."""
     q, k = c["q"], c["k"]
     if c.get("layout") == "bnhd":
         q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -153,6 +156,8 @@ def reference(c):
         segs = [(b, 0, q.shape[2], 0, k.shape[2]) for b in range(B)]
     ent = [[] for _ in range(hq)]
     mx = [[] for _ in range(hq)]
+    sink = [[] for _ in range(hq)]
+    dist = [[] for _ in range(hq)]
     for b, q0, q1, k0, k1 in segs:
         s = scale * torch.matmul(q[b, :, q0:q1], k[b, :, k0:k1].transpose(-1, -2))
         lq, lk = q1 - q0, k1 - k0
@@ -182,27 +187,37 @@ def reference(c):
         l = p.sum(-1)
         w = torch.where(torch.isfinite(t), p * t, torch.zeros_like(t)).sum(-1)
         h = torch.log(l) - w / l
+        pk = p[..., :lk] / l.unsqueeze(-1)  # the keys' probabilities (the sink's left out)
+        first = keep.to(torch.int8).argmax(dim=-1, keepdim=True)  # the lowest visible key
+        sm = pk.gather(-1, first).squeeze(-1)
+        pos = torch.arange(lq, dtype=torch.float64).view(-1, 1) + (lk - lq)
+        dd = torch.where(keep, pk * (pos - torch.arange(lk, dtype=torch.float64).view(1, -1)).abs(),
+                         torch.zeros_like(pk)).sum(-1)
         for hh in range(hq):
             ent[hh].append(h[hh][ok[hh]].clamp_min(0))
             mx[hh].append(m_raw[hh][ok[hh]])
+            sink[hh].append(sm[hh][ok[hh]])
+            dist[hh].append(dd[hh][ok[hh]])
     out = {}
     for hh in range(hq):
         e = torch.cat(ent[hh])
         out[hh] = (e.mean().item(), e.min().item(), e.max().item(), torch.cat(mx[hh]).max().item(),
-                   e.numel())
+                   e.numel(), torch.cat(sink[hh]).mean().item(), torch.cat(dist[hh]).mean().item())
     return out
 
 
 def compare_heads(c, got, bad):
     """got: the daemon's heads of case c ({head: result}); appends every value off by more than
     tests/gpu's tolerances to bad."""
-    for hh, (mean, mn, mxe, ml, rows) in reference(c).items():
+    for hh, (mean, mn, mxe, ml, rows, sm, dd) in reference(c).items():
         g = got[hh]
         checks = [("rows", g["rows"], rows, 0, 0),
                   ("entropy_mean", g["entropy_mean"], mean, 1e-4, 1e-6),
                   ("entropy_min", g["entropy_min"], mn, 0, 1e-3),
                   ("entropy_max", g["entropy_max"], mxe, 0, 1e-3),
-                  ("max_logit", g["max_logit"], ml, 1e-5, 1e-5 if abs(ml) < 1 else 0)]
+                  ("max_logit", g["max_logit"], ml, 1e-5, 1e-5 if abs(ml) < 1 else 0),
+                  ("sink_mass", g["sink_mass"], sm, 0, 1e-4),
+                  ("distance", g["distance"], dd, 1e-4, 1e-4)]
         for name, a, b, rel, ab in checks:
             if not abs(a - b) <= rel * abs(b) + ab:
                 bad.append("%s head %d %s: daemon %.9g, float64 %.9g" % (c["name"], hh, name, a, b))
@@ -574,7 +589,8 @@ class TestGPU(unittest.TestCase):
         deadline = time.monotonic() + 60
         while True:
             with sqlite3.connect(self.d.db) as db:
-                rows = db.execute("SELECT layer, head, rows, entropy_mean, max_logit FROM samples "
+                rows = db.execute("SELECT layer, head, rows, entropy_mean, max_logit, sink_mass, "
+                                  "distance FROM samples "
                                   "JOIN runs ON runs.id = run_id WHERE runs.name = 'tp' "
                                   "ORDER BY layer, head").fetchall()
             if len(rows) >= want or time.monotonic() > deadline:
@@ -582,16 +598,18 @@ class TestGPU(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual([(l, h) for l, h, *_ in rows],
                          [(l, h) for l in range(2) for h in range(16)])
-        stored = {(l, h): (n, e, m) for l, h, n, e, m in rows}
+        stored = {(l, h): (n, e, m, sm, dd) for l, h, n, e, m, sm, dd in rows}
         bad = []
         for d in ranks:
             for p in d["pushes"]:
-                for hh, (mean, mn, mxe, ml, n) in reference(p).items():
+                for hh, (mean, mn, mxe, ml, n, sm, dd) in reference(p).items():
                     g = stored[(p["layer"], d["rank"] * local + hh)]
                     if g[0] != n or abs(g[1] - mean) > 1e-4 * abs(mean) + 1e-6 or \
-                            abs(g[2] - ml) > 1e-5 * abs(ml) + 1e-5:
+                            abs(g[2] - ml) > 1e-5 * abs(ml) + 1e-5 or \
+                            g[3] is None or not abs(g[3] - sm) <= 1e-4 or \
+                            g[4] is None or not abs(g[4] - dd) <= 1e-4 * abs(dd) + 1e-4:
                         bad.append("rank %d layer %d head %d: stored %s, float64 %s"
-                                   % (d["rank"], p["layer"], hh, g, (n, mean, ml)))
+                                   % (d["rank"], p["layer"], hh, g, (n, mean, ml, sm, dd)))
         self.assertEqual(bad, [], "\n".join(bad))
 
 

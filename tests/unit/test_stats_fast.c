@@ -269,17 +269,21 @@ START_TEST(test_fast_matches_reference)
                  close_rel(a->entropy_min, r->entropy_min, 0, 1e-4) &&
                  close_rel(a->entropy_max, r->entropy_max, 0, 1e-4) &&
                  close_rel(a->max_logit, r->max_logit, 1e-5, fabs(r->max_logit) < 1 ? 1e-5 : 0) &&
+                 close_rel(a->sink_mass, r->sink_mass, 1e-5, 1e-6) &&
+                 close_rel(a->distance, r->distance, 1e-5, 1e-6) &&
                  fabs(a->collapsed_frac - r->collapsed_frac) *
                          (double)(r->rows_norm > 0 ? r->rows_norm : 1) <= 1.0 + 1e-9;
         ck_assert_msg(ok,
                       "%s: head %d (seed %llu): rows %lld/%lld norm %lld/%lld empty %lld/%lld "
-                      "nonfinite %lld/%lld mean %.9g/%.9g norm %.9g/%.9g max %.9g/%.9g",
+                      "nonfinite %lld/%lld mean %.9g/%.9g norm %.9g/%.9g max %.9g/%.9g "
+                      "sink mass %.9g/%.9g distance %.9g/%.9g",
                       c->name, h, (unsigned long long)g_seed, (long long)a->rows,
                       (long long)r->rows, (long long)a->rows_norm, (long long)r->rows_norm,
                       (long long)a->rows_empty, (long long)r->rows_empty,
                       (long long)a->nonfinite_rows, (long long)r->nonfinite_rows,
                       a->entropy_mean, r->entropy_mean, a->entropy_norm_mean,
-                      r->entropy_norm_mean, a->max_logit, r->max_logit);
+                      r->entropy_norm_mean, a->max_logit, r->max_logit, a->sink_mass,
+                      r->sink_mass, a->distance, r->distance);
     }
     /* every case computes something, and the planted ones really are non-finite */
     ck_assert_msg(counted > 0, "%s: no row computed", c->name);
