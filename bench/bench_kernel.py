@@ -14,9 +14,9 @@ For each bf16 shape (B, Hq, Hkv, N, D, causal):
 ATTNSTAT_BENCH_VARIANTS=N,M,...: also check and time those variants, numbered as in
 kernels/cuda/variants.h (read from it here: one numbering for code, bench and
 bench/kernel_notes.md). Run through bench/bench_kernel.sh, which builds the library first.
-ATTNSTAT_BENCH_LIB0=PATH: a second libattnstat_cuda.so built with -DATTNSTAT_CUDA_EXTRAS=0 (the
-kernels without sink mass and distance), timed beside the default one on the same tensors
-(bench_kernel.sh extras builds both and passes it).
+ATTNSTAT_BENCH_LIBX=PATH: a second libattnstat_cuda.so built with -DATTNSTAT_CUDA_EXTRAS=1 (the
+tensor-core kernels with sink mass and distance), checked and timed beside the default one on the
+same tensors (bench_kernel.sh extras builds both and passes it).
 """
 import ctypes
 import math
@@ -246,8 +246,8 @@ def main():
     print(f"GPU {dev.name}, {dev.multi_processor_count} SMs, driver {driver}, torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; bf16 matmul peak measured {peak:.0f} TFLOP/s")
     ours = Ours(lib)
-    lib0path = os.environ.get("ATTNSTAT_BENCH_LIB0")
-    ours0 = Ours(load_lib(lib0path)) if lib0path else None
+    libxpath = os.environ.get("ATTNSTAT_BENCH_LIBX")
+    oursx = Ours(load_lib(libxpath)) if libxpath else None
     shapes = [  # B, Hq, Hkv, N, D, causal, sample_every
         (2, 32, 32, 4096, 128, False, 0),
         (2, 32, 32, 4096, 128, True, 0),
@@ -341,11 +341,11 @@ def main():
         # 2. time
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
-        t_ours0 = float("nan")
-        if ours0 is not None:  # the same kernels without sink mass and distance, same tensors
-            ours0.heads_dev = ours.heads_dev
-            ours0.lib.stats_cuda_reserve(ours0.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
-            t_ours0 = time_events(lambda s: ours0.run(s[3], sync=False), sets, iters)
+        t_oursx = float("nan")
+        if oursx is not None:  # the same kernels with sink mass and distance, same tensors
+            oursx.heads_dev = ours.heads_dev
+            oursx.lib.stats_cuda_reserve(oursx.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
+            t_oursx = time_events(lambda s: oursx.run(s[3], sync=False), sets, iters)
             t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)  # interleaved
         lib.stats_cuda_set_path(ours.ctx, variant_path(MMA_SYNC_VARIANT))  # for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
@@ -383,7 +383,7 @@ def main():
         tflops = flops / (t_ours * 1e-3) / 1e12
         floor_ms = flops / (peak * 1e12) * 1e3
         rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal)),
-                     t_ours0))
+                     t_oursx))
         print(f"time  {tag:40s} ours {t_ours:.4f} ms (variant {MMA_SYNC_VARIANT}, mma.sync: {t_mma:.4f})  "
               f"sdpa {t_sdpa:.4f} ms  "
               f"materialised {t_mat:.2f} ms", flush=True)
@@ -400,12 +400,12 @@ def main():
         extra = f" ({t / base:.3f} of unsampled)" if base and "every" in tag else ""
         print(f"| {tag}{extra} | {t:.3f} | {ts:.3f} | {tm:.2f} | {xs} | {xm} | {tf:.0f} | {fl:.3f} | "
               f"{100 * fl / t:.0f}% |")
-    if ours0 is not None:  # what sink mass and distance cost, kernel by kernel
+    if oursx is not None:  # what sink mass and distance cost, kernel by kernel
         print()
-        print("| shape | with sink mass and distance ms | without ms | cost |")
+        print("| shape | default ms | with sink mass and distance ms | cost |")
         print("|---|---|---|---|")
-        for tag, t, *_, t0 in rows:
-            print(f"| {tag} | {t:.4f} | {t0:.4f} | {100 * (t / t0 - 1):+.1f}% |")
+        for tag, t, *_, tx in rows:
+            print(f"| {tag} | {t:.4f} | {tx:.4f} | {100 * (tx / t - 1):+.1f}% |")
     if variants:  # last: the variants side by side (FAIL: failed the float64 check, not timed)
         print()
         print("| shape | default ms | " + " | ".join(f"v{i} {VARIANTS[i][0]} ms" for i in variants) + " |")

@@ -8,9 +8,9 @@
 #                                    default 0) of (2,32,4096,128) full
 #   bench/bench_kernel.sh dev ARGS   build and run kernels/dev/stats_dev (e.g. `dev all`, `dev 2 1 16
 #                                    4096 128 --causal`): variant N against the CPU reference, timed
-#   bench/bench_kernel.sh extras     the bench, with a second library built without sink mass and
-#                                    distance (-DATTNSTAT_CUDA_EXTRAS=0, in $BUILD-noextras) timed
-#                                    beside the default one
+#   bench/bench_kernel.sh extras     the bench, with a second library whose tensor-core kernels
+#                                    compute sink mass and distance (-DATTNSTAT_CUDA_EXTRAS=1, in
+#                                    $BUILD-extras) checked and timed beside the default one
 #   ATTNSTAT_BENCH_VARIANTS=0,1,.. bench/bench_kernel.sh   also check and time those variants
 #   ATTNSTAT_TEST_VARIANTS=1 bench/bench_kernel.sh test     also test every Hopper variant (0-3)
 #   ATTNSTAT_TEST_WG_ONLY=N bench/bench_kernel.sh sanitize  the sanitizers on Hopper variant N alone
@@ -98,12 +98,12 @@ elif [ "$mode" = profile ]; then
   ncu -i "$rep.ncu-rep" --page details
   ncu -i "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv"
 elif [ "$mode" = extras ]; then
-  b0="$BUILD-noextras"
-  cmake -S . -B "$b0" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON \
-    -DCMAKE_CUDA_FLAGS=-DATTNSTAT_CUDA_EXTRAS=0 -DCMAKE_C_FLAGS=-DATTNSTAT_CUDA_EXTRAS=0 \
-    >"$b0.configure.log" 2>&1
-  cmake --build "$b0" --target attnstat_cuda
-  ATTNSTAT_BENCH_LIB0="$b0/kernels/libattnstat_cuda.so" python3 bench/bench_kernel.py "$LIB"
+  bx="$BUILD-extras"
+  cmake -S . -B "$bx" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON \
+    -DCMAKE_CUDA_FLAGS=-DATTNSTAT_CUDA_EXTRAS=1 -DCMAKE_C_FLAGS=-DATTNSTAT_CUDA_EXTRAS=1 \
+    >"$bx.configure.log" 2>&1
+  cmake --build "$bx" --target attnstat_cuda
+  ATTNSTAT_BENCH_LIBX="$bx/kernels/libattnstat_cuda.so" python3 bench/bench_kernel.py "$LIB"
 else
   python3 bench/bench_kernel.py "$LIB"
 fi

@@ -22,12 +22,15 @@
 #include "stats_cuda.h"
 
 /* Sink mass and distance (stats.h) in the tensor-core kernels that carry them (mma_sm80.cu,
- * variant 4; ws_sm90.cu, variants 6-11), a compile-time flag: 1 (the default) computes them; a
- * build with -DATTNSTAT_CUDA_EXTRAS=0 (CUDA and C flags both: test_stats_cuda reads it) compiles
- * those kernels' folds as they were without the two (left NaN), to time the difference. Variants
- * 0-3 leave them NaN either way; the CUDA-core one (5) always computes them. */
+ * variant 4; ws_sm90.cu, variants 6-11), a compile-time flag: 0 (the default) compiles those
+ * kernels' folds without the two (left NaN: the GPU's tensor-core paths do not compute them); a
+ * build with -DATTNSTAT_CUDA_EXTRAS=1 (CUDA and C flags both: test_stats_cuda reads it) computes
+ * them. Off by default because they cost 15-95% of the kernel's time on the bench shapes (H100,
+ * 2026-11-27, bench/kernel_notes.md), against a target of 5%: a per-push option and a cheaper
+ * fold come next. Variants 0-3 leave them NaN either way; the CUDA-core one (5) always computes
+ * them. */
 #ifndef ATTNSTAT_CUDA_EXTRAS
-#define ATTNSTAT_CUDA_EXTRAS 1
+#define ATTNSTAT_CUDA_EXTRAS 0
 #endif
 
 #ifdef __cplusplus
