@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_vocab.h"
+#include "wire_vocab.h"
 #include "conn.h"
 #include "envelope.h"
 #include "local.h"
@@ -87,7 +87,7 @@ void link_thresholds_pb(Attnstat__Thresholds *o, const attnstat_thresholds *th)
 #define LINK_TH_VOCAB_D(f) (!isnan(th->f))
 #define LINK_TH_VOCAB_U(f) (th->f != 0)
 #define X(name, type, ...)                                                                         \
-    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(if (LINK_TH_##type(name)) {                             \
+    WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(if (LINK_TH_##type(name)) {                             \
         o->has_##name = 1;                                                                         \
         o->name = th->name;                                                                        \
     })

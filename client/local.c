@@ -42,7 +42,7 @@ attnstat_code attnstat_set_local_compute(attnstat_client *c, int on)
 #ifdef ATTNSTAT_LOCAL_KERNELS
 #include <cuda_runtime.h>
 
-#include "local_pb.h"
+#include "head_pb.h"
 #include "stats_cuda.h"
 
 #define LOCAL_MAX_DEVICES 64
@@ -394,7 +394,7 @@ static attnstat_code local_send(attnstat_client *c, const local_entry *en)
     attnstat_code rc = ATTNSTAT_ENOMEM;
     if (hs && ptrs) {
         for (size_t i = 0; i < n; i++) {
-            local_head_pb(&hs[i], (uint32_t)i, &en->heads[i]);
+            HEAD_PB_FILL(&hs[i], (uint32_t)i, &en->heads[i]);
             ptrs[i] = &hs[i];
         }
         Attnstat__Computed m;

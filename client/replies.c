@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_vocab.h"
+#include "wire_vocab.h"
 
 #define REPLIES_READ_FRAME_MAX (64u << 20) /* the daemon's max_frame is at most 64 MiB */
 

@@ -5,7 +5,7 @@
  * Stage: the bottom of libattnstat. Calls libc and proto/names only. */
 #include "util.h"
 
-#include "client_vocab.h"
+#include "wire_vocab.h"
 #include "names.h"
 
 #include <math.h>
@@ -151,7 +151,7 @@ void attnstat_thresholds_init(attnstat_thresholds *t)
     /* Unset: NaN for a double, 0 for a count (vocab.h's rows the hello carries). */
 #define UTIL_TH_UNSET_VOCAB_D NAN
 #define UTIL_TH_UNSET_VOCAB_U 0
-#define X(name, type, ...) CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(t->name = UTIL_TH_UNSET_##type;)
+#define X(name, type, ...) WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(t->name = UTIL_TH_UNSET_##type;)
     VOCAB_THRESHOLDS(X)
 #undef X
 #undef UTIL_TH_UNSET_VOCAB_D

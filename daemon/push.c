@@ -1,6 +1,6 @@
 /* push.c — one Push from receipt to Ack (see push.h). Stage: push; calls validate, buffers,
- * devices, worker, gpu_worker, peer, conn, envelope, counters, util, log and wirerow (a head's
- * statistics on the wire by vocab.h's rows). */
+ * devices, worker, gpu_worker, peer, conn, envelope, head_pb (a head's statistics on the wire, by
+ * vocab.h's rows, as libattnstat's local mode writes them), counters, util and log. */
 #include "push.h"
 
 #include <math.h>
@@ -12,13 +12,12 @@
 #include "counters.h"
 #include "devices.h"
 #include "envelope.h"
+#include "head_pb.h"
 #include "gpu_worker.h"
 #include "log.h"
 #include "names.h"
 #include "util.h"
 #include "validate.h"
-#include "vocab.h"
-#include "wirerow.h"
 
 _Static_assert(VALIDATE_MAX_TENSORS <= GPU_JOB_TENSORS && VALIDATE_MAX_TENSORS <= WORKER_MAX_GUARDS,
                "a push's tensors fit the GPU job's references and the CPU job's guards");
@@ -422,26 +421,6 @@ int push_computed(push *u)
 
 /* ---- results as protobuf -------------------------------------------------------------------- */
 
-/* A head's statistics as a HeadStats: every count of VOCAB_COUNTS set (rows is required, the
- * others optional: wirerow sets what each needs), every statistic of VOCAB_STATS set when finite
- * (NaN and -inf say "none" by their absence). */
-static void fill_head(Attnstat__HeadStats *o, uint32_t head, const stats_head *h)
-{
-    attnstat__head_stats__init(o);
-    o->head = head;
-#define PUSH_COUNT(name, help) wirerow_set_u64(&o->base, #name, (uint64_t)h->name);
-    VOCAB_COUNTS(PUSH_COUNT)
-#undef PUSH_COUNT
-#define PUSH_STAT(name, ...)                                                                       \
-    if (isfinite(h->name)) {                                                                      \
-        o->has_##name = 1;                                                                        \
-        o->name = h->name;                                                                        \
-    }
-    VOCAB_STATS(PUSH_STAT)
-#undef PUSH_STAT
-    o->has_sampled = 1;
-    o->sampled = h->sampled != 0;
-}
 
 /* The heads of a push as protobuf: one array of structs (*store_out) plus one of pointers
  * (returned), both freed by the caller; NULL on no memory. */
@@ -457,7 +436,7 @@ static Attnstat__HeadStats **heads_pb(const push *u, Attnstat__HeadStats **store
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
-        fill_head(&hs[i], (uint32_t)i, &u->job.heads[i]);
+        HEAD_PB_FILL(&hs[i], (uint32_t)i, &u->job.heads[i]);
         ptrs[i] = &hs[i];
     }
     *store_out = hs;

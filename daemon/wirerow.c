@@ -112,21 +112,3 @@ int wirerow_set(ProtobufCMessage *m, const char *name, double v)
     mark(m, f);
     return 0;
 }
-
-int wirerow_set_u64(ProtobufCMessage *m, const char *name, uint64_t v)
-{
-    const ProtobufCFieldDescriptor *f = field_of(m, name);
-    if (!f || f->label == PROTOBUF_C_LABEL_REPEATED)
-        return -1;
-    char *at = (char *)m + f->offset;
-    if (f->type == PROTOBUF_C_TYPE_UINT64) {
-        memcpy(at, &v, sizeof v);
-    } else if (f->type == PROTOBUF_C_TYPE_UINT32) {
-        uint32_t u = (uint32_t)v;
-        memcpy(at, &u, sizeof u);
-    } else {
-        return -1;
-    }
-    mark(m, f);
-    return 0;
-}

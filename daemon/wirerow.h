@@ -22,6 +22,5 @@ int wirerow_get_u64(const ProtobufCMessage *m, const char *name, int *has, uint6
  * the field's type (the caller checked it: a uint32 field takes v in [0, UINT32_MAX]). Returns 0,
  * or -1 when there is no such field of those types (nothing written). */
 int wirerow_set(ProtobufCMessage *m, const char *name, double v);
-int wirerow_set_u64(ProtobufCMessage *m, const char *name, uint64_t v);
 
 #endif /* ATTNSTAT_WIREROW_H */

@@ -7,7 +7,7 @@
  * VOCAB_THRESHOLDS row the hello carries (double or uint32 by its type) and collapse_threshold,
  * nothing else; kernels/stats.h's stats_head holds every count (int64) and statistic (double).
  * At run time: the generated protocol's HeadStats and Thresholds carry the same rows with the same
- * types (client_vocab.h's marks of required and daemon-only rows checked against the descriptors);
+ * types (wire_vocab.h's marks of required and daemon-only rows checked against the descriptors);
  * attnstat_thresholds_init leaves every row unset; attnstat_rule_name spells every rule as the
  * table does; and random values go stats_head -> HeadStats (local mode) -> bytes -> HeadStats ->
  * attnstat_head_result (replies.c) exactly, and attnstat_thresholds -> Thresholds (the hello)
@@ -24,9 +24,9 @@
 
 #include "attnstat.h"
 #include "client_testutil.h"
-#include "client_vocab.h"
+#include "wire_vocab.h"
 #include "link.h"
-#include "local_pb.h"
+#include "head_pb.h"
 #include "replies.h"
 #include "stats.h"
 
@@ -72,7 +72,7 @@ _Static_assert(sizeof(attnstat_head_result) == HR_STATS_AT + 8 * VOCAB_NSTATS,
 #define TH_T_VOCAB_D double
 #define TH_T_VOCAB_U uint32_t
 #define X(name, type, ...)                                                                         \
-    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(_Static_assert(                                         \
+    WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(_Static_assert(                                         \
         FIELD_TYPE_IS(attnstat_thresholds, name, TH_T_##type),                                    \
         "attnstat_thresholds." #name " has its row's type");)
 VOCAB_THRESHOLDS(X)
@@ -80,7 +80,7 @@ VOCAB_THRESHOLDS(X)
 _Static_assert(FIELD_TYPE_IS(attnstat_thresholds, collapse_threshold, double), "collapse");
 enum {
     TH_BYTES = 8 /* collapse_threshold */
-#define X(name, type, ...) +(CLIENT_VOCAB_HAS(DAEMON_ONLY, name) ? 0 : (int)sizeof(TH_T_##type))
+#define X(name, type, ...) +(WIRE_VOCAB_HAS(DAEMON_ONLY, name) ? 0 : (int)sizeof(TH_T_##type))
                VOCAB_THRESHOLDS(X)
 #undef X
 };
@@ -134,9 +134,9 @@ START_TEST(test_wire_carries_the_rows)
         const ProtobufCFieldDescriptor *f = pb_field(hs, #name);                                   \
         ck_assert_msg(f != NULL, "HeadStats has no %s", #name);                                    \
         ck_assert_msg(f->type == PROTOBUF_C_TYPE_UINT64, "HeadStats.%s is not a uint64", #name);  \
-        ck_assert_msg((f->label == PROTOBUF_C_LABEL_REQUIRED) == CLIENT_VOCAB_HAS(REQUIRED, name), \
-                      "HeadStats.%s: required on the wire %s client_vocab.h's mark", #name,       \
-                      CLIENT_VOCAB_HAS(REQUIRED, name) ? "without" : "against");               \
+        ck_assert_msg((f->label == PROTOBUF_C_LABEL_REQUIRED) == WIRE_VOCAB_HAS(REQUIRED, name), \
+                      "HeadStats.%s: required on the wire %s wire_vocab.h's mark", #name,       \
+                      WIRE_VOCAB_HAS(REQUIRED, name) ? "without" : "against");               \
         n++;                                                                                       \
     }
     VOCAB_COUNTS(X)
@@ -161,7 +161,7 @@ START_TEST(test_wire_carries_the_rows)
 #define X(name, ty, ...)                                                                           \
     {                                                                                              \
         const ProtobufCFieldDescriptor *f = pb_field(th, #name);                                   \
-        if (CLIENT_VOCAB_HAS(DAEMON_ONLY, name)) {                                                 \
+        if (WIRE_VOCAB_HAS(DAEMON_ONLY, name)) {                                                 \
             ck_assert_msg(f == NULL, "Thresholds carries %s, marked daemon-only", #name);          \
         } else {                                                                                   \
             ck_assert_msg(f != NULL, "Thresholds has no %s", #name);                               \
@@ -184,7 +184,7 @@ START_TEST(test_init_and_names)
     memset(&t, 0x5a, sizeof t); /* not zero, not NaN: init must set each field */
     attnstat_thresholds_init(&t);
 #define X(name, type, ...)                                                                         \
-    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
+    WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
         if (type == VOCAB_D) ck_assert_msg(isnan((double)t.name), "%s not unset", #name);          \
         else ck_assert_msg(t.name == 0, "%s not unset", #name);)
     VOCAB_THRESHOLDS(X)
@@ -224,7 +224,7 @@ START_TEST(test_results_round_trip)
         uint32_t head = (uint32_t)rng_below(&s, 4096);
 
         Attnstat__HeadStats pb;
-        local_head_pb(&pb, head, &h);
+        HEAD_PB_FILL(&pb, head, &h);
         uint8_t buf[1024];
         size_t len = attnstat__head_stats__get_packed_size(&pb);
         ck_assert_uint_le(len, sizeof buf);
@@ -265,7 +265,7 @@ START_TEST(test_hello_thresholds)
         uint64_t set = rng_next(&s); /* bit i: row i set */
         int i = 0;
 #define X(name, type, ...)                                                                         \
-    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
+    WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
         if ((set >> i) & 1) t.name = type == VOCAB_D ? (TH_T_##type)(rng_below(&s, 1000000) + 1) / \
                                                             1048576.0                              \
                                                      : (TH_T_##type)(rng_below(&s, 999) + 1);)     \
@@ -280,7 +280,7 @@ START_TEST(test_hello_thresholds)
         link_thresholds_pb(&pb, &t);
         i = 0;
 #define X(name, type, ...)                                                                         \
-    CLIENT_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
+    WIRE_VOCAB_UNLESS(DAEMON_ONLY, name)(                                                        \
         ck_assert_msg(pb.has_##name == (int)((set >> i) & 1), "seed %llu: %s set %d, sent %d",   \
                       (unsigned long long)g_seed, #name, (int)((set >> i) & 1),                   \
                       (int)pb.has_##name);                                                         \
