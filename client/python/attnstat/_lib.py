@@ -135,7 +135,7 @@ class ConnectOpts(ctypes.Structure):
 
 
 # Thresholds the daemon keeps to itself (its own option only: not in attnstat_thresholds, the
-# hello or Client's keywords); libattnstat marks the same rows (client/wire_vocab.h, DAEMON_ONLY),
+# hello or Client's keywords); libattnstat marks the same rows (proto/wire_vocab.h, DAEMON_ONLY),
 # and tests/test_vocab.c checks the mark against the protocol.
 DAEMON_ONLY_THRESHOLDS = ("ema_warmup",)
 _TH_CTYPE = {"VOCAB_D": ctypes.c_double, "VOCAB_U": ctypes.c_uint32}
