@@ -62,8 +62,9 @@ static void send_computed(dh_conn *c, Attnstat__Computed *m)
     ck_assert_int_eq(dh_send(c, &env), 0);
 }
 
-/* The Ack of seq (no Release may come for it); its code, its message in msg. */
-static int ack_of(dh_conn *c, uint64_t seq, char *msg, size_t len, size_t *nheads)
+/* The Ack of seq (no Release may come for it: the daemon reads no memory of a Computed); the
+ * caller frees it. */
+static Attnstat__Envelope *ack_with_heads(dh_conn *c, uint64_t seq)
 {
     int64_t deadline = dh_now_ms() + 30000;
     for (;;) {
@@ -75,16 +76,22 @@ static int ack_of(dh_conn *c, uint64_t seq, char *msg, size_t len, size_t *nhead
         ck_assert_msg(!(e->msg_case == ATTNSTAT__ENVELOPE__MSG_RELEASE && e->release->seq == seq),
                       "a Release for Computed %llu: the daemon reads no memory of it",
                       (unsigned long long)seq);
-        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK && e->ack->seq == seq) {
-            int code = (int)e->ack->code;
-            snprintf(msg, len, "%s", e->ack->message ? e->ack->message : "");
-            if (nheads)
-                *nheads = e->ack->n_heads;
-            attnstat__envelope__free_unpacked(e, NULL);
-            return code;
-        }
+        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK && e->ack->seq == seq)
+            return e;
         attnstat__envelope__free_unpacked(e, NULL);
     }
+}
+
+/* The Ack of seq: its code, its message in msg, its number of heads in *nheads. */
+static int ack_of(dh_conn *c, uint64_t seq, char *msg, size_t len, size_t *nheads)
+{
+    Attnstat__Envelope *e = ack_with_heads(c, seq);
+    int code = (int)e->ack->code;
+    snprintf(msg, len, "%s", e->ack->message ? e->ack->message : "");
+    if (nheads)
+        *nheads = e->ack->n_heads;
+    attnstat__envelope__free_unpacked(e, NULL);
+    return code;
 }
 
 START_TEST(test_computed_stored_and_acked)
@@ -336,21 +343,6 @@ START_TEST(test_computed_refused_with_reasons)
     ck_assert_int_eq(rc, 0);
 }
 END_TEST
-
-/* The Ack of seq with its heads (the Computed asked for results); the caller frees it. */
-static Attnstat__Envelope *ack_with_heads(dh_conn *c, uint64_t seq)
-{
-    int64_t deadline = dh_now_ms() + 30000;
-    for (;;) {
-        int64_t left = deadline - dh_now_ms();
-        ck_assert_msg(left > 0, "no Ack for Computed %llu", (unsigned long long)seq);
-        Attnstat__Envelope *e = dh_recv(c, (int)left);
-        ck_assert_msg(e != NULL, "no Ack for Computed %llu", (unsigned long long)seq);
-        if (e->msg_case == ATTNSTAT__ENVELOPE__MSG_ACK && e->ack->seq == seq)
-            return e;
-        attnstat__envelope__free_unpacked(e, NULL);
-    }
-}
 
 /* sink_mass and distance: given, they come back in the Ack's results exactly; not given or NaN,
  * they are absent (no has_); a mass over 1 by rounding only comes back as 1. */
