@@ -2,6 +2,8 @@
  * tensor extents. The arithmetic lives in stats_cpu.c and cuda/ (stats_cuda.h). */
 #include "stats.h"
 
+#include "vocab.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,6 +48,30 @@ void stats_problem_init(stats_problem *p)
     memset(p, 0, sizeof *p);
     p->window_left = -1;
     p->window_right = -1;
+}
+
+uint32_t stats_want(uint32_t want)
+{
+    return want ? want : VOCAB_STATS_DEFAULT;
+}
+
+int stats_want_valid(uint32_t want)
+{
+    return (want & ~VOCAB_STATS_ALL) == 0;
+}
+
+void stats_head_keep(stats_head *heads, int32_t n, uint32_t want)
+{
+    want = stats_want(want);
+    if ((want & VOCAB_STATS_ALL) == VOCAB_STATS_ALL)
+        return;
+    for (int32_t i = 0; i < n; i++) {
+#define STATS_KEEP_(name, ...)                                                                     \
+        if (!(want & VOCAB_BIT(name)))                                                             \
+            heads[i].name = NAN;
+        VOCAB_STATS(STATS_KEEP_)
+#undef STATS_KEEP_
+    }
 }
 
 __attribute__((format(printf, 2, 3))) static stats_status fail(stats_error *err, const char *fmt, ...)
@@ -113,6 +139,9 @@ stats_status stats_validate(const stats_problem *p, stats_error *err)
         p->compute_dtype != STATS_BF16)
         return fail(err, "compute_dtype %d is not a precision of the logits (f32=0, f16=1, bf16=2)",
                     (int)p->compute_dtype);
+    if (!stats_want_valid(p->want))
+        return fail(err, "want 0x%x asks for statistics that do not exist (bits 0..%d are the "
+                    "rows of vocab/vocab.h's VOCAB_STATS)", (unsigned)p->want, VOCAB_NSTATS - 1);
     int packed = p->cu_seqlens_q != NULL || p->cu_seqlens_k != NULL;
     if (packed && (!p->cu_seqlens_q || !p->cu_seqlens_k))
         return fail(err, "packed sequences need both cu_seqlens_q and cu_seqlens_k");

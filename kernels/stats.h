@@ -144,6 +144,11 @@ typedef struct {
     stats_dtype mask_dtype;    /* STATS_BOOL, or STATS_F32 / F16 / BF16 (additive) */
     const void *sinks;         /* NULL: none; [heads_q] sink logits, one per query head (above) */
     stats_dtype sinks_dtype;   /* STATS_F32, F16 or BF16 */
+    uint32_t want;             /* the statistics asked for: bit i is vocab/vocab.h's VOCAB_STATS
+                                  row i (VOCAB_BIT); 0: VOCAB_STATS_DEFAULT. A backend computes at
+                                  least these (the CPU backends and the CUDA-core kernel compute
+                                  every row; the tensor-core kernels sink_mass and distance only
+                                  when asked); stats_head_keep() blanks the others */
 } stats_problem;
 
 #define STATS_MAX_HEAD_DIM 256
@@ -179,6 +184,15 @@ const char *stats_status_name(stats_status st);
 
 /* Fill in the defaults of a problem: every field zero except window_left/right = -1. */
 void stats_problem_init(stats_problem *p);
+
+/* The set a `want` stands for (0: VOCAB_STATS_DEFAULT), and whether it holds only known rows. */
+uint32_t stats_want(uint32_t want);
+int stats_want_valid(uint32_t want);
+
+/* Make absent (NaN) every statistic of heads[0 .. n) that `want` does not ask for, whatever the
+ * backend computed: a result carries what was asked, so that a series never depends on the
+ * kernel a run took. The counts stay. */
+void stats_head_keep(stats_head *heads, int32_t n, uint32_t want);
 
 /* Check every field of p that can be checked without reading tensor memory (shapes, strides,
  * options, their contradictions). Packed lengths are checked by the backends that read them.

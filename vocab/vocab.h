@@ -19,7 +19,7 @@
 #define ATTNSTAT_VOCAB_H
 
 /* ---- per-head statistics (double) ------------------------------------------------------------
- * X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits)
+ * X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits, ask, dflt)
  *   name    the C field (stats_head, attnstat_head_result), the wire field (HeadStats), the SQL
  *           column (samples), the export column and the Python attribute: one spelling.
  *   unit    what the number counts: VOCAB_NATS, VOCAB_RATIO (a fraction in [0, 1]), VOCAB_LOGIT,
@@ -41,36 +41,45 @@
  *   help    the family's HELP text, and what the CLI and docs say of it.
  *   cli     the CLI's column header and `--metric` name.
  *   digits  decimals the CLI shows.
+ *   ask     the name a push asks for it by (attnstat_push_ext.stats, monitor(stats=...)): rows
+ *           that one pass of the kernels computes together share it ("entropy").
+ *   dflt    VOCAB_ON: computed and reported when a push asks for nothing in particular;
+ *           VOCAB_ON_REQUEST: only when asked (what it costs the tensor-core kernels is in
+ *           bench/kernel_notes.md). A statistic not asked for is absent (NaN) in the result,
+ *           whichever backend computed it, so that a series never depends on the kernel taken.
  */
 #define VOCAB_STATS(X)                                                                             \
-    X(entropy_mean, VOCAB_NATS, VOCAB_PACK_F32, 1, VOCAB_POOL_MEAN, rows, 0.0, 1e30,              \
+    X(entropy_mean, VOCAB_NATS, VOCAB_PACK_F32, 1, VOCAB_POOL_MEAN, rows, 0.0, 1e30,               \
       VOCAB_ABSENT_NAN, "entropy_nats", "Latest attention entropy mean of a head, in nats.",       \
-      "entropy", 4)                                                                                \
-    X(entropy_std, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_STD, rows, 0.0, 1e30,              \
-      VOCAB_ABSENT_NAN, "", "Standard deviation of a head's per-row entropy, in nats.", "std", 4)  \
-    X(entropy_min, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MIN, rows, 0.0, 1e30,              \
-      VOCAB_ABSENT_NAN, "", "Lowest per-row entropy of a head, in nats.", "ent_min", 4)           \
-    X(entropy_max, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MAX, rows, 0.0, 1e30,              \
-      VOCAB_ABSENT_NAN, "", "Highest per-row entropy of a head, in nats.", "max", 4)              \
-    X(entropy_norm_mean, VOCAB_RATIO, VOCAB_PACK_UNIT16, 1, VOCAB_POOL_MEAN, rows_norm, 0.0, 1.0, \
+      "entropy", 4, "entropy", VOCAB_ON)                                                           \
+    X(entropy_std, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_STD, rows, 0.0, 1e30,               \
+      VOCAB_ABSENT_NAN, "", "Standard deviation of a head's per-row entropy, in nats.", "std", 4,  \
+      "entropy", VOCAB_ON)                                                                         \
+    X(entropy_min, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MIN, rows, 0.0, 1e30,               \
+      VOCAB_ABSENT_NAN, "", "Lowest per-row entropy of a head, in nats.", "ent_min", 4,            \
+      "entropy", VOCAB_ON)                                                                         \
+    X(entropy_max, VOCAB_NATS, VOCAB_PACK_NAT16, 1, VOCAB_POOL_MAX, rows, 0.0, 1e30,               \
+      VOCAB_ABSENT_NAN, "", "Highest per-row entropy of a head, in nats.", "max", 4, "entropy",    \
+      VOCAB_ON)                                                                                    \
+    X(entropy_norm_mean, VOCAB_RATIO, VOCAB_PACK_UNIT16, 1, VOCAB_POOL_MEAN, rows_norm, 0.0, 1.0,  \
       VOCAB_ABSENT_NAN, "entropy_normalized_ratio",                                                \
-      "Latest normalised attention entropy mean of a head (0..1: entropy / ln(visible keys)).",   \
-      "ent_norm", 4)                                                                               \
-    X(collapsed_frac, VOCAB_RATIO, VOCAB_PACK_UNIT16, 1, VOCAB_POOL_MEAN, rows_norm, 0.0, 1.0,    \
+      "Latest normalised attention entropy mean of a head (0..1: entropy / ln(visible keys)).",    \
+      "ent_norm", 4, "entropy", VOCAB_ON)                                                          \
+    X(collapsed_frac, VOCAB_RATIO, VOCAB_PACK_UNIT16, 1, VOCAB_POOL_MEAN, rows_norm, 0.0, 1.0,     \
       VOCAB_ABSENT_ZERO, "collapsed_ratio",                                                        \
-      "Latest fraction of a head's rows whose normalised entropy is under the collapse "          \
-      "threshold.", "collapsed", 3)                                                                \
-    X(max_logit, VOCAB_LOGIT, VOCAB_PACK_F32, 1, VOCAB_POOL_MAX, rows, -1e30, 1e30,               \
+      "Latest fraction of a head's rows whose normalised entropy is under the collapse "           \
+      "threshold.", "collapsed", 3, "entropy", VOCAB_ON)                                           \
+    X(max_logit, VOCAB_LOGIT, VOCAB_PACK_F32, 1, VOCAB_POOL_MAX, rows, -1e30, 1e30,                \
       VOCAB_ABSENT_NO_LOGIT, "max_logit", "Latest maximum scaled attention logit of a head.",      \
-      "max_logit", 2)                                                                              \
-    X(sink_mass, VOCAB_RATIO, VOCAB_PACK_UNIT16, 2, VOCAB_POOL_MEAN, rows, 0.0, 1.0,              \
+      "max_logit", 2, "max_logit", VOCAB_ON)                                                       \
+    X(sink_mass, VOCAB_RATIO, VOCAB_PACK_UNIT16, 2, VOCAB_POOL_MEAN, rows, 0.0, 1.0,               \
       VOCAB_ABSENT_NAN, "sink_mass_ratio",                                                         \
-      "Latest mean over a head's rows of the attention on the row's first visible key (the "      \
-      "sink token).", "sink_mass", 4)                                                              \
-    X(distance, VOCAB_POSITIONS, VOCAB_PACK_F32, 2, VOCAB_POOL_MEAN, rows, 0.0, 1e30,             \
+      "Latest mean over a head's rows of the attention on the row's first visible key (the "       \
+      "sink token).", "sink_mass", 4, "sink_mass", VOCAB_ON_REQUEST)                               \
+    X(distance, VOCAB_POSITIONS, VOCAB_PACK_F32, 2, VOCAB_POOL_MEAN, rows, 0.0, 1e30,              \
       VOCAB_ABSENT_NAN, "distance_positions",                                                      \
       "Latest mean attention distance of a head: the mean over rows of sum_j p_ij |i - j|, in "    \
-      "positions.", "distance", 2)
+      "positions.", "distance", 2, "distance", VOCAB_ON_REQUEST)
 
 /* ---- per-head counts (int64 in the store and stats_head, uint64 on the wire) ------------------
  * X(name, help) */
@@ -126,6 +135,7 @@ enum vocab_pool { VOCAB_POOL_MEAN, VOCAB_POOL_STD, VOCAB_POOL_MIN, VOCAB_POOL_MA
 enum vocab_absent { VOCAB_ABSENT_NAN, VOCAB_ABSENT_ZERO, VOCAB_ABSENT_NO_LOGIT };
 enum vocab_type { VOCAB_D, VOCAB_U };
 enum vocab_cmp { VOCAB_BELOW, VOCAB_ABOVE, VOCAB_DROP, VOCAB_ANY };
+enum vocab_dflt { VOCAB_ON_REQUEST, VOCAB_ON };
 
 /* Counts of the lists, for arrays sized by them. */
 #define VOCAB_ONE_(...) +1
@@ -135,5 +145,17 @@ enum {
     VOCAB_NTHRESHOLDS = 0 VOCAB_THRESHOLDS(VOCAB_ONE_),
     VOCAB_NRULES = 0 VOCAB_RULES(VOCAB_ONE_)
 };
+
+/* A statistic's place in VOCAB_STATS (VOCAB_STAT_entropy_mean = 0, ...), and its bit in a set of
+ * statistics (a push's `stats`, stats_problem.want): bit i is row i. */
+#define VOCAB_STAT_INDEX_(name, ...) VOCAB_STAT_##name,
+enum vocab_stat { VOCAB_STATS(VOCAB_STAT_INDEX_) };
+#define VOCAB_BIT(name) (1u << VOCAB_STAT_##name)
+#define VOCAB_DFLT_BIT_(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli,  \
+                        digits, ask, dflt)                                                         \
+    | ((dflt) == VOCAB_ON ? VOCAB_BIT(name) : 0u)
+/* The statistics a push that asks for nothing in particular gets, and every one. */
+#define VOCAB_STATS_DEFAULT (0u VOCAB_STATS(VOCAB_DFLT_BIT_))
+#define VOCAB_STATS_ALL ((1u << VOCAB_NSTATS) - 1u)
 
 #endif /* ATTNSTAT_VOCAB_H */

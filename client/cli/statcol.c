@@ -17,7 +17,7 @@ typedef struct {
 } statcol_row;
 
 static const statcol_row statcol_rows[VOCAB_NSTATS] = {
-#define X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits)       \
+#define X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits, ...)  \
     {#name, cli, digits, unit, pool},
     VOCAB_STATS(X)
 #undef X

@@ -16,7 +16,7 @@ import sys
 
 COLUMNS = {
     "VOCAB_STATS": ("name", "unit", "pack", "since", "pool", "weight", "lo", "hi", "absent",
-                    "metric", "help", "cli", "digits"),
+                    "metric", "help", "cli", "digits", "ask", "dflt"),
     "VOCAB_COUNTS": ("name", "help"),
     "VOCAB_THRESHOLDS": ("name", "type", "default", "lo", "lo_incl", "hi", "hi_incl", "help"),
     "VOCAB_RULES": ("constant", "value", "name", "stat", "cmp", "threshold"),
