@@ -14,9 +14,9 @@ For each bf16 shape (B, Hq, Hkv, N, D, causal):
 ATTNSTAT_BENCH_VARIANTS=N,M,...: also check and time those variants, numbered as in
 kernels/cuda/variants.h (read from it here: one numbering for code, bench and
 bench/kernel_notes.md). Run through bench/bench_kernel.sh, which builds the library first.
-ATTNSTAT_BENCH_LIBX=PATH: a second libattnstat_cuda.so built with -DATTNSTAT_CUDA_EXTRAS=1 (the
-tensor-core kernels with sink mass and distance), checked and timed beside the default one on the
-same tensors (bench_kernel.sh extras builds both and passes it).
+ATTNSTAT_BENCH_EXTRAS=1: each shape also run asking for every statistic (stats_problem.want: the
+tensor-core kernels' instances with sink mass and distance), checked against float64 and timed
+beside the default run on the same tensors, interleaved (bench_kernel.sh extras).
 """
 import ctypes
 import math
@@ -49,7 +49,8 @@ class Problem(ctypes.Structure):
                 ("sample_rows", ctypes.c_int32), ("sample_seed", ctypes.c_uint64),
                 ("collapse_threshold", ctypes.c_float), ("compute_dtype", ctypes.c_int),
                 ("mask", Tensor), ("mask_dtype", ctypes.c_int),
-                ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int)]
+                ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int),
+                ("want", ctypes.c_uint32)]
 
 
 class Head(ctypes.Structure):
@@ -72,6 +73,17 @@ BF16, BOOL = 2, 3
 # stats_cuda_path (kernels/stats_cuda.h)
 PATH_GENERIC, PATH_MMA_SYNC, PATH_WG_VARIANT = 1, 2, 16
 VARIANTS_H = os.path.join(HERE, "..", "kernels", "cuda", "variants.h")
+
+
+def want_all():
+    """stats_problem.want asking for every statistic: one bit per row of vocab/vocab.h (read through
+    the Python binding's parser of it, loaded by path: the package itself needs its library)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "attnstat_vocab", os.path.join(HERE, "..", "client", "python", "attnstat", "_vocab.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return (1 << len(mod.STATS)) - 1
 
 
 def read_variants(path=VARIANTS_H):
@@ -246,8 +258,8 @@ def main():
     print(f"GPU {dev.name}, {dev.multi_processor_count} SMs, driver {driver}, torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; bf16 matmul peak measured {peak:.0f} TFLOP/s")
     ours = Ours(lib)
-    libxpath = os.environ.get("ATTNSTAT_BENCH_LIBX")
-    oursx = Ours(load_lib(libxpath)) if libxpath else None
+    extras_mode = os.environ.get("ATTNSTAT_BENCH_EXTRAS") == "1"
+    WANT_ALL = want_all()
     shapes = [  # B, Hq, Hkv, N, D, causal, sample_every
         (2, 32, 32, 4096, 128, False, 0),
         (2, 32, 32, 4096, 128, True, 0),
@@ -305,13 +317,17 @@ def main():
         ref_mean = H.mean(dim=(0, 2))
         ref_sink, ref_dist = S.mean(dim=(0, 2)), X.mean(dim=(0, 2))
         failed = set()
-        for var in [None] + variants:  # None: the default path
-            path = 0 if var is None else variant_path(var)
+        px = Problem.from_buffer_copy(p)
+        px.want = WANT_ALL
+        # None: the default path; "x": the default path asking for every statistic
+        for var in [None] + (["x"] if extras_mode else []) + variants:
+            path = 0 if var in (None, "x") else variant_path(var)
             lib.stats_cuda_set_path(ours.ctx, path)
-            name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(p)).decode()
+            pp = px if var == "x" else p
+            name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(pp)).decode()
             rh = torch.full((B, Hq, N), float("nan"), device="cuda")
             rm = torch.full((B, Hq, N), float("nan"), device="cuda")
-            heads = ours.run(p, rh, rm)
+            heads = ours.run(pp, rh, rm)
             if sel is not None:
                 rh, rm = rh[:, :, sel], rm[:, :, sel]
             dh = (rh.double() - H).abs().max().item()
@@ -323,7 +339,9 @@ def main():
             got_s = torch.tensor([heads[h].sink_mass for h in range(Hq)], dtype=torch.float64, device="cuda")
             got_x = torch.tensor([heads[h].distance for h in range(Hq)], dtype=torch.float64, device="cuda")
             extras = "not computed"
-            if not torch.isnan(got_s).all() or not torch.isnan(got_x).all():
+            if var == "x" and (torch.isnan(got_s).any() or torch.isnan(got_x).any()):
+                ok, extras = False, "asked for, not computed"
+            elif not torch.isnan(got_s).all() or not torch.isnan(got_x).all():
                 ds = (got_s - ref_sink).abs().max().item()
                 dx = ((got_x - ref_dist).abs() / ref_dist.abs().clamp(min=1.0)).max().item()
                 ok = ok and ds <= 1e-4 and dx <= 1e-4 and not math.isnan(ds + dx)
@@ -331,7 +349,7 @@ def main():
             print(f"check {tag:40s} {name}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
                   f"max rel dmean {dmean:.2e}, {extras}: {'ok' if ok else 'FAILED'}", flush=True)
             lib.stats_cuda_set_path(ours.ctx, 0)
-            if not ok and var is None:
+            if not ok and var in (None, "x"):
                 sys.exit("bench: our output disagrees with PyTorch float64; not timing")
             if not ok:  # a variant under trial: report it, time the others
                 failed.add(var)
@@ -342,11 +360,16 @@ def main():
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         t_oursx = float("nan")
-        if oursx is not None:  # the same kernels with sink mass and distance, same tensors
-            oursx.heads_dev = ours.heads_dev
-            oursx.lib.stats_cuda_reserve(oursx.ctx, ctypes.byref(sets[0][3]), ctypes.byref(err))
-            t_oursx = time_events(lambda s: oursx.run(s[3], sync=False), sets, iters)
-            t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)  # interleaved
+        if extras_mode:  # the same tensors asking for every statistic, then the default again
+            pxs = []
+            for s in sets:
+                pxs.append(Problem.from_buffer_copy(s[3]))
+                pxs[-1].want = WANT_ALL
+            xsets = [s[:3] + (x,) + s[4:] for s, x in zip(sets, pxs)]
+            t_oursx = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
+            t_ours2 = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
+            t_oursx2 = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
+            t_ours, t_oursx = min(t_ours, t_ours2), min(t_oursx, t_oursx2)
         lib.stats_cuda_set_path(ours.ctx, variant_path(MMA_SYNC_VARIANT))  # for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         lib.stats_cuda_set_path(ours.ctx, 0)
@@ -400,7 +423,7 @@ def main():
         extra = f" ({t / base:.3f} of unsampled)" if base and "every" in tag else ""
         print(f"| {tag}{extra} | {t:.3f} | {ts:.3f} | {tm:.2f} | {xs} | {xm} | {tf:.0f} | {fl:.3f} | "
               f"{100 * fl / t:.0f}% |")
-    if oursx is not None:  # what sink mass and distance cost, kernel by kernel
+    if extras_mode:  # what sink mass and distance cost, kernel by kernel (best of two medians)
         print()
         print("| shape | default ms | with sink mass and distance ms | cost |")
         print("|---|---|---|---|")

@@ -8,9 +8,9 @@
 #                                    default 0) of (2,32,4096,128) full
 #   bench/bench_kernel.sh dev ARGS   build and run kernels/dev/stats_dev (e.g. `dev all`, `dev 2 1 16
 #                                    4096 128 --causal`): variant N against the CPU reference, timed
-#   bench/bench_kernel.sh extras     the bench, with a second library whose tensor-core kernels
-#                                    compute sink mass and distance (-DATTNSTAT_CUDA_EXTRAS=1, in
-#                                    $BUILD-extras) checked and timed beside the default one
+#   bench/bench_kernel.sh extras     the bench, each shape also asking for sink mass and distance
+#                                    (the kernels' instances that compute them), checked and timed
+#                                    beside the default run
 #   ATTNSTAT_BENCH_VARIANTS=0,1,.. bench/bench_kernel.sh   also check and time those variants
 #   ATTNSTAT_TEST_VARIANTS=1 bench/bench_kernel.sh test     also test every Hopper variant (0-3)
 #   ATTNSTAT_TEST_WG_ONLY=N bench/bench_kernel.sh sanitize  the sanitizers on Hopper variant N alone
@@ -31,11 +31,11 @@ direct_build() {
   local objs=() src
   for src in kernels/cuda/*.cu; do  # one object per file, no -rdc (as kernels/cuda.cmake)
     "$NVCC" -std=c++17 -O3 -Xcompiler=-fPIC -Xptxas=-warn-spills -gencode=arch=compute_90a,code=sm_90a \
-      -gencode=arch=compute_80,code=sm_80 -Ikernels -c "$src" -o "$d/$(basename "$src" .cu).o"
+      -gencode=arch=compute_80,code=sm_80 -Ikernels -Ivocab -c "$src" -o "$d/$(basename "$src" .cu).o"
     objs+=("$d/$(basename "$src" .cu).o")
   done
-  cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -c kernels/stats.c -o "$d/stats.o"
-  cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -c kernels/stats_cpu.c -o "$d/stats_cpu.o"
+  cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -Ivocab -c kernels/stats.c -o "$d/stats.o"
+  cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -Ivocab -c kernels/stats_cpu.c -o "$d/stats_cpu.o"
   objs+=("$d/stats.o" "$d/stats_cpu.o")
   local cudalib="-L$CUDA_HOME/lib64 -lcudart_static -lstdc++ -lrt -ldl -lpthread -lm"
   cc -shared -o "$d/libattnstat_cuda.so" "${objs[@]}" $cudalib
@@ -98,12 +98,7 @@ elif [ "$mode" = profile ]; then
   ncu -i "$rep.ncu-rep" --page details
   ncu -i "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv"
 elif [ "$mode" = extras ]; then
-  bx="$BUILD-extras"
-  cmake -S . -B "$bx" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON \
-    -DCMAKE_CUDA_FLAGS=-DATTNSTAT_CUDA_EXTRAS=1 -DCMAKE_C_FLAGS=-DATTNSTAT_CUDA_EXTRAS=1 \
-    >"$bx.configure.log" 2>&1
-  cmake --build "$bx" --target attnstat_cuda
-  ATTNSTAT_BENCH_LIBX="$bx/kernels/libattnstat_cuda.so" python3 bench/bench_kernel.py "$LIB"
+  ATTNSTAT_BENCH_EXTRAS=1 python3 bench/bench_kernel.py "$LIB"
 else
   python3 bench/bench_kernel.py "$LIB"
 fi

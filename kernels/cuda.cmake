@@ -16,10 +16,12 @@ add_library(attnstat_cuda_obj OBJECT
   cuda/wgmma_sm90.cu   # variant 0
   cuda/wgf_sm90.cu     # variants 1-3 (2: float32 inputs)
   cuda/ws_sm90.cu      # variants 6-11 (6, 10, 11: the default by shape)
+  cuda/ws_sm90_xs.cu   # the same with sink mass and distance (runs that ask for them)
   cuda/mma_sm80.cu     # variant 4
+  cuda/mma_sm80_xs.cu  # the same with sink mass and distance
   cuda/generic.cu)     # variant 5; fill_rows, packed_offsets, reduce_heads
 target_include_directories(attnstat_cuda_obj PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings)
+target_link_libraries(attnstat_cuda_obj PRIVATE attnstat_warnings attnstat_vocab)
 # No exceptions on the host side: libattnstat links these objects for local mode, and the only
 # C++ runtime they then need is the guard of nvcc's per-kernel handle statics (deploy/wheel.cmake
 # links that statically into the wheel's library).
@@ -40,13 +42,13 @@ target_link_libraries(attnstat_kernels PUBLIC CUDA::cudart_static)
 # (client/local.c), which links them with attnstat_cuda_obj into the shared library.
 add_library(attnstat_stats_pic OBJECT stats.c)
 target_include_directories(attnstat_stats_pic PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(attnstat_stats_pic PRIVATE attnstat_warnings)
+target_link_libraries(attnstat_stats_pic PRIVATE attnstat_warnings attnstat_vocab)
 set_target_properties(attnstat_stats_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
 # For the PyTorch comparison (bench/bench_kernel.py): built on request only.
 add_library(attnstat_cuda SHARED EXCLUDE_FROM_ALL stats.c stats_cpu.c $<TARGET_OBJECTS:attnstat_cuda_obj>)
 target_include_directories(attnstat_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(attnstat_cuda PRIVATE attnstat_warnings CUDA::cudart_static m)
+target_link_libraries(attnstat_cuda PRIVATE attnstat_warnings attnstat_vocab CUDA::cudart_static m)
 
 # The dev harness: stats_dev VARIANT|all|list [B H N D] ... (kernels/dev/stats_dev.c). Built with the
 # rest so that it always compiles; it needs a GPU to run (and says so without one).

@@ -17,10 +17,10 @@
  *   entropy min/max/std  |gpu - cpu| <= 1e-3 nats;  max logit as per row
  *   sink mass            |gpu - cpu| <= 1e-4 (a probability's mean)
  *   distance             |gpu - cpu| <= 1e-4 * |cpu| + 1e-4 (key positions)
- *   Both are NaN exactly where the reference's are, and NaN on every head from the variants of
- *   k_extras_nan (the kernels that do not compute them yet: never a wrong number); the others
- *   must compute them. With a mask the device picks the kernel (a general mask runs the CUDA-core
- *   one, which computes them), so there either is accepted.
+ *   Both are NaN exactly where the reference's are. A run that asks for them (want) gets them
+ *   from every kernel but those of k_extras_never (NaN: never a wrong number); a run that does not
+ *   gets NaN from every tensor-core kernel and them from the CUDA-core one. With a mask the device
+ *   picks the kernel (a general mask runs the CUDA-core one), so there either is accepted.
  *   row counts exact; collapsed fraction may differ by one row sitting on the threshold.
  * Skipped rows must be exactly STATS_ROW_SKIPPED / -inf, non-finite rows NaN / NaN; every output
  * is poisoned before each run so that an unwritten element fails. */
@@ -36,22 +36,23 @@
 #include "cuda/variants.h"
 #include "stats.h"
 #include "stats_cuda.h"
+#include "vocab.h"
 
-/* The variants (kernels/cuda/variants.h) that leave sink mass and distance NaN (ATTNSTAT_CUDA_EXTRAS
- * there says whether 6-11 compute them). */
-static const int k_extras_nan[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
-                                   STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
-#if !ATTNSTAT_CUDA_EXTRAS /* a build that times the kernels without them */
-                                   STATS_VARIANT_MMA_SYNC, STATS_VARIANT_WS_TMA, STATS_VARIANT_WS_TMA_P1,
-                                   STATS_VARIANT_WS_TMA_P2, STATS_VARIANT_WS_TMA_3WG,
-                                   STATS_VARIANT_WS_TMA_PERS, STATS_VARIANT_WS_TMA_3WG_PERS,
-#endif
-};
+/* The variants (kernels/cuda/variants.h) that have no instance computing sink mass and distance:
+ * they leave them NaN even when a run asks for them (only a path that names them takes them). */
+static const int k_extras_never[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
+                                     STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
+                                     STATS_VARIANT_WS_TMA_P1, STATS_VARIANT_WS_TMA_P2};
 
-static int extras_nan(int variant)
+/* Whether a run of `variant` asking for `want` leaves sink mass and distance NaN: a kernel
+ * without them, or a tensor-core kernel when the run does not ask (the CUDA-core kernel, 5,
+ * computes them always). */
+static int extras_nan(int variant, uint32_t want)
 {
-    for (size_t i = 0; i < sizeof k_extras_nan / sizeof k_extras_nan[0]; i++)
-        if (k_extras_nan[i] == variant)
+    if (!(stats_want(want) & (VOCAB_BIT(sink_mass) | VOCAB_BIT(distance))))
+        return variant != STATS_VARIANT_GENERIC;
+    for (size_t i = 0; i < sizeof k_extras_never / sizeof k_extras_never[0]; i++)
+        if (k_extras_never[i] == variant)
             return 1;
     return 0;
 }
@@ -310,7 +311,7 @@ static void *make_mask(const cfg *c, rng *r, int nq, int nk, stats_problem *p, s
 }
 
 /* path: the kernel family to use (WGMMA: the Hopper kernel where it applies; MMA_SYNC the other) */
-static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
+static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
 {
     rng r = {g_seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(iter + 1))};
     const int packed = c->packed;
@@ -430,6 +431,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
         CK_CUDA(cudaMalloc(&dsinks, sinks_bytes));
         CK_CUDA(cudaMemcpy(dsinks, hsinks, sinks_bytes, cudaMemcpyHostToDevice));
     }
+    p.want = want;
     stats_problem pd = p;
     pd.q.ptr = dq, pd.k.ptr = dk;
     pd.cu_seqlens_q = dcuq, pd.cu_seqlens_k = dcuk;
@@ -439,7 +441,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
 
     stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : path);
     const char *kname = stats_cuda_kernel_name(g_ctx, &pd);
-    const int variant = stats_cuda_plan_variant(g_ctx, &pd), no_extras = extras_nan(variant);
+    const int variant = stats_cuda_plan_variant(g_ctx, &pd), no_extras = extras_nan(variant, want);
     /* The reference: plain float32 on the GPU is bf16 on the way in, on every path (stats_cuda.h),
      * so compare it with the reference computed so; the float32 error is measured in bench/. */
     if (c->dt == FS && c->compute == FS)
@@ -513,7 +515,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
                     a->entropy_std, b->entropy_std, a->entropy_min, b->entropy_min, a->entropy_max,
                     b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac,
                     a->sink_mass, b->sink_mass, a->distance, b->distance, variant,
-                    no_extras ? ": must leave them NaN" : "");
+                    no_extras ? ": must leave them NaN" : ": must compute them");
         }
     }
     if (c->sinks == SINKS_ODD) /* the reference itself: NaN / +inf sinks count, 1e4 dominates */
@@ -537,16 +539,24 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path)
                   (unsigned long long)g_seed);
 }
 
+/* Every statistic asked for (VOCAB_STATS_ALL): the tensor-core kernels' instances with sink mass
+ * and distance; and the default set, which they leave out. */
 START_TEST(test_against_cpu)
 {
     /* the Hopper kernel where the GPU has it (the default variant; AUTO takes it too on Hopper) */
-    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_WGMMA);
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_WGMMA, VOCAB_STATS_ALL);
+}
+END_TEST
+
+START_TEST(test_default_want_against_cpu)
+{
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_WGMMA, 0);
 }
 END_TEST
 
 START_TEST(test_auto_against_cpu)
 {
-    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_AUTO);
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_AUTO, VOCAB_STATS_ALL);
 }
 END_TEST
 
@@ -556,22 +566,24 @@ START_TEST(test_wg_variants_against_cpu)
     const int v = _i / N_CFGS, c = _i % N_CFGS;
     if (!stats_cuda_wg_variant_exists(v))
         return; /* 4, 5: not Hopper variants (run above as themselves) */
-    run_cfg(&k_cfgs[c], c, (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + v));
+    run_cfg(&k_cfgs[c], c, (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + v), VOCAB_STATS_ALL);
 }
 END_TEST
 
 /* One variant alone (ATTNSTAT_TEST_WG_ONLY=v: e.g. under compute-sanitizer, where every path
- * would take too long). */
+ * would take too long), with and without sink mass and distance. */
 static int g_wg_only = -1;
 START_TEST(test_wg_only_against_cpu)
 {
-    run_cfg(&k_cfgs[_i], _i, (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + g_wg_only));
+    run_cfg(&k_cfgs[_i % N_CFGS], _i % N_CFGS,
+            (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + g_wg_only),
+            _i < N_CFGS ? VOCAB_STATS_ALL : 0);
 }
 END_TEST
 
 START_TEST(test_mma_sync_against_cpu)
 {
-    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_MMA_SYNC);
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_MMA_SYNC, VOCAB_STATS_ALL);
 }
 END_TEST
 
@@ -675,9 +687,10 @@ int main(void)
     TCase *tc = tcase_create("against_cpu");
     tcase_set_timeout(tc, 600);
     if (g_wg_only >= 0) {
-        tcase_add_loop_test(tc, test_wg_only_against_cpu, 0, N_CFGS);
+        tcase_add_loop_test(tc, test_wg_only_against_cpu, 0, 2 * N_CFGS);
     } else {
         tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
+        tcase_add_loop_test(tc, test_default_want_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
         if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)

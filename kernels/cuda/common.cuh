@@ -383,44 +383,42 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     }
 }
 
-/* Element off of q or k as a tensor core multiplies it: 16-bit as it is, float32 rounded to f16
- * (F16) or bf16. */
-template <bool F16>
-static __device__ __forceinline__ float tc_operand(const kparams &p, const void *base,
-                                                  long long off)
+/* Sink mass in the tensor-core kernels (XS): a row's first visible key is lo (they take no general
+ * mask), and its logit is already in the S fragment of the tile that holds key lo, as the mma
+ * accumulated it (the very value the fold takes). first_key_pick copies it out, on the lane that
+ * holds column lo of row hr (columns j0 + nt * 8 + 2 * tq + e of s[nt][2 * hr + e], the m16n8 and
+ * wgmma accumulator layouts); f[hr] stays as it was (0) on the other lanes and tiles. Only the
+ * tiles that hold some row's lo need the call (the caller's warp-uniform test); the selects keep s
+ * in registers (no dynamic index). */
+template <int NT>
+static __device__ __forceinline__ void first_key_pick(const float (&s)[NT][4], const int (&lo)[2],
+                                                      int j0, int tq, float (&f)[2])
 {
-    if (p.dtype == STATS_F32) {
-        const float v = __ldg((const float *)base + off);
-        return F16 ? __half2float(__float2half_rn(v)) : __bfloat162float(__float2bfloat16_rn(v));
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int c = lo[hr] - j0;
+        if (c >= 0 && c < 8 * NT && ((c >> 1) & 3) == tq) {
+            const int nt = c >> 3;
+            const bool odd = c & 1;
+            float v = f[hr];
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                v = n == nt ? (odd ? s[n][2 * hr + 1] : s[n][2 * hr]) : v;
+            f[hr] = v;
+        }
     }
-    const unsigned short u = __ldg((const unsigned short *)base + off);
-    return F16 ? __half2float(__ushort_as_half(u)) : __uint_as_float((unsigned)u << 16);
 }
 
-/* The logit (base 2) of key lo for row i of head h, for its sink mass (the tensor-core kernels
- * take no general mask, so a row's first visible key is lo): q_i . k_lo from global memory as the
- * tensor cores read them (16-bit; float32 rounded to bf16 or f16 as the tiles' loads round it),
- * the four lanes of a quad each taking every 4th element, summed
- * across the quad; then scale and softcap as the fold's. Every lane of the warp calls it; NaN for
- * a row that has no key. */
-template <bool F16>
-static __device__ __forceinline__ float quad_first_logit(const kparams &p, const seqinfo &si, int h,
-                                                         int i, int lo, int hi, int tq)
+/* The logit (base 2) of a row's first visible key from first_key_pick's values (0 on the lanes
+ * that do not hold it): summed over the quad, then scaled and softcapped as the fold's. Every lane
+ * of the warp calls it (the shuffles take the whole warp); NaN when the row has none (!valid). */
+static __device__ __forceinline__ float quad_first_logit(const kparams &p, float f, bool valid)
 {
-    float dot = 0.0f;
-    if (i >= 0 && lo <= hi) {
-        const long long qo = (long long)si.tb * p.qsb + (long long)h * p.qsh +
-                             (long long)(si.q0 + i) * p.qsn;
-        const long long ko = (long long)si.tb * p.ksb + (long long)(h / p.group) * p.ksh +
-                             (long long)(si.k0 + lo) * p.ksn;
-        for (int e = tq; e < p.d; e += 4)
-            dot = fmaf(tc_operand<F16>(p, p.q, qo + e), tc_operand<F16>(p, p.k, ko + e), dot);
-    }
-    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-    if (i < 0 || lo > hi)
+    f += __shfl_xor_sync(0xffffffffu, f, 1);
+    f += __shfl_xor_sync(0xffffffffu, f, 2);
+    if (!valid)
         return NAN;
-    return p.softcap ? p.cl * tanhf(dot * p.sc) : dot * p.c;
+    return p.softcap ? p.cl * tanhf(f * p.sc) : f * p.c;
 }
 
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;

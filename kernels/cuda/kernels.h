@@ -169,6 +169,10 @@ extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64
 extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
 extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
 extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-11, d64, d128 */
+/* The same kernels with sink mass and distance in the fold (XS), for the runs whose want asks for
+ * either: the same shapes, entry for entry; an entry whose bf16 is NULL has none (variants 7, 8). */
+extern const kernel_instance stats_mma_sm80_xs[MMA_NDP];
+extern const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP];
 
 /* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
 

@@ -29,6 +29,7 @@
 
 #include "kernels.h"
 #include "variants.h"
+#include "vocab.h"
 
 struct stats_cuda {
     int device;
@@ -84,6 +85,15 @@ static const kernel_instance *const k_hopper[] = {
 };
 static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
               "variants.h and the Hopper kernels' tables disagree");
+/* Their instances with sink mass and distance in the fold (kernels.h), by the same numbers; NULL,
+ * or an entry whose bf16 is NULL, where a variant has none. */
+static const kernel_instance *const k_hopper_xs[] = {
+    NULL, NULL, NULL, NULL, NULL, NULL,
+    stats_ws_sm90_xs[0], stats_ws_sm90_xs[1], stats_ws_sm90_xs[2],
+    stats_ws_sm90_xs[3], stats_ws_sm90_xs[4], stats_ws_sm90_xs[5],
+};
+static_assert(sizeof k_hopper_xs / sizeof k_hopper_xs[0] == STATS_VARIANT_WG_END,
+              "k_hopper_xs follows k_hopper");
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
                   STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG_PERS == 11,
@@ -165,6 +175,25 @@ static const kernel_instance *pick_mma(const stats_cuda *ctx, int d)
     return NULL;
 }
 
+/* Whether p asks for a statistic that only the XS instances of the tensor-core kernels compute. */
+static bool wants_extras(const stats_problem *p)
+{
+    return (stats_want(p->want) & (VOCAB_BIT(sink_mass) | VOCAB_BIT(distance))) != 0;
+}
+
+/* k's instance with sink mass and distance (the same shape), NULL when it has none. */
+static const kernel_instance *xs_of(const kernel_instance *k)
+{
+    for (int v = 0; v < STATS_VARIANT_WG_END; v++)
+        if (k_hopper[v] && k >= k_hopper[v] && k < k_hopper[v] + WG_NDP) {
+            const kernel_instance *x = k_hopper_xs[v] ? &k_hopper_xs[v][k - k_hopper[v]] : NULL;
+            return x && x->bf16 ? x : NULL;
+        }
+    if (k >= stats_mma_sm80 && k < stats_mma_sm80 + MMA_NDP)
+        return &stats_mma_sm80_xs[k - stats_mma_sm80];
+    return NULL;
+}
+
 /* The tensor cores' operand type for p: the tensors' own 16-bit type, or for float32 tensors the
  * compute dtype (bf16 for plain float32: see stats_cuda.h). */
 static stats_dtype operand_dtype(const stats_problem *p)
@@ -240,10 +269,11 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute(shared memory per block)");
     int ok[MMA_NDP];
-    for (int i = 0; i < MMA_NDP; i++) {
-        const kernel_instance *m = &stats_mma_sm80[i];
-        ok[i] = m->smem + 1024 <= (size_t)smem_optin; /* + static shared memory */
-        if (!ok[i])
+    for (int i = 0; i < MMA_NDP * 2; i++) { /* each instance, then its XS twin */
+        const kernel_instance *m = i < MMA_NDP ? &stats_mma_sm80[i] : &stats_mma_sm80_xs[i - MMA_NDP];
+        if (i < MMA_NDP)
+            ok[i] = m->smem + 1024 <= (size_t)smem_optin; /* + static shared memory */
+        if (!ok[i % MMA_NDP])
             continue; /* that head_dim takes the CUDA-core path on this device */
         CUDA_TRY(cudaFuncSetAttribute(m->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)m->smem),
@@ -269,10 +299,12 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->wg_ok = 0;
     if (major == 9) { /* the sm_90a binary: Hopper only */
         c->wg_ok = 1;
-        for (int i = 0; i < STATS_VARIANT_WG_END * WG_NDP; i++) {
-            if (!k_hopper[i / WG_NDP])
+        for (int i = 0; i < STATS_VARIANT_WG_END * WG_NDP * 2; i++) { /* then the XS twins */
+            const int j = i % (STATS_VARIANT_WG_END * WG_NDP);
+            const kernel_instance *const *tab = i == j ? k_hopper : k_hopper_xs;
+            if (!tab[j / WG_NDP] || !tab[j / WG_NDP][j % WG_NDP].bf16)
                 continue;
-            const kernel_instance *w = &k_hopper[i / WG_NDP][i % WG_NDP];
+            const kernel_instance *w = &tab[j / WG_NDP][j % WG_NDP];
             cudaError_t e1 = cudaFuncSetAttribute(w->bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)w->smem);
             cudaError_t e2 = cudaFuncSetAttribute(w->f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -411,6 +443,20 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
      * takes 0.164 ms there against mma.sync's 0.180 ms, and 0.138 against 0.175 causal (round 4). */
     if (!pl->k && tc && (pl->k = pick_mma(ctx, p->head_dim)) != NULL)
         pl->variant = STATS_VARIANT_MMA_SYNC;
+    /* Sink mass or distance asked for: the instance that computes them. AUTO leaves a Hopper
+     * variant that has none (2: float32 inputs, or a K the TMA unit refuses) for mma.sync's; a
+     * path that names a variant keeps it (they stay NaN). */
+    if (pl->k && wants_extras(p)) {
+        const kernel_instance *x = xs_of(pl->k);
+        if (!x && pl->variant != STATS_VARIANT_MMA_SYNC &&
+            (ctx->path == STATS_CUDA_PATH_AUTO || ctx->path == STATS_CUDA_PATH_WGMMA)) {
+            const kernel_instance *m = pick_mma(ctx, p->head_dim);
+            if (m && (x = xs_of(m)) != NULL)
+                pl->variant = STATS_VARIANT_MMA_SYNC;
+        }
+        if (x)
+            pl->k = x;
+    }
     if (pl->k && !instance_fn(pl->k, p))
         pl->k = NULL;
     if (!pl->k) {

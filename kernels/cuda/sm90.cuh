@@ -353,14 +353,16 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
  * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
  * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
- * also kept D (fold_lane), summed over the quad at the merged max, and the row's sink mass comes
- * from its first key's logit (quad_first_logit); without, row_done gets NaN for both. */
-template <bool XS = false, bool F16 = false>
+ * also kept D (fold_lane), summed over the quad at the merged max, and F0 the raw logit of each
+ * row's first key (first_key_pick), whose scaled value gives the row's sink mass
+ * (quad_first_logit); without, row_done gets NaN for both. */
+template <bool XS = false>
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
                                                       const warp_keys &k, const float (&M)[2],
                                                       const float (&l)[2], const float (&W)[2],
-                                                      part &acc, const float *D = nullptr)
+                                                      part &acc, const float *D = nullptr,
+                                                      const float *F0 = nullptr)
 {
     const float sink = head_sink(p, h);
 #pragma unroll
@@ -379,7 +381,7 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
             Dr = D[hr] != 0.0f ? D[hr] * ex2(M[hr] - Mr) : 0.0f; /* to the quad's max */
             Dr += __shfl_xor_sync(0xffffffffu, Dr, 1);
             Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
-            F = quad_first_logit<F16>(p, si, h, i, k.lo[hr], k.hi[hr], tq);
+            F = quad_first_logit(p, F0[hr], i >= 0 && k.lo[hr] <= k.hi[hr]);
         }
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;

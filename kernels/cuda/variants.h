@@ -21,17 +21,12 @@
 
 #include "stats_cuda.h"
 
-/* Sink mass and distance (stats.h) in the tensor-core kernels that carry them (mma_sm80.cu,
- * variant 4; ws_sm90.cu, variants 6-11), a compile-time flag: 0 (the default) compiles those
- * kernels' folds without the two (left NaN: the GPU's tensor-core paths do not compute them); a
- * build with -DATTNSTAT_CUDA_EXTRAS=1 (CUDA and C flags both: test_stats_cuda reads it) computes
- * them. Off by default because they cost 15-95% of the kernel's time on the bench shapes (H100,
- * 2026-11-27, bench/kernel_notes.md), against a target of 5%: a per-push option and a cheaper
- * fold come next. Variants 0-3 leave them NaN either way; the CUDA-core one (5) always computes
- * them. */
-#ifndef ATTNSTAT_CUDA_EXTRAS
-#define ATTNSTAT_CUDA_EXTRAS 0
-#endif
+/* Sink mass and distance (stats.h): the CUDA-core kernel (5) computes them always; variant 4 and
+ * variants 6, 9, 10 and 11 have a second instance each that computes them (stats_mma_sm80_xs,
+ * stats_ws_sm90_xs: kernels.h), which a run takes when its want asks for either (they cost the
+ * fold time: bench/kernel_notes.md); AUTO then leaves a Hopper variant without one (2, for
+ * float32 inputs or a K the TMA unit refuses) for variant 4's. Variants 0-3, 7 and 8 leave them
+ * NaN. */
 
 #ifdef __cplusplus
 extern "C" {

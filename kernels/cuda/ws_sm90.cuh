@@ -1,0 +1,460 @@
+/* ws_sm90.cuh — variants 6-11 (variants.h; 6, 10 and 11 the default by shape, launch.cu pick_wg): the
+ * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN, XS>.
+ * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte
+ * swizzle) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
+ * consumer warp is done with it); the producer warpgroup gives its registers to the two consumer
+ * warpgroups (setmaxnreg: 56 and 224 per thread), which multiply (wgmma m64n128k16, Q fragments
+ * in registers, two 64-register accumulator sets) and fold (fold_lane, sm90.cuh) 64 rows each.
+ * Within a warpgroup the wgmma of tile t+1 runs while tile t is folded; the warpgroups never meet
+ * at a CTA barrier, so one's fold runs under the other's matrix work. The consumers compute no
+ * address and issue no copy.
+ * Variants 7 and 8 take 1/8 and 1/4 of the exps on the FMA pipe (ex2_poly) instead of MUFU;
+ * variant 9 has three consumer warpgroups (192 rows) on 64-key tiles (m64n64k16).
+ * bench/kernel_notes.md (round 7) has the design, the predictions and the measurements. Stage: the
+ * CUDA backend of stats.h. Includes sm90.cuh; included by ws_sm90.cu and ws_sm90_xs.cu, whose
+ * tables (stats_ws_sm90, stats_ws_sm90_xs: kernels.h) instantiate it, without and with sink mass
+ * and distance (XS). Outside the sm_90a pass the kernel body is empty (never launched there). */
+#ifndef ATTNSTAT_CUDA_WS_SM90_CUH
+#define ATTNSTAT_CUDA_WS_SM90_CUH
+
+#include "sm90.cuh"
+#include "variants.h"
+
+/* One CTA: NCW consumer warpgroups of 64 rows (BM rows) and the producer warpgroup (NTH threads),
+ * K tiles of BN keys, the registers per thread the producer keeps (REG_P) and the consumers get
+ * (REG_C; 128 * REG_P + NCW * 128 * REG_C = the block's registers at launch, NTH * 65536 / NTH).
+ * Shared memory: the K ring (STAGES tiles of BN keys x DP, each DP/64 columns of BN x 128 bytes in
+ * the 128-byte swizzle layout the TMA unit writes and wgmma reads), Q (the CTA's rows, padded
+ * pitch for ldmatrix) and the rows' indices; 1024 bytes of slack to align the ring to the
+ * swizzle's 1024-byte period. */
+template <int DP, int NCW, int BN_, bool PERSIST = false> struct ws_shape {
+    static constexpr int NTH = (NCW + 1) * 128, BM = NCW * 64, BN = BN_, LDQ = DP + 8;
+    static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
+    static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
+    static_assert(128 * REG_P + NCW * 128 * REG_C <= 65536 && REG_C % 8 == 0, "registers");
+    static_assert(BN % WS_BOX_KEYS == 0, "whole TMA boxes");
+    static constexpr int STAGES = DP <= 64 || BN <= 64 ? 8 : 4;
+    static constexpr unsigned TILE_BYTES = (unsigned)BN * DP * 2;
+    static constexpr size_t smem_bytes =
+        1024 + (size_t)STAGES * TILE_BYTES + (size_t)BM * LDQ * 2 + 2 * (size_t)BM * sizeof(int);
+};
+
+/* ---- the pieces both kernels are made of ----------------------------------------------------- */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+/* Block si.blk's rows: rows[r] = the r-th sampled row of the block, -1 past the last; threads t0,
+ * t0 + nt, ... of those taking part. */
+template <int BM>
+static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &si, int *rows,
+                                               int t0, int nt)
+{
+    for (int r = t0; r < BM; r += nt) {
+        const int j = si.blk * BM + r;
+        rows[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+                                                           p.sample_every, p.sample_rows, p.seed)
+                               : -1;
+    }
+}
+
+/* The block's Q rows into sq (pitch DP + 8) by cp.async, zeros past head_dim and for rows -1;
+ * the caller commits and waits. */
+template <int DP, int BM>
+static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo &si, int h,
+                                                 const int *rows, unsigned short *sq, int t0, int nt)
+{
+    constexpr int CH = DP / 8, LDQ = DP + 8;
+    const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
+                               (long long)si.q0 * p.qsn) * 2;
+    for (int idx = t0; idx < BM * CH; idx += nt) {
+        const int r = idx / CH, c = idx - r * CH, i = rows[r];
+        int bytes = 0;
+        const char *src = p.q;
+        if (i >= 0) {
+            const int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+        }
+        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+    }
+}
+
+/* The producer's thread: the block's ntiles K tiles from t_first, the g-th tile of the CTA's
+ * ring going into stage g % ST once every consumer warp released tile g - ST (g counts on across
+ * a persistent CTA's blocks). Keys past the tensor read as zeros; past the sequence (packed: the
+ * next sequence's keys) they are outside every row's visible range, which the fold masks. */
+template <class S, int DP>
+static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinfo &si, int kvh,
+                                                  int t_first, int ntiles, unsigned char *sk,
+                                                  unsigned long long *full,
+                                                  unsigned long long *empty, unsigned &g)
+{
+    constexpr int ST = S::STAGES, BN = S::BN;
+    const int kc = p.packed ? si.k0 : 0, bc = p.packed ? 0 : si.tb;
+    for (int it = 0; it < ntiles; it++, g++) {
+        const unsigned st = g & (ST - 1);
+        if (g >= (unsigned)ST)
+            mbar_wait(&empty[st], ((g / ST) - 1) & 1);
+        mbar_arrive_expect_tx(&full[st], S::TILE_BYTES);
+        unsigned char *dst = sk + (size_t)st * S::TILE_BYTES;
+#pragma unroll
+        for (int c = 0; c < DP / 64; c++)
+#pragma unroll
+            for (int b = 0; b < BN / WS_BOX_KEYS; b++)
+                tma_load_4d(dst + ((size_t)c * BN + b * WS_BOX_KEYS) * 128, &p.ktm, c * 64,
+                            kc + (t_first + it) * BN + b * WS_BOX_KEYS, kvh, bc, &full[st]);
+    }
+}
+
+/* A consumer thread's share of one block: its two rows (warp*16 + hr*8 + g of rows[]), Q from sq
+ * into registers (then one arrival per warp on q_empty, when given), the block's ntiles tiles from
+ * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
+ * is done with it, the last too when release_last), the rows' results into acc. */
+template <class S, int DP, bool F16, int POLY, bool XS>
+static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinfo &si, int h,
+                                                  const int *rows, const unsigned short *sq,
+                                                  unsigned long long *q_empty, int t_first,
+                                                  int ntiles, const unsigned char *sk,
+                                                  unsigned long long *full,
+                                                  unsigned long long *empty, unsigned &g,
+                                                  bool release_last, part &acc)
+{
+    constexpr int BN = S::BN, NT = BN / 8, LDQ = S::LDQ, ST = S::STAGES, KS = DP / 16;
+    constexpr int XG = XS ? 2 : 0; /* fold_lane's general distance form, or none */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    warp_keys wk;
+    warp_rows_range(p, si, h, rows, warp, gq, wk);
+    const int(&lo)[2] = wk.lo, (&hi)[2] = wk.hi;
+    const int wlo_min = wk.lo_min, wlo_max = wk.lo_max, whi_min = wk.hi_min, whi_max = wk.hi_max;
+    unsigned qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+        ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+    if (q_empty) {
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(q_empty);
+    }
+
+    float M[2], l[2], W[2], D[2], F0[2] = {0.0f, 0.0f}; /* F0: XS, first_key_pick's */
+    /* XS: each row's causal diagonal (stats.h's pos_i); left: no row of the warp sees a key right
+     * of its diagonal (causal, or a mask whose rows end there: the usual padded-batch one) */
+    int pos[2];
+    bool left = true;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        M[hr] = -INFINITY, l[hr] = 0.0f, W[hr] = 0.0f, D[hr] = 0.0f;
+        pos[hr] = XS ? rows[warp * 16 + hr * 8 + gq] + si.lk - si.lq : 0;
+        if (XS && lo[hr] <= hi[hr] && hi[hr] > pos[hr])
+            left = false;
+    }
+    if (XS)
+        left = __all_sync(0xffffffffu, left);
+    float sa[NT][4], sb[NT][4];
+
+    auto fold = [&](float (&s)[NT][4], int t) {
+        const int j0 = t * BN, j1 = j0 + BN - 1;
+        if (j0 > whi_max || j1 < wlo_min)
+            return; /* no row of this warp sees the tile */
+        if (XS && j0 <= wlo_max && j1 >= wlo_min) /* some row's first key is in the tile */
+            first_key_pick<NT>(s, lo, j0, tq, F0);
+        const bool whole = j0 >= wlo_max && j1 <= whi_min;
+        if constexpr (XS && POLY == 0) {
+            /* every key a row sees is at or left of its diagonal (masked keys weigh 0), so every
+             * tile takes fold_lane's one-FFMA distance form (a register for a per-tile test
+             * against the rows' diagonals spilled variants 6-8 at d128; with this form, variants
+             * 7-8 (POLY) spill at d128 and keep the general one) */
+            if (left) {
+                if (p.softcap) {
+                    if (whole)
+                        fold_lane<NT, true, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, true, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                } else {
+                    if (whole)
+                        fold_lane<NT, false, false, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                    else
+                        fold_lane<NT, false, true, POLY, 1>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+                }
+                return;
+            }
+        }
+        if (p.softcap) {
+            if (whole)
+                fold_lane<NT, true, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+            else
+                fold_lane<NT, true, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+        } else {
+            if (whole)
+                fold_lane<NT, false, false, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+            else
+                fold_lane<NT, false, true, POLY, XG>(p, s, M, l, W, lo, hi, j0, tq, D, pos);
+        }
+    };
+    auto release = [&](unsigned tile) {
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&empty[tile & (ST - 1)]);
+    };
+    /* wait for tile it, issue its wgmma into cur, then release and fold tile it-1 (in prev)
+     * while the tensor cores work */
+    auto step = [&](int it, float (&cur)[NT][4], float (&prev)[NT][4]) {
+        const unsigned gt = g + it, st = gt & (ST - 1);
+        mbar_wait(&full[st], (gt / ST) & 1);
+        const unsigned long long kd = wg_desc_sw128(sk + (size_t)st * S::TILE_BYTES);
+        reg_fence(cur);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            wgmma_op<NT, false, F16>::run(cur, qf[ks], 0ull,
+                                          wg_desc_advance(kd, (ks >> 2) * BN * 128 + (ks & 3) * 32),
+                                          ks > 0);
+        wgmma_commit();
+        reg_fence(cur);
+        wgmma_wait<1>(prev);
+        reg_fence(prev);
+        if (it > 0) { /* tile it-1 is no longer read by this warp's warpgroup */
+            release(gt - 1);
+            fold(prev, t_first + it - 1);
+        }
+    };
+    /* tiles in pairs, with no branch around a wgmma (see stats_wgmma_kernel) */
+    for (int it = 0; it < ntiles; it += 2) {
+        step(it, sa, sb);
+        step(it + 1, sb, sa);
+        wgmma_wait<0>(sb); /* nothing in flight across the loop's edge: no serialisation */
+        reg_fence(sb);
+    }
+    if (ntiles > 0) {
+        if (release_last)
+            release(g + ntiles - 1);
+        fold(sb, t_first + ntiles - 1);
+    }
+    g += ntiles;
+
+    warp_rows_done<XS>(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc, D, F0);
+}
+
+/* The (head, block) of item i of the grid: causal blocks differ in length (the last rows see every
+ * key), so with lpt the longest first, every head's and sequence's before any shorter one (the
+ * short ones then fill the last wave instead of a long one running alone at the end); else head
+ * by head. */
+static __device__ __forceinline__ void ws_item(const kparams &p, long long i, int *h, int *x)
+{
+    if (p.lpt && !p.packed) {
+        const int r = (int)(i / p.hq);
+        *h = (int)(i % p.hq);
+        *x = (r % p.batch) * p.nblk + (p.nblk - 1 - r / p.batch);
+    } else {
+        *h = (int)(i / p.blocks_per_head);
+        *x = (int)(i % p.blocks_per_head);
+    }
+}
+
+#endif
+
+/* ---- variants 6-9: one CTA per block -------------------------------------------------------- */
+
+/* grid (blocks_per_head, Hq), block NTH: warps 0 .. 4*NCW-1 the consumer warpgroups (warp w: rows
+ * [w*16, w*16 + 16) of the CTA's BM sampled rows), the last four the producer warpgroup (one thread
+ * of it copies). q: [B, Hq, Nq, D] by strides; K through the tensor map p.ktm. parts: [Hq,
+ * blocks_per_head]. */
+template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
+__global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
+    stats_ws_kernel(const __grid_constant__ kparams p, part *parts)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (gate_closed(p.gate, p.gate_general))
+        return;
+    using S = ws_shape<DP, NCW, BN_>;
+    constexpr int NTH = S::NTH, BN = S::BN, BM = S::BM, LDQ = S::LDQ;
+    constexpr int ST = S::STAGES, PRODUCER = NCW * 4;
+    static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
+    static_assert(DP % 64 == 0, "K tiles are whole 64-element swizzle columns");
+    extern __shared__ __align__(128) unsigned char ws_smem[];
+    unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
+    unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES);
+    int *s_row = (int *)(sq + BM * LDQ);
+    __shared__ int s_range[2];
+    __shared__ unsigned long long s_full[ST], s_empty[ST];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int h, x;
+    ws_item(p, (long long)blockIdx.y * gridDim.x + blockIdx.x, &h, &x);
+    part acc;
+    part_init(acc);
+    seqinfo si;
+    if (!cta_sequence(p, x, &si)) {
+        if (tid == 0)
+            parts[(long long)h * p.blocks_per_head + x] = acc;
+        return;
+    }
+    if (tid == 0) {
+        s_range[0] = 0x7fffffff, s_range[1] = -1;
+        for (int st = 0; st < ST; st++) {
+            mbar_init(&s_full[st], 1);        /* the producer's expect_tx */
+            mbar_init(&s_empty[st], NCW * 4); /* one arrival per consumer warp */
+        }
+        fence_mbar_init();
+    }
+    ws_rows<BM>(p, si, s_row, tid, NTH);
+    __syncthreads();
+    block_key_range<BM>(p, si, h, s_row, s_range, tid, NTH);
+    /* Q by the consumers alone (they wait for their own copies below), so that the producer
+     * starts loading K as soon as the CTA's key range is known */
+    if (warp < PRODUCER)
+        ws_load_q<DP, BM>(p, si, h, s_row, sq, tid, PRODUCER * 32);
+    cp_async_commit();
+    __syncthreads(); /* s_range final, mbarriers initialised */
+
+    const int t_first = s_range[1] >= 0 ? s_range[0] / BN : 0;
+    const int t_last = s_range[1] >= 0 ? s_range[1] / BN : -1;
+    const int ntiles = (t_last - t_first + 2) & ~1;
+    unsigned g = 0;
+    if (warp >= PRODUCER) {
+        setmaxnreg_dec<S::REG_P>();
+        if (warp == PRODUCER && lane == 0 && ntiles > 0) {
+            tma_prefetch_map(&p.ktm);
+            ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
+        }
+        return; /* the copies complete on the mbarriers without this thread; the consumers reduce */
+    }
+    setmaxnreg_inc<S::REG_C>();
+    cp_async_wait<0>();
+    named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
+    ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
+                                 g, false, acc);
+    block_store_part<PRODUCER>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+#endif
+}
+
+/* ---- variants 10-11: persistent CTAs ------------------------------------------------------- */
+
+/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
+ * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
+ * key range into one of two info slots, its Q rows by cp.async) and one thread of it loads its K
+ * tiles into the ring, which runs on across blocks; the consumers take each block when its slot
+ * and its Q are ready (mbarriers info_full, q_full) and hand them back (info_empty after the rows'
+ * results, q_empty once Q is in their registers). So the next block's rows, Q and first tiles load
+ * while the consumers finish the current one, and no CTA starts or ends between blocks. */
+template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
+__global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
+    stats_wsp_kernel(const __grid_constant__ kparams p, part *parts)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (gate_closed(p.gate, p.gate_general))
+        return;
+    using S = ws_shape<DP, NCW, BN_, true>;
+    constexpr int BN = S::BN, BM = S::BM, LDQ = S::LDQ, ST = S::STAGES, PRODUCER = NCW * 4;
+    static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
+    extern __shared__ __align__(128) unsigned char ws_smem[];
+    unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
+    unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES);
+    int *s_rows = (int *)(sq + BM * LDQ); /* two slots of BM */
+    __shared__ int s_range[2][2], s_tf[2], s_nt[2];
+    __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[2], s_info_empty[2];
+    __shared__ unsigned long long s_q_full, s_q_empty;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (tid == 0) {
+        for (int st = 0; st < ST; st++) {
+            mbar_init(&s_full[st], 1);
+            mbar_init(&s_empty[st], NCW * 4);
+        }
+        for (int sl = 0; sl < 2; sl++) {
+            mbar_init(&s_info_full[sl], 1);
+            mbar_init(&s_info_empty[sl], NCW * 4);
+        }
+        mbar_init(&s_q_full, 1);
+        mbar_init(&s_q_empty, NCW * 4);
+        fence_mbar_init();
+    }
+    __syncthreads();
+    const long long items = (long long)p.blocks_per_head * p.hq;
+    unsigned g = 0; /* the ring's tiles so far */
+    int m = 0;      /* the blocks so far that have a sequence */
+    if (warp >= PRODUCER) {
+        setmaxnreg_dec<S::REG_P>();
+        const int pt = tid - PRODUCER * 32;
+        if (pt == 0)
+            tma_prefetch_map(&p.ktm);
+        for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+            int h, x;
+            ws_item(p, i, &h, &x);
+            seqinfo si;
+            if (!cta_sequence(p, x, &si))
+                continue;
+            const int slot = m & 1;
+            int *rows = s_rows + slot * BM;
+            if (m >= 2) /* the consumers are done with the block that used this slot */
+                mbar_wait(&s_info_empty[slot], ((m >> 1) - 1) & 1);
+            if (pt == 0)
+                s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;
+            ws_rows<BM>(p, si, rows, pt, 128);
+            named_bar_sync<3, 128>();
+            block_key_range<BM>(p, si, h, rows, s_range[slot], pt, 128);
+            if (m >= 1) /* the previous block's Q is in the consumers' registers */
+                mbar_wait(&s_q_empty, (m - 1) & 1);
+            ws_load_q<DP, BM>(p, si, h, rows, sq, pt, 128);
+            cp_async_commit();
+            cp_async_wait<0>();
+            named_bar_sync<3, 128>(); /* every row, the key range and every Q copy done */
+            if (pt == 0) {
+                const int t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
+                const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
+                const int ntiles = (t_last - t_first + 2) & ~1;
+                s_tf[slot] = t_first, s_nt[slot] = ntiles;
+                mbar_arrive(&s_info_full[slot]);
+                mbar_arrive(&s_q_full);
+                ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
+            }
+            m++;
+        }
+        return;
+    }
+    setmaxnreg_inc<S::REG_C>();
+    for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+        int h, x;
+        ws_item(p, i, &h, &x);
+        part acc;
+        part_init(acc);
+        seqinfo si;
+        if (!cta_sequence(p, x, &si)) {
+            if (tid == 0)
+                parts[(long long)h * p.blocks_per_head + x] = acc;
+            continue;
+        }
+        const int slot = m & 1;
+        mbar_wait(&s_info_full[slot], (m >> 1) & 1);
+        mbar_wait(&s_q_full, m & 1);
+        ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
+                                     s_nt[slot], sk, s_full, s_empty, g, true, acc);
+        __syncwarp();
+        if (lane == 0) /* rows[] read for the last time (row_done) */
+            mbar_arrive(&s_info_empty[slot]);
+        block_store_part<PRODUCER>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+        m++;
+    }
+#endif
+}
+
+/* ---- the instances: variants 6-11 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
+ * inputs only, in the tables of ws_sm90.cu (XS = false: stats_ws_sm90) and ws_sm90_xs.cu (XS = true,
+ * stats_ws_sm90_xs: the fold also computes sink mass and distance, for the runs that ask for them:
+ * stats_problem.want). Two files, so that the two sets compile side by side. POLY: of every 8 n8
+ * blocks of a tile, how many take their exps on the FMA pipe. Variants 7 and 8 (bench only) have
+ * no XS instance (an empty row: the XS = 1 form spilled them at d128). */
+
+#define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)                                      \
+    { DP, ws_shape<DP, NCW, BN>::BM, ws_shape<DP, NCW, BN>::NTH,                                   \
+      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN, XS>,                          \
+      K<DP, true, POLY, NCW, BN, XS>, "wgmma bf16 d" #DP " " TAG XTAG,                             \
+      "wgmma f16 d" #DP " " TAG XTAG, #K, NULL, NULL, PERSIST }
+#define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)                                       \
+    {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, XS, XTAG),                                         \
+     WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)}
+/* A variant without an instance in a table (zeros: launch.cu takes a NULL kernel as none). */
+#define WS_NONE {{}, {}}
+
+#endif /* ATTNSTAT_CUDA_WS_SM90_CUH */

@@ -1,0 +1,17 @@
+/* ws_sm90_xs.cu — variants 6-11 (ws_sm90.cuh) with sink mass and distance in the fold (XS), for
+ * the runs that ask for them (stats_problem.want); variants 7 and 8 have none. Exports
+ * stats_ws_sm90_xs (kernels.h). Built beside ws_sm90.cu so that the two compile in parallel.
+ *
+ * Build alone (as kernels/cuda.cmake does):
+ *   nvcc -std=c++17 -O3 -Ikernels -Ivocab -gencode=arch=compute_90a,code=sm_90a \
+ *     -Xptxas=-v -c kernels/cuda/ws_sm90_xs.cu */
+#include "ws_sm90.cuh"
+
+const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP] = {
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, true, " +sd"),          /* variant 6 */
+    WS_NONE,                                                                     /* 7 */
+    WS_NONE,                                                                     /* 8 */
+    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, true, " +sd"),   /* 9 */
+    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, true, " +sd"),    /* 10 */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, true, " +sd"), /* 11 */
+};
