@@ -153,6 +153,7 @@ def run_values(args):
         cu = c.get("cu")
         comp = c.get("compute")
         ok = client.push(i, 0, c["q"], c["k"], v=c.get("v"), causal=c["causal"], want_results=True,
+                         stats=args.stats,
                          cu_seqlens_q=cu, cu_seqlens_k=cu, layout=c.get("layout", "bhnd"),
                          attn_mask=c.get("mask"),
                          compute_dtype=str(comp).split(".")[-1] if comp is not None else None)
@@ -164,7 +165,7 @@ def run_values(args):
     st = client.stats()
     out = dict(cases=[{k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in c.items()}
                       for c in cases], results=results, stats=st, held_after_push=held_after_push,
-               devices=client.devices)
+               devices=client.devices, stats_asked=args.stats is not None)
     torch.save(out, args.out)
     client.close()
     print(json.dumps({k: st[k] for k in ("pushed", "acked", "rejected", "cuda_zero_copy",
@@ -177,7 +178,8 @@ def _save_monitored(args, client, mon, calls, results, extra=None):
     counters = {k: getattr(mon, k) for k in ("calls", "pushed", "skipped", "rejected", "dropped",
                                              "errors")}
     counters["skipped_by"] = dict(mon.skipped_by)
-    out = dict(calls=calls, results=results, monitor=counters, stats=client.stats())
+    out = dict(calls=calls, results=results, monitor=counters, stats=client.stats(),
+               stats_asked=args.stats is not None)
     out.update(extra or {})
     torch.save(out, args.out)
     client.close()
@@ -219,7 +221,7 @@ def run_llama(args):
         return orig(module, query, key, value, attention_mask, *a, **kw)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = seen
     try:
-        mon = at.monitor(client, every=1, model=model, want_results=True)
+        mon = at.monitor(client, every=1, model=model, want_results=True, stats=args.stats)
         with mon:
             doors = list(mon.doors_open)
             for _ in range(2):
@@ -411,7 +413,7 @@ def run_gptoss(args):
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
     pushes = record_pushes(client)
-    with at.monitor(client, every=1, model=fwd, want_results=True) as mon:
+    with at.monitor(client, every=1, model=fwd, want_results=True, stats=args.stats) as mon:
         for _ in range(2):
             loss = fwd(input_ids=ids, labels=ids).loss
             loss.backward()
@@ -627,6 +629,8 @@ def main():
     ap.add_argument("--cases", default="paths", choices=("paths", "inputs"),
                     help="values: make_cases (paths) or make_input_cases (inputs)")
     ap.add_argument("--fullgraph", action="store_true", help="llama-compiled: fullgraph=True")
+    ap.add_argument("--stats", default=None,
+                    help="values, llama, gptoss: the statistics asked for (push / monitor stats=)")
     ap.add_argument("--compile", action="store_true", help="flex-byname, gptoss: compiled")
     ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
     args = ap.parse_args()
