@@ -491,9 +491,9 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
     const uint32_t stats = e->size >= PUSH_EXT_SIZE_V4 ? e->stats : 0;
     if (stats & ~(uint32_t)ATTNSTAT_STATS_ALL)
         return client_fail(c, ATTNSTAT_EINVAL, "stats 0x%x asks for statistics that do not exist "
-                           "(bits 0x%x): an OR of ATTNSTAT_STATS_* (ATTNSTAT_STATS_ALL is 0x%x), or "
-                           "0 for the defaults", stats, stats & ~(uint32_t)ATTNSTAT_STATS_ALL,
-                           (unsigned)ATTNSTAT_STATS_ALL);
+                           "(bits 0x%x): an OR of ATTNSTAT_STATS_* (ATTNSTAT_STATS_ALL is "
+                           "0x%x), or 0 for the defaults", stats,
+                           stats & ~(uint32_t)ATTNSTAT_STATS_ALL, (unsigned)ATTNSTAT_STATS_ALL);
     if (stats != 0 && stats != ATTNSTAT_STATS_DEFAULT && !(c->features & CLIENT_FEATURE_STATS))
         return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no choice of statistics (its "
                            "HelloReply does not list \"stats\"), and would compute the defaults "

@@ -135,7 +135,7 @@ static void check_wire(Attnstat__HeadStats **hs, size_t n, const stats_head ref[
         ck_assert_uint_eq(hs[h]->rows_norm, (uint64_t)ref[h].rows_norm);
 #define X(name, ...)                                                                               \
     ck_assert_msg(hs[h]->has_##name == ((asked & VOCAB_BIT(name)) != 0),                          \
-                  "%s (stats 0x%x) head %d: " #name " %s", where, want, h,                          \
+                  "%s (stats 0x%x) head %d: " #name " %s", where, want, h,                        \
                   hs[h]->has_##name ? "present, not asked for" : "asked for, absent");             \
     ck_assert_msg(!hs[h]->has_##name || dh_close_to_reference(hs[h]->name, ref[h].name),           \
                   "%s head %d: " #name " %.17g, reference %.17g", where, h, hs[h]->name,          \
@@ -172,7 +172,8 @@ static void check_store(fixture *f, uint32_t layer, int64_t step, const stats_he
         int null = sqlite3_column_type(st, col) == SQLITE_NULL;                                    \
         ck_assert_msg(null == !(asked & VOCAB_BIT(name)), "layer %u head %d (stats 0x%x): " #name \
                       " stored %s", layer, h, want, null ? "NULL, asked for" : "not asked for");  \
-        ck_assert_msg(null || dh_close_to_reference(sqlite3_column_double(st, col), ref[h].name),   \
+        ck_assert_msg(null ||                                                                      \
+                          dh_close_to_reference(sqlite3_column_double(st, col), ref[h].name),     \
                       "layer %u head %d: " #name " stored %.17g, reference %.17g", layer, h,      \
                       sqlite3_column_double(st, col), ref[h].name);                                \
         col++;                                                                                     \
@@ -322,7 +323,8 @@ START_TEST(test_unknown_bits_refused_then_served)
     stats_head ref[HQ];
     fresh_data(&f, ref);
     char hex[32];
-    static const uint32_t bad[] = {1u << VOCAB_NSTATS, 0xffffffffu, VOCAB_BIT(entropy_mean) | 1u << 31};
+    static const uint32_t bad[] = {1u << VOCAB_NSTATS, 0xffffffffu,
+                                   VOCAB_BIT(entropy_mean) | 1u << 31};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         push_asking(&f, 300 + i, 9, 0, 1, bad[i]);
         char msg[512];

@@ -261,7 +261,8 @@ END_TEST
 
 /* The masks of attnstat_push_ext.stats against the table, so that they never drift: the rows of
  * each ask name, the defaults (dflt VOCAB_ON) and every row. */
-_Static_assert(ATTNSTAT_STATS_DEFAULT == VOCAB_STATS_DEFAULT, "ATTNSTAT_STATS_DEFAULT is vocab.h's");
+_Static_assert(ATTNSTAT_STATS_DEFAULT == VOCAB_STATS_DEFAULT,
+               "ATTNSTAT_STATS_DEFAULT is vocab.h's");
 _Static_assert(ATTNSTAT_STATS_ALL == VOCAB_STATS_ALL, "ATTNSTAT_STATS_ALL is vocab.h's");
 
 START_TEST(test_stats_masks)
