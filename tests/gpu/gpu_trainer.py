@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in training process for tests/gpu/test_gpu.py: pushes CUDA tensors to attnstatd through
-the Python binding, in a process of its own.
+the Python binding, in a process of its own. Every push whose values test_gpu.py checks asks for
+every statistic (stats="all"), so that the sink mass and the distance are checked too.
 
     gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N] [--cases inputs]
         pushes the fixed cases (make_cases; --cases inputs: make_input_cases, every dtype x both
@@ -154,7 +155,7 @@ def run_values(args):
         comp = c.get("compute")
         ok = client.push(i, 0, c["q"], c["k"], v=c.get("v"), causal=c["causal"], want_results=True,
                          cu_seqlens_q=cu, cu_seqlens_k=cu, layout=c.get("layout", "bhnd"),
-                         attn_mask=c.get("mask"),
+                         attn_mask=c.get("mask"), stats="all",
                          compute_dtype=str(comp).split(".")[-1] if comp is not None else None)
         if not ok:
             raise SystemExit("push %d (%s) was dropped: %s" % (i, c["name"], client.stats()))
@@ -219,7 +220,7 @@ def run_llama(args):
         return orig(module, query, key, value, attention_mask, *a, **kw)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = seen
     try:
-        mon = at.monitor(client, every=1, model=model, want_results=True)
+        mon = at.monitor(client, every=1, model=model, want_results=True, stats="all")
         with mon:
             doors = list(mon.doors_open)
             for _ in range(2):
@@ -257,7 +258,7 @@ def run_flex(args):
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
     calls = []
-    mon = at.monitor(client, every=1, doors=("flex",), want_results=True)
+    mon = at.monitor(client, every=1, doors=("flex",), want_results=True, stats="all")
     with mon:
         for layer, name in enumerate(masks):
             q = (torch.randn(B, H, N, D, generator=g) * 1.5).to(dev, torch.bfloat16)
@@ -338,7 +339,7 @@ def run_llama_compiled(args):
     mons, graphs = [], []
     for every, start, steps in ((1, 0, 2), (2, 10, 4), (1, 20, 1)):
         with at.monitor(client, every=every, start_step=start, model=hooked,
-                        want_results=True) as mon:
+                        want_results=True, stats="all") as mon:
             train(steps)
         mons.append(mon)
         graphs.append(_graphs())
@@ -377,7 +378,7 @@ def run_flex_byname(args):
     results = {}
     client.on_result(lambda seq, step, layer_, heads: results.__setitem__((step, layer_), heads))
     pushes = record_pushes(client)
-    with at.monitor(client, every=1, want_results=True) as mon:
+    with at.monitor(client, every=1, want_results=True, stats="all") as mon:
         for step in range(2):
             for _ in range(2):
                 q = (torch.randn(B, H, N, D, generator=g) * 1.5).to(dev, torch.bfloat16)
@@ -411,7 +412,7 @@ def run_gptoss(args):
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
     pushes = record_pushes(client)
-    with at.monitor(client, every=1, model=fwd, want_results=True) as mon:
+    with at.monitor(client, every=1, model=fwd, want_results=True, stats="all") as mon:
         for _ in range(2):
             loss = fwd(input_ids=ids, labels=ids).loss
             loss.backward()
@@ -444,7 +445,7 @@ def run_tp(args):
     run = os.environ.get("ATTNSTAT_TEST_RUN", args.run)
     client = attnstat.Client(socket=args.socket, run=run, rank=rank)
     pushes = record_pushes(client)
-    with at.monitor(client, every=1, model=model) as mon:
+    with at.monitor(client, every=1, model=model, stats="all") as mon:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             model(input_ids=ids).logits.sum().backward()
     if not client.flush(timeout_s=120):
