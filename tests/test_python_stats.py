@@ -6,7 +6,8 @@ Offline: the names and their bits come from vocab.h's table (attnstat._vocab.STA
 i, a name stands for the rows that ask by it, the defaults are the rows marked VOCAB_ON); every
 form (None, "all", "default", a name, an iterable, the bits) parses to those bits, and anything
 else raises ValueError listing the valid names, before the library is called; attnstat_push_ext
-gets the bits. The float64 reference's sink mass and distance on a case with a known answer.
+gets the bits, and a libattnstat too old to read them makes the push raise ENOTSUP. The float64
+reference's sink mass and distance on a case with a known answer.
 End to end (when attnstatd is built): pushes asking for different statistics through a real
 daemon get exactly those back (results and store), equal to the float64 reference; the monitor's
 stats="all" stores the sink mass and distance of every call. The monitor's own checks (at
@@ -104,6 +105,17 @@ class TestStatsChoice(unittest.TestCase):
             e = ctypes.cast(ext.fill(LIB), ctypes.POINTER(_lib.PushExt)).contents
             self.assertEqual(e.stats, want, "stats=%r" % (stats,))
             self.assertGreaterEqual(e.size, _lib.PUSH_EXT_SIZE_STATS)
+        # a libattnstat whose struct ends before stats would compute the defaults: refused
+        saved = _lib.PUSH_EXT_SIZE_STATS
+        _lib.PUSH_EXT_SIZE_STATS = ctypes.sizeof(_lib.PushExt) + 1
+        try:
+            with self.assertRaises(attnstat.AttnstatError) as cm:
+                _pushargs._Ext(None, None, None, None, stats=self.all).fill(LIB)
+            self.assertEqual(cm.exception.code, _lib.ENOTSUP)
+            self.assertIn("this one is older", str(cm.exception))
+            _pushargs._Ext(None, None, None, None, stats=0).fill(LIB)  # asks nothing: fine
+        finally:
+            _lib.PUSH_EXT_SIZE_STATS = saved
 
 
 @need_lib
