@@ -69,6 +69,7 @@ typedef enum {
 #define CLIENT_FEATURE_COMPUTED 8u      /* "computed": results computed by the client (local.c) */
 #define CLIENT_FEATURE_LAYOUT 16u       /* "layout" */
 #define CLIENT_FEATURE_SINKS 32u        /* "sinks" */
+#define CLIENT_FEATURE_STATS 64u        /* "stats": Push.stats, a push's choice of statistics */
 
 typedef struct local_state local_state; /* local.c */
 

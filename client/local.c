@@ -67,6 +67,7 @@ typedef struct {
     int dev;
     int32_t nheads;
     int want_results;
+    uint32_t want;        /* the statistics asked for: the others are made absent before sending */
     stats_head *heads;    /* its slot in the device's arena */
     cudaEvent_t in, done;
 } local_entry;
@@ -226,6 +227,7 @@ static void local_problem(attnstat_client *c, const attnstat_push_opts *o, const
         p->sinks = t->sinks->data;
         p->sinks_dtype = (stats_dtype)t->sinks->dtype;
     }
+    p->want = t->stats; /* the tensor-core kernels compute sink_mass and distance when asked */
 }
 
 /* ---- Push ------------------------------------------------------------------------------------- */
@@ -365,6 +367,7 @@ attnstat_code local_push(attnstat_client *c, const attnstat_push_opts *o, const 
     en.dev = d;
     en.nheads = p.heads_q;
     en.want_results = o->want_results != 0;
+    en.want = p.want;
     ls->q[(ls->head + ls->n) % ls->cap] = en;
     ls->n++;
     ld->busy++;
@@ -393,6 +396,8 @@ static attnstat_code local_send(attnstat_client *c, const local_entry *en)
     Attnstat__HeadStats **ptrs = malloc(n * sizeof *ptrs);
     attnstat_code rc = ATTNSTAT_ENOMEM;
     if (hs && ptrs) {
+        /* what was asked, whichever kernel ran: as the daemon keeps its own results */
+        stats_head_keep(en->heads, en->nheads, en->want);
         for (size_t i = 0; i < n; i++) {
             HEAD_PB_FILL(&hs[i], (uint32_t)i, &en->heads[i]);
             ptrs[i] = &hs[i];

@@ -24,11 +24,12 @@
 #include "client_internal.h"
 
 /* The tensors of one local push (q and k; the mask, the device packed offsets and the sinks when
- * given). */
+ * given), and what it asks for. */
 typedef struct {
     const attnstat_tensor *q, *k, *mask, *cu_q, *cu_k, *sinks;
     int32_t compute_dtype; /* -1: the tensors' own precision */
     int32_t stream_waits;  /* 1: the caller's stream waits for the computation (no copy kept) */
+    uint32_t stats;        /* the statistics asked for (the problem's want); 0: the defaults */
 } local_tensors;
 
 /* Enqueues the computation of push seq (its in-flight slot given) on the tensors' device. OK, or

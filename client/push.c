@@ -41,6 +41,7 @@ typedef struct {
     int iv, imask, icu, isinks; /* where v, the mask, cu_q and the sinks are in t[]; -1: absent */
     int32_t compute_dtype;     /* -1: not sent */
     int32_t stream_waits;      /* local mode: the caller's stream waits for the computation */
+    uint32_t stats;            /* the statistics asked for (ATTNSTAT_STATS_*); 0: the defaults */
 } push_set;
 
 static void push_set_add(push_set *s, const attnstat_tensor *t, const char *name, int *index)
@@ -270,6 +271,8 @@ static attnstat_code push_send(attnstat_client *c, const attnstat_push_opts *o, 
         p.cu_seqlens_k_ref = &refs[set->icu + 1];
     }
     p.sinks = set->isinks >= 0 ? &refs[set->isinks] : NULL;
+    p.has_stats = set->stats != 0;
+    p.stats = set->stats;
     p.has_compute_dtype = set->compute_dtype >= 0;
     p.compute_dtype = set->compute_dtype >= 0 ? (Attnstat__Dtype)set->compute_dtype
                                               : ATTNSTAT__DTYPE__F32;
@@ -428,10 +431,17 @@ void attnstat_push_ext_init(attnstat_push_ext *e)
     e->compute_dtype = -1;
 }
 
-/* attnstat_push_ext as it was before sinks, and before stream_waits: a caller built against
- * that attnstat.h passes this size, and its push has no sinks (does not wait). */
+/* attnstat_push_ext as it was before sinks, before stream_waits and before stats: a caller built
+ * against that attnstat.h passes a size under the field's end, and its push has no sinks (does not
+ * wait, asks for the defaults). The struct before stats ended at stream_waits (its size, padded,
+ * is reserved2's end on 64-bit systems: reserved2 keeps stats past it). */
 #define PUSH_EXT_SIZE_V1 offsetof(attnstat_push_ext, sinks)
 #define PUSH_EXT_SIZE_V2 offsetof(attnstat_push_ext, stream_waits)
+#define PUSH_EXT_SIZE_V3 offsetof(attnstat_push_ext, reserved2)
+#define PUSH_EXT_SIZE_V4 (offsetof(attnstat_push_ext, stats) + sizeof(uint32_t))
+_Static_assert(PUSH_EXT_SIZE_V4 > (PUSH_EXT_SIZE_V3 + _Alignof(void *) - 1) / _Alignof(void *) *
+                                      _Alignof(void *),
+               "stats lies past the end of the struct before it, its tail padding included");
 
 /* The sinks' checks: [1, Hq, 1, 1] of a floating-point dtype in q's memory, contiguous along the
  * heads in CUDA memory (the daemon and local mode read them in place), a daemon that takes them. */
@@ -474,10 +484,21 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
     if (e->size < PUSH_EXT_SIZE_V1)
         return client_fail(c, ATTNSTAT_EINVAL, "attnstat_push_ext.size is %u, not %zu: initialise "
                            "it with attnstat_push_ext_init", e->size, sizeof *e);
-    /* the fields a caller's attnstat.h had: sinks and stream_waits only where its struct holds
-     * them */
+    /* the fields a caller's attnstat.h had: sinks, stream_waits and stats only where its struct
+     * holds them */
     const attnstat_tensor *sinks = e->size >= PUSH_EXT_SIZE_V2 ? e->sinks : NULL;
-    const int32_t waits = e->size >= sizeof *e ? e->stream_waits : 0;
+    const int32_t waits = e->size >= PUSH_EXT_SIZE_V3 ? e->stream_waits : 0;
+    const uint32_t stats = e->size >= PUSH_EXT_SIZE_V4 ? e->stats : 0;
+    if (stats & ~(uint32_t)ATTNSTAT_STATS_ALL)
+        return client_fail(c, ATTNSTAT_EINVAL, "stats 0x%x asks for statistics that do not exist "
+                           "(bits 0x%x): an OR of ATTNSTAT_STATS_* (ATTNSTAT_STATS_ALL is "
+                           "0x%x), or 0 for the defaults", stats,
+                           stats & ~(uint32_t)ATTNSTAT_STATS_ALL, (unsigned)ATTNSTAT_STATS_ALL);
+    if (stats != 0 && stats != ATTNSTAT_STATS_DEFAULT && !(c->features & CLIENT_FEATURE_STATS))
+        return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no choice of statistics (its "
+                           "HelloReply does not list \"stats\"), and would compute the defaults "
+                           "instead of stats 0x%x: upgrade the daemon", stats);
+    set->stats = stats;
     if (waits != 0 && waits != 1)
         return client_fail(c, ATTNSTAT_EINVAL, "stream_waits is %d: 0 or 1", waits);
     if (waits && (q->mem != ATTNSTAT_MEM_CUDA || !c->local_on))
@@ -620,7 +641,7 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
                             set.icu >= 0 ? set.t[set.icu] : NULL,
                             set.icu >= 0 ? set.t[set.icu + 1] : NULL,
                             set.isinks >= 0 ? set.t[set.isinks] : NULL, set.compute_dtype,
-                            set.stream_waits};
+                            set.stream_waits, set.stats};
         rc = local_push(c, o, &lt, seq, slot);
         if (rc == ATTNSTAT_OK && seq_out)
             *seq_out = seq; /* its tensors are read until its kernel is done: held */

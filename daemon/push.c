@@ -392,7 +392,7 @@ int push_computed(push *u)
         Attnstat__Envelope env;
         conn_write(p->c, envelope_release(&env, &rel, u->seq), 1);
     }
-    const worker_job *job = &u->job;
+    worker_job *job = &u->job;
     if (job->status != STATS_OK) {
         char msg[400];
         snprintf(msg, sizeof msg, "not computed: %s", job->err.msg);
@@ -404,6 +404,12 @@ int push_computed(push *u)
         push_answer(u, code, msg, NULL, NULL);
         return -1;
     }
+    /* A result carries the statistics the push asked for, whichever backend (the CPU worker, a
+     * GPU worker's kernel) computed more: here, before the heads go to the store, the alerts,
+     * the per-head metrics and the Ack. A Computed message's heads are the client's, blanked
+     * there already. */
+    if (!u->local)
+        stats_head_keep(job->heads, job->prob.heads_q, job->prob.want);
     batch_item *it = &u->item;
     it->owner = u;
     it->run_id = p->run_id;

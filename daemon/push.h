@@ -10,8 +10,9 @@
  *             A push refused on the way (no Hello, shutting down, invalid, over the client's or
  *             the worker's limit) is answered at once and freed: it never exists past the call.
  *   computed  the worker hands its job back on the loop thread (push_of_job); push_computed()
- *             lets go of its memory (Release sent to the client); a failed computation is
- *             answered and freed there.
+ *             lets go of its memory (Release sent to the client) and keeps in its heads only the
+ *             statistics the Push asked for (Push.stats: the others made absent, whichever
+ *             backend computed them); a failed computation is answered and freed there.
  *   batched   push_item(): its results, as the batch's item; the batch owns it until it answers.
  *   acked     push_answer() (push_of_item): the Ack to its client, with the per-head results when
  *             it asked for them, and a Result to the subscribers;
@@ -52,8 +53,9 @@ void push_receive_computed(const stage_ctx *x, peer *p, const Attnstat__Computed
 push *push_of_job(worker_job *job);
 push *push_of_item(batch_item *it);
 
-/* Computed: the memory is let go of and Release sent. 0: it goes on to the batch (push_item);
- * -1: the computation failed, the push was answered (FAILED) and freed. */
+/* Computed: the memory is let go of and Release sent; the statistics not asked for are made
+ * absent (stats_head_keep). 0: it goes on to the batch (push_item); -1: the computation failed,
+ * the push was answered (FAILED) and freed. */
 int push_computed(push *u);
 batch_item *push_item(push *u);
 

@@ -238,7 +238,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     rep.n_served_devices = nserved;
     rep.served_devices = served;
     static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed", "layout",
-                               "sinks"};
+                               "sinks", "stats"};
     rep.n_features = sizeof features / sizeof features[0];
     rep.features = features;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;

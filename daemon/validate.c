@@ -372,6 +372,13 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "sample_every (%u) and sample_rows (%u) must be under 2^31", push->sample_every,
                     push->sample_rows);
+    if (push->has_stats && !stats_want_valid(push->stats))
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                    "stats 0x%x asks for statistics this daemon does not have (bits 0x%x): bit i "
+                    "asks for row i of vocab.h's VOCAB_STATS, rows 0..%d here (a mask within "
+                    "0x%x; 0: the defaults); a client newer than this daemon: upgrade attnstatd",
+                    push->stats, push->stats & ~(uint32_t)VOCAB_STATS_ALL, VOCAB_NSTATS - 1,
+                    (uint32_t)VOCAB_STATS_ALL);
 
     stats_problem *p = &plan->prob;
     stats_problem_init(p);
@@ -402,6 +409,7 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     p->sample_seed = push->sample_seed;
     p->collapse_threshold = lim->collapse_threshold;
     p->compute_dtype = push->has_compute_dtype ? (stats_dtype)push->compute_dtype : STATS_F32;
+    p->want = push->has_stats ? push->stats : 0;
     if (push->mask) {
         p->mask.ptr = cuda ? (const void *)device_placeholder
                            : (const char *)mk.buf->base + push->mask->offset;

@@ -74,7 +74,8 @@ Attnstat__Code validate_computed(const Attnstat__Computed *m, stats_head *out, c
                                  size_t msglen);
 
 /* Returns ATTNSTAT__CODE__OK with *plan filled (free with validate_plan_free), or an error code
- * with msg set (plan left empty). */
+ * with msg set (plan left empty). The problem's want is the Push's stats (0 when unset: the
+ * defaults); a stats bit past vocab.h's rows is BAD_REQUEST. */
 Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn lookup, void *ctx,
                              const validate_limits *lim, validate_plan *plan, char *msg,
                              size_t msglen);

@@ -333,14 +333,15 @@ typedef struct {
     double threshold;
 } attnstat_alert;
 
-/* Per-head statistics of one push (want_results) or of a subscribed result stream. */
+/* Per-head statistics of one push (want_results) or of a subscribed result stream. A statistic
+ * the push did not ask for (attnstat_push_ext.stats; by default sink_mass and distance) is NaN. */
 typedef struct {
     uint32_t head;
     int32_t sampled;
     uint64_t rows, rows_norm, rows_empty, nonfinite_rows;
     double entropy_mean, entropy_std, entropy_min, entropy_max;
     double entropy_norm_mean, collapsed_frac, max_logit;
-    double sink_mass, distance;  /* NaN where not computed (an older attnstatd) */
+    double sink_mass, distance;  /* NaN where not asked for, or not computed (an older attnstatd) */
 } attnstat_head_result;
 
 typedef void (*attnstat_alert_fn)(void *user, const attnstat_alert *alert);
@@ -518,9 +519,24 @@ attnstat_code attnstat_push_ex(attnstat_client *c, const attnstat_push_opts *opt
                                const attnstat_tensor *v, uint64_t *seq_out);
 
 /* ---- Masks, the precision of the logits, device offsets, sinks: attnstat_push2 -------------- *
- * What attention calls of real models carry beyond q and k. A daemon that cannot take one of these
- * (older than this library) makes attnstat_push2 fail with ATTNSTAT_ENOTSUP rather than compute
- * something else. */
+ * What attention calls of real models carry beyond q and k, and which statistics a push asks for.
+ * A daemon that cannot take one of these (older than this library) makes attnstat_push2 fail with
+ * ATTNSTAT_ENOTSUP rather than compute something else. */
+
+/* The statistics a push asks for (attnstat_push_ext.stats), as bit masks: bit i stands for the
+ * i-th statistic of attnstat_head_result (entropy_mean is bit 0, distance bit 8). Those one pass
+ * of the kernels computes together go together: ATTNSTAT_STATS_ENTROPY is the six entropy
+ * statistics (entropy_mean, _std, _min, _max, entropy_norm_mean, collapsed_frac). sink_mass and
+ * distance are off by default: they cost the tensor-core kernels extra time, and are computed only
+ * when asked. */
+#define ATTNSTAT_STATS_ENTROPY 0x3fu
+#define ATTNSTAT_STATS_MAX_LOGIT 0x40u
+#define ATTNSTAT_STATS_SINK_MASS 0x80u
+#define ATTNSTAT_STATS_DISTANCE 0x100u
+#define ATTNSTAT_STATS_DEFAULT (ATTNSTAT_STATS_ENTROPY | ATTNSTAT_STATS_MAX_LOGIT)
+#define ATTNSTAT_STATS_ALL                                                                         \
+    (ATTNSTAT_STATS_DEFAULT | ATTNSTAT_STATS_SINK_MASS | ATTNSTAT_STATS_DISTANCE)
+
 typedef struct {
     uint32_t size;          /* sizeof(attnstat_push_ext): attnstat_push_ext_init sets it */
     int32_t compute_dtype;  /* -1 (default): the tensors' own precision; ATTNSTAT_BF16 or
@@ -558,6 +574,19 @@ typedef struct {
      * computes (a stream cannot wait for another process's work) or the tensors are in host
      * memory. Added after sinks (a caller's older attnstat.h: 0). */
     int32_t stream_waits;
+    /* 0. Holds stats past the end of the struct as it was before stats (where a 64-bit build had
+     * 4 bytes of padding), so that the size of a caller's older struct never covers it. */
+    int32_t reserved2;
+    /* The statistics to compute and report: 0 (default) for the defaults, ATTNSTAT_STATS_DEFAULT
+     * (the entropy statistics and max_logit); or an OR of ATTNSTAT_STATS_* (ATTNSTAT_STATS_ALL:
+     * every one). ATTNSTAT_STATS_SINK_MASS and ATTNSTAT_STATS_DISTANCE cost the tensor-core kernels
+     * extra time and are computed only when asked. A statistic not asked for is absent (NaN in
+     * attnstat_head_result, not stored), whichever kernel computed the push, the counts (rows...)
+     * staying. ATTNSTAT_EINVAL for bits past ATTNSTAT_STATS_ALL; ATTNSTAT_ENOTSUP for anything but
+     * 0 and ATTNSTAT_STATS_DEFAULT when the daemon's HelloReply does not list "stats" (it would
+     * compute the defaults). In local mode the library keeps what was asked the same way. Added
+     * after stream_waits (a caller's older attnstat.h: 0). */
+    uint32_t stats;
 } attnstat_push_ext;
 
 /* Defaults: size set, compute_dtype -1, everything else 0/NULL. */

@@ -172,7 +172,9 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=
     the row max first, then the probabilities; H = -sum p log p. Causal masks are bottom-right
     aligned; cu_q / cu_k (B = 1) split N into packed sequences; every=k keeps rows 0, k, 2k...
     of each sequence. Returns one dict per head:
-    rows, entropy_mean / min / max, max_logit."""
+    rows, entropy_mean / min / max, max_logit, and sink_mass (the mean of each row's probability
+    on its first visible key) and distance (the mean of sum_j p_j |i + Nk - Nq - j| over rows, in
+    positions within the sequence)."""
     q = q.astype(np.float64)
     k = k.astype(np.float64)
     B, Hq, Nq, D = q.shape
@@ -183,7 +185,7 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=
     out = []
     for h in range(Hq):
         kh = h // (Hq // Hkv)
-        ents, maxl = [], -np.inf
+        ents, sinks, dists, maxl = [], [], [], -np.inf
         for b in range(B):
             for (q0, q1), (k0, k1) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
                 s = sc * (q[b, h, q0:q1] @ k[b, kh, k0:k1].T)  # [nq, nk]
@@ -197,10 +199,14 @@ def reference_stats(q, k, causal=False, scale=None, cu_q=None, cu_k=None, every=
                     p /= p.sum()
                     nz = p[p > 0]
                     ents.append(float(-(nz * np.log(nz)).sum()))
+                    sinks.append(float(p[0]))  # keys 0.. are visible: the first is key 0
+                    pos = i + (nk - nq)
+                    dists.append(float((p * np.abs(pos - np.arange(row.size))).sum()))
                     maxl = max(maxl, float(m))
         out.append({"rows": len(ents), "entropy_mean": float(np.mean(ents)),
                     "entropy_min": float(np.min(ents)), "entropy_max": float(np.max(ents)),
-                    "max_logit": maxl})
+                    "max_logit": maxl, "sink_mass": float(np.mean(sinks)),
+                    "distance": float(np.mean(dists))})
     return out
 
 

@@ -85,7 +85,8 @@ END_TEST
 /* ---- A scripted peer -------------------------------------------------------------------------- */
 enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES,
        PEER_LAYOUT, /* PEER_ACK, and its HelloReply lists "layout" */
-       PEER_SINKS /* PEER_ACK, and its HelloReply lists "sinks" */ };
+       PEER_SINKS, /* PEER_ACK, and its HelloReply lists "sinks" */
+       PEER_STATS /* PEER_ACK, and its HelloReply lists "stats" */ };
 
 typedef struct {
     int mode;
@@ -102,6 +103,7 @@ typedef struct {
     Attnstat__ParallelLayout layout;  /* the last one's fields (no pointers in it) */
     const attnstat_tensor *expect_sinks; /* the next pushes' sinks (checked in the ring), or NULL */
     int sinks_seen;                   /* pushes that named sinks */
+    int64_t stats_seen[8];            /* Push.stats of the first 8 pushes; -1: unset */
 } peer;
 
 /* One accepted connection of the peer. */
@@ -127,9 +129,12 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
         hr.run_id = 42;
         hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
         hr.queue_capacity = 8;
-        static char *features[] = {"layout"}, *features_sinks[] = {"sinks"};
-        hr.n_features = p->mode == PEER_LAYOUT || p->mode == PEER_SINKS ? 1 : 0;
-        hr.features = p->mode == PEER_SINKS ? features_sinks : features;
+        static char *features[] = {"layout"}, *features_sinks[] = {"sinks"},
+                    *features_stats[] = {"stats"};
+        hr.n_features = p->mode == PEER_LAYOUT || p->mode == PEER_SINKS || p->mode == PEER_STATS;
+        hr.features = p->mode == PEER_SINKS   ? features_sinks
+                      : p->mode == PEER_STATS ? features_stats
+                                              : features;
         out.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY;
         out.hello_reply = &hr;
         peer_send(k->fd, &out);
@@ -183,6 +188,8 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
             k->stopped = 1; /* reads nothing more, like a SIGSTOP'd daemon */
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_PUSH) {
         Attnstat__Push *pu = env->push;
+        if (p->pushes < 8)
+            p->stats_seen[p->pushes] = pu->has_stats ? (int64_t)pu->stats : -1;
         p->pushes++;
         p->last_offset_q = pu->q->offset;
         if (k->map && p->expect[0]) {
@@ -197,7 +204,8 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
             p->mismatches += k->map ? peer_compare(k->map, k->map_size, pu->sinks, p->expect_sinks)
                                     : 1;
         }
-        if (p->mode == PEER_ACK || p->mode == PEER_LAYOUT || p->mode == PEER_SINKS) {
+        if (p->mode == PEER_ACK || p->mode == PEER_LAYOUT || p->mode == PEER_SINKS ||
+            p->mode == PEER_STATS) {
             Attnstat__Release rl = ATTNSTAT__RELEASE__INIT;
             rl.seq = pu->seq;
             out.msg_case = ATTNSTAT__ENVELOPE__MSG_RELEASE;
@@ -570,6 +578,89 @@ START_TEST(test_push_sinks)
 }
 END_TEST
 
+/* A push's choice of statistics through attnstat_push2 (ext.stats): bits past
+ * ATTNSTAT_STATS_ALL are EINVAL; to a daemon whose HelloReply does not list "stats" anything but 0
+ * and ATTNSTAT_STATS_DEFAULT is ENOTSUP ("upgrade the daemon"), never sent; to one that does, the
+ * Push carries it as given (0: unset); an attnstat_push_ext of the size before stats (a caller
+ * built against the older attnstat.h) asks for the defaults, whatever lies past it. */
+START_TEST(test_push_stats)
+{
+    uint16_t mem[2 * 8 * 16];
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+        mem[i] = (uint16_t)(0x3c00 + (i * 41 + g_seed) % 512);
+    attnstat_tensor q, k;
+    make_tensors(&q, &k, mem, 8);
+    attnstat_push_ext e;
+    memset(&e, 0x5a, sizeof e); /* init must set every field */
+    attnstat_push_ext_init(&e);
+    ck_assert_uint_eq(e.size, sizeof e);
+    ck_assert_uint_eq(e.stats, 0);
+    ck_assert_int_eq(e.reserved2, 0);
+    ck_assert_uint_gt(e.size, offsetof(attnstat_push_ext, stats));
+    attnstat_push_opts o;
+    attnstat_push_opts_init(&o);
+
+    peer old;
+    peer_start(&old, PEER_ACK); /* a daemon that takes no choice of statistics */
+    attnstat_client *c = connect_small(&old, 1 << 16, 0);
+    ck_assert_int_eq(attnstat_hello(c, "stats-old", 0, NULL, NULL), ATTNSTAT_OK);
+    e.stats = ATTNSTAT_STATS_ALL + 1; /* bit 9: no such statistic */
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "stats 0x200 asks for statistics that do not "
+                         "exist (bits 0x200)"), "%s", attnstat_last_error(c));
+    static const uint32_t refused[] = {ATTNSTAT_STATS_ALL, ATTNSTAT_STATS_SINK_MASS,
+                                       ATTNSTAT_STATS_ENTROPY};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        e.stats = refused[i];
+        ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_ENOTSUP);
+        ck_assert_msg(strstr(attnstat_last_error(c), "does not list \"stats\"") &&
+                          strstr(attnstat_last_error(c), "upgrade the daemon"),
+                      "%s", attnstat_last_error(c));
+    }
+    e.stats = ATTNSTAT_STATS_DEFAULT; /* what the daemon computes anyway */
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_OK);
+    e.stats = 0;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    attnstat_close(c);
+    peer_stop(&old);
+    ck_assert_int_eq(old.pushes, 2);
+    ck_assert_int_eq(old.stats_seen[0], ATTNSTAT_STATS_DEFAULT);
+    ck_assert_int_eq(old.stats_seen[1], -1);
+
+    peer p;
+    peer_start(&p, PEER_STATS);
+    c = connect_small(&p, 1 << 16, 0);
+    ck_assert_int_eq(attnstat_hello(c, "stats", 0, NULL, NULL), ATTNSTAT_OK);
+    e.stats = 0x80000000u | ATTNSTAT_STATS_SINK_MASS;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "(bits 0x80000000)"), "%s",
+                  attnstat_last_error(c));
+    const uint32_t asks[3] = {ATTNSTAT_STATS_SINK_MASS | ATTNSTAT_STATS_DISTANCE |
+                                  ATTNSTAT_STATS_DEFAULT,
+                              ATTNSTAT_STATS_SINK_MASS,
+                              ATTNSTAT_STATS_MAX_LOGIT | ATTNSTAT_STATS_DISTANCE};
+    for (int i = 0; i < 3; i++) {
+        e.stats = asks[i];
+        ck_assert_msg(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
+                      attnstat_last_error(c));
+    }
+    /* the struct as the attnstat.h before stats had it: the defaults, nothing past it read */
+    attnstat_push_ext before = e;
+    before.size = (uint32_t)offsetof(attnstat_push_ext, stats);
+    before.stats = 0xdead0000u;
+    ck_assert_msg(attnstat_push2(c, &o, &before, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
+                  attnstat_last_error(c));
+    ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);
+    attnstat_close(c);
+    peer_stop(&p);
+    ck_assert_int_eq(p.pushes, 4);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(p.stats_seen[i], asks[i]);
+    ck_assert_int_eq(p.stats_seen[3], -1);
+}
+END_TEST
+
 /* A tensor whose shape and strides reach past the address space (a stride of 2^60 elements, or a
  * byte count past 2^64) is refused with EINVAL naming the tensor, before anything is read or
  * sent: without the check the host copy reads at data + 2^61 and the caller crashes. Sinks (a
@@ -928,6 +1019,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_codes_and_args);
     tcase_add_test(tc, test_push_bad_args);
     tcase_add_test(tc, test_push_sinks);
+    tcase_add_test(tc, test_push_stats);
     tcase_add_test(tc, test_push_extent);
     tcase_add_test(tc, test_push_bytes_exact);
     tcase_add_test(tc, test_drop_when_ring_full);

@@ -24,6 +24,7 @@ from pyhelpers import (FakeDevice, FakeTensor, FakeTorch, np, np_sdpa,  # noqa: 
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib, _tensor  # noqa: E402
+from attnstat import _vocab as vocab  # noqa: E402
 
 # Modules the doors look for: absent (or stand-ins) during each test, put back afterwards.
 DOOR_MODULES = ("torch.nn.attention", "torch.nn.attention.flex_attention", "flash_attn",
@@ -127,6 +128,37 @@ class TestMonitor(unittest.TestCase):
         kw = c.calls[0][4]
         self.assertTrue(kw["causal"])
         self.assertEqual((kw["sample_rows"], kw["seed"], kw["scale"]), (16, 5, 0.0))
+
+    def test_stats_checked_at_creation_and_pushed(self):
+        """stats= is checked when the monitor is made (ValueError listing the names, nothing
+        installed, nothing pushed); what it asks goes with every push as the table's bits (bit
+        i: row i of vocab.h's statistics); the defaults add nothing to a push."""
+        c = RecordingClient()
+        bits = {}
+        for i, r in enumerate(vocab.STATS):
+            bits[r["ask"]] = bits.get(r["ask"], 0) | 1 << i
+        for bad in ("entropy_mean", ("sink_mass", "attention"), [], 1 << len(vocab.STATS)):
+            with self.assertRaises(ValueError) as cm:
+                attnstat.torch.monitor(c, stats=bad)
+            if not isinstance(bad, int):
+                for n in ("'entropy'", "'max_logit'", "'sink_mass'", "'distance'", "'all'"):
+                    self.assertIn(n, str(cm.exception))
+        self.assertIs(self.F.scaled_dot_product_attention, np_sdpa)
+        model = FakeModel(self.F, n_layers=2)
+        for stats, want in ((None, None), ("default", None),
+                            ("all", (1 << len(vocab.STATS)) - 1),
+                            ("sink_mass", bits["sink_mass"]),
+                            (("default", "distance"),
+                             bits["entropy"] | bits["max_logit"] | bits["distance"]),
+                            (("entropy", "max_logit", "sink_mass", "distance"),
+                             (1 << len(vocab.STATS)) - 1)):
+            c.calls = []
+            with attnstat.torch.monitor(c, stats=stats) as mon:
+                model(None)
+                mon.step()
+            self.assertEqual(mon.pushed, 2)
+            for call in c.calls:
+                self.assertEqual(call[4].get("stats"), want, "stats=%r" % (stats,))
 
     def test_model_hook_counts_steps(self):
         c = RecordingClient()

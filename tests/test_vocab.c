@@ -11,7 +11,10 @@
  * attnstat_thresholds_init leaves every row unset; attnstat_rule_name spells every rule as the
  * table does; and random values go stats_head -> HeadStats (local mode) -> bytes -> HeadStats ->
  * attnstat_head_result (replies.c) exactly, and attnstat_thresholds -> Thresholds (the hello)
- * field by field. Random data; the seed is printed (ATTNSTAT_TEST_SEED repeats a run).
+ * field by field. The public ATTNSTAT_STATS_* masks are the table's: each the OR of VOCAB_BIT over
+ * the rows whose `ask` is its name (every row's ask one of them), DEFAULT and ALL vocab.h's; a
+ * want kept by stats_head_keep() and sent by HEAD_PB_FILL carries exactly the rows it asks for.
+ * Random data; the seed is printed (ATTNSTAT_TEST_SEED repeats a run).
  *
  * Stage: a unit test of the client library; links attnstat_client and the protocol. */
 #include <check.h>
@@ -256,6 +259,74 @@ START_TEST(test_results_round_trip)
 }
 END_TEST
 
+/* The masks of attnstat_push_ext.stats against the table, so that they never drift: the rows of
+ * each ask name, the defaults (dflt VOCAB_ON) and every row. */
+_Static_assert(ATTNSTAT_STATS_DEFAULT == VOCAB_STATS_DEFAULT,
+               "ATTNSTAT_STATS_DEFAULT is vocab.h's");
+_Static_assert(ATTNSTAT_STATS_ALL == VOCAB_STATS_ALL, "ATTNSTAT_STATS_ALL is vocab.h's");
+
+START_TEST(test_stats_masks)
+{
+    static const struct {
+        const char *ask;
+        uint32_t mask;
+    } pub[] = {{"entropy", ATTNSTAT_STATS_ENTROPY},
+               {"max_logit", ATTNSTAT_STATS_MAX_LOGIT},
+               {"sink_mass", ATTNSTAT_STATS_SINK_MASS},
+               {"distance", ATTNSTAT_STATS_DISTANCE}};
+    enum { NPUB = sizeof pub / sizeof pub[0] };
+    uint32_t rows[NPUB] = {0}, dflt = 0;
+#define X(name, unit, pack, since, pool, weight, lo, hi, absent, metric, help, cli, digits, by,    \
+          on)                                                                                      \
+    {                                                                                              \
+        int k = 0;                                                                                 \
+        while (k < NPUB && strcmp(pub[k].ask, by) != 0)                                            \
+            k++;                                                                                   \
+        ck_assert_msg(k < NPUB, "row %s asks by \"%s\": no ATTNSTAT_STATS_* has it", #name, by);  \
+        rows[k] |= VOCAB_BIT(name);                                                                \
+        if ((on) == VOCAB_ON)                                                                      \
+            dflt |= VOCAB_BIT(name);                                                               \
+    }
+    VOCAB_STATS(X)
+#undef X
+    uint32_t all = 0;
+    for (int k = 0; k < NPUB; k++) {
+        ck_assert_msg(rows[k] == pub[k].mask, "ATTNSTAT_STATS for \"%s\" is 0x%x; the rows that "
+                      "ask by it are 0x%x", pub[k].ask, pub[k].mask, rows[k]);
+        ck_assert_uint_eq(all & pub[k].mask, 0); /* the masks do not overlap */
+        all |= pub[k].mask;
+    }
+    ck_assert_uint_eq(all, ATTNSTAT_STATS_ALL);
+    ck_assert_uint_eq(dflt, ATTNSTAT_STATS_DEFAULT);
+    ck_assert_uint_eq(ATTNSTAT_STATS_DEFAULT & (ATTNSTAT_STATS_SINK_MASS | ATTNSTAT_STATS_DISTANCE),
+                      0); /* the costly ones are asked for */
+    ck_assert_uint_eq(stats_want(0), ATTNSTAT_STATS_DEFAULT);
+
+    /* what a want keeps is what goes on the wire */
+    uint64_t s = g_seed ^ 0x7374617473ULL;
+    for (int it = 0; it < 200; it++) {
+        uint32_t want = (uint32_t)rng_next(&s) & ATTNSTAT_STATS_ALL;
+        uint32_t asked = want ? want : ATTNSTAT_STATS_DEFAULT;
+        stats_head h;
+        memset(&h, 0, sizeof h);
+        h.rows = h.rows_norm = (int64_t)rng_below(&s, 1000) + 1;
+#define X(name, ...) h.name = rnd_double(&s);
+        VOCAB_STATS(X)
+#undef X
+        stats_head_keep(&h, 1, want);
+        ck_assert_int_eq(h.rows, h.rows_norm);
+        Attnstat__HeadStats pb;
+        HEAD_PB_FILL(&pb, 0, &h);
+        ck_assert(pb.rows == (uint64_t)h.rows);
+#define X(name, ...)                                                                               \
+    ck_assert_msg(pb.has_##name == ((asked & VOCAB_BIT(name)) != 0), "want 0x%x: %s %s", want,    \
+                  #name, pb.has_##name ? "sent, not asked for" : "asked for, not sent");
+        VOCAB_STATS(X)
+#undef X
+    }
+}
+END_TEST
+
 START_TEST(test_hello_thresholds)
 {
     uint64_t s = g_seed ^ 0x7468726573686f6cULL;
@@ -307,6 +378,7 @@ int main(void)
     tcase_add_test(tc, test_init_and_names);
     tcase_add_test(tc, test_results_round_trip);
     tcase_add_test(tc, test_hello_thresholds);
+    tcase_add_test(tc, test_stats_masks);
     suite_add_tcase(su, tc);
     return client_test_run(su);
 }

@@ -3,7 +3,8 @@
  * (store_merge_stats), a newer step or a process's own re-push replaces; tensor-parallel ranks'
  * heads sit side by side; alerts count raises and clears per rule (every rule of vocab.h); the
  * per-head families are vocab.h's rows with a metric, sink mass and distance shown only when
- * finite; each metrics_heads mode shows
+ * finite; a head whose push asked for some statistics only shows those (the absent ones in no
+ * family, per head or per layer); each metrics_heads mode shows
  * what it promises (top: the N lowest-entropy and N highest-logit heads per job and every alerted
  * one); run names are escaped; the table's bound counts what it refuses; expiry forgets heads
  * nobody updates and the table keeps working; the sweep drops a head as soon as none of the
@@ -215,6 +216,64 @@ START_TEST(test_families)
     ck_assert_int_eq(count_of(txt, "attnstat_head_collapsed_ratio"), 3);
     ck_assert_int_eq(count_of(txt, "attnstat_head_max_logit"), 3);
     ck_assert_int_eq(count_of(txt, "attnstat_head_step"), 4);
+    free(txt);
+    headtab_free(t);
+}
+END_TEST
+
+/* A push that asked for some statistics only (Push.stats; here sink_mass alone) has the others
+ * absent (NaN) over counted rows: every family of an absent statistic leaves the head out, and so
+ * do the layer's entropy and max-logit aggregates (its heads are still counted); the sink mass is
+ * shown, pooled over two processes' samples of the step by rows, the absent ones staying absent.
+ * In the top mode such a head ranks nowhere (no entropy, no logit) and is shown once alerted. */
+START_TEST(test_statistics_not_asked)
+{
+    headtab *t = headtab_new(1000);
+    stats_head a[3], b[3], want[3];
+    for (int i = 0; i < 3; i++) {
+        stats_head *x[2] = {&a[i], &b[i]};
+        for (int j = 0; j < 2; j++) {
+            *x[j] = head(NAN, NAN);
+            x[j]->entropy_mean = x[j]->entropy_std = x[j]->entropy_min = NAN;
+            x[j]->entropy_max = x[j]->collapsed_frac = x[j]->distance = NAN;
+            x[j]->sink_mass = 0.05 + 0.9 * unit();
+        }
+        want[i] = a[i];
+        store_merge_stats(&want[i], &b[i]);
+        ck_assert(isfinite(want[i].sink_mass) && isnan(want[i].entropy_mean) &&
+                  isnan(want[i].max_logit) && isnan(want[i].collapsed_frac));
+        ck_assert(want[i].sink_mass >= fmin(a[i].sink_mass, b[i].sink_mass) &&
+                  want[i].sink_mass <= fmax(a[i].sink_mass, b[i].sink_mass));
+    }
+    headtab_observe(t, "sink", 1, 4, 0, a, 3, 8, 1000);
+    headtab_observe(t, "sink", 2, 4, 0, b, 3, 8, 1001); /* another process, same step: pooled */
+    char *txt = render(t, HEADTAB_ALL, 10);
+    for (int i = 0; i < 3; i++) {
+        char lab[64];
+        snprintf(lab, sizeof lab, "run=\"sink\",layer=\"4\",head=\"%d\"", i);
+        double v = value_of(txt, "attnstat_head_sink_mass_ratio", lab);
+        ck_assert_msg(fabs(v - want[i].sink_mass) <= 1e-9 * want[i].sink_mass, "head %d: %.12g, "
+                      "pooled %.12g", i, v, want[i].sink_mass);
+    }
+    static const char *const none[] = {
+        "attnstat_head_entropy_nats", "attnstat_head_entropy_normalized_ratio",
+        "attnstat_head_collapsed_ratio", "attnstat_head_max_logit",
+        "attnstat_head_distance_positions", "attnstat_layer_min_entropy_normalized_ratio",
+        "attnstat_layer_mean_entropy_normalized_ratio", "attnstat_layer_max_logit"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        ck_assert_msg(count_of(txt, none[i]) == 0, "%s shown for absent values:\n%s", none[i], txt);
+    ck_assert_double_eq(value_of(txt, "attnstat_layer_heads", "run=\"sink\",layer=\"4\""), 3);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_step"), 3);
+    free(txt);
+    txt = render(t, HEADTAB_TOP, 10);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_sink_mass_ratio"), 0);
+    free(txt);
+    headtab_alert(t, "sink", 4, 1, 5, 1, 1002); /* SINK_MASS_CEILING raised on head 1 */
+    txt = render(t, HEADTAB_TOP, 10);
+    ck_assert_int_eq(count_of(txt, "attnstat_head_sink_mass_ratio"), 1);
+    ck_assert(!isnan(value_of(txt, "attnstat_head_sink_mass_ratio",
+                              "run=\"sink\",layer=\"4\",head=\"1\"")));
+    ck_assert_int_eq(count_of(txt, "attnstat_head_max_logit"), 0);
     free(txt);
     headtab_free(t);
 }
@@ -544,6 +603,7 @@ int main(void)
     tcase_add_test(tc, test_tensor_parallel_side_by_side);
     tcase_add_test(tc, test_alerts);
     tcase_add_test(tc, test_families);
+    tcase_add_test(tc, test_statistics_not_asked);
     tcase_add_test(tc, test_modes);
     tcase_add_test(tc, test_escaping_bound_expiry);
     tcase_add_test(tc, test_many_keys);

@@ -4,11 +4,13 @@
  * and strides that overflow 64 bits are refused; every rule of a Push gets its code and a message
  * naming the field; the work limit is exact and saturates instead of wrapping; packed offsets are
  * copied; device buffers get a placeholder and their device; the device span, shm name and
- * thresholds checks. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
+ * thresholds checks; a Push's stats becomes the problem's want, a bit past vocab.h's rows is
+ * refused. Random data from a printed seed (ATTNSTAT_TEST_SEED replays it). */
 
 #include "daemon_harness.h" /* seeds, the runner, and the usual system headers */
 #include "envelope.h"
 #include "validate.h"
+#include "vocab.h"
 
 static dh_rng R; /* seeded by main, printed */
 
@@ -141,10 +143,14 @@ START_TEST(test_valid_pushes_give_their_plan)
         push_t x;
         int with_v = (int)(rnd() & 1);
         make_push(&x, with_v);
+        uint32_t stats = (uint32_t)rnd() & VOCAB_STATS_ALL; /* any set of the table's rows */
+        x.p.has_stats = iter % 3 != 0;
+        x.p.stats = x.p.has_stats ? stats : 0;
         validate_plan plan;
         char msg[512] = "";
         ck_assert_msg(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
         const stats_problem *p = &plan.prob;
+        ck_assert_uint_eq(p->want, x.p.stats); /* unset: 0, the defaults */
         ck_assert_int_eq(p->batch, (int32_t)x.qs[0]);
         ck_assert_int_eq(p->heads_q, (int32_t)x.qs[1]);
         ck_assert_int_eq(p->heads_kv, (int32_t)x.ks[1]);
@@ -307,6 +313,7 @@ static void r_two_samplings(push_t *x) { x->p.has_sample_every = 1; x->p.sample_
 static void r_window(push_t *x) { x->p.causal = 1; x->p.has_window_right = 1; x->p.window_right = 1 + (int32_t)(rnd() % 10); }
 static void r_scale(push_t *x) { x->p.has_scale = 1; x->p.scale = -(float)(1 + rnd() % 10); }
 static void r_softcap(push_t *x) { x->p.has_softcap = 1; x->p.softcap = NAN; }
+static void r_stats(push_t *x) { x->p.has_stats = 1; x->p.stats = ((uint32_t)rnd() & VOCAB_STATS_ALL) | 1u << (VOCAB_NSTATS + rnd() % (32 - VOCAB_NSTATS)); }
 
 static void r_sinks_dtype(push_t *x) { with_sinks(x); x->sk.dtype = ATTNSTAT__DTYPE__BOOL; }
 static void r_sinks_heads(push_t *x) { with_sinks(x); x->sks[1] = x->qs[1] + 1 + rnd() % 3; }
@@ -358,6 +365,7 @@ static const rule rules[] = {
     {"causal window", r_window, ATTNSTAT__CODE__BAD_REQUEST, "window_right"},
     {"scale", r_scale, ATTNSTAT__CODE__BAD_REQUEST, "scale"},
     {"softcap", r_softcap, ATTNSTAT__CODE__BAD_REQUEST, "softcap"},
+    {"stats past the table", r_stats, ATTNSTAT__CODE__BAD_REQUEST, "asks for statistics this daemon does not have"},
 };
 
 /* Every rule, on fresh random pushes: its code and a message naming the field. */

@@ -16,7 +16,7 @@ from ._tensor import TensorError, describe
 from ._version import __version__
 from ._errors import AttnstatError
 from ._pushargs import (_Ext, _Held, _cu_pair, _detached, _float, _i32, _nonneg_int, _span_bytes,
-                        _u32)
+                        _u32, stats_mask)
 
 
 class Alert(object):
@@ -332,7 +332,8 @@ class Client(object):
     def push(self, step, layer, q, k, v=None, causal=False, window=None, window_left=None,
              window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
-             stream=None, attn_mask=None, compute_dtype=None, sinks=None, stream_waits=False):
+             stream=None, attn_mask=None, compute_dtype=None, sinks=None, stream_waits=False,
+             stats=None):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
@@ -365,7 +366,11 @@ class Client(object):
         push raise (ENOTSUP) rather than compute without them. stream_waits (local mode, CUDA
         tensors): the stream waits, on the device, for this push's computation, so that the
         caller's next work on it may overwrite the tensors (no copy needed; AttnstatError EINVAL
-        when the daemon computes the push).
+        when the daemon computes the push). stats: the statistics to compute (_pushargs.stats_mask):
+        None (the entropy statistics and max_logit), "all", "default", a name ("entropy",
+        "max_logit", "sink_mass", "distance") or names; sink_mass and distance cost the
+        tensor-core kernels extra time and are computed only when asked; one not asked for is NaN
+        in the results and not stored. ValueError for an unknown name, ENOTSUP from an older daemon.
         """
         if window is not None:
             if window_left is not None or window_right is not None:
@@ -376,12 +381,13 @@ class Client(object):
             except (TypeError, ValueError):
                 raise AttnstatError(_lib.EINVAL, "window is %r: must be a pair (left, right)"
                                     % (window,))
+        bits = stats_mask(stats)
         try:
             dq = describe(q, "q", layout)
             dk = describe(k, "k", layout)
             dv = describe(v, "v", layout) if v is not None else None
             ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k, sinks,
-                       stream_waits)
+                       stream_waits, bits)
             if ext.sinks is not None and ext.sinks.shape[1] != dq.shape[1]:
                 raise TensorError("sinks has %d values: one per query head (q has %d)"
                                   % (ext.sinks.shape[1], dq.shape[1]))
@@ -389,8 +395,9 @@ class Client(object):
             raise ArgumentError(str(e)) from None
         cu = None if ext.cu_q is not None else _cu_pair(cu_seqlens_q, cu_seqlens_k)
         if ext.needed and self._push2 is None:
-            raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype, CUDA cu_seqlens and "
-                                "sinks need a libattnstat with attnstat_push2 (this one is older)")
+            raise AttnstatError(_lib.ENOTSUP, "attn_mask, compute_dtype, CUDA cu_seqlens, sinks "
+                                "and stats need a libattnstat with attnstat_push2 (this one is "
+                                "older)")
         gpu = dq.mem == _lib.MEM_CUDA or dk.mem == _lib.MEM_CUDA or (
             dv is not None and dv.mem == _lib.MEM_CUDA)
         if stream is None:

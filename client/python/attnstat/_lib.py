@@ -115,13 +115,16 @@ class PushExt(ctypes.Structure):
         ("cu_seqlens_k", ctypes.POINTER(Tensor)),
         ("sinks", ctypes.POINTER(Tensor)),
         ("stream_waits", ctypes.c_int32),
+        ("reserved2", ctypes.c_int32),
+        ("stats", ctypes.c_uint32),
     ]
 
 
-# attnstat_push_ext up to its sinks field, and up to stream_waits: a libattnstat whose
-# attnstat_push_ext_init sets a smaller size reads none, so none may be given to it.
+# attnstat_push_ext up to its sinks field, up to stream_waits and up to stats: a libattnstat whose
+# attnstat_push_ext_init sets a smaller size reads none of them, so none may be given to it.
 PUSH_EXT_SIZE_SINKS = PushExt.sinks.offset + ctypes.sizeof(ctypes.POINTER(Tensor))
-PUSH_EXT_SIZE_WAITS = ctypes.sizeof(PushExt)
+PUSH_EXT_SIZE_WAITS = PushExt.stream_waits.offset + ctypes.sizeof(ctypes.c_int32)
+PUSH_EXT_SIZE_STATS = PushExt.stats.offset + ctypes.sizeof(ctypes.c_uint32)
 
 
 class ConnectOpts(ctypes.Structure):

@@ -1,11 +1,81 @@
 """What Client.push checks and describes besides q, k and v: the arguments, the mask, the compute
-dtype, packed offsets, attention sinks, and the objects kept alive while the daemon reads them."""
+dtype, packed offsets, attention sinks, the statistics asked for, and the objects kept alive while
+the daemon reads them."""
 import ctypes
+import operator
 
 from . import _args
 from . import _lib
 from . import _tensor
+from . import _vocab
 from ._errors import AttnstatError
+
+
+def _stats_table():
+    """{ask name: its bits} over vocab.h's statistics (bit i is row i), the defaults' bits (the
+    rows whose dflt is VOCAB_ON) and every row's."""
+    by_name, default = {}, 0
+    for i, row in enumerate(_vocab.STATS):
+        by_name[row["ask"]] = by_name.get(row["ask"], 0) | 1 << i
+        if row["dflt"] == "VOCAB_ON":
+            default |= 1 << i
+    return by_name, default, (1 << len(_vocab.STATS)) - 1
+
+
+# The names a push asks for statistics by, with their bits (attnstat_push_ext.stats); the defaults
+# and every statistic. From the table, in its order: "entropy" (its six rows), "max_logit",
+# "sink_mass", "distance".
+STATS_BY_NAME, STATS_DEFAULT, STATS_ALL = _stats_table()
+STATS_NAMES = tuple(STATS_BY_NAME)
+
+
+def stats_mask(stats, name="stats"):
+    """The bits of a choice of statistics (attnstat_push_ext.stats, bit i = vocab.h's row i):
+    None gives 0 (the defaults); "all" every statistic; "default" the defaults (the entropy
+    statistics and max_logit); a name a push asks by ("entropy", "max_logit", "sink_mass",
+    "distance": STATS_NAMES) that one; an iterable of those names (and "all" / "default") their
+    union; an int, the bits themselves. ArgumentError (a ValueError) listing the valid names
+    otherwise."""
+    if stats is None:
+        return 0
+    valid = "'all', 'default', " + ", ".join(repr(n) for n in STATS_NAMES)
+
+    def one(v):
+        if v == "all":
+            return STATS_ALL
+        if v == "default":
+            return STATS_DEFAULT
+        if isinstance(v, str) and v in STATS_BY_NAME:
+            return STATS_BY_NAME[v]
+        raise _args.ArgumentError("%s names %r: the statistics are asked for by %s (or an "
+                                  "iterable of them)" % (name, v, valid))
+
+    if isinstance(stats, str):
+        return one(stats)
+    if isinstance(stats, bool):
+        raise _args.ArgumentError("%s is %r: a name (%s) or an iterable of them" % (name, stats,
+                                                                                   valid))
+    if not isinstance(stats, int) and hasattr(stats, "__index__"):
+        stats = operator.index(stats)  # a NumPy integer
+    if isinstance(stats, int):
+        if stats < 0 or stats & ~STATS_ALL:
+            raise _args.ArgumentError("%s is %#x: bits past the table's %d statistics (every one "
+                                      "is %#x); or name them: %s" % (name, stats,
+                                                                     len(_vocab.STATS), STATS_ALL,
+                                                                     valid))
+        return stats
+    try:
+        names = list(stats)
+    except TypeError:
+        raise _args.ArgumentError("%s is %r: a name (%s) or an iterable of them"
+                                  % (name, stats, valid)) from None
+    if not names:
+        raise _args.ArgumentError("%s names no statistic: give None for the defaults, or some of "
+                                  "%s" % (name, valid))
+    bits = 0
+    for v in names:
+        bits |= one(v)
+    return bits
 
 
 _COMPUTE = {"float32": _lib.F32, "f32": _lib.F32, "float": _lib.F32, "float16": _lib.F16,
@@ -14,10 +84,11 @@ _COMPUTE = {"float32": _lib.F32, "f32": _lib.F32, "float": _lib.F32, "float16": 
 
 class _Ext(object):
     """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets, attention
-    sinks."""
+    sinks, the statistics asked for (bits of stats_mask; the defaults are no ask: 0)."""
 
-    def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False):
+    def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False, stats=0):
         self.waits = 1 if stream_waits else 0
+        self.stats = 0 if stats == STATS_DEFAULT else stats
         self.mask = _tensor.describe_mask(mask) if mask is not None else None
         self.sinks = _tensor.describe_sinks(sinks) if sinks is not None else None
         self.compute = -1
@@ -37,7 +108,7 @@ class _Ext(object):
             self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
             self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
         self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None
-                       or self.sinks is not None or self.waits)
+                       or self.sinks is not None or self.waits or self.stats != 0)
         self._ext = self._tm = self._tcq = self._tck = self._ts = None
 
     def descs(self):
@@ -73,6 +144,11 @@ class _Ext(object):
                 raise AttnstatError(_lib.ENOTSUP, "stream_waits needs a libattnstat that takes "
                                     "it (this one is older)")
             e.stream_waits = 1
+        if self.stats:
+            if e.size < _lib.PUSH_EXT_SIZE_STATS:  # an older libattnstat would compute the defaults
+                raise AttnstatError(_lib.ENOTSUP, "stats needs a libattnstat that takes a choice "
+                                    "of statistics (this one is older)")
+            e.stats = self.stats
         self._ext = e
         return ctypes.byref(e)
 

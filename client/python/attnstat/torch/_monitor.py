@@ -56,6 +56,13 @@ the daemon without a device synchronisation; the client keeps them alive until t
 read them. Where the library has no GPU path, CUDA calls are skipped after one warning, or copied
 to the host with copy_to_host=True (that synchronises the device).
 
+Statistics: by default every push asks for the entropy statistics and the max logit;
+stats="all" (or stats=("entropy", "max_logit", "sink_mass", "distance"), or one name) asks for
+the sink mass and the mean attention distance too. Those two cost the GPU's tensor-core kernels
+extra time, so they are computed only when asked; a statistic not asked for is absent from the
+results and the store. The names come from attnstat's statistics table and are checked when the
+monitor is made (ValueError listing the valid ones), not at the first step.
+
 Parallel layouts: layout='auto' finds tensor parallelism in the DTensor placements of the
 attention's query projections and refuses to start when a process holds a shard of the heads that
 no layout explains (_layout.py).
@@ -65,7 +72,7 @@ import threading
 import warnings
 
 from .._client import AttnstatError
-from .. import _lib
+from .. import _lib, _pushargs
 from . import _calls, _doors, _install, _layout, _op
 
 _DOORS = ("sdpa", "flex", "flash_attn", "transformers")
@@ -100,13 +107,18 @@ class monitor(object):
     attention's projections, else torch.distributed's ranks as replicas), None, a dict or a
     DeviceMesh (torch/_layout.py). layer_offset: a pipeline stage's first global layer (needed
     when the layout has pp_size > 1).
+    stats: the statistics every push asks for (Client.push's stats): None (the defaults: the
+    entropy statistics and max_logit), "all", "default", one name ("entropy", "max_logit",
+    "sink_mass", "distance") or an iterable of names. sink_mass and distance cost the tensor-core
+    kernels extra time and are computed only when asked. Checked here: ValueError listing the
+    valid names.
     """
 
     def __init__(self, client, every=1, sample_rows=0, sample_every=0, seed=0, model=None,
                  auto_step=None, start_step=0, layers=None, softcap=0.0, window=None,
                  want_results=False, modules=(), copy_to_host=False, strict=False,
                  compiled="auto", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20,
-                 layout="auto", layer_offset=None):
+                 layout="auto", layer_offset=None, stats=None):
         if compiled not in ("auto", "skip", "break"):
             raise ValueError("compiled is %r: 'auto' or 'skip'" % (compiled,))
         if int(every) < 1:
@@ -131,8 +143,11 @@ class monitor(object):
         self.compute_dtype = compute_dtype
         self.mask_bytes_max = int(mask_bytes_max)
         self.layout, self.layer_offset = layout, layer_offset
+        self.stats_asked = _pushargs.stats_mask(stats)  # their bits; 0: the defaults
         self._push_kw = dict(sample_rows=sample_rows, sample_every=sample_every, seed=seed,
                              want_results=want_results)
+        if self.stats_asked not in (0, _pushargs.STATS_DEFAULT):
+            self._push_kw["stats"] = self.stats_asked  # else nothing asked: any client takes it
         self._softcap = float(softcap or 0.0)
         self._window = tuple(window) if window is not None else None
         self.current_step = int(start_step)
