@@ -19,7 +19,9 @@
  * row_done; no inner loop sees it.
  *
  * Index conventions of every statistics kernel: grid (blocks_per_head, Hq); CTA (x, h) takes the
- * sampled rows [blk * BM, blk * BM + BM) of sequence seq (cta_sequence: x -> (seq, blk)); per-row
+ * sampled rows [f, f + BM) of sequence seq (cta_sequence: x -> (seq, blk)), f = blk * BM less the
+ * first block's shortfall (block_first_sample: the tensor-core kernels; the CUDA-core one takes
+ * f = blk * BM); per-row
  * outputs are [B, Hq, Nq] (packed: [1, Hq, total]), row (tb, h, q0 + i) at
  * ((tb * Hq + h) * len_q + q0 + i). */
 #ifndef ATTNSTAT_CUDA_COMMON_CUH
@@ -171,6 +173,18 @@ static __device__ bool cta_sequence(const kparams &p, int x, seqinfo *s)
     }
     s->nsamp = sampled_count_dev(p, s->lq);
     return true;
+}
+
+/* The first sampled row (index among the sequence's sampled rows) of block si.blk of BM rows. The
+ * blocks end at the sequence's last sampled row, so that the one partial block is the first: its
+ * rows are the lowest, which see the fewest keys when the run is causal. A CTA takes as long as
+ * its longest row, so a partial block of the longest rows held a CTA as long as a full one for a
+ * fraction of its work (bench/kernel_notes.md, round 9). Indices below 0 are no row (-1), as those
+ * past the last were before. */
+static __device__ __forceinline__ int block_first_sample(const seqinfo &si, int BM)
+{
+    const int part = si.nsamp % BM;
+    return si.blk * BM - (part ? BM - part : 0);
 }
 
 /* Visible keys [lo, hi] of row i of head h in sequence si (lo > hi: none): causal and the window,

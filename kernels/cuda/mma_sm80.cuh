@@ -53,7 +53,7 @@ static __device__ __forceinline__ void load_k_tile(const kparams &p, const char 
 
 
 /* grid (blocks_per_head, Hq), block 256. q: [B, Hq, Nq, D] by strides, k: [B, Hkv, Nk, D];
- * CTA (x, h) takes sampled rows [blk*BM, blk*BM + BM) of its sequence, BM = MMA_WARPS * 16 * MT
+ * CTA (x, h) takes BM sampled rows of its sequence (block_first_sample), BM = MMA_WARPS * 16 * MT
  * (warp w: rows [w*16*MT, (w+1)*16*MT) of the block); parts: [Hq, blocks_per_head], this CTA's at
  * h * blocks_per_head + x; per-row outputs [B, Hq, Nq]. CVT: q and k are float32, rounded to the
  * operand type as they are loaded (the next K tile is loaded after this tile's MMAs). */
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     if (tid == 0)
         s_range[0] = 0x7fffffff, s_range[1] = -1;
     for (int r = tid; r < BM; r += MMA_WARPS * 32) {
-        int j = si.blk * BM + r;
-        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+        int j = block_first_sample(si, BM) + r;
+        s_row[r] = j >= 0 && j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
                                                             p.sample_every, p.sample_rows, p.seed)
                                 : -1;
     }

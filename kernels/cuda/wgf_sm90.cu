@@ -34,8 +34,8 @@ template <int DP, bool SW, bool MB> struct wgf_shape {
 };
 
 /* grid (blocks_per_head, Hq), block 384 (3 warpgroups of 64 rows, 64-key tiles, Q in registers).
- * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; CTA (x, h) takes sampled rows [blk*192,
- * blk*192 + 192) of its sequence (warp w: rows [w*16, w*16 + 16)); parts: [Hq, blocks_per_head].
+ * q: [B, Hq, Nq, D], k: [B, Hkv, Nk, D] by strides; CTA (x, h) takes 192 sampled rows of its
+ * sequence (block_first_sample) (warp w: rows [w*16, w*16 + 16)); parts: [Hq, blocks_per_head].
  * Variant 0's shape (stats_wgmma_kernel) with the fold of fold_lane, the K-tile addressing
  * computed once per thread (a pointer bump and up to 3 predicated copies per tile), SW the swizzled, line-wide K
  * loads (half the L2 tag lookups of the core-matrix loads), MB the mbarrier pipeline. CVT: q and k
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
             }
     }
     for (int r = tid; r < BM; r += NTH) {
-        int j = si.blk * BM + r;
-        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+        int j = block_first_sample(si, BM) + r;
+        s_row[r] = j >= 0 && j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
                                                             p.sample_every, p.sample_rows, p.seed)
                                 : -1;
     }

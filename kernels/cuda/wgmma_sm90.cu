@@ -50,7 +50,7 @@ static __device__ __forceinline__ void load_k_tile_cm(const kparams &p, const ch
 
 
 /* grid (blocks_per_head, Hq), block NWG * 128 (384: 3 warpgroups of 64 rows). q: [B, Hq, Nq, D],
- * k: [B, Hkv, Nk, D] by strides; CTA (x, h) takes sampled rows [blk*BM, blk*BM + BM) of its
+ * k: [B, Hkv, Nk, D] by strides; CTA (x, h) takes BM sampled rows (block_first_sample) of its
  * sequence, BM = NWG * 64 (warp w: rows [w*16, w*16 + 16)); parts: [Hq, blocks_per_head]. As
  * stats_mma_kernel, with Q.K^T issued asynchronously on wgmma: the logits of tile t+1 are computed
  * while the warps fold tile t (two accumulator sets), and K goes through WG_STAGES stages, WG_PF
@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
     if (tid < WG_N)
         s_wg[tid][0] = 0x7fffffff, s_wg[tid][1] = -1;
     for (int r = tid; r < BM; r += NTH) {
-        int j = si.blk * BM + r;
-        s_row[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+        int j = block_first_sample(si, BM) + r;
+        s_row[r] = j >= 0 && j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
                                                             p.sample_every, p.sample_rows, p.seed)
                                 : -1;
     }

@@ -50,8 +50,8 @@ static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &
                                                int t0, int nt)
 {
     for (int r = t0; r < BM; r += nt) {
-        const int j = si.blk * BM + r;
-        rows[r] = j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
+        const int j = block_first_sample(si, BM) + r;
+        rows[r] = j >= 0 && j < si.nsamp ? (int)stats_row_of_sample((unsigned)j, (unsigned)si.lq,
                                                            p.sample_every, p.sample_rows, p.seed)
                                : -1;
     }
