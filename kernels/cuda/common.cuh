@@ -262,23 +262,28 @@ static __device__ __forceinline__ void st_chunk_from_f32(void *dst, const float 
 
 /* ---- per-CTA partials: one finished row into a part, a block's parts into one ---------------- */
 
-static __device__ __forceinline__ void part_init(part &a)
+/* XS: the kernel computes sink mass and distance; without, their sums are NaN from the start and
+ * neither row_done<false> nor the merges below touch them (no per-row work, no shuffles). */
+static __device__ __forceinline__ void part_init(part &a, bool xs = true)
 {
     a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
     a.sum = a.sumsq = a.sum_norm = 0.0;
     a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
-    a.sum_sink = a.sum_dist = 0.0;
+    a.sum_sink = a.sum_dist = xs ? 0.0 : (double)NAN;
 }
 
+template <bool XS = true>
 static __device__ __forceinline__ void part_merge(part &a, const part &b)
 {
     a.rows += b.rows, a.rows_norm += b.rows_norm, a.rows_empty += b.rows_empty;
     a.nonfinite += b.nonfinite, a.collapsed += b.collapsed;
     a.sum += b.sum, a.sumsq += b.sumsq, a.sum_norm += b.sum_norm;
     a.hmin = fminf(a.hmin, b.hmin), a.hmax = fmaxf(a.hmax, b.hmax), a.mmax = fmaxf(a.mmax, b.mmax);
-    a.sum_sink += b.sum_sink, a.sum_dist += b.sum_dist;
+    if (XS)
+        a.sum_sink += b.sum_sink, a.sum_dist += b.sum_dist;
 }
 
+template <bool XS = true>
 static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
 {
     part b;
@@ -293,9 +298,11 @@ static __device__ __forceinline__ void part_shfl_merge(part &a, int lane_mask)
     b.hmin = __shfl_xor_sync(0xffffffffu, a.hmin, lane_mask);
     b.hmax = __shfl_xor_sync(0xffffffffu, a.hmax, lane_mask);
     b.mmax = __shfl_xor_sync(0xffffffffu, a.mmax, lane_mask);
-    b.sum_sink = __shfl_xor_sync(0xffffffffu, a.sum_sink, lane_mask);
-    b.sum_dist = __shfl_xor_sync(0xffffffffu, a.sum_dist, lane_mask);
-    part_merge(a, b);
+    if (XS) {
+        b.sum_sink = __shfl_xor_sync(0xffffffffu, a.sum_sink, lane_mask);
+        b.sum_dist = __shfl_xor_sync(0xffffffffu, a.sum_dist, lane_mask);
+    }
+    part_merge<XS>(a, b);
 }
 
 /* ---- attention sinks ------------------------------------------------------------------------ */
@@ -326,12 +333,14 @@ static __device__ __forceinline__ float head_sink(const kparams &p, int h)
  * and folds the row into a. F: the logit of the row's first visible key (base 2, as M, the mask's
  * bias included) and D = sum 2^(s_j - M) |pos - j| (the scale of l): the row's sink mass is
  * 2^(F - M) / l and its distance D / l, with (M, l) after the sink's merge (D rescaled to that M);
- * NaN for both from a kernel that does not compute them (the head's values are then NaN).
+ * XS = false: a kernel that does not compute them, whose part holds NaN for both (part_init):
+ * nothing per row (a division by l with a NaN operand takes the slow path of IEEE division).
  * ro: index of the row in the per-row outputs. Mraw: the max logit
  * (base 2 units, as M) without an additive mask's bias; M itself where there is none. sink: the
  * head's sink logit in base 2 (head_sink), -inf for none: one more outcome, merged into the row's
  * (M, l, W) as the state (sink, 1, 0) the way the online update merges when the max moves (guarded
  * where an exponential is 0, so that no 0 * inf appears); the max logit stays the keys'. */
+template <bool XS = true>
 static __device__ __forceinline__ void row_done(const kparams &p, part &a, long long ro, int nvis,
                                                 float M, float l, float W, float Mraw, float sink,
                                                 float F, float D)
@@ -354,7 +363,8 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
             const float d = M - sink, e = ex2(d);
             W = e > 0.0f ? e * fmaf(d, l, W) : 0.0f;
             l = fmaf(e, l, 1.0f); /* the max is the sink's now: its term is 2^0 */
-            D *= e;
+            if (XS)
+                D *= e;
             M = sink;
         } else {
             const float d = sink - M, e = ex2(d);
@@ -375,8 +385,11 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
     float h = LN2_F * (log2f(l) - W / l);
     h = h > 0.0f ? h : 0.0f;
     float m = Mraw * LN2_F;
-    a.sum_sink += (double)(ex2(F - M) / l);
-    a.sum_dist += (double)(D / l);
+    if (XS) { /* l >= 1 here (the max's term is 2^0): one reciprocal for both */
+        const float rl = 1.0f / l;
+        a.sum_sink += (double)(ex2(F - M) * rl);
+        a.sum_dist += (double)(D * rl);
+    }
     if (p.row_h)
         p.row_h[ro] = h;
     if (p.row_m)
@@ -439,13 +452,13 @@ static __device__ __forceinline__ float quad_first_logit(const kparams &p, float
  * a fixed order, so the result never depends on scheduling. NW > 0: over the first NW warps alone,
  * meeting at named barrier 2 (the warp-specialised kernels, whose producer warps do not take
  * part), and again after the merge (a persistent CTA reduces one block after another). */
-template <int NW = 0> static __device__ void block_store_part(part &a, part *out)
+template <int NW = 0, bool XS = true> static __device__ void block_store_part(part &a, part *out)
 {
     __shared__ part s_warp[NW > 0 ? NW : 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = NW > 0 ? NW : blockDim.x >> 5;
     for (int m = 1; m < 32; m <<= 1)
-        part_shfl_merge(a, m);
+        part_shfl_merge<XS>(a, m);
     if (lane == 0)
         s_warp[warp] = a;
     if (NW > 0)
@@ -455,7 +468,7 @@ template <int NW = 0> static __device__ void block_store_part(part &a, part *out
     if (threadIdx.x == 0) {
         part t = s_warp[0];
         for (int w = 1; w < nw; w++)
-            part_merge(t, s_warp[w]);
+            part_merge<XS>(t, s_warp[w]);
         *out = t;
     }
     if (NW > 0) /* s_warp read before a persistent CTA's next block writes it */

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int h = blockIdx.y, x = blockIdx.x;
     part acc;
-    part_init(acc);
+    part_init(acc, XS);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
         if (tid == 0)
@@ -261,11 +261,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
             }
             if (tq == 0 && i >= 0) {
                 long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-                row_done(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr],
+                row_done<XS>(p, acc, ro, hi[mt][hr] - lo[mt][hr] + 1, M[mt][hr], lr, wr, M[mt][hr],
                          sink, F, Dr);
             }
         }
-    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 }
 
 

@@ -385,7 +385,7 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
         }
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
+            row_done<XS>(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
         }
     }
 }

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int h = blockIdx.y, x = blockIdx.x;
     part acc;
-    part_init(acc);
+    part_init(acc, false);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
         if (tid == 0)
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     cp_async_wait<0>();
 
     warp_rows_done(p, si, h, s_row, warp, g, tq, wk, M, l, W, acc);
-    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
     const int wg = warp >> 2;
     const int h = blockIdx.y, x = blockIdx.x;
     part acc;
-    part_init(acc);
+    part_init(acc, false);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
         if (tid == 0)
@@ -251,11 +251,11 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
         int i = s_row[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr, M[0][hr], sink,
+            row_done<false>(p, acc, ro, hi[0][hr] - lo[0][hr] + 1, M[0][hr], lr, wr, M[0][hr], sink,
                      NAN, NAN); /* sink mass and distance: not computed here */
         }
     }
-    block_store_part(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 

@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     int h, x;
     ws_item(p, (long long)blockIdx.y * gridDim.x + blockIdx.x, &h, &x);
     part acc;
-    part_init(acc);
+    part_init(acc, XS);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
         if (tid == 0)
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
     ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
                                  g, false, acc);
-    block_store_part<PRODUCER>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<PRODUCER, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         int h, x;
         ws_item(p, i, &h, &x);
         part acc;
-        part_init(acc);
+        part_init(acc, XS);
         seqinfo si;
         if (!cta_sequence(p, x, &si)) {
             if (tid == 0)
@@ -433,7 +433,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         __syncwarp();
         if (lane == 0) /* rows[] read for the last time (row_done) */
             mbar_arrive(&s_info_empty[slot]);
-        block_store_part<PRODUCER>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+        block_store_part<PRODUCER, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
         m++;
     }
 #endif
