@@ -24,12 +24,18 @@ The history the daemon stores, read with Python's sqlite3 alone (no library, no 
 
     h = attnstat.history("/var/lib/attnstat/history.db")
     rows = h.samples("gpt-small", layer=3, step_from=1000)   # dicts; h.dataframe(...) with pandas
+
+QK-Clip's per-head rule (MuonClip), from the heads' measured max logits to the factors of their
+query and key projection rows (grouped-query attention included; attnstat/_qkclip.py says why):
+
+    q, k = attnstat.qk_clip_factors(max_logits, tau=100.0, group=num_heads // num_kv_heads)
 """
 from ._client import Alert, AttnstatError, Client, default_socket
 from ._history import History, HistoryError, history
 from ._lib import BF16, F16, F32, LibraryNotFound, MEM_CUDA, MEM_HOST, load as load_library
+from ._qkclip import qk_clip_factors
 from ._version import __version__
 
 __all__ = ["Client", "AttnstatError", "Alert", "LibraryNotFound", "default_socket",
            "load_library", "F32", "F16", "BF16", "MEM_HOST", "MEM_CUDA", "history", "History",
-           "HistoryError"]
+           "HistoryError", "qk_clip_factors"]
