@@ -422,6 +422,48 @@ def run_gptoss(args):
     _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs()})
 
 
+def run_qkclip(args):
+    """QK-Clip from the measurements: a GQA Llama (8 query heads, 2 key/value heads) under bf16
+    autocast, its query rows scaled so that the heads' max logits differ; step 0 measured, tau
+    set to the median of its heads' max logits, qk_clip applied, then the same forward again
+    (step 1). Saves both steps' results, tau and what the clip did."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    import attnstat.torch as at
+    torch.manual_seed(args.seed)
+    dev = torch.device("cuda", 0)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+                      attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).to(dev)
+    with torch.no_grad():  # heads of very different sizes: some over tau, some under
+        for layer in model.model.layers:
+            w = layer.self_attn.q_proj.weight.view(8, -1, cfg.hidden_size)
+            w.mul_(torch.linspace(1.0, 12.0, 8, device=dev).view(8, 1, 1))
+    ids = torch.randint(0, cfg.vocab_size, (2, 256), device=dev)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    with at.monitor(client, every=1, model=model, want_results=True):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            model(input_ids=ids)  # step 0
+        if not client.flush(timeout_s=60):
+            raise SystemExit("flush timed out: %s" % client.stats())
+        ml = sorted(h["max_logit"] for hs in results.values() for h in hs)  # the first step's
+        tau = ml[len(ml) // 2]
+        clip = at.qk_clip(client, model, tau=tau)
+        for (st, layer), hs in list(results.items()):  # they came before the clip existed
+            clip.observe(0, st, layer, hs)
+        clipped = clip.step()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            model(input_ids=ids)  # step 1
+        if not client.flush(timeout_s=60):
+            raise SystemExit("flush timed out: %s" % client.stats())
+    out = dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), stats=client.stats())
+    torch.save(out, args.out)
+    client.close()
+    print(json.dumps({"tau": tau, "clipped": clipped, "clip": clip.stats()}))
+
+
 def run_tp(args):
     """One rank of a 2-way tensor-parallel Llama (torchtitan's plan)."""
     import torch.distributed as dist
@@ -617,7 +659,7 @@ def run_memory(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
-                                     "llama-compiled", "flex-byname", "gptoss", "tp"))
+                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -637,7 +679,7 @@ def main():
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
      "memory": run_memory, "llama": run_llama, "flex": run_flex,
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
-     "gptoss": run_gptoss, "tp": run_tp}[args.mode](args)
+     "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip}[args.mode](args)
 
 
 if __name__ == "__main__":

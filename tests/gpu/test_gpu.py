@@ -587,6 +587,40 @@ class TestGPU(unittest.TestCase):
         data, r = self.monitored("gptoss", ("--stats", "all"))
         self.pushed_values(data, 2 * 2)
 
+    def test_22_qk_clip(self):
+        """attnstat.torch.qk_clip on a GQA Llama under bf16 autocast: tau set to the median of
+        step 0's measured max logits, the clip applied, the same forward measured again: every
+        head that was over tau is at tau (2%: bf16 projections), every other head's max logit
+        unchanged, the heads clipped counted."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        out = os.path.join(self.tmp.name, "qkclip.pt")
+        r = trainer("qkclip", self.d.socket, out, "--run", "qkclip")
+        data = torch.load(out, weights_only=False)
+        tau, res = data["tau"], data["results"]
+        steps = sorted({st for st, _ in res})
+        self.assertEqual(len(steps), 2, sorted(res))
+        over, bad = 0, []
+        for layer in range(2):
+            before = {h["head"]: h["max_logit"] for h in res[(steps[0], layer)]}
+            after = {h["head"]: h["max_logit"] for h in res[(steps[1], layer)]}
+            self.assertEqual(sorted(before), list(range(8)))
+            for h, m0 in before.items():
+                m1 = after[h]
+                if m0 > tau:
+                    over += 1
+                    if not abs(m1 - tau) <= 0.02 * tau:
+                        bad.append("layer %d head %d: %.4f over tau %.4f, %.4f after the clip"
+                                   % (layer, h, m0, tau, m1))
+                elif not abs(m1 - m0) <= 1e-6 * abs(m0) + 1e-6:
+                    bad.append("layer %d head %d: %.6f under tau, %.6f after the clip"
+                               % (layer, h, m0, m1))
+        self.assertEqual(bad, [], "\n".join(bad) + "\n" + r.stdout)
+        self.assertGreater(over, 0)
+        self.assertLess(over, 16)
+        self.assertEqual(data["clipped"], over)
+        self.assertEqual(data["clip"]["clipped_heads"], over)
+
     def test_19_tensor_parallel_two_gpus(self):
         """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
         two GPUs, monitor at layout='auto': every global head stored once, rank 1's heads as

@@ -9,9 +9,11 @@ monitor (see its documentation in _monitor.py) watches the doors real models rea
 through: torch's scaled_dot_product_attention (attn_mask included) and flex_attention
 (BlockMask), FlashAttention's flash_attn_func / flash_attn_varlen_func, and transformers'
 attention interface. _calls.py turns each door's arguments into the one description the daemon
-takes. Nothing here is imported by `import attnstat`; PyTorch is imported when a monitor starts.
+takes. qk_clip (_qkclip.py) scales the query and key projection rows of the heads whose measured
+max logit passed tau, after each optimizer step (QK-Clip). Nothing here is imported by `import attnstat`; PyTorch is imported when a monitor starts.
 """
 from ._calls import Call, Skip
 from ._monitor import Monitor, monitor, uninstall
+from ._qkclip import qk_clip
 
-__all__ = ["monitor", "Monitor", "Call", "Skip", "uninstall"]
+__all__ = ["monitor", "Monitor", "Call", "Skip", "uninstall", "qk_clip"]

@@ -1,0 +1,142 @@
+"""attnstat.torch.qk_clip: QK-Clip (MuonClip's per-head rule) driven by the max logits attnstat
+measures, applied to the model's query and key projection rows after each optimizer step.
+
+    client = attnstat.Client(run="llama", rank=0)
+    with attnstat.torch.monitor(client, every=1, model=model, want_results=True), \\
+            attnstat.torch.qk_clip(client, model, tau=100.0) as clip:
+        for batch in data:
+            loss = model(**batch).loss
+            loss.backward()
+            opt.step()
+            clip.step()          # the heads whose latest measured max logit passed tau
+            opt.zero_grad()
+
+The factors are attnstat.qk_clip_factors' (client/python/attnstat/_qkclip.py says the rule and
+why a grouped-query layer's shared key rows take the group's mildest clip). Each layer's newest
+result is applied once. The results come back from attnstatd with the pushes' Acks, so a step's
+clip uses the max logits of a step the daemon has already answered: the previous step's or older
+(one step late at best; `clip.lag` is the last gap seen); the monitor must push with
+want_results=True, and every step (every=1) for a clip at every step.
+
+Which rows: a transformers attention module (one with layer_idx, q_proj, k_proj and head_dim: the
+layer number the monitor pushes is its layer_idx), or, for any other model, projections={layer:
+(q_linear, k_linear, head_dim)}. Rows of head h are h*head_dim .. (h+1)*head_dim - 1 of the
+linear's weight (and bias). A layer that normalises q and k after projecting them (q_norm /
+k_norm: QK-norm) cannot be clipped through its projections: refused when found. Tensor-parallel
+shards (DTensor weights) are not handled yet.
+"""
+import math
+
+from .._qkclip import qk_clip_factors
+
+
+class qk_clip(object):
+    """See the module's documentation. client: the attnstat.Client the monitor pushes through
+    (with want_results=True). model: an nn.Module (its transformers attention modules are found
+    by their layer_idx), or None with projections. tau: the max logit no head should pass (the
+    daemon's logit_ceiling by default is 100 too). projections: {layer: (q_linear, k_linear,
+    head_dim)}, used instead of the model's.
+
+    step() applies what arrived since the last call and returns how many heads it clipped;
+    stats() says what was clipped so far (per layer), and the lag of the results used."""
+
+    def __init__(self, client, model=None, tau=100.0, projections=None):
+        tau = float(tau)
+        if not (math.isfinite(tau) and tau > 0.0):
+            raise ValueError("tau must be a finite number > 0, not %r" % (tau,))
+        self.tau = tau
+        self.client = client
+        self._layers = {}
+        if projections is not None:
+            for layer, (ql, kl, d) in dict(projections).items():
+                self._layers[int(layer)] = self._layer(ql, kl, int(d), "layer %s" % layer)
+        elif model is not None:
+            for name, m in model.named_modules():
+                if all(hasattr(m, a) for a in ("layer_idx", "q_proj", "k_proj", "head_dim")):
+                    if getattr(m, "q_norm", None) is not None or \
+                            getattr(m, "k_norm", None) is not None:
+                        raise ValueError("%s normalises q and k after their projections (QK-norm):"
+                                         " scaling the projections' rows does not change its "
+                                         "logits, so qk_clip cannot clip it" % name)
+                    self._layers[int(m.layer_idx)] = self._layer(m.q_proj, m.k_proj,
+                                                                 int(m.head_dim), name)
+        if not self._layers:
+            raise ValueError("no attention layer to clip: give a transformers model (attention "
+                             "modules with layer_idx, q_proj, k_proj, head_dim) or projections="
+                             "{layer: (q_linear, k_linear, head_dim)}")
+        self._latest = {}    # layer -> (step, [max_logit per head]), newest not yet applied
+        self._applied = {}   # layer -> step of the result applied last
+        self.clipped = {}    # layer -> heads clipped so far
+        self.steps = 0       # step() calls that clipped a head
+        self.lag = None      # the newest step seen minus the step of the result applied last
+        self._newest_step = None
+        self._closed = False
+        client.on_result(self.observe)
+
+    @staticmethod
+    def _layer(ql, kl, d, what):
+        hq, hk = ql.weight.shape[0], kl.weight.shape[0]
+        if d < 1 or hq % d or hk % d or (hq // d) % (hk // d):
+            raise ValueError("%s: q rows %d and k rows %d are not whole heads of %d with query "
+                             "heads a multiple of key heads" % (what, hq, hk, d))
+        return (ql, kl, d, hq // d, (hq // d) // (hk // d))
+
+    def observe(self, seq, step, layer, heads):
+        """A result (Client.on_result's arguments): kept as its layer's newest."""
+        if self._closed or layer not in self._layers:
+            return
+        if self._newest_step is None or step > self._newest_step:
+            self._newest_step = step
+        prev = self._latest.get(layer) or (None, None)
+        done = self._applied.get(layer)
+        if (prev[0] is None or step >= prev[0]) and (done is None or step > done):
+            ml = [float("nan")] * self._layers[layer][3]
+            for h in heads:
+                if 0 <= h["head"] < len(ml):
+                    ml[h["head"]] = h["max_logit"]
+            self._latest[layer] = (step, ml)
+
+    def step(self):
+        """Scale the projection rows of every head whose newest measured max logit passed tau
+        (the results that arrived since the last call); returns the number of heads clipped."""
+        import torch
+        self.client.poll(0)  # results waiting in the socket are read now
+        n = 0
+        for layer, (st, ml) in sorted(self._latest.items()):
+            ql, kl, d, heads, group = self._layers[layer]
+            q, k = qk_clip_factors(ml, self.tau, group)
+            over = sum(1 for f in q if f < 1.0)
+            if over:
+                with torch.no_grad():
+                    for lin, f in ((ql, q), (kl, k)):
+                        if all(x == 1.0 for x in f):
+                            continue
+                        rows = torch.tensor(f, dtype=lin.weight.dtype,
+                                            device=lin.weight.device).repeat_interleave(d)
+                        lin.weight.mul_(rows.view(-1, *([1] * (lin.weight.dim() - 1))))
+                        if getattr(lin, "bias", None) is not None:
+                            lin.bias.mul_(rows)
+                self.clipped[layer] = self.clipped.get(layer, 0) + over
+                n += over
+            self._applied[layer] = st
+            if self._newest_step is not None:
+                self.lag = self._newest_step - st
+        self._latest.clear()
+        if n:
+            self.steps += 1
+        return n
+
+    def stats(self):
+        return {"tau": self.tau, "clipped_heads": sum(self.clipped.values()),
+                "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
+                "lag": self.lag, "layers": sorted(self._layers)}
+
+    def close(self):
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
