@@ -589,9 +589,11 @@ class TestGPU(unittest.TestCase):
 
     def test_22_qk_clip(self):
         """attnstat.torch.qk_clip on a GQA Llama under bf16 autocast: tau set to the median of
-        step 0's measured max logits, the clip applied, the same forward measured again: every
-        head that was over tau is at tau (2%: bf16 projections), every other head's max logit
-        unchanged, the heads clipped counted."""
+        step 0's measured max logits, the clip applied, the same forward measured again. Layer
+        0 sees the same input both times: every head that was over tau is at tau (2%: bf16
+        projections), every other head's max logit unchanged. Layer 1's input is layer 0's
+        output, which the clip changed, so there only the count is checked: each layer's
+        clipped heads are those that were over tau."""
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
         out = os.path.join(self.tmp.name, "qkclip.pt")
@@ -600,15 +602,17 @@ class TestGPU(unittest.TestCase):
         tau, res = data["tau"], data["results"]
         steps = sorted({st for st, _ in res})
         self.assertEqual(len(steps), 2, sorted(res))
-        over, bad = 0, []
+        over, bad = {}, []
         for layer in range(2):
             before = {h["head"]: h["max_logit"] for h in res[(steps[0], layer)]}
             after = {h["head"]: h["max_logit"] for h in res[(steps[1], layer)]}
             self.assertEqual(sorted(before), list(range(8)))
+            over[layer] = sum(1 for m in before.values() if m > tau)
             for h, m0 in before.items():
                 m1 = after[h]
+                if layer > 0:
+                    continue
                 if m0 > tau:
-                    over += 1
                     if not abs(m1 - tau) <= 0.02 * tau:
                         bad.append("layer %d head %d: %.4f over tau %.4f, %.4f after the clip"
                                    % (layer, h, m0, tau, m1))
@@ -616,10 +620,9 @@ class TestGPU(unittest.TestCase):
                     bad.append("layer %d head %d: %.6f under tau, %.6f after the clip"
                                % (layer, h, m0, m1))
         self.assertEqual(bad, [], "\n".join(bad) + "\n" + r.stdout)
-        self.assertGreater(over, 0)
-        self.assertLess(over, 16)
-        self.assertEqual(data["clipped"], over)
-        self.assertEqual(data["clip"]["clipped_heads"], over)
+        self.assertTrue(0 < over[0] < 8, over)
+        self.assertEqual(data["clip"]["clipped_by_layer"], {l: n for l, n in over.items() if n})
+        self.assertEqual(data["clipped"], sum(over.values()))
 
     def test_19_tensor_parallel_two_gpus(self):
         """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
