@@ -443,14 +443,14 @@ def run_qkclip(args):
     client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
-    with at.monitor(client, every=1, model=model, want_results=True):
+    with at.monitor(client, every=1, model=model, want_results=True) as mon:
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             model(input_ids=ids)  # step 0
         if not client.flush(timeout_s=60):
             raise SystemExit("flush timed out: %s" % client.stats())
         ml = sorted(h["max_logit"] for hs in results.values() for h in hs)  # the first step's
         tau = ml[len(ml) // 2]
-        clip = at.qk_clip(client, model, tau=tau)
+        clip = at.qk_clip(client, model, tau=tau, monitor=mon)
         for (st, layer), hs in list(results.items()):  # they came before the clip existed
             clip.observe(0, st, layer, hs)
         clipped = clip.step()

@@ -2,8 +2,8 @@
 measures, applied to the model's query and key projection rows after each optimizer step.
 
     client = attnstat.Client(run="llama", rank=0)
-    with attnstat.torch.monitor(client, every=1, model=model, want_results=True), \\
-            attnstat.torch.qk_clip(client, model, tau=100.0) as clip:
+    with attnstat.torch.monitor(client, every=1, model=model, want_results=True) as mon, \\
+            attnstat.torch.qk_clip(client, model, tau=100.0, monitor=mon) as clip:
         for batch in data:
             loss = model(**batch).loss
             loss.backward()
@@ -15,7 +15,7 @@ The factors are attnstat.qk_clip_factors' (client/python/attnstat/_qkclip.py say
 why a grouped-query layer's shared key rows take the group's mildest clip). Each layer's newest
 result is applied once. The results come back from attnstatd with the pushes' Acks, so a step's
 clip uses the max logits of a step the daemon has already answered: the previous step's or older
-(one step late at best; `clip.lag` is the last gap seen); the monitor must push with
+(one step late at best; given the monitor, `clip.lag` is the last gap seen); the monitor must push with
 want_results=True, and every step (every=1) for a clip at every step.
 
 Which rows: a transformers attention module (one with layer_idx, q_proj, k_proj and head_dim: the
@@ -35,17 +35,19 @@ class qk_clip(object):
     (with want_results=True). model: an nn.Module (its transformers attention modules are found
     by their layer_idx), or None with projections. tau: the max logit no head should pass (the
     daemon's logit_ceiling by default is 100 too). projections: {layer: (q_linear, k_linear,
-    head_dim)}, used instead of the model's.
+    head_dim)}, used instead of the model's. monitor: the attnstat.torch.monitor pushing them,
+    for the lag (its current step minus the step of the result a clip used).
 
     step() applies what arrived since the last call and returns how many heads it clipped;
     stats() says what was clipped so far (per layer), and the lag of the results used."""
 
-    def __init__(self, client, model=None, tau=100.0, projections=None):
+    def __init__(self, client, model=None, tau=100.0, projections=None, monitor=None):
         tau = float(tau)
         if not (math.isfinite(tau) and tau > 0.0):
             raise ValueError("tau must be a finite number > 0, not %r" % (tau,))
         self.tau = tau
         self.client = client
+        self.monitor = monitor
         self._layers = {}
         if projections is not None:
             for layer, (ql, kl, d) in dict(projections).items():
@@ -68,8 +70,7 @@ class qk_clip(object):
         self._applied = {}   # layer -> step of the result applied last
         self.clipped = {}    # layer -> heads clipped so far
         self.steps = 0       # step() calls that clipped a head
-        self.lag = None      # the newest step seen minus the step of the result applied last
-        self._newest_step = None
+        self.lag = None      # the monitor's step minus the step of the result applied last
         self._closed = False
         client.on_result(self.observe)
 
@@ -85,8 +86,6 @@ class qk_clip(object):
         """A result (Client.on_result's arguments): kept as its layer's newest."""
         if self._closed or layer not in self._layers:
             return
-        if self._newest_step is None or step > self._newest_step:
-            self._newest_step = step
         prev = self._latest.get(layer) or (None, None)
         done = self._applied.get(layer)
         if (prev[0] is None or step >= prev[0]) and (done is None or step > done):
@@ -119,8 +118,9 @@ class qk_clip(object):
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
             self._applied[layer] = st
-            if self._newest_step is not None:
-                self.lag = self._newest_step - st
+            cur = getattr(self.monitor, "current_step", None)
+            if cur is not None:
+                self.lag = cur - st
         self._latest.clear()
         if n:
             self.steps += 1
