@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """attnstat's QK-Clip rule (client/python/attnstat/_qkclip.py) against a NumPy reference: the
 factors themselves, and what they do to a layer's logits when its projection rows are scaled by
-them (multi-head, grouped and multi-query attention, fresh random weights each run)."""
+them (multi-head, grouped and multi-query attention, fresh random weights each run); and
+attnstat.torch.qk_clip's bookkeeping (which rows, which results, once each) on a NumPy-backed
+stand-in of the few torch calls it makes (tests/gpu test_22 runs it on a real model)."""
+import contextlib
 import math
 import os
 import sys
+import types
 import unittest
 
 try:
@@ -15,6 +19,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client", "python"))
 from attnstat._qkclip import qk_clip_factors  # noqa: E402
+from attnstat.torch._qkclip import qk_clip  # noqa: E402
 
 SEED = int(os.environ.get("ATTNSTAT_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 print("test_python_qkclip: seed %d" % SEED)
@@ -109,6 +114,158 @@ class TestRule(unittest.TestCase):
                 qk_clip_factors([1.0, 2.0], 10.0, group)
         with self.assertRaisesRegex(ValueError, "groups of 4"):
             qk_clip_factors([1.0] * 6, 10.0, 4)
+
+
+class T(object):
+    """A NumPy-backed stand-in for the tensor methods qk_clip uses (views share memory)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    @property
+    def shape(self):
+        return self.a.shape
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    device = "cpu"
+
+    def dim(self):
+        return self.a.ndim
+
+    def view(self, *shape):
+        return T(self.a.reshape(shape))
+
+    def repeat_interleave(self, n):
+        return T(np.repeat(self.a, n))
+
+    def mul_(self, other):
+        self.a *= other.a
+        return self
+
+
+def fake_torch():
+    torch = types.ModuleType("torch")
+    torch.no_grad = contextlib.nullcontext
+    torch.tensor = lambda data, dtype=None, device=None: T(np.array(data, dtype=dtype))
+    return torch
+
+
+class Linear(object):
+    def __init__(self, rng, rows, cols, bias=False):
+        self.weight = T(rng.standard_normal((rows, cols)))
+        self.bias = T(rng.standard_normal(rows)) if bias else None
+
+
+class Attention(object):
+    def __init__(self, rng, layer, heads, kv, d, hidden=12, qk_norm=False):
+        self.layer_idx, self.head_dim = layer, d
+        self.q_proj = Linear(rng, heads * d, hidden, bias=True)
+        self.k_proj = Linear(rng, kv * d, hidden, bias=True)
+        if qk_norm:
+            self.q_norm = self.k_norm = object()
+
+
+class Model(object):
+    def __init__(self, layers):
+        self.layers = layers
+
+    def named_modules(self):
+        yield "", self
+        for i, m in enumerate(self.layers):
+            yield "layers.%d.self_attn" % i, m
+
+
+class FakeClient(object):
+    def __init__(self):
+        self.cbs, self.polls = [], 0
+
+    def on_result(self, cb):
+        self.cbs.append(cb)
+
+    def poll(self, timeout_ms=0):
+        self.polls += 1
+
+    def result(self, step, layer, max_logits):
+        for cb in self.cbs:
+            cb(0, step, layer, [dict(head=h, max_logit=m) for h, m in enumerate(max_logits)])
+
+
+class TestClipStep(unittest.TestCase):
+    """qk_clip.step() on stand-ins: the rows of each head scaled by the rule's factors (weights
+    and biases), from each layer's newest result, once; nothing for results it has applied,
+    statistics not asked (NaN) or layers it does not know."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(SEED + 1)
+        self.saved = sys.modules.get("torch")
+        sys.modules["torch"] = fake_torch()
+
+    def tearDown(self):
+        if self.saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved
+
+    def check_rows(self, lin, before_w, before_b, factors, d):
+        f = np.repeat(np.asarray(factors), d)
+        np.testing.assert_array_equal(lin.weight.a, before_w * f[:, None])
+        np.testing.assert_array_equal(lin.bias.a, before_b * f)
+
+    def test_transformers_layers(self):
+        heads, kv, d, tau = 8, 2, 4, 10.0
+        layers = [Attention(self.rng, i, heads, kv, d) for i in range(3)]
+        client, mon = FakeClient(), types.SimpleNamespace(current_step=7)
+        clip = qk_clip(client, Model(layers), tau=tau, monitor=mon)
+        self.assertEqual(clip.stats()["layers"], [0, 1, 2])
+        w0 = [(m.q_proj.weight.a.copy(), m.q_proj.bias.a.copy(), m.k_proj.weight.a.copy(),
+               m.k_proj.bias.a.copy()) for m in layers]
+        ml0 = list(self.rng.uniform(0.2, 3.0, heads) * tau)
+        ml1 = [tau * 0.5] * heads
+        ml1[5] = float("nan")  # not measured: untouched
+        client.result(4, 0, [tau * 9] * heads)  # older than the next one: replaced by it
+        client.result(5, 0, ml0)
+        client.result(5, 1, ml1)
+        client.result(5, 9, [tau * 9] * heads)  # a layer qk_clip does not know
+        n = clip.step()
+        q0, k0 = qk_clip_factors(ml0, tau, heads // kv)
+        self.assertEqual(n, sum(1 for m in ml0 if m > tau))
+        self.check_rows(layers[0].q_proj, w0[0][0], w0[0][1], q0, d)
+        self.check_rows(layers[0].k_proj, w0[0][2], w0[0][3], k0, d)
+        for i in (1, 2):  # nothing over tau, no result: not touched
+            np.testing.assert_array_equal(layers[i].q_proj.weight.a, w0[i][0])
+            np.testing.assert_array_equal(layers[i].k_proj.weight.a, w0[i][2])
+        st = clip.stats()
+        self.assertEqual(st["clipped_by_layer"], {0: n} if n else {})
+        self.assertEqual(st["lag"], 2)
+        self.assertGreater(client.polls, 0)
+        # applied once: no new result, nothing more; an older one than applied is dropped
+        w1 = layers[0].q_proj.weight.a.copy()
+        self.assertEqual(clip.step(), 0)
+        client.result(5, 0, [tau * 9] * heads)
+        client.result(3, 0, [tau * 9] * heads)
+        self.assertEqual(clip.step(), 0)
+        np.testing.assert_array_equal(layers[0].q_proj.weight.a, w1)
+        client.result(6, 0, [tau * 2] * heads)  # a newer step over tau: every head clipped
+        self.assertEqual(clip.step(), heads)
+        clip.close()
+        client.result(7, 0, [tau * 2] * heads)  # closed: ignored
+        self.assertEqual(clip.step(), 0)
+
+    def test_projections_and_refusals(self):
+        a = Attention(self.rng, 0, 4, 4, 2)
+        clip = qk_clip(FakeClient(), projections={3: (a.q_proj, a.k_proj, 2)}, tau=5.0)
+        self.assertEqual(clip.stats()["layers"], [3])
+        with self.assertRaisesRegex(ValueError, "QK-norm"):
+            qk_clip(FakeClient(), Model([Attention(self.rng, 0, 4, 2, 2, qk_norm=True)]))
+        with self.assertRaisesRegex(ValueError, "no attention layer"):
+            qk_clip(FakeClient(), Model([]))
+        with self.assertRaisesRegex(ValueError, "whole heads"):
+            qk_clip(FakeClient(), projections={0: (a.q_proj, a.k_proj, 3)})
+        with self.assertRaisesRegex(ValueError, "tau"):
+            qk_clip(FakeClient(), projections={0: (a.q_proj, a.k_proj, 2)}, tau=0)
 
 
 if __name__ == "__main__":
