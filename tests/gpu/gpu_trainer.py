@@ -427,14 +427,10 @@ def run_qkclip(args):
     autocast, its query rows scaled so that the heads' max logits differ; step 0 measured, tau
     set to the median of its heads' max logits, qk_clip applied, then the same forward again
     (step 1). Saves both steps' results, tau and what the clip did."""
-    from transformers import LlamaConfig, LlamaForCausalLM
     import attnstat.torch as at
-    torch.manual_seed(args.seed)
     dev = torch.device("cuda", 0)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
-                      attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg).to(dev)
+    model = _small_llama(dev, args.seed, layers=2)
+    cfg = model.config
     with torch.no_grad():  # heads of very different sizes: some over tau, some under
         for layer in model.model.layers:
             w = layer.self_attn.q_proj.weight.view(8, -1, cfg.hidden_size)

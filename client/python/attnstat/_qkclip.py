@@ -25,13 +25,19 @@ exceeds 1: no weight grows.
 import math
 
 
+def check_tau(tau):
+    """tau as a float: finite and > 0, else ValueError."""
+    tau = float(tau)
+    if not (math.isfinite(tau) and tau > 0.0):
+        raise ValueError("tau must be a finite number > 0, not %r" % (tau,))
+    return tau
+
+
 def qk_clip_factors(max_logits, tau, group=1):
     """(q, k): q[h] the factor of query head h's projection rows, k[g] that of key/value group
     g's (heads g*group .. g*group + group - 1), from the heads' max logits (a sequence of
     floats, len a multiple of group) and the threshold tau (finite, > 0)."""
-    tau = float(tau)
-    if not (math.isfinite(tau) and tau > 0.0):
-        raise ValueError("tau must be a finite number > 0, not %r" % (tau,))
+    tau = check_tau(tau)
     if isinstance(group, bool) or not isinstance(group, int) or group < 1:
         raise ValueError("group (query heads per key/value head) must be an int >= 1, not %r"
                          % (group,))

@@ -25,9 +25,7 @@ linear's weight (and bias). A layer that normalises q and k after projecting the
 k_norm: QK-norm) cannot be clipped through its projections: refused when found. Tensor-parallel
 shards (DTensor weights) are not handled yet.
 """
-import math
-
-from .._qkclip import qk_clip_factors
+from .._qkclip import check_tau, qk_clip_factors
 
 
 class qk_clip(object):
@@ -42,10 +40,7 @@ class qk_clip(object):
     stats() says what was clipped so far (per layer), and the lag of the results used."""
 
     def __init__(self, client, model=None, tau=100.0, projections=None, monitor=None):
-        tau = float(tau)
-        if not (math.isfinite(tau) and tau > 0.0):
-            raise ValueError("tau must be a finite number > 0, not %r" % (tau,))
-        self.tau = tau
+        self.tau = check_tau(tau)
         self.client = client
         self.monitor = monitor
         self._layers = {}
