@@ -17,6 +17,8 @@ bench/kernel_notes.md). Run through bench/bench_kernel.sh, which builds the libr
 ATTNSTAT_BENCH_EXTRAS=1: each shape also run asking for every statistic (stats_problem.want: the
 tensor-core kernels' instances with sink mass and distance), checked against float64 and timed
 beside the default run on the same tensors, interleaved (bench_kernel.sh extras).
+ATTNSTAT_BENCH_MAXONLY=1: the same for a run asking for the max logit alone (the FOLD_MAX
+instances, no exps: entropy NaN, max logit checked against float64), bench_kernel.sh maxonly.
 """
 import ctypes
 import math
@@ -84,6 +86,16 @@ def want_all():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return (1 << len(mod.STATS)) - 1
+
+
+def want_of(name):
+    """stats_problem.want asking for the statistic `name` alone (its row's bit in vocab/vocab.h)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "attnstat_vocab", os.path.join(HERE, "..", "client", "python", "attnstat", "_vocab.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return 1 << [r["name"] for r in mod.STATS].index(name)
 
 
 def read_variants(path=VARIANTS_H):
@@ -258,8 +270,14 @@ def main():
     print(f"GPU {dev.name}, {dev.multi_processor_count} SMs, driver {driver}, torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; bf16 matmul peak measured {peak:.0f} TFLOP/s")
     ours = Ours(lib)
-    extras_mode = os.environ.get("ATTNSTAT_BENCH_EXTRAS") == "1"
-    WANT_ALL = want_all()
+    # the runs that ask for other statistics than the defaults, each checked and timed beside the
+    # default run on the same tensors: (tag, want, what the table calls it)
+    asks = []
+    if os.environ.get("ATTNSTAT_BENCH_EXTRAS") == "1":
+        asks.append(("x", want_all(), "with sink mass and distance"))
+    if os.environ.get("ATTNSTAT_BENCH_MAXONLY") == "1":
+        asks.append(("m", want_of("max_logit"), "max logit alone"))
+    ask_want = {tag: want for tag, want, _ in asks}
     shapes = [  # B, Hq, Hkv, N, D, causal, sample_every
         (2, 32, 32, 4096, 128, False, 0),
         (2, 32, 32, 4096, 128, True, 0),
@@ -317,13 +335,14 @@ def main():
         ref_mean = H.mean(dim=(0, 2))
         ref_sink, ref_dist = S.mean(dim=(0, 2)), X.mean(dim=(0, 2))
         failed = set()
-        px = Problem.from_buffer_copy(p)
-        px.want = WANT_ALL
-        # None: the default path; "x": the default path asking for every statistic
-        for var in [None] + (["x"] if extras_mode else []) + variants:
-            path = 0 if var in (None, "x") else variant_path(var)
+        # None: the default path; a tag of asks: the default path asking for those statistics
+        for var in [None] + [tag for tag, _, _ in asks] + variants:
+            path = 0 if var is None or var in ask_want else variant_path(var)
             lib.stats_cuda_set_path(ours.ctx, path)
-            pp = px if var == "x" else p
+            pp = p
+            if var in ask_want:
+                pp = Problem.from_buffer_copy(p)
+                pp.want = ask_want[var]
             name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(pp)).decode()
             rh = torch.full((B, Hq, N), float("nan"), device="cuda")
             rm = torch.full((B, Hq, N), float("nan"), device="cuda")
@@ -335,6 +354,10 @@ def main():
             got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
             dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
             ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
+            if var == "m" and name.endswith(" max"):  # no entropy computed: NaN, never a number
+                ok = dm <= 1e-5 and not math.isnan(dm) and bool(torch.isnan(rh).all()) and \
+                    bool(torch.isnan(got_mean).all())
+                dh = dmean = float("nan")
             # sink mass and distance: checked where the kernel computes them (NaN: it does not)
             got_s = torch.tensor([heads[h].sink_mass for h in range(Hq)], dtype=torch.float64, device="cuda")
             got_x = torch.tensor([heads[h].distance for h in range(Hq)], dtype=torch.float64, device="cuda")
@@ -349,7 +372,7 @@ def main():
             print(f"check {tag:40s} {name}: max|dH| {dh:.2e} nats, max rel dmaxlogit {dm:.2e}, "
                   f"max rel dmean {dmean:.2e}, {extras}: {'ok' if ok else 'FAILED'}", flush=True)
             lib.stats_cuda_set_path(ours.ctx, 0)
-            if not ok and var in (None, "x"):
+            if not ok and (var is None or var in ask_want):
                 sys.exit("bench: our output disagrees with PyTorch float64; not timing")
             if not ok:  # a variant under trial: report it, time the others
                 failed.add(var)
@@ -359,17 +382,18 @@ def main():
         # 2. time
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
-        t_oursx = float("nan")
-        if extras_mode:  # the same tensors asking for every statistic, then the default again
+        t_asks = []
+        for tag, want, _ in asks:  # the same tensors asking for other statistics, interleaved
             pxs = []
             for s in sets:
                 pxs.append(Problem.from_buffer_copy(s[3]))
-                pxs[-1].want = WANT_ALL
+                pxs[-1].want = want
             xsets = [s[:3] + (x,) + s[4:] for s, x in zip(sets, pxs)]
-            t_oursx = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
+            t_x = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
             t_ours2 = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
-            t_oursx2 = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
-            t_ours, t_oursx = min(t_ours, t_ours2), min(t_oursx, t_oursx2)
+            t_x2 = time_events(lambda s: ours.run(s[3], sync=False), xsets, iters)
+            t_ours = min(t_ours, t_ours2)
+            t_asks.append(min(t_x, t_x2))
         lib.stats_cuda_set_path(ours.ctx, variant_path(MMA_SYNC_VARIANT))  # for the notes
         t_mma = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         lib.stats_cuda_set_path(ours.ctx, 0)
@@ -406,7 +430,7 @@ def main():
         tflops = flops / (t_ours * 1e-3) / 1e12
         floor_ms = flops / (peak * 1e12) * 1e3
         rows.append((tag, t_ours, t_sdpa, t_mat, tflops, floor_ms, base_ms.get((B, Hq, Hkv, N, D, causal)),
-                     t_oursx))
+                     t_asks))
         print(f"time  {tag:40s} ours {t_ours:.4f} ms (variant {MMA_SYNC_VARIANT}, mma.sync: {t_mma:.4f})  "
               f"sdpa {t_sdpa:.4f} ms  "
               f"materialised {t_mat:.2f} ms", flush=True)
@@ -423,12 +447,12 @@ def main():
         extra = f" ({t / base:.3f} of unsampled)" if base and "every" in tag else ""
         print(f"| {tag}{extra} | {t:.3f} | {ts:.3f} | {tm:.2f} | {xs} | {xm} | {tf:.0f} | {fl:.3f} | "
               f"{100 * fl / t:.0f}% |")
-    if extras_mode:  # what sink mass and distance cost, kernel by kernel (best of two medians)
+    for i, (_, _, what) in enumerate(asks):  # what each ask costs beside the default (best of two medians)
         print()
-        print("| shape | default ms | with sink mass and distance ms | cost |")
+        print(f"| shape | default ms | {what} ms | ratio |")
         print("|---|---|---|---|")
         for tag, t, *_, tx in rows:
-            print(f"| {tag} | {t:.4f} | {tx:.4f} | {100 * (tx / t - 1):+.1f}% |")
+            print(f"| {tag} | {t:.4f} | {tx[i]:.4f} | {tx[i] / t:.3f} ({100 * (tx[i] / t - 1):+.1f}%) |")
     if variants:  # last: the variants side by side (FAIL: failed the float64 check, not timed)
         print()
         print("| shape | default ms | " + " | ".join(f"v{i} {VARIANTS[i][0]} ms" for i in variants) + " |")

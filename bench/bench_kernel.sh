@@ -9,6 +9,7 @@
 #   bench/bench_kernel.sh dev ARGS   build and run kernels/dev/stats_dev (e.g. `dev all`, `dev 2 1 16
 #                                    4096 128 --causal`): variant N against the CPU reference, timed
 #   bench/bench_kernel.sh extras     the bench, each shape also asking for sink mass and distance
+#   bench/bench_kernel.sh maxonly    the bench, each shape also asking for the max logit alone
 #                                    (the kernels' instances that compute them), checked and timed
 #                                    beside the default run
 #   ATTNSTAT_BENCH_VARIANTS=0,1,.. bench/bench_kernel.sh   also check and time those variants
@@ -99,6 +100,8 @@ elif [ "$mode" = profile ]; then
   ncu -i "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv"
 elif [ "$mode" = extras ]; then
   ATTNSTAT_BENCH_EXTRAS=1 python3 bench/bench_kernel.py "$LIB"
+elif [ "$mode" = maxonly ]; then
+  ATTNSTAT_BENCH_MAXONLY=1 python3 bench/bench_kernel.py "$LIB"
 else
   python3 bench/bench_kernel.py "$LIB"
 fi

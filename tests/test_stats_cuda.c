@@ -17,6 +17,11 @@
  *   entropy min/max/std  |gpu - cpu| <= 1e-3 nats;  max logit as per row
  *   sink mass            |gpu - cpu| <= 1e-4 (a probability's mean)
  *   distance             |gpu - cpu| <= 1e-4 * |cpu| + 1e-4 (key positions)
+ *   max logit alone      (want = max_logit only) a kernel with a FOLD_MAX instance (its name ends
+ *                        in " max") gives NaN for every entropy statistic and per-row entropy on
+ *                        a counted row, no rows_norm, and rows, empty and non-finite rows and the
+ *                        max logit as the reference's (to the tolerances above); the others as
+ *                        every run
  *   Both are NaN exactly where the reference's are. A run that asks for them (want) gets them
  *   from every kernel but those of k_extras_never (NaN: never a wrong number); a run that does not
  *   gets NaN from every tensor-core kernel and them from the CUDA-core one. With a mask the device
@@ -58,6 +63,7 @@ static int extras_nan(int variant, uint32_t want)
 }
 
 static uint64_t g_seed;
+static int g_max_only_runs; /* configurations a FOLD_MAX instance ran (main checks it on Hopper) */
 static stats_cuda *g_ctx;
 
 /* ---- random numbers and dtype conversion ------------------------------------------------ */
@@ -442,6 +448,11 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
     stats_cuda_set_path(g_ctx, c->generic ? STATS_CUDA_PATH_GENERIC : path);
     const char *kname = stats_cuda_kernel_name(g_ctx, &pd);
     const int variant = stats_cuda_plan_variant(g_ctx, &pd), no_extras = extras_nan(variant, want);
+    /* the max logit alone, by a kernel without exps: no entropy at all */
+    const size_t kl = strlen(kname);
+    const int max_only = stats_want(want) == VOCAB_BIT(max_logit) && kl > 4 &&
+                         strcmp(kname + kl - 4, " max") == 0;
+    g_max_only_runs += max_only;
     /* The reference: plain float32 on the GPU is bf16 on the way in, on every path (stats_cuda.h),
      * so compare it with the reference computed so; the float32 error is measured in bench/. */
     if (c->dt == FS && c->compute == FS)
@@ -464,6 +475,8 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
         int ok_h, ok_m;
         if (isnan(rh[i]) || rh[i] == STATS_ROW_SKIPPED)
             ok_h = isnan(rh[i]) ? isnan(gh[i]) : gh[i] == STATS_ROW_SKIPPED;
+        else if (max_only)
+            ok_h = isnan(gh[i]);
         else {
             double d = fabs((double)gh[i] - rh[i]);
             e.max_row_h = d > e.max_row_h ? d : e.max_row_h;
@@ -487,20 +500,25 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
         double dmean = fabs(a->entropy_mean - b->entropy_mean) / (fabs(b->entropy_mean) + 1e-6);
         if (!isnan(b->entropy_mean) && dmean > e.max_mean)
             e.max_mean = dmean;
-        int ok = a->rows == b->rows && a->rows_norm == b->rows_norm &&
-                 a->rows_empty == b->rows_empty && a->nonfinite_rows == b->nonfinite_rows &&
-                 a->sampled == b->sampled &&
-                 close_rel(a->entropy_mean, b->entropy_mean, 1e-4, 1e-6) &&
-                 close_rel(a->entropy_norm_mean, b->entropy_norm_mean, 1e-4, 1e-6) &&
-                 close_rel(a->entropy_std, b->entropy_std, 0, 1e-3) &&
-                 close_rel(a->entropy_min, b->entropy_min, 0, 1e-3) &&
-                 close_rel(a->entropy_max, b->entropy_max, 0, 1e-3) &&
+        const int ent_ok =
+            max_only ? a->rows_norm == 0 && isnan(a->entropy_mean) && isnan(a->entropy_norm_mean) &&
+                           isnan(a->entropy_std) && isnan(a->entropy_min) &&
+                           isnan(a->entropy_max) && isnan(a->collapsed_frac)
+                     : a->rows_norm == b->rows_norm &&
+                           close_rel(a->entropy_mean, b->entropy_mean, 1e-4, 1e-6) &&
+                           close_rel(a->entropy_norm_mean, b->entropy_norm_mean, 1e-4, 1e-6) &&
+                           close_rel(a->entropy_std, b->entropy_std, 0, 1e-3) &&
+                           close_rel(a->entropy_min, b->entropy_min, 0, 1e-3) &&
+                           close_rel(a->entropy_max, b->entropy_max, 0, 1e-3) &&
+                           fabs(a->collapsed_frac - b->collapsed_frac) *
+                                   (double)(b->rows_norm > 0 ? b->rows_norm : 1) <=
+                               1.0 + 1e-9;
+        int ok = a->rows == b->rows && ent_ok && a->rows_empty == b->rows_empty &&
+                 a->nonfinite_rows == b->nonfinite_rows && a->sampled == b->sampled &&
                  close_rel(a->max_logit, b->max_logit, 1e-5, fabs(b->max_logit) < 1 ? 1e-5 : 0) &&
                  ((no_extras && isnan(a->sink_mass) && isnan(a->distance)) ||
                   ((!no_extras || pd.mask.ptr) && close_rel(a->sink_mass, b->sink_mass, 0, 1e-4) &&
-                   close_rel(a->distance, b->distance, 1e-4, 1e-4))) &&
-                 fabs(a->collapsed_frac - b->collapsed_frac) * (double)(b->rows_norm > 0 ? b->rows_norm : 1) <=
-                     1.0 + 1e-9;
+                   close_rel(a->distance, b->distance, 1e-4, 1e-4)));
         if (!ok) {
             bad_heads++;
             fprintf(stderr,
@@ -516,6 +534,8 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
                     b->entropy_max, a->max_logit, b->max_logit, a->collapsed_frac, b->collapsed_frac,
                     a->sink_mass, b->sink_mass, a->distance, b->distance, variant,
                     no_extras ? ": must leave them NaN" : ": must compute them");
+            if (max_only)
+                fprintf(stderr, "    (the max logit alone: every entropy statistic must be NaN)\n");
         }
     }
     if (c->sinks == SINKS_ODD) /* the reference itself: NaN / +inf sinks count, 1e4 dominates */
@@ -570,14 +590,21 @@ START_TEST(test_wg_variants_against_cpu)
 }
 END_TEST
 
+/* The max logit alone (the FOLD_MAX instances where the default path's variant has one). */
+START_TEST(test_max_only_against_cpu)
+{
+    run_cfg(&k_cfgs[_i], _i, STATS_CUDA_PATH_WGMMA, VOCAB_BIT(max_logit));
+}
+END_TEST
+
 /* One variant alone (ATTNSTAT_TEST_WG_ONLY=v: e.g. under compute-sanitizer, where every path
- * would take too long), with and without sink mass and distance. */
+ * would take too long), asking for every statistic, for the defaults and for the max logit alone. */
 static int g_wg_only = -1;
 START_TEST(test_wg_only_against_cpu)
 {
+    static const uint32_t wants[3] = {VOCAB_STATS_ALL, 0, VOCAB_BIT(max_logit)};
     run_cfg(&k_cfgs[_i % N_CFGS], _i % N_CFGS,
-            (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + g_wg_only),
-            _i < N_CFGS ? VOCAB_STATS_ALL : 0);
+            (stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + g_wg_only), wants[_i / N_CFGS]);
 }
 END_TEST
 
@@ -687,10 +714,11 @@ int main(void)
     TCase *tc = tcase_create("against_cpu");
     tcase_set_timeout(tc, 600);
     if (g_wg_only >= 0) {
-        tcase_add_loop_test(tc, test_wg_only_against_cpu, 0, 2 * N_CFGS);
+        tcase_add_loop_test(tc, test_wg_only_against_cpu, 0, 3 * N_CFGS);
     } else {
         tcase_add_loop_test(tc, test_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_default_want_against_cpu, 0, N_CFGS);
+        tcase_add_loop_test(tc, test_max_only_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
         if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)
@@ -706,6 +734,15 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
+    /* on Hopper the max-logit-alone runs must have reached the FOLD_MAX instances (else the
+     * checks above passed on kernels that compute the entropy too) */
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+        major == 9 && (g_wg_only < 0 || g_wg_only == STATS_VARIANT_WS_TMA ||
+                       g_wg_only >= STATS_VARIANT_WS_TMA_3WG) && g_max_only_runs == 0) {
+        printf("test_stats_cuda: no configuration ran a max-logit-alone instance on this Hopper GPU\n");
+        failed++;
+    }
     stats_cuda_destroy(g_ctx);
     printf("test_stats_cuda: %d configurations, seed %llu: %s\n", N_CFGS, (unsigned long long)g_seed,
            failed ? "FAILED" : "passed");

@@ -262,12 +262,20 @@ static __device__ __forceinline__ void st_chunk_from_f32(void *dst, const float 
 
 /* ---- per-CTA partials: one finished row into a part, a block's parts into one ---------------- */
 
+/* What a tensor-core instance's fold computes (its template argument FW; launch.cu takes the
+ * instance by stats_problem.want): FOLD_BASE entropy and max logit, FOLD_XS also sink mass and
+ * distance, FOLD_MAX the max logit alone (no exps: a run that asks for max_logit and nothing else;
+ * bench/kernel_notes.md has what each costs). */
+enum { FOLD_BASE = 0, FOLD_XS = 1, FOLD_MAX = 2 };
+
 /* XS: the kernel computes sink mass and distance; without, their sums are NaN from the start and
- * neither row_done<false> nor the merges below touch them (no per-row work, no shuffles). */
-static __device__ __forceinline__ void part_init(part &a, bool xs = true)
+ * neither row_done<false> nor the merges below touch them (no per-row work, no shuffles). ent =
+ * false (FOLD_MAX): the entropy sums are NaN from the start (reduce_heads then gives NaN for every
+ * entropy statistic, never a number the kernel did not compute). */
+static __device__ __forceinline__ void part_init(part &a, bool xs = true, bool ent = true)
 {
     a.rows = a.rows_norm = a.rows_empty = a.nonfinite = a.collapsed = a.pad = 0;
-    a.sum = a.sumsq = a.sum_norm = 0.0;
+    a.sum = a.sumsq = a.sum_norm = ent ? 0.0 : (double)NAN;
     a.hmin = INFINITY, a.hmax = -INFINITY, a.mmax = -INFINITY, a.pad2 = 0.0f;
     a.sum_sink = a.sum_dist = xs ? 0.0 : (double)NAN;
 }
@@ -408,6 +416,51 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
         if (hn < (double)p.collapse)
             a.collapsed++;
     }
+}
+
+/* One finished row of a FOLD_MAX kernel (the max logit alone): M its max logit (base 2, as
+ * row_done's), finite whether every visible logit was finite (the fold's max of magnitudes, NaN
+ * kept), sink as row_done's. The same rows count as empty, non-finite and counted as row_done's
+ * would (a sink that is NaN or +inf makes the row non-finite there too), and the max logit is
+ * the same number; the per-row entropy is NaN on a counted row (not computed: row_m tells it from
+ * a non-finite row, whose both are NaN). A template only so that the files without a FOLD_MAX
+ * instance compile no copy. */
+template <bool = true>
+static __device__ __forceinline__ void row_done_max(const kparams &p, part &a, long long ro,
+                                                    int nvis, float M, bool finite, float sink)
+{
+    if (nvis <= 0) {
+        a.rows_empty++;
+        if (p.row_h)
+            p.row_h[ro] = STATS_ROW_SKIPPED;
+        if (p.row_m)
+            p.row_m[ro] = -INFINITY;
+        return;
+    }
+    if (!finite || !isfinite(M) || (sink != -INFINITY && !(sink < INFINITY))) {
+        a.nonfinite++;
+        if (p.row_h)
+            p.row_h[ro] = NAN;
+        if (p.row_m)
+            p.row_m[ro] = NAN;
+        return;
+    }
+    const float m = M * LN2_F;
+    if (p.row_h)
+        p.row_h[ro] = NAN;
+    if (p.row_m)
+        p.row_m[ro] = m;
+    a.rows++;
+    a.mmax = fmaxf(a.mmax, m);
+}
+
+/* max(a, b) with NaN kept (NaN if either is; fmaxf returns the other): PTX max.NaN, sm_80 and
+ * newer. A template for the reason row_done_max is. */
+template <bool = true> static __device__ __forceinline__ float fmax_nan(float a, float b)
+{
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
 }
 
 /* Sink mass in the tensor-core kernels (XS): a row's first visible key is lo (they take no general

@@ -380,6 +380,9 @@ __global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, 
             o.entropy_norm_mean = NAN;
             o.collapsed_frac = 0.0;
         }
+        if (isnan(t.sum)) /* a FOLD_MAX kernel's parts (part_init): no entropy computed */
+            o.entropy_mean = o.entropy_std = o.entropy_min = o.entropy_max = o.entropy_norm_mean =
+                o.collapsed_frac = NAN;
         heads[h] = o;
     }
 }

@@ -173,6 +173,9 @@ extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-11,
  * either: the same shapes, entry for entry; an entry whose bf16 is NULL has none (variants 7, 8). */
 extern const kernel_instance stats_mma_sm80_xs[MMA_NDP];
 extern const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP];
+/* The same with the max logit alone (FOLD_MAX, no exps), for the runs whose want asks for nothing
+ * else; an entry whose bf16 is NULL has none (variants 7, 8). */
+extern const kernel_instance stats_ws_sm90_mo[WS_NVAR][WG_NDP];
 
 /* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
 

@@ -94,6 +94,17 @@ static const kernel_instance *const k_hopper_xs[] = {
 };
 static_assert(sizeof k_hopper_xs / sizeof k_hopper_xs[0] == STATS_VARIANT_WG_END,
               "k_hopper_xs follows k_hopper");
+/* Their instances with the max logit alone (FOLD_MAX), likewise. */
+static const kernel_instance *const k_hopper_mo[] = {
+    NULL, NULL, NULL, NULL, NULL, NULL,
+    stats_ws_sm90_mo[0], stats_ws_sm90_mo[1], stats_ws_sm90_mo[2],
+    stats_ws_sm90_mo[3], stats_ws_sm90_mo[4], stats_ws_sm90_mo[5],
+};
+static_assert(sizeof k_hopper_mo / sizeof k_hopper_mo[0] == STATS_VARIANT_WG_END,
+              "k_hopper_mo follows k_hopper");
+/* Every table of Hopper instances: the plain ones first, then their twins. */
+static const kernel_instance *const *const k_hopper_sets[] = {k_hopper, k_hopper_xs, k_hopper_mo};
+#define K_HOPPER_NSETS (int)(sizeof k_hopper_sets / sizeof k_hopper_sets[0])
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
                   STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG_PERS == 11,
@@ -181,17 +192,30 @@ static bool wants_extras(const stats_problem *p)
     return (stats_want(p->want) & (VOCAB_BIT(sink_mass) | VOCAB_BIT(distance))) != 0;
 }
 
-/* k's instance with sink mass and distance (the same shape), NULL when it has none. */
-static const kernel_instance *xs_of(const kernel_instance *k)
+/* Whether p asks for the max logit and nothing else: the FOLD_MAX instances' runs. */
+static bool wants_max_only(const stats_problem *p)
+{
+    return stats_want(p->want) == VOCAB_BIT(max_logit);
+}
+
+/* k's twin in the Hopper table `set` (k_hopper_xs, k_hopper_mo: the same variant and shape), NULL
+ * when k is no plain Hopper instance or the variant has no twin there. */
+static const kernel_instance *twin_of(const kernel_instance *k, const kernel_instance *const *set)
 {
     for (int v = 0; v < STATS_VARIANT_WG_END; v++)
         if (k_hopper[v] && k >= k_hopper[v] && k < k_hopper[v] + WG_NDP) {
-            const kernel_instance *x = k_hopper_xs[v] ? &k_hopper_xs[v][k - k_hopper[v]] : NULL;
+            const kernel_instance *x = set[v] ? &set[v][k - k_hopper[v]] : NULL;
             return x && x->bf16 ? x : NULL;
         }
+    return NULL;
+}
+
+/* k's instance with sink mass and distance (the same shape), NULL when it has none. */
+static const kernel_instance *xs_of(const kernel_instance *k)
+{
     if (k >= stats_mma_sm80 && k < stats_mma_sm80 + MMA_NDP)
         return &stats_mma_sm80_xs[k - stats_mma_sm80];
-    return NULL;
+    return twin_of(k, k_hopper_xs);
 }
 
 /* The tensor cores' operand type for p: the tensors' own 16-bit type, or for float32 tensors the
@@ -299,9 +323,9 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->wg_ok = 0;
     if (major == 9) { /* the sm_90a binary: Hopper only */
         c->wg_ok = 1;
-        for (int i = 0; i < STATS_VARIANT_WG_END * WG_NDP * 2; i++) { /* then the XS twins */
+        for (int i = 0; i < STATS_VARIANT_WG_END * WG_NDP * K_HOPPER_NSETS; i++) { /* then twins */
             const int j = i % (STATS_VARIANT_WG_END * WG_NDP);
-            const kernel_instance *const *tab = i == j ? k_hopper : k_hopper_xs;
+            const kernel_instance *const *tab = k_hopper_sets[i / (STATS_VARIANT_WG_END * WG_NDP)];
             if (!tab[j / WG_NDP] || !tab[j / WG_NDP][j % WG_NDP].bf16)
                 continue;
             const kernel_instance *w = &tab[j / WG_NDP][j % WG_NDP];
@@ -454,6 +478,13 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
             if (m && (x = xs_of(m)) != NULL)
                 pl->variant = STATS_VARIANT_MMA_SYNC;
         }
+        if (x)
+            pl->k = x;
+    }
+    /* The max logit alone asked for: the instance without exps, where the variant has one (the
+     * others compute the entropy too, which stats_head_keep() then leaves out). */
+    if (pl->k && wants_max_only(p)) {
+        const kernel_instance *x = twin_of(pl->k, k_hopper_mo);
         if (x)
             pl->k = x;
     }

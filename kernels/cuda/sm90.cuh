@@ -500,4 +500,81 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
     }
 }
 
+/* ---- the max logit alone (FOLD_MAX instances of variants 6, 9, 10, 11) ----------------------- */
+
+/* One tile of 8 * NT keys into per-lane running maxima, no exps (a run that asks for max_logit
+ * alone: common.cuh FOLD_MAX): M[hr] <- the max of the row's visible logits, scaled and softcapped
+ * in base 2 as fold_lane's M (the same number: a max does not depend on its order), and
+ * A[hr] <- the max of their raw magnitudes with NaN kept (fmax_nan), which is finite exactly when
+ * every visible logit is, i.e. exactly where fold_lane's (M, l, W) stays finite (common.cuh).
+ * Masked keys are selected out of both (-inf for M, in s as fold_lane does; 0 for A). M by
+ * fold_lane's tree in place over s; A in two chains as the values stream past, so that no second
+ * array of a tile's values is live (one spilled variant 6 at both head_dims). About two FMNMX per
+ * logit where fold_lane takes about five instructions and an exp. */
+template <int NT, bool CAP, bool MASK>
+static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT][4], float (&M)[2],
+                                                float (&A)[2], const int (&lo)[2],
+                                                const int (&hi)[2], int j0, int tq)
+{
+    constexpr int NV = 2 * NT;
+    static_assert(NV == 16 || NV == 32, "the tree max below is written for 16 or 32 values per row");
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float &v = s[k >> 1][2 * hr + (k & 1)];
+            float av = fabsf(v);
+            if (MASK) {
+                const int j = j0 + (k >> 1) * 8 + 2 * tq + (k & 1);
+                const bool vis = j >= lo[hr] && j <= hi[hr];
+                av = vis ? av : 0.0f;
+                v = vis ? v : -INFINITY;
+            }
+            if (k & 1)
+                a1 = fmax_nan(a1, av);
+            else
+                a0 = fmax_nan(a0, av);
+        }
+        float t[NV / 2];
+#pragma unroll
+        for (int k = 0; k < NV / 2; k++)
+            t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
+#pragma unroll
+        for (int w = NV / 4; w >= 1; w >>= 1)
+#pragma unroll
+            for (int k = 0; k < w; k++)
+                t[k] = fmaxf(t[k], t[k + w]);
+        const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+        M[hr] = fmaxf(M[hr], Mt);
+        A[hr] = fmax_nan(A[hr], fmax_nan(a0, a1));
+    }
+}
+
+/* warp_rows_done for fold_max's (M, A): merged over the quad (the lanes hold disjoint keys), then
+ * lane 0 of the quad finishes the row (row_done_max) with head h's sink. */
+template <bool = true>
+static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, const seqinfo &si,
+                                                          int h, const int *rows, int warp, int g,
+                                                          int tq, const warp_keys &k,
+                                                          const float (&M)[2], const float (&A)[2],
+                                                          part &acc)
+{
+    const float sink = head_sink(p, h);
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float Mr = M[hr], Ar = A[hr];
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            Mr = fmaxf(Mr, __shfl_xor_sync(0xffffffffu, Mr, m));
+            Ar = fmax_nan(Ar, __shfl_xor_sync(0xffffffffu, Ar, m));
+        }
+        const int i = rows[warp * 16 + hr * 8 + g];
+        if (tq == 0 && i >= 0) {
+            const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+            row_done_max(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, Ar < INFINITY, sink);
+        }
+    }
+}
+
 #endif /* ATTNSTAT_CUDA_SM90_CUH */

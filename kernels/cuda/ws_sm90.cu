@@ -7,10 +7,10 @@
 #include "ws_sm90.cuh"
 
 const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP] = {
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, false, ""),          /* variant 6 */
-    WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0, false, ""),       /* 7: 1/8 exps on FMA */
-    WS_VARIANT(stats_ws_kernel, 2, 2, 128, "ws tma p2", 0, false, ""),       /* 8: 1/4 */
-    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, false, ""),   /* 9: 3 consumer wgs */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, false, ""),    /* 10: 6, persistent */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, false, ""), /* 11: 9, persistent */
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_BASE, ""),          /* variant 6 */
+    WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0, FOLD_BASE, ""),       /* 7: 1/8 exps on FMA */
+    WS_VARIANT(stats_ws_kernel, 2, 2, 128, "ws tma p2", 0, FOLD_BASE, ""),       /* 8: 1/4 */
+    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_BASE, ""),   /* 9: 3 consumer wgs */
+    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_BASE, ""),    /* 10: 6, persistent */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_BASE, ""), /* 11: 9, persistent */
 };

@@ -1,5 +1,5 @@
 /* ws_sm90.cuh — variants 6-11 (variants.h; 6, 10 and 11 the default by shape, launch.cu pick_wg): the
- * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN, XS>.
+ * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN, FW>.
  * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte
  * swizzle) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
  * consumer warp is done with it); the producer warpgroup gives its registers to the two consumer
@@ -11,9 +11,11 @@
  * Variants 7 and 8 take 1/8 and 1/4 of the exps on the FMA pipe (ex2_poly) instead of MUFU;
  * variant 9 has three consumer warpgroups (192 rows) on 64-key tiles (m64n64k16).
  * bench/kernel_notes.md (round 7) has the design, the predictions and the measurements. Stage: the
- * CUDA backend of stats.h. Includes sm90.cuh; included by ws_sm90.cu and ws_sm90_xs.cu, whose
- * tables (stats_ws_sm90, stats_ws_sm90_xs: kernels.h) instantiate it, without and with sink mass
- * and distance (XS). Outside the sm_90a pass the kernel body is empty (never launched there). */
+ * CUDA backend of stats.h. Includes sm90.cuh; included by ws_sm90.cu, ws_sm90_xs.cu and
+ * ws_sm90_mo.cu, whose tables (stats_ws_sm90, stats_ws_sm90_xs, stats_ws_sm90_mo: kernels.h)
+ * instantiate it with the three folds FW (common.cuh): entropy and max logit (FOLD_BASE), also
+ * sink mass and distance (FOLD_XS), the max logit alone (FOLD_MAX: fold_max, no exps). Outside the
+ * sm_90a pass the kernel body is empty (never launched there). */
 #ifndef ATTNSTAT_CUDA_WS_SM90_CUH
 #define ATTNSTAT_CUDA_WS_SM90_CUH
 
@@ -111,7 +113,7 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
  * into registers (then one arrival per warp on q_empty, when given), the block's ntiles tiles from
  * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
  * is done with it, the last too when release_last), the rows' results into acc. */
-template <class S, int DP, bool F16, int POLY, bool XS>
+template <class S, int DP, bool F16, int POLY, int FW>
 static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinfo &si, int h,
                                                   const int *rows, const unsigned short *sq,
                                                   unsigned long long *q_empty, int t_first,
@@ -121,6 +123,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
                                                   bool release_last, part &acc)
 {
     constexpr int BN = S::BN, NT = BN / 8, LDQ = S::LDQ, ST = S::STAGES, KS = DP / 16;
+    constexpr bool XS = FW == FOLD_XS, MX = FW == FOLD_MAX;
     constexpr int XG = XS ? 2 : 0; /* fold_lane's general distance form, or none */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     warp_keys wk;
@@ -138,6 +141,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     }
 
     float M[2], l[2], W[2], D[2], F0[2] = {0.0f, 0.0f}; /* F0: XS, first_key_pick's */
+    float A[2] = {0.0f, 0.0f}; /* MX: fold_max's max of magnitudes */
     /* XS: each row's causal diagonal (stats.h's pos_i); left: no row of the warp sees a key right
      * of its diagonal (causal, or a mask whose rows end there: the usual padded-batch one) */
     int pos[2];
@@ -157,6 +161,21 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         const int j0 = t * BN, j1 = j0 + BN - 1;
         if (j0 > whi_max || j1 < wlo_min)
             return; /* no row of this warp sees the tile */
+        if constexpr (MX) {
+            const bool whole = j0 >= wlo_max && j1 <= whi_min;
+            if (p.softcap) {
+                if (whole)
+                    fold_max<NT, true, false>(p, s, M, A, lo, hi, j0, tq);
+                else
+                    fold_max<NT, true, true>(p, s, M, A, lo, hi, j0, tq);
+            } else {
+                if (whole)
+                    fold_max<NT, false, false>(p, s, M, A, lo, hi, j0, tq);
+                else
+                    fold_max<NT, false, true>(p, s, M, A, lo, hi, j0, tq);
+            }
+            return;
+        }
         if (XS && j0 <= wlo_max && j1 >= wlo_min) /* some row's first key is in the tile */
             first_key_pick<NT>(s, lo, j0, tq, F0);
         const bool whole = j0 >= wlo_max && j1 <= whi_min;
@@ -233,7 +252,10 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     }
     g += ntiles;
 
-    warp_rows_done<XS>(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc, D, F0);
+    if constexpr (MX)
+        warp_rows_done_max(p, si, h, rows, warp, gq, tq, wk, M, A, acc);
+    else
+        warp_rows_done<XS>(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc, D, F0);
 }
 
 /* The (head, block) of item i of the grid: causal blocks differ in length (the last rows see every
@@ -260,7 +282,7 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
  * [w*16, w*16 + 16) of the CTA's BM sampled rows), the last four the producer warpgroup (one thread
  * of it copies). q: [B, Hq, Nq, D] by strides; K through the tensor map p.ktm. parts: [Hq,
  * blocks_per_head]. */
-template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
+template <int DP, bool F16, int POLY, int NCW, int BN_, int FW>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     stats_ws_kernel(const __grid_constant__ kparams p, part *parts)
 {
@@ -283,7 +305,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     int h, x;
     ws_item(p, (long long)blockIdx.y * gridDim.x + blockIdx.x, &h, &x);
     part acc;
-    part_init(acc, XS);
+    part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
         if (tid == 0)
@@ -323,9 +345,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     setmaxnreg_inc<S::REG_C>();
     cp_async_wait<0>();
     named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
-    ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
+    ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
                                  g, false, acc);
-    block_store_part<PRODUCER, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 
@@ -338,7 +360,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
  * and its Q are ready (mbarriers info_full, q_full) and hand them back (info_empty after the rows'
  * results, q_empty once Q is in their registers). So the next block's rows, Q and first tiles load
  * while the consumers finish the current one, and no CTA starts or ends between blocks. */
-template <int DP, bool F16, int POLY, int NCW, int BN_, bool XS>
+template <int DP, bool F16, int POLY, int NCW, int BN_, int FW>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
     stats_wsp_kernel(const __grid_constant__ kparams p, part *parts)
 {
@@ -418,7 +440,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         int h, x;
         ws_item(p, i, &h, &x);
         part acc;
-        part_init(acc, XS);
+        part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
         seqinfo si;
         if (!cta_sequence(p, x, &si)) {
             if (tid == 0)
@@ -428,32 +450,34 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         const int slot = m & 1;
         mbar_wait(&s_info_full[slot], (m >> 1) & 1);
         mbar_wait(&s_q_full, m & 1);
-        ws_consume<S, DP, F16, POLY, XS>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
+        ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
                                      s_nt[slot], sk, s_full, s_empty, g, true, acc);
         __syncwarp();
         if (lane == 0) /* rows[] read for the last time (row_done) */
             mbar_arrive(&s_info_empty[slot]);
-        block_store_part<PRODUCER, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+        block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
         m++;
     }
 #endif
 }
 
 /* ---- the instances: variants 6-11 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
- * inputs only, in the tables of ws_sm90.cu (XS = false: stats_ws_sm90) and ws_sm90_xs.cu (XS = true,
+ * inputs only, in the tables of ws_sm90.cu (FOLD_BASE: stats_ws_sm90), ws_sm90_xs.cu (FOLD_XS,
  * stats_ws_sm90_xs: the fold also computes sink mass and distance, for the runs that ask for them:
- * stats_problem.want). Two files, so that the two sets compile side by side. POLY: of every 8 n8
- * blocks of a tile, how many take their exps on the FMA pipe. Variants 7 and 8 (bench only) have
- * no XS instance (an empty row: the XS = 1 form spilled them at d128). */
+ * stats_problem.want) and ws_sm90_mo.cu (FOLD_MAX, stats_ws_sm90_mo: the max logit alone, for the
+ * runs that ask for nothing else). Three files, so that the three sets compile side by side. POLY:
+ * of every 8 n8 blocks of a tile, how many take their exps on the FMA pipe. Variants 7 and 8 (bench
+ * only) have neither an XS instance (an empty row: the XS = 1 form spilled them at d128) nor a
+ * FOLD_MAX one (no exps to move). */
 
-#define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)                                      \
+#define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)                                      \
     { DP, ws_shape<DP, NCW, BN>::BM, ws_shape<DP, NCW, BN>::NTH,                                   \
-      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN, XS>,                          \
-      K<DP, true, POLY, NCW, BN, XS>, "wgmma bf16 d" #DP " " TAG XTAG,                             \
+      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN, FW>,                          \
+      K<DP, true, POLY, NCW, BN, FW>, "wgmma bf16 d" #DP " " TAG XTAG,                             \
       "wgmma f16 d" #DP " " TAG XTAG, #K, NULL, NULL, PERSIST }
-#define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)                                       \
-    {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, XS, XTAG),                                         \
-     WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, XS, XTAG)}
+#define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)                                       \
+    {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG),                                         \
+     WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)}
 /* A variant without an instance in a table (zeros: launch.cu takes a NULL kernel as none). */
 #define WS_NONE {{}, {}}
 

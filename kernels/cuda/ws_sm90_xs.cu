@@ -8,10 +8,10 @@
 #include "ws_sm90.cuh"
 
 const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP] = {
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, true, " +sd"),          /* variant 6 */
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_XS, " +sd"),          /* variant 6 */
     WS_NONE,                                                                     /* 7 */
     WS_NONE,                                                                     /* 8 */
-    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, true, " +sd"),   /* 9 */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, true, " +sd"),    /* 10 */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, true, " +sd"), /* 11 */
+    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_XS, " +sd"),   /* 9 */
+    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_XS, " +sd"),    /* 10 */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_XS, " +sd"), /* 11 */
 };
