@@ -9,9 +9,10 @@
 #   bench/bench_kernel.sh dev ARGS   build and run kernels/dev/stats_dev (e.g. `dev all`, `dev 2 1 16
 #                                    4096 128 --causal`): variant N against the CPU reference, timed
 #   bench/bench_kernel.sh extras     the bench, each shape also asking for sink mass and distance
-#   bench/bench_kernel.sh maxonly    the bench, each shape also asking for the max logit alone
 #                                    (the kernels' instances that compute them), checked and timed
 #                                    beside the default run
+#   bench/bench_kernel.sh maxonly    the same asking for the max logit alone (the instances
+#                                    without exps)
 #   ATTNSTAT_BENCH_VARIANTS=0,1,.. bench/bench_kernel.sh   also check and time those variants
 #   ATTNSTAT_TEST_VARIANTS=1 bench/bench_kernel.sh test     also test every Hopper variant (0-3)
 #   ATTNSTAT_TEST_WG_ONLY=N bench/bench_kernel.sh sanitize  the sanitizers on Hopper variant N alone
