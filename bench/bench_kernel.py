@@ -383,7 +383,7 @@ def main():
         iters = 50
         t_ours = time_events(lambda s: ours.run(s[3], sync=False), sets, iters)
         t_asks = []
-        for tag, want, _ in asks:  # the same tensors asking for other statistics, interleaved
+        for _, want, _ in asks:  # the same tensors asking for other statistics, interleaved
             pxs = []
             for s in sets:
                 pxs.append(Problem.from_buffer_copy(s[3]))

@@ -506,7 +506,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
  * alone: common.cuh FOLD_MAX): M[hr] <- the max of the row's visible logits, scaled and softcapped
  * in base 2 as fold_lane's M (the same number: a max does not depend on its order), and
  * A[hr] <- the max of their raw magnitudes with NaN kept (fmax_nan), which is finite exactly when
- * every visible logit is, i.e. exactly where fold_lane's (M, l, W) stays finite (common.cuh).
+ * every visible logit is, i.e. exactly where fold_lane's (M, l, W) stays finite (common.cuh);
+ * with a softcap, where none is NaN (an infinite dot product caps to +-cl, as in fold_lane).
  * Masked keys are selected out of both (-inf for M, in s as fold_lane does; 0 for A). M by
  * fold_lane's tree in place over s; A in two chains as the values stream past, so that no second
  * array of a tile's values is live (one spilled variant 6 at both head_dims). About two FMNMX per
@@ -540,11 +541,15 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
 #pragma unroll
         for (int k = 0; k < NV / 2; k++)
             t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
+        if (NV == 32) { /* the stages written out: a loop over the stride put t on the stack */
 #pragma unroll
-        for (int w = NV / 4; w >= 1; w >>= 1)
+            for (int k = 0; k < 8; k++)
+                t[k] = fmaxf(t[k], t[k + 8]);
+        }
 #pragma unroll
-            for (int k = 0; k < w; k++)
-                t[k] = fmaxf(t[k], t[k + w]);
+        for (int k = 0; k < 4; k++)
+            t[k] = fmaxf(t[k], t[k + 4]);
+        t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
         const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
         M[hr] = fmaxf(M[hr], Mt);
         A[hr] = fmax_nan(A[hr], fmax_nan(a0, a1));
@@ -572,7 +577,9 @@ static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, cons
         const int i = rows[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done_max(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, Ar < INFINITY, sink);
+            /* softcapped logits are finite wherever the dot product is not NaN (tanh(+-inf)) */
+            row_done_max(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr,
+                         p.softcap ? Ar == Ar : Ar < INFINITY, sink);
         }
     }
 }
