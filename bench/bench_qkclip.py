@@ -15,6 +15,7 @@ initial weights in every run:
        none       no clip;
        attnstat   attnstat.torch.qk_clip(tau) after each optimizer step, from the newest results
                   attnstatd has sent back (the lag, in steps, is recorded every step);
+       attnstat:local  the same with Client(local_compute=True) (--local);
        recompute  the max logit per head recomputed in the attention (q @ k^T in bf16 under
                   autocast, causal mask, amax: a transformers attention function registered
                   beside sdpa) and the same clip rule applied on the device, no lag.
@@ -25,7 +26,8 @@ initial weights in every run:
      with 0.004 (printed).
   2. cost: step time (synchronised, medians) with the learning rate at 1e-4, in blocks of --block
      steps, the order shuffled every round: off; monitor (every step, default statistics);
-     monitor max (stats="max_logit", want_results=True); qkclip (that and qk_clip); recompute.
+     monitor max (stats="max_logit", want_results=True); qkclip (that and qk_clip); recompute;
+     with --local also monitor:local and qkclip:local (Client(local_compute=True)).
 The daemon (--daemon) runs at its defaults on a private socket and database. Needs a CUDA GPU,
 PyTorch and transformers. Prints a table per part and one JSON line of everything.
 """
@@ -123,6 +125,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--local", action="store_true",
+                    help="also the attnstat runs with Client(local_compute=True) (':local')")
     a = ap.parse_args()
 
     import torch
@@ -160,14 +164,14 @@ def main():
         client = mon = clip = None
         rec.on, rec.tau, rec.clipped, rec.maxes = kind == "recompute", tau, None, {}
         rec_max = []
-        if kind in ("none", "attnstat"):
+        if kind.split(":")[0] in ("none", "attnstat"):
             client = attnstat.Client(socket=sock, run="qkclip-%s-%d" % (kind, time.time_ns()),
-                                     rank=0)
+                                     rank=0, local_compute=kind.endswith(":local"))
             client.on_result(lambda seq, st, layer, heads: maxes.setdefault(st, []).extend(
                 h["max_logit"] for h in heads))
             mon = at.monitor(client, every=1, model=model, want_results=True, stats="max_logit")
             mon.__enter__()
-            if kind == "attnstat":
+            if kind.startswith("attnstat"):
                 clip = at.qk_clip(client, model, tau=tau, monitor=mon)
         for step in range(steps):
             ids = batch(step)
@@ -188,7 +192,7 @@ def main():
                 rec_max.append(rec.step_max())
                 rec.clip(model)
             if step % 20 == 0 or step == steps - 1:
-                losses[step] = float(loss)
+                losses[step] = float(loss.detach())
         out = {"losses": losses, "lags": lags}
         if client is not None:
             if not client.flush(timeout_s=120):
@@ -224,36 +228,53 @@ def main():
         none, ml, tau_run = growth(grow, tau)
     tau = tau_run
     runs = {"none": none}
-    for kind in ("attnstat", "recompute"):
+    for kind in ("attnstat",) + (("attnstat:local",) if a.local else ()) + ("recompute",):
         runs[kind] = train(kind, a.steps, a.lr, tau, grow)
+    kinds = list(runs)
 
     print("\ngrowth: lr %g, grow %g per step, tau %.3f, %d steps, (B, N) = (%d, %d), %d layers"
           % (a.lr, grow, tau, a.steps, a.batch, a.seq, a.layers))
-    print("| step | none: max logit | attnstat qk_clip | recompute + clip | loss none / attnstat / recompute |")
-    print("|---|---|---|---|---|")
+    print("| step | " + " | ".join("%s: max logit" % k for k in kinds) + " | loss " +
+          " / ".join(kinds) + " |")
+    print("|---|" + "---|" * (len(kinds) + 1))
     for st in sorted(set(runs["none"]["losses"])):
-        cells = ["%.3f" % runs[k]["max"][st] if st in runs[k]["max"] else "-"
-                 for k in ("none", "attnstat", "recompute")]
-        loss = " / ".join("%.3f" % runs[k]["losses"].get(st, float("nan"))
-                          for k in ("none", "attnstat", "recompute"))
+        cells = ["%.3f" % runs[k]["max"][st] if st in runs[k]["max"] else "-" for k in kinds]
+        loss = " / ".join("%.3f" % runs[k]["losses"].get(st, float("nan")) for k in kinds)
         print("| %d | %s | %s |" % (st, " | ".join(cells), loss))
+    # what one optimizer step does to the unclipped run's max logit: the overshoot a clip from
+    # the step's own logits cannot prevent (the weights it scales have moved since)
+    nv = [runs["none"]["max"][s] for s in sorted(runs["none"]["max"])]
+    ratios = sorted(b / x for x, b in zip(nv, nv[1:]) if x > 0)
+    one_step = {"median": statistics.median(ratios), "p90": ratios[int(0.9 * (len(ratios) - 1))],
+                "max": ratios[-1]} if ratios else None
+    print("one optimizer step, unclipped: the max logit x%.3f median, x%.3f p90, x%.3f at most"
+          % (one_step["median"], one_step["p90"], one_step["max"]) if one_step else "-")
     summary = {}
     for k, r in runs.items():
         v = [r["max"][s] for s in sorted(r["max"])]
         over = [x for x in v if x > tau]
+        first = next((i for i, x in enumerate(v) if x > tau), len(v))
+        after = sorted(x / tau for x in v[first + 1:])  # the steps after tau was first passed
         summary[k] = {"measured_steps": len(v), "peak": max(v) if v else None,
                       "steps_over_tau": len(over), "worst_over_tau": max(over) / tau if over else None,
+                      "after_first_pass_median": statistics.median(after) if after else None,
+                      "after_first_pass_p90": after[int(0.9 * (len(after) - 1))] if after else None,
                       "clip": r.get("clip"), "monitor": r.get("monitor")}
         if r["lags"]:
             lags = [x for x in r["lags"] if x is not None]
             summary[k]["lag"] = {str(x): lags.count(x) for x in sorted(set(lags))}
-        print("%-10s peak %s, %d of %d measured steps over tau (worst %s of tau), clip %s, lag %s"
+        print("%-14s peak %s, %d of %d measured steps over tau (worst %s of tau; after tau was "
+              "first passed: median %s, p90 %s of tau), clip %s, lag %s"
               % (k, "%.3f" % summary[k]["peak"] if v else "-", len(over), len(v),
-                 "%.4f" % (max(over) / tau) if over else "-", r.get("clip"),
+                 "%.4f" % (max(over) / tau) if over else "-",
+                 "%.3f" % summary[k]["after_first_pass_median"] if after else "-",
+                 "%.3f" % summary[k]["after_first_pass_p90"] if after else "-", r.get("clip"),
                  summary[k].get("lag")), flush=True)
 
     # 2. cost
     modes = ["off", "monitor", "monitor-max", "qkclip", "recompute"]
+    if a.local:
+        modes += ["monitor:local", "qkclip:local"]
     times = {m: [] for m in modes}
     model.load_state_dict(init)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -263,12 +284,14 @@ def main():
         client = mon = clip = None
         rec.on, rec.tau, rec.maxes = mode == "recompute", tau, {}
         set_impl(model, "sdpa_maxlogit" if mode == "recompute" else "sdpa")
-        if mode in ("monitor", "monitor-max", "qkclip"):
-            client = attnstat.Client(socket=sock, run="qkclip-cost", rank=0)
-            kw = {} if mode == "monitor" else {"stats": "max_logit", "want_results": True}
+        kind = mode.split(":")[0]
+        if kind in ("monitor", "monitor-max", "qkclip"):
+            client = attnstat.Client(socket=sock, run="qkclip-cost", rank=0,
+                                     local_compute=mode.endswith(":local"))
+            kw = {} if kind == "monitor" else {"stats": "max_logit", "want_results": True}
             mon = at.monitor(client, every=1, model=model, **kw)
             mon.__enter__()
-            if mode == "qkclip":
+            if kind == "qkclip":
                 clip = at.qk_clip(client, model, tau=tau, monitor=mon)
         for _ in range(a.block):
             ids = batch(step_no[0])
@@ -315,6 +338,7 @@ def main():
     proc.terminate()
     proc.wait(timeout=30)
     print(json.dumps({"tau": tau, "grow": grow, "lr": a.lr, "steps": a.steps, "growth": summary,
+                      "one_step_unclipped": one_step,
                       "cost": cost, "gpu": torch.cuda.get_device_name(0),
                       "torch": torch.__version__}))
 

@@ -67,6 +67,7 @@ class qk_clip(object):
         self.steps = 0       # step() calls that clipped a head
         self.lag = None      # the monitor's step minus the step of the result applied last
         self._closed = False
+        self._pinned = {}    # (layer, "q" | "k") -> (pinned buffer, event after its last copy)
         client.on_result(self.observe)
 
     @staticmethod
@@ -102,11 +103,11 @@ class qk_clip(object):
             over = sum(1 for f in q if f < 1.0)
             if over:
                 with torch.no_grad():
-                    for lin, f in ((ql, q), (kl, k)):
+                    for which, lin, f in (("q", ql, q), ("k", kl, k)):
                         if all(x == 1.0 for x in f):
                             continue
-                        rows = torch.tensor(f, dtype=lin.weight.dtype,
-                                            device=lin.weight.device).repeat_interleave(d)
+                        rows = self._factors(torch, (layer, which), f,
+                                             lin.weight).repeat_interleave(d)
                         lin.weight.mul_(rows.view(-1, *([1] * (lin.weight.dim() - 1))))
                         if getattr(lin, "bias", None) is not None:
                             lin.bias.mul_(rows)
@@ -120,6 +121,25 @@ class qk_clip(object):
         if n:
             self.steps += 1
         return n
+
+    def _factors(self, torch, key, f, weight):
+        """The factors f as a tensor of weight's dtype on weight's device. On a GPU, copied from
+        a pinned buffer of their own (one per layer and projection, reused once the copy out of
+        it a step earlier is done) without waiting: a copy from pageable memory would hold the
+        host until the GPU had run everything queued before it, every step."""
+        if getattr(weight.device, "type", weight.device) != "cuda":
+            return torch.tensor(f, dtype=weight.dtype, device=weight.device)
+        buf, done = self._pinned.get(key, (None, None))
+        if buf is None or buf.numel() != len(f):
+            buf = torch.empty(len(f), dtype=torch.float32, pin_memory=True)
+        elif done is not None:
+            done.synchronize()
+        buf.numpy()[:] = f
+        g = buf.to(device=weight.device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(weight.device))
+        self._pinned[key] = (buf, done)
+        return g.to(weight.dtype)
 
     def stats(self):
         return {"tau": self.tau, "clipped_heads": sum(self.clipped.values()),
