@@ -70,6 +70,7 @@ typedef enum {
 #define CLIENT_FEATURE_LAYOUT 16u       /* "layout" */
 #define CLIENT_FEATURE_SINKS 32u        /* "sinks" */
 #define CLIENT_FEATURE_STATS 64u        /* "stats": Push.stats, a push's choice of statistics */
+#define CLIENT_FEATURE_INTERVENTIONS 128u /* "interventions": Intervention */
 
 typedef struct local_state local_state; /* local.c */
 

@@ -187,6 +187,7 @@ static void replies_on_hello_reply(attnstat_client *c, const Attnstat__HelloRepl
                        : strcmp(f, "layout") == 0          ? CLIENT_FEATURE_LAYOUT
                        : strcmp(f, "sinks") == 0           ? CLIENT_FEATURE_SINKS
                        : strcmp(f, "stats") == 0           ? CLIENT_FEATURE_STATS
+                       : strcmp(f, "interventions") == 0   ? CLIENT_FEATURE_INTERVENTIONS
                                                            : 0u;
     }
     if (h->max_frame >= 256 && h->max_frame < c->max_frame)

@@ -9,6 +9,7 @@
  *
  * Stage: the top of libattnstat: calls link.c (hello, reconnection), conn.c, hostring.c,
  * replies.c, gpu_export.c, ring.c and util.c. Nothing calls it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,6 +241,126 @@ attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l)
         return rc;
     link_advance(c); /* the loss: said again when the link is made again */
     return c->link == LINK_CLOSED ? conn_closed(c) : ATTNSTAT_OK;
+}
+
+/* ---- Interventions --------------------------------------------------------------------------- */
+/* The bounds of proto/attnstat.proto's Intervention, which the daemon holds it to too. */
+#define INTERVENTION_KIND_MAX 32
+#define INTERVENTION_HEADS_MAX 4096
+#define INTERVENTION_INDEX_LIMIT (1 << 24) /* layers and heads under it */
+#define INTERVENTION_DETAIL_MAX 1024
+void attnstat_intervention_init(attnstat_intervention *iv)
+{
+    if (!iv)
+        return;
+    memset(iv, 0, sizeof *iv);
+    iv->size = sizeof *iv;
+    iv->layer = -1;
+    iv->threshold = NAN;
+    iv->measured = NAN;
+}
+
+/* The daemon's checks, made here first so that a caller's mistake is an EINVAL naming the field
+ * rather than an Error on the socket later. */
+static attnstat_code intervention_check(attnstat_client *c, const attnstat_intervention *iv)
+{
+    if (!iv || iv->size != sizeof *iv)
+        return client_fail(c, ATTNSTAT_EINVAL, "attnstat_record_intervention: the intervention is "
+                           "NULL or was not set up by attnstat_intervention_init (size %u, "
+                           "expected %zu)", iv ? (unsigned)iv->size : 0u, sizeof *iv);
+    size_t n = iv->kind ? strlen(iv->kind) : 0;
+    if (n < 1 || n > INTERVENTION_KIND_MAX)
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: kind must be 1 .. %d characters "
+                           "(it is %zu)", INTERVENTION_KIND_MAX, n);
+    for (size_t i = 0; i < n; i++) {
+        const char ch = iv->kind[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+              ch == '-'))
+            return client_fail(c, ATTNSTAT_EINVAL, "intervention: kind \"%s\" may hold a-z, 0-9, "
+                               "'_', '.' and '-' only", iv->kind);
+    }
+    if (iv->step < 0)
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: step %lld is negative",
+                           (long long)iv->step);
+    if (iv->layer < -1 || iv->layer >= INTERVENTION_INDEX_LIMIT)
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: layer %d is not in -1 .. %d",
+                           (int)iv->layer, INTERVENTION_INDEX_LIMIT - 1);
+    if (iv->nheads < 0 || iv->nheads > INTERVENTION_HEADS_MAX || (iv->nheads > 0 && !iv->heads))
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: nheads %d is not in 0 .. %d (with "
+                           "heads given when it is not 0)", (int)iv->nheads, INTERVENTION_HEADS_MAX);
+    for (int32_t i = 0; i < iv->nheads; i++) {
+        if (iv->heads[i] >= (uint32_t)INTERVENTION_INDEX_LIMIT)
+            return client_fail(c, ATTNSTAT_EINVAL, "intervention: heads[%d] = %u is not under %d",
+                               (int)i, (unsigned)iv->heads[i], INTERVENTION_INDEX_LIMIT);
+        if (iv->values && !isfinite(iv->values[i]))
+            return client_fail(c, ATTNSTAT_EINVAL, "intervention: values[%d] is not finite",
+                               (int)i);
+    }
+    if (isinf(iv->threshold) || isinf(iv->measured))
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: threshold and measured are finite "
+                           "or NaN (none)");
+    if (iv->detail && strlen(iv->detail) > INTERVENTION_DETAIL_MAX)
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: detail is %zu bytes (at most %d)",
+                           strlen(iv->detail), INTERVENTION_DETAIL_MAX);
+    return ATTNSTAT_OK;
+}
+
+attnstat_code attnstat_record_intervention(attnstat_client *c, const attnstat_intervention *iv)
+{
+    if (!c)
+        return ATTNSTAT_EINVAL;
+    c->err[0] = '\0';
+    attnstat_code rc = intervention_check(c, iv);
+    if (rc != ATTNSTAT_OK)
+        return rc;
+    if (!c->hello_sent)
+        return client_fail(c, ATTNSTAT_ESTATE, "attnstat_record_intervention comes after "
+                           "attnstat_hello");
+    link_advance(c);
+    if (c->link == LINK_CLOSED)
+        return conn_closed(c);
+    if (c->link != LINK_UP || !c->hello_done)
+        return client_fail(c, ATTNSTAT_DROPPED, "intervention not recorded: not connected to "
+                           "attnstatd (reconnecting)");
+    if (!(c->features & CLIENT_FEATURE_INTERVENTIONS))
+        return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd records no interventions (it is "
+                           "older than this library)");
+    Attnstat__Intervention m = ATTNSTAT__INTERVENTION__INIT;
+    m.kind = (char *)iv->kind;
+    m.step = iv->step;
+    if (iv->layer >= 0) {
+        m.has_layer = 1;
+        m.layer = (uint32_t)iv->layer;
+    }
+    m.n_heads = (size_t)iv->nheads;
+    m.heads = (uint32_t *)iv->heads;
+    if (iv->values) {
+        m.n_values = (size_t)iv->nheads;
+        m.values = (double *)iv->values;
+    }
+    if (!isnan(iv->threshold)) {
+        m.has_threshold = 1;
+        m.threshold = iv->threshold;
+    }
+    if (!isnan(iv->measured)) {
+        m.has_measured = 1;
+        m.measured = iv->measured;
+    }
+    m.detail = (char *)iv->detail;
+    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
+    env.msg_case = ATTNSTAT__ENVELOPE__MSG_INTERVENTION;
+    env.intervention = &m;
+    rc = conn_send(c, &env, 1);
+    if (rc == ATTNSTAT_ECLOSED) {
+        link_advance(c); /* the loss: the library reconnects; this one is not kept */
+        return c->link == LINK_CLOSED ? conn_closed(c)
+                                      : client_fail(c, ATTNSTAT_DROPPED, "intervention not "
+                                                    "recorded: the connection to attnstatd was lost");
+    }
+    if (rc == ATTNSTAT_DROPPED)
+        return client_fail(c, ATTNSTAT_DROPPED, "intervention not recorded: the outgoing queue "
+                           "to attnstatd is full");
+    return rc;
 }
 
 int64_t attnstat_run_id(const attnstat_client *c)

@@ -245,6 +245,37 @@ void attnstat_layout_init(attnstat_layout *l);
  * daemon is older and cannot take one (its HelloReply does not list "layout"). */
 attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l);
 
+/* ---- Interventions --------------------------------------------------------------------------- *
+ * What the job did to its model at a step because of what attnstat measured, recorded in the
+ * run's history beside the samples (`attnstat interventions RUN`): attnstat.torch.qk_clip sends
+ * one per layer it clips (kind "qk_clip", the query heads whose rows it scaled, the factor each
+ * head's logits scale by, tau, the largest measured max logit). layer and heads are numbered as
+ * the pushes' are (the layout in force makes them global). */
+typedef struct {
+    uint32_t size;          /* sizeof(attnstat_intervention): attnstat_intervention_init sets it */
+    const char *kind;       /* what was done: 1..32 of [a-z0-9_.-] ("qk_clip") */
+    int64_t step;           /* the step whose measurements it acted on, >= 0 */
+    int32_t layer;          /* the layer, or -1 for none */
+    const uint32_t *heads;  /* nheads query heads (each < 2^24), or NULL with nheads 0 */
+    int32_t nheads;         /* 0 .. 4096 */
+    const double *values;   /* NULL, or one finite value per head (qk_clip: the factor) */
+    double threshold;       /* NaN: none (qk_clip: tau) */
+    double measured;        /* NaN: none (qk_clip: the largest measured max logit) */
+    const char *detail;     /* NULL, or free text (JSON) of at most 1024 bytes */
+} attnstat_intervention;
+
+/* Defaults: no kind (it must be set), step 0, layer -1, no heads, values or detail, threshold and
+ * measured NaN. */
+void attnstat_intervention_init(attnstat_intervention *iv);
+
+/* Sends iv to the daemon, which stores it in the run's history; never waits for it. Returns
+ * ATTNSTAT_OK (sent), ATTNSTAT_EINVAL for a field out of range (the message names it),
+ * ATTNSTAT_ESTATE before attnstat_hello, ATTNSTAT_ENOTSUP when the daemon is older and takes none
+ * (its HelloReply does not list "interventions"), ATTNSTAT_DROPPED while the library is not
+ * connected (the daemon is restarting: not kept, count it; the run goes on). A daemon that refuses
+ * it anyway reports an Error, which attnstat_poll's callbacks see like any other. */
+attnstat_code attnstat_record_intervention(attnstat_client *c, const attnstat_intervention *iv);
+
 /* The run id the daemon gave this connection (after hello), else -1. */
 int64_t attnstat_run_id(const attnstat_client *c);
 

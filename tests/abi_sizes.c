@@ -45,6 +45,13 @@ int main(void)
     F(attnstat_layout, dp_size); F(attnstat_layout, cp_rank); F(attnstat_layout, cp_size);
     F(attnstat_layout, layer_offset); F(attnstat_layout, head_offset);
 
+    S(attnstat_intervention);
+    F(attnstat_intervention, size); F(attnstat_intervention, kind); F(attnstat_intervention, step);
+    F(attnstat_intervention, layer); F(attnstat_intervention, heads);
+    F(attnstat_intervention, nheads); F(attnstat_intervention, values);
+    F(attnstat_intervention, threshold); F(attnstat_intervention, measured);
+    F(attnstat_intervention, detail);
+
     S(attnstat_counters);
     F(attnstat_counters, pushed); F(attnstat_counters, sent); F(attnstat_counters, acked);
     F(attnstat_counters, dropped_local); F(attnstat_counters, dropped_ring);

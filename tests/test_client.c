@@ -84,7 +84,7 @@ END_TEST
 
 /* ---- A scripted peer -------------------------------------------------------------------------- */
 enum { PEER_ACK, PEER_SILENT, PEER_STOPPED, PEER_DROP, PEER_REFUSE_RING, PEER_HANGUP, PEER_BIG_FRAMES,
-       PEER_LAYOUT, /* PEER_ACK, and its HelloReply lists "layout" */
+       PEER_LAYOUT, /* PEER_ACK, and its HelloReply lists "layout" and "interventions" */
        PEER_SINKS, /* PEER_ACK, and its HelloReply lists "sinks" */
        PEER_STATS /* PEER_ACK, and its HelloReply lists "stats" */ };
 
@@ -104,6 +104,13 @@ typedef struct {
     const attnstat_tensor *expect_sinks; /* the next pushes' sinks (checked in the ring), or NULL */
     int sinks_seen;                   /* pushes that named sinks */
     int64_t stats_seen[8];            /* Push.stats of the first 8 pushes; -1: unset */
+    int interventions;                /* Intervention messages received; the last one's fields: */
+    char iv_kind[40], iv_detail[64];
+    int64_t iv_step;
+    int iv_has_layer, iv_has_threshold, iv_has_measured;
+    uint32_t iv_layer, iv_heads[8];
+    size_t iv_nheads, iv_nvalues;
+    double iv_values[8], iv_threshold, iv_measured;
 } peer;
 
 /* One accepted connection of the peer. */
@@ -129,9 +136,9 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
         hr.run_id = 42;
         hr.max_frame = p->mode == PEER_BIG_FRAMES ? 8u << 20 : FRAME_MAX_DEFAULT;
         hr.queue_capacity = 8;
-        static char *features[] = {"layout"}, *features_sinks[] = {"sinks"},
+        static char *features[] = {"layout", "interventions"}, *features_sinks[] = {"sinks"},
                     *features_stats[] = {"stats"};
-        hr.n_features = p->mode == PEER_LAYOUT || p->mode == PEER_SINKS || p->mode == PEER_STATS;
+        hr.n_features = p->mode == PEER_LAYOUT ? 2 : p->mode == PEER_SINKS || p->mode == PEER_STATS;
         hr.features = p->mode == PEER_SINKS   ? features_sinks
                       : p->mode == PEER_STATS ? features_stats
                                               : features;
@@ -140,6 +147,20 @@ static int peer_on_message(void *ctx, const Attnstat__Envelope *env)
         peer_send(k->fd, &out);
         if (p->mode == PEER_HANGUP)
             return -1;
+    } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_INTERVENTION) {
+        const Attnstat__Intervention *iv = env->intervention;
+        p->interventions++;
+        snprintf(p->iv_kind, sizeof p->iv_kind, "%s", iv->kind ? iv->kind : "");
+        snprintf(p->iv_detail, sizeof p->iv_detail, "%s", iv->detail ? iv->detail : "");
+        p->iv_step = iv->step;
+        p->iv_has_layer = iv->has_layer, p->iv_layer = iv->layer;
+        p->iv_nheads = iv->n_heads, p->iv_nvalues = iv->n_values;
+        for (size_t i = 0; i < iv->n_heads && i < 8; i++)
+            p->iv_heads[i] = iv->heads[i];
+        for (size_t i = 0; i < iv->n_values && i < 8; i++)
+            p->iv_values[i] = iv->values[i];
+        p->iv_has_threshold = iv->has_threshold, p->iv_threshold = iv->threshold;
+        p->iv_has_measured = iv->has_measured, p->iv_measured = iv->measured;
     } else if (env->msg_case == ATTNSTAT__ENVELOPE__MSG_LAYOUT) {
         p->layout = *env->layout;
         p->layout.base.unknown_fields = NULL;
@@ -1012,6 +1033,105 @@ START_TEST(test_set_layout)
 }
 END_TEST
 
+/* attnstat_record_intervention: after hello only, checked field by field (EINVAL naming it),
+ * refused by a daemon that does not list "interventions", else sent as one Intervention with
+ * exactly the fields given (unset layer, threshold, measured and values left out). */
+START_TEST(test_record_intervention)
+{
+    attnstat_intervention iv;
+    attnstat_intervention_init(&iv);
+    ck_assert(iv.size == sizeof iv && iv.layer == -1 && iv.nheads == 0 && !iv.values);
+    ck_assert(isnan(iv.threshold) && isnan(iv.measured) && !iv.kind && !iv.detail);
+    ck_assert_int_eq(attnstat_record_intervention(NULL, &iv), ATTNSTAT_EINVAL);
+
+    peer old;
+    peer_start(&old, PEER_ACK); /* a daemon that records none */
+    attnstat_client *c = connect_small(&old, 1 << 20, 0);
+    iv.kind = "qk_clip";
+    ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_ESTATE);
+    ck_assert_int_eq(attnstat_hello(c, "iv", 0, NULL, NULL), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "older"));
+    attnstat_close(c);
+    peer_stop(&old);
+
+    peer p;
+    peer_start(&p, PEER_LAYOUT);
+    c = connect_small(&p, 1 << 20, 0);
+    ck_assert_int_eq(attnstat_hello(c, "iv", 3, NULL, NULL), ATTNSTAT_OK);
+    srand((unsigned)(g_seed ^ 0x1717)); /* fresh each run (the printed seed repeats it) */
+    uint32_t heads[3], big[1] = {1u << 24};
+    double vals[3], inf[3] = {0.5, INFINITY, 0.5};
+    for (int i = 0; i < 3; i++) { /* fresh values each run */
+        heads[i] = (uint32_t)(rand() % 64) + 64u * (uint32_t)i;
+        vals[i] = 0.05 + 0.9 * rand() / (double)RAND_MAX;
+    }
+    char longdetail[1100];
+    memset(longdetail, 'x', sizeof longdetail - 1);
+    longdetail[sizeof longdetail - 1] = '\0';
+    struct {
+        const char *kind, *detail, *says;
+        int64_t step;
+        int32_t layer, nheads;
+        const uint32_t *heads;
+        const double *values;
+        double threshold;
+    } bad[] = {
+        {NULL, NULL, "kind must be", 1, 0, 0, NULL, NULL, NAN},
+        {"", NULL, "kind must be", 1, 0, 0, NULL, NULL, NAN},
+        {"QK clip", NULL, "may hold", 1, 0, 0, NULL, NULL, NAN},
+        {"an_intervention_kind_of_33_chars_", NULL, "kind must be", 1, 0, 0, NULL, NULL, NAN},
+        {"qk_clip", NULL, "step -1", -1, 0, 0, NULL, NULL, NAN},
+        {"qk_clip", NULL, "layer -2", 1, -2, 0, NULL, NULL, NAN},
+        {"qk_clip", NULL, "nheads 4097", 1, 0, 4097, heads, NULL, NAN},
+        {"qk_clip", NULL, "nheads 2", 1, 0, 2, NULL, NULL, NAN},
+        {"qk_clip", NULL, "heads[0]", 1, 0, 1, big, NULL, NAN},
+        {"qk_clip", NULL, "values[1]", 1, 0, 3, heads, inf, NAN},
+        {"qk_clip", NULL, "threshold", 1, 0, 0, NULL, NULL, INFINITY},
+        {"qk_clip", longdetail, "detail", 1, 0, 0, NULL, NULL, NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        attnstat_intervention b;
+        attnstat_intervention_init(&b);
+        b.kind = bad[i].kind, b.detail = bad[i].detail, b.step = bad[i].step;
+        b.layer = bad[i].layer, b.nheads = bad[i].nheads, b.heads = bad[i].heads;
+        b.values = bad[i].values, b.threshold = bad[i].threshold;
+        ck_assert_int_eq(attnstat_record_intervention(c, &b), ATTNSTAT_EINVAL);
+        ck_assert_msg(strstr(attnstat_last_error(c), bad[i].says), "case %zu: %s", i,
+                      attnstat_last_error(c));
+    }
+    iv.size = 8;
+    ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_EINVAL);
+    attnstat_intervention_init(&iv);
+    const int64_t step = 1000 + rand() % 100000;
+    const double tau = 20.0 + rand() % 100, measured = tau * 3.5;
+    iv.kind = "qk_clip", iv.step = step, iv.layer = 7, iv.heads = heads, iv.nheads = 3;
+    iv.values = vals, iv.threshold = tau, iv.measured = measured, iv.detail = "{\"g\":4}";
+    ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_OK);
+    attnstat_daemon_status ds; /* a Status round trip: the peer has read what came before it */
+    ck_assert_int_eq(attnstat_status(c, &ds, 5000), ATTNSTAT_OK);
+    ck_assert_int_eq(p.interventions, 1);
+    ck_assert_str_eq(p.iv_kind, "qk_clip");
+    ck_assert_str_eq(p.iv_detail, "{\"g\":4}");
+    ck_assert(p.iv_step == step && p.iv_has_layer && p.iv_layer == 7);
+    ck_assert(p.iv_nheads == 3 && p.iv_nvalues == 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert(p.iv_heads[i] == heads[i] && p.iv_values[i] == vals[i]);
+    ck_assert(p.iv_has_threshold && p.iv_threshold == tau && p.iv_has_measured &&
+              p.iv_measured == measured);
+    attnstat_intervention_init(&iv); /* the least: a kind and a step */
+    iv.kind = "note", iv.step = step + 1;
+    ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_OK);
+    ck_assert_int_eq(attnstat_status(c, &ds, 5000), ATTNSTAT_OK);
+    ck_assert_int_eq(p.interventions, 2);
+    ck_assert(p.iv_step == step + 1 && !p.iv_has_layer && p.iv_nheads == 0 &&
+              p.iv_nvalues == 0 && !p.iv_has_threshold && !p.iv_has_measured);
+    ck_assert_str_eq(p.iv_detail, "");
+    attnstat_close(c);
+    peer_stop(&p);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -1030,6 +1150,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_failed_push_gives_its_ring_space_back);
     tcase_add_test(tc, test_reads_frames_up_to_the_daemons_max_frame);
     tcase_add_test(tc, test_set_layout);
+    tcase_add_test(tc, test_record_intervention);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -179,8 +179,17 @@ class Model(object):
 
 
 class FakeClient(object):
-    def __init__(self):
-        self.cbs, self.polls = [], 0
+    def __init__(self, refuse=None):
+        self.cbs, self.polls, self.interventions, self.refuse = [], 0, [], refuse
+
+    def intervention(self, kind, step, layer=None, heads=(), values=None, threshold=None,
+                     measured=None, detail=None):
+        if self.refuse is not None:
+            raise self.refuse
+        self.interventions.append(dict(kind=kind, step=step, layer=layer, heads=list(heads),
+                                       values=list(values), threshold=threshold,
+                                       measured=measured))
+        return True
 
     def on_result(self, cb):
         self.cbs.append(cb)
@@ -240,6 +249,16 @@ class TestClipStep(unittest.TestCase):
         st = clip.stats()
         self.assertEqual(st["clipped_by_layer"], {0: n} if n else {})
         self.assertEqual(st["lag"], 2)
+        # recorded in the history: layer 0's clipped heads with the factor of each one's logits
+        over = [h for h, m in enumerate(ml0) if m > tau]
+        self.assertEqual(len(client.interventions), 1 if over else 0)
+        if over:
+            iv = client.interventions[0]
+            self.assertEqual((iv["kind"], iv["step"], iv["layer"], iv["heads"], iv["threshold"]),
+                             ("qk_clip", 5, 0, over, tau))
+            np.testing.assert_allclose(iv["values"], [tau / ml0[h] for h in over], rtol=1e-12)
+            self.assertEqual(iv["measured"], max(ml0[h] for h in over))
+            self.assertEqual(st["recorded"], 1)
         self.assertGreater(client.polls, 0)
         # applied once: no new result, nothing more; an older one than applied is dropped
         w1 = layers[0].q_proj.weight.a.copy()
@@ -250,9 +269,32 @@ class TestClipStep(unittest.TestCase):
         np.testing.assert_array_equal(layers[0].q_proj.weight.a, w1)
         client.result(6, 0, [tau * 2] * heads)  # a newer step over tau: every head clipped
         self.assertEqual(clip.step(), heads)
+        iv = client.interventions[-1]  # the groups' key rows scaled too: still tau / 2 a head
+        self.assertEqual((iv["step"], iv["heads"]), (6, list(range(heads))))
+        np.testing.assert_allclose(iv["values"], [0.5] * heads, rtol=1e-12)
         clip.close()
         client.result(7, 0, [tau * 2] * heads)  # closed: ignored
         self.assertEqual(clip.step(), 0)
+
+    def test_unrecorded_clip_goes_on(self):
+        """A daemon that records no interventions (ENOTSUP): the clip is applied all the same,
+        said once, counted, and not tried again."""
+        import warnings
+        from attnstat._errors import AttnstatError
+        a = Attention(self.rng, 0, 4, 4, 2)
+        client = FakeClient(refuse=AttnstatError(11, "this attnstatd records no interventions"))
+        clip = qk_clip(client, projections={0: (a.q_proj, a.k_proj, 2)}, tau=5.0)
+        w = a.q_proj.weight.a.copy()
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            client.result(1, 0, [10.0, 1.0, 1.0, 20.0])
+            self.assertEqual(clip.step(), 2)
+            client.result(2, 0, [10.0, 1.0, 1.0, 20.0])
+            self.assertEqual(clip.step(), 2)
+        self.assertFalse(np.array_equal(a.q_proj.weight.a, w))
+        self.assertEqual(sum(1 for x in got if "not recorded" in str(x.message)), 1)
+        self.assertEqual(clip.stats()["record_errors"], 1)  # ENOTSUP: not asked again
+        self.assertEqual(clip.stats()["recorded"], 0)
 
     def test_projections_and_refusals(self):
         a = Attention(self.rng, 0, 4, 4, 2)

@@ -253,6 +253,52 @@ class Client(object):
             self._check(fn(self._handle(), ctypes.byref(c)))
             self.layout = d
 
+    def intervention(self, kind, step, layer=None, heads=(), values=None, threshold=None,
+                     measured=None, detail=None):
+        """Records in the run's history something the job did to its model at `step` because of
+        what was measured (attnstat.torch.qk_clip sends kind "qk_clip" for each layer it clips:
+        the query heads whose rows it scaled, the factor each head's logits scale by, tau, the
+        largest measured max logit); `attnstat interventions RUN` lists them. layer and heads are
+        numbered as the pushes' are. Never waits for the daemon. Returns True when sent, False
+        when dropped because the library is not connected (a daemon restart: the run goes on).
+        Raises AttnstatError: EINVAL for a field out of range (the message names it), ENOTSUP
+        when the daemon or the library is too old to record interventions."""
+        fn = _lib.optional(self._lib, "attnstat_record_intervention")
+        if fn is None:
+            raise AttnstatError(_lib.ENOTSUP, "this libattnstat records no interventions (no "
+                                "attnstat_record_intervention): an older library")
+        heads = [int(h) for h in heads]
+        if any(h < 0 for h in heads):
+            raise AttnstatError(_lib.EINVAL, "intervention: heads are >= 0 (%r)" % (heads,))
+        iv = _lib.Intervention()
+        self._lib.attnstat_intervention_init(ctypes.byref(iv))
+        kind_b = str(kind).encode()
+        detail_b = None if detail is None else str(detail).encode()
+        iv.kind, iv.step = kind_b, int(step)
+        iv.layer = -1 if layer is None else int(layer)
+        harr = (ctypes.c_uint32 * max(len(heads), 1))(*heads)
+        iv.heads, iv.nheads = (harr if heads else None), len(heads)
+        varr = None
+        if values is not None:
+            values = [float(v) for v in values]
+            if len(values) != len(heads):
+                raise AttnstatError(_lib.EINVAL, "intervention: %d values for %d heads (one per "
+                                    "head, or none)" % (len(values), len(heads)))
+            varr = (ctypes.c_double * max(len(values), 1))(*values)
+            iv.values = varr
+        if threshold is not None:
+            iv.threshold = float(threshold)
+        if measured is not None:
+            iv.measured = float(measured)
+        iv.detail = detail_b
+        with self._lock:
+            self._enter()
+            rc = fn(self._handle(), ctypes.byref(iv))
+            if rc == _lib.DROPPED:
+                return False
+            self._check(rc)
+        return True
+
     # ---- setup ----------------------------------------------------------------------------------
     def _device_uuids(self, devices):
         """UUID strings (bytes) of devices; see the class's documentation."""

@@ -180,6 +180,22 @@ class Layout(ctypes.Structure):
     ]
 
 
+class Intervention(ctypes.Structure):
+    """attnstat_intervention"""
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("kind", ctypes.c_char_p),
+        ("step", ctypes.c_int64),
+        ("layer", ctypes.c_int32),
+        ("heads", ctypes.POINTER(ctypes.c_uint32)),
+        ("nheads", ctypes.c_int32),
+        ("values", ctypes.POINTER(ctypes.c_double)),
+        ("threshold", ctypes.c_double),
+        ("measured", ctypes.c_double),
+        ("detail", ctypes.c_char_p),
+    ]
+
+
 class Counters(ctypes.Structure):
     """attnstat_counters (filled by attnstat_stats)"""
     _fields_ = [
@@ -323,6 +339,7 @@ C_NAMES = {
     "attnstat_rejection": Rejection,
     "attnstat_push_ext": PushExt,
     "attnstat_layout": Layout,
+    "attnstat_intervention": Intervention,
 }
 
 # ---- Callback types ---------------------------------------------------------------------------------
@@ -513,6 +530,9 @@ def _declare(lib):
     # The parallel layout of a process of a job.
     _fn(lib, "attnstat_layout_init", None, [P(Layout)], required=False)
     _fn(lib, "attnstat_set_layout", code, [c, P(Layout)], required=False)
+    # What the job did to the model because of what was measured (qk_clip's scaled heads).
+    _fn(lib, "attnstat_intervention_init", None, [P(Intervention)], required=False)
+    _fn(lib, "attnstat_record_intervention", code, [c, P(Intervention)], required=False)
     # Daemon restarts: where the client stands, and why.
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
     # Local mode: CUDA pushes computed in this process.

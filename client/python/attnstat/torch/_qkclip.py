@@ -14,9 +14,19 @@ measures, applied to the model's query and key projection rows after each optimi
 The factors are attnstat.qk_clip_factors' (client/python/attnstat/_qkclip.py says the rule and
 why a grouped-query layer's shared key rows take the group's mildest clip). Each layer's newest
 result is applied once. The results come back from attnstatd with the pushes' Acks, so a step's
-clip uses the max logits of a step the daemon has already answered: the previous step's or older
-(one step late at best; given the monitor, `clip.lag` is the last gap seen); the monitor must push with
-want_results=True, and every step (every=1) for a clip at every step.
+clip uses the max logits of the newest step the daemon has answered: usually the step's own (its
+kernel finishes during the backward pass: lag 0 at every step of bench/bench_qkclip.py on the
+H100), else an older one; in local mode (Client(local_compute=True)) a step's results arrive with
+the next step's first push (lag 1). Given the monitor, `clip.lag` is the last gap seen. The
+monitor must push with want_results=True, and every step (every=1) for a clip at every step;
+stats="max_logit" makes its kernel skip the entropy's exps. Since the clip scales the weights
+after the optimizer step from logits measured before it (MuonClip's order), the next step's max
+logit passes tau by that step's growth, whatever the lag (bench/RESULTS.md measures it).
+
+Each layer clipped is recorded in the run's history (Client.intervention, kind "qk_clip": the
+heads, the factor each head's logits scale by, tau, the largest measured max logit), listed by
+`attnstat interventions RUN`; stats() counts what was recorded, dropped while reconnecting, or
+refused (an older daemon records none: said once, the clip goes on).
 
 Which rows: a transformers attention module (one with layer_idx, q_proj, k_proj and head_dim: the
 layer number the monitor pushes is its layer_idx), or, for any other model, projections={layer:
@@ -68,6 +78,11 @@ class qk_clip(object):
         self.lag = None      # the monitor's step minus the step of the result applied last
         self._closed = False
         self._pinned = {}    # (layer, "q" | "k") -> (pinned buffer, event after its last copy)
+        self.recorded = 0         # clips recorded in the run's history (Client.intervention)
+        self.record_dropped = 0   # not recorded: the library was reconnecting
+        self.record_errors = 0    # not recorded: refused, or a daemon that records none
+        self._record_off = False
+        self._warned = False
         client.on_result(self.observe)
 
     @staticmethod
@@ -96,6 +111,7 @@ class qk_clip(object):
         (the results that arrived since the last call); returns the number of heads clipped."""
         import torch
         self.client.poll(0)  # results waiting in the socket are read now
+        # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
         for layer, (st, ml) in sorted(self._latest.items()):
             ql, kl, d, heads, group = self._layers[layer]
@@ -113,6 +129,7 @@ class qk_clip(object):
                             lin.bias.mul_(rows)
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
+                self._record(st, layer, ml, q, k, group)
             self._applied[layer] = st
             cur = getattr(self.monitor, "current_step", None)
             if cur is not None:
@@ -121,6 +138,35 @@ class qk_clip(object):
         if n:
             self.steps += 1
         return n
+
+    def _record(self, step, layer, ml, q, k, group):
+        """The layer's clip into the run's history (Client.intervention): the heads clipped, the
+        factor each one's logits scale by (q_h * k_g = gamma_h), tau, the largest max logit among
+        them. Never stops the clip: a daemon that records none (older), or a refusal, is said
+        once (RuntimeWarning) and counted; a drop while reconnecting is counted."""
+        if self._record_off:
+            return
+        heads = [h for h, f in enumerate(q) if f < 1.0]
+        gammas = [q[h] * k[h // group] for h in heads]
+        try:
+            sent = self.client.intervention("qk_clip", step, layer=layer, heads=heads,
+                                            values=gammas, threshold=self.tau,
+                                            measured=max(ml[h] for h in heads))
+        except Exception as e:  # AttnstatError: ENOTSUP (an older daemon), or a refusal
+            self.record_errors += 1
+            from .. import _lib
+            if getattr(e, "code", None) == _lib.ENOTSUP:  # an older daemon: it never will
+                self._record_off = True
+            if not self._warned:
+                self._warned = True
+                import warnings
+                warnings.warn("qk_clip: clips are applied but not recorded in the run's history: "
+                              "%s" % e, RuntimeWarning, stacklevel=3)
+            return
+        if sent:
+            self.recorded += 1
+        else:
+            self.record_dropped += 1
 
     def _factors(self, torch, key, f, weight):
         """The factors f as a tensor of weight's dtype on weight's device. On a GPU, copied from
@@ -144,7 +190,8 @@ class qk_clip(object):
     def stats(self):
         return {"tau": self.tau, "clipped_heads": sum(self.clipped.values()),
                 "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
-                "lag": self.lag, "layers": sorted(self._layers)}
+                "lag": self.lag, "layers": sorted(self._layers), "recorded": self.recorded,
+                "record_dropped": self.record_dropped, "record_errors": self.record_errors}
 
     def close(self):
         self._closed = True
