@@ -504,14 +504,16 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
 
 /* One tile of 8 * NT keys into per-lane running maxima, no exps (a run that asks for max_logit
  * alone: common.cuh FOLD_MAX): M[hr] <- the max of the row's visible logits, scaled and softcapped
- * in base 2 as fold_lane's M (the same number: a max does not depend on its order), and
- * A[hr] <- the max of their raw magnitudes with NaN kept (fmax_nan), which is finite exactly when
- * every visible logit is, i.e. exactly where fold_lane's (M, l, W) stays finite (common.cuh);
- * with a softcap, where none is NaN (an infinite dot product caps to +-cl, as in fold_lane).
+ * in base 2 as fold_lane's M (the same number: a max does not depend on its order), and A[hr],
+ * finite exactly where fold_lane's (M, l, W) stays finite (common.cuh): without a softcap the sum
+ * of the visible dot products times 2^-64 (finite exactly when each is), with one the max of
+ * their magnitudes with NaN kept (fmax_nan: only NaN counts there, an infinite dot product caps
+ * to +-cl as in fold_lane).
  * Masked keys are selected out of both (-inf for M, in s as fold_lane does; 0 for A). M by
  * fold_lane's tree in place over s; A in two chains as the values stream past, so that no second
- * array of a tile's values is live (one spilled variant 6 at both head_dims). About two FMNMX per
- * logit where fold_lane takes about five instructions and an exp. */
+ * array of a tile's values is live (one spilled variant 6 at both head_dims). One FMNMX and one
+ * FFMA per logit (two FMNMX with a softcap) where fold_lane takes about five instructions and an
+ * exp. */
 template <int NT, bool CAP, bool MASK>
 static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                 float (&A)[2], const int (&lo)[2],
@@ -525,17 +527,19 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             float &v = s[k >> 1][2 * hr + (k & 1)];
-            float av = fabsf(v);
+            float av = CAP ? fabsf(v) : v;
             if (MASK) {
                 const int j = j0 + (k >> 1) * 8 + 2 * tq + (k & 1);
                 const bool vis = j >= lo[hr] && j <= hi[hr];
                 av = vis ? av : 0.0f;
                 v = vis ? v : -INFINITY;
             }
-            if (k & 1)
-                a1 = fmax_nan(a1, av);
-            else
-                a0 = fmax_nan(a0, av);
+            float &a = k & 1 ? a1 : a0;
+            /* no softcap: a sum (FFMA, the FMA pipe; the max tree keeps the ALU pipe), non-finite
+             * exactly when a value is (+inf and -inf give NaN), scaled by 2^-64 so that no sum of
+             * finite dot products reaches float's range; with one (where an infinite dot product
+             * caps to a finite logit and NaN alone counts) the max of magnitudes, NaN kept */
+            a = CAP ? fmax_nan(a, av) : fmaf(av, 0x1p-64f, a);
         }
         float t[NV / 2];
 #pragma unroll
@@ -552,7 +556,7 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
         t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
         const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
         M[hr] = fmaxf(M[hr], Mt);
-        A[hr] = fmax_nan(A[hr], fmax_nan(a0, a1));
+        A[hr] = CAP ? fmax_nan(A[hr], fmax_nan(a0, a1)) : A[hr] + (a0 + a1);
     }
 }
 
@@ -572,14 +576,15 @@ static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, cons
 #pragma unroll
         for (int m = 1; m <= 2; m <<= 1) {
             Mr = fmaxf(Mr, __shfl_xor_sync(0xffffffffu, Mr, m));
-            Ar = fmax_nan(Ar, __shfl_xor_sync(0xffffffffu, Ar, m));
+            const float A2 = __shfl_xor_sync(0xffffffffu, Ar, m);
+            Ar = p.softcap ? fmax_nan(Ar, A2) : Ar + A2;
         }
         const int i = rows[warp * 16 + hr * 8 + g];
         if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
             /* softcapped logits are finite wherever the dot product is not NaN (tanh(+-inf)) */
             row_done_max(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr,
-                         p.softcap ? Ar == Ar : Ar < INFINITY, sink);
+                         p.softcap ? Ar == Ar : fabsf(Ar) < INFINITY, sink);
         }
     }
 }
