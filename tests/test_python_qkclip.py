@@ -296,6 +296,46 @@ class TestClipStep(unittest.TestCase):
         self.assertEqual(clip.stats()["record_errors"], 1)  # ENOTSUP: not asked again
         self.assertEqual(clip.stats()["recorded"], 0)
 
+    def test_tensor_parallel_shard(self):
+        """A DTensor projection sharded by rows (ColwiseParallel): the process's own heads,
+        numbered from 0 in its results, are its local shard's rows; the global shape (twice the
+        rows here) is never used. Sharded across input features: refused."""
+        class Shard(object):
+            def __init__(self, dim):
+                self.dim = dim
+
+            def is_shard(self):
+                return True
+
+        class DT(object):  # the DTensor surface qk_clip may touch
+            def __init__(self, local, dim):
+                self.local, self.placements = local, [Shard(dim)]
+                self.shape = (2 * local.shape[0],) + tuple(local.shape[1:])
+
+            def to_local(self):
+                return self.local
+
+        heads, kv, d, tau = 4, 2, 3, 8.0
+        a = Attention(self.rng, 0, heads, kv, d)
+        wq, bq, wk = a.q_proj.weight.a.copy(), a.q_proj.bias.a.copy(), a.k_proj.weight.a.copy()
+        bk = a.k_proj.bias.a.copy()
+        for lin in (a.q_proj, a.k_proj):
+            lin.weight, lin.bias = DT(lin.weight, 0), DT(lin.bias, 0)
+        client = FakeClient()
+        clip = qk_clip(client, Model([a]), tau=tau)
+        ml = [tau * 3, tau * 0.5, tau * 2, tau * 4]
+        client.result(2, 0, ml)
+        self.assertEqual(clip.step(), 3)
+        q, k = qk_clip_factors(ml, tau, heads // kv)
+        self.check_rows(types.SimpleNamespace(weight=a.q_proj.weight.local,
+                                              bias=a.q_proj.bias.local), wq, bq, q, d)
+        self.check_rows(types.SimpleNamespace(weight=a.k_proj.weight.local,
+                                              bias=a.k_proj.bias.local), wk, bk, k, d)
+        b = Attention(self.rng, 0, heads, kv, d)
+        b.q_proj.weight = DT(b.q_proj.weight, 1)
+        with self.assertRaisesRegex(ValueError, "input features"):
+            qk_clip(FakeClient(), Model([b]), tau=tau)
+
     def test_projections_and_refusals(self):
         a = Attention(self.rng, 0, 4, 4, 2)
         clip = qk_clip(FakeClient(), projections={3: (a.q_proj, a.k_proj, 2)}, tau=5.0)

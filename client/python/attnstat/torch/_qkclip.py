@@ -32,10 +32,21 @@ Which rows: a transformers attention module (one with layer_idx, q_proj, k_proj 
 layer number the monitor pushes is its layer_idx), or, for any other model, projections={layer:
 (q_linear, k_linear, head_dim)}. Rows of head h are h*head_dim .. (h+1)*head_dim - 1 of the
 linear's weight (and bias). A layer that normalises q and k after projecting them (q_norm /
-k_norm: QK-norm) cannot be clipped through its projections: refused when found. Tensor-parallel
-shards (DTensor weights) are not handled yet.
+k_norm: QK-norm) cannot be clipped through its projections: refused when found. Under tensor
+parallelism (DTensor weights sharded by rows, ColwiseParallel, as torchtitan and PyTorch's plans
+shard q_proj and k_proj) each process clips its own heads: its pushes' results number them from 0
+(the daemon stores them globally), and the rows it scales are its local shard's; a projection
+sharded across its input features is refused.
 """
 from .._qkclip import check_tau, qk_clip_factors
+
+
+def _local(t):
+    """A parameter's own rows: the local shard of a DTensor (tensor parallelism: ColwiseParallel
+    shards q_proj and k_proj by rows, i.e. by heads, and this process's pushes and results
+    number its own heads from 0), the tensor itself otherwise. Scaled in place, it scales the
+    parameter."""
+    return t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
 
 
 class qk_clip(object):
@@ -87,7 +98,14 @@ class qk_clip(object):
 
     @staticmethod
     def _layer(ql, kl, d, what):
-        hq, hk = ql.weight.shape[0], kl.weight.shape[0]
+        for lin in (ql, kl):
+            pl = getattr(lin.weight, "placements", None)
+            if pl is not None and any(getattr(x, "dim", 0) not in (0, None) and x.is_shard()
+                                      for x in pl):
+                raise ValueError("%s: a projection's weight is sharded across its input "
+                                 "features (%s): qk_clip scales whole rows of heads, which needs "
+                                 "them sharded by rows (ColwiseParallel) or whole" % (what, pl))
+        hq, hk = _local(ql.weight).shape[0], _local(kl.weight).shape[0]
         if d < 1 or hq % d or hk % d or (hq // d) % (hk // d):
             raise ValueError("%s: q rows %d and k rows %d are not whole heads of %d with query "
                              "heads a multiple of key heads" % (what, hq, hk, d))
@@ -122,11 +140,11 @@ class qk_clip(object):
                     for which, lin, f in (("q", ql, q), ("k", kl, k)):
                         if all(x == 1.0 for x in f):
                             continue
-                        rows = self._factors(torch, (layer, which), f,
-                                             lin.weight).repeat_interleave(d)
-                        lin.weight.mul_(rows.view(-1, *([1] * (lin.weight.dim() - 1))))
+                        w = _local(lin.weight)
+                        rows = self._factors(torch, (layer, which), f, w).repeat_interleave(d)
+                        w.mul_(rows.view(-1, *([1] * (w.dim() - 1))))
                         if getattr(lin, "bias", None) is not None:
-                            lin.bias.mul_(rows)
+                            _local(lin.bias).mul_(rows)
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
