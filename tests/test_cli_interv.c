@@ -4,7 +4,8 @@
  * the arrays stored, in the order run, step, id; --layer, --kind, --since and --until keep exactly
  * the rows they should; a table shows heads with their values and says when nothing matched; csv
  * has a header and a row each; a run by id; delete-run (the database changed directly, no daemon)
- * takes a run's interventions and no other's. The seed is printed (ATTNSTAT_TEST_SEED repeats). */
+ * takes a run's interventions and no other's; check-db finds the database whole. The seed is
+ * printed (ATTNSTAT_TEST_SEED repeats). */
 #include "cli_harness.h"
 #include "daemon_harness.h"
 #include "store_read.h"
@@ -258,6 +259,11 @@ START_TEST(test_interventions_listed)
     res = cli_run(d.dir, "--db", d.db, "interventions");
     ck_assert_int_eq(res.status, 2);
     ck_assert_msg(strstr(res.err, "interventions RUN"), "%s", res.err);
+    cli_result_free(&res);
+
+    /* check-db takes the database with its interventions as whole */
+    res = cli_run(d.dir, "--db", d.db, "check-db");
+    ck_assert_msg(res.status == 0 && strstr(res.out, "ok"), "%s%s", res.out, res.err);
     cli_result_free(&res);
 
     /* delete-run, the database changed directly: that run's go, the others stay */
