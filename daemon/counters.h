@@ -28,6 +28,10 @@
     X(ALERTS_CLEARED, "alerts_cleared_total", "Alert clears.")                                    \
     X(ALERTS_RESOLVED, "alerts_resolved_total",                                                    \
       "Alerts resolved: their run ended, or an operator resolved them.")                           \
+    X(INTERVENTIONS_STORED, "interventions_stored_total",                                          \
+      "Interventions (what a job did to its model: qk_clip's scaled heads) stored.")               \
+    X(INTERVENTIONS_REFUSED, "interventions_refused_total",                                        \
+      "Interventions refused: before Hello, a field out of range, or the store failed.")           \
     X(RUNS_ENDED, "runs_ended_total", "Runs that ended (Goodbye, disconnected, idle, deleted).")   \
     X(MESSAGES_DROPPED, "messages_dropped_total", "Results/alerts not sent to slow subscribers.") \
     X(CONNS_ACCEPTED, "connections_total", "Connections accepted.")                               \

@@ -91,6 +91,31 @@ void peer_layout(peer *p, const store_layout *l)
     p->layout = *l;
 }
 
+int peer_global(const peer *p, uint32_t layer, int32_t heads_q, int64_t span, int32_t *glayer,
+                int32_t *head_base, char *msg, size_t cap)
+{
+    int64_t gl = (int64_t)layer + (p->has_layout ? p->layout.layer_offset : 0);
+    int64_t base = !p->has_layout              ? 0
+                   : p->layout.head_offset >= 0 ? p->layout.head_offset
+                                                : (int64_t)p->layout.tp_rank * heads_q;
+    if (gl > PEER_GLOBAL_MAX || base + span > PEER_GLOBAL_MAX) {
+        snprintf(msg, cap, "layer %u with layer_offset %d, query heads 0..%lld of tp_rank %d "
+                 "(head_offset %d, %d query heads a push): global numbers past %d; check the "
+                 "layout", layer, (int)p->layout.layer_offset, (long long)span - 1,
+                 (int)p->layout.tp_rank, (int)p->layout.head_offset, (int)heads_q,
+                 PEER_GLOBAL_MAX);
+        return -1;
+    }
+    *glayer = (int32_t)gl;
+    *head_base = (int32_t)base;
+    return 0;
+}
+
+void peer_heads_seen(peer *p, int32_t heads_q)
+{
+    p->heads_q = heads_q;
+}
+
 void peer_count(peer *p, peer_counter what)
 {
     switch (what) {

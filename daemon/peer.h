@@ -41,6 +41,8 @@ struct peer {
     double collapse_threshold; /* the computation's: the Hello's, else the config's */
     int has_layout;          /* a ParallelLayout was accepted: its pushes get global numbers */
     store_layout layout;
+    int32_t heads_q;         /* the query heads of its latest push given global numbers (0: none
+                                yet): an Intervention's heads are numbered by it */
     int sub_alerts, sub_results;
     int reserve;             /* admitted into the reserved slots (listen.h): Status and Command
                                 only, never a Hello or a Subscribe */
@@ -75,6 +77,20 @@ int peer_is_session(const peer *p);
 void peer_goodbye(peer *p);
 /* Its ParallelLayout was accepted (checked): the pushes received from now on get global numbers. */
 void peer_layout(peer *p, const store_layout *l);
+
+/* The largest global layer or head number (a layout's offsets are checked against the same bound,
+ * schema/store_write.c): far past any model, and a sum of two never overflows an int32_t. */
+#define PEER_GLOBAL_MAX (1 << 24)
+
+/* The global numbers of its layer `layer` and of its local query heads 0 .. span-1 by the layout in
+ * force now (none: the local ones), for a push of heads_q query heads (head_offset unset: the base
+ * is tp_rank x heads_q): *glayer, and *head_base (local head h is global *head_base + h). The one
+ * rule for pushes and interventions. -1 with msg when a number passes PEER_GLOBAL_MAX. */
+int peer_global(const peer *p, uint32_t layer, int32_t heads_q, int64_t span, int32_t *glayer,
+                int32_t *head_base, char *msg, size_t cap);
+/* A push of heads_q query heads was given global numbers: an Intervention that follows numbers its
+ * heads as that push's. */
+void peer_heads_seen(peer *p, int32_t heads_q);
 
 typedef enum { PEER_PUSHES, PEER_DROPPED, PEER_REJECTED } peer_counter;
 void peer_count(peer *p, peer_counter what);

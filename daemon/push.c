@@ -22,10 +22,6 @@
 _Static_assert(VALIDATE_MAX_TENSORS <= GPU_JOB_TENSORS && VALIDATE_MAX_TENSORS <= WORKER_MAX_GUARDS,
                "a push's tensors fit the GPU job's references and the CPU job's guards");
 
-/* The largest global layer or head number (a layout's offsets are checked against the same bound,
- * schema/store_write.c): far past any model, and a sum of two never overflows an int32_t. */
-#define PUSH_GLOBAL_MAX (1 << 24)
-
 struct push {
     worker_job job;          /* queued on a worker: job.owner is the push */
     batch_item item;         /* batched: item.owner is the push */
@@ -174,23 +170,14 @@ static void pin_host(push *u)
 }
 
 /* The global numbers of a push's layer and query head 0, by the layout in force now (a later
- * Layout is for later pushes); -1 with a message when they pass the bound. */
-static int global_numbers(const peer *p, uint32_t layer, int32_t heads_q, push *u, char *msg,
+ * Layout is for later pushes; peer_global(), the rule interventions follow too); -1 with a message
+ * when they pass the bound. */
+static int global_numbers(peer *p, uint32_t layer, int32_t heads_q, push *u, char *msg,
                           size_t cap)
 {
-    int64_t glayer = (int64_t)layer + (p->has_layout ? p->layout.layer_offset : 0);
-    int64_t head_base = !p->has_layout              ? 0
-                        : p->layout.head_offset >= 0 ? p->layout.head_offset
-                                                     : (int64_t)p->layout.tp_rank * heads_q;
-    if (glayer > PUSH_GLOBAL_MAX || head_base + heads_q > PUSH_GLOBAL_MAX) {
-        snprintf(msg, cap, "layer %u with layer_offset %d, %d query heads of tp_rank %d "
-                 "(head_offset %d): global numbers past %d; check the layout", layer,
-                 (int)p->layout.layer_offset, (int)heads_q, (int)p->layout.tp_rank,
-                 (int)p->layout.head_offset, PUSH_GLOBAL_MAX);
+    if (peer_global(p, layer, heads_q, heads_q, &u->glayer, &u->head_base, msg, cap) != 0)
         return -1;
-    }
-    u->glayer = (int32_t)glayer;
-    u->head_base = (int32_t)head_base;
+    peer_heads_seen(p, heads_q);
     return 0;
 }
 

@@ -1,8 +1,10 @@
 /* session.c — protocol dispatch (see session.h). Stage: session; calls peer, buffers, push,
- * status, command, the alert feed, devices, runs and life (a Hello's run), validate, json,
- * counters, conn, envelope, names, util and log. */
+ * status, command, the alert feed, devices, runs and life (a Hello's run), validate, json, the
+ * store's write half (an Intervention's record, on the store thread), counters, conn, envelope,
+ * names, util and log. */
 #include "session.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,7 +240,7 @@ static void on_hello(const stage_ctx *x, peer *p, const Attnstat__Hello *h)
     rep.n_served_devices = nserved;
     rep.served_devices = served;
     static char *features[] = {"mask", "compute_dtype", "cu_seqlens_ref", "computed", "layout",
-                               "sinks", "stats"};
+                               "sinks", "stats", "interventions"};
     rep.n_features = sizeof features / sizeof features[0];
     rep.features = features;
     rep.daemon_version = (char *)ATTNSTAT_DAEMON_VERSION;
@@ -328,6 +330,140 @@ static void on_layout(const stage_ctx *x, peer *p, const Attnstat__ParallelLayou
              "layer offset %d, head offset %s", (unsigned long long)p->conn_id, p->run, p->rank,
              (int)l.tp_rank, (int)l.tp_size, (int)l.pp_rank, (int)l.pp_size, (int)l.dp_rank,
              (int)l.dp_size, (int)l.cp_rank, (int)l.cp_size, (int)l.layer_offset, heads);
+}
+
+/* ---- interventions ---------------------------------------------------------------------------- */
+
+_Static_assert(VALIDATE_INTERVENTION_KIND_MAX == STORE_INTERVENTION_KIND_MAX &&
+                   VALIDATE_MAX_HEADS == STORE_INTERVENTION_HEADS_MAX &&
+                   VALIDATE_INTERVENTION_DETAIL_MAX == STORE_INTERVENTION_DETAIL_MAX,
+               "the daemon checks an Intervention against the store's own bounds");
+
+/* An intervention on its way to the store thread: its fields copied (the message is freed once
+ * handled), stored into the open batch like an alert. One allocation: the op, then the heads, the
+ * values and the detail. */
+typedef struct {
+    storer_op op;
+    const stage_ctx *x;
+    peer *p;
+    store_intervention iv;
+    char kind[STORE_INTERVENTION_KIND_MAX + 1];
+} interv_op;
+
+static store_status interv_run(void *db, storer_op *op, store_error *err)
+{
+    interv_op *o = (interv_op *)op;
+    return store_add_intervention(db, &o->iv, NULL, err);
+}
+
+static void interv_done(storer_op *op)
+{
+    interv_op *o = (interv_op *)op;
+    peer *p = o->p;
+    if (op->status == STORE_OK) {
+        counters_inc(o->x->cnt, CNT_INTERVENTIONS_STORED);
+    } else {
+        counters_inc(o->x->cnt, CNT_INTERVENTIONS_REFUSED);
+        counters_store_error(o->x->cnt, op->err.msg);
+        LOG_ERROR("session", "client %llu: storing intervention %s of run '%s' step %lld: %s",
+                  (unsigned long long)p->conn_id, o->kind, p->run, (long long)o->iv.step,
+                  op->err.msg);
+        REPLY_ERROR(p, ATTNSTAT__CODE__INTERNAL, 0, 0, "the store could not record intervention "
+                    "%s of run '%s' at step %lld: %s", o->kind, p->run, (long long)o->iv.step,
+                    op->err.msg);
+    }
+    peer_unref(p);
+    free(o);
+}
+
+/* An Intervention refused: counted, answered with code and msg, and the first of each reason from
+ * this client logged at warn level (as a refused push is). */
+static void interv_refuse(const stage_ctx *x, peer *p, Attnstat__Code code, const char *msg)
+{
+    counters_inc(x->cnt, CNT_INTERVENTIONS_REFUSED);
+    if (peer_first_reason(p, (int)code, msg))
+        LOG_WARN("session", "client %llu (run '%s' rank %d): Intervention answered %s: %s (the "
+                 "first of its kind from this client; attnstat_interventions_refused_total counts "
+                 "them)", (unsigned long long)p->conn_id, p->hello ? p->run : "-", (int)p->rank,
+                 names_code((int)code), msg);
+    reply_error(p, code, 0, 0, msg);
+}
+
+/* An Intervention after Hello: checked field by field, its layer and heads made global by the
+ * layout in force (peer_global(), as a push's), and stored with the run by the store thread, in
+ * order with this connection's pushes. Nothing comes back unless it is refused. */
+static void on_intervention(const stage_ctx *x, peer *p, const Attnstat__Intervention *m)
+{
+    char msg[512];
+    if (!p->hello) {
+        interv_refuse(x, p, ATTNSTAT__CODE__NO_HELLO, "Intervention before Hello");
+        return;
+    }
+    if (validate_intervention(m, msg, sizeof msg) != 0) {
+        interv_refuse(x, p, ATTNSTAT__CODE__BAD_REQUEST, msg);
+        return;
+    }
+    int64_t span = 0;
+    for (size_t i = 0; i < m->n_heads; i++)
+        if ((int64_t)m->heads[i] + 1 > span)
+            span = (int64_t)m->heads[i] + 1;
+    if (p->has_layout && p->layout.head_offset < 0 && p->layout.tp_rank > 0 && span > 0 &&
+        p->heads_q == 0) {
+        util_err(msg, sizeof msg, "intervention.heads: the layout numbers this process's heads "
+                 "from tp_rank %d x its pushes' query heads, and no push of this connection has "
+                 "said how many it has: push first, or give the layout a head_offset",
+                 (int)p->layout.tp_rank);
+        interv_refuse(x, p, ATTNSTAT__CODE__BAD_REQUEST, msg);
+        return;
+    }
+    int32_t glayer, head_base;
+    if (peer_global(p, m->has_layer ? m->layer : 0, p->heads_q, span, &glayer, &head_base, msg,
+                    sizeof msg) != 0) {
+        interv_refuse(x, p, ATTNSTAT__CODE__BAD_REQUEST, msg);
+        return;
+    }
+    size_t dlen = m->detail ? strlen(m->detail) + 1 : 0;
+    interv_op *o = calloc(1, sizeof *o + m->n_heads * (sizeof(int32_t) + sizeof(double)) + dlen);
+    if (!o) {
+        interv_refuse(x, p, ATTNSTAT__CODE__INTERNAL, "out of memory recording the intervention");
+        return;
+    }
+    /* the values first (aligned after the op), then the heads, then the detail */
+    double *values = (double *)(o + 1);
+    int32_t *heads = (int32_t *)(values + m->n_heads);
+    char *detail = (char *)(heads + m->n_heads);
+    for (size_t i = 0; i < m->n_heads; i++) {
+        heads[i] = head_base + (int32_t)m->heads[i];
+        values[i] = m->n_values ? m->values[i] : 0.0;
+    }
+    if (dlen)
+        memcpy(detail, m->detail, dlen);
+    snprintf(o->kind, sizeof o->kind, "%s", m->kind);
+    o->iv = (store_intervention){
+        .run_id = p->run_id,
+        .rank = p->rank,
+        .step = m->step,
+        .time_ms = (int64_t)util_wall_ms(),
+        .kind = o->kind,
+        .layer = m->has_layer ? glayer : -1,
+        .heads = heads,
+        .nheads = (int32_t)m->n_heads,
+        .values = m->n_values ? values : NULL,
+        .threshold = m->has_threshold ? m->threshold : NAN,
+        .measured = m->has_measured ? m->measured : NAN,
+        .detail = dlen ? detail : NULL,
+    };
+    o->op.mode = STORER_BATCHED;
+    o->op.run = interv_run;
+    o->op.done = interv_done;
+    o->x = x;
+    o->p = p;
+    peer_ref(p);
+    life_before_push(x, p->run_id); /* the run's record first, if it was rolled back */
+    storer_submit(x->st, &o->op);
+    LOG_DEBUG("session", "client %llu: run '%s' rank %d: intervention %s at step %lld, layer %d, "
+              "%zu heads", (unsigned long long)p->conn_id, p->run, p->rank, o->kind,
+              (long long)m->step, (int)o->iv.layer, m->n_heads);
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */
@@ -423,6 +559,9 @@ static void dispatch(const stage_ctx *x, peer *p, const Attnstat__Envelope *env)
         break;
     case ATTNSTAT__ENVELOPE__MSG_LAYOUT:
         on_layout(x, p, env->layout);
+        break;
+    case ATTNSTAT__ENVELOPE__MSG_INTERVENTION:
+        on_intervention(x, p, env->intervention);
         break;
     case ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY:
     case ATTNSTAT__ENVELOPE__MSG_RELEASE:

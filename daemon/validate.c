@@ -1,5 +1,6 @@
-/* validate.c — Push validation (see validate.h). Stage: validate (pure); calls names, util and
- * wirerow; a Hello's thresholds and a Computed's heads are checked by vocab.h's rows.
+/* validate.c — Push validation, and an Intervention's fields (see validate.h). Stage: validate
+ * (pure); calls names, util and wirerow; a Hello's thresholds and a Computed's heads are checked
+ * by vocab.h's rows.
  * Checks run in the order a person would fix them: the buffer exists, the tensor description is
  * well formed, it fits in its buffer, q and k agree, packed offsets are consistent, then options
  * (via stats_validate) and the work limit. */
@@ -565,6 +566,74 @@ int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
     if (t->has_collapse_threshold && !(t->collapse_threshold > 0.0 && t->collapse_threshold <= 1.0)) {
         snprintf(msg, msglen, "thresholds.collapse_threshold %g must be in (0, 1]",
                  t->collapse_threshold);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Intervention: what a job did because of what was measured ------------------------------- */
+
+int validate_intervention(const Attnstat__Intervention *m, char *msg, size_t msglen)
+{
+    static const char kind_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789_.-";
+    size_t klen = m->kind ? strlen(m->kind) : 0;
+    if (klen < 1 || klen > VALIDATE_INTERVENTION_KIND_MAX) {
+        util_err(msg, msglen, "intervention.kind is %zu bytes: it must be 1..%d of a-z, 0-9, '_', "
+                 "'.', '-' (e.g. \"qk_clip\")", klen, VALIDATE_INTERVENTION_KIND_MAX);
+        return -1;
+    }
+    size_t ok = strspn(m->kind, kind_chars);
+    if (ok != klen) {
+        util_err(msg, msglen, "intervention.kind: byte %zu (0x%02x) is not one of a-z, 0-9, '_', "
+                 "'.', '-' (e.g. \"qk_clip\")", ok, (unsigned)(unsigned char)m->kind[ok]);
+        return -1;
+    }
+    if (m->step < 0) {
+        util_err(msg, msglen, "intervention.step %lld must be >= 0 (the step whose measurements "
+                 "it acted on)", (long long)m->step);
+        return -1;
+    }
+    if (m->has_layer && m->layer > VALIDATE_MAX_LAYER) {
+        util_err(msg, msglen, "intervention.layer %u is past %u, the largest layer a push may "
+                 "name", m->layer, VALIDATE_MAX_LAYER);
+        return -1;
+    }
+    if (m->n_heads > VALIDATE_MAX_HEADS) {
+        util_err(msg, msglen, "intervention.heads has %zu entries, more than %d: send one "
+                 "Intervention per layer", m->n_heads, VALIDATE_MAX_HEADS);
+        return -1;
+    }
+    for (size_t i = 0; i < m->n_heads; i++)
+        if (m->heads[i] >= VALIDATE_INTERVENTION_HEAD_LIMIT) {
+            util_err(msg, msglen, "intervention.heads[%zu] is %u: a head number must be < %u",
+                     i, m->heads[i], VALIDATE_INTERVENTION_HEAD_LIMIT);
+            return -1;
+        }
+    if (m->n_values != 0 && m->n_values != m->n_heads) {
+        util_err(msg, msglen, "intervention.values has %zu entries for %zu heads: send none, or "
+                 "exactly one per head", m->n_values, m->n_heads);
+        return -1;
+    }
+    for (size_t i = 0; i < m->n_values; i++)
+        if (!isfinite(m->values[i])) {
+            util_err(msg, msglen, "intervention.values[%zu] is %g: each value must be finite", i,
+                     m->values[i]);
+            return -1;
+        }
+    if (m->has_threshold && !isfinite(m->threshold)) {
+        util_err(msg, msglen, "intervention.threshold is %g: it must be finite (or left unset)",
+                 m->threshold);
+        return -1;
+    }
+    if (m->has_measured && !isfinite(m->measured)) {
+        util_err(msg, msglen, "intervention.measured is %g: it must be finite (or left unset)",
+                 m->measured);
+        return -1;
+    }
+    size_t dlen = m->detail ? strlen(m->detail) : 0;
+    if (dlen > VALIDATE_INTERVENTION_DETAIL_MAX) {
+        util_err(msg, msglen, "intervention.detail is %zu bytes, more than %d: keep it to a short "
+                 "JSON note", dlen, VALIDATE_INTERVENTION_DETAIL_MAX);
         return -1;
     }
     return 0;

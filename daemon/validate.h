@@ -94,4 +94,15 @@ int validate_shm_name(const char *name, char *msg, size_t msglen);
 /* Checks Hello thresholds (each field that is set). Returns 0 or -1 with msg naming the field. */
 int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen);
 
+/* An Intervention (what a job did to its model: qk_clip's scaled heads), field by field: kind 1..
+ * VALIDATE_INTERVENTION_KIND_MAX of [a-z0-9_.-]; step >= 0; layer, when set, up to
+ * VALIDATE_MAX_LAYER; at most VALIDATE_MAX_HEADS heads, each < VALIDATE_INTERVENTION_HEAD_LIMIT;
+ * values none or one per head, each finite; threshold and measured finite when set; detail at most
+ * VALIDATE_INTERVENTION_DETAIL_MAX bytes (a NUL in any string never gets here: frame_decode
+ * refuses the frame). Returns 0, or -1 with msg naming the field and what it may be. */
+#define VALIDATE_INTERVENTION_KIND_MAX 32
+#define VALIDATE_INTERVENTION_HEAD_LIMIT (1u << 24)
+#define VALIDATE_INTERVENTION_DETAIL_MAX 1024
+int validate_intervention(const Attnstat__Intervention *m, char *msg, size_t msglen);
+
 #endif /* ATTNSTAT_VALIDATE_H */

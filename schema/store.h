@@ -129,6 +129,28 @@ typedef struct {
     int64_t until_ms;        /* 0: until the run ends */
 } store_silence;
 
+/* What a job did to its model at a step because of what was measured (schema/006_interventions.sql;
+ * proto's Intervention): written by store_add_intervention() (store_write.h), read back by
+ * store_interventions() (store_read.h). Layer and heads are global numbers. */
+#define STORE_INTERVENTION_KIND_MAX 32    /* bytes of kind, [a-z0-9_.-] */
+#define STORE_INTERVENTION_HEADS_MAX 4096 /* heads (and values) at most */
+#define STORE_INTERVENTION_DETAIL_MAX 1024 /* bytes of detail */
+typedef struct {
+    int64_t id;              /* set by the store (reads); ignored by store_add_intervention() */
+    int64_t run_id;
+    int32_t rank;            /* the process's rank */
+    int64_t step;            /* >= 0 */
+    int64_t time_ms;         /* when it was received; 0: now (writes) */
+    const char *kind;        /* "qk_clip" */
+    int32_t layer;           /* -1: none (NULL) */
+    const int32_t *heads;    /* nheads global query heads (each >= 0), in the order sent */
+    int32_t nheads;
+    const double *values;    /* NULL: none; else one per head (finite) */
+    double threshold;        /* NaN: none */
+    double measured;         /* NaN: none */
+    const char *detail;      /* NULL: none */
+} store_intervention;
+
 /* The parallel layout of a run (schema/004_layout.sql; proto's ParallelLayout): the ranks that
  * produce its samples and the offsets that turn its local numbers into global ones. A size is
  * >= 1 and a rank is less than its size; head_offset is -1 when each push's offset is

@@ -97,6 +97,9 @@ enum {
     S_RUN_SET_LAYOUT,
     S_JOB_RUNS,
     S_JOB_RUN_ONE,
+    /* interventions (store_write.c, store_read_interv.c) */
+    S_INTERVENTION_INSERT,
+    S_INTERVENTIONS,
     S_COUNT
 };
 

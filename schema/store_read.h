@@ -145,6 +145,14 @@ typedef int (*store_silence_cb)(void *ctx, const store_silence *s);
 store_status store_silences(store *st, int64_t run_id, int64_t now_ms, store_silence_cb cb,
                             void *ctx, store_error *err);
 
+/* The interventions of one run (run_id > 0) or of every run (0), ordered by run, then step,
+ * then id (the order they were received in). The arrays of the row given to cb are valid during
+ * the call only. A row whose heads or head_values are not the JSON arrays the store writes is
+ * reported (STORE_ERROR, naming its id) rather than read wrong. cb returns non-zero to stop. */
+typedef int (*store_intervention_cb)(void *ctx, const store_intervention *iv);
+store_status store_interventions(store *st, int64_t run_id, store_intervention_cb cb, void *ctx,
+                                 store_error *err);
+
 /* Every sample of one run, every tier, as a stream: ordered by layer, then step, then head, with
  * each bucket at its first step (before a sample of that step), as store_trend() reads one layer
  * over all steps. One read transaction holds the snapshot for the whole export: writers go on

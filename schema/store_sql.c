@@ -246,4 +246,15 @@ const char *const store_sql[S_COUNT] = {
     [S_JOB_RUNS] = "SELECT " JOB_RUN_COLS " FROM runs WHERE name = ?1 ORDER BY rank, id",
     /* ?1 run */
     [S_JOB_RUN_ONE] = "SELECT " JOB_RUN_COLS " FROM runs WHERE id = ?1",
+
+    /* ?1 run, ?2 rank, ?3 step, ?4 time, ?5 kind, ?6 layer (NULL: none), ?7 heads (JSON), ?8 head
+     * values (JSON; NULL: none), ?9 threshold, ?10 measured, ?11 detail */
+    [S_INTERVENTION_INSERT] =
+        "INSERT INTO interventions (run_id, rank, step, time_ms, kind, layer, heads, head_values, "
+        "threshold, measured, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    /* ?1 run (0: every run): by run, step, id (interventions_run) */
+    [S_INTERVENTIONS] =
+        "SELECT id, run_id, rank, step, time_ms, kind, layer, heads, head_values, threshold, "
+        "measured, detail FROM interventions WHERE ?1 = 0 OR run_id = ?1 "
+        "ORDER BY run_id, step, id",
 };

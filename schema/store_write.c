@@ -23,6 +23,7 @@
 #include "store_write.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -602,4 +603,117 @@ store_status store_end_silences(store *st, int64_t run_id, int64_t silence_id, i
     if (ended)
         *ended = sqlite3_changes(st->db);
     return STORE_OK;
+}
+
+/* ---- interventions ---------------------------------------------------------------------------- */
+
+/* STORE_OK when iv's fields are in range (store_write.h); STORE_EINVAL naming the first that is
+ * not. */
+static store_status intervention_check(const store_intervention *iv, store_error *err)
+{
+    if (!iv) {
+        store_set_err(err, 0, "no intervention given");
+        return STORE_EINVAL;
+    }
+    size_t klen = iv->kind ? strlen(iv->kind) : 0;
+    if (klen < 1 || klen > STORE_INTERVENTION_KIND_MAX ||
+        strspn(iv->kind, "abcdefghijklmnopqrstuvwxyz0123456789_.-") != klen) {
+        store_set_err(err, 0, "intervention kind must be 1..%d of a-z 0-9 _ . -",
+                      STORE_INTERVENTION_KIND_MAX);
+        return STORE_EINVAL;
+    }
+    if (iv->step < 0 || iv->layer < -1 || iv->nheads < 0 ||
+        iv->nheads > STORE_INTERVENTION_HEADS_MAX || (iv->nheads > 0 && !iv->heads)) {
+        store_set_err(err, 0, "intervention of run %" PRId64 ": step %" PRId64 " must be >= 0, "
+                      "layer %" PRId32 " >= -1 (none), and %" PRId32 " heads 0..%d", iv->run_id,
+                      iv->step, iv->layer, iv->nheads, STORE_INTERVENTION_HEADS_MAX);
+        return STORE_EINVAL;
+    }
+    for (int32_t i = 0; i < iv->nheads; i++) {
+        if (iv->heads[i] < 0) {
+            store_set_err(err, 0, "intervention heads[%" PRId32 "] is %" PRId32 ": a head is >= 0",
+                          i, iv->heads[i]);
+            return STORE_EINVAL;
+        }
+        if (iv->values && !isfinite(iv->values[i])) {
+            store_set_err(err, 0, "intervention values[%" PRId32 "] is not finite", i);
+            return STORE_EINVAL;
+        }
+    }
+    if (isinf(iv->threshold) || isinf(iv->measured)) {
+        store_set_err(err, 0, "intervention threshold and measured are finite (or NaN: none)");
+        return STORE_EINVAL;
+    }
+    if (iv->detail && strlen(iv->detail) > STORE_INTERVENTION_DETAIL_MAX) {
+        store_set_err(err, 0, "intervention detail is longer than %d bytes",
+                      STORE_INTERVENTION_DETAIL_MAX);
+        return STORE_EINVAL;
+    }
+    return STORE_OK;
+}
+
+/* The JSON array of n integers (ints) or doubles (dbls, 17 significant digits: they read back bit
+ * for bit) into scratch buffer id; NULL with err set when out of memory. */
+static const char *intervention_json(store *st, int id, const int32_t *ints, const double *dbls,
+                                     int32_t n, store_error *err)
+{
+    size_t cap = 3 + (size_t)n * 26; /* "-1.2345678901234567e-308," is 25 bytes */
+    char *buf = store_scratch(st, id, cap, err);
+    if (!buf)
+        return NULL;
+    size_t at = 0;
+    buf[at++] = '[';
+    for (int32_t i = 0; i < n; i++) {
+        int w = ints ? snprintf(buf + at, cap - at, "%s%" PRId32, i ? "," : "", ints[i])
+                     : snprintf(buf + at, cap - at, "%s%.17g", i ? "," : "", dbls[i]);
+        at += (size_t)w;
+    }
+    buf[at++] = ']';
+    buf[at] = '\0';
+    return buf;
+}
+
+store_status store_add_intervention(store *st, const store_intervention *iv, int64_t *id,
+                                    store_error *err)
+{
+    store_status rs = check_writable(st, err);
+    if (rs)
+        return rs;
+    if ((rs = intervention_check(iv, err)))
+        return rs;
+    if ((rs = begin_for_run(st, iv->run_id, err)))
+        return rs;
+    const char *heads = intervention_json(st, BUF_A, iv->heads, NULL, iv->nheads, err);
+    const char *values =
+        iv->values ? intervention_json(st, BUF_B, NULL, iv->values, iv->nheads, err) : NULL;
+    if (!heads || (iv->values && !values)) {
+        store_append_err(err, " (storing an intervention of run %" PRId64 ")", iv->run_id);
+        return batch_fail(st, err);
+    }
+    sqlite3_stmt *s = store_stmt(st, S_INTERVENTION_INSERT, err);
+    if (!s)
+        return batch_fail(st, err);
+    int rc = SQLITE_OK;
+    BIND(bind_i64(s, 1, iv->run_id));
+    BIND(bind_i64(s, 2, iv->rank));
+    BIND(bind_i64(s, 3, iv->step));
+    BIND(bind_i64(s, 4, iv->time_ms ? iv->time_ms : now_ms()));
+    BIND(bind_text(s, 5, iv->kind));
+    BIND(iv->layer >= 0 ? bind_i64(s, 6, iv->layer) : sqlite3_bind_null(s, 6));
+    BIND(bind_text(s, 7, heads));
+    BIND(bind_text(s, 8, values));
+    BIND(bind_f64(s, 9, iv->threshold));
+    BIND(bind_f64(s, 10, iv->measured));
+    BIND(bind_text(s, 11, iv->detail));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc != SQLITE_OK)
+        store_db_err(st, err, rc, "storing intervention %s of run %" PRId64 " step %" PRId64,
+                     iv->kind, iv->run_id, iv->step);
+    else if (id)
+        *id = sqlite3_last_insert_rowid(st->db);
+    stmt_done(s);
+    return rc == SQLITE_OK ? STORE_OK : batch_fail(st, err);
 }

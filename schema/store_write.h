@@ -120,6 +120,15 @@ store_status store_layout_check(const store_layout *l, store_error *err);
  * store_add_samples(). */
 store_status store_add_alert(store *st, const store_alert *a, store_error *err);
 
+/* Add one intervention (store_intervention, in store.h) to the open batch; its id to *id (may be
+ * NULL). STORE_EINVAL, naming the field, for a kind that is not 1..STORE_INTERVENTION_KIND_MAX of
+ * [a-z0-9_.-], a negative step, a layer < -1, more than STORE_INTERVENTION_HEADS_MAX heads, a
+ * negative head, a value or threshold or measured that is infinite, or a detail longer than
+ * STORE_INTERVENTION_DETAIL_MAX; STORE_NOTFOUND when run_id is not a run; both leave the batch as
+ * it was. heads and values are stored as JSON arrays (schema/006_interventions.sql). */
+store_status store_add_intervention(store *st, const store_intervention *iv, int64_t *id,
+                                    store_error *err);
+
 /* Commit the open batch (no-op STORE_OK when none is open). On failure the batch is rolled back. */
 store_status store_commit(store *st, store_error *err);
 

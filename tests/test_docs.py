@@ -168,7 +168,7 @@ class Manual(unittest.TestCase):
         cmds = cli_commands()
         self.assertEqual(set(cmds), {"runs", "trend", "heads", "alerts", "status", "watch",
                                           "check-db", "job", "export", "delete-run",
-                                          "retention", "top", "diff"})
+                                          "retention", "top", "diff", "interventions"})
         for cmd in cmds:
             start = text.index('.SS "%s"' % cmd)
             nxt = [i for i in (text.find(".SS", start + 3), text.find(".SH", start)) if i > 0]

@@ -5,7 +5,9 @@
  * the exact tier; then compacted, every sample at the compact precision; then through a read-only
  * handle. Version 2: the runs' owners move from the thresholds text into their column, alerts keep
  * their ids and states. Version 3: everything of runs and alerts that end is kept, the layout
- * columns (version 4) and the statistics' columns (version 5) added; a fresh database has them all. Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
+ * columns (version 4) and the statistics' columns (version 5) added; a fresh database has them all.
+ * Version 5: a database built from schema/001..005 with runs, samples and an alert opens at
+ * version 6, keeps them, and stores and reads back interventions (which delete-run takes). Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
@@ -13,6 +15,7 @@
 #include "store_internal.h"
 #include "store_retain.h"
 #include "store_testutil.h"
+#include "interv_testutil.h"
 
 #ifndef ATTNSTAT_SCHEMA_DIR
 #error "ATTNSTAT_SCHEMA_DIR (the schema/ folder) must be defined by the build"
@@ -513,15 +516,20 @@ static void assert_v3_and_v4(void)
     /* and version 5's statistics (tests/test_store_v4.c migrates a version-4 file) */
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('samples') WHERE name "
                                       "IN ('sink_mass', 'distance')"), 2);
+    /* and version 6's interventions */
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('interventions') "
+                                      "WHERE name IN ('run_id', 'rank', 'step', 'time_ms', 'kind', "
+                                      "'layer', 'heads', 'head_values', 'threshold', 'measured', "
+                                      "'detail')"), 11);
 }
 
 /* A database this code makes from nothing is at the last version and has both. */
 START_TEST(test_fresh_has_every_version)
 {
-    ck_assert_int_eq(store_schema_version(), 5);
+    ck_assert_int_eq(store_schema_version(), 6);
     store *st = open_ok(dbpath);
     store_close(st);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 6);
     assert_v3_and_v4();
 }
 END_TEST
@@ -558,7 +566,7 @@ START_TEST(test_migrate_v3_layout)
     sqlite3_close(db);
 
     store *st = open_ok(dbpath);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), store_schema_version());
     assert_v3_and_v4();
     store_error err = {0};
     v2_rows r = {0};
@@ -587,6 +595,82 @@ START_TEST(test_migrate_v3_layout)
 }
 END_TEST
 
+/* ---- version 5 -> 6: interventions ------------------------------------------------------------ */
+
+/* A version-5 database (001 .. 005 as files, two runs with random samples and an alert) opens at
+ * version 6: the rows are kept, and interventions of both runs are stored and read back exactly;
+ * deleting one run takes its interventions and only its. */
+START_TEST(test_migrate_v5_interventions)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                     SQLITE_OK);
+    v1_exec(db, "PRAGMA journal_mode = WAL");
+    v1_exec(db, "BEGIN IMMEDIATE");
+    static const char *const files[] = {"001_init.sql", "002_compact.sql", "003_lifecycle.sql",
+                                        "004_layout.sql", "005_stats.sql"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        exec_file(db, files[i]);
+    v1_exec(db, "PRAGMA user_version = 5; PRAGMA application_id = 1635021684");
+    v1_exec(db, "COMMIT");
+    v1_exec(db, "INSERT INTO runs (id, name, rank, started, last_hello, owner_uid, tp_rank, "
+                "tp_size) VALUES (11, 'clip', 0, 1, 1, 1000, 0, 2), (12, 'clip', 1, 1, 1, 1000, 1, "
+                "2)");
+    int64_t want_sum = 0;
+    for (int r = 11; r <= 12; r++)
+        for (int step = 0; step < 5; step++)
+            for (int h = 0; h < 4; h++) {
+                int64_t rows = rnd_range(1, 1000);
+                want_sum += rows;
+                char sql[400];
+                snprintf(sql, sizeof sql, "INSERT INTO samples (run_id, layer, head, step, time, "
+                         "rows, rows_norm, rows_empty, nonfinite_rows, entropy_mean, sink_mass) "
+                         "VALUES (%d, 2, %d, %d, %d, %lld, %lld, 0, 0, %.17g, %.17g)", r,
+                         (r - 11) * 4 + h, step, 100 + step, (long long)rows, (long long)rows,
+                         rnd_unit() * 3.0, rnd_unit());
+                v1_exec(db, sql);
+            }
+    v1_exec(db, "INSERT INTO alerts (id, run_id, layer, head, step, rule, state, time) VALUES "
+                "(5, 12, 2, 6, 3, 'logit_ceiling', 'raised', 103)");
+    sqlite3_close(db);
+
+    store *st = open_ok(dbpath);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 6);
+    assert_v3_and_v4();
+    ck_assert_int_eq(raw_int(dbpath, "SELECT sum(rows) FROM samples"), want_sum);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM alerts WHERE id = 5"), 1);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM interventions"), 0);
+
+    enum { N = 12 };
+    static iv_copy want[N];
+    store_error err = {0};
+    for (int i = 0; i < N; i++) {
+        iv_random(&want[i], 11 + i % 2, i % 2);
+        want[i].iv.step = i; /* read back in this order: run, then step */
+        ck_assert_msg(store_add_intervention(st, &want[i].iv, &want[i].iv.id, &err) == STORE_OK,
+                      "%s", err.msg);
+    }
+    ck_assert_msg(store_commit(st, &err) == STORE_OK, "%s", err.msg);
+    static iv_list got;
+    got.n = 0;
+    ck_assert_int_eq(store_interventions(st, 0, iv_collect, &got, &err), STORE_OK);
+    ck_assert_int_eq(got.n, N);
+    for (int k = 0; k < N; k++) {
+        int i = k < N / 2 ? 2 * k : 2 * (k - N / 2) + 1; /* run 11's, then run 12's */
+        iv_assert_same(&got.v[k], &want[i], "migrated");
+    }
+    int done = 0;
+    while (!done)
+        ck_assert_msg(store_delete_run(st, 12, 0, &done, &err) == STORE_OK, "%s", err.msg);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM interventions WHERE run_id = 12"), 0);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM interventions WHERE run_id = 11"), N / 2);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM alerts"), 0);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    free(got.v);
+    store_close(st);
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static Suite *make_migrate_suite(void)
@@ -598,6 +682,7 @@ static Suite *make_migrate_suite(void)
     tcase_add_test(tc, test_migrate_v2_owner);
     tcase_add_test(tc, test_migrate_v3_layout);
     tcase_add_test(tc, test_fresh_has_every_version);
+    tcase_add_test(tc, test_migrate_v5_interventions);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;

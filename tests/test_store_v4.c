@@ -1,7 +1,8 @@
 /* test_store_v4.c — Check suite for a history database made by the store of schema version 4
  * (tests/fixtures/store_v4.db: commit 440be5d's store, before samples had sink_mass and distance
  * and the compact format had version 2; tests/fixtures/README.md says how it was made), opened by
- * this store: it migrates to version 5 and every value reads back as written (the exact and
+ * this store: it migrates to version 6 (interventions: tests/test_store_interv.c,
+ * test_store_migrate.c) and every value reads back as written (the exact and
  * compact tiers against the values regenerated from their seed, tests/fixtures/store_v4_values.h;
  * the buckets against version 4's own export of them, store_v4_buckets.csv, column by column), the
  * runs with their stored thresholds, the new statistics NaN; then new samples with finite
@@ -205,7 +206,8 @@ START_TEST(test_v4_reads_back)
 {
     copy_fixture();
     store *st = open_ok(dbpath);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 6);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM interventions"), 0);
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('samples') WHERE "
                                      "name IN ('sink_mass', 'distance')"), 2);
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM samples WHERE sink_mass IS NOT NULL OR "

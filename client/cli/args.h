@@ -40,6 +40,7 @@ typedef struct {
     int64_t step;
     const char *metric;
     const char *rule;      /* NULL: every rule */
+    const char *kind;      /* interventions --kind; NULL: every kind */
     int active;
     int quick;             /* check-db --quick */
     int since_set;

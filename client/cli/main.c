@@ -27,6 +27,7 @@
 #include "checkdb.h"
 #include "diff.h"
 #include "history.h"
+#include "interv.h"
 #include "job.h"
 #include "live.h"
 #include "options.h"
@@ -48,6 +49,7 @@ static const struct {
     {"alerts silence", admin_alerts_silence}, {"alerts silences", alerts_silences},
     {"alerts unsilence", admin_alerts_unsilence}, {"delete-run", admin_delete_run},
     {"retention", admin_retention}, {"top", top_run}, {"diff", diff_run},
+    {"interventions", interv_list},
 };
 
 /* ---- Help, from the tables --------------------------------------------------------------------*/
@@ -353,6 +355,8 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_ITERATIONS: a->iterations = v; break;
     case OPT_ONCE: a->iterations = 1; break;
     case OPT_LIMIT: a->limit = v; break;
+    case OPT_KIND: a->kind = val; break;
+    case OPT_JSON: a->fmt = OUT_JSON; a->fmt_given = 1; break;
     case OPT_COUNT: break;
     }
     return 0;

@@ -93,6 +93,8 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_ITERATIONS] = {OPT_ITERATIONS, "--iterations", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_ONCE] = {OPT_ONCE, "--once", NULL, NULL, OPT_FLAG, 0, 0, NULL},
     [OPT_LIMIT] = {OPT_LIMIT, "--limit", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
+    [OPT_KIND] = {OPT_KIND, "--kind", NULL, "K", OPT_TEXT, 0, 0, NULL},
+    [OPT_JSON] = {OPT_JSON, "--json", NULL, NULL, OPT_FLAG, 0, 0, NULL},
 };
 
 const opt_use opt_globals[] = {
@@ -203,6 +205,17 @@ static const opt_use opt_export[] = {
     {OPT_SINCE, 0, "only each process's steps stored at or after TIME (those after its last step "
                    "stored before it): " OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "only each process's steps stored at or before TIME (as --since)"},
+};
+
+static const opt_use opt_interventions[] = {
+    {OPT_RUN, 0, "the run, by name or id (or name it after the command); a name several ranks "
+                 "share lists every rank's"},
+    {OPT_RANK, 0, "only this rank of the run"},
+    {OPT_LAYER, 0, "only this (global) layer"},
+    {OPT_KIND, 0, "only this kind (qk_clip, ...)"},
+    {OPT_SINCE, 0, "only those received at or after TIME: " OPT_TIME_FORMS},
+    {OPT_UNTIL, 0, "only those received at or before TIME (as --since)"},
+    {OPT_JSON, 0, "one JSON object a line (--format json)"},
 };
 
 static const opt_use opt_check_db[] = {
@@ -334,6 +347,16 @@ const opt_command opt_commands[] = {
      "each run's own steps stored in --since/--until. A head one run lacks shows '-', and sorts "
      "last.",
      "table|json|csv", opt_diff, OPT_N(opt_diff)},
+    {"interventions", 0, "what a job did to its model because of what was measured (qk_clip)",
+     "What the training job did to its model because of what attnstat measured, as it told "
+     "attnstatd (an Intervention: attnstat.torch.qk_clip sends one per layer it clipped), by "
+     "run, then step: when attnstatd received it, the process's rank, the step whose "
+     "measurements it acted on, the global layer, the kind, the global query heads with the "
+     "value of each (qk_clip: the factor the head's logits scale by), the threshold (qk_clip: "
+     "tau) and the measured value (qk_clip: the largest max logit among the heads). A table "
+     "shows the first 12 heads of a row; json (one object a line) and csv carry them all, with "
+     "the values, the detail the job sent and the time in ms.",
+     "table|json|csv", opt_interventions, OPT_N(opt_interventions)},
     {"check-db", 0, "check the database file for damage",
      "Runs SQLite's integrity_check (or quick_check) on the database, read-only (attnstatd may "
      "be running): prints ok, or the problems found (one a line) and what to do. A database this "
@@ -410,6 +433,7 @@ static const struct {
     const char *command, *operands;
 } opt_command_operands[] = {
     {"diff", "[RUN...]"},
+    {"interventions", "[RUN]"},
 };
 
 const char *opt_operands(const opt_command *c)

@@ -50,6 +50,8 @@ typedef enum {
     OPT_ITERATIONS,
     OPT_ONCE,
     OPT_LIMIT,
+    OPT_KIND,
+    OPT_JSON,
     OPT_COUNT
 } opt_id;
 
