@@ -8,6 +8,7 @@ naming the field.
 import ctypes
 import math
 import operator
+import sys
 
 from . import _lib
 from ._errors import AttnstatError
@@ -118,3 +119,78 @@ def thresholds(lib, given, fields):
         else:
             setattr(th, k, finite(v, k))
     return th
+
+
+def device_uuids(lib, devices):
+    """UUID strings (bytes) of devices (Client's documentation says which forms): None takes the
+    current CUDA device where torch has initialised CUDA, else none."""
+    if devices is None:
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None)
+        try:
+            if cuda is not None and cuda.is_available() and cuda.is_initialized():
+                devices = [cuda.current_device()]
+        except Exception:
+            devices = None
+        if not devices:
+            return []
+    elif isinstance(devices, (int, str, bytes)) or hasattr(devices, "type"):
+        devices = [devices]
+    uuid_of = _lib.optional(lib, "attnstat_cuda_device_uuid")
+    out = []
+    for d in devices:
+        if isinstance(d, bytes):
+            d = d.decode()
+        if isinstance(d, str) and d.upper().startswith("GPU-"):
+            out.append(text(d, "devices (%r)" % d))
+            continue
+        if hasattr(d, "type"):  # torch.device
+            if d.type != "cuda":
+                raise AttnstatError(_lib.EINVAL, "devices: %r is not a CUDA device" % (d,))
+            d = d.index if d.index is not None else 0
+        if isinstance(d, str) and d.startswith("cuda"):
+            d = int(d.partition(":")[2] or 0)
+        try:
+            ordinal = int(d)
+        except (TypeError, ValueError):
+            raise AttnstatError(_lib.EINVAL, "devices: %r is neither a CUDA ordinal nor a UUID "
+                                "('GPU-...')" % (d,))
+        if uuid_of is None:
+            raise AttnstatError(_lib.ENOTSUP, "this libattnstat cannot name CUDA devices "
+                                "(no attnstat_cuda_device_uuid): an older library")
+        buf = ctypes.create_string_buffer(64)
+        err = _lib.Error()
+        rc = uuid_of(ordinal, buf, len(buf), ctypes.byref(err))
+        if rc != _lib.OK:
+            raise AttnstatError(rc, err.msg.decode("utf-8", "replace"))
+        out.append(buf.value)
+    return out
+
+
+def intervention(lib, kind, step, layer, heads, values, threshold, measured, detail):
+    """The attnstat_intervention of Client.intervention's arguments, each checked against its C
+    type (the library checks the rest: the kind's characters, the bounds), and the ctypes arrays
+    it points into (keep them until the call returns)."""
+    iv = _lib.Intervention()
+    lib.attnstat_intervention_init(ctypes.byref(iv))
+    iv.kind = text(kind, "intervention kind")
+    iv.step = i64(step, "intervention step")
+    iv.layer = -1 if layer is None else integer(layer, "intervention layer", 0, I32[1])
+    hs = [integer(h, "intervention heads[%d]" % i, 0, U32[1]) for i, h in enumerate(heads)]
+    harr = (ctypes.c_uint32 * max(len(hs), 1))(*hs)
+    iv.heads, iv.nheads = (harr if hs else None), len(hs)
+    varr = None
+    if values is not None:
+        vs = [finite(v, "intervention values[%d]" % i) for i, v in enumerate(values)]
+        if len(vs) != len(hs):
+            raise ArgumentError("intervention: %d values for %d heads (one per head, or none)"
+                                % (len(vs), len(hs)))
+        varr = (ctypes.c_double * max(len(vs), 1))(*vs)
+        iv.values = varr
+    if threshold is not None:
+        iv.threshold = finite(threshold, "intervention threshold")
+    if measured is not None:
+        iv.measured = finite(measured, "intervention measured")
+    if detail is not None:
+        iv.detail = text(detail, "intervention detail")
+    return iv, (harr, varr)

@@ -267,30 +267,8 @@ class Client(object):
         if fn is None:
             raise AttnstatError(_lib.ENOTSUP, "this libattnstat records no interventions (no "
                                 "attnstat_record_intervention): an older library")
-        heads = [int(h) for h in heads]
-        if any(h < 0 for h in heads):
-            raise AttnstatError(_lib.EINVAL, "intervention: heads are >= 0 (%r)" % (heads,))
-        iv = _lib.Intervention()
-        self._lib.attnstat_intervention_init(ctypes.byref(iv))
-        kind_b = str(kind).encode()
-        detail_b = None if detail is None else str(detail).encode()
-        iv.kind, iv.step = kind_b, int(step)
-        iv.layer = -1 if layer is None else int(layer)
-        harr = (ctypes.c_uint32 * max(len(heads), 1))(*heads)
-        iv.heads, iv.nheads = (harr if heads else None), len(heads)
-        varr = None
-        if values is not None:
-            values = [float(v) for v in values]
-            if len(values) != len(heads):
-                raise AttnstatError(_lib.EINVAL, "intervention: %d values for %d heads (one per "
-                                    "head, or none)" % (len(values), len(heads)))
-            varr = (ctypes.c_double * max(len(values), 1))(*values)
-            iv.values = varr
-        if threshold is not None:
-            iv.threshold = float(threshold)
-        if measured is not None:
-            iv.measured = float(measured)
-        iv.detail = detail_b
+        iv, _keep = _args.intervention(self._lib, kind, step, layer, heads, values, threshold,
+                                       measured, detail)
         with self._lock:
             self._enter()
             rc = fn(self._handle(), ctypes.byref(iv))
@@ -300,50 +278,6 @@ class Client(object):
         return True
 
     # ---- setup ----------------------------------------------------------------------------------
-    def _device_uuids(self, devices):
-        """UUID strings (bytes) of devices; see the class's documentation."""
-        if devices is None:
-            torch = sys.modules.get("torch")
-            cuda = getattr(torch, "cuda", None)
-            try:
-                if cuda is not None and cuda.is_available() and cuda.is_initialized():
-                    devices = [cuda.current_device()]
-            except Exception:
-                devices = None
-            if not devices:
-                return []
-        elif isinstance(devices, (int, str, bytes)) or hasattr(devices, "type"):
-            devices = [devices]
-        uuid_of = _lib.optional(self._lib, "attnstat_cuda_device_uuid")
-        out = []
-        for d in devices:
-            if isinstance(d, bytes):
-                d = d.decode()
-            if isinstance(d, str) and d.upper().startswith("GPU-"):
-                out.append(_args.text(d, "devices (%r)" % d))
-                continue
-            if hasattr(d, "type"):  # torch.device
-                if d.type != "cuda":
-                    raise AttnstatError(_lib.EINVAL, "devices: %r is not a CUDA device" % (d,))
-                d = d.index if d.index is not None else 0
-            if isinstance(d, str) and d.startswith("cuda"):
-                d = int(d.partition(":")[2] or 0)
-            try:
-                ordinal = int(d)
-            except (TypeError, ValueError):
-                raise AttnstatError(_lib.EINVAL, "devices: %r is neither a CUDA ordinal nor a UUID "
-                                    "('GPU-...')" % (d,))
-            if uuid_of is None:
-                raise AttnstatError(_lib.ENOTSUP, "this libattnstat cannot name CUDA devices "
-                                    "(no attnstat_cuda_device_uuid): an older library")
-            buf = ctypes.create_string_buffer(64)
-            err = _lib.Error()
-            rc = uuid_of(ordinal, buf, len(buf), ctypes.byref(err))
-            if rc != _lib.OK:
-                raise AttnstatError(rc, _s(err.msg))
-            out.append(buf.value)
-        return out
-
     def _hello_args(self, run, rank, thresholds, config, devices=None):
         """What the hello sends, checked (before the connection is made): (run, rank,
         thresholds, config, device UUIDs) as the C call takes them."""
@@ -354,7 +288,7 @@ class Client(object):
         cfg = _args.text(config, "config") if config is not None else None
         runb = _args.text(run, "run") if run is not None else None
         try:
-            uuids = self._device_uuids(devices)
+            uuids = _args.device_uuids(self._lib, devices)
         except AttnstatError:
             if devices is not None:
                 raise
