@@ -496,6 +496,65 @@ def run_tp(args):
     print(json.dumps(mon.stats(), default=str))
 
 
+def run_qkclip_tp(args):
+    """One rank of a 2-way tensor-parallel GQA Llama (torchtitan's plan: q/k/v ColwiseParallel, o
+    RowwiseParallel) under bf16 autocast with attnstat.torch.qk_clip: each rank's query rows
+    scaled so that its heads' max logits differ; step 0 measured (the max logit alone), tau the
+    median over both ranks' heads, the clip applied on each rank's own shard, the same forward
+    again (step 1). Saves both steps' results (this rank's heads, numbered from 0), tau and what
+    the clip did."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    import attnstat.torch as at
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    dev = torch.device("cuda", rank)
+    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("tp",))
+    model = _small_llama(dev, args.seed, heads=16, kv=4, layers=2)
+    hidden = model.config.hidden_size
+    for layer in model.model.layers:
+        parallelize_module(layer.self_attn, mesh, {"q_proj": ColwiseParallel(),
+                                                   "k_proj": ColwiseParallel(),
+                                                   "v_proj": ColwiseParallel(),
+                                                   "o_proj": RowwiseParallel()})
+        with torch.no_grad():  # this rank's 8 heads of very different sizes
+            w = layer.self_attn.q_proj.weight.to_local()
+            w.view(8, -1, hidden).mul_(torch.linspace(1.0, 12.0, 8, device=dev).view(8, 1, 1)
+                                       * (1.0 + 0.5 * rank))
+    g = torch.Generator(device=dev).manual_seed(args.seed)
+    ids = torch.randint(0, 512, (2, 128), device=dev, generator=g)
+    run = os.environ.get("ATTNSTAT_TEST_RUN", args.run)
+    client = attnstat.Client(socket=args.socket, run=run, rank=rank)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    with at.monitor(client, every=1, model=model, want_results=True, stats="max_logit") as mon:
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            model(input_ids=ids)  # step 0
+        if not client.flush(timeout_s=60):
+            raise SystemExit("flush timed out: %s" % client.stats())
+        mine = [h["max_logit"] for hs in results.values() for h in hs]
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        ml = sorted(m for part in every for m in part)
+        tau = ml[len(ml) // 2]
+        clip = at.qk_clip(client, model, tau=tau, monitor=mon)
+        for (st, layer), hs in list(results.items()):  # they came before the clip existed
+            clip.observe(0, st, layer, hs)
+        clipped = clip.step()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            model(input_ids=ids)  # step 1
+        if not client.flush(timeout_s=60):
+            raise SystemExit("flush timed out: %s" % client.stats())
+    torch.save(dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), rank=rank,
+                    layout=mon.stats().get("layout")), "%s.%d.pt" % (args.out, rank))
+    client.close()
+    dist.destroy_process_group()
+    print(json.dumps({"rank": rank, "tau": tau, "clip": clip.stats()}, default=str))
+
+
 def run_loop(args):
     dev = torch.device("cuda", 0)
     client = attnstat.Client(socket=args.socket, run=args.run, rank=1, devices=[0])
@@ -655,7 +714,7 @@ def run_memory(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
-                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip"))
+                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip", "qkclip-tp"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -675,7 +734,8 @@ def main():
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
      "memory": run_memory, "llama": run_llama, "flex": run_flex,
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
-     "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip}[args.mode](args)
+     "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
+     "qkclip-tp": run_qkclip_tp}[args.mode](args)
 
 
 if __name__ == "__main__":

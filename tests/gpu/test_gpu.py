@@ -624,6 +624,62 @@ class TestGPU(unittest.TestCase):
         self.assertEqual(data["clip"]["clipped_by_layer"], {l: n for l, n in over.items() if n})
         self.assertEqual(data["clipped"], sum(over.values()))
 
+    def test_23_qk_clip_tensor_parallel(self):
+        """attnstat.torch.qk_clip on a 2-way tensor-parallel GQA Llama (DTensor, ColwiseParallel
+        q/k): each rank clips its own heads on its own shard. Layer 0 (the same input both
+        steps): every head over the common tau comes to tau (2%), every other one stays; each
+        layer's clip is in the run's history with global head numbers (rank 1's as 8..15)."""
+        if torch.cuda.device_count() < 2:
+            self.skipTest("one GPU: tensor parallelism needs two")
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        out = os.path.join(self.tmp.name, "qktp")
+        e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN="qktp")
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc_per_node", "2", TRAINER, "qkclip-tp", self.d.socket, out],
+                           env=e, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
+        ranks = [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+        tau = ranks[0]["tau"]
+        self.assertEqual(ranks[1]["tau"], tau)
+        bad, over = [], {}
+        for d in ranks:
+            res = d["results"]
+            steps = sorted({st for st, _ in res})
+            self.assertEqual(len(steps), 2, sorted(res))
+            for layer in range(2):
+                before = {h["head"]: h["max_logit"] for h in res[(steps[0], layer)]}
+                after = {h["head"]: h["max_logit"] for h in res[(steps[1], layer)]}
+                self.assertEqual(sorted(before), list(range(8)))
+                over[(d["rank"], layer)] = sorted(h + 8 * d["rank"] for h, m in before.items()
+                                                  if m > tau)
+                if layer > 0:
+                    continue
+                for h, m0 in before.items():
+                    m1 = after[h]
+                    if m0 > tau and not abs(m1 - tau) <= 0.02 * tau:
+                        bad.append("rank %d head %d: %.4f over tau %.4f, %.4f after"
+                                   % (d["rank"], h, m0, tau, m1))
+                    elif m0 <= tau and not abs(m1 - m0) <= 1e-6 * abs(m0) + 1e-6:
+                        bad.append("rank %d head %d: %.6f under tau, %.6f after"
+                                   % (d["rank"], h, m0, m1))
+            self.assertEqual(d["clip"]["record_errors"], 0, d["clip"])
+        self.assertEqual(bad, [], "\n".join(bad) + "\n" + r.stdout[-2000:])
+        self.assertTrue(over[(0, 0)] and over[(1, 0)], over)  # each rank clips some heads
+        import sqlite3
+        want = sum(1 for v in over.values() if v)
+        deadline = time.monotonic() + 30
+        while True:
+            with sqlite3.connect(self.d.db) as db:
+                rows = db.execute("SELECT interventions.rank, layer, heads, kind FROM "
+                                  "interventions JOIN runs ON runs.id = run_id WHERE runs.name = "
+                                  "'qktp' ORDER BY interventions.rank, layer").fetchall()
+            if len(rows) >= want or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        got = {(rk, l): json.loads(h) for rk, l, h, k in rows}
+        self.assertEqual(got, {key: v for key, v in over.items() if v})
+
     def test_19_tensor_parallel_two_gpus(self):
         """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
         two GPUs, monitor at layout='auto': every global head stored once, rank 1's heads as
