@@ -26,7 +26,9 @@
  * stats_ws_sm90_xs: kernels.h), which a run takes when its want asks for either (they cost the
  * fold time: bench/kernel_notes.md); AUTO then leaves a Hopper variant without one (2, for
  * float32 inputs or a K the TMA unit refuses) for variant 4's. Variants 0-3, 7 and 8 leave them
- * NaN. */
+ * NaN. The max logit alone (a want of max_logit and nothing else): variants 6, 9, 10 and 11 have a
+ * third instance without exps (stats_ws_sm90_mo: FOLD_MAX, common.cuh), the others compute the
+ * entropy too (left out of the result by stats_head_keep()). */
 
 #ifdef __cplusplus
 extern "C" {
