@@ -21,6 +21,7 @@
 #include "link.h"
 #include "local.h"
 #include "replies.h"
+#include "vocab.h"
 
 #define SESSION_RING_DEFAULT (64ull << 20)
 #define SESSION_QUEUE_DEFAULT (1ull << 20)
@@ -244,11 +245,11 @@ attnstat_code attnstat_set_layout(attnstat_client *c, const attnstat_layout *l)
 }
 
 /* ---- Interventions --------------------------------------------------------------------------- */
-/* The bounds of proto/attnstat.proto's Intervention, which the daemon holds it to too. */
-#define INTERVENTION_KIND_MAX 32
-#define INTERVENTION_HEADS_MAX 4096
-#define INTERVENTION_INDEX_LIMIT (1 << 24) /* layers and heads under it */
-#define INTERVENTION_DETAIL_MAX 1024
+/* The bounds of an Intervention (vocab.h), which attnstatd and its store hold it to too. */
+#define INTERVENTION_KIND_MAX VOCAB_INTERVENTION_KIND_MAX
+#define INTERVENTION_HEADS_MAX VOCAB_INTERVENTION_HEADS_MAX
+#define INTERVENTION_INDEX_LIMIT ((int32_t)VOCAB_INTERVENTION_HEAD_LIMIT) /* layers and heads */
+#define INTERVENTION_DETAIL_MAX VOCAB_INTERVENTION_DETAIL_MAX
 void attnstat_intervention_init(attnstat_intervention *iv)
 {
     if (!iv)
@@ -272,13 +273,9 @@ static attnstat_code intervention_check(attnstat_client *c, const attnstat_inter
     if (n < 1 || n > INTERVENTION_KIND_MAX)
         return client_fail(c, ATTNSTAT_EINVAL, "intervention: kind must be 1 .. %d characters "
                            "(it is %zu)", INTERVENTION_KIND_MAX, n);
-    for (size_t i = 0; i < n; i++) {
-        const char ch = iv->kind[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
-              ch == '-'))
-            return client_fail(c, ATTNSTAT_EINVAL, "intervention: kind \"%s\" may hold a-z, 0-9, "
-                               "'_', '.' and '-' only", iv->kind);
-    }
+    if (strspn(iv->kind, VOCAB_INTERVENTION_KIND_CHARS) != n)
+        return client_fail(c, ATTNSTAT_EINVAL, "intervention: kind \"%s\" may hold a-z, 0-9, "
+                           "'_', '.' and '-' only", iv->kind);
     if (iv->step < 0)
         return client_fail(c, ATTNSTAT_EINVAL, "intervention: step %lld is negative",
                            (long long)iv->step);

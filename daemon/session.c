@@ -334,11 +334,6 @@ static void on_layout(const stage_ctx *x, peer *p, const Attnstat__ParallelLayou
 
 /* ---- interventions ---------------------------------------------------------------------------- */
 
-_Static_assert(VALIDATE_INTERVENTION_KIND_MAX == STORE_INTERVENTION_KIND_MAX &&
-                   VALIDATE_MAX_HEADS == STORE_INTERVENTION_HEADS_MAX &&
-                   VALIDATE_INTERVENTION_DETAIL_MAX == STORE_INTERVENTION_DETAIL_MAX,
-               "the daemon checks an Intervention against the store's own bounds");
-
 /* An intervention on its way to the store thread: its fields copied (the message is freed once
  * handled), stored into the open batch like an alert. One allocation: the op, then the heads, the
  * values and the detail. */

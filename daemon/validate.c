@@ -575,14 +575,13 @@ int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
 
 int validate_intervention(const Attnstat__Intervention *m, char *msg, size_t msglen)
 {
-    static const char kind_chars[] = "abcdefghijklmnopqrstuvwxyz0123456789_.-";
     size_t klen = m->kind ? strlen(m->kind) : 0;
     if (klen < 1 || klen > VALIDATE_INTERVENTION_KIND_MAX) {
         util_err(msg, msglen, "intervention.kind is %zu bytes: it must be 1..%d of a-z, 0-9, '_', "
                  "'.', '-' (e.g. \"qk_clip\")", klen, VALIDATE_INTERVENTION_KIND_MAX);
         return -1;
     }
-    size_t ok = strspn(m->kind, kind_chars);
+    size_t ok = strspn(m->kind, VOCAB_INTERVENTION_KIND_CHARS);
     if (ok != klen) {
         util_err(msg, msglen, "intervention.kind: byte %zu (0x%02x) is not one of a-z, 0-9, '_', "
                  "'.', '-' (e.g. \"qk_clip\")", ok, (unsigned)(unsigned char)m->kind[ok]);

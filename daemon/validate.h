@@ -19,6 +19,7 @@
 
 #include "attnstat.pb-c.h"
 #include "stats.h"
+#include "vocab.h"
 
 /* Limits on one push, beyond what the buffers' sizes imply. */
 #define VALIDATE_MAX_HEADS 4096      /* Hq, Hkv: bounds the per-push result (Ack, store batch) */
@@ -100,9 +101,9 @@ int validate_thresholds(const Attnstat__Thresholds *t, char *msg, size_t msglen)
  * values none or one per head, each finite; threshold and measured finite when set; detail at most
  * VALIDATE_INTERVENTION_DETAIL_MAX bytes (a NUL in any string never gets here: frame_decode
  * refuses the frame). Returns 0, or -1 with msg naming the field and what it may be. */
-#define VALIDATE_INTERVENTION_KIND_MAX 32
-#define VALIDATE_INTERVENTION_HEAD_LIMIT (1u << 24)
-#define VALIDATE_INTERVENTION_DETAIL_MAX 1024
+#define VALIDATE_INTERVENTION_KIND_MAX VOCAB_INTERVENTION_KIND_MAX
+#define VALIDATE_INTERVENTION_HEAD_LIMIT VOCAB_INTERVENTION_HEAD_LIMIT
+#define VALIDATE_INTERVENTION_DETAIL_MAX VOCAB_INTERVENTION_DETAIL_MAX
 int validate_intervention(const Attnstat__Intervention *m, char *msg, size_t msglen);
 
 #endif /* ATTNSTAT_VALIDATE_H */

@@ -67,6 +67,8 @@
 
 #include <stdint.h>
 
+#include "vocab.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -132,9 +134,9 @@ typedef struct {
 /* What a job did to its model at a step because of what was measured (schema/006_interventions.sql;
  * proto's Intervention): written by store_add_intervention() (store_write.h), read back by
  * store_interventions() (store_read.h). Layer and heads are global numbers. */
-#define STORE_INTERVENTION_KIND_MAX 32    /* bytes of kind, [a-z0-9_.-] */
-#define STORE_INTERVENTION_HEADS_MAX 4096 /* heads (and values) at most */
-#define STORE_INTERVENTION_DETAIL_MAX 1024 /* bytes of detail */
+#define STORE_INTERVENTION_KIND_MAX VOCAB_INTERVENTION_KIND_MAX
+#define STORE_INTERVENTION_HEADS_MAX VOCAB_INTERVENTION_HEADS_MAX
+#define STORE_INTERVENTION_DETAIL_MAX VOCAB_INTERVENTION_DETAIL_MAX
 typedef struct {
     int64_t id;              /* set by the store (reads); ignored by store_add_intervention() */
     int64_t run_id;

@@ -617,7 +617,7 @@ static store_status intervention_check(const store_intervention *iv, store_error
     }
     size_t klen = iv->kind ? strlen(iv->kind) : 0;
     if (klen < 1 || klen > STORE_INTERVENTION_KIND_MAX ||
-        strspn(iv->kind, "abcdefghijklmnopqrstuvwxyz0123456789_.-") != klen) {
+        strspn(iv->kind, VOCAB_INTERVENTION_KIND_CHARS) != klen) {
         store_set_err(err, 0, "intervention kind must be 1..%d of a-z 0-9 _ . -",
                       STORE_INTERVENTION_KIND_MAX);
         return STORE_EINVAL;

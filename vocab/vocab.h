@@ -158,4 +158,14 @@ enum vocab_stat { VOCAB_STATS(VOCAB_STAT_INDEX_) };
 #define VOCAB_STATS_DEFAULT (0u VOCAB_STATS(VOCAB_DFLT_BIT_))
 #define VOCAB_STATS_ALL ((1u << VOCAB_NSTATS) - 1u)
 
+/* ---- interventions (proto/attnstat.proto's Intervention) ----------------------------------------
+ * The bounds of a record of what a job did to its model (attnstat.torch.qk_clip's clipped heads),
+ * held once here for every side that checks them: libattnstat before it sends one, attnstatd when
+ * it receives one, the store when it writes one. */
+#define VOCAB_INTERVENTION_KIND_MAX 32 /* bytes of kind, each of VOCAB_INTERVENTION_KIND_CHARS */
+#define VOCAB_INTERVENTION_KIND_CHARS "abcdefghijklmnopqrstuvwxyz0123456789_.-"
+#define VOCAB_INTERVENTION_HEADS_MAX 4096      /* heads (and values) of one record */
+#define VOCAB_INTERVENTION_HEAD_LIMIT (1u << 24) /* a head number is under it */
+#define VOCAB_INTERVENTION_DETAIL_MAX 1024     /* bytes of detail */
+
 #endif /* ATTNSTAT_VOCAB_H */
