@@ -392,6 +392,33 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
 
 /* ---- the per-lane fold (variants 1-3 and 6-11) --------------------------------------------- */
 
+/* The largest of row hr's 2 * NT values of a tile on this lane (columns 2 tq, 2 tq + 1 of each n8
+ * block; masked keys already -inf), scaled and softcapped into the fold's base-2 logit (scaling
+ * and softcap are increasing: the logit of the max dot product). A tree of depth 4 (5 at NT = 16)
+ * with its stages written out: a loop over the stride put the array on the stack (64 bytes of
+ * local memory in the 128-key variants, bench/kernel_notes.md). fold_lane's and fold_max's. */
+template <int NT, bool CAP>
+static __device__ __forceinline__ float lane_row_max(const kparams &p, const float (&s)[NT][4],
+                                                     int hr)
+{
+    constexpr int NV = 2 * NT;
+    static_assert(NV == 16 || NV == 32, "the tree below is written for 16 or 32 values per row");
+    float t[NV / 2];
+#pragma unroll
+    for (int k = 0; k < NV / 2; k++)
+        t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
+    if (NV == 32) {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            t[k] = fmaxf(t[k], t[k + 8]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        t[k] = fmaxf(t[k], t[k + 4]);
+    t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+    return CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+}
+
 /* One tile of 8 * NT keys (64: variants 1-3, wgf_sm90.cu; 128: variant 6, ws_sm90.cu) folded into
  * per-lane row states. Each lane keeps its own (M, l, W) per row over the keys it holds (2 * NT per
  * tile: columns 2*tq, 2*tq+1 of each n8 block); the four lanes of a quad are merged exactly once,
@@ -434,20 +461,7 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
     float Mn[2], a[2], ad[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        float t[NV / 2];
-#pragma unroll
-        for (int k = 0; k < NV / 2; k++)
-            t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
-        if (NV == 32) {
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                t[k] = fmaxf(t[k], t[k + 8]);
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            t[k] = fmaxf(t[k], t[k + 4]);
-        t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
-        const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+        const float Mt = lane_row_max<NT, CAP>(p, s, hr);
         Mn[hr] = fmaxf(M[hr], Mt);
         const float d = fmaxf(M[hr] - Mn[hr], -256.0f);
         a[hr] = ex2(d);
@@ -510,8 +524,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
  * their magnitudes with NaN kept (fmax_nan: only NaN counts there, an infinite dot product caps
  * to +-cl as in fold_lane).
  * Masked keys are selected out of both (-inf for M, in s as fold_lane does; 0 for A). M by
- * fold_lane's tree in place over s; A in two chains as the values stream past, so that no second
- * array of a tile's values is live (one spilled variant 6 at both head_dims). One FMNMX and one
+ * lane_row_max (fold_lane's tree) over s; A in two chains as the values stream past, so that no
+ * second array of a tile's values is live (one spilled variant 6 at both head_dims). One FMNMX and one
  * FFMA per logit (two FMNMX with a softcap) where fold_lane takes about five instructions and an
  * exp. */
 template <int NT, bool CAP, bool MASK>
@@ -541,20 +555,7 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
              * caps to a finite logit and NaN alone counts) the max of magnitudes, NaN kept */
             a = CAP ? fmax_nan(a, av) : fmaf(av, 0x1p-64f, a);
         }
-        float t[NV / 2];
-#pragma unroll
-        for (int k = 0; k < NV / 2; k++)
-            t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
-        if (NV == 32) { /* the stages written out: a loop over the stride put t on the stack */
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                t[k] = fmaxf(t[k], t[k + 8]);
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            t[k] = fmaxf(t[k], t[k + 4]);
-        t[0] = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
-        const float Mt = CAP ? p.cl * tanhf(t[0] * p.sc) : t[0] * p.c;
+        const float Mt = lane_row_max<NT, CAP>(p, s, hr);
         M[hr] = fmaxf(M[hr], Mt);
         A[hr] = CAP ? fmax_nan(A[hr], fmax_nan(a0, a1)) : A[hr] + (a0 + a1);
     }
