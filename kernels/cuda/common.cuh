@@ -337,6 +337,23 @@ static __device__ __forceinline__ float head_sink(const kparams &p, int h)
     return fminf(fmaxf(s * LOG2E_F, -3.402823466e38f), 3.402823466e38f);
 }
 
+/* A row that does not count: empty (no visible key: STATS_ROW_SKIPPED / -inf, rows_empty) or
+ * non-finite (NaN / NaN, nonfinite). row_done's and row_done_max's (a template only so that a file
+ * compiles it where it calls them). */
+template <bool = true>
+static __device__ __forceinline__ void row_uncounted(const kparams &p, part &a, long long ro,
+                                                     bool empty)
+{
+    if (empty)
+        a.rows_empty++;
+    else
+        a.nonfinite++;
+    if (p.row_h)
+        p.row_h[ro] = empty ? STATS_ROW_SKIPPED : NAN;
+    if (p.row_m)
+        p.row_m[ro] = empty ? -INFINITY : NAN;
+}
+
 /* One finished row: (M, l, W) in base 2 over its nvis visible keys; writes the per-row outputs
  * and folds the row into a. F: the logit of the row's first visible key (base 2, as M, the mask's
  * bias included) and D = sum 2^(s_j - M) |pos - j| (the scale of l): the row's sink mass is
@@ -354,11 +371,7 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
                                                 float F, float D)
 {
     if (nvis <= 0) {
-        a.rows_empty++;
-        if (p.row_h)
-            p.row_h[ro] = STATS_ROW_SKIPPED;
-        if (p.row_m)
-            p.row_m[ro] = -INFINITY;
+        row_uncounted(p, a, ro, true);
         return;
     }
     bool finite = isfinite(M) && isfinite(l) && isfinite(W) && l > 0.0f;
@@ -383,11 +396,7 @@ static __device__ __forceinline__ void row_done(const kparams &p, part &a, long 
         }
     }
     if (!finite) {
-        a.nonfinite++;
-        if (p.row_h)
-            p.row_h[ro] = NAN;
-        if (p.row_m)
-            p.row_m[ro] = NAN;
+        row_uncounted(p, a, ro, false);
         return;
     }
     float h = LN2_F * (log2f(l) - W / l);
@@ -430,19 +439,11 @@ static __device__ __forceinline__ void row_done_max(const kparams &p, part &a, l
                                                     int nvis, float M, bool finite, float sink)
 {
     if (nvis <= 0) {
-        a.rows_empty++;
-        if (p.row_h)
-            p.row_h[ro] = STATS_ROW_SKIPPED;
-        if (p.row_m)
-            p.row_m[ro] = -INFINITY;
+        row_uncounted(p, a, ro, true);
         return;
     }
     if (!finite || !isfinite(M) || (sink != -INFINITY && !(sink < INFINITY))) {
-        a.nonfinite++;
-        if (p.row_h)
-            p.row_h[ro] = NAN;
-        if (p.row_m)
-            p.row_m[ro] = NAN;
+        row_uncounted(p, a, ro, false);
         return;
     }
     const float m = M * LN2_F;
