@@ -25,7 +25,6 @@ class TestInterventions(DaemonCase):
         heads) lands in the run's history exactly, numbered globally under a layout (tp_rank 1
         of 2: heads + this rank's head_offset); bad fields refused here with the field named,
         nothing sent; the run goes on."""
-        import json
         run = self.run_name()
         heads = sorted(int(h) for h in RNG.choice(16, 3, replace=False))
         vals = [float(v) for v in RNG.uniform(0.05, 0.95, 3)]

@@ -460,13 +460,14 @@ def run_qkclip(args):
     print(json.dumps({"tau": tau, "clipped": clipped, "clip": clip.stats()}))
 
 
-def run_tp(args):
-    """One rank of a 2-way tensor-parallel Llama (torchtitan's plan)."""
+def _tp_llama(args):
+    """This rank of a 2-way tensor-parallel run: the process group (NCCL), its device and a GQA
+    Llama (16 query / 4 key-value heads, 2 layers) sharded as torchtitan's plan does (q, k, v
+    ColwiseParallel, o RowwiseParallel over the mesh 'tp'). Returns (rank, world, device, model)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
-    import attnstat.torch as at
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl")
@@ -478,6 +479,14 @@ def run_tp(args):
                                                    "k_proj": ColwiseParallel(),
                                                    "v_proj": ColwiseParallel(),
                                                    "o_proj": RowwiseParallel()})
+    return rank, world, dev, model
+
+
+def run_tp(args):
+    """One rank of a 2-way tensor-parallel Llama (torchtitan's plan)."""
+    import torch.distributed as dist
+    import attnstat.torch as at
+    rank, _, dev, model = _tp_llama(args)
     g = torch.Generator(device=dev).manual_seed(args.seed)
     ids = torch.randint(0, 512, (2, 128), device=dev, generator=g)
     # the run's name from the environment: torch.distributed.run takes --run for its own --run-path
@@ -504,22 +513,10 @@ def run_qkclip_tp(args):
     again (step 1). Saves both steps' results (this rank's heads, numbered from 0), tau and what
     the clip did."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
     import attnstat.torch as at
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl")
-    dev = torch.device("cuda", rank)
-    mesh = init_device_mesh("cuda", (world,), mesh_dim_names=("tp",))
-    model = _small_llama(dev, args.seed, heads=16, kv=4, layers=2)
+    rank, world, dev, model = _tp_llama(args)
     hidden = model.config.hidden_size
     for layer in model.model.layers:
-        parallelize_module(layer.self_attn, mesh, {"q_proj": ColwiseParallel(),
-                                                   "k_proj": ColwiseParallel(),
-                                                   "v_proj": ColwiseParallel(),
-                                                   "o_proj": RowwiseParallel()})
         with torch.no_grad():  # this rank's 8 heads of very different sizes
             w = layer.self_attn.q_proj.weight.to_local()
             w.view(8, -1, hidden).mul_(torch.linspace(1.0, 12.0, 8, device=dev).view(8, 1, 1)

@@ -624,22 +624,27 @@ class TestGPU(unittest.TestCase):
         self.assertEqual(data["clip"]["clipped_by_layer"], {l: n for l, n in over.items() if n})
         self.assertEqual(data["clipped"], sum(over.values()))
 
+    def tensor_parallel_run(self, mode, run):
+        """gpu_trainer's `mode` on two GPUs under torch.distributed.run (run name `run`): its
+        completed process and each rank's saved output; skips without two GPUs or transformers."""
+        if torch.cuda.device_count() < 2:
+            self.skipTest("one GPU: tensor parallelism needs two")
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        out = os.path.join(self.tmp.name, run)
+        e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN=run)
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc_per_node", "2", TRAINER, mode, self.d.socket, out],
+                           env=e, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
+        return r, [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+
     def test_23_qk_clip_tensor_parallel(self):
         """attnstat.torch.qk_clip on a 2-way tensor-parallel GQA Llama (DTensor, ColwiseParallel
         q/k): each rank clips its own heads on its own shard. Layer 0 (the same input both
         steps): every head over the common tau comes to tau (2%), every other one stays; each
         layer's clip is in the run's history with global head numbers (rank 1's as 8..15)."""
-        if torch.cuda.device_count() < 2:
-            self.skipTest("one GPU: tensor parallelism needs two")
-        if importlib.util.find_spec("transformers") is None:
-            self.skipTest("transformers is not installed")
-        out = os.path.join(self.tmp.name, "qktp")
-        e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN="qktp")
-        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node", "2", TRAINER, "qkclip-tp", self.d.socket, out],
-                           env=e, capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
-        ranks = [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+        r, ranks = self.tensor_parallel_run("qkclip-tp", "qktp")
         tau = ranks[0]["tau"]
         self.assertEqual(ranks[1]["tau"], tau)
         bad, over = [], {}
@@ -684,17 +689,7 @@ class TestGPU(unittest.TestCase):
         """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
         two GPUs, monitor at layout='auto': every global head stored once, rank 1's heads as
         8..15, values equal float64 of what each rank pushed."""
-        if torch.cuda.device_count() < 2:
-            self.skipTest("one GPU: tensor parallelism needs two")
-        if importlib.util.find_spec("transformers") is None:
-            self.skipTest("transformers is not installed")
-        out = os.path.join(self.tmp.name, "tp")
-        e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN="tp")
-        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node", "2", TRAINER, "tp", self.d.socket, out],
-                           env=e, capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
-        ranks = [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+        r, ranks = self.tensor_parallel_run("tp", "tp")
         local = None
         for d in ranks:
             self.assertEqual((d["monitor"]["layout"]["tp_rank"], d["monitor"]["layout"]["tp_size"]),

@@ -4,7 +4,6 @@ import json
 import math
 import os
 import select
-import sys
 import threading
 import time
 import warnings

@@ -196,11 +196,12 @@ class qk_clip(object):
         buf, done = self._pinned.get(key, (None, None))
         if buf is None or buf.numel() != len(f):
             buf = torch.empty(len(f), dtype=torch.float32, pin_memory=True)
+            done = None
         elif done is not None:
             done.synchronize()
         buf.numpy()[:] = f
         g = buf.to(device=weight.device, non_blocking=True)
-        done = torch.cuda.Event()
+        done = done if done is not None else torch.cuda.Event()  # one per buffer, recorded again
         done.record(torch.cuda.current_stream(weight.device))
         self._pinned[key] = (buf, done)
         return g.to(weight.dtype)
