@@ -2,7 +2,8 @@
 """test_python_layout.py — a process's parallel layout from Python: attnstat._layout's checks,
 attnstat.torch's detection (torch.distributed's ranks as replicas, Megatron-core's groups, a
 DeviceMesh by its dimension names, a pipeline stage's layer offset that must be given) against
-stand-ins of those libraries, and end to end: two tensor-parallel ranks of one job
+stand-ins of those libraries, the hello's devices (CUDA ordinals, "cuda:N", torch.devices and
+UUIDs, on a stand-in of the library's call), and end to end: two tensor-parallel ranks of one job
 (Client(layout=...) and monitor(layout=...)) storing global head numbers and their ranks in a
 real attnstatd. No PyTorch needed (tests/pyhelpers.py's stand-ins).
 """
@@ -18,7 +19,7 @@ from pyhelpers import DaemonCase, FakeTensor, FakeTorch, need_daemon, np_sdpa, r
 
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
-from attnstat import _layout  # noqa: E402
+from attnstat import _args, _layout, _lib  # noqa: E402
 from attnstat.torch import _layout as tl  # noqa: E402
 
 
@@ -39,6 +40,34 @@ class TestLayoutDict(unittest.TestCase):
             with self.assertRaises(attnstat.AttnstatError) as cm:
                 _layout.as_dict(bad)
             self.assertIn(says, str(cm.exception))
+
+
+class TestDevices(unittest.TestCase):
+    def test_device_uuids(self):
+        """The hello's devices: a UUID string as it is, an ordinal, "cuda:N" or a torch.device
+        asked of the library (a stand-in here: the real call needs a GPU), its error passed on."""
+        asked = []
+
+        class Lib(object):
+            @staticmethod
+            def attnstat_cuda_device_uuid(ordinal, buf, n, err):
+                asked.append(ordinal)
+                if ordinal == 7:
+                    err._obj.msg = b"no device 7"
+                    return _lib.EINVAL
+                buf.value = b"GPU-%d" % ordinal
+                return _lib.OK
+
+        dev = types.SimpleNamespace(type="cuda", index=3)
+        got = _args.device_uuids(Lib(), ["GPU-abc", 2, "cuda:5", dev, b"GPU-def"])
+        self.assertEqual(got, [b"GPU-abc", b"GPU-2", b"GPU-5", b"GPU-3", b"GPU-def"])
+        self.assertEqual(asked, [2, 5, 3])
+        with self.assertRaises(attnstat.AttnstatError) as e:
+            _args.device_uuids(Lib(), [7])
+        self.assertIn("no device 7", str(e.exception))
+        with self.assertRaises(attnstat.AttnstatError):
+            _args.device_uuids(Lib(), [types.SimpleNamespace(type="cpu", index=None)])
+        self.assertEqual(_args.device_uuids(object(), ["GPU-x"]), [b"GPU-x"])
 
 
 class FakeDist(object):
