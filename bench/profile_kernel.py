@@ -2,7 +2,10 @@
 """profile_kernel.py — one run of each asked variant (numbers of kernels/cuda/variants.h) on one
 shape, for Nsight Compute:
   ncu -k regex:"stats_(wg|ws|mma|generic)" python3 bench/profile_kernel.py LIB [variants] [shape index]
-Shapes as in bench_kernel.py (0: (2,32,4096,128) full). Variants: comma list (default 0)."""
+Shapes (index): 0 (2,32,4096,128) full, 1 the same causal, 2 (8,32,1024,128) causal, 3 (4,32/8,2048,64)
+causal, 4 (1,16,8192,64) causal, 5 (4,32,2048,128) causal (bench_kernel.py's). Variants: comma list
+(default 0). PROFILE_WANT=NAME[,NAME..]: the run asks for those statistics alone (e.g. max_logit:
+the FOLD_MAX instances), else the default ask."""
 import ctypes
 import os
 import sys
@@ -12,7 +15,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_kernel as bk  # noqa: E402
 
-SHAPES = [(2, 32, 32, 4096, 128, False), (2, 32, 32, 4096, 128, True)]
+SHAPES = [(2, 32, 32, 4096, 128, False), (2, 32, 32, 4096, 128, True), (8, 32, 32, 1024, 128, True),
+          (4, 32, 8, 2048, 64, True), (1, 16, 16, 8192, 64, True), (4, 32, 32, 2048, 128, True)]
 
 
 def main():
@@ -23,6 +27,9 @@ def main():
     q = torch.randn(B, Hq, N, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Hkv, N, D, device="cuda", dtype=torch.bfloat16)
     p = bk.make_problem(q, k, causal)
+    want = os.environ.get("PROFILE_WANT")
+    if want:
+        p.want = sum(bk.want_of(name) for name in want.split(","))
     ours = bk.Ours(lib)
     ours.heads_dev = torch.empty(Hq * ctypes.sizeof(bk.Head), dtype=torch.uint8, device="cuda")
     for v in variants:
