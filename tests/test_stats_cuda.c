@@ -408,34 +408,39 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
     stats_error err;
     stats_status st;
 
-    /* device copies */
+    /* device copies, on the stream the run takes: a copy from pageable memory by cudaMemcpy may
+     * return before its DMA lands, and a non-blocking stream does not wait for the legacy one (a
+     * run that read a previous configuration's data in part, seen with other processes on the
+     * GPU) */
+    cudaStream_t stream;
+    CK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     void *dq = NULL, *dk = NULL;
     int32_t *dcuq = NULL, *dcuk = NULL;
     float *dh = NULL, *dm = NULL;
     CK_CUDA(cudaMalloc(&dq, nq_el * es));
     CK_CUDA(cudaMalloc(&dk, nk_el * es));
-    CK_CUDA(cudaMemcpy(dq, hq, nq_el * es, cudaMemcpyHostToDevice));
-    CK_CUDA(cudaMemcpy(dk, hk, nk_el * es, cudaMemcpyHostToDevice));
+    CK_CUDA(cudaMemcpyAsync(dq, hq, nq_el * es, cudaMemcpyHostToDevice, stream));
+    CK_CUDA(cudaMemcpyAsync(dk, hk, nk_el * es, cudaMemcpyHostToDevice, stream));
     if (packed) {
         CK_CUDA(cudaMalloc((void **)&dcuq, sizeof cuq));
         CK_CUDA(cudaMalloc((void **)&dcuk, sizeof cuk));
-        CK_CUDA(cudaMemcpy(dcuq, cuq, sizeof cuq, cudaMemcpyHostToDevice));
-        CK_CUDA(cudaMemcpy(dcuk, cuk, sizeof cuk, cudaMemcpyHostToDevice));
+        CK_CUDA(cudaMemcpyAsync(dcuq, cuq, sizeof cuq, cudaMemcpyHostToDevice, stream));
+        CK_CUDA(cudaMemcpyAsync(dcuk, cuk, sizeof cuk, cudaMemcpyHostToDevice, stream));
     }
     if (!c->heads_only) {
         CK_CUDA(cudaMalloc((void **)&dh, sizeof(float) * (size_t)nrows));
         CK_CUDA(cudaMalloc((void **)&dm, sizeof(float) * (size_t)nrows));
-        CK_CUDA(cudaMemset(dh, 0x4b, sizeof(float) * (size_t)nrows)); /* poison: 1.3e7 */
-        CK_CUDA(cudaMemset(dm, 0x4b, sizeof(float) * (size_t)nrows));
+        CK_CUDA(cudaMemsetAsync(dh, 0x4b, sizeof(float) * (size_t)nrows, stream)); /* poison: 1.3e7 */
+        CK_CUDA(cudaMemsetAsync(dm, 0x4b, sizeof(float) * (size_t)nrows, stream));
     }
     void *dmask = NULL, *dsinks = NULL;
     if (hmask) {
         CK_CUDA(cudaMalloc(&dmask, mask_bytes));
-        CK_CUDA(cudaMemcpy(dmask, hmask, mask_bytes, cudaMemcpyHostToDevice));
+        CK_CUDA(cudaMemcpyAsync(dmask, hmask, mask_bytes, cudaMemcpyHostToDevice, stream));
     }
     if (hsinks) {
         CK_CUDA(cudaMalloc(&dsinks, sinks_bytes));
-        CK_CUDA(cudaMemcpy(dsinks, hsinks, sinks_bytes, cudaMemcpyHostToDevice));
+        CK_CUDA(cudaMemcpyAsync(dsinks, hsinks, sinks_bytes, cudaMemcpyHostToDevice, stream));
     }
     p.want = want;
     stats_problem pd = p;
@@ -459,8 +464,6 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
         p.compute_dtype = BF;
     st = stats_cpu(&p, ref, rh, rm, &err);
     ck_assert_msg(st == STATS_OK, "%s: stats_cpu: %s", c->name, err.msg);
-    cudaStream_t stream;
-    CK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     st = stats_cuda_run(g_ctx, &pd, stream, got, dh, dm, &err);
     ck_assert_msg(st == STATS_OK, "%s: stats_cuda_run: %s", c->name, err.msg);
     stats_cuda_set_path(g_ctx, STATS_CUDA_PATH_AUTO);

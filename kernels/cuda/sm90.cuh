@@ -351,14 +351,11 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
 }
 
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
- * (M, l, W) are merged exactly (state_merge; after the shuffles every lane of the quad holds both
- * merged rows), and lane hr of the quad finishes row hr into acc: both rows at once (one lane
- * doing both in turn was the longest chain of a block's end, bench/kernel_notes.md round 10),
+ * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
  * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
  * also kept D (fold_lane), summed over the quad at the merged max, and F0 the raw logit of each
  * row's first key (first_key_pick), whose scaled value gives the row's sink mass
- * (quad_first_logit); without, row_done gets NaN for both. The XS instances keep one lane doing
- * both rows in turn: with the rows split, variant 10's spilled at d128 (4 bytes). */
+ * (quad_first_logit); without, row_done gets NaN for both. */
 template <bool XS = false>
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
@@ -368,7 +365,6 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
                                                       const float *F0 = nullptr)
 {
     const float sink = head_sink(p, h);
-    float Mm = 0.0f, lm = 0.0f, wm = 0.0f; /* !XS: this lane's row (tq < 2), kept by selects */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float Mr = M[hr], lr = l[hr], wr = W[hr];
@@ -379,26 +375,17 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
             const float W2 = __shfl_xor_sync(0xffffffffu, wr, m);
             state_merge(Mr, lr, wr, M2, l2, W2);
         }
-        if constexpr (!XS) {
-            Mm = tq == hr ? Mr : Mm, lm = tq == hr ? lr : lm, wm = tq == hr ? wr : wm;
-        } else { /* every lane: the shuffles below take the whole warp */
-            const int i = rows[warp * 16 + hr * 8 + g];
-            float Dr = D[hr] != 0.0f ? D[hr] * ex2(M[hr] - Mr) : 0.0f; /* to the quad's max */
+        const int i = rows[warp * 16 + hr * 8 + g];
+        float F = NAN, Dr = NAN;
+        if (XS) { /* every lane: the shuffles below take the whole warp */
+            Dr = D[hr] != 0.0f ? D[hr] * ex2(M[hr] - Mr) : 0.0f; /* to the quad's max */
             Dr += __shfl_xor_sync(0xffffffffu, Dr, 1);
             Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
-            const float F = quad_first_logit(p, F0[hr], i >= 0 && k.lo[hr] <= k.hi[hr]);
-            if (tq == 0 && i >= 0) {
-                const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-                row_done<XS>(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
-            }
+            F = quad_first_logit(p, F0[hr], i >= 0 && k.lo[hr] <= k.hi[hr]);
         }
-    }
-    if (!XS && tq < 2) { /* lane tq finishes row tq */
-        const int i = rows[warp * 16 + tq * 8 + g];
-        if (i >= 0) {
+        if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            const int nvis = tq == 1 ? k.hi[1] - k.lo[1] + 1 : k.hi[0] - k.lo[0] + 1;
-            row_done<XS>(p, acc, ro, nvis, Mm, lm, wm, Mm, sink, NAN, NAN);
+            row_done<XS>(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
         }
     }
 }
@@ -575,7 +562,7 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
 }
 
 /* warp_rows_done for fold_max's (M, A): merged over the quad (the lanes hold disjoint keys), then
- * lane hr of the quad finishes row hr (row_done_max) with head h's sink. */
+ * lane 0 of the quad finishes the row (row_done_max) with head h's sink. */
 template <bool = true>
 static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, const seqinfo &si,
                                                           int h, const int *rows, int warp, int g,
@@ -584,7 +571,6 @@ static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, cons
                                                           part &acc)
 {
     const float sink = head_sink(p, h);
-    float Mm = 0.0f, Am = 0.0f; /* this lane's row (tq < 2), as warp_rows_done's */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float Mr = M[hr], Ar = A[hr];
@@ -594,15 +580,12 @@ static __device__ __forceinline__ void warp_rows_done_max(const kparams &p, cons
             const float A2 = __shfl_xor_sync(0xffffffffu, Ar, m);
             Ar = p.softcap ? fmax_nan(Ar, A2) : Ar + A2;
         }
-        Mm = tq == hr ? Mr : Mm, Am = tq == hr ? Ar : Am;
-    }
-    if (tq < 2) {
-        const int i = rows[warp * 16 + tq * 8 + g];
-        if (i >= 0) {
+        const int i = rows[warp * 16 + hr * 8 + g];
+        if (tq == 0 && i >= 0) {
             const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
             /* softcapped logits are finite wherever the dot product is not NaN (tanh(+-inf)) */
-            row_done_max(p, acc, ro, tq == 1 ? k.hi[1] - k.lo[1] + 1 : k.hi[0] - k.lo[0] + 1, Mm,
-                         p.softcap ? Am == Am : fabsf(Am) < INFINITY, sink);
+            row_done_max(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr,
+                         p.softcap ? Ar == Ar : fabsf(Ar) < INFINITY, sink);
         }
     }
 }

@@ -291,6 +291,9 @@ static run_result run_variant(stats_cuda *ctx, bench *bn, const shape *s, int v,
     cuda_check(cudaMalloc((void **)&heads_dev, sizeof *got * (size_t)heads), "cudaMalloc(heads)");
     cuda_check(cudaMemset(dh, 0x4b, rb), "poison"); /* 1.3e7: an unwritten row fails */
     cuda_check(cudaMemset(dm, 0x4b, rb), "poison");
+    /* the copies (from pageable memory: cudaMemcpy may return before the DMA lands) and the
+     * poison, on the legacy stream, done before a run on a non-blocking stream reads them */
+    cuda_check(cudaDeviceSynchronize(), "wait for the copies");
     memset(got, 0xa5, sizeof *got * (size_t)heads);
     cudaStream_t stream;
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
