@@ -52,6 +52,9 @@ void status_send(const stage_ctx *x, conn *to)
     r.db_path = (char *)x->cfg->db_path;
     r.has_runs_live = 1;
     r.runs_live = runs_live(x->runs);
+    r.has_interventions_stored = r.has_interventions_refused = 1;
+    r.interventions_stored = counters_get(x->cnt, CNT_INTERVENTIONS_STORED);
+    r.interventions_refused = counters_get(x->cnt, CNT_INTERVENTIONS_REFUSED);
     /* The store thread and the retention. */
     Attnstat__StoreStatus ss;
     attnstat__store_status__init(&ss);

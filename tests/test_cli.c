@@ -662,10 +662,34 @@ START_TEST(test_operator_commands)
     ck_assert_msg(r.status == 1 && strstr(r.err, "stop its job"), "%d %s", r.status, r.err);
     cli_result_free(&r);
 
-    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "status", "--format", "json");
+    /* the job's clips, counted by status once stored (the store thread commits them) */
+    attnstat_intervention iv;
+    attnstat_intervention_init(&iv);
+    const uint32_t clip_heads[2] = {0, 1};
+    iv.kind = "qk_clip", iv.layer = 0, iv.nheads = 2, iv.heads = clip_heads;
+    const int nclips = 2 + (int)(tu_next(&rng) % 3);
+    for (int i = 0; i < nclips; i++) {
+        iv.step = i;
+        ck_assert_int_eq(attnstat_record_intervention(c, &iv), ATTNSTAT_OK);
+    }
+    for (int tries = 0;; tries++) {
+        r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "status", "--format", "json");
+        if (cli_json_num(r.out, "interventions_stored") == nclips || tries == 1200)
+            break;
+        cli_result_free(&r);
+        dh_sleep_ms(50);
+    }
     ck_assert_msg(r.status == 0 && strstr(r.out, "\"store\": {") &&
                       cli_json_num(r.out, "runs_live") == 1 &&
-                      cli_json_has(r.out, "durability", "normal"), "%s%s", r.out, r.err);
+                      cli_json_num(r.out, "interventions_stored") == nclips &&
+                      cli_json_num(r.out, "interventions_refused") == 0 &&
+                      cli_json_has(r.out, "durability", "normal"), "%d clips: %s%s", nclips,
+                  r.out, r.err);
+    cli_result_free(&r);
+    r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "status");
+    char line[64];
+    snprintf(line, sizeof line, "interventions  %d recorded, 0 refused", nclips);
+    ck_assert_msg(r.status == 0 && strstr(r.out, line), "%s%s", r.out, r.err);
     cli_result_free(&r);
     r = cli_run(d.dir, "--db", d.db, "--socket", d.sock, "retention", "--run", "oa", "--days",
                 "1.5");

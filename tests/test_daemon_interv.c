@@ -409,10 +409,25 @@ START_TEST(test_bad_fields_refused)
     wait_stored(db, p.run_id, ngood);
     assert_stored(db, p.run_id, 0, good, ngood, 0, 0, 1, INT64_MAX);
     sqlite3_close(db);
-    /* the daemon is whole: status answers, the log said why (once per reason) */
-    Attnstat__Envelope *st = dh_status(&p.c);
-    ck_assert_ptr_nonnull(st);
-    attnstat__envelope__free_unpacked(st, NULL);
+    /* the daemon is whole: status answers, and counts what it recorded and what it refused (a
+     * clip is counted once the store thread's commit is back on the loop: asked until then) */
+    uint64_t stored = 0, refused = 0;
+    for (int tries = 0; tries < 200; tries++) {
+        Attnstat__Envelope *st = dh_status(&p.c);
+        ck_assert_ptr_nonnull(st);
+        ck_assert_int_eq(st->msg_case, ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY);
+        ck_assert(st->status_reply->has_interventions_stored &&
+                  st->status_reply->has_interventions_refused);
+        stored = st->status_reply->interventions_stored;
+        refused = st->status_reply->interventions_refused;
+        attnstat__envelope__free_unpacked(st, NULL);
+        if (stored == (uint64_t)ngood)
+            break;
+        usleep(10000);
+    }
+    ck_assert_msg(stored == (uint64_t)ngood && refused == (uint64_t)ncases + 1,
+                  "status: %llu interventions recorded (sent %d good), %llu refused (sent %d bad)",
+                  (unsigned long long)stored, ngood, (unsigned long long)refused, ncases + 1);
     proc_close(&p);
 }
 END_TEST

@@ -530,6 +530,8 @@ int admin_store_status_get(const cli_args *a, admin_store_status *out)
         out->have = 1;
         out->queued = s->queued;
         out->runs_live = r->runs_live;
+        out->interventions_stored = r->interventions_stored;
+        out->interventions_refused = r->interventions_refused;
         out->commits = s->commits;
         out->checkpoints = s->checkpoints;
         out->checkpoints_inline = s->checkpoints_inline;

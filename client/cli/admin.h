@@ -28,6 +28,7 @@ typedef struct {
     int have;                /* the daemon reported them */
     uint32_t queued, runs_live;
     uint64_t commits, retain_steps, compacted, downsampled;
+    uint64_t interventions_stored, interventions_refused; /* what jobs did to their models */
     uint64_t checkpoints, checkpoints_inline, checkpoint_errors;
     int64_t retain_ms, retain_bytes, used_bytes;
     int over_limit;

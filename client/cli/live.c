@@ -102,8 +102,11 @@ int live_status(const cli_args *a)
         }
         printf("]");
         if (ss.have) {
-            printf(", \"runs_live\": %u, \"store\": {\"queued\": %u, \"commits\": %llu, "
-                   "\"durability\": ", ss.runs_live, ss.queued, (unsigned long long)ss.commits);
+            printf(", \"runs_live\": %u, \"interventions_stored\": %llu, "
+                   "\"interventions_refused\": %llu, \"store\": {\"queued\": %u, \"commits\": %llu, "
+                   "\"durability\": ", ss.runs_live, (unsigned long long)ss.interventions_stored,
+                   (unsigned long long)ss.interventions_refused, ss.queued,
+                   (unsigned long long)ss.commits);
             out_json_string(stdout, ss.durability);
             printf(", \"retain_ms\": %lld, \"retain_bytes\": %lld, \"retain_steps\": %llu, "
                    "\"compacted\": %llu, \"downsampled\": %llu, \"used_bytes\": %lld, "
@@ -142,6 +145,9 @@ int live_status(const cli_args *a)
         printf("alerts active  %u\n", ds->alerts_active);
         if (ss.have) {
             printf("runs live      %u\n", ss.runs_live);
+            printf("interventions  %llu recorded, %llu refused (attnstat interventions RUN lists "
+                   "them)\n", (unsigned long long)ss.interventions_stored,
+                   (unsigned long long)ss.interventions_refused);
             printf("store          durability %s, %llu commits, %u writes queued\n",
                    out_safe(ss.durability), (unsigned long long)ss.commits, ss.queued);
             printf("checkpoints    %llu on their own thread, %llu on the store thread, %llu failed",
