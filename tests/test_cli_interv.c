@@ -93,8 +93,10 @@ static void arrays(const want_iv *w, char *heads, char *vals, size_t n)
 }
 
 /* Every JSON line of out against the wanted rows that keep() keeps, in the CLI's order (run id,
- * then step, then insertion); returns how many. */
-static int check_json(const char *out, int (*keep)(const want_iv *, const void *), const void *arg)
+ * then step, then insertion); returns how many. job: export's lines (the job's name and the
+ * process's rank, no run id), else the interventions command's. */
+static int check_json_of(const char *out, int (*keep)(const want_iv *, const void *),
+                         const void *arg, const char *job)
 {
     /* the wanted order: run ids ascend with k; within a run the steps ascend with i */
     const char *l = out;
@@ -109,7 +111,8 @@ static int check_json(const char *out, int (*keep)(const want_iv *, const void *
             ck_assert_ptr_nonnull(e);
             char line[4096];
             snprintf(line, sizeof line, "%.*s", (int)(e - l), l);
-            ck_assert_msg(cli_json_num(line, "run_id") == (double)w->run_id &&
+            ck_assert_msg((job ? cli_json_has(line, "job", job) && !strstr(line, "\"run_id\"")
+                               : cli_json_num(line, "run_id") == (double)w->run_id) &&
                               cli_json_num(line, "step") == (double)w->step &&
                               cli_json_num(line, "rank") == (double)w->rank &&
                               cli_json_num(line, "time_ms") == (double)w->time_ms,
@@ -132,6 +135,11 @@ static int check_json(const char *out, int (*keep)(const want_iv *, const void *
         }
     ck_assert_msg(*l == '\0', "more lines than wanted:\n%s", l);
     return n;
+}
+
+static int check_json(const char *out, int (*keep)(const want_iv *, const void *), const void *arg)
+{
+    return check_json_of(out, keep, arg, NULL);
 }
 
 static int keep_run(const want_iv *w, const void *arg)
@@ -286,12 +294,104 @@ START_TEST(test_interventions_listed)
 }
 END_TEST
 
+/* export --interventions: a job's interventions from every process, with the leading columns of
+ * export's samples; JSON exactly as stored, the filters as the interventions command's (--since and
+ * --until the times they were recorded), CSV a header and a row each with its heads as a JSON
+ * array; --kind without --interventions refused; nothing matching said, not a failure. */
+START_TEST(test_export_interventions)
+{
+    dh_rng r = dh_rng_new("cli_interv_export");
+    dh_daemon d;
+    dh_dir_init(&d);
+    write_db(d.db, &r);
+    int64_t both[2] = {run_ids[0], run_ids[1]};
+    cli_result res = cli_run(d.dir, "--db", d.db, "export", "--run", "clip", "--interventions",
+                             "--format", "json");
+    ck_assert_msg(res.status == 0, "%s", res.err);
+    ck_assert_int_eq(check_json_of(res.out, keep_run, both, "clip"), 2 * NIV);
+    ck_assert_msg(cli_json_has(res.out, "host", "n1") && strstr(res.out, "\"tp_rank\": "),
+                  "%.300s", res.out);
+    cli_result_free(&res);
+
+    for (int round = 0; round < 4; round++) {
+        filt f = {run_ids[0], run_ids[1], -2, NULL, INT64_MIN, INT64_MAX};
+        const char *args[20] = {"--db", d.db, "export", "--run", "clip", "--interventions",
+                                "--format", "json"};
+        int na = 8;
+        char ls[16], since[40], until[40];
+        if (round != 1) {
+            f.layer = (int32_t)(dh_next(&r) % 4);
+            snprintf(ls, sizeof ls, "%d", (int)f.layer);
+            args[na++] = "--layer", args[na++] = ls;
+        }
+        if (round != 2) {
+            f.kind = "qk_clip";
+            args[na++] = "--kind", args[na++] = f.kind;
+        }
+        if (round != 3) { /* whole seconds, the times' own: minutes apart from T0 */
+            int a = (int)(dh_next(&r) % (NIV * NRUN)), b = a + (int)(dh_next(&r) % 30);
+            f.since = T0 + (int64_t)a * 60000, f.until = T0 + (int64_t)b * 60000;
+            rfc3339(f.since, since, sizeof since);
+            rfc3339(f.until, until, sizeof until);
+            args[na++] = "--since", args[na++] = since, args[na++] = "--until", args[na++] = until;
+        }
+        args[na] = NULL;
+        res = cli_run_v(d.dir, args);
+        ck_assert_msg(res.status == 0, "round %d: %s", round, res.err);
+        int got = check_json_of(res.out, keep_filt, &f, "clip");
+        ck_assert_msg(got > 0 || strstr(res.err, "matching that"), "round %d: %s", round,
+                      res.err);
+        cli_result_free(&res);
+    }
+
+    /* CSV: the header, then a row per intervention in order, heads as a JSON array */
+    res = cli_run(d.dir, "--db", d.db, "export", "--run", "clip", "--interventions");
+    ck_assert_msg(res.status == 0, "%s", res.err);
+    ck_assert_msg(!strncmp(res.out, "job,db,rank,host,", 17) &&
+                      strstr(res.out, ",layer_offset,time,time_ms,step,layer,kind,heads,values,"
+                                      "threshold,measured,detail,id\n"),
+                  "%.300s", res.out);
+    const char *l = strchr(res.out, '\n') + 1;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < NIV; i++) {
+            const want_iv *w = &want[k * NIV + i];
+            const char *e = strchr(l, '\n');
+            ck_assert_msg(e != NULL, "row %d of rank %d missing", i, k);
+            char line[4096], cell[600], tm[40];
+            snprintf(line, sizeof line, "%.*s", (int)(e - l), l);
+            size_t o = (size_t)snprintf(cell, sizeof cell, ",\"[");
+            for (int h = 0; h < w->nheads; h++)
+                o += (size_t)snprintf(cell + o, sizeof cell - o, "%s%d", h ? "," : "", w->heads[h]);
+            snprintf(cell + o, sizeof cell - o, "]\",");
+            rfc3339(w->time_ms, tm, sizeof tm);
+            ck_assert_msg(!strncmp(line, "clip,", 5) && strstr(line, cell) &&
+                              strstr(line, w->kind) && strstr(line, tm),
+                          "rank %d row %d: %s (want heads %s at %s)", k, i, line, cell, tm);
+            l = e + 1;
+        }
+    ck_assert_msg(*l == '\0', "more rows than wanted: %s", l);
+    cli_result_free(&res);
+
+    res = cli_run(d.dir, "--db", d.db, "export", "--run", "clip", "--kind", "qk_clip");
+    ck_assert_msg(res.status == 2 && strstr(res.err, "--interventions"), "%d %s", res.status,
+                  res.err);
+    cli_result_free(&res);
+    res = cli_run(d.dir, "--db", d.db, "export", "--run", "clip", "--interventions", "--kind",
+                  "none.such");
+    ck_assert_msg(res.status == 0 && strstr(res.err, "recorded an intervention matching") &&
+                      cli_count_lines(res.out) == 1, "%d %s%s", res.status, res.out, res.err);
+    cli_result_free(&res);
+    dh_cleanup(&d, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli_interventions");
     TCase *tc = tcase_create("interventions");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_interventions_listed);
+    tcase_add_test(tc, test_export_interventions);
     suite_add_tcase(s, tc);
     return dh_run(s);
 }

@@ -41,6 +41,7 @@ typedef struct {
     const char *metric;
     const char *rule;      /* NULL: every rule */
     const char *kind;      /* interventions --kind; NULL: every kind */
+    int interventions;     /* export --interventions: the interventions, not the samples */
     int active;
     int quick;             /* check-db --quick */
     int since_set;

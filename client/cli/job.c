@@ -1,5 +1,6 @@
 /* job.c — the attnstat CLI's commands across databases (see job.h): job (a job's layer x head map
- * merged by global (layer, head)) and export (a job's whole history as one table).
+ * merged by global (layer, head)) and export (a job's whole history as one table; --interventions:
+ * its interventions).
  *
  * How the map is made: every database given is opened read-only; the job's processes are the runs
  * of its name in each (store_job_runs); the step is --step, else the newest step every process
@@ -554,6 +555,7 @@ typedef struct {
     char prefix[2048];       /* this process's leading cells (CSV) or keys (JSON), ready */
     char line[STORE_FORMAT_MAX];
     int failed;
+    size_t rows;             /* --interventions: rows written */
 } job_export_ctx;
 
 /* s as a CSV cell: escaped (out_escape), quoted when it holds a comma or a quote. */
@@ -655,6 +657,86 @@ static int job_export_row(void *ctx, const store_sample *s)
     return 0;
 }
 
+/* export --interventions: one of a process's interventions, kept when its step (--from/--to),
+ * the time it was recorded (--since/--until), its layer and its kind are those asked for, after
+ * the process's leading cells. CSV: heads and values as
+ * JSON arrays in one cell each (empty values: none sent), NaN thresholds and measures empty;
+ * JSON: one object a line, arrays as arrays, none as null. */
+#define JOB_INTERV_CSV_HEAD "time,time_ms,step,layer,kind,heads,values,threshold,measured,detail,id\n"
+
+static void job_interv_num(int json, const char *key, double v)
+{
+    if (json)
+        printf(isfinite(v) ? ", \"%s\": %.17g" : ", \"%s\": null", key, v);
+    else if (isfinite(v))
+        printf(",%.17g", v);
+    else
+        printf(",");
+}
+
+static int job_export_interv(void *ctx, const store_intervention *iv)
+{
+    job_export_ctx *e = ctx;
+    const cli_args *a = e->a;
+    if (iv->step < e->from || iv->step > e->to || (a->layer_set && iv->layer != a->layer) ||
+        (a->kind && strcmp(iv->kind, a->kind)) || (a->since_set && iv->time_ms < a->since_ms) ||
+        (a->until_set && iv->time_ms > a->until_ms))
+        return 0;
+    const int json = a->fmt == OUT_JSON;
+    char t[32];
+    out_time(t, sizeof t, iv->time_ms);
+    fputs(e->prefix, stdout);
+    if (json) {
+        printf("\"time\": \"%s\", \"time_ms\": %lld, \"step\": %lld, ", t, (long long)iv->time_ms,
+               (long long)iv->step);
+        if (iv->layer >= 0)
+            printf("\"layer\": %d, \"kind\": ", (int)iv->layer);
+        else
+            printf("\"layer\": null, \"kind\": ");
+        out_json_string(stdout, iv->kind);
+        printf(", \"heads\": [");
+    } else {
+        printf("%s,%lld,%lld,", t, (long long)iv->time_ms, (long long)iv->step);
+        if (iv->layer >= 0)
+            printf("%d", (int)iv->layer);
+        putchar(',');
+        out_csv_string(stdout, iv->kind);
+        printf(",\"[");
+    }
+    for (int32_t i = 0; i < iv->nheads; i++)
+        printf("%s%d", i ? "," : "", (int)iv->heads[i]);
+    printf(json ? "], \"values\": " : "]\",");
+    if (iv->values) {
+        printf(json ? "[" : "\"[");
+        for (int32_t i = 0; i < iv->nheads; i++)
+            printf("%s%.17g", i ? "," : "", iv->values[i]);
+        printf(json ? "]" : "]\"");
+    } else if (json) {
+        printf("null");
+    }
+    job_interv_num(json, "threshold", iv->threshold);
+    job_interv_num(json, "measured", iv->measured);
+    if (json) {
+        printf(", \"detail\": ");
+        if (iv->detail)
+            out_json_string(stdout, iv->detail);
+        else
+            printf("null");
+        printf(", \"id\": %lld}\n", (long long)iv->id);
+    } else {
+        putchar(',');
+        if (iv->detail)
+            out_csv_string(stdout, iv->detail);
+        printf(",%lld\n", (long long)iv->id);
+    }
+    e->rows++;
+    if (ferror(stdout)) {
+        e->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
 int job_export(const cli_args *a)
 {
     job_dbs d;
@@ -667,16 +749,24 @@ int job_export(const cli_args *a)
         rc = CLI_EXIT_USAGE;
         goto out;
     }
+    if (a->kind && !a->interventions) {
+        fprintf(stderr, "attnstat: export --kind picks interventions: give --interventions too\n");
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
     if (a->fmt != OUT_JSON)
-        fputs(JOB_EXPORT_HEAD STORE_EXPORT_CSV_HEADER, stdout);
-    size_t exported = 0;
+        fputs(a->interventions ? JOB_EXPORT_HEAD JOB_INTERV_CSV_HEAD
+                               : JOB_EXPORT_HEAD STORE_EXPORT_CSV_HEADER, stdout);
+    size_t exported = 0, rows = 0;
     for (size_t i = 0; i < p.n; i++) {
         /* --since/--until: each process's own steps of that time (one that stored none there is
          * said on stderr and left out) */
-        int64_t from, to;
+        int64_t from = a->from, to = a->to;
         char name[64];
         snprintf(name, sizeof name, "%s (rank %d)", out_safe(a->run), (int)p.v[i].rank);
-        if (timearg_steps(d.st[p.v[i].db], p.v[i].run_id, name, a, &from, &to) != CLI_EXIT_OK)
+        /* interventions: --since/--until are the times they were recorded (job_export_interv) */
+        if (!a->interventions &&
+            timearg_steps(d.st[p.v[i].db], p.v[i].run_id, name, a, &from, &to) != CLI_EXIT_OK)
             continue;
         job_export_ctx *e = calloc(1, sizeof *e);
         if (!e) {
@@ -689,8 +779,13 @@ int job_export(const cli_args *a)
         e->to = to;
         job_export_prefix(e, d.path[p.v[i].db]);
         store_error err;
-        store_status s = store_export(d.st[p.v[i].db], p.v[i].run_id, job_export_row, e, &err);
+        store_status s = a->interventions
+                             ? store_interventions(d.st[p.v[i].db], p.v[i].run_id,
+                                                   job_export_interv, e, &err)
+                             : store_export(d.st[p.v[i].db], p.v[i].run_id, job_export_row, e,
+                                            &err);
         int failed = e->failed;
+        rows += e->rows;
         free(e);
         if (failed) {
             fprintf(stderr, "attnstat: writing the export failed (%s)\n",
@@ -709,6 +804,12 @@ int job_export(const cli_args *a)
                 out_safe(a->run));
         goto out;
     }
+    if (a->interventions && rows == 0) /* an answer, not a failure: the job clipped nothing */
+        fprintf(stderr, "attnstat: no process of job '%s' recorded an intervention%s\n",
+                out_safe(a->run), a->kind || a->layer_set || a->since_set || a->until_set ||
+                                          a->from != INT64_MIN || a->to != INT64_MAX
+                                      ? " matching that"
+                                      : "");
     rc = fflush(stdout) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 out:
     free(p.v);

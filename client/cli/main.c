@@ -357,6 +357,7 @@ static int main_set(cli_args *a, const opt_spec *s, const char *name, const char
     case OPT_LIMIT: a->limit = v; break;
     case OPT_KIND: a->kind = val; break;
     case OPT_JSON: a->fmt = OUT_JSON; a->fmt_given = 1; break;
+    case OPT_INTERVENTIONS: a->interventions = 1; break;
     case OPT_COUNT: break;
     }
     return 0;

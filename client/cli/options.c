@@ -95,6 +95,7 @@ const opt_spec opt_specs[OPT_COUNT] = {
     [OPT_LIMIT] = {OPT_LIMIT, "--limit", "-n", "N", OPT_INT, 1, INT64_MAX, NULL},
     [OPT_KIND] = {OPT_KIND, "--kind", NULL, "K", OPT_TEXT, 0, 0, NULL},
     [OPT_JSON] = {OPT_JSON, "--json", NULL, NULL, OPT_FLAG, 0, 0, NULL},
+    [OPT_INTERVENTIONS] = {OPT_INTERVENTIONS, "--interventions", NULL, NULL, OPT_FLAG, 0, 0, NULL},
 };
 
 const opt_use opt_globals[] = {
@@ -205,6 +206,11 @@ static const opt_use opt_export[] = {
     {OPT_SINCE, 0, "only each process's steps stored at or after TIME (those after its last step "
                    "stored before it): " OPT_TIME_FORMS},
     {OPT_UNTIL, 0, "only each process's steps stored at or before TIME (as --since)"},
+    {OPT_INTERVENTIONS, 0, "the job's interventions (qk_clip's clips) instead of its samples: "
+                           "one row each, the same leading columns, then time, step, layer, "
+                           "kind, heads and values (JSON arrays), threshold, measured, detail, "
+                           "id; --since/--until then take the time each was recorded"},
+    {OPT_KIND, 0, "with --interventions: only this kind"},
 };
 
 static const opt_use opt_interventions[] = {
@@ -336,7 +342,8 @@ const opt_command opt_commands[] = {
      "columns (global layer and head, step, tier, counts, statistics; a downsampled bucket's "
      "minima and maxima). CSV (the default) has a header and one type per column (empty: no "
      "value), as pandas, pyarrow or DuckDB read it; json (or jsonl, the same) prints one object "
-     "per line.",
+     "per line. --interventions exports the job's interventions (what it did to its model: "
+     "qk_clip's clips) the same way instead.",
      "csv|json", opt_export, OPT_N(opt_export)},
     {"diff", 0, "compare runs side by side per (layer, head)",
      "Compares two runs or more (attnstat diff RUN_A RUN_B, or --run given twice or more) per "

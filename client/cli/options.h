@@ -52,6 +52,7 @@ typedef enum {
     OPT_LIMIT,
     OPT_KIND,
     OPT_JSON,
+    OPT_INTERVENTIONS,
     OPT_COUNT
 } opt_id;
 

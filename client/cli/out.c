@@ -73,9 +73,7 @@ const char *out_safe(const char *s)
     return out_escape(b, OUT_SAFE_LEN, s ? s : "");
 }
 
-/* A CSV field: escaped like a table cell (no control character reaches a terminal that shows
- * the file), then quoted when it holds a comma or a quote. */
-static void out_csv_string(FILE *f, const char *s)
+void out_csv_string(FILE *f, const char *s)
 {
     size_t cap = strlen(s) * 4 + 1;
     char *e = malloc(cap);

@@ -60,6 +60,10 @@ static inline out_val out_d(double d) { return (out_val){.kind = OUT_NUM, .d = d
  * that are not UTF-8 as \ufffd. */
 void out_json_string(FILE *f, const char *s);
 
+/* A CSV field into f: escaped like a table cell (no control character reaches a terminal that
+ * shows the file), then quoted when it holds a comma or a quote. */
+void out_csv_string(FILE *f, const char *s);
+
 /* Text from the database or a peer (run names, hosts, messages), made safe to print on a terminal:
  * control characters (newlines, escape sequences), DEL, C1 controls, format characters (U+202E
  * right-to-left override, U+200B, U+2028: utf8_is_hidden) and bytes that are not UTF-8 become
