@@ -119,6 +119,8 @@ int main(int argc, char **argv)
         if (e == cudaSuccess)
             e = cudaIpcGetMemHandle(&hs[i], mem[i]);
     }
+    if (e == cudaSuccess) /* the memsets (asynchronous to the host) done before another process reads */
+        e = cudaDeviceSynchronize();
     struct cudaDeviceProp prop;
     if (e == cudaSuccess)
         e = cudaGetDeviceProperties(&prop, 0);
