@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """attnstat's QK-Clip rule (client/python/attnstat/_qkclip.py) against a NumPy reference: the
 factors themselves, and what they do to a layer's logits when its projection rows are scaled by
-them (multi-head, grouped and multi-query attention, fresh random weights each run); and
+them (multi-head, grouped and multi-query attention, and multi-head latent attention's parts,
+fresh random weights each run); and
 attnstat.torch.qk_clip's bookkeeping (which rows, which results, once each) on a NumPy-backed
 stand-in of the few torch calls it makes (tests/gpu test_22 runs it on a real model)."""
 import contextlib
@@ -348,6 +349,98 @@ class TestClipStep(unittest.TestCase):
             qk_clip(FakeClient(), projections={0: (a.q_proj, a.k_proj, 3)})
         with self.assertRaisesRegex(ValueError, "tau"):
             qk_clip(FakeClient(), projections={0: (a.q_proj, a.k_proj, 2)}, tau=0)
+
+
+class LatentAttention(object):
+    """transformers' DeepseekV3Attention's surface for qk_clip: q_b_proj (heads x (nope + rope)
+    rows), kv_b_proj (heads x (nope + v) rows), kv_a_proj_with_mqa (the latent and the rotary key
+    every head shares), no q_proj / k_proj / head_dim."""
+
+    def __init__(self, rng, layer, heads, nope, rope, dv, rq=10, rkv=9, hidden=12):
+        self.layer_idx = layer
+        self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = nope, rope, dv
+        self.q_b_proj = Linear(rng, heads * (nope + rope), rq)
+        self.kv_b_proj = Linear(rng, heads * (nope + dv), rkv)
+        self.kv_a_proj_with_mqa = Linear(rng, rkv + rope, hidden)
+
+
+class TestLatentAttention(unittest.TestCase):
+    """Multi-head latent attention (DeepSeek-V3, Kimi K2): each head's logits computed with NumPy
+    from its q rows (q_C, q_R), its kv_b rows (k_C) and the rotary key every head shares, before
+    and after qk_clip.step(): a head over tau comes to tau exactly, the others do not move, and
+    the shared key and the values are not touched (fresh random weights, latents and tau)."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(SEED + 2)
+        self.saved = sys.modules.get("torch")
+        sys.modules["torch"] = fake_torch()
+
+    def tearDown(self):
+        if self.saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved
+
+    @staticmethod
+    def max_logits(m, cq, ckv, kr):
+        """Head h's largest logit over every (query, key) pair: (q_C . k_C + q_R . k_R) /
+        sqrt(nope + rope), q from the query latents cq, k_C from the key latents ckv, k_R shared."""
+        n, r, dv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+        q = (cq @ m.q_b_proj.weight.a.T).reshape(len(cq), -1, n + r)
+        kv = (ckv @ m.kv_b_proj.weight.a.T).reshape(len(ckv), -1, n + dv)
+        out = []
+        for h in range(q.shape[1]):
+            s = q[:, h, :n] @ kv[:, h, :n].T + q[:, h, n:] @ kr.T
+            out.append(float(s.max() / math.sqrt(n + r)))
+        return out
+
+    def test_logits_come_to_tau(self):
+        for heads, nope, rope, dv in ((8, 6, 2, 5), (4, 3, 4, 3), (6, 5, 0, 4)):
+            m = LatentAttention(self.rng, 0, heads, nope, rope, dv)
+            cq = self.rng.standard_normal((20, 10))
+            ckv = self.rng.standard_normal((20, 9))
+            kr = self.rng.standard_normal((20, rope))
+            s = self.max_logits(m, cq, ckv, kr)
+            tau = float(np.median(s))
+            if tau <= 0:
+                tau = max(s) / 2
+            kva, kvb = m.kv_a_proj_with_mqa.weight.a.copy(), m.kv_b_proj.weight.a.copy()
+            client = FakeClient()
+            clip = qk_clip(client, Model([m]), tau=tau)
+            client.result(3, 0, s)
+            over = [h for h in range(heads) if s[h] > tau]
+            self.assertEqual(clip.step(), len(over))
+            after = self.max_logits(m, cq, ckv, kr)
+            for h in range(heads):
+                if h in over:
+                    self.assertAlmostEqual(after[h] / tau, 1.0, delta=1e-12, msg="head %d" % h)
+                else:
+                    self.assertEqual(after[h], s[h], "head %d moved" % h)
+            np.testing.assert_array_equal(m.kv_a_proj_with_mqa.weight.a, kva)
+            v = np.concatenate([np.arange(h * (nope + dv) + nope, (h + 1) * (nope + dv))
+                                for h in range(heads)])
+            np.testing.assert_array_equal(m.kv_b_proj.weight.a[v], kvb[v])  # the values
+            rec = client.interventions[0]
+            self.assertEqual(rec["heads"], over)
+            np.testing.assert_allclose(rec["values"], [tau / s[h] for h in over], rtol=1e-12)
+
+    def test_projections_and_refusals(self):
+        m = LatentAttention(self.rng, 0, 4, 3, 2, 3)
+        client = FakeClient()
+        clip = qk_clip(client, projections={5: dict(q=m.q_b_proj, kv=m.kv_b_proj, nope=3, rope=2,
+                                                    v=3)}, tau=4.0)
+        self.assertEqual(clip.stats()["layers"], [5])
+        wq = m.q_b_proj.weight.a.copy()
+        client.result(1, 5, [16.0, 1.0, 1.0, 1.0])  # head 0: gamma 1/4
+        self.assertEqual(clip.step(), 1)
+        f = np.ones(4 * 5)
+        f[0:3], f[3:5] = 0.5, 0.25  # q_C by sqrt(gamma), q_R by gamma
+        np.testing.assert_array_equal(m.q_b_proj.weight.a, wq * f[:, None])
+        with self.assertRaisesRegex(ValueError, "same number of heads"):
+            qk_clip(FakeClient(), projections={0: dict(q=m.q_b_proj, kv=m.kv_b_proj, nope=3,
+                                                       rope=2, v=4)})
+        with self.assertRaisesRegex(ValueError, "latent attention needs"):
+            qk_clip(FakeClient(), projections={0: dict(q=m.q_b_proj, nope=3, rope=2, v=3)})
 
 
 if __name__ == "__main__":

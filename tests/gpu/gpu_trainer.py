@@ -422,23 +422,38 @@ def run_gptoss(args):
     _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs()})
 
 
-def run_qkclip(args):
-    """QK-Clip from the measurements: a GQA Llama (8 query heads, 2 key/value heads) under bf16
-    autocast, its query rows scaled so that the heads' max logits differ; step 0 measured, tau
-    set to the median of its heads' max logits, qk_clip applied, then the same forward again
-    (step 1). Saves both steps' results, tau and what the clip did."""
+def _small_deepseek(dev, seed, heads=8, layers=2):
+    """A DeepSeek-V3 (multi-head latent attention, Kimi K2's kind) of dense layers: q through
+    q_a_proj / q_b_proj, k_C and the values through kv_b_proj, the rotary key shared."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(vocab_size=512, hidden_size=256, intermediate_size=512,
+                           moe_intermediate_size=128, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=heads,
+                           q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
+                           qk_rope_head_dim=16, v_head_dim=32, first_k_dense_replace=layers,
+                           max_position_embeddings=1024, attn_implementation="sdpa")
+    return DeepseekV3ForCausalLM(cfg).to(dev)
+
+
+def _qkclip_measure(args, model, heads, qrows):
+    """QK-Clip from the measurements, on model under bf16 autocast: each layer's query rows of
+    head h (qrows(layer): the weight, rows per head) scaled by 1 .. 12 so that the heads' max
+    logits differ; step 0 measured, tau set to the median of its heads' max logits, qk_clip
+    applied, then the same forward again (step 1). Saves both steps' results, tau and what the
+    clip did."""
     import attnstat.torch as at
     dev = torch.device("cuda", 0)
-    model = _small_llama(dev, args.seed, layers=2)
     cfg = model.config
     with torch.no_grad():  # heads of very different sizes: some over tau, some under
         for layer in model.model.layers:
-            w = layer.self_attn.q_proj.weight.view(8, -1, cfg.hidden_size)
-            w.mul_(torch.linspace(1.0, 12.0, 8, device=dev).view(8, 1, 1))
+            w, per = qrows(layer.self_attn)
+            w.view(heads, per, -1).mul_(torch.linspace(1.0, 12.0, heads, device=dev).view(
+                heads, 1, 1))
     ids = torch.randint(0, cfg.vocab_size, (2, 256), device=dev)
     client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
-    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    client.on_result(lambda seq, step, layer, hs: results.__setitem__((step, layer), hs))
     with at.monitor(client, every=1, model=model, want_results=True) as mon:
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             model(input_ids=ids)  # step 0
@@ -458,6 +473,18 @@ def run_qkclip(args):
     torch.save(out, args.out)
     client.close()
     print(json.dumps({"tau": tau, "clipped": clipped, "clip": clip.stats()}))
+
+
+def run_qkclip(args):
+    """_qkclip_measure on a GQA Llama (8 query heads, 2 key/value heads)."""
+    model = _small_llama(torch.device("cuda", 0), args.seed, layers=2)
+    _qkclip_measure(args, model, 8, lambda a: (a.q_proj.weight, a.head_dim))
+
+
+def run_qkclip_mla(args):
+    """_qkclip_measure on a DeepSeek-V3 (latent attention, 8 heads): q_b_proj's rows scaled."""
+    model = _small_deepseek(torch.device("cuda", 0), args.seed)
+    _qkclip_measure(args, model, 8, lambda a: (a.q_b_proj.weight, a.qk_head_dim))
 
 
 def _tp_llama(args):
@@ -711,7 +738,8 @@ def run_memory(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
-                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip", "qkclip-tp"))
+                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip", "qkclip-tp",
+                                     "qkclip-mla"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -732,7 +760,7 @@ def main():
      "memory": run_memory, "llama": run_llama, "flex": run_flex,
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
-     "qkclip-tp": run_qkclip_tp}[args.mode](args)
+     "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -587,17 +587,16 @@ class TestGPU(unittest.TestCase):
         data, r = self.monitored("gptoss", ("--stats", "all"))
         self.pushed_values(data, 2 * 2)
 
-    def test_22_qk_clip(self):
-        """attnstat.torch.qk_clip on a GQA Llama under bf16 autocast: tau set to the median of
-        step 0's measured max logits, the clip applied, the same forward measured again. Layer
-        0 sees the same input both times: every head that was over tau is at tau (2%: bf16
-        projections), every other head's max logit unchanged. Layer 1's input is layer 0's
-        output, which the clip changed, so there only the count is checked: each layer's
-        clipped heads are those that were over tau."""
+    def qk_clip_check(self, mode, run):
+        """gpu_trainer's qkclip modes: tau set to the median of step 0's measured max logits,
+        the clip applied, the same forward measured again. Layer 0 sees the same input both
+        times: every head that was over tau is at tau (2%: bf16 projections), every other head's
+        max logit unchanged. Layer 1's input is layer 0's output, which the clip changed, so there
+        only the count is checked: each layer's clipped heads are those that were over tau."""
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
-        out = os.path.join(self.tmp.name, "qkclip.pt")
-        r = trainer("qkclip", self.d.socket, out, "--run", "qkclip")
+        out = os.path.join(self.tmp.name, run + ".pt")
+        r = trainer(mode, self.d.socket, out, "--run", run)
         data = torch.load(out, weights_only=False)
         tau, res = data["tau"], data["results"]
         steps = sorted({st for st, _ in res})
@@ -623,6 +622,22 @@ class TestGPU(unittest.TestCase):
         self.assertTrue(0 < over[0] < 8, over)
         self.assertEqual(data["clip"]["clipped_by_layer"], {l: n for l, n in over.items() if n})
         self.assertEqual(data["clipped"], sum(over.values()))
+
+    def test_22_qk_clip(self):
+        """attnstat.torch.qk_clip on a GQA Llama under bf16 autocast (qk_clip_check)."""
+        self.qk_clip_check("qkclip", "qkclip")
+
+    def test_24_qk_clip_latent_attention(self):
+        """attnstat.torch.qk_clip on a transformers DeepSeek-V3 (multi-head latent attention, the
+        rotary key shared by every head) under bf16 autocast (qk_clip_check): q_C and k_C by
+        sqrt(gamma), q_R by gamma, so each clipped head's logits come to tau and no other's move."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        try:
+            from transformers import DeepseekV3Config  # noqa: F401
+        except ImportError:
+            self.skipTest("this transformers has no DeepSeek-V3")
+        self.qk_clip_check("qkclip-mla", "qkclip-mla")
 
     def tensor_parallel_run(self, mode, run):
         """gpu_trainer's `mode` on two GPUs under torch.distributed.run (run name `run`): its

@@ -31,7 +31,15 @@ refused (an older daemon records none: said once, the clip goes on).
 Which rows: a transformers attention module (one with layer_idx, q_proj, k_proj and head_dim: the
 layer number the monitor pushes is its layer_idx), or, for any other model, projections={layer:
 (q_linear, k_linear, head_dim)}. Rows of head h are h*head_dim .. (h+1)*head_dim - 1 of the
-linear's weight (and bias). A layer that normalises q and k after projecting them (q_norm /
+linear's weight (and bias).
+Multi-head latent attention (DeepSeek-V3 and Kimi K2, the models MuonClip was made for: a
+transformers module with layer_idx, kv_b_proj, q_proj or q_b_proj, qk_nope_head_dim,
+qk_rope_head_dim and v_head_dim; or projections={layer: {"q": q_linear, "kv": kv_b_linear,
+"nope": n, "rope": r, "v": dv}}) is clipped as MuonClip clips it: of head h's rows, the
+non-rotary query part q_C (the first n of its n + r rows of q) and key part k_C (the first n of
+its n + dv rows of kv_b) scale by sqrt(gamma_h), the rotary query part q_R (the last r) by
+gamma_h, and neither the rotary key, which every head shares (kv_a_proj_with_mqa), nor the
+values are touched: each clipped head's logits scale by gamma_h and no other head's change. A layer that normalises q and k after projecting them (q_norm /
 k_norm: QK-norm) cannot be clipped through its projections: refused when found. Under tensor
 parallelism (DTensor weights sharded by rows, ColwiseParallel, as torchtitan and PyTorch's plans
 shard q_proj and k_proj) each process clips its own heads: its pushes' results number them from 0
@@ -66,11 +74,23 @@ class qk_clip(object):
         self.monitor = monitor
         self._layers = {}
         if projections is not None:
-            for layer, (ql, kl, d) in dict(projections).items():
-                self._layers[int(layer)] = self._layer(ql, kl, int(d), "layer %s" % layer)
+            for layer, p in dict(projections).items():
+                what = "layer %s" % layer
+                if isinstance(p, dict):
+                    self._layers[int(layer)] = self._mla(p.get("q"), p.get("kv"), p.get("nope"),
+                                                         p.get("rope"), p.get("v"), what)
+                else:
+                    ql, kl, d = p
+                    self._layers[int(layer)] = self._layer(ql, kl, int(d), what)
         elif model is not None:
             for name, m in model.named_modules():
-                if all(hasattr(m, a) for a in ("layer_idx", "q_proj", "k_proj", "head_dim")):
+                if all(hasattr(m, a) for a in ("layer_idx", "kv_b_proj", "qk_nope_head_dim",
+                                               "qk_rope_head_dim", "v_head_dim")):
+                    ql = getattr(m, "q_b_proj", None)
+                    self._layers[int(m.layer_idx)] = self._mla(
+                        ql if ql is not None else getattr(m, "q_proj", None), m.kv_b_proj,
+                        m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, name)
+                elif all(hasattr(m, a) for a in ("layer_idx", "q_proj", "k_proj", "head_dim")):
                     if getattr(m, "q_norm", None) is not None or \
                             getattr(m, "k_norm", None) is not None:
                         raise ValueError("%s normalises q and k after their projections (QK-norm):"
@@ -80,8 +100,10 @@ class qk_clip(object):
                                                                  int(m.head_dim), name)
         if not self._layers:
             raise ValueError("no attention layer to clip: give a transformers model (attention "
-                             "modules with layer_idx, q_proj, k_proj, head_dim) or projections="
-                             "{layer: (q_linear, k_linear, head_dim)}")
+                             "modules with layer_idx, q_proj, k_proj, head_dim, or multi-head "
+                             "latent attention's kv_b_proj) or projections={layer: (q_linear, "
+                             "k_linear, head_dim)} ({layer: {'q':, 'kv':, 'nope':, 'rope':, "
+                             "'v':}} for latent attention)")
         self._latest = {}    # layer -> (step, [max_logit per head]), newest not yet applied
         self._applied = {}   # layer -> step of the result applied last
         self.clipped = {}    # layer -> heads clipped so far
@@ -97,19 +119,41 @@ class qk_clip(object):
         client.on_result(self.observe)
 
     @staticmethod
-    def _layer(ql, kl, d, what):
-        for lin in (ql, kl):
+    def _by_rows(what, *lins):
+        for lin in lins:
             pl = getattr(lin.weight, "placements", None)
             if pl is not None and any(getattr(x, "dim", 0) not in (0, None) and x.is_shard()
                                       for x in pl):
                 raise ValueError("%s: a projection's weight is sharded across its input "
                                  "features (%s): qk_clip scales whole rows of heads, which needs "
                                  "them sharded by rows (ColwiseParallel) or whole" % (what, pl))
+
+    @classmethod
+    def _layer(cls, ql, kl, d, what):
+        """(q linear, k linear, rows per head, query heads, query heads per key head, None)."""
+        cls._by_rows(what, ql, kl)
         hq, hk = _local(ql.weight).shape[0], _local(kl.weight).shape[0]
         if d < 1 or hq % d or hk % d or (hq // d) % (hk // d):
             raise ValueError("%s: q rows %d and k rows %d are not whole heads of %d with query "
                              "heads a multiple of key heads" % (what, hq, hk, d))
-        return (ql, kl, d, hq // d, (hq // d) // (hk // d))
+        return (ql, kl, d, hq // d, (hq // d) // (hk // d), None)
+
+    @classmethod
+    def _mla(cls, ql, kvl, nope, rope, dv, what):
+        """Latent attention: (q linear, kv_b linear, 0, heads, 1, (nope, rope, dv)), head h's q
+        rows h*(nope + rope) .., its kv_b rows h*(nope + dv) .. (the module's docstring)."""
+        if ql is None or kvl is None or nope is None or rope is None or dv is None:
+            raise ValueError("%s: latent attention needs its q (q_proj or q_b_proj) and kv_b "
+                             "projections and qk_nope_head_dim, qk_rope_head_dim, v_head_dim"
+                             % what)
+        nope, rope, dv = int(nope), int(rope), int(dv)
+        cls._by_rows(what, ql, kvl)
+        hq, hk = _local(ql.weight).shape[0], _local(kvl.weight).shape[0]
+        if nope < 1 or rope < 0 or dv < 1 or hq % (nope + rope) or hk % (nope + dv) or \
+                hq // (nope + rope) != hk // (nope + dv):
+            raise ValueError("%s: q rows %d and kv_b rows %d are not the same number of heads of "
+                             "%d + %d and %d + %d rows" % (what, hq, hk, nope, rope, nope, dv))
+        return (ql, kvl, 0, hq // (nope + rope), 1, (nope, rope, dv))
 
     def observe(self, seq, step, layer, heads):
         """A result (Client.on_result's arguments): kept as its layer's newest."""
@@ -132,16 +176,27 @@ class qk_clip(object):
         # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
         for layer, (st, ml) in sorted(self._latest.items()):
-            ql, kl, d, heads, group = self._layers[layer]
+            ql, kl, d, heads, group, mla = self._layers[layer]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
             if over:
+                if mla is None:
+                    per = (("q", ql, q, d), ("k", kl, k, d))
+                else:  # q_C and k_C by sqrt(gamma) (q_h = k_h), q_R by gamma, values by 1
+                    nope, rope, dv = mla
+                    qr, kr = [], []
+                    for h in range(heads):
+                        qr += [q[h]] * nope + [q[h] * k[h]] * rope
+                        kr += [k[h]] * nope + [1.0] * dv
+                    per = (("q", ql, qr, 1), ("k", kl, kr, 1))
                 with torch.no_grad():
-                    for which, lin, f in (("q", ql, q), ("k", kl, k)):
+                    for which, lin, f, rep in per:
                         if all(x == 1.0 for x in f):
                             continue
                         w = _local(lin.weight)
-                        rows = self._factors(torch, (layer, which), f, w).repeat_interleave(d)
+                        rows = self._factors(torch, (layer, which), f, w)
+                        if rep > 1:
+                            rows = rows.repeat_interleave(rep)
                         w.mul_(rows.view(-1, *([1] * (w.dim() - 1))))
                         if getattr(lin, "bias", None) is not None:
                             _local(lin.bias).mul_(rows)
