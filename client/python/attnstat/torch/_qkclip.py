@@ -62,7 +62,8 @@ class qk_clip(object):
     (with want_results=True). model: an nn.Module (its transformers attention modules are found
     by their layer_idx), or None with projections. tau: the max logit no head should pass (the
     daemon's logit_ceiling by default is 100 too). projections: {layer: (q_linear, k_linear,
-    head_dim)}, used instead of the model's. monitor: the attnstat.torch.monitor pushing them,
+    head_dim)}, or for latent attention {layer: {"q": q_linear, "kv": kv_b_linear, "nope": n,
+    "rope": r, "v": dv}}, used instead of the model's. monitor: the attnstat.torch.monitor pushing them,
     for the lag (its current step minus the step of the result a clip used).
 
     step() applies what arrived since the last call and returns how many heads it clipped;
