@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """attnstat's QK-Clip rule (client/python/attnstat/_qkclip.py) against a NumPy reference: the
 factors themselves, and what they do to a layer's logits when its projection rows are scaled by
-them (multi-head, grouped and multi-query attention, and multi-head latent attention's parts,
-fresh random weights each run); and
+them (multi-head, grouped and multi-query attention, multi-head latent attention's parts and
+fused q/k/v projections, fresh random weights each run); and
 attnstat.torch.qk_clip's bookkeeping (which rows, which results, once each) on a NumPy-backed
 stand-in of the few torch calls it makes (tests/gpu test_22 runs it on a real model)."""
 import contextlib
@@ -364,11 +364,8 @@ class LatentAttention(object):
         self.kv_a_proj_with_mqa = Linear(rng, rkv + rope, hidden)
 
 
-class TestLatentAttention(unittest.TestCase):
-    """Multi-head latent attention (DeepSeek-V3, Kimi K2): each head's logits computed with NumPy
-    from its q rows (q_C, q_R), its kv_b rows (k_C) and the rotary key every head shares, before
-    and after qk_clip.step(): a head over tau comes to tau exactly, the others do not move, and
-    the shared key and the values are not touched (fresh random weights, latents and tau)."""
+class FakeTorchCase(unittest.TestCase):
+    """The NumPy stand-in of torch in place for each test (SEED + 2's generator)."""
 
     def setUp(self):
         self.rng = np.random.default_rng(SEED + 2)
@@ -380,6 +377,13 @@ class TestLatentAttention(unittest.TestCase):
             sys.modules.pop("torch", None)
         else:
             sys.modules["torch"] = self.saved
+
+
+class TestLatentAttention(FakeTorchCase):
+    """Multi-head latent attention (DeepSeek-V3, Kimi K2): each head's logits computed with NumPy
+    from its q rows (q_C, q_R), its kv_b rows (k_C) and the rotary key every head shares, before
+    and after qk_clip.step(): a head over tau comes to tau exactly, the others do not move, and
+    the shared key and the values are not touched (fresh random weights, latents and tau)."""
 
     @staticmethod
     def max_logits(m, cq, ckv, kr):
@@ -441,6 +445,61 @@ class TestLatentAttention(unittest.TestCase):
                                                        rope=2, v=4)})
         with self.assertRaisesRegex(ValueError, "latent attention needs"):
             qk_clip(FakeClient(), projections={0: dict(q=m.q_b_proj, nope=3, rope=2, v=3)})
+
+
+class FusedAttention(object):
+    """transformers' Phi3Attention's surface: one qkv_proj (query heads' rows, key heads', value
+    heads'), head_dim, num_key_value_heads, the query heads in its config."""
+
+    def __init__(self, rng, layer, heads, kv, d, hidden=12):
+        self.layer_idx, self.head_dim, self.num_key_value_heads = layer, d, kv
+        self.config = types.SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv)
+        self.qkv_proj = Linear(rng, (heads + 2 * kv) * d, hidden)
+
+
+class TestFusedProjection(FakeTorchCase):
+    """A fused q/k/v projection (Phi-3, Phi-4): the logits of every head, from the query and key
+    rows of the one weight, before and after the clip as in TestRule (groups of 1, 2 and 4);
+    the value rows not touched; a sharded or odd-shaped one refused."""
+
+    def test_logits_come_to_tau(self):
+        for heads, kv, d in ((4, 4, 3), (8, 4, 2), (8, 2, 4)):
+            group, hidden = heads // kv, 12
+            m = FusedAttention(self.rng, 0, heads, kv, d, hidden)
+            x = self.rng.standard_normal((16, hidden))
+
+            def logits():
+                w = m.qkv_proj.weight.a
+                return head_max_logits(w[:heads * d], w[heads * d:(heads + kv) * d], x, heads,
+                                       group, d)
+            s = logits()
+            tau = float(np.median(s)) if np.median(s) > 0 else float(max(s)) / 2
+            wv = m.qkv_proj.weight.a[(heads + kv) * d:].copy()
+            client = FakeClient()
+            clip = qk_clip(client, Model([m]), tau=tau)
+            client.result(2, 0, list(s))
+            over = [h for h in range(heads) if s[h] > tau]
+            self.assertEqual(clip.step(), len(over))
+            after = logits()
+            for h in range(heads):
+                if h in over:
+                    self.assertAlmostEqual(after[h] / tau, 1.0, delta=1e-12, msg="head %d" % h)
+                else:  # its query rows take 1 / its group's key factor
+                    self.assertLessEqual(abs(after[h] - s[h]), 1e-12 * abs(s[h]) + 1e-12,
+                                         "head %d moved" % h)
+            np.testing.assert_array_equal(m.qkv_proj.weight.a[(heads + kv) * d:], wv)
+
+    def test_projections_and_refusals(self):
+        m = FusedAttention(self.rng, 0, 4, 2, 3)
+        clip = qk_clip(FakeClient(), projections={2: dict(qkv=m.qkv_proj, heads=4, kv_heads=2,
+                                                          head_dim=3)})
+        self.assertEqual(clip.stats()["layers"], [2])
+        with self.assertRaisesRegex(ValueError, "rows are not"):
+            qk_clip(FakeClient(), projections={2: dict(qkv=m.qkv_proj, heads=4, kv_heads=1,
+                                                       head_dim=3)})
+        m.qkv_proj.weight.placements = ()
+        with self.assertRaisesRegex(ValueError, "sharded by tensor parallelism"):
+            qk_clip(FakeClient(), Model([m]))
 
 
 if __name__ == "__main__":

@@ -436,6 +436,16 @@ def _small_deepseek(dev, seed, heads=8, layers=2):
     return DeepseekV3ForCausalLM(cfg).to(dev)
 
 
+def _small_phi3(dev, seed, heads=8, kv=2, layers=2):
+    """A Phi-3 (one fused qkv_proj per layer: query rows, key rows, value rows) with GQA."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    torch.manual_seed(seed)
+    cfg = Phi3Config(vocab_size=512, hidden_size=32 * heads, intermediate_size=512,
+                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                     max_position_embeddings=1024, pad_token_id=0, attn_implementation="sdpa")
+    return Phi3ForCausalLM(cfg).to(dev)
+
+
 def _qkclip_measure(args, model, heads, qrows):
     """QK-Clip from the measurements, on model under bf16 autocast: each layer's query rows of
     head h (qrows(layer): the weight, rows per head) scaled by 1 .. 12 so that the heads' max
@@ -479,6 +489,12 @@ def run_qkclip(args):
     """_qkclip_measure on a GQA Llama (8 query heads, 2 key/value heads)."""
     model = _small_llama(torch.device("cuda", 0), args.seed, layers=2)
     _qkclip_measure(args, model, 8, lambda a: (a.q_proj.weight, a.head_dim))
+
+
+def run_qkclip_fused(args):
+    """_qkclip_measure on a Phi-3 (fused q/k/v, 8 query heads, 2 key/value heads)."""
+    model = _small_phi3(torch.device("cuda", 0), args.seed)
+    _qkclip_measure(args, model, 8, lambda a: (a.qkv_proj.weight[:8 * a.head_dim], a.head_dim))
 
 
 def run_qkclip_mla(args):
@@ -739,7 +755,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip", "qkclip-tp",
-                                     "qkclip-mla"))
+                                     "qkclip-mla", "qkclip-fused"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -760,7 +776,8 @@ def main():
      "memory": run_memory, "llama": run_llama, "flex": run_flex,
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
-     "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla}[args.mode](args)
+     "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
+     "qkclip-fused": run_qkclip_fused}[args.mode](args)
 
 
 if __name__ == "__main__":

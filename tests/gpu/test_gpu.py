@@ -639,6 +639,13 @@ class TestGPU(unittest.TestCase):
             self.skipTest("this transformers has no DeepSeek-V3")
         self.qk_clip_check("qkclip-mla", "qkclip-mla")
 
+    def test_25_qk_clip_fused_projection(self):
+        """attnstat.torch.qk_clip on a transformers Phi-3 (one qkv_proj: query, key and value
+        rows in one weight; GQA 8/2) under bf16 autocast (qk_clip_check)."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        self.qk_clip_check("qkclip-fused", "qkclip-fused")
+
     def tensor_parallel_run(self, mode, run):
         """gpu_trainer's `mode` on two GPUs under torch.distributed.run (run name `run`): its
         completed process and each rank's saved output; skips without two GPUs or transformers."""

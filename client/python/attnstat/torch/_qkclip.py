@@ -39,7 +39,11 @@ qk_rope_head_dim and v_head_dim; or projections={layer: {"q": q_linear, "kv": kv
 non-rotary query part q_C (the first n of its n + r rows of q) and key part k_C (the first n of
 its n + dv rows of kv_b) scale by sqrt(gamma_h), the rotary query part q_R (the last r) by
 gamma_h, and neither the rotary key, which every head shares (kv_a_proj_with_mqa), nor the
-values are touched: each clipped head's logits scale by gamma_h and no other head's change. A layer that normalises q and k after projecting them (q_norm /
+values are touched: each clipped head's logits scale by gamma_h and no other head's change.
+Fused projections (Phi-3 and Phi-4's qkv_proj: a transformers module with layer_idx, qkv_proj and
+head_dim; or projections={layer: {"qkv": linear, "heads": hq, "kv_heads": hk, "head_dim": d}}):
+the query heads' rows first, then the key heads', then the values' (left alone); a fused
+projection sharded by tensor parallelism is refused (its shards mix the three). A layer that normalises q and k after projecting them (q_norm /
 k_norm: QK-norm) cannot be clipped through its projections: refused when found. Under tensor
 parallelism (DTensor weights sharded by rows, ColwiseParallel, as torchtitan and PyTorch's plans
 shard q_proj and k_proj) each process clips its own heads: its pushes' results number them from 0
@@ -77,7 +81,11 @@ class qk_clip(object):
         if projections is not None:
             for layer, p in dict(projections).items():
                 what = "layer %s" % layer
-                if isinstance(p, dict):
+                if isinstance(p, dict) and "qkv" in p:
+                    self._layers[int(layer)] = self._fused(p["qkv"], p.get("heads"),
+                                                           p.get("kv_heads"), p.get("head_dim"),
+                                                           what)
+                elif isinstance(p, dict):
                     self._layers[int(layer)] = self._mla(p.get("q"), p.get("kv"), p.get("nope"),
                                                          p.get("rope"), p.get("v"), what)
                 else:
@@ -91,6 +99,13 @@ class qk_clip(object):
                     self._layers[int(m.layer_idx)] = self._mla(
                         ql if ql is not None else getattr(m, "q_proj", None), m.kv_b_proj,
                         m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, name)
+                elif all(hasattr(m, a) for a in ("layer_idx", "qkv_proj", "head_dim")):
+                    cfg = getattr(m, "config", None)
+                    hq = getattr(m, "num_heads", getattr(cfg, "num_attention_heads", None))
+                    hk = getattr(m, "num_key_value_heads",
+                                 getattr(cfg, "num_key_value_heads", None))
+                    self._layers[int(m.layer_idx)] = self._fused(m.qkv_proj, hq, hk, m.head_dim,
+                                                                 name)
                 elif all(hasattr(m, a) for a in ("layer_idx", "q_proj", "k_proj", "head_dim")):
                     if getattr(m, "q_norm", None) is not None or \
                             getattr(m, "k_norm", None) is not None:
@@ -156,6 +171,24 @@ class qk_clip(object):
                              "%d + %d and %d + %d rows" % (what, hq, hk, nope, rope, nope, dv))
         return (ql, kvl, 0, hq // (nope + rope), 1, (nope, rope, dv))
 
+    @staticmethod
+    def _fused(lin, hq, hk, d, what):
+        """One projection for q, k and v: (linear, None, head_dim, query heads, query heads per
+        key head, "fused"), query rows first, then key rows, then value rows."""
+        if hq is None or hk is None or d is None:
+            raise ValueError("%s: a fused q/k/v projection needs its query and key heads and "
+                             "head_dim" % what)
+        hq, hk, d = int(hq), int(hk), int(d)
+        if getattr(lin.weight, "placements", None) is not None:
+            raise ValueError("%s: a fused q/k/v projection sharded by tensor parallelism (its "
+                             "shards mix query, key and value rows): qk_clip cannot tell its "
+                             "heads' rows apart" % what)
+        rows = lin.weight.shape[0]
+        if hq < 1 or hk < 1 or d < 1 or hq % hk or rows != (hq + 2 * hk) * d:
+            raise ValueError("%s: %d rows are not %d query and %d key and value heads of %d"
+                             % (what, rows, hq, hk, d))
+        return (lin, None, d, hq, hq // hk, "fused")
+
     def observe(self, seq, step, layer, heads):
         """A result (Client.on_result's arguments): kept as its layer's newest."""
         if self._closed or layer not in self._layers:
@@ -183,6 +216,8 @@ class qk_clip(object):
             if over:
                 if mla is None:
                     per = (("q", ql, q, d), ("k", kl, k, d))
+                elif mla == "fused":  # q rows, k rows, then the values' (by 1)
+                    per = (("qkv", ql, list(q) + list(k) + [1.0] * len(k), d),)
                 else:  # q_C and k_C by sqrt(gamma) (q_h = k_h), q_R by gamma, values by 1
                     nope, rope, dv = mla
                     qr, kr = [], []
