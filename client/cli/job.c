@@ -659,9 +659,9 @@ static int job_export_row(void *ctx, const store_sample *s)
 
 /* export --interventions: one of a process's interventions, kept when its step (--from/--to),
  * the time it was recorded (--since/--until), its layer and its kind are those asked for, after
- * the process's leading cells. CSV: heads and values as
- * JSON arrays in one cell each (empty values: none sent), NaN thresholds and measures empty;
- * JSON: one object a line, arrays as arrays, none as null. */
+ * the process's leading cells. CSV: heads and values as JSON arrays in one cell each (values
+ * empty when none were sent), NaN thresholds and measures empty; JSON: one object a line,
+ * arrays as arrays, none as null. */
 #define JOB_INTERV_CSV_HEAD "time,time_ms,step,layer,kind,heads,values,threshold,measured,detail,id\n"
 
 static void job_interv_num(int json, const char *key, double v)

@@ -754,8 +754,8 @@ def run_memory(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
-                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip", "qkclip-tp",
-                                     "qkclip-mla", "qkclip-fused"))
+                                     "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
+                                     "qkclip-tp", "qkclip-mla", "qkclip-fused"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")

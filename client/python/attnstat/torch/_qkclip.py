@@ -43,7 +43,8 @@ values are touched: each clipped head's logits scale by gamma_h and no other hea
 Fused projections (Phi-3 and Phi-4's qkv_proj: a transformers module with layer_idx, qkv_proj and
 head_dim; or projections={layer: {"qkv": linear, "heads": hq, "kv_heads": hk, "head_dim": d}}):
 the query heads' rows first, then the key heads', then the values' (left alone); a fused
-projection sharded by tensor parallelism is refused (its shards mix the three). A layer that normalises q and k after projecting them (q_norm /
+projection sharded by tensor parallelism is refused (its shards mix the three).
+A layer that normalises q and k after projecting them (q_norm /
 k_norm: QK-norm) cannot be clipped through its projections: refused when found. Under tensor
 parallelism (DTensor weights sharded by rows, ColwiseParallel, as torchtitan and PyTorch's plans
 shard q_proj and k_proj) each process clips its own heads: its pushes' results number them from 0
@@ -66,9 +67,10 @@ class qk_clip(object):
     (with want_results=True). model: an nn.Module (its transformers attention modules are found
     by their layer_idx), or None with projections. tau: the max logit no head should pass (the
     daemon's logit_ceiling by default is 100 too). projections: {layer: (q_linear, k_linear,
-    head_dim)}, or for latent attention {layer: {"q": q_linear, "kv": kv_b_linear, "nope": n,
-    "rope": r, "v": dv}}, used instead of the model's. monitor: the attnstat.torch.monitor pushing them,
-    for the lag (its current step minus the step of the result a clip used).
+    head_dim)}, or {layer: {"q": q_linear, "kv": kv_b_linear, "nope": n, "rope": r, "v": dv}}
+    for latent attention, or {layer: {"qkv": linear, "heads": hq, "kv_heads": hk, "head_dim":
+    d}} for a fused projection, used instead of the model's. monitor: the attnstat.torch.monitor
+    pushing them, for the lag (its current step minus the step of the result a clip used).
 
     step() applies what arrived since the last call and returns how many heads it clipped;
     stats() says what was clipped so far (per layer), and the lag of the results used."""
@@ -93,6 +95,11 @@ class qk_clip(object):
                     self._layers[int(layer)] = self._layer(ql, kl, int(d), what)
         elif model is not None:
             for name, m in model.named_modules():
+                if hasattr(m, "layer_idx") and (getattr(m, "q_norm", None) is not None or
+                                                getattr(m, "k_norm", None) is not None):
+                    raise ValueError("%s normalises q and k after their projections (QK-norm):"
+                                     " scaling the projections' rows does not change its "
+                                     "logits, so qk_clip cannot clip it" % name)
                 if all(hasattr(m, a) for a in ("layer_idx", "kv_b_proj", "qk_nope_head_dim",
                                                "qk_rope_head_dim", "v_head_dim")):
                     ql = getattr(m, "q_b_proj", None)
@@ -107,11 +114,6 @@ class qk_clip(object):
                     self._layers[int(m.layer_idx)] = self._fused(m.qkv_proj, hq, hk, m.head_dim,
                                                                  name)
                 elif all(hasattr(m, a) for a in ("layer_idx", "q_proj", "k_proj", "head_dim")):
-                    if getattr(m, "q_norm", None) is not None or \
-                            getattr(m, "k_norm", None) is not None:
-                        raise ValueError("%s normalises q and k after their projections (QK-norm):"
-                                         " scaling the projections' rows does not change its "
-                                         "logits, so qk_clip cannot clip it" % name)
                     self._layers[int(m.layer_idx)] = self._layer(m.q_proj, m.k_proj,
                                                                  int(m.head_dim), name)
         if not self._layers:
@@ -210,16 +212,16 @@ class qk_clip(object):
         # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
         for layer, (st, ml) in sorted(self._latest.items()):
-            ql, kl, d, heads, group, mla = self._layers[layer]
+            ql, kl, d, heads, group, form = self._layers[layer]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
             if over:
-                if mla is None:
+                if form is None:
                     per = (("q", ql, q, d), ("k", kl, k, d))
-                elif mla == "fused":  # q rows, k rows, then the values' (by 1)
+                elif form == "fused":  # q rows, k rows, then the values' (by 1)
                     per = (("qkv", ql, list(q) + list(k) + [1.0] * len(k), d),)
-                else:  # q_C and k_C by sqrt(gamma) (q_h = k_h), q_R by gamma, values by 1
-                    nope, rope, dv = mla
+                else:  # latent: q_C and k_C by sqrt(gamma) (q_h = k_h), q_R by gamma, values by 1
+                    nope, rope, dv = form
                     qr, kr = [], []
                     for h in range(heads):
                         qr += [q[h]] * nope + [q[h] * k[h]] * rope
