@@ -234,6 +234,23 @@ class TestMetrics(unittest.TestCase):
         self.assertEqual({(dict(k)["layer"], dict(k)["head"]) for k in alerts},
                          {("1", "8"), ("2", "4")})
 
+    def test_dashboard_and_rules_read_exported_metrics(self):
+        """Every attnstatd metric the Grafana dashboard and the Prometheus rules query is one
+        /metrics exports (a panel or rule on a name it does not is empty, and says nothing)."""
+        self.scrape("all")
+        with open(os.path.join(self.tmp, "metrics-all.txt")) as f:
+            exported = set(families(f.read()))
+        d = deploy_checks.load_dashboard(os.path.join(DEPLOY, "grafana", "attnstat-dashboard.json"))
+        exprs = [e for _, e in deploy_checks.dashboard_queries(d)]
+        with open(os.path.join(DEPLOY, "prometheus", "attnstat.rules.yml")) as f:
+            exprs += re.findall(r"expr:\s*(.+)", f.read())
+        used = {n for e in exprs for n in re.findall(r"\battnstat_[a-z0-9_]+", e)}
+        self.assertGreaterEqual(len(used), 10, used)
+        self.assertIn("attnstat_interventions_stored_total", used)
+        missing = sorted(n for n in used if n not in exported and
+                         re.sub(r"_(bucket|sum|count)$", "", n) not in exported)
+        self.assertEqual(missing, [], "queried, not exported (exported: %s)" % sorted(exported))
+
     def test_top(self):
         m = self.scrape("top", top=2)
         ent = ch.series(m, "attnstat_head_entropy_normalized_ratio", run="tpjob")
