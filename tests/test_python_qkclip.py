@@ -203,13 +203,13 @@ class FakeClient(object):
             cb(0, step, layer, [dict(head=h, max_logit=m) for h, m in enumerate(max_logits)])
 
 
-class TestClipStep(unittest.TestCase):
-    """qk_clip.step() on stand-ins: the rows of each head scaled by the rule's factors (weights
-    and biases), from each layer's newest result, once; nothing for results it has applied,
-    statistics not asked (NaN) or layers it does not know."""
+class FakeTorchCase(unittest.TestCase):
+    """The NumPy stand-in of torch in place for each test, and a generator of SEED + SEED_OFFSET
+    (each class its own stream)."""
+    SEED_OFFSET = 2
 
     def setUp(self):
-        self.rng = np.random.default_rng(SEED + 1)
+        self.rng = np.random.default_rng(SEED + self.SEED_OFFSET)
         self.saved = sys.modules.get("torch")
         sys.modules["torch"] = fake_torch()
 
@@ -218,6 +218,13 @@ class TestClipStep(unittest.TestCase):
             sys.modules.pop("torch", None)
         else:
             sys.modules["torch"] = self.saved
+
+
+class TestClipStep(FakeTorchCase):
+    """qk_clip.step() on stand-ins: the rows of each head scaled by the rule's factors (weights
+    and biases), from each layer's newest result, once; nothing for results it has applied,
+    statistics not asked (NaN) or layers it does not know."""
+    SEED_OFFSET = 1
 
     def check_rows(self, lin, before_w, before_b, factors, d):
         f = np.repeat(np.asarray(factors), d)
@@ -364,21 +371,6 @@ class LatentAttention(object):
         self.kv_a_proj_with_mqa = Linear(rng, rkv + rope, hidden)
 
 
-class FakeTorchCase(unittest.TestCase):
-    """The NumPy stand-in of torch in place for each test (SEED + 2's generator)."""
-
-    def setUp(self):
-        self.rng = np.random.default_rng(SEED + 2)
-        self.saved = sys.modules.get("torch")
-        sys.modules["torch"] = fake_torch()
-
-    def tearDown(self):
-        if self.saved is None:
-            sys.modules.pop("torch", None)
-        else:
-            sys.modules["torch"] = self.saved
-
-
 class TestLatentAttention(FakeTorchCase):
     """Multi-head latent attention (DeepSeek-V3, Kimi K2): each head's logits computed with NumPy
     from its q rows (q_C, q_R), its kv_b rows (k_C) and the rotary key every head shares, before
@@ -461,6 +453,7 @@ class TestFusedProjection(FakeTorchCase):
     """A fused q/k/v projection (Phi-3, Phi-4): the logits of every head, from the query and key
     rows of the one weight, before and after the clip as in TestRule (groups of 1, 2 and 4);
     the value rows not touched; a sharded or odd-shaped one refused."""
+    SEED_OFFSET = 3
 
     def test_logits_come_to_tau(self):
         for heads, kv, d in ((4, 4, 3), (8, 4, 2), (8, 2, 4)):
