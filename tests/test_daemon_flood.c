@@ -116,17 +116,6 @@ static uint64_t suppressed_in_log(const char *log_path, const char *run)
     return sum;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t al = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* GET /metrics on 127.0.0.1:port; the body (malloc'd). */
 static char *scrape(int port)
 {
@@ -169,7 +158,7 @@ START_TEST(test_flood_leaves_other_runs_alerts)
              "echo \"$ATTNSTAT_RUN $ATTNSTAT_STATE $ATTNSTAT_HEAD\" >> %s", release, out);
     snprintf(qs, sizeof qs, "%d", queue);
     snprintf(bs, sizeof bs, "%d", burst);
-    int port = free_port();
+    int port = dh_free_port();
     snprintf(ps, sizeof ps, "%d", port);
     if (other_uid) {
         snprintf(gname, sizeof gname, "%s", getgrgid(NOBODY)->gr_name);

@@ -174,47 +174,6 @@ static Attnstat__Envelope *command(dh_conn *c, Attnstat__Command__Action action,
     return r;
 }
 
-static int free_port(void)
-{
-    int probe = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(probe, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t al = sizeof a;
-    ck_assert_int_eq(getsockname(probe, (struct sockaddr *)&a, &al), 0);
-    close(probe);
-    return ntohs(a.sin_port);
-}
-
-/* GET /metrics into buf. */
-static void scrape(int port, char *buf, size_t cap)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
-    ck_assert_int_eq(dh_write_all(fd, req, sizeof req - 1), 0);
-    size_t n = 0;
-    int64_t deadline = dh_now_ms() + 20000;
-    while (n + 1 < cap && dh_now_ms() < deadline) {
-        struct pollfd pf = {fd, POLLIN, 0};
-        if (poll(&pf, 1, 100) <= 0)
-            continue;
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    close(fd);
-}
-
 /* ---- a run ends ----------------------------------------------------------------------------- */
 
 /* Goodbye: the run's two active alerts are resolved ("goodbye") as soon as the connection closes,
@@ -347,7 +306,7 @@ END_TEST
 START_TEST(test_commands_and_metrics)
 {
     dh_rng rng = dh_rng_new("life_commands");
-    int port = free_port();
+    int port = dh_free_port();
     char portarg[16];
     snprintf(portarg, sizeof portarg, "%d", port);
     dh_daemon d;
@@ -368,7 +327,7 @@ START_TEST(test_commands_and_metrics)
 
     static char buf[1 << 21];
     char want[256];
-    scrape(port, buf, sizeof buf);
+    dh_scrape(port, buf, sizeof buf);
     snprintf(want, sizeof want, "attnstat_run_alerts_active{run=\"marked\",rank=\"0\",run_id=\"%lld\"} 2",
              (long long)t.run_id);
     ck_assert_msg(strstr(buf, want), "no '%s' in the scrape (%zu bytes)", want, strlen(buf));
@@ -384,7 +343,7 @@ START_TEST(test_commands_and_metrics)
              "ack_time > 0", (long long)ent, (unsigned)getuid());
     wait_db(&d, sql, 1, 30000);
     ck_assert_uint_eq(active_now(&op), 2);
-    scrape(port, buf, sizeof buf);
+    dh_scrape(port, buf, sizeof buf);
     snprintf(want, sizeof want, "attnstat_run_alerts_unacknowledged{run=\"marked\",rank=\"0\","
              "run_id=\"%lld\"} 1", (long long)t.run_id);
     ck_assert_msg(strstr(buf, want), "no '%s' in the scrape (%zu bytes)", want, strlen(buf));
@@ -437,7 +396,7 @@ START_TEST(test_commands_and_metrics)
     trainer_end(&t);
     wait_alerts(&sub, t.run_id, ATTNSTAT__ALERT_STATE__RESOLVED, "goodbye", 1, 30000);
     ck_assert_uint_eq(active_now(&op), 0);
-    scrape(port, buf, sizeof buf);
+    dh_scrape(port, buf, sizeof buf);
     ck_assert_msg(!strstr(buf, "attnstat_run_alerts_active{run=\"marked\""), "series of an ended "
                   "run: %.300s", strstr(buf, "attnstat_run_alerts_active{run=\"marked\""));
     ck_assert_msg(strstr(buf, "attnstat_runs_live 0"), "runs_live not 0: %.100s",
@@ -484,7 +443,7 @@ static double series_value(const char *page, const char *name, const char *label
 START_TEST(test_ended_run_leaves_metrics)
 {
     dh_rng rng = dh_rng_new("life_metrics_end");
-    int port = free_port();
+    int port = dh_free_port();
     char portarg[16];
     snprintf(portarg, sizeof portarg, "%d", port);
     dh_daemon d;
@@ -513,7 +472,7 @@ START_TEST(test_ended_run_leaves_metrics)
     attnstat__envelope__free_unpacked(r, NULL);
 
     static char page[1 << 21];
-    scrape(port, page, sizeof page);
+    dh_scrape(port, page, sizeof page);
     char lab[256];
     snprintf(lab, sizeof lab, "run=\"left\",rank=\"0\",run_id=\"%lld\",rule=\"logit_ceiling\"",
              (long long)t.run_id);
@@ -542,7 +501,7 @@ START_TEST(test_ended_run_leaves_metrics)
     wait_alerts(&sub, t.run_id, ATTNSTAT__ALERT_STATE__RESOLVED, "goodbye", 1, 30000);
     wait_db(&d, "SELECT count(*) FROM alerts WHERE state='resolved' AND reason='goodbye'", 2,
             30000);
-    scrape(port, page, sizeof page);
+    dh_scrape(port, page, sizeof page);
     ck_assert_msg(!strstr(page, "run=\"left\""), "a series of the ended run: %.200s",
                   strstr(page, "run=\"left\""));
     ck_assert(has_series(page, "attnstat_head_max_logit", "run=\"stays\",layer=\"2\",head=\"1\""));
@@ -564,7 +523,7 @@ END_TEST
 START_TEST(test_deleted_run_leaves_metrics)
 {
     dh_rng rng = dh_rng_new("life_metrics_delete");
-    int port = free_port();
+    int port = dh_free_port();
     char portarg[16];
     snprintf(portarg, sizeof portarg, "%d", port);
     dh_daemon d;
@@ -579,7 +538,7 @@ START_TEST(test_deleted_run_leaves_metrics)
     trainer_end(&t); /* no Goodbye: the run waits for its client */
     wait_db(&d, "SELECT count(*) FROM alerts WHERE state='raised'", 2, 30000);
     static char page[1 << 21];
-    scrape(port, page, sizeof page);
+    dh_scrape(port, page, sizeof page);
     ck_assert(has_series(page, "attnstat_head_alert",
                          "run=\"doomed\",layer=\"2\",head=\"1\",rule=\"logit_ceiling\""));
     ck_assert(has_series(page, "attnstat_layer_max_logit", "run=\"doomed\",layer=\"2\""));
@@ -587,7 +546,7 @@ START_TEST(test_deleted_run_leaves_metrics)
     ck_assert_msg(r->command_reply->code == ATTNSTAT__CODE__OK, "delete-run: %s",
                   r->command_reply->message);
     attnstat__envelope__free_unpacked(r, NULL);
-    scrape(port, page, sizeof page);
+    dh_scrape(port, page, sizeof page);
     ck_assert_msg(!strstr(page, "run=\"doomed\""), "a series of the deleted run: %.200s",
                   strstr(page, "run=\"doomed\""));
     ck_assert_msg(strstr(page, "\nattnstat_metrics_heads 0\n"), "heads kept: %.60s",

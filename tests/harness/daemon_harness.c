@@ -2,6 +2,9 @@
  * over its socket (messages from proto/envelope.c), shared memory, the database, seeds, the runner. */
 #include "daemon_harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #ifndef ATTNSTATD_PATH
 #error "ATTNSTATD_PATH must name the attnstatd binary"
 #endif
@@ -248,6 +251,40 @@ int dh_write_all(int fd, const void *buf, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+int dh_free_port(void)
+{
+    int probe = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(probe, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t al = sizeof a;
+    ck_assert_int_eq(getsockname(probe, (struct sockaddr *)&a, &al), 0);
+    close(probe);
+    return ntohs(a.sin_port);
+}
+
+void dh_scrape(int port, char *buf, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    ck_assert_int_eq(dh_write_all(fd, req, sizeof req - 1), 0);
+    size_t n = 0;
+    int64_t deadline = dh_now_ms() + 20000;
+    while (n + 1 < cap && dh_now_ms() < deadline) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(fd);
 }
 
 int dh_send(dh_conn *c, const Attnstat__Envelope *env)

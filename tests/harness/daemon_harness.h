@@ -109,6 +109,10 @@ typedef struct {
 void dh_connect(dh_conn *c, const dh_daemon *d);
 void dh_close(dh_conn *c);
 int dh_write_all(int fd, const void *buf, size_t n);
+/* A TCP port of 127.0.0.1 free now (for --metrics-port). */
+int dh_free_port(void);
+/* GET /metrics from 127.0.0.1:port into buf (the whole response, NUL-terminated; cut at cap). */
+void dh_scrape(int port, char *buf, size_t cap);
 /* Frames and sends env. Returns 0, or -1 when the write failed. */
 int dh_send(dh_conn *c, const Attnstat__Envelope *env);
 /* Next message, or NULL on timeout / EOF / bad frame. Free with attnstat__envelope__free_unpacked. */
