@@ -6,7 +6,8 @@
  * number stays the number of runs in trouble, and they vanish when the alerts end; the thresholds
  * for every live run (LIVE or ORPHAN), so they vanish when it ends or is deleted. The operators'
  * marks are per head, of live runs only, keyed by the run's name as the per-head series are; the
- * transitions a live run had suppressed (alerts_limit.h), for those with any. */
+ * transitions a live run had suppressed (alerts_limit.h), and its interventions recorded, for
+ * those with any. */
 #include "metrics_runs.h"
 
 #include <stdio.h>
@@ -75,6 +76,23 @@ static void suppressed_line(void *ctx, run_entry *e)
     metrics_printf(t->out, "attnstat_run_alert_transitions_suppressed{run=\"%s\",rank=\"%d\","
                    "run_id=\"%lld\"} %llu\n", name, (int)e->rank, (long long)e->id,
                    (unsigned long long)n);
+}
+
+/* attnstat_run_interventions_total and attnstat_run_intervened_heads_total (pass 0 and 1): a live
+ * process's Interventions recorded since this daemon started, and the heads they named, for those
+ * with any. */
+static void interv_line(void *ctx, run_entry *e)
+{
+    text *t = ctx;
+    if (!is_live(e) || !e->interventions)
+        return;
+    char name[1024];
+    metrics_label(e->name, name, sizeof name);
+    metrics_printf(t->out, "%s{run=\"%s\",rank=\"%d\",run_id=\"%lld\"} %llu\n",
+                   t->pass ? "attnstat_run_intervened_heads_total"
+                           : "attnstat_run_interventions_total",
+                   name, (int)e->rank, (long long)e->id,
+                   (unsigned long long)(t->pass ? e->intervened_heads : e->interventions));
 }
 
 /* The operators' marks of live runs, by (run name, layer, head, rule): two processes of a job on
@@ -198,6 +216,17 @@ void metrics_render_runs(metrics_buf *out, const stage_ctx *x)
          "alert_rate a second (processes with any only).\n"
          "# TYPE attnstat_run_alert_transitions_suppressed gauge\n");
     runs_each(x->runs, suppressed_line, &t);
+    metrics_printf(out, "# HELP attnstat_run_interventions_total Interventions a live process "
+         "recorded (what it did to its model: qk_clip's clips, one per layer and step) since "
+         "this daemon started (processes with any only).\n"
+         "# TYPE attnstat_run_interventions_total counter\n");
+    t.pass = 0;
+    runs_each(x->runs, interv_line, &t);
+    metrics_printf(out, "# HELP attnstat_run_intervened_heads_total The heads those interventions "
+         "named, summed (qk_clip: heads clipped).\n"
+         "# TYPE attnstat_run_intervened_heads_total counter\n");
+    t.pass = 1;
+    runs_each(x->runs, interv_line, &t);
     render_marks(out, x);
     metrics_printf(out, "# HELP attnstat_store_queue Writes waiting for the store thread.\n"
          "# TYPE attnstat_store_queue gauge\nattnstat_store_queue %u\n",

@@ -46,6 +46,8 @@ typedef struct {
     uint64_t since_ns;       /* ORPHAN: since when (util_mono_ns) */
     uint64_t active_ns;      /* its Hello, or its last stored push (util_mono_ns) */
     uint64_t config_bytes;   /* its Hello's config as stored (max_config_bytes_per_uid) */
+    uint64_t interventions;  /* Interventions recorded for it since this daemon started */
+    uint64_t intervened_heads; /* the heads they named, summed (qk_clip: heads clipped) */
     void *unrecorded;        /* its record, when the transaction that held it was rolled back
                               * (life.c submits it again before the run's next push; freed with
                               * the entry) */

@@ -357,6 +357,11 @@ static void interv_done(storer_op *op)
     peer *p = o->p;
     if (op->status == STORE_OK) {
         counters_inc(o->x->cnt, CNT_INTERVENTIONS_STORED);
+        run_entry *e = runs_get(o->x->runs, o->iv.run_id); /* per run on /metrics */
+        if (e) {
+            e->interventions++;
+            e->intervened_heads += (uint64_t)o->iv.nheads;
+        }
     } else {
         counters_inc(o->x->cnt, CNT_INTERVENTIONS_REFUSED);
         counters_store_error(o->x->cnt, op->err.msg);

@@ -14,11 +14,15 @@
 #define SD 16
 
 static dh_daemon daemon_;
+static int metrics_port_;
 
 static void setup(void)
 {
     dh_dir_init(&daemon_);
-    dh_start(&daemon_, (const char *)NULL);
+    metrics_port_ = dh_free_port();
+    char port[16];
+    snprintf(port, sizeof port, "%d", metrics_port_);
+    dh_start(&daemon_, "--metrics-port", port, (const char *)NULL);
 }
 
 /* The daemon stopped as an operator stops it: it exits 0 (under the sanitizers, with nothing of
@@ -264,6 +268,27 @@ START_TEST(test_stored_exactly)
     int64_t t1 = (int64_t)time(NULL) * 1000 + 1000;
     assert_stored(db, p.run_id, 3, sent, NSENT, 0, 0, t0, t1); /* no layout: local numbers */
     sqlite3_close(db);
+    /* /metrics: the run's interventions and the heads they named (counted once the store's
+     * commit is back on the loop: asked until then) */
+    uint64_t heads = 0;
+    for (int i = 0; i < NSENT; i++)
+        heads += sent[i].m.n_heads;
+    char want_n[160], want_h[160];
+    snprintf(want_n, sizeof want_n, "attnstat_run_interventions_total{run=\"clipjob\",rank=\"3\","
+             "run_id=\"%lld\"} %d\n", (long long)p.run_id, NSENT);
+    snprintf(want_h, sizeof want_h, "attnstat_run_intervened_heads_total{run=\"clipjob\","
+             "rank=\"3\",run_id=\"%lld\"} %llu\n", (long long)p.run_id,
+             (unsigned long long)heads);
+    static char page[1 << 20];
+    for (int tries = 0; tries < 200; tries++) {
+        dh_scrape(metrics_port_, page, sizeof page);
+        if (strstr(page, want_n))
+            break;
+        dh_sleep_ms(10);
+    }
+    ck_assert_msg(strstr(page, want_n) && strstr(page, want_h), "want\n%s%sin\n%.3000s", want_n,
+                  want_h, strstr(page, "attnstat_run_interv") ? strstr(page, "attnstat_run_interv")
+                                                             : page);
     proc_close(&p);
 }
 END_TEST
