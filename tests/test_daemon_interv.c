@@ -280,7 +280,7 @@ START_TEST(test_stored_exactly)
              "rank=\"3\",run_id=\"%lld\"} %llu\n", (long long)p.run_id,
              (unsigned long long)heads);
     static char page[1 << 20];
-    for (int tries = 0; tries < 200; tries++) {
+    for (int tries = 0; tries < 2000; tries++) { /* 20 s: the loaded and sanitized runs */
         dh_scrape(metrics_port_, page, sizeof page);
         if (strstr(page, want_n))
             break;
@@ -437,7 +437,7 @@ START_TEST(test_bad_fields_refused)
     /* the daemon is whole: status answers, and counts what it recorded and what it refused (a
      * clip is counted once the store thread's commit is back on the loop: asked until then) */
     uint64_t stored = 0, refused = 0;
-    for (int tries = 0; tries < 200; tries++) {
+    for (int tries = 0; tries < 2000; tries++) { /* 20 s: the loaded and sanitized runs */
         Attnstat__Envelope *st = dh_status(&p.c);
         ck_assert_ptr_nonnull(st);
         ck_assert_int_eq(st->msg_case, ATTNSTAT__ENVELOPE__MSG_STATUS_REPLY);
