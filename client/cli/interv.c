@@ -106,13 +106,11 @@ static void interv_json_num(const char *key, double v)
         printf(", \"%s\": null", key);
 }
 
-/* One object a line, as out.c writes them ("key": value, ...), heads and values as arrays. */
-static void interv_json(interv_ctx *c, const store_intervention *iv, const char *t)
+void interv_json_fields(const store_intervention *iv)
 {
-    printf("{\"id\": %lld, \"run\": ", (long long)iv->id);
-    out_json_string(stdout, history_run_name(c->runs, iv->run_id));
-    printf(", \"run_id\": %lld, \"rank\": %d, \"step\": %lld, \"time\": \"%s\", "
-           "\"time_ms\": %lld", (long long)iv->run_id, (int)iv->rank, (long long)iv->step, t,
+    char t[32];
+    out_time(t, sizeof t, iv->time_ms);
+    printf("\"step\": %lld, \"time\": \"%s\", \"time_ms\": %lld", (long long)iv->step, t,
            (long long)iv->time_ms);
     if (iv->layer >= 0)
         printf(", \"layer\": %d", (int)iv->layer);
@@ -138,6 +136,15 @@ static void interv_json(interv_ctx *c, const store_intervention *iv, const char 
         out_json_string(stdout, iv->detail);
     else
         printf("null");
+}
+
+/* One object a line, as out.c writes them ("key": value, ...), heads and values as arrays. */
+static void interv_json(interv_ctx *c, const store_intervention *iv)
+{
+    printf("{\"id\": %lld, \"run\": ", (long long)iv->id);
+    out_json_string(stdout, history_run_name(c->runs, iv->run_id));
+    printf(", \"run_id\": %lld, \"rank\": %d, ", (long long)iv->run_id, (int)iv->rank);
+    interv_json_fields(iv);
     printf("}\n");
 }
 
@@ -146,13 +153,13 @@ static int interv_row(void *ctx, const store_intervention *iv)
     interv_ctx *c = ctx;
     if (!interv_kept(c->a, iv))
         return 0;
-    char t[32];
-    out_time(t, sizeof t, iv->time_ms);
     c->n++;
     if (c->a->fmt == OUT_JSON) {
-        interv_json(c, iv, t);
+        interv_json(c, iv);
         return 0;
     }
+    char t[32];
+    out_time(t, sizeof t, iv->time_ms);
     if (interv_room(c, iv->nheads) != 0)
         return 1;
     interv_cells(c, iv);

@@ -8,7 +8,14 @@
 #define ATTNSTAT_CLI_INTERV_H
 
 #include "args.h"
+#include "store_read.h"
 
 int interv_list(const cli_args *a);
+
+/* One intervention's fields as JSON members on stdout, without braces: "step", "time" (RFC 3339
+ * UTC), "time_ms", "layer" (null: none), "kind", "heads" and "values" (arrays; values null when
+ * none were sent), "threshold", "measured" (null: none) and "detail". interventions' and
+ * export --interventions' JSON lines. */
+void interv_json_fields(const store_intervention *iv);
 
 #endif /* ATTNSTAT_CLI_INTERV_H */

@@ -10,7 +10,7 @@
  * (store_merge_stats). A process without a sample at that step is named on stderr.
  *
  * Stage: a command file of the CLI. Calls the store's read half (store_read.h, store_job.h),
- * out.c and libc. */
+ * interv.c (an intervention's JSON members), out.c and libc. */
 #include "job.h"
 
 #include <dirent.h>
@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "interv.h"
 #include "out.h"
 #include "statcol.h"
 #include "store_job.h"
@@ -660,19 +661,9 @@ static int job_export_row(void *ctx, const store_sample *s)
 /* export --interventions: one of a process's interventions, kept when its step (--from/--to),
  * the time it was recorded (--since/--until), its layer and its kind are those asked for, after
  * the process's leading cells. CSV: heads and values as JSON arrays in one cell each (values
- * empty when none were sent), NaN thresholds and measures empty; JSON: one object a line,
- * arrays as arrays, none as null. */
+ * empty when none were sent), NaN thresholds and measures empty; JSON: interventions' members
+ * (interv_json_fields), then the id. */
 #define JOB_INTERV_CSV_HEAD "time,time_ms,step,layer,kind,heads,values,threshold,measured,detail,id\n"
-
-static void job_interv_num(int json, const char *key, double v)
-{
-    if (json)
-        printf(isfinite(v) ? ", \"%s\": %.17g" : ", \"%s\": null", key, v);
-    else if (isfinite(v))
-        printf(",%.17g", v);
-    else
-        printf(",");
-}
 
 static int job_export_interv(void *ctx, const store_intervention *iv)
 {
@@ -682,48 +673,31 @@ static int job_export_interv(void *ctx, const store_intervention *iv)
         (a->kind && strcmp(iv->kind, a->kind)) || (a->since_set && iv->time_ms < a->since_ms) ||
         (a->until_set && iv->time_ms > a->until_ms))
         return 0;
-    const int json = a->fmt == OUT_JSON;
-    char t[32];
-    out_time(t, sizeof t, iv->time_ms);
     fputs(e->prefix, stdout);
-    if (json) {
-        printf("\"time\": \"%s\", \"time_ms\": %lld, \"step\": %lld, ", t, (long long)iv->time_ms,
-               (long long)iv->step);
-        if (iv->layer >= 0)
-            printf("\"layer\": %d, \"kind\": ", (int)iv->layer);
-        else
-            printf("\"layer\": null, \"kind\": ");
-        out_json_string(stdout, iv->kind);
-        printf(", \"heads\": [");
+    if (a->fmt == OUT_JSON) {
+        interv_json_fields(iv);
+        printf(", \"id\": %lld}\n", (long long)iv->id);
     } else {
+        char t[32];
+        out_time(t, sizeof t, iv->time_ms);
         printf("%s,%lld,%lld,", t, (long long)iv->time_ms, (long long)iv->step);
         if (iv->layer >= 0)
             printf("%d", (int)iv->layer);
         putchar(',');
         out_csv_string(stdout, iv->kind);
         printf(",\"[");
-    }
-    for (int32_t i = 0; i < iv->nheads; i++)
-        printf("%s%d", i ? "," : "", (int)iv->heads[i]);
-    printf(json ? "], \"values\": " : "]\",");
-    if (iv->values) {
-        printf(json ? "[" : "\"[");
         for (int32_t i = 0; i < iv->nheads; i++)
-            printf("%s%.17g", i ? "," : "", iv->values[i]);
-        printf(json ? "]" : "]\"");
-    } else if (json) {
-        printf("null");
-    }
-    job_interv_num(json, "threshold", iv->threshold);
-    job_interv_num(json, "measured", iv->measured);
-    if (json) {
-        printf(", \"detail\": ");
-        if (iv->detail)
-            out_json_string(stdout, iv->detail);
-        else
-            printf("null");
-        printf(", \"id\": %lld}\n", (long long)iv->id);
-    } else {
+            printf("%s%d", i ? "," : "", (int)iv->heads[i]);
+        printf("]\",");
+        if (iv->values) {
+            printf("\"[");
+            for (int32_t i = 0; i < iv->nheads; i++)
+                printf("%s%.17g", i ? "," : "", iv->values[i]);
+            printf("]\"");
+        }
+        const double num[2] = {iv->threshold, iv->measured};
+        for (int i = 0; i < 2; i++)
+            printf(isfinite(num[i]) ? ",%.17g" : ",", num[i]);
         putchar(',');
         if (iv->detail)
             out_csv_string(stdout, iv->detail);
