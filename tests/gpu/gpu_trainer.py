@@ -446,6 +446,22 @@ def _small_phi3(dev, seed, heads=8, kv=2, layers=2):
     return Phi3ForCausalLM(cfg).to(dev)
 
 
+def _clip_and_measure_again(client, model, mon, results, tau, ids):
+    """qk_clip at tau from step 0's results (they came before the clip existed), then the same
+    forward again under the monitor (step 1), flushed. Returns the clip and how many heads it
+    clipped."""
+    import attnstat.torch as at
+    clip = at.qk_clip(client, model, tau=tau, monitor=mon)
+    for (st, layer), hs in list(results.items()):
+        clip.observe(0, st, layer, hs)
+    clipped = clip.step()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        model(input_ids=ids)  # step 1
+    if not client.flush(timeout_s=60):
+        raise SystemExit("flush timed out: %s" % client.stats())
+    return clip, clipped
+
+
 def _qkclip_measure(args, model, heads, qrows):
     """QK-Clip from the measurements, on model under bf16 autocast: each layer's query rows of
     head h (qrows(layer): the weight, rows per head) scaled by 1 .. 12 so that the heads' max
@@ -471,14 +487,7 @@ def _qkclip_measure(args, model, heads, qrows):
             raise SystemExit("flush timed out: %s" % client.stats())
         ml = sorted(h["max_logit"] for hs in results.values() for h in hs)  # the first step's
         tau = ml[len(ml) // 2]
-        clip = at.qk_clip(client, model, tau=tau, monitor=mon)
-        for (st, layer), hs in list(results.items()):  # they came before the clip existed
-            clip.observe(0, st, layer, hs)
-        clipped = clip.step()
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            model(input_ids=ids)  # step 1
-        if not client.flush(timeout_s=60):
-            raise SystemExit("flush timed out: %s" % client.stats())
+        clip, clipped = _clip_and_measure_again(client, model, mon, results, tau, ids)
     out = dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), stats=client.stats())
     torch.save(out, args.out)
     client.close()
@@ -580,14 +589,7 @@ def run_qkclip_tp(args):
         dist.all_gather_object(every, mine)
         ml = sorted(m for part in every for m in part)
         tau = ml[len(ml) // 2]
-        clip = at.qk_clip(client, model, tau=tau, monitor=mon)
-        for (st, layer), hs in list(results.items()):  # they came before the clip existed
-            clip.observe(0, st, layer, hs)
-        clipped = clip.step()
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            model(input_ids=ids)  # step 1
-        if not client.flush(timeout_s=60):
-            raise SystemExit("flush timed out: %s" % client.stats())
+        clip, clipped = _clip_and_measure_again(client, model, mon, results, tau, ids)
     torch.save(dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), rank=rank,
                     layout=mon.stats().get("layout")), "%s.%d.pt" % (args.out, rank))
     client.close()
