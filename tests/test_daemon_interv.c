@@ -35,31 +35,11 @@ static void teardown(void)
 }
 
 /* One process: its connection and shared memory with random q/k of HQ heads for its pushes. */
-typedef struct {
-    dh_conn c;
-    dh_shm shm;
-    dh_tensor q, k;
-    int64_t run_id;
-    uint64_t seq;
-} proc;
+typedef dh_proc proc; /* q and k: HQ heads of SN rows of SD */
 
 static void proc_open(proc *p, dh_rng *r, const char *run, int rank, const char *tag)
 {
-    memset(p, 0, sizeof *p);
-    dh_connect(&p->c, &daemon_);
-    dh_hello(&p->c, run, rank, &p->run_id);
-    dh_tensor_contig(&p->q, 1, 0, ATTNSTAT__DTYPE__F32, 1, HQ, SN, SD);
-    uint64_t qbytes = dh_tensor_elems(&p->q) * 4;
-    dh_tensor_contig(&p->k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, HQ, SN, SD);
-    dh_shm_create(&p->shm, tag, qbytes * 2);
-    dh_fill(r, p->shm.ptr, dh_tensor_elems(&p->q) * 2, ATTNSTAT__DTYPE__F32, 1.0);
-    dh_register(&p->c, 1, p->shm.name, p->shm.size);
-}
-
-static void proc_close(proc *p)
-{
-    dh_close(&p->c);
-    dh_shm_destroy(&p->shm);
+    dh_proc_open(p, &daemon_, r, run, rank, tag, HQ, SN, SD);
 }
 
 /* A push of the process at step/layer, its Ack OK asserted. Every write the daemon took from this
@@ -289,7 +269,7 @@ START_TEST(test_stored_exactly)
     ck_assert_msg(strstr(page, want_n) && strstr(page, want_h), "want\n%s%sin\n%.3000s", want_n,
                   want_h, strstr(page, "attnstat_run_interv") ? strstr(page, "attnstat_run_interv")
                                                              : page);
-    proc_close(&p);
+    dh_proc_close(&p);
 }
 END_TEST
 
@@ -303,21 +283,8 @@ START_TEST(test_hello_reply_and_no_hello)
     iv_send(&c, &v);
     expect_error(&c, ATTNSTAT__CODE__NO_HELLO, "Intervention before Hello");
     /* the connection goes on: the HelloReply lists "interventions" */
-    Attnstat__Hello h = ATTNSTAT__HELLO__INIT;
-    h.run = "nohello";
-    h.protocol_version = FRAME_PROTOCOL_VERSION;
-    Attnstat__Envelope env = ATTNSTAT__ENVELOPE__INIT;
-    env.msg_case = ATTNSTAT__ENVELOPE__MSG_HELLO;
-    env.hello = &h;
-    ck_assert_int_eq(dh_send(&c, &env), 0);
-    Attnstat__Envelope *rep = dh_expect(&c, ATTNSTAT__ENVELOPE__MSG_HELLO_REPLY, 30000);
-    ck_assert_ptr_nonnull(rep);
-    int listed = 0;
-    for (size_t i = 0; i < rep->hello_reply->n_features; i++)
-        listed |= strcmp(rep->hello_reply->features[i], "interventions") == 0;
-    int64_t run_id = rep->hello_reply->run_id;
-    attnstat__envelope__free_unpacked(rep, NULL);
-    ck_assert_msg(listed, "the HelloReply does not list \"interventions\"");
+    int64_t run_id;
+    dh_hello_lists(&c, "nohello", 0, NULL, "interventions", &run_id);
     iv_send(&c, &v);
     Attnstat__Envelope *st = dh_status(&c); /* answered after the intervention was taken */
     attnstat__envelope__free_unpacked(st, NULL);
@@ -369,7 +336,7 @@ START_TEST(test_layout_global_numbers)
     iv_json(&v, 1000, want, sizeof want, vals, sizeof vals);
     ck_assert_str_eq(got, want);
     sqlite3_close(db);
-    proc_close(&p);
+    dh_proc_close(&p);
 }
 END_TEST
 
@@ -453,7 +420,7 @@ START_TEST(test_bad_fields_refused)
     ck_assert_msg(stored == (uint64_t)ngood && refused == (uint64_t)ncases + 1,
                   "status: %llu interventions recorded (sent %d good), %llu refused (sent %d bad)",
                   (unsigned long long)stored, ngood, (unsigned long long)refused, ncases + 1);
-    proc_close(&p);
+    dh_proc_close(&p);
 }
 END_TEST
 

@@ -25,29 +25,11 @@ static void teardown(void)
 }
 
 /* One process: its connection, its shared memory with random q/k for one push. */
-typedef struct {
-    dh_conn c;
-    dh_shm shm;
-    dh_tensor q, k;
-    int64_t run_id;
-} proc;
+typedef dh_proc proc; /* q and k: LHQ heads of LN rows of LD */
 
 static void proc_open(proc *p, dh_rng *r, const char *run, int rank, const char *tag)
 {
-    dh_connect(&p->c, &daemon_);
-    dh_hello(&p->c, run, rank, &p->run_id);
-    dh_tensor_contig(&p->q, 1, 0, ATTNSTAT__DTYPE__F32, 1, LHQ, LN, LD);
-    uint64_t qbytes = dh_tensor_elems(&p->q) * 4;
-    dh_tensor_contig(&p->k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, LHQ, LN, LD);
-    dh_shm_create(&p->shm, tag, qbytes * 2);
-    dh_fill(r, p->shm.ptr, dh_tensor_elems(&p->q) * 2, ATTNSTAT__DTYPE__F32, 1.0);
-    dh_register(&p->c, 1, p->shm.name, p->shm.size);
-}
-
-static void proc_close(proc *p)
-{
-    dh_close(&p->c);
-    dh_shm_destroy(&p->shm);
+    dh_proc_open(p, &daemon_, r, run, rank, tag, LHQ, LN, LD);
 }
 
 /* ParallelLayout: fields < 0 are left unset. */
@@ -122,7 +104,7 @@ START_TEST(test_tensor_parallel_ranks)
     ck_assert_int_eq(dh_db_int(db, "SELECT max(head) FROM samples"), 2 * LHQ - 1);
     sqlite3_close(db);
     for (int i = 0; i < 2; i++)
-        proc_close(&p[i]);
+        dh_proc_close(&p[i]);
 }
 END_TEST
 
@@ -145,7 +127,7 @@ START_TEST(test_pipeline_offset_and_head_offset)
                      231);
     ck_assert_int_eq(dh_db_int(db, "SELECT head_offset + layer_offset FROM runs"), 140);
     sqlite3_close(db);
-    proc_close(&p);
+    dh_proc_close(&p);
 }
 END_TEST
 
@@ -202,7 +184,7 @@ START_TEST(test_results_and_alerts_global)
                                    "rule = 'logit_ceiling' AND layer = 11"),
                      (3 * LHQ) * 100 + 4 * LHQ - 1);
     sqlite3_close(db);
-    proc_close(&p);
+    dh_proc_close(&p);
     dh_close(&sub);
 }
 END_TEST
@@ -253,7 +235,7 @@ START_TEST(test_bad_layouts)
     ck_assert_int_eq(dh_db_int(db, "SELECT count(*) FROM samples WHERE step = 2"), 0);
     ck_assert_int_eq(dh_db_int(db, "SELECT min(head) FROM samples WHERE step = 3"), LHQ);
     sqlite3_close(db);
-    proc_close(&p);
+    dh_proc_close(&p);
 }
 END_TEST
 

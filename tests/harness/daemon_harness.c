@@ -374,8 +374,8 @@ int dh_wait_closed(dh_conn *c, int timeout_ms)
     return 0;
 }
 
-void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
-                 int64_t *run_id)
+void dh_hello_lists(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
+                    const char *feature, int64_t *run_id)
 {
     Attnstat__Hello h;
     Attnstat__Envelope env;
@@ -392,14 +392,44 @@ void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Threshol
                   (int)r->msg_case, r->msg_case == ATTNSTAT__ENVELOPE__MSG_ERROR ? r->error->message : "");
     ck_assert_uint_eq(r->hello_reply->protocol_version, FRAME_PROTOCOL_VERSION);
     ck_assert_int_gt(r->hello_reply->run_id, 0);
+    int listed = feature == NULL;
+    for (size_t i = 0; i < r->hello_reply->n_features && !listed; i++)
+        listed = strcmp(r->hello_reply->features[i], feature) == 0;
+    ck_assert_msg(listed, "the HelloReply does not list \"%s\"", feature ? feature : "");
     if (run_id)
         *run_id = r->hello_reply->run_id;
     attnstat__envelope__free_unpacked(r, NULL);
 }
 
+void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
+                 int64_t *run_id)
+{
+    dh_hello_lists(c, run, rank, th, NULL, run_id);
+}
+
 void dh_hello(dh_conn *c, const char *run, int rank, int64_t *run_id)
 {
     dh_hello_th(c, run, rank, NULL, run_id);
+}
+
+void dh_proc_open(dh_proc *p, const dh_daemon *d, dh_rng *r, const char *run, int rank,
+                  const char *tag, uint64_t heads, uint64_t n, uint64_t dim)
+{
+    memset(p, 0, sizeof *p);
+    dh_connect(&p->c, d);
+    dh_hello(&p->c, run, rank, &p->run_id);
+    dh_tensor_contig(&p->q, 1, 0, ATTNSTAT__DTYPE__F32, 1, heads, n, dim);
+    uint64_t qbytes = dh_tensor_elems(&p->q) * 4;
+    dh_tensor_contig(&p->k, 1, qbytes, ATTNSTAT__DTYPE__F32, 1, heads, n, dim);
+    dh_shm_create(&p->shm, tag, qbytes * 2);
+    dh_fill(r, p->shm.ptr, dh_tensor_elems(&p->q) * 2, ATTNSTAT__DTYPE__F32, 1.0);
+    dh_register(&p->c, 1, p->shm.name, p->shm.size);
+}
+
+void dh_proc_close(dh_proc *p)
+{
+    dh_close(&p->c);
+    dh_shm_destroy(&p->shm);
 }
 
 void dh_register(dh_conn *c, uint32_t id, const char *shm, uint64_t size)

@@ -127,6 +127,9 @@ int dh_wait_closed(dh_conn *c, int timeout_ms);
 void dh_hello_th(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
                  int64_t *run_id);
 void dh_hello(dh_conn *c, const char *run, int rank, int64_t *run_id);
+/* dh_hello_th, and the HelloReply's features must list `feature` (the daemon takes it). */
+void dh_hello_lists(dh_conn *c, const char *run, int rank, const Attnstat__Thresholds *th,
+                    const char *feature, int64_t *run_id);
 /* RegisterBuffer of a shared-memory segment (nothing awaited). */
 void dh_register(dh_conn *c, uint32_t id, const char *shm, uint64_t size);
 /* Subscribe (nothing awaited). */
@@ -167,6 +170,22 @@ void dh_fill(dh_rng *r, void *p, uint64_t n, Attnstat__Dtype dt, double scale);
 /* The stats_problem equivalent of a q/k pair in host memory (for the reference computation). */
 void dh_problem(stats_problem *p, const dh_tensor *q, const void *qbase, const dh_tensor *k,
                 const void *kbase);
+
+/* One trainer process: its connection (Hello done), a shared-memory segment registered as
+ * buffer 1 holding q then k, float32 [1, heads, n, d] each with fresh N(0, 1) values, and the
+ * pushes' sequence numbers so far (seq, the caller's to advance). */
+typedef struct {
+    dh_conn c;
+    dh_shm shm;
+    dh_tensor q, k;
+    int64_t run_id;
+    uint64_t seq;
+} dh_proc;
+
+/* Opens p on d: run and rank said in Hello, tag names the segment. */
+void dh_proc_open(dh_proc *p, const dh_daemon *d, dh_rng *r, const char *run, int rank,
+                  const char *tag, uint64_t heads, uint64_t n, uint64_t dim);
+void dh_proc_close(dh_proc *p);
 
 /* Sends a Push of q/k (sample_rows 0: every row; else that many, seeded by the step). */
 void dh_push(dh_conn *c, uint64_t seq, int64_t step, uint32_t layer, dh_tensor *q, dh_tensor *k,
