@@ -216,20 +216,22 @@ class qk_clip(object):
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
             if over:
+                # (which, linear, its rows' factors, rows per factor, the heads' factors)
                 if form is None:
-                    per = (("q", ql, q, d), ("k", kl, k, d))
+                    per = (("q", ql, q, d, q), ("k", kl, k, d, k))
                 elif form == "fused":  # q rows, k rows, then the values' (by 1)
-                    per = (("qkv", ql, list(q) + list(k) + [1.0] * len(k), d),)
+                    per = (("qkv", ql, list(q) + list(k) + [1.0] * len(k), d, q),)
                 else:  # latent: q_C and k_C by sqrt(gamma) (q_h = k_h), q_R by gamma, values by 1
+                    import numpy as np  # each row's factor, a head's parts side by side
                     nope, rope, dv = form
-                    qr, kr = [], []
-                    for h in range(heads):
-                        qr += [q[h]] * nope + [q[h] * k[h]] * rope
-                        kr += [k[h]] * nope + [1.0] * dv
-                    per = (("q", ql, qr, 1), ("k", kl, kr, 1))
+                    qa, ka = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+                    qr = np.repeat(np.stack([qa, qa * ka], 1), [nope, rope], axis=1).reshape(-1)
+                    kr = np.repeat(np.stack([ka, np.ones_like(ka)], 1), [nope, dv],
+                                   axis=1).reshape(-1)
+                    per = (("q", ql, qr, 1, q), ("k", kl, kr, 1, k))
                 with torch.no_grad():
-                    for which, lin, f, rep in per:
-                        if all(x == 1.0 for x in f):
+                    for which, lin, f, rep, heads_f in per:
+                        if all(x == 1.0 for x in heads_f):
                             continue
                         w = _local(lin.weight)
                         rows = self._factors(torch, (layer, which), f, w)
