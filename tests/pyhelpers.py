@@ -123,6 +123,9 @@ class FakeTensor(object):
     def bool(self):
         return FakeTensor(self._a.astype(bool), "bool", self.device)
 
+    def to(self, dtype):
+        return FakeTensor(self._a.astype(_NP_OF[dtype.name]), dtype.name, self.device)
+
 
 def np_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):

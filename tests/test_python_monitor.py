@@ -18,7 +18,7 @@ import types
 import unittest
 import warnings
 
-from pyhelpers import (FakeDevice, FakeTensor, FakeTorch, np, np_sdpa,  # noqa: E402
+from pyhelpers import (FakeDevice, FakeDtype, FakeTensor, FakeTorch, np, np_sdpa,  # noqa: E402
                        randn)
 
 import attnstat  # noqa: E402
@@ -75,6 +75,7 @@ class FakeModel(FakeModule):
 class RecordingClient(object):
     def __init__(self, fail=None):
         self.calls = []
+        self.tensors = []  # (q, k) of each push
         self.fail = fail
 
     def push(self, step, layer, q, k, **kw):
@@ -83,6 +84,7 @@ class RecordingClient(object):
         _tensor.describe(q, "q")
         _tensor.describe(k, "k")
         self.calls.append((step, layer, tuple(q.shape), tuple(k.shape), kw))
+        self.tensors.append((q, k))
         return True
 
 
@@ -521,6 +523,38 @@ class TestDoors(unittest.TestCase):
         self.assertEqual(c.calls[0][4]["compute_dtype"], "bfloat16")
         self.assertNotIn("compute_dtype", c.calls[1][4])  # already in a 16-bit dtype
         self.assertNotIn("compute_dtype", c.calls[2][4])
+
+    def test_mixed_dtypes_are_rounded_as_autocast_rounds_them(self):
+        """DeepSeek-V3 under autocast: q float32 (a float32 rotary part joined to it), k float16;
+        the attention rounds both to autocast's dtype, and so does the monitor. Outside autocast
+        the call is skipped and said once."""
+        t = sys.modules["torch"]
+        t.float16, t.float32 = FakeDtype("float16"), FakeDtype("float32")
+        t.is_autocast_enabled = lambda dev: True
+        t.get_autocast_dtype = lambda dev: "torch.float16"
+        c = RecordingClient()
+        q32 = FakeTensor(randn(1, 2, 4, 8, scale=3.0))
+        k16 = FakeTensor(randn(1, 2, 4, 8).astype(np.float16))
+        with attnstat.torch.monitor(c):
+            self.F.scaled_dot_product_attention(q32, k16, k16)
+            self.F.scaled_dot_product_attention(k16, q32, k16)
+        self.assertEqual(len(c.tensors), 2)
+        for (pq, pk), (q, k) in zip(c.tensors, ((q32, k16), (k16, q32))):
+            self.assertEqual((str(pq.dtype), str(pk.dtype)), ("torch.float16",) * 2)
+            np.testing.assert_array_equal(pq._a, q._a.astype(np.float16))
+            np.testing.assert_array_equal(pk._a, k._a.astype(np.float16))
+        t.is_autocast_enabled = lambda dev: False
+        c = RecordingClient()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                self.F.scaled_dot_product_attention(q32, k16, k16)
+                self.F.scaled_dot_product_attention(q32, k16, k16)
+        self.assertEqual(c.calls, [])
+        self.assertEqual(mon.skipped_by.get("dtype"), 2)
+        said = [str(x.message) for x in w if "different dtypes" in str(x.message)]
+        self.assertEqual(len(said), 1)
+        self.assertIn("float32 and float16", said[0])
 
 
 class FakeWeight(object):

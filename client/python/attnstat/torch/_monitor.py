@@ -43,7 +43,9 @@ door, the doors stay installed (transparent) when the monitor exits
 Precision: under autocast, q and k often reach attention as float32 (rotary tables are float32)
 while the attention runs in the autocast dtype; compute_dtype='auto' (the default) tells the
 daemon to compute the logits in the dtype the attention computed in for the sdpa and eager doors,
-so that the statistics are those of the attention the model computed.
+so that the statistics are those of the attention the model computed. Where q and k differ in
+dtype under autocast (DeepSeek-V3: a float32 rotary part joined to a bfloat16 query), both are
+rounded to autocast's dtype, as the attention rounds them.
 
 Nothing is lost in silence: a call that cannot be described exactly is skipped, counted in
 .skipped (.skipped_by[kind]) and warned about once per kind; a push the daemon rejects or drops
@@ -339,20 +341,40 @@ class monitor(object):
                         % (step, layer, _lib.PROTO_CODE_NAMES.get(code, "code %d" % code),
                            message))
 
-    def _autocast_dtype(self, q):
+    def _autocast_dtype(self, call):
         """The dtype the logits are computed in under autocast, or None."""
         if self.compute_dtype != "auto":
             return self.compute_dtype
         t = self._torch
-        if str(q.dtype) != "torch.float32":
+        if "torch.float32" not in (str(call.q.dtype), str(call.k.dtype)):
             return None
-        dev = getattr(getattr(q, "device", None), "type", "cpu")
+        dev = getattr(getattr(call.q, "device", None), "type", "cpu")
         try:
             if not t.is_autocast_enabled(dev):
                 return None
             return str(t.get_autocast_dtype(dev)).replace("torch.", "")
         except Exception:
             return None
+
+    def _one_dtype(self, call, cd):
+        """q and k in one dtype, or the call skipped (False). Under autocast the attention rounds
+        both to autocast's dtype (DeepSeek-V3's query concatenates a bfloat16 part with a float32
+        rotary part while its key stays bfloat16): the monitor rounds them the same way."""
+        qd, kd = str(call.q.dtype), str(call.k.dtype)
+        if qd == kd:
+            return True
+        if cd in ("bfloat16", "float16", "float32"):
+            dt = getattr(self._torch, cd)
+            if qd != "torch." + cd:
+                call.q = call.q.to(dt)
+            if kd != "torch." + cd:
+                call.k = call.k.to(dt)
+            return True
+        self._skip("dtype", "attention calls whose q and k have different dtypes (%s and %s) "
+                   "outside autocast are not monitored: the attention itself computes them in "
+                   "one dtype; pass compute_dtype='bfloat16' (or 'float16', 'float32') to say "
+                   "which" % (qd.replace("torch.", ""), kd.replace("torch.", "")))
+        return False
 
     def _count(self):
         """One call seen: (its index in the forward pass, the step, whether the step is pushed)."""
@@ -377,10 +399,11 @@ class monitor(object):
                 return
             cd = None
             if door.autocast:
-                cd = self._autocast_dtype(call.q)
+                cd = self._autocast_dtype(call)
             elif self.compute_dtype not in ("auto", None):
                 cd = self.compute_dtype
-            self._push(call, step, index, cd, copy=False)
+            if self._one_dtype(call, cd):
+                self._push(call, step, index, cd, copy=False)
         except Exception as e:  # describing or pushing a call never stops the forward pass
             if self.strict:
                 raise
@@ -424,7 +447,8 @@ class monitor(object):
             cd = compute_dtype or None
             if self.compute_dtype != "auto":
                 cd = self.compute_dtype
-            self._push(call, step, index, cd, copy=True)
+            if self._one_dtype(call, cd):
+                self._push(call, step, index, cd, copy=True)
         except Exception as e:
             if self.strict:
                 raise

@@ -145,7 +145,7 @@ def emit(torch, door, call, out):
             note(anchor, door.name, call.kind, call.why)
         return
     q, k = call.q, call.k
-    if door.autocast and q.dtype == torch.float32:
+    if door.autocast and torch.float32 in (q.dtype, k.dtype):
         # rounded in the graph, as autocast rounds them for the attention (Inductor fuses the
         # cast into the kernel that makes q, or shares autocast's own): the observation gets
         # 16-bit tensors, which the statistics kernel reads on its fastest path and which cost
