@@ -186,20 +186,24 @@ def _save_monitored(args, client, mon, calls, results, extra=None):
     print(json.dumps(counters))
 
 
+def _model(args, dev):
+    """--model: a GQA Llama of three layers, or a DeepSeek-V3 of three (latent attention: under
+    autocast its query joins a bfloat16 part to a float32 rotary part, its key differs)."""
+    if args.model == "deepseek":
+        return _small_deepseek(dev, args.seed, layers=3)
+    return _small_llama(dev, args.seed)
+
+
 def run_llama(args):
     """A Llama model as a fine-tuning job runs it: bf16 autocast (q and k reach attention as
     float32: the rotary tables are float32), a padded batch (transformers hands sdpa a boolean
     [B, 1, N, N] mask), GQA. The attention function is wrapped beneath the monitor so that the
-    test sees exactly what the monitor saw."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    test sees exactly what the monitor saw. --model deepseek: a DeepSeek-V3 instead."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     import attnstat.torch as at
-    torch.manual_seed(args.seed)
     dev = torch.device("cuda", 0)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
-                      attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg).to(dev)
+    model = _model(args, dev)
+    cfg = model.config
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     B, N = 3, 256
     ids = torch.randint(0, cfg.vocab_size, (B, N), device=dev)
@@ -316,7 +320,7 @@ def _small_llama(dev, seed, heads=8, kv=2, layers=3):
 def run_llama_compiled(args):
     import attnstat.torch as at
     dev = torch.device("cuda", 0)
-    model = _small_llama(dev, args.seed)
+    model = _model(args, dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     B, N = 3, 256
     ids = torch.randint(0, 512, (B, N), device=dev)
@@ -773,6 +777,8 @@ def main():
                     help="values, llama, gptoss: the statistics asked for (push / monitor stats=)")
     ap.add_argument("--compile", action="store_true", help="flex-byname, gptoss: compiled")
     ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
+    ap.add_argument("--model", default="llama", choices=("llama", "deepseek"),
+                    help="llama, llama-compiled: the model (_model)")
     args = ap.parse_args()
     {"values": run_values, "loop": run_loop, "nosync": run_nosync,
      "memory": run_memory, "llama": run_llama, "flex": run_flex,
