@@ -231,6 +231,24 @@ static void local_problem(attnstat_client *c, const attnstat_push_opts *o, const
 }
 
 /* ---- Push ------------------------------------------------------------------------------------- */
+/* max_logit_out: device memory of device d (a host pointer or another device's would make the
+ * copy fail later, on the stream, where nobody could say why). */
+static attnstat_code local_check_out(attnstat_client *c, const double *out, int d)
+{
+    struct cudaPointerAttributes pa;
+    cudaError_t e = cudaPointerGetAttributes(&pa, out);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return client_fail(c, ATTNSTAT_EINVAL, "max_logit_out (%p): %s", (const void *)out,
+                           cudaGetErrorString(e));
+    }
+    if (pa.type != cudaMemoryTypeDevice || pa.device != d)
+        return client_fail(c, ATTNSTAT_EINVAL, "max_logit_out (%p) is not device memory of "
+                           "device %d, where q is: it must be a float64 [Hq] CUDA tensor there",
+                           (const void *)out, d);
+    return ATTNSTAT_OK;
+}
+
 static local_state *local_state_of(attnstat_client *c)
 {
     if (!c->local) {
@@ -317,6 +335,10 @@ attnstat_code local_push(attnstat_client *c, const attnstat_push_opts *o, const 
         rc = client_fail(c, ATTNSTAT_EINVAL, "%s", se.msg);
         goto out;
     }
+    if (t->max_logit_out && local_check_out(c, t->max_logit_out, d) != ATTNSTAT_OK) {
+        rc = ATTNSTAT_EINVAL;
+        goto out;
+    }
     en.heads = local_slot(ld, (size_t)p.heads_q);
     if (!en.heads) {
         c->st.dropped_local++;
@@ -342,7 +364,8 @@ attnstat_code local_push(attnstat_client *c, const attnstat_push_opts *o, const 
         (void)cudaGetLastError();
         rc = client_fail(c, ATTNSTAT_EINVAL, "ordering the computation after stream %p: %s (is "
                          "the stream on device %d?)", (void *)caller, cudaGetErrorString(e), d);
-    } else if (stats_cuda_run_to(ld->sc, &p, ld->stream, en.heads, NULL, NULL, &se) != STATS_OK) {
+    } else if (stats_cuda_run_to(ld->sc, &p, ld->stream, en.heads, t->max_logit_out, NULL, NULL,
+                                 &se) != STATS_OK) {
         (void)cudaGetLastError();
         rc = client_fail(c, ATTNSTAT_EINVAL, "%s", se.msg);
     } else if ((e = cudaEventRecord(en.done, ld->stream)) != cudaSuccess) {
@@ -468,6 +491,38 @@ int local_busy(const attnstat_client *c)
     return c->local ? (int)c->local->n : 0;
 }
 
+attnstat_code attnstat_local_wait(attnstat_client *c, void *cuda_stream)
+{
+    if (!c)
+        return ATTNSTAT_EINVAL;
+    if (!c->local_on)
+        return client_fail(c, ATTNSTAT_EINVAL, "attnstat_local_wait is for local mode "
+                           "(attnstat_set_local_compute): attnstatd computes this client's pushes");
+    local_state *ls = c->local;
+    if (!ls)
+        return ATTNSTAT_OK;
+    /* Each device's computations run in order on its stream: its newest one's done event stands
+     * for all of them (waiting on one already done is a no-op). */
+    int newest[LOCAL_MAX_DEVICES];
+    for (int d = 0; d < LOCAL_MAX_DEVICES; d++)
+        newest[d] = -1;
+    for (size_t i = 0; i < ls->n; i++) {
+        size_t at = (ls->head + i) % ls->cap;
+        newest[ls->q[at].dev] = (int)at;
+    }
+    for (int d = 0; d < LOCAL_MAX_DEVICES; d++) {
+        if (newest[d] < 0)
+            continue;
+        cudaError_t e = cudaStreamWaitEvent((cudaStream_t)cuda_stream, ls->q[newest[d]].done, 0);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return client_fail(c, ATTNSTAT_EINVAL, "making stream %p wait for the computations "
+                               "on device %d: %s", cuda_stream, d, cudaGetErrorString(e));
+        }
+    }
+    return ATTNSTAT_OK;
+}
+
 void local_free(attnstat_client *c)
 {
     local_state *ls = c->local;
@@ -518,6 +573,15 @@ int local_busy(const attnstat_client *c)
 {
     (void)c;
     return 0;
+}
+
+attnstat_code attnstat_local_wait(attnstat_client *c, void *cuda_stream)
+{
+    (void)cuda_stream;
+    if (!c)
+        return ATTNSTAT_EINVAL;
+    return client_fail(c, ATTNSTAT_EINVAL, "attnstat_local_wait is for local mode, which this "
+                       "libattnstat does not have");
 }
 
 void local_free(attnstat_client *c)

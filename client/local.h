@@ -30,6 +30,7 @@ typedef struct {
     int32_t compute_dtype; /* -1: the tensors' own precision */
     int32_t stream_waits;  /* 1: the caller's stream waits for the computation (no copy kept) */
     uint32_t stats;        /* the statistics asked for (the problem's want); 0: the defaults */
+    double *max_logit_out; /* device [Hq]: each head's max logit, or NULL */
 } local_tensors;
 
 /* Enqueues the computation of push seq (its in-flight slot given) on the tensors' device. OK, or

@@ -42,6 +42,7 @@ typedef struct {
     int32_t compute_dtype;     /* -1: not sent */
     int32_t stream_waits;      /* local mode: the caller's stream waits for the computation */
     uint32_t stats;            /* the statistics asked for (ATTNSTAT_STATS_*); 0: the defaults */
+    double *max_logit_out;     /* local mode: each head's max logit, on the device */
 } push_set;
 
 static void push_set_add(push_set *s, const attnstat_tensor *t, const char *name, int *index)
@@ -439,9 +440,14 @@ void attnstat_push_ext_init(attnstat_push_ext *e)
 #define PUSH_EXT_SIZE_V2 offsetof(attnstat_push_ext, stream_waits)
 #define PUSH_EXT_SIZE_V3 offsetof(attnstat_push_ext, reserved2)
 #define PUSH_EXT_SIZE_V4 (offsetof(attnstat_push_ext, stats) + sizeof(uint32_t))
+#define PUSH_EXT_SIZE_V5 (offsetof(attnstat_push_ext, max_logit_out) + sizeof(double *))
 _Static_assert(PUSH_EXT_SIZE_V4 > (PUSH_EXT_SIZE_V3 + _Alignof(void *) - 1) / _Alignof(void *) *
                                       _Alignof(void *),
                "stats lies past the end of the struct before it, its tail padding included");
+_Static_assert(offsetof(attnstat_push_ext, max_logit_out) >=
+                   (PUSH_EXT_SIZE_V4 + _Alignof(void *) - 1) / _Alignof(void *) * _Alignof(void *),
+               "max_logit_out lies past the end of the struct before it, its tail padding "
+               "included");
 
 /* The sinks' checks: [1, Hq, 1, 1] of a floating-point dtype in q's memory, contiguous along the
  * heads in CUDA memory (the daemon and local mode read them in place), a daemon that takes them. */
@@ -489,11 +495,15 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
     const attnstat_tensor *sinks = e->size >= PUSH_EXT_SIZE_V2 ? e->sinks : NULL;
     const int32_t waits = e->size >= PUSH_EXT_SIZE_V3 ? e->stream_waits : 0;
     const uint32_t stats = e->size >= PUSH_EXT_SIZE_V4 ? e->stats : 0;
+    double *max_out = e->size >= PUSH_EXT_SIZE_V5 ? e->max_logit_out : NULL;
     if (stats & ~(uint32_t)ATTNSTAT_STATS_ALL)
         return client_fail(c, ATTNSTAT_EINVAL, "stats 0x%x asks for statistics that do not exist "
                            "(bits 0x%x): an OR of ATTNSTAT_STATS_* (ATTNSTAT_STATS_ALL is "
                            "0x%x), or 0 for the defaults", stats,
                            stats & ~(uint32_t)ATTNSTAT_STATS_ALL, (unsigned)ATTNSTAT_STATS_ALL);
+    if (max_out && stats && !(stats & ATTNSTAT_STATS_MAX_LOGIT))
+        return client_fail(c, ATTNSTAT_EINVAL, "max_logit_out is set but stats 0x%x does not ask "
+                           "for the max logit (ATTNSTAT_STATS_MAX_LOGIT)", stats);
     if (stats != 0 && stats != ATTNSTAT_STATS_DEFAULT && !(c->features & CLIENT_FEATURE_STATS))
         return client_fail(c, ATTNSTAT_ENOTSUP, "this attnstatd takes no choice of statistics (its "
                            "HelloReply does not list \"stats\"), and would compute the defaults "
@@ -509,6 +519,13 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
                                  "another process's work; keep the tensors (or copies) until "
                                  "their release");
     set->stream_waits = waits;
+    if (max_out && (q->mem != ATTNSTAT_MEM_CUDA || !c->local_on))
+        return client_fail(c, ATTNSTAT_EINVAL, "max_logit_out is for CUDA tensors in local mode "
+                           "(attnstat_set_local_compute): %s", q->mem != ATTNSTAT_MEM_CUDA
+                               ? "these are in host memory"
+                               : "attnstatd computes this push; its max logits come back with "
+                                 "the results (attnstat_set_result_callback)");
+    set->max_logit_out = max_out;
     if (e->compute_dtype != -1 && e->compute_dtype != ATTNSTAT_F32 &&
         e->compute_dtype != ATTNSTAT_F16 && e->compute_dtype != ATTNSTAT_BF16)
         return client_fail(c, ATTNSTAT_EINVAL, "compute_dtype %d is not -1, ATTNSTAT_F32, F16 or "
@@ -641,7 +658,7 @@ attnstat_code attnstat_push2(attnstat_client *c, const attnstat_push_opts *o,
                             set.icu >= 0 ? set.t[set.icu] : NULL,
                             set.icu >= 0 ? set.t[set.icu + 1] : NULL,
                             set.isinks >= 0 ? set.t[set.isinks] : NULL, set.compute_dtype,
-                            set.stream_waits, set.stats};
+                            set.stream_waits, set.stats, set.max_logit_out};
         rc = local_push(c, o, &lt, seq, slot);
         if (rc == ATTNSTAT_OK && seq_out)
             *seq_out = seq; /* its tensors are read until its kernel is done: held */

@@ -568,7 +568,7 @@ static stats_status gpu_compute_job(gpu_ctx *g, worker_job *job)
      * round trip to this thread between them (measured in bench/RESULTS.md, "Overhead on a real
      * model"); synchronously when no slot is free. */
     stats_head *slot = gpu_pin_slot(g, (size_t)p.heads_q);
-    stats_status st = slot ? stats_cuda_run_to(g->sc, &p, g->stream, slot, NULL, NULL, &job->err)
+    stats_status st = slot ? stats_cuda_run_to(g->sc, &p, g->stream, slot, NULL, NULL, NULL, &job->err)
                            : stats_cuda_run(g->sc, &p, g->stream, job->heads, NULL, NULL, &job->err);
     if (st != STATS_OK) {
         job->fail_code = st == STATS_EINVAL ? ATTNSTAT__CODE__BAD_REQUEST : ATTNSTAT__CODE__INTERNAL;

@@ -490,6 +490,13 @@ typedef struct {
  * "computed" refuses each local push with ENOTSUP. */
 attnstat_code attnstat_set_local_compute(attnstat_client *c, int on);
 
+/* Local mode: makes cuda_stream (a cudaStream_t; NULL the legacy default stream) wait, on the
+ * device, for every computation pushed so far, without blocking the host: what is enqueued on it
+ * next sees their max_logit_out (attnstat_push_ext) written. QK-Clip uses it after the optimizer
+ * step to read the step's own max logits with no host synchronisation. OK when nothing is running;
+ * EINVAL outside local mode or when CUDA refuses the wait (the message says why). */
+attnstat_code attnstat_local_wait(attnstat_client *c, void *cuda_stream);
+
 /* The name of a protocol Code (an Ack's or Error's: "BAD_REQUEST", "DROPPED", ...), "unknown"
  * otherwise. */
 const char *attnstat_proto_code_name(int32_t code);
@@ -618,6 +625,15 @@ typedef struct {
      * compute the defaults). In local mode the library keeps what was asked the same way. Added
      * after stream_waits (a caller's older attnstat.h: 0). */
     uint32_t stats;
+    /* Local mode only (CUDA tensors), or NULL: device memory on q's device, float64, one per query
+     * head ([Hq], contiguous). The computation writes each head's max logit there (as the
+     * result's max_logit: -inf for a head with no counted row, a lower bound when rows are
+     * sampled), on the device: a stream that waits for the computation (stream_waits, or
+     * attnstat_local_wait) then reads the step's own max logits with no host synchronisation
+     * (QK-Clip in the same step). The memory must stay valid until then; a push that is dropped
+     * or fails writes nothing. EINVAL outside local mode, for host tensors, or when stats does not
+     * ask for the max logit. Added after stats (a caller's older attnstat.h: NULL). */
+    double *max_logit_out;
 } attnstat_push_ext;
 
 /* Defaults: size set, compute_dtype -1, everything else 0/NULL. */

@@ -88,9 +88,10 @@ stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void 
 }
 
 stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
-                               stats_head *heads_host, float *row_entropy, float *row_maxlogit,
-                               stats_error *err)
+                               stats_head *heads_host, double *maxlogit_dev, float *row_entropy,
+                               float *row_maxlogit, stats_error *err)
 {
-    (void)ctx, (void)p, (void)stream, (void)heads_host, (void)row_entropy, (void)row_maxlogit;
+    (void)ctx, (void)p, (void)stream, (void)heads_host, (void)maxlogit_dev, (void)row_entropy,
+        (void)row_maxlogit;
     return no_cuda(err);
 }

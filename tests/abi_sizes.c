@@ -115,6 +115,7 @@ int main(void)
     F(attnstat_push_ext, cu_seqlens_q); F(attnstat_push_ext, cu_seqlens_k);
     F(attnstat_push_ext, sinks); F(attnstat_push_ext, stream_waits);
     F(attnstat_push_ext, reserved2); F(attnstat_push_ext, stats);
+    F(attnstat_push_ext, max_logit_out);
     F(attnstat_daemon_status, failed);
     F(attnstat_daemon_status, store_errors); F(attnstat_daemon_status, last_store_error);
     return 0;

@@ -583,11 +583,28 @@ START_TEST(test_push_sinks)
     e.stream_waits = 2;
     ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
     ck_assert_ptr_nonnull(strstr(attnstat_last_error(c), "0 or 1"));
+    e.stream_waits = 0;
+    /* so is max_logit_out (the max logits written on the device), and the wait that reads it */
+    double out[2];
+    e.max_logit_out = out;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "max_logit_out is for CUDA tensors in local mode"),
+                  "%s", attnstat_last_error(c));
+    e.stats = ATTNSTAT_STATS_ENTROPY;
+    ck_assert_int_eq(attnstat_push2(c, &o, &e, &q, &k, NULL, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "does not ask for the max logit"), "%s",
+                  attnstat_last_error(c));
+    e.stats = 0;
+    e.max_logit_out = NULL;
+    ck_assert_int_eq(attnstat_local_wait(c, NULL), ATTNSTAT_EINVAL);
+    ck_assert_msg(strstr(attnstat_last_error(c), "attnstat_local_wait is for local mode"), "%s",
+                  attnstat_last_error(c));
     /* the struct as the attnstat.h before stream_waits had it: its sinks pushed, nothing past
      * them read */
     attnstat_push_ext v2 = e;
     v2.size = (uint32_t)offsetof(attnstat_push_ext, stream_waits);
     v2.stream_waits = 7;
+    v2.max_logit_out = out; /* past its struct: never read */
     ck_assert_msg(attnstat_push2(c, &o, &v2, &q, &k, NULL, NULL) == ATTNSTAT_OK, "%s",
                   attnstat_last_error(c));
     ck_assert_int_eq(attnstat_flush(c, 10000), ATTNSTAT_OK);

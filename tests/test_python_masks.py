@@ -269,6 +269,23 @@ class TestSinksEndToEnd(DaemonCase):
             self.assertTrue(c.flush(60))
             self.assertEqual(c.stats()["acked"], 1)
 
+    def test_max_logit_out_is_refused_where_the_daemon_computes(self):
+        """max_logit_out (each head's max logit written on the device, local mode only) and
+        local_wait: refused saying why, nothing sent; a host array is not a CUDA float64 tensor."""
+        q, k = randn(1, 2, 4, 8), randn(1, 2, 5, 8)
+        with self.d.client(self.run_name()) as c:
+            with self.assertRaises(attnstat.AttnstatError) as cm:
+                c.push(0, 0, q, k, max_logit_out=np.zeros(2))
+            self.assertEqual(cm.exception.code, _lib.EINVAL)
+            self.assertIn("CUDA torch.float64 tensor", str(cm.exception))
+            with self.assertRaises(attnstat.AttnstatError) as cm:
+                c.local_wait(stream=0)
+            self.assertEqual(cm.exception.code, _lib.EINVAL)
+            self.assertIn("is for local mode", str(cm.exception))
+            self.assertTrue(c.push(1, 0, q, k))
+            self.assertTrue(c.flush(60))
+            self.assertEqual(c.stats()["acked"], 1)
+
 
 @need_daemon
 class TestRejectionsAreNeverSilent(DaemonCase):

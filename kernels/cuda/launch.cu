@@ -794,8 +794,9 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
 }
 
 extern "C" stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
-                                          stats_head *heads_host, float *row_entropy,
-                                          float *row_maxlogit, stats_error *err)
+                                          stats_head *heads_host, double *maxlogit_dev,
+                                          float *row_entropy, float *row_maxlogit,
+                                          stats_error *err)
 {
     if (err)
         err->msg[0] = '\0';
@@ -821,12 +822,16 @@ extern "C" stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t ce = cudaMemcpyAsync(heads_host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
                                      cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess && maxlogit_dev) /* each head's max_logit, a column of heads_ws */
+        ce = cudaMemcpy2DAsync(maxlogit_dev, sizeof(double), &heads_ws->max_logit,
+                               sizeof(stats_head), sizeof(double), (size_t)p->heads_q,
+                               cudaMemcpyDeviceToDevice, s);
     if (ce != cudaSuccess) {
         /* The kernels are launched: wait for them before returning, so that the caller does not
          * release the memory they read while they still run. */
         cudaError_t se = cudaStreamSynchronize(s);
         return fail(err, STATS_EDEVICE,
-                    "stats_cuda: cudaMemcpyAsync(per-head statistics to the host) failed: %s (%s, "
+                    "stats_cuda: copying the per-head statistics out failed: %s (%s, "
                     "code %d); cudaStreamSynchronize after it: %s", cudaGetErrorString(ce),
                     cudaGetErrorName(ce), (int)ce,
                     se == cudaSuccess ? "ok" : cudaGetErrorString(se));
@@ -857,7 +862,7 @@ extern "C" stats_status stats_cuda_run(stats_cuda *ctx, const stats_problem *p, 
                  "cudaMallocHost(per-head staging)");
         ctx->host_heads = (size_t)p->heads_q;
     }
-    st = stats_cuda_run_to(ctx, p, stream, ctx->host, row_entropy, row_maxlogit, err);
+    st = stats_cuda_run_to(ctx, p, stream, ctx->host, NULL, row_entropy, row_maxlogit, err);
     if (st != STATS_OK)
         return st;
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream),

@@ -15,7 +15,7 @@ from ._tensor import TensorError, describe
 from ._version import __version__
 from ._errors import AttnstatError
 from ._pushargs import (_Ext, _Held, _cu_pair, _detached, _float, _i32, _nonneg_int, _span_bytes,
-                        _u32, stats_mask)
+                        _u32, check_max_out, stats_mask)
 
 
 class Alert(object):
@@ -312,7 +312,7 @@ class Client(object):
              window_right=None, softcap=0.0, scale=0.0, sample_every=0, sample_rows=0, seed=0,
              cu_seqlens_q=None, cu_seqlens_k=None, layout="bhnd", want_results=False,
              stream=None, attn_mask=None, compute_dtype=None, sinks=None, stream_waits=False,
-             stats=None):
+             stats=None, max_logit_out=None):
         """Hands q, k (and v) of one attention call to the daemon; never waits for it.
 
         Returns True when the push is on its way, False when it was dropped (the ring or the
@@ -350,7 +350,10 @@ class Client(object):
         "max_logit", "sink_mass", "distance") or names; sink_mass and distance cost the
         tensor-core kernels extra time and are computed only when asked; one not asked for is NaN
         in the results and not stored. ValueError for an unknown name, ENOTSUP from an older daemon.
-        """
+        max_logit_out (local mode, CUDA tensors): a CUDA torch.float64 [Hq] tensor on q's device
+        that the computation writes each head's max logit into; a stream that waits for it
+        (stream_waits, or local_wait()) reads them with no host synchronisation. Kept alive with
+        q and k; EINVAL when the daemon computes the push or stats leaves out the max logit."""
         if window is not None:
             if window_left is not None or window_right is not None:
                 raise AttnstatError(_lib.EINVAL, "give window=(left, right) or window_left / "
@@ -366,7 +369,9 @@ class Client(object):
             dk = describe(k, "k", layout)
             dv = describe(v, "v", layout) if v is not None else None
             ext = _Ext(attn_mask, compute_dtype, cu_seqlens_q, cu_seqlens_k, sinks,
-                       stream_waits, bits)
+                       stream_waits, bits, max_logit_out)
+            if max_logit_out is not None:
+                check_max_out(max_logit_out, dq.shape[1])
             if ext.sinks is not None and ext.sinks.shape[1] != dq.shape[1]:
                 raise TensorError("sinks has %d values: one per query head (q has %d)"
                                   % (ext.sinks.shape[1], dq.shape[1]))
@@ -589,6 +594,22 @@ class Client(object):
                 fd, want_write = self._io_state()
             if self._wait_io(fd, want_write, deadline):
                 timeout_ms = 0  # something arrived: process it, then return
+
+    def local_wait(self, stream=None):
+        """Local mode: the CUDA stream (default: PyTorch's current one; an int handle, or an object
+        with .cuda_stream) waits, on the device, for every computation pushed so far (their
+        max_logit_out); the host does not. AttnstatError EINVAL outside local mode."""
+        fn = _lib.optional(self._lib, "attnstat_local_wait")
+        if fn is None:
+            raise AttnstatError(_lib.ENOTSUP, "this libattnstat has no attnstat_local_wait")
+        if stream is None:
+            import torch
+            stream = torch.cuda.current_stream()
+        if not isinstance(stream, int):
+            stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
+        with self._lock:
+            self._enter()
+            self._check(fn(self._handle(), int(stream) if stream else None))
 
     def flush(self, timeout_s=10):
         """Waits until every push sent is acknowledged (stored by the daemon), up to timeout_s

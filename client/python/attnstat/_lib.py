@@ -117,6 +117,7 @@ class PushExt(ctypes.Structure):
         ("stream_waits", ctypes.c_int32),
         ("reserved2", ctypes.c_int32),
         ("stats", ctypes.c_uint32),
+        ("max_logit_out", ctypes.c_void_p),
     ]
 
 
@@ -125,6 +126,7 @@ class PushExt(ctypes.Structure):
 PUSH_EXT_SIZE_SINKS = PushExt.sinks.offset + ctypes.sizeof(ctypes.POINTER(Tensor))
 PUSH_EXT_SIZE_WAITS = PushExt.stream_waits.offset + ctypes.sizeof(ctypes.c_int32)
 PUSH_EXT_SIZE_STATS = PushExt.stats.offset + ctypes.sizeof(ctypes.c_uint32)
+PUSH_EXT_SIZE_MAXOUT = PushExt.max_logit_out.offset + ctypes.sizeof(ctypes.c_void_p)
 
 
 class ConnectOpts(ctypes.Structure):
@@ -537,6 +539,7 @@ def _declare(lib):
     _fn(lib, "attnstat_link_state", i32, [c, ctypes.c_char_p, ctypes.c_size_t], required=False)
     # Local mode: CUDA pushes computed in this process.
     _fn(lib, "attnstat_set_local_compute", code, [c, i32], required=False)
+    _fn(lib, "attnstat_local_wait", code, [c, ctypes.c_void_p], required=False)
     # A client that starts before its daemon (connect="background").
     _fn(lib, "attnstat_connect2", code, [P(ConnectOpts), ctypes.c_uint32, P(c), P(Error)],
         required=False)

@@ -86,8 +86,10 @@ class _Ext(object):
     """What attnstat_push2 adds to a push: a mask, the compute dtype, CUDA packed offsets, attention
     sinks, the statistics asked for (bits of stats_mask; the defaults are no ask: 0)."""
 
-    def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False, stats=0):
+    def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False, stats=0,
+                 max_out=None):
         self.waits = 1 if stream_waits else 0
+        self.max_out = max_out  # a CUDA float64 [Hq] tensor (checked by max_out_ptr), or None
         self.stats = 0 if stats == STATS_DEFAULT else stats
         self.mask = _tensor.describe_mask(mask) if mask is not None else None
         self.sinks = _tensor.describe_sinks(sinks) if sinks is not None else None
@@ -108,14 +110,16 @@ class _Ext(object):
             self.cu_q = _tensor.describe_offsets(cu_q, "cu_seqlens_q")
             self.cu_k = _tensor.describe_offsets(cu_k, "cu_seqlens_k")
         self.needed = (self.mask is not None or self.compute >= 0 or self.cu_q is not None
-                       or self.sinks is not None or self.waits or self.stats != 0)
+                       or self.sinks is not None or self.waits or self.stats != 0
+                       or max_out is not None)
         self._ext = self._tm = self._tcq = self._tck = self._ts = None
 
     def descs(self):
         return [d for d in (self.mask, self.cu_q, self.cu_k, self.sinks) if d is not None]
 
     def owners(self):
-        return tuple(d.owner for d in self.descs())
+        return tuple(d.owner for d in self.descs()) + (
+            (self.max_out,) if self.max_out is not None else ())
 
     def fill(self, lib):
         """A pointer to an attnstat_push_ext describing this (kept alive by this object)."""
@@ -149,8 +153,28 @@ class _Ext(object):
                 raise AttnstatError(_lib.ENOTSUP, "stats needs a libattnstat that takes a choice "
                                     "of statistics (this one is older)")
             e.stats = self.stats
+        if self.max_out is not None:
+            if e.size < _lib.PUSH_EXT_SIZE_MAXOUT:  # an older libattnstat would write nothing
+                raise AttnstatError(_lib.ENOTSUP, "max_logit_out needs a libattnstat that takes "
+                                    "it (this one is older)")
+            e.max_logit_out = int(self.max_out.data_ptr())
         self._ext = e
         return ctypes.byref(e)
+
+
+def check_max_out(t, heads):
+    """max_logit_out: a CUDA torch.float64 tensor of one value per query head, contiguous (each
+    head's max logit is written there on the device); TensorError otherwise."""
+    if not getattr(t, "is_cuda", False) or str(getattr(t, "dtype", "")) != "torch.float64":
+        raise _tensor.TensorError("max_logit_out must be a CUDA torch.float64 tensor (one value "
+                                  "per query head), not %s on %s"
+                                  % (getattr(t, "dtype", type(t).__name__),
+                                     getattr(t, "device", "the host")))
+    shape = tuple(getattr(t, "shape", ()))
+    if shape != (heads,) or (heads > 1 and tuple(t.stride()) != (1,)):
+        raise _tensor.TensorError("max_logit_out has shape %s and strides %s: it must be [%d] "
+                                  "(one value per query head of q), contiguous"
+                                  % (list(shape), list(t.stride()), heads))
 
 
 def _is_cuda(x):
