@@ -471,7 +471,9 @@ def _qkclip_measure(args, model, heads, qrows):
     head h (qrows(layer): the weight, rows per head) scaled by 1 .. 12 so that the heads' max
     logits differ; step 0 measured, tau set to the median of its heads' max logits, qk_clip
     applied, then the same forward again (step 1). Saves both steps' results, tau and what the
-    clip did."""
+    clip did. --local: the clip on the device (qk_clip's device mode, lag 0): made before step 0
+    so that the pushes write the max logits into its buffers, tau given once step 0's results
+    are in."""
     import attnstat.torch as at
     dev = torch.device("cuda", 0)
     cfg = model.config
@@ -485,13 +487,23 @@ def _qkclip_measure(args, model, heads, qrows):
     results = {}
     client.on_result(lambda seq, step, layer, hs: results.__setitem__((step, layer), hs))
     with at.monitor(client, every=1, model=model, want_results=True) as mon:
+        clip = at.qk_clip(client, model, tau=1.0, monitor=mon) if args.local else None
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             model(input_ids=ids)  # step 0
         if not client.flush(timeout_s=60):
             raise SystemExit("flush timed out: %s" % client.stats())
         ml = sorted(h["max_logit"] for hs in results.values() for h in hs)  # the first step's
         tau = ml[len(ml) // 2]
-        clip, clipped = _clip_and_measure_again(client, model, mon, results, tau, ids)
+        if clip is None:
+            clip, clipped = _clip_and_measure_again(client, model, mon, results, tau, ids)
+        else:  # on the device, from the max logits step 0's pushes wrote
+            clip.tau = tau
+            clip.step()
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                model(input_ids=ids)  # step 1
+            if not client.flush(timeout_s=60):
+                raise SystemExit("flush timed out: %s" % client.stats())
+            clipped = clip.stats()["clipped_heads"]
     out = dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), stats=client.stats())
     torch.save(out, args.out)
     client.close()

@@ -605,7 +605,7 @@ class TestGPU(unittest.TestCase):
         data, r = self.monitored("gptoss", ("--stats", "all"))
         self.pushed_values(data, 2 * 2)
 
-    def qk_clip_check(self, mode, run):
+    def qk_clip_check(self, mode, run, extra=()):
         """gpu_trainer's qkclip modes: tau set to the median of step 0's measured max logits,
         the clip applied, the same forward measured again. Layer 0 sees the same input both
         times: every head that was over tau is at tau (2%: bf16 projections), every other head's
@@ -614,7 +614,7 @@ class TestGPU(unittest.TestCase):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
         out = os.path.join(self.tmp.name, run + ".pt")
-        r = trainer(mode, self.d.socket, out, "--run", run)
+        r = trainer(mode, self.d.socket, out, "--run", run, *extra)
         data = torch.load(out, weights_only=False)
         tau, res = data["tau"], data["results"]
         steps = sorted({st for st, _ in res})
@@ -640,10 +640,22 @@ class TestGPU(unittest.TestCase):
         self.assertTrue(0 < over[0] < 8, over)
         self.assertEqual(data["clip"]["clipped_by_layer"], {l: n for l, n in over.items() if n})
         self.assertEqual(data["clipped"], sum(over.values()))
+        return data
 
     def test_22_qk_clip(self):
         """attnstat.torch.qk_clip on a GQA Llama under bf16 autocast (qk_clip_check)."""
         self.qk_clip_check("qkclip", "qkclip")
+
+    def test_27_qk_clip_on_the_device(self):
+        """qk_clip's device mode (a client in local mode): each push writes its heads' max logits
+        into the clip's CUDA buffers, step() clips from them on the device with no host
+        synchronisation; qk_clip_check's outcome on the GQA Llama and the latent-attention
+        DeepSeek-V3, and the clips recorded once their values reach the host."""
+        for mode in ("qkclip", "qkclip-mla"):
+            data = self.qk_clip_check(mode, mode + "-device", ("--local",))
+            self.assertTrue(data["clip"]["device"], data["clip"])
+            self.assertEqual(data["clip"]["lag"], 0)
+            self.assertEqual(data["clip"]["recorded"], len(data["clip"]["clipped_by_layer"]))
 
     def test_24_qk_clip_latent_attention(self):
         """attnstat.torch.qk_clip on a transformers DeepSeek-V3 (multi-head latent attention, the

@@ -180,6 +180,9 @@ class monitor(object):
         self._wanted = set(_DOORS if doors == "auto" else doors)
         self._tp_size = 1
         self._side = {}          # device index -> the stream compiled calls are copied on
+        # layer -> a CUDA float64 [heads] tensor each push of the layer writes its heads' max
+        # logits into, on the device (local mode: qk_clip's device path sets them)
+        self.max_logit_out = {}
 
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
@@ -473,6 +476,27 @@ class monitor(object):
                       " over tp_size %d" % self._tp_size))
         return False
 
+    def _out_ok(self, call, out):
+        """Whether this push can write the layer's max logits into out (qk_clip's device path);
+        said once when not, with why (that layer is then not clipped in that step)."""
+        why = None
+        hq = int(call.q.shape[1] if call.layout == "bhnd" else call.q.shape[2])
+        if not getattr(call.q, "is_cuda", False) or self.copy_to_host:
+            why = "the push is not a CUDA push"
+        elif not getattr(self.client, "local_compute", False):
+            why = "the client is not in local mode"
+        elif self.stats_asked and not (self.stats_asked & _pushargs.STATS_BY_NAME["max_logit"]):
+            why = "the monitor's stats leave out the max logit"
+        elif int(out.shape[0]) != hq:
+            why = "the call has %d query heads, the layer's projections %d" % (hq, out.shape[0])
+        elif out.device != call.q.device:
+            why = "the call is on %s, the layer's weights on %s" % (call.q.device, out.device)
+        if why is not None:
+            self._warn_once("max-out:" + why, "qk_clip cannot read this layer's max logits on "
+                            "the device (%s): it is not clipped in the steps where this happens"
+                            % why)
+        return why is None
+
     def _copy(self, t, dtype=None):
         """A copy of a CUDA tensor on the stream (compiled code reuses its buffers once the
         operator returns); dimensions broadcast by stride 0 stay broadcast."""
@@ -551,6 +575,9 @@ class monitor(object):
             kw["stream"] = stream
         if kw_waits:
             kw["stream_waits"] = True
+        out = self.max_logit_out.get(layer) if self.max_logit_out else None
+        if out is not None and self._out_ok(call, out):
+            kw["max_logit_out"] = out
         try:
             sent = self.client.push(step, layer, call.q, call.k, **kw)
         except Exception as e:  # a failing push or callback never stops the forward pass

@@ -16,12 +16,22 @@ why a grouped-query layer's shared key rows take the group's mildest clip). Each
 result is applied once. The results come back from attnstatd with the pushes' Acks, so a step's
 clip uses the max logits of the newest step the daemon has answered: usually the step's own (its
 kernel finishes during the backward pass: lag 0 at every step of bench/bench_qkclip.py on the
-H100), else an older one; in local mode (Client(local_compute=True)) a step's results arrive with
-the next step's first push (lag 1). Given the monitor, `clip.lag` is the last gap seen. The
-monitor must push with want_results=True, and every step (every=1) for a clip at every step;
-stats="max_logit" makes its kernel skip the entropy's exps. Since the clip scales the weights
-after the optimizer step from logits measured before it (MuonClip's order), the next step's max
-logit passes tau by that step's growth, whatever the lag (bench/RESULTS.md measures it).
+H100), else an older one. Given the monitor, `clip.lag` is the last gap seen. The monitor must
+push with want_results=True, and every step (every=1) for a clip at every step; stats="max_logit"
+makes its kernel skip the entropy's exps. Since the clip scales the weights after the optimizer
+step from logits measured before it (MuonClip's order), the next step's max logit passes tau by
+that step's growth, whatever the lag (bench/RESULTS.md measures it).
+
+On the device (a client in local mode, Client(local_compute=True), the monitor given, CUDA
+weights; device="auto" turns it on): each layer has a CUDA float64 buffer of its heads' max
+logits that the layer's push writes on the device (Client.push's max_logit_out), and step()
+makes the current stream wait for the step's computations (Client.local_wait), computes the
+factors there with the same rule in float64, scales the rows and sets the buffers back to NaN
+(a layer the monitor did not push in a step is not clipped in it). The step's own max logits
+(lag 0), and no host synchronisation inside the step: every head's rows are multiplied, by 1
+where the head is under tau. The clips are counted and recorded once the max logits' copy to
+the host is done (at a later step(), or stats() and close(), which wait for it), so step()
+returns the heads of earlier steps' clips.
 
 Each layer clipped is recorded in the run's history (Client.intervention, kind "qk_clip": the
 heads, the factor each head's logits scale by, tau, the largest measured max logit), listed by
@@ -71,11 +81,18 @@ class qk_clip(object):
     for latent attention, or {layer: {"qkv": linear, "heads": hq, "kv_heads": hk, "head_dim":
     d}} for a fused projection, used instead of the model's. monitor: the attnstat.torch.monitor
     pushing them, for the lag (its current step minus the step of the result a clip used).
+    device: "auto" (on with a client in local mode, a monitor and CUDA weights), True or False:
+    each push writes its heads' max logits into a CUDA tensor of this object's, and step() makes
+    the current stream wait for them and clips from them on the device: the step's own max
+    logits (lag 0), no host synchronisation (the module's documentation).
 
-    step() applies what arrived since the last call and returns how many heads it clipped;
-    stats() says what was clipped so far (per layer), and the lag of the results used."""
+    step() applies what arrived since the last call and returns how many heads it clipped (on
+    the device: the heads of earlier steps' clips that became known since; stats() and close()
+    wait for the rest); stats() says what was clipped so far (per layer), and the lag of the
+    results used."""
 
-    def __init__(self, client, model=None, tau=100.0, projections=None, monitor=None):
+    def __init__(self, client, model=None, tau=100.0, projections=None, monitor=None,
+                 device="auto"):
         self.tau = check_tau(tau)
         self.client = client
         self.monitor = monitor
@@ -134,7 +151,31 @@ class qk_clip(object):
         self.record_errors = 0    # not recorded: refused, or a daemon that records none
         self._record_off = False
         self._warned = False
+        self._out = self._device_outputs(device)  # layer -> CUDA float64 [heads] (device mode)
+        self.device = bool(self._out)
+        self._pending = []   # device mode: (step, layer, pinned max logits, event after the copy)
         client.on_result(self.observe)
+
+    def _device_outputs(self, device):
+        """Device mode's buffers, given to the monitor (monitor.max_logit_out), or {}."""
+        local = bool(getattr(self.client, "local_compute", False))
+        weights = [_local(self._layers[l][0].weight) for l in sorted(self._layers)]
+        cuda = all(getattr(w, "is_cuda", False) for w in weights)
+        if device == "auto":
+            device = local and self.monitor is not None and cuda
+        elif device and not (local and self.monitor is not None and cuda):
+            raise ValueError("qk_clip(device=True) reads the max logits on the device: it needs "
+                             "a client in local mode (Client(local_compute=True)), the monitor "
+                             "(monitor=) and CUDA weights")
+        if not device:
+            return {}
+        import torch
+        out = {}
+        for layer, w in zip(sorted(self._layers), weights):
+            out[layer] = torch.full((self._layers[layer][3],), float("nan"), dtype=torch.float64,
+                                    device=w.device)
+            self.monitor.max_logit_out[layer] = out[layer]
+        return out
 
     @staticmethod
     def _by_rows(what, *lins):
@@ -192,8 +233,9 @@ class qk_clip(object):
         return (lin, None, d, hq, hq // hk, "fused")
 
     def observe(self, seq, step, layer, heads):
-        """A result (Client.on_result's arguments): kept as its layer's newest."""
-        if self._closed or layer not in self._layers:
+        """A result (Client.on_result's arguments): kept as its layer's newest (not in device
+        mode, which has read it on the device already)."""
+        if self._closed or layer not in self._layers or layer in self._out:
             return
         prev = self._latest.get(layer) or (None, None)
         done = self._applied.get(layer)
@@ -209,6 +251,8 @@ class qk_clip(object):
         (the results that arrived since the last call); returns the number of heads clipped."""
         import torch
         self.client.poll(0)  # results waiting in the socket are read now
+        if self._out:
+            return self._step_device(torch)
         # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
         for layer, (st, ml) in sorted(self._latest.items()):
@@ -234,12 +278,7 @@ class qk_clip(object):
                         if all(x == 1.0 for x in heads_f):
                             continue
                         w = _local(lin.weight)
-                        rows = self._factors(torch, (layer, which), f, w)
-                        if rep > 1:
-                            rows = rows.repeat_interleave(rep)
-                        w.mul_(rows.view(-1, *([1] * (w.dim() - 1))))
-                        if getattr(lin, "bias", None) is not None:
-                            _local(lin.bias).mul_(rows)
+                        self._scale(lin, w, self._factors(torch, (layer, which), f, w), rep)
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
@@ -250,6 +289,84 @@ class qk_clip(object):
         self._latest.clear()
         if n:
             self.steps += 1
+        return n
+
+    @staticmethod
+    def _scale(lin, w, rows, rep):
+        """lin's rows (its local weight w, and its bias) times rows, each repeated rep times."""
+        if rep > 1:
+            rows = rows.repeat_interleave(rep)
+        w.mul_(rows.view(-1, *([1] * (w.dim() - 1))))
+        if getattr(lin, "bias", None) is not None:
+            _local(lin.bias).mul_(rows)
+
+    def _step_device(self, torch):
+        """Device mode: the current stream waits for the step's computations (their max logits
+        written into self._out), then each layer's factors are computed and applied on it, with
+        attnstat.qk_clip_factors' rule in float64, and the buffers set back to NaN (a layer not
+        pushed in a step is not clipped in it). No host synchronisation: a head not over tau is
+        scaled by exactly 1. The max logits go to pinned memory for the record, read once their
+        copy is done (_drain)."""
+        self.client.local_wait()
+        st = getattr(self.monitor, "current_step", None)
+        tau = self.tau
+        with torch.no_grad():
+            for layer, ml in sorted(self._out.items()):
+                ql, kl, d, heads, group, form = self._layers[layer]
+                gamma = torch.where(torch.isfinite(ml) & (ml > tau), tau / ml,
+                                    torch.ones_like(ml))
+                top = gamma.view(-1, group).amax(1)
+                k = top.sqrt()
+                kq = k.repeat_interleave(group)
+                q = torch.where(gamma == top.repeat_interleave(group), kq, gamma / kq)
+                if form is None:
+                    per = ((ql, q, d), (kl, k, d))
+                elif form == "fused":
+                    per = ((ql, torch.cat([q.repeat_interleave(d), k.repeat_interleave(d),
+                                           torch.ones_like(k).repeat_interleave(d)]), 1),)
+                else:
+                    nope, rope, dv = form
+                    h = q.shape[0]
+                    qr = torch.cat([q.view(h, 1).expand(h, nope),
+                                    (q * k).view(h, 1).expand(h, rope)], 1).reshape(-1)
+                    kr = torch.cat([k.view(h, 1).expand(h, nope),
+                                    torch.ones(h, dv, dtype=k.dtype, device=k.device)],
+                                   1).reshape(-1)
+                    per = ((ql, qr, 1), (kl, kr, 1))
+                for lin, f, rep in per:
+                    w = _local(lin.weight)
+                    self._scale(lin, w, f.to(w.dtype), rep)
+                host = torch.empty(ml.shape, dtype=ml.dtype, pin_memory=True)
+                host.copy_(ml, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record(torch.cuda.current_stream(ml.device))
+                ml.fill_(float("nan"))
+                self._pending.append((st, layer, host, done))
+        self.lag = 0
+        return self._drain(wait=False)
+
+    def _drain(self, wait):
+        """Device mode: the clips whose max logits reached the host (all of them with wait),
+        counted and recorded as the host mode's are. Returns the heads clipped among them."""
+        n, steps = 0, set()
+        while self._pending:
+            st, layer, host, done = self._pending[0]
+            if wait:
+                done.synchronize()
+            elif not done.query():
+                break
+            self._pending.pop(0)
+            ml = host.tolist()
+            group = self._layers[layer][4]
+            q, k = qk_clip_factors(ml, self.tau, group)
+            over = sum(1 for f in q if f < 1.0)
+            if over:
+                self.clipped[layer] = self.clipped.get(layer, 0) + over
+                n += over
+                steps.add(st)
+                self._record(st, layer, ml, q, k, group)
+            self._applied[layer] = st
+        self.steps += len(steps)
         return n
 
     def _record(self, step, layer, ml, q, k, group):
@@ -302,12 +419,19 @@ class qk_clip(object):
         return g.to(weight.dtype)
 
     def stats(self):
+        if self._pending:
+            self._drain(wait=True)
         return {"tau": self.tau, "clipped_heads": sum(self.clipped.values()),
                 "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
                 "lag": self.lag, "layers": sorted(self._layers), "recorded": self.recorded,
-                "record_dropped": self.record_dropped, "record_errors": self.record_errors}
+                "record_dropped": self.record_dropped, "record_errors": self.record_errors,
+                "device": self.device}
 
     def close(self):
+        if self._pending and not self._closed:
+            self._drain(wait=True)
+        for layer in self._out:
+            getattr(self.monitor, "max_logit_out", {}).pop(layer, None)
         self._closed = True
 
     def __enter__(self):
