@@ -6,6 +6,7 @@ bfloat16 tensors read through data_ptr(); attnstat.torch.monitor on a small mode
 steps (forward and backward), its stored per-head statistics equal to a float64 computation of the
 same query/key; nn.MultiheadAttention seen through the patched function; CUDA tensors, when a GPU
 is there: a clear ENOTSUP while libattnstat has no GPU path, and monitor(copy_to_host=True).
+And qk_clip's device mode's arithmetic (torch ops, run here on the CPU) against the host rule.
 """
 import os
 import sys
@@ -26,6 +27,7 @@ import test_python as tp  # noqa: E402  (exits 77 itself without NumPy)
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib  # noqa: E402
+from attnstat.torch._qkclip_dev import device_factors, device_rows  # noqa: E402
 
 torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh data every run
 CUDA = torch.cuda.is_available()
@@ -166,6 +168,46 @@ class TestTorch(tp.DaemonCase):
         for layer, attn in enumerate(model.layers):
             qq, kk = attn.seen[0]
             self.check_stored(run, 0, layer, ref(qq, kk, causal=True), 1e-6)
+
+
+class TestQKClipOnTheDevice(unittest.TestCase):
+    """qk_clip's device mode computes attnstat.qk_clip_factors' rule with torch ops, for every
+    layer of one shape at once (attnstat.torch._qkclip_dev): the same floats as the host rule,
+    and each projection row the factor of its head's part."""
+
+    def test_factors_equal_the_host_rule(self):
+        for group in (1, 2, 4, 8):
+            for _ in range(20):
+                tau = float(torch.empty(()).uniform_(5.0, 100.0))
+                ml = (torch.rand(3, 8, dtype=torch.float64) * 2.5 - 0.5) * tau
+                for layer in range(3):  # unknown or unmeasurable heads are left alone
+                    ml[layer, int(torch.randint(0, 8, ()))] = [float("nan"), -float("inf"),
+                                                               float("inf")][layer]
+                q, k = device_factors(torch, ml, tau, group)
+                self.assertEqual((tuple(q.shape), tuple(k.shape)), ((3, 8), (3, 8 // group)))
+                for layer in range(3):
+                    hq, hk = attnstat.qk_clip_factors(ml[layer].tolist(), tau, group)
+                    self.assertEqual(q[layer].tolist(), hq, (group, ml[layer]))
+                    self.assertEqual(k[layer].tolist(), hk, (group, ml[layer]))
+
+    def test_rows(self):
+        q = torch.rand(2, 4, dtype=torch.float64) + 0.1
+        k = torch.rand(2, 2, dtype=torch.float64) + 0.1
+        rq, rk = device_rows(torch, q, k, 3, None)  # 4 query heads of 3 rows, 2 key heads
+        for layer in range(2):
+            self.assertEqual(rq[layer].tolist(), [q[layer, r // 3].item() for r in range(12)])
+            self.assertEqual(rk[layer].tolist(), [k[layer, r // 3].item() for r in range(6)])
+        rf, = device_rows(torch, q, k, 3, "fused")  # q rows, k rows, v rows
+        self.assertEqual(rf[1].tolist(), rq[1].tolist() + rk[1].tolist() + [1.0] * 6)
+        km = torch.rand(2, 4, dtype=torch.float64) + 0.1  # latent: one key factor per head
+        rq, rk = device_rows(torch, q, km, 0, (5, 2, 3))  # nope 5, rope 2, v 3
+        for layer in range(2):
+            want_q, want_k = [], []
+            for h in range(4):
+                want_q += [q[layer, h].item()] * 5 + [(q[layer, h] * km[layer, h]).item()] * 2
+                want_k += [km[layer, h].item()] * 5 + [1.0] * 3
+            self.assertEqual(rq[layer].tolist(), want_q)
+            self.assertEqual(rk[layer].tolist(), want_k)
 
 
 if __name__ == "__main__":

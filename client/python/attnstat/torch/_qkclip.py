@@ -62,14 +62,8 @@ shard q_proj and k_proj) each process clips its own heads: its pushes' results n
 sharded across its input features is refused.
 """
 from .._qkclip import check_tau, qk_clip_factors
-
-
-def _local(t):
-    """A parameter's own rows: the local shard of a DTensor (tensor parallelism: ColwiseParallel
-    shards q_proj and k_proj by rows, i.e. by heads, and this process's pushes and results
-    number its own heads from 0), the tensor itself otherwise. Scaled in place, it scales the
-    parameter."""
-    return t.to_local() if hasattr(t, "to_local") and hasattr(t, "placements") else t
+from ._qkclip_dev import DeviceClip, scale_rows
+from ._qkclip_dev import local as _local
 
 
 class qk_clip(object):
@@ -151,16 +145,14 @@ class qk_clip(object):
         self.record_errors = 0    # not recorded: refused, or a daemon that records none
         self._record_off = False
         self._warned = False
-        self._out = self._device_outputs(device)  # layer -> CUDA float64 [heads] (device mode)
-        self.device = bool(self._out)
-        self._pending = []   # device mode: (step, layer, pinned max logits, event after the copy)
+        self._dev = self._device_clip(device)  # device mode: its buffers and step
+        self.device = self._dev is not None
         client.on_result(self.observe)
 
-    def _device_outputs(self, device):
-        """Device mode's buffers, given to the monitor (monitor.max_logit_out), or {}."""
+    def _device_clip(self, device):
+        """Device mode's DeviceClip (its buffers given to the monitor), or None."""
         local = bool(getattr(self.client, "local_compute", False))
-        weights = [_local(self._layers[l][0].weight) for l in sorted(self._layers)]
-        cuda = all(getattr(w, "is_cuda", False) for w in weights)
+        cuda = all(getattr(_local(p[0].weight), "is_cuda", False) for p in self._layers.values())
         if device == "auto":
             device = local and self.monitor is not None and cuda
         elif device and not (local and self.monitor is not None and cuda):
@@ -168,14 +160,9 @@ class qk_clip(object):
                              "a client in local mode (Client(local_compute=True)), the monitor "
                              "(monitor=) and CUDA weights")
         if not device:
-            return {}
+            return None
         import torch
-        out = {}
-        for layer, w in zip(sorted(self._layers), weights):
-            out[layer] = torch.full((self._layers[layer][3],), float("nan"), dtype=torch.float64,
-                                    device=w.device)
-            self.monitor.max_logit_out[layer] = out[layer]
-        return out
+        return DeviceClip(torch, self._layers, self.monitor)
 
     @staticmethod
     def _by_rows(what, *lins):
@@ -235,7 +222,7 @@ class qk_clip(object):
     def observe(self, seq, step, layer, heads):
         """A result (Client.on_result's arguments): kept as its layer's newest (not in device
         mode, which has read it on the device already)."""
-        if self._closed or layer not in self._layers or layer in self._out:
+        if self._closed or layer not in self._layers or self.device:
             return
         prev = self._latest.get(layer) or (None, None)
         done = self._applied.get(layer)
@@ -251,8 +238,16 @@ class qk_clip(object):
         (the results that arrived since the last call); returns the number of heads clipped."""
         import torch
         self.client.poll(0)  # results waiting in the socket are read now
-        if self._out:
-            return self._step_device(torch)
+        if self.device:
+            self._dev.step(torch, self.client, self.tau,
+                           getattr(self.monitor, "current_step", None), self._drain_one)
+            self.lag = 0
+            n = 0
+            while True:  # the clips whose values have reached the host
+                got = self._drain_one(wait=False)
+                if got is None:
+                    return n
+                n += got
         # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
         for layer, (st, ml) in sorted(self._latest.items()):
@@ -278,7 +273,7 @@ class qk_clip(object):
                         if all(x == 1.0 for x in heads_f):
                             continue
                         w = _local(lin.weight)
-                        self._scale(lin, w, self._factors(torch, (layer, which), f, w), rep)
+                        scale_rows(lin, w, self._factors(torch, (layer, which), f, w), rep)
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
@@ -291,82 +286,26 @@ class qk_clip(object):
             self.steps += 1
         return n
 
-    @staticmethod
-    def _scale(lin, w, rows, rep):
-        """lin's rows (its local weight w, and its bias) times rows, each repeated rep times."""
-        if rep > 1:
-            rows = rows.repeat_interleave(rep)
-        w.mul_(rows.view(-1, *([1] * (w.dim() - 1))))
-        if getattr(lin, "bias", None) is not None:
-            _local(lin.bias).mul_(rows)
-
-    def _step_device(self, torch):
-        """Device mode: the current stream waits for the step's computations (their max logits
-        written into self._out), then each layer's factors are computed and applied on it, with
-        attnstat.qk_clip_factors' rule in float64, and the buffers set back to NaN (a layer not
-        pushed in a step is not clipped in it). No host synchronisation: a head not over tau is
-        scaled by exactly 1. The max logits go to pinned memory for the record, read once their
-        copy is done (_drain)."""
-        self.client.local_wait()
-        st = getattr(self.monitor, "current_step", None)
-        tau = self.tau
-        with torch.no_grad():
-            for layer, ml in sorted(self._out.items()):
-                ql, kl, d, heads, group, form = self._layers[layer]
-                gamma = torch.where(torch.isfinite(ml) & (ml > tau), tau / ml,
-                                    torch.ones_like(ml))
-                top = gamma.view(-1, group).amax(1)
-                k = top.sqrt()
-                kq = k.repeat_interleave(group)
-                q = torch.where(gamma == top.repeat_interleave(group), kq, gamma / kq)
-                if form is None:
-                    per = ((ql, q, d), (kl, k, d))
-                elif form == "fused":
-                    per = ((ql, torch.cat([q.repeat_interleave(d), k.repeat_interleave(d),
-                                           torch.ones_like(k).repeat_interleave(d)]), 1),)
-                else:
-                    nope, rope, dv = form
-                    h = q.shape[0]
-                    qr = torch.cat([q.view(h, 1).expand(h, nope),
-                                    (q * k).view(h, 1).expand(h, rope)], 1).reshape(-1)
-                    kr = torch.cat([k.view(h, 1).expand(h, nope),
-                                    torch.ones(h, dv, dtype=k.dtype, device=k.device)],
-                                   1).reshape(-1)
-                    per = ((ql, qr, 1), (kl, kr, 1))
-                for lin, f, rep in per:
-                    w = _local(lin.weight)
-                    self._scale(lin, w, f.to(w.dtype), rep)
-                host = torch.empty(ml.shape, dtype=ml.dtype, pin_memory=True)
-                host.copy_(ml, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record(torch.cuda.current_stream(ml.device))
-                ml.fill_(float("nan"))
-                self._pending.append((st, layer, host, done))
-        self.lag = 0
-        return self._drain(wait=False)
-
-    def _drain(self, wait):
-        """Device mode: the clips whose max logits reached the host (all of them with wait),
-        counted and recorded as the host mode's are. Returns the heads clipped among them."""
-        n, steps = 0, set()
-        while self._pending:
-            st, layer, host, done = self._pending[0]
-            if wait:
-                done.synchronize()
-            elif not done.query():
-                break
-            self._pending.pop(0)
-            ml = host.tolist()
+    def _drain_one(self, wait):
+        """Device mode: the oldest clip whose max logits reached the host (wait: waiting for
+        them), counted and recorded as the host mode's are; the heads it clipped, or None when
+        there is none."""
+        got = self._dev.take(wait)
+        if got is None:
+            return None
+        st, by_layer = got
+        n = 0
+        for layer, ml in sorted(by_layer.items()):
             group = self._layers[layer][4]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
             if over:
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
-                steps.add(st)
                 self._record(st, layer, ml, q, k, group)
-            self._applied[layer] = st
-        self.steps += len(steps)
+                self._applied[layer] = st
+        if n:
+            self.steps += 1
         return n
 
     def _record(self, step, layer, ml, q, k, group):
@@ -419,8 +358,8 @@ class qk_clip(object):
         return g.to(weight.dtype)
 
     def stats(self):
-        if self._pending:
-            self._drain(wait=True)
+        while self.device and self._drain_one(wait=True) is not None:
+            pass
         return {"tau": self.tau, "clipped_heads": sum(self.clipped.values()),
                 "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
                 "lag": self.lag, "layers": sorted(self._layers), "recorded": self.recorded,
@@ -428,10 +367,11 @@ class qk_clip(object):
                 "device": self.device}
 
     def close(self):
-        if self._pending and not self._closed:
-            self._drain(wait=True)
-        for layer in self._out:
-            getattr(self.monitor, "max_logit_out", {}).pop(layer, None)
+        if self.device and not self._closed:
+            while self._drain_one(wait=True) is not None:
+                pass
+            for layer in self._layers:
+                self.monitor.max_logit_out.pop(layer, None)
         self._closed = True
 
     def __enter__(self):
