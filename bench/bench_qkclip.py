@@ -4,7 +4,7 @@ no max logit.
 
     python3 bench/bench_qkclip.py [--daemon build/daemon/attnstatd] [--steps 200] [--lr 3e-3]
                                   [--grow auto|G] [--tau auto|T] [--layers 8] [--batch 8]
-                                  [--seq 1024] [--rounds 3] [--block 10]
+                                  [--seq 1024] [--rounds 3] [--block 10] [--local] [--cost-only]
 
 A Llama built from a config with transformers (hidden 1024, 8 layers, 16 query / 4 key-value
 heads of 64, SwiGLU, rotary; random weights) trains under bf16 autocast with AdamW on a copy task
@@ -15,7 +15,8 @@ initial weights in every run:
        none       no clip;
        attnstat   attnstat.torch.qk_clip(tau) after each optimizer step, from the newest results
                   attnstatd has sent back (the lag, in steps, is recorded every step);
-       attnstat:local  the same with Client(local_compute=True) (--local);
+       attnstat:local  the same with Client(local_compute=True) (--local): qk_clip on the device,
+                  from the step's own max logits (lag 0);
        recompute  the max logit per head recomputed in the attention (q @ k^T in bf16 under
                   autocast, causal mask, amax: a transformers attention function registered
                   beside sdpa) and the same clip rule applied on the device, no lag.
@@ -27,7 +28,10 @@ initial weights in every run:
   2. cost: step time (synchronised, medians) with the learning rate at 1e-4, in blocks of --block
      steps, the order shuffled every round: off; monitor (every step, default statistics);
      monitor max (stats="max_logit", want_results=True); qkclip (that and qk_clip); recompute;
-     with --local also monitor:local and qkclip:local (Client(local_compute=True)).
+     with --local also monitor:local, monitor-max:local, qkclip:local (qk_clip on the device) and
+     qkclip:local-host (qk_clip(device=False): from the results, lag 1), all with
+     Client(local_compute=True); for each clip, clip.step()'s own time on the host.
+     --cost-only: this part alone, at --tau.
 The daemon (--daemon) runs at its defaults on a private socket and database. Needs a CUDA GPU,
 PyTorch and transformers. Prints a table per part and one JSON line of everything.
 """
@@ -127,7 +131,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--local", action="store_true",
                     help="also the attnstat runs with Client(local_compute=True) (':local')")
+    ap.add_argument("--cost-only", action="store_true", help="the cost part alone (needs --tau)")
     a = ap.parse_args()
+    if a.cost_only and a.tau == "auto":
+        ap.error("--cost-only needs a --tau")
 
     import torch
     from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
@@ -217,65 +224,75 @@ def main():
             tau = math.sqrt(max(ml[0], 1e-3) * max(ml)) if max(ml) > 0 else 1.0
         return none, ml, tau
 
-    grow = 0.0 if a.grow == "auto" else float(a.grow)
-    tau = None if a.tau == "auto" else float(a.tau)
-    none, ml, tau_run = growth(grow, tau)
-    if a.grow == "auto" and (not ml or max(ml) < 1.5 * max(ml[0], 1e-6)):
-        print("the unclipped run's max logit grew %.2fx in %d steps at lr %g (under 1.5x): the "
-              "three runs again with --grow 0.004" % (max(ml) / max(ml[0], 1e-6), a.steps, a.lr),
-              flush=True)
-        grow = 0.004
+    def growth_part():
+        """1. growth: the runs, their table and summary. Returns (tau, grow, summary,
+        one_step)."""
+        grow = 0.0 if a.grow == "auto" else float(a.grow)
+        tau = None if a.tau == "auto" else float(a.tau)
         none, ml, tau_run = growth(grow, tau)
-    tau = tau_run
-    runs = {"none": none}
-    for kind in ("attnstat",) + (("attnstat:local",) if a.local else ()) + ("recompute",):
-        runs[kind] = train(kind, a.steps, a.lr, tau, grow)
-    kinds = list(runs)
+        if a.grow == "auto" and (not ml or max(ml) < 1.5 * max(ml[0], 1e-6)):
+            print("the unclipped run's max logit grew %.2fx in %d steps at lr %g (under 1.5x): the "
+                  "three runs again with --grow 0.004" % (max(ml) / max(ml[0], 1e-6), a.steps, a.lr),
+                  flush=True)
+            grow = 0.004
+            none, ml, tau_run = growth(grow, tau)
+        tau = tau_run
+        runs = {"none": none}
+        for kind in ("attnstat",) + (("attnstat:local",) if a.local else ()) + ("recompute",):
+            runs[kind] = train(kind, a.steps, a.lr, tau, grow)
+        kinds = list(runs)
 
-    print("\ngrowth: lr %g, grow %g per step, tau %.3f, %d steps, (B, N) = (%d, %d), %d layers"
-          % (a.lr, grow, tau, a.steps, a.batch, a.seq, a.layers))
-    print("| step | " + " | ".join("%s: max logit" % k for k in kinds) + " | loss " +
-          " / ".join(kinds) + " |")
-    print("|---|" + "---|" * (len(kinds) + 1))
-    for st in sorted(set(runs["none"]["losses"])):
-        cells = ["%.3f" % runs[k]["max"][st] if st in runs[k]["max"] else "-" for k in kinds]
-        loss = " / ".join("%.3f" % runs[k]["losses"].get(st, float("nan")) for k in kinds)
-        print("| %d | %s | %s |" % (st, " | ".join(cells), loss))
-    # what one optimizer step does to the unclipped run's max logit: the overshoot a clip from
-    # the step's own logits cannot prevent (the weights it scales have moved since)
-    nv = [runs["none"]["max"][s] for s in sorted(runs["none"]["max"])]
-    ratios = sorted(b / x for x, b in zip(nv, nv[1:]) if x > 0)
-    one_step = {"median": statistics.median(ratios), "p90": ratios[int(0.9 * (len(ratios) - 1))],
-                "max": ratios[-1]} if ratios else None
-    print("one optimizer step, unclipped: the max logit x%.3f median, x%.3f p90, x%.3f at most"
-          % (one_step["median"], one_step["p90"], one_step["max"]) if one_step else "-")
-    summary = {}
-    for k, r in runs.items():
-        v = [r["max"][s] for s in sorted(r["max"])]
-        over = [x for x in v if x > tau]
-        first = next((i for i, x in enumerate(v) if x > tau), len(v))
-        after = sorted(x / tau for x in v[first + 1:])  # the steps after tau was first passed
-        summary[k] = {"measured_steps": len(v), "peak": max(v) if v else None,
-                      "steps_over_tau": len(over), "worst_over_tau": max(over) / tau if over else None,
-                      "after_first_pass_median": statistics.median(after) if after else None,
-                      "after_first_pass_p90": after[int(0.9 * (len(after) - 1))] if after else None,
-                      "clip": r.get("clip"), "monitor": r.get("monitor")}
-        if r["lags"]:
-            lags = [x for x in r["lags"] if x is not None]
-            summary[k]["lag"] = {str(x): lags.count(x) for x in sorted(set(lags))}
-        print("%-14s peak %s, %d of %d measured steps over tau (worst %s of tau; after tau was "
-              "first passed: median %s, p90 %s of tau), clip %s, lag %s"
-              % (k, "%.3f" % summary[k]["peak"] if v else "-", len(over), len(v),
-                 "%.4f" % (max(over) / tau) if over else "-",
-                 "%.3f" % summary[k]["after_first_pass_median"] if after else "-",
-                 "%.3f" % summary[k]["after_first_pass_p90"] if after else "-", r.get("clip"),
-                 summary[k].get("lag")), flush=True)
+        print("\ngrowth: lr %g, grow %g per step, tau %.3f, %d steps, (B, N) = (%d, %d), %d layers"
+              % (a.lr, grow, tau, a.steps, a.batch, a.seq, a.layers))
+        print("| step | " + " | ".join("%s: max logit" % k for k in kinds) + " | loss " +
+              " / ".join(kinds) + " |")
+        print("|---|" + "---|" * (len(kinds) + 1))
+        for st in sorted(set(runs["none"]["losses"])):
+            cells = ["%.3f" % runs[k]["max"][st] if st in runs[k]["max"] else "-" for k in kinds]
+            loss = " / ".join("%.3f" % runs[k]["losses"].get(st, float("nan")) for k in kinds)
+            print("| %d | %s | %s |" % (st, " | ".join(cells), loss))
+        # what one optimizer step does to the unclipped run's max logit: the overshoot a clip from
+        # the step's own logits cannot prevent (the weights it scales have moved since)
+        nv = [runs["none"]["max"][s] for s in sorted(runs["none"]["max"])]
+        ratios = sorted(b / x for x, b in zip(nv, nv[1:]) if x > 0)
+        one_step = {"median": statistics.median(ratios), "p90": ratios[int(0.9 * (len(ratios) - 1))],
+                    "max": ratios[-1]} if ratios else None
+        print("one optimizer step, unclipped: the max logit x%.3f median, x%.3f p90, x%.3f at most"
+              % (one_step["median"], one_step["p90"], one_step["max"]) if one_step else "-")
+        summary = {}
+        for k, r in runs.items():
+            v = [r["max"][s] for s in sorted(r["max"])]
+            over = [x for x in v if x > tau]
+            first = next((i for i, x in enumerate(v) if x > tau), len(v))
+            after = sorted(x / tau for x in v[first + 1:])  # the steps after tau was first passed
+            summary[k] = {"measured_steps": len(v), "peak": max(v) if v else None,
+                          "steps_over_tau": len(over), "worst_over_tau": max(over) / tau if over else None,
+                          "after_first_pass_median": statistics.median(after) if after else None,
+                          "after_first_pass_p90": after[int(0.9 * (len(after) - 1))] if after else None,
+                          "clip": r.get("clip"), "monitor": r.get("monitor")}
+            if r["lags"]:
+                lags = [x for x in r["lags"] if x is not None]
+                summary[k]["lag"] = {str(x): lags.count(x) for x in sorted(set(lags))}
+            print("%-14s peak %s, %d of %d measured steps over tau (worst %s of tau; after tau was "
+                  "first passed: median %s, p90 %s of tau), clip %s, lag %s"
+                  % (k, "%.3f" % summary[k]["peak"] if v else "-", len(over), len(v),
+                     "%.4f" % (max(over) / tau) if over else "-",
+                     "%.3f" % summary[k]["after_first_pass_median"] if after else "-",
+                     "%.3f" % summary[k]["after_first_pass_p90"] if after else "-", r.get("clip"),
+                     summary[k].get("lag")), flush=True)
+        return tau, grow, summary, one_step
+
+    if a.cost_only:  # the cost alone, at the given tau
+        tau, grow, summary, one_step = float(a.tau), 0.0, {}, None
+    else:
+        tau, grow, summary, one_step = growth_part()
 
     # 2. cost
     modes = ["off", "monitor", "monitor-max", "qkclip", "recompute"]
     if a.local:
-        modes += ["monitor:local", "qkclip:local"]
+        modes += ["monitor:local", "monitor-max:local", "qkclip:local", "qkclip:local-host"]
     times = {m: [] for m in modes}
+    clip_ms = {m: [] for m in modes}  # clip.step()'s own time on the host
     model.load_state_dict(init)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     step_no = [0]
@@ -287,12 +304,13 @@ def main():
         kind = mode.split(":")[0]
         if kind in ("monitor", "monitor-max", "qkclip"):
             client = attnstat.Client(socket=sock, run="qkclip-cost", rank=0,
-                                     local_compute=mode.endswith(":local"))
+                                     local_compute=":local" in mode)
             kw = {} if kind == "monitor" else {"stats": "max_logit", "want_results": True}
             mon = at.monitor(client, every=1, model=model, **kw)
             mon.__enter__()
-            if kind == "qkclip":
-                clip = at.qk_clip(client, model, tau=tau, monitor=mon)
+            if kind == "qkclip":  # in local mode on the device, unless "-host"
+                clip = at.qk_clip(client, model, tau=tau, monitor=mon,
+                                  device=False if mode.endswith("-host") else "auto")
         for _ in range(a.block):
             ids = batch(step_no[0])
             step_no[0] += 1
@@ -304,7 +322,9 @@ def main():
             opt.step()
             opt.zero_grad(set_to_none=True)
             if clip is not None:
+                t1 = time.perf_counter()
                 clip.step()
+                clip_ms[mode].append((time.perf_counter() - t1) * 1e3)
             if mode == "recompute":
                 rec.clip(model)
             torch.cuda.synchronize()
@@ -319,6 +339,7 @@ def main():
         block(m)
     for m in modes:
         times[m].clear()
+        clip_ms[m].clear()
     rng = random.Random(a.seed)
     for _ in range(a.rounds):
         order = list(modes)
@@ -328,13 +349,18 @@ def main():
     base = statistics.median(times["off"])
     print("\ncost: step time, %d steps per mode in %d rounds of blocks of %d, order shuffled"
           % (a.rounds * a.block, a.rounds, a.block))
-    print("| mode | median ms | mean ms | over off |")
-    print("|---|---|---|---|")
+    print("| mode | median ms | mean ms | over off | clip.step() on the host, median ms |")
+    print("|---|---|---|---|---|")
     cost = {}
     for m in modes:
         med = statistics.median(times[m])
         cost[m] = {"median_ms": med, "mean_ms": statistics.mean(times[m])}
-        print("| %s | %.2f | %.2f | %+.1f%% |" % (m, med, cost[m]["mean_ms"], 100 * (med / base - 1)))
+        if clip_ms[m]:
+            cost[m]["clip_step_ms"] = statistics.median(clip_ms[m])
+        print("| %s | %.2f | %.2f | %+.1f%% | %s |" % (m, med, cost[m]["mean_ms"],
+                                                     100 * (med / base - 1),
+                                                     "%.3f" % cost[m]["clip_step_ms"]
+                                                     if clip_ms[m] else "-"))
     proc.terminate()
     proc.wait(timeout=30)
     print(json.dumps({"tau": tau, "grow": grow, "lr": a.lr, "steps": a.steps, "growth": summary,
