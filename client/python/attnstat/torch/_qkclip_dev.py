@@ -27,8 +27,9 @@ def scale_rows(lin, w, rows, rep=1):
 
 def device_factors(torch, ml, tau, group):
     """attnstat.qk_clip_factors on the device for L layers at once: ml [L, H] float64 max logits
-    (NaN, -inf or +inf: untouched) -> (q [L, H], k [L, H // group]), the same floats as the host
-    rule (IEEE division and square root both ways)."""
+    (NaN, -inf or +inf: untouched) -> (q [L, H], k [L, H // group]): exactly 1 where the host
+    rule gives 1, the others within a few ulps of its floats (PyTorch's kernels need not round
+    each division as Python does)."""
     n_layers, h = ml.shape
     # tensor / tensor: a correctly rounded division (a float / tensor is reciprocal times float)
     gamma = torch.where((ml > tau) & torch.isfinite(ml), torch.full_like(ml, tau) / ml,
