@@ -19,6 +19,8 @@ tensor-core kernels' instances with sink mass and distance), checked against flo
 beside the default run on the same tensors, interleaved (bench_kernel.sh extras).
 ATTNSTAT_BENCH_MAXONLY=1: the same for a run asking for the max logit alone (the FOLD_MAX
 instances, no exps: entropy NaN, max logit checked against float64), bench_kernel.sh maxonly.
+ATTNSTAT_BENCH_VARIANTS_WANT=max_logit: the variants of ATTNSTAT_BENCH_VARIANTS checked and timed
+asking for the max logit alone (their FOLD_MAX instances), to choose among them for that run.
 """
 import ctypes
 import math
@@ -299,6 +301,10 @@ def main():
     variants = [int(i) for i in os.environ.get("ATTNSTAT_BENCH_VARIANTS", "").split(",") if i != ""]
     for var in variants:
         variant_path(var)
+    vwant = os.environ.get("ATTNSTAT_BENCH_VARIANTS_WANT")
+    if vwant not in (None, "", "max_logit"):
+        sys.exit("bench: ATTNSTAT_BENCH_VARIANTS_WANT takes max_logit (or nothing)")
+    vwant = want_of("max_logit") if vwant else None
     vrows = []
     for (B, Hq, Hkv, N, D, causal, every) in shapes:
         scale = 1.0 / math.sqrt(D)
@@ -340,9 +346,9 @@ def main():
             path = 0 if var is None or var in ask_want else variant_path(var)
             lib.stats_cuda_set_path(ours.ctx, path)
             pp = p
-            if var in ask_want:
+            if var in ask_want or (vwant is not None and var in variants):
                 pp = Problem.from_buffer_copy(p)
-                pp.want = ask_want[var]
+                pp.want = ask_want[var] if var in ask_want else vwant
             name = lib.stats_cuda_kernel_name(ours.ctx, ctypes.byref(pp)).decode()
             rh = torch.full((B, Hq, N), float("nan"), device="cuda")
             rm = torch.full((B, Hq, N), float("nan"), device="cuda")
@@ -354,7 +360,8 @@ def main():
             got_mean = torch.tensor([heads[h].entropy_mean for h in range(Hq)], dtype=torch.float64, device="cuda")
             dmean = ((got_mean - ref_mean).abs() / ref_mean.abs()).max().item()
             ok = dh <= 1e-3 and dm <= 1e-5 and dmean <= 1e-4 and not math.isnan(dh + dm + dmean)
-            if var == "m" and name.endswith(" max"):  # no entropy computed: NaN, never a number
+            if (var == "m" or (vwant is not None and var in variants)) and name.endswith(" max"):
+                # no entropy computed: NaN, never a number
                 ok = dm <= 1e-5 and not math.isnan(dm) and bool(torch.isnan(rh).all()) and \
                     bool(torch.isnan(got_mean).all())
                 dh = dmean = float("nan")
@@ -403,10 +410,18 @@ def main():
                 t_var.append(float("nan"))
                 continue
             lib.stats_cuda_set_path(ours.ctx, variant_path(i))
-            t_var.append(time_events(lambda s: ours.run(s[3], sync=False), sets, iters))
+            vsets = sets
+            if vwant is not None:  # their runs asking for the max logit alone
+                vsets = []
+                for s in sets:
+                    x = Problem.from_buffer_copy(s[3])
+                    x.want = vwant
+                    vsets.append(s[:3] + (x,) + s[4:])
+            t_var.append(time_events(lambda s: ours.run(s[3], sync=False), vsets, iters))
             lib.stats_cuda_set_path(ours.ctx, 0)
         if variants:
-            vrows.append((tag, t_ours, t_var))
+            t_m = t_asks[[a[0] for a in asks].index("m")] if "m" in ask_want else float("nan")
+            vrows.append((tag, t_ours, t_m, t_var))
         t_sdpa = t_mat = float("nan")
         if not every:
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -455,10 +470,13 @@ def main():
             print(f"| {tag} | {t:.4f} | {tx[i]:.4f} | {tx[i] / t:.3f} ({100 * (tx[i] / t - 1):+.1f}%) |")
     if variants:  # last: the variants side by side (FAIL: failed the float64 check, not timed)
         print()
-        print("| shape | default ms | " + " | ".join(f"v{i} {VARIANTS[i][0]} ms" for i in variants) + " |")
-        print("|---|---|" + "---|" * len(variants))
-        for tag, t, tv in vrows:
-            print(f"| {tag} | {t:.4f} | " + " | ".join("FAIL" if x != x else f"{x:.4f}" for x in tv) + " |")
+        alone = " max logit alone" if vwant is not None else ""
+        print("| shape | default ms | default max logit alone ms | " +
+              " | ".join(f"v{i} {VARIANTS[i][0]}{alone} ms" for i in variants) + " |")
+        print("|---|---|---|" + "---|" * len(variants))
+        for tag, t, tm, tv in vrows:
+            print(f"| {tag} | {t:.4f} | {tm:.4f} | " +
+                  " | ".join("FAIL" if x != x else f"{x:.4f}" for x in tv) + " |")
 
 
 if __name__ == "__main__":
