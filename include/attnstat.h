@@ -626,13 +626,16 @@ typedef struct {
      * after stream_waits (a caller's older attnstat.h: 0). */
     uint32_t stats;
     /* Local mode only (CUDA tensors), or NULL: device memory on q's device, float64, one per query
-     * head ([Hq], contiguous). The computation writes each head's max logit there (as the
+     * head ([Hq], contiguous). The computation folds each head's max logit into it (as the
      * result's max_logit: -inf for a head with no counted row, a lower bound when rows are
-     * sampled), on the device: a stream that waits for the computation (stream_waits, or
-     * attnstat_local_wait) then reads the step's own max logits with no host synchronisation
-     * (QK-Clip in the same step). The memory must stay valid until then; a push that is dropped
-     * or fails writes nothing. EINVAL outside local mode, for host tensors, or when stats does not
-     * ask for the max logit. Added after stats (a caller's older attnstat.h: NULL). */
+     * sampled), on the device: each element becomes the larger of itself and the head's value,
+     * NaN counting as none, so that memory set to NaN holds the largest of every push made into
+     * it since (a step's forwards under gradient accumulation). A stream that waits for the
+     * computation (stream_waits, or attnstat_local_wait) then reads the step's own max logits with
+     * no host synchronisation (QK-Clip in the same step). The memory must stay valid until then; a
+     * push that is dropped or fails writes nothing. EINVAL outside local mode, for host tensors,
+     * or when stats does not ask for the max logit. Added after stats (a caller's older
+     * attnstat.h: NULL). */
     double *max_logit_out;
 } attnstat_push_ext;
 

@@ -108,8 +108,9 @@ stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_problem *p, void 
  * stream (or an event recorded after this call) before it reads heads_host or lets go of the
  * tensors; runs on one stream may be enqueued back to back, each into its own heads_host.
  * maxlogit_dev: optional device memory [heads_q] (float64) on the context's device that each
- * head's max_logit is copied into as well, on the stream (a consumer on the device reads it
- * without the host: local mode's QK-Clip). */
+ * head's max_logit is folded into as well, on the stream: the larger of the two (NaN there counts
+ * as none), so that it holds the largest of every run since its owner set it to NaN (a consumer
+ * on the device reads it without the host: local mode's QK-Clip). */
 stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
                                stats_head *heads_host, double *maxlogit_dev, float *row_entropy,
                                float *row_maxlogit, stats_error *err);

@@ -222,8 +222,9 @@ class FakeTorchCase(unittest.TestCase):
 
 class TestClipStep(FakeTorchCase):
     """qk_clip.step() on stand-ins: the rows of each head scaled by the rule's factors (weights
-    and biases), from each layer's newest result, once; nothing for results it has applied,
-    statistics not asked (NaN) or layers it does not know."""
+    and biases), from each head's largest max logit over its layer's results since the last
+    step(), once; nothing for results of steps it has applied, statistics not asked (NaN) or
+    layers it does not know."""
     SEED_OFFSET = 1
 
     def check_rows(self, lin, before_w, before_b, factors, d):
@@ -242,8 +243,11 @@ class TestClipStep(FakeTorchCase):
         ml0 = list(self.rng.uniform(0.2, 3.0, heads) * tau)
         ml1 = [tau * 0.5] * heads
         ml1[5] = float("nan")  # not measured: untouched
-        client.result(4, 0, [tau * 9] * heads)  # older than the next one: replaced by it
+        ml4 = [tau * 0.1] * heads  # an earlier forward since the last step(): its larger ones count
+        ml4[2], ml4[6] = tau * 9, float("nan")
+        client.result(4, 0, ml4)
         client.result(5, 0, ml0)
+        ml0 = [max(a, b) if a == a else b for a, b in zip(ml4, ml0)]  # head 2 at 9 tau
         client.result(5, 1, ml1)
         client.result(5, 9, [tau * 9] * heads)  # a layer qk_clip does not know
         n = clip.step()

@@ -800,6 +800,15 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     return STATS_OK;
 }
 
+/* out[h] = the larger of out[h] and head h's max logit (fmax: NaN in out counts as none), so that
+ * out holds the largest of every run folded into it since its owner set it to NaN. */
+__global__ void head_max_into(const stats_head *heads, double *out, int n)
+{
+    const int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h < n)
+        out[h] = fmax(out[h], heads[h].max_logit);
+}
+
 extern "C" stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *p, void *stream,
                                           stats_head *heads_host, double *maxlogit_dev,
                                           float *row_entropy, float *row_maxlogit,
@@ -829,10 +838,10 @@ extern "C" stats_status stats_cuda_run_to(stats_cuda *ctx, const stats_problem *
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t ce = cudaMemcpyAsync(heads_host, heads_ws, sizeof(stats_head) * (size_t)p->heads_q,
                                      cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess && maxlogit_dev) /* each head's max_logit, a column of heads_ws */
-        ce = cudaMemcpy2DAsync(maxlogit_dev, sizeof(double), &heads_ws->max_logit,
-                               sizeof(stats_head), sizeof(double), (size_t)p->heads_q,
-                               cudaMemcpyDeviceToDevice, s);
+    if (ce == cudaSuccess && maxlogit_dev) {
+        head_max_into<<<(p->heads_q + 127) / 128, 128, 0, s>>>(heads_ws, maxlogit_dev, p->heads_q);
+        ce = cudaGetLastError();
+    }
     if (ce != cudaSuccess) {
         /* The kernels are launched: wait for them before returning, so that the caller does not
          * release the memory they read while they still run. */

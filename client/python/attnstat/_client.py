@@ -351,9 +351,10 @@ class Client(object):
         tensor-core kernels extra time and are computed only when asked; one not asked for is NaN
         in the results and not stored. ValueError for an unknown name, ENOTSUP from an older daemon.
         max_logit_out (local mode, CUDA tensors): a CUDA torch.float64 [Hq] tensor on q's device
-        that the computation writes each head's max logit into; a stream that waits for it
-        (stream_waits, or local_wait()) reads them with no host synchronisation. Kept alive with
-        q and k; EINVAL when the daemon computes the push or stats leaves out the max logit."""
+        that each head's max logit is folded into (the larger; NaN counts as none); a stream that
+        waits for it (stream_waits, or local_wait()) reads it with no host synchronisation. Kept
+        alive with q and k; EINVAL when the daemon computes the push or stats leaves out the max
+        logit."""
         if window is not None:
             if window_left is not None or window_right is not None:
                 raise AttnstatError(_lib.EINVAL, "give window=(left, right) or window_left / "

@@ -180,7 +180,7 @@ class monitor(object):
         self._wanted = set(_DOORS if doors == "auto" else doors)
         self._tp_size = 1
         self._side = {}          # device index -> the stream compiled calls are copied on
-        # layer -> a CUDA float64 [heads] tensor each push of the layer writes its heads' max
+        # layer -> a CUDA float64 [heads] tensor each push of the layer folds its heads' max
         # logits into, on the device (local mode: qk_clip's device path sets them)
         self.max_logit_out = {}
 

@@ -8,12 +8,14 @@ measures, applied to the model's query and key projection rows after each optimi
             loss = model(**batch).loss
             loss.backward()
             opt.step()
-            clip.step()          # the heads whose latest measured max logit passed tau
+            clip.step()          # the heads whose measured max logit passed tau
             opt.zero_grad()
 
 The factors are attnstat.qk_clip_factors' (client/python/attnstat/_qkclip.py says the rule and
-why a grouped-query layer's shared key rows take the group's mildest clip). Each layer's newest
-result is applied once. The results come back from attnstatd with the pushes' Acks, so a step's
+why a grouped-query layer's shared key rows take the group's mildest clip), from each head's
+largest max logit over the results that arrived since the last step() (the forwards of one
+optimizer step under gradient accumulation, each its own step with auto_step, or pushes of one
+step; a result of a step already applied is dropped), applied once. The results come back from attnstatd with the pushes' Acks, so a step's
 clip uses the max logits of the newest step the daemon has answered: usually the step's own (its
 kernel finishes during the backward pass: lag 0 at every step of bench/bench_qkclip.py on the
 H100), else an older one. Given the monitor, `clip.lag` is the last gap seen. The monitor must
@@ -24,10 +26,11 @@ that step's growth, whatever the lag (bench/RESULTS.md measures it).
 
 On the device (a client in local mode, Client(local_compute=True), the monitor given, CUDA
 weights; device="auto" turns it on): each layer has a CUDA float64 buffer of its heads' max
-logits that the layer's push writes on the device (Client.push's max_logit_out), and step()
-makes the current stream wait for the step's computations (Client.local_wait), computes the
-factors there with the same rule in float64, scales the rows and sets the buffers back to NaN
-(a layer the monitor did not push in a step is not clipped in it). The step's own max logits
+logits that the layer's pushes fold theirs into on the device (Client.push's max_logit_out: the
+largest since the last step(), as above), and step() makes the current stream wait for the
+step's computations (Client.local_wait), computes the factors there with the same rule in
+float64, scales the rows and sets the buffers back to NaN (a layer the monitor did not push in a
+step is not clipped in it). The step's own max logits
 (lag 0), and no host synchronisation inside the step: every head's rows are multiplied, by 1
 where the head is under tau. The clips are counted and recorded once the max logits' copy to
 the host is done (at a later step(), or stats() and close(), which wait for it), so step()
@@ -76,7 +79,7 @@ class qk_clip(object):
     d}} for a fused projection, used instead of the model's. monitor: the attnstat.torch.monitor
     pushing them, for the lag (its current step minus the step of the result a clip used).
     device: "auto" (on with a client in local mode, a monitor and CUDA weights), True or False:
-    each push writes its heads' max logits into a CUDA tensor of this object's, and step() makes
+    each push folds its heads' max logits into a CUDA tensor of this object's, and step() makes
     the current stream wait for them and clips from them on the device: the step's own max
     logits (lag 0), no host synchronisation (the module's documentation).
 
@@ -220,18 +223,20 @@ class qk_clip(object):
         return (lin, None, d, hq, hq // hk, "fused")
 
     def observe(self, seq, step, layer, heads):
-        """A result (Client.on_result's arguments): kept as its layer's newest (not in device
-        mode, which has read it on the device already)."""
+        """A result (Client.on_result's arguments): each head's max logit folded into its layer's
+        largest since the last step() (NaN: not measured), unless a result of that step was
+        applied already (not in device mode, which has read it on the device)."""
         if self._closed or layer not in self._layers or self.device:
             return
-        prev = self._latest.get(layer) or (None, None)
         done = self._applied.get(layer)
-        if (prev[0] is None or step >= prev[0]) and (done is None or step > done):
-            ml = [float("nan")] * self._layers[layer][3]
-            for h in heads:
-                if 0 <= h["head"] < len(ml):
-                    ml[h["head"]] = h["max_logit"]
-            self._latest[layer] = (step, ml)
+        if done is not None and step <= done:
+            return
+        st, ml = self._latest.get(layer) or (step, [float("nan")] * self._layers[layer][3])
+        for h in heads:
+            x = h["max_logit"]
+            if 0 <= h["head"] < len(ml) and (ml[h["head"]] != ml[h["head"]] or x > ml[h["head"]]):
+                ml[h["head"]] = x
+        self._latest[layer] = (max(st, step), ml)
 
     def step(self):
         """Scale the projection rows of every head whose newest measured max logit passed tau
