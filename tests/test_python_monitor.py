@@ -524,6 +524,36 @@ class TestDoors(unittest.TestCase):
         self.assertNotIn("compute_dtype", c.calls[1][4])  # already in a 16-bit dtype
         self.assertNotIn("compute_dtype", c.calls[2][4])
 
+    def test_max_logit_out_goes_with_a_layers_pushes(self):
+        """qk_clip's device path: a layer given a buffer in monitor.max_logit_out has it passed
+        with its CUDA pushes in local mode; one whose heads do not match, or a client not in
+        local mode, goes without it, counted in max_out_refused and said once."""
+        dev = FakeDevice("cuda", 0)
+        c = RecordingClient()
+        c.local_compute = True
+        q = FakeTensor(randn(1, 4, 6, 8), device=dev)
+        good = types.SimpleNamespace(shape=(4,), device=dev)
+        bad = types.SimpleNamespace(shape=(3,), device=dev)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                mon.max_logit_out.update({0: good, 1: bad})
+                for _ in range(2):
+                    mon.new_forward()
+                    self.F.scaled_dot_product_attention(q, q, q)  # layer 0
+                    self.F.scaled_dot_product_attention(q, q, q)  # layer 1
+            c.local_compute = False
+            with attnstat.torch.monitor(c) as mon2:
+                mon2.max_logit_out[0] = good
+                self.F.scaled_dot_product_attention(q, q, q)
+        self.assertEqual([kw.get("max_logit_out") for _, _, _, _, kw in c.calls],
+                         [good, None, good, None, None])
+        self.assertEqual((mon.max_out_refused, mon2.max_out_refused), (2, 1))
+        said = [str(x.message) for x in w if "max logits on the device" in str(x.message)]
+        self.assertEqual(len(said), 2)
+        self.assertIn("4 query heads, the layer's projections 3", said[0])
+        self.assertIn("not in local mode", said[1])
+
     def test_mixed_dtypes_are_rounded_as_autocast_rounds_them(self):
         """DeepSeek-V3 under autocast: q float32 (a float32 rotary part joined to it), k float16;
         the attention rounds both to autocast's dtype, and so does the monitor. Outside autocast

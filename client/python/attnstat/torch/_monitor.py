@@ -183,6 +183,8 @@ class monitor(object):
         # layer -> a CUDA float64 [heads] tensor each push of the layer folds its heads' max
         # logits into, on the device (local mode: qk_clip's device path sets them)
         self.max_logit_out = {}
+        self.max_out_refused = 0  # pushes of such a layer that could not fold into it (_out_ok)
+        self._max_out_off = None  # why this libattnstat cannot (an older one), or None
 
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
@@ -210,7 +212,7 @@ class monitor(object):
         return {"calls": self.calls, "pushed": self.pushed, "dropped": self.dropped,
                 "skipped": self.skipped, "rejected": self.rejected, "errors": self.errors,
                 "blind": self.blind, "all_skipped": self.all_skipped,
-                "compiled_calls": self.compiled_calls,
+                "compiled_calls": self.compiled_calls, "max_out_refused": self.max_out_refused,
                 "skipped_by": dict(self.skipped_by), "rejected_by": dict(self.rejected_by),
                 "doors": list(self.doors_open), "layout": self.layout_used}
 
@@ -405,8 +407,7 @@ class monitor(object):
                 cd = self._autocast_dtype(call)
             elif self.compute_dtype not in ("auto", None):
                 cd = self.compute_dtype
-            if self._one_dtype(call, cd):
-                self._push(call, step, index, cd, copy=False)
+            self._push(call, step, index, cd, copy=False)
         except Exception as e:  # describing or pushing a call never stops the forward pass
             if self.strict:
                 raise
@@ -450,8 +451,7 @@ class monitor(object):
             cd = compute_dtype or None
             if self.compute_dtype != "auto":
                 cd = self.compute_dtype
-            if self._one_dtype(call, cd):
-                self._push(call, step, index, cd, copy=True)
+            self._push(call, step, index, cd, copy=True)
         except Exception as e:
             if self.strict:
                 raise
@@ -481,7 +481,9 @@ class monitor(object):
         said once when not, with why (that layer is then not clipped in that step)."""
         why = None
         hq = int(call.q.shape[1] if call.layout == "bhnd" else call.q.shape[2])
-        if not getattr(call.q, "is_cuda", False) or self.copy_to_host:
+        if self._max_out_off is not None:
+            why = self._max_out_off
+        elif not getattr(call.q, "is_cuda", False) or self.copy_to_host:
             why = "the push is not a CUDA push"
         elif not getattr(self.client, "local_compute", False):
             why = "the client is not in local mode"
@@ -492,9 +494,10 @@ class monitor(object):
         elif out.device != call.q.device:
             why = "the call is on %s, the layer's weights on %s" % (call.q.device, out.device)
         if why is not None:
+            self.max_out_refused += 1
             self._warn_once("max-out:" + why, "qk_clip cannot read this layer's max logits on "
-                            "the device (%s): it is not clipped in the steps where this happens"
-                            % why)
+                            "the device (%s): it is not clipped in the steps where this happens "
+                            "(counted in .max_out_refused)" % why)
         return why is None
 
     def _copy(self, t, dtype=None):
@@ -563,6 +566,8 @@ class monitor(object):
                 cd, stream = self._copy_call(call, cd)
             if call.sinks is not None and not self.copy_to_host and not copy:
                 call.sinks = call.sinks.detach().clone()  # the optimizer updates it in place
+        if not self._one_dtype(call, cd):  # after the filters: a call not pushed is not rounded
+            return
         kw = call.push_kwargs()
         kw.update(self._push_kw)
         if self._softcap and not call.softcap:
@@ -584,6 +589,10 @@ class monitor(object):
             if (kw_waits and isinstance(e, AttnstatError) and e.code == _lib.ENOTSUP
                     and "stream_waits" in str(e)):
                 self._waits_ok = False  # an older libattnstat: compiled calls copied instead
+                return self._push(call, step, index, cd, copy)
+            if ("max_logit_out" in kw and isinstance(e, AttnstatError)
+                    and e.code == _lib.ENOTSUP and "max_logit_out" in str(e)):
+                self._max_out_off = str(e)  # an older libattnstat: pushed without it
                 return self._push(call, step, index, cd, copy)
             if self.strict:
                 raise
