@@ -272,20 +272,58 @@ class TestClipStep(FakeTorchCase):
             self.assertEqual(iv["measured"], max(ml0[h] for h in over))
             self.assertEqual(st["recorded"], 1)
         self.assertGreater(client.polls, 0)
-        # applied once: no new result, nothing more; an older one than applied is dropped
+        # applied once: no new result, nothing more; one of an optimizer step applied is dropped
         w1 = layers[0].q_proj.weight.a.copy()
+        mon.current_step = 8
         self.assertEqual(clip.step(), 0)
         client.result(5, 0, [tau * 9] * heads)
         client.result(3, 0, [tau * 9] * heads)
         self.assertEqual(clip.step(), 0)
         np.testing.assert_array_equal(layers[0].q_proj.weight.a, w1)
-        client.result(6, 0, [tau * 2] * heads)  # a newer step over tau: every head clipped
+        client.result(8, 0, [tau * 2] * heads)  # a newer step over tau: every head clipped
         self.assertEqual(clip.step(), heads)
         iv = client.interventions[-1]  # the groups' key rows scaled too: still tau / 2 a head
-        self.assertEqual((iv["step"], iv["heads"]), (6, list(range(heads))))
+        self.assertEqual((iv["step"], iv["heads"]), (8, list(range(heads))))
         np.testing.assert_allclose(iv["values"], [0.5] * heads, rtol=1e-12)
         clip.close()
         client.result(7, 0, [tau * 2] * heads)  # closed: ignored
+        self.assertEqual(clip.step(), 0)
+
+    def test_optimizer_steps(self):
+        """With the monitor, the forwards between two step() calls are one optimizer step: their
+        results fold (each head's largest), late ones still apply once at the next step() (lag
+        1), a newer optimizer step's replace an older one's not yet applied, and one already
+        applied is dropped."""
+        a = Attention(self.rng, 0, 4, 4, 2)
+        client, mon = FakeClient(), types.SimpleNamespace(current_step=0)
+        tau = 10.0
+        clip = qk_clip(client, projections={0: (a.q_proj, a.k_proj, 2)}, tau=tau, monitor=mon)
+
+        def over_heads():
+            return client.interventions[-1]["heads"] if client.interventions else None
+        mon.current_step = 3  # micro-batches 1, 2, 3 of one optimizer step (auto_step)
+        client.result(1, 0, [20.0, 1.0, 1.0, 1.0])
+        client.result(2, 0, [1.0, 30.0, 1.0, 1.0])
+        client.result(3, 0, [1.0, 1.0, 1.0, float("nan")])
+        self.assertEqual(clip.step(), 2)
+        self.assertEqual(over_heads(), [0, 1])
+        self.assertEqual(client.interventions[-1]["step"], 3)
+        np.testing.assert_allclose(client.interventions[-1]["values"], [0.5, 1 / 3.0], rtol=1e-12)
+        mon.current_step = 6  # steps 4-6 run; their results come after this step() (lag 1)
+        self.assertEqual(clip.step(), 0)
+        client.result(3, 0, [50.0] * 4)  # late, of an optimizer step applied: dropped
+        client.result(4, 0, [1.0, 1.0, 40.0, 1.0])
+        client.result(6, 0, [1.0, 1.0, 1.0, 15.0])
+        mon.current_step = 9
+        self.assertEqual(clip.step(), 2)  # steps 4-6: heads 2 and 3
+        self.assertEqual((over_heads(), client.interventions[-1]["step"]), ([2, 3], 6))
+        self.assertEqual(clip.lag, 3)
+        client.result(8, 0, [12.0, 1.0, 1.0, 1.0])  # steps 7-9, then 10-12 before the next
+        mon.current_step = 12
+        client.result(11, 0, [1.0, 11.0, 1.0, 1.0])  # a newer optimizer step: replaces 7-9's
+        self.assertEqual(clip.step(), 1)
+        self.assertEqual((over_heads(), client.interventions[-1]["step"]), ([1], 11))
+        client.result(9, 0, [99.0] * 4)  # 7-9 were never applied, but 10-12 were: dropped
         self.assertEqual(clip.step(), 0)
 
     def test_unrecorded_clip_goes_on(self):

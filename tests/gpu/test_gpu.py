@@ -655,6 +655,7 @@ class TestGPU(unittest.TestCase):
             data = self.qk_clip_check(mode, mode + "-device", ("--local",))
             self.assertTrue(data["clip"]["device"], data["clip"])
             self.assertEqual(data["clip"]["lag"], 0)
+            self.assertEqual(data["clip"]["unmeasured_by_layer"], {})
             self.assertEqual(data["clip"]["recorded"], len(data["clip"]["clipped_by_layer"]))
 
     def test_24_qk_clip_latent_attention(self):

@@ -89,7 +89,7 @@ class _Ext(object):
     def __init__(self, mask, compute, cu_q, cu_k, sinks=None, stream_waits=False, stats=0,
                  max_out=None):
         self.waits = 1 if stream_waits else 0
-        self.max_out = max_out  # a CUDA float64 [Hq] tensor (checked by max_out_ptr), or None
+        self.max_out = max_out  # a CUDA float64 [Hq] tensor (checked by check_max_out), or None
         self.stats = 0 if stats == STATS_DEFAULT else stats
         self.mask = _tensor.describe_mask(mask) if mask is not None else None
         self.sinks = _tensor.describe_sinks(sinks) if sinks is not None else None
@@ -160,6 +160,17 @@ class _Ext(object):
             e.max_logit_out = int(self.max_out.data_ptr())
         self._ext = e
         return ctypes.byref(e)
+
+
+def max_out_supported(lib):
+    """Whether lib (a libattnstat) folds max logits into device memory: attnstat_push_ext's
+    max_logit_out and attnstat_local_wait (an older library has neither)."""
+    init = _lib.optional(lib, "attnstat_push_ext_init") if lib is not None else None
+    if init is None or _lib.optional(lib, "attnstat_local_wait") is None:
+        return False
+    e = _lib.PushExt()
+    init(ctypes.byref(e))
+    return e.size >= _lib.PUSH_EXT_SIZE_MAXOUT
 
 
 def check_max_out(t, heads):

@@ -13,12 +13,14 @@ measures, applied to the model's query and key projection rows after each optimi
 
 The factors are attnstat.qk_clip_factors' (client/python/attnstat/_qkclip.py says the rule and
 why a grouped-query layer's shared key rows take the group's mildest clip), from each head's
-largest max logit over the results that arrived since the last step() (the forwards of one
-optimizer step under gradient accumulation, each its own step with auto_step, or pushes of one
-step; a result of a step already applied is dropped), applied once. The results come back from attnstatd with the pushes' Acks, so a step's
-clip uses the max logits of the newest step the daemon has answered: usually the step's own (its
-kernel finishes during the backward pass: lag 0 at every step of bench/bench_qkclip.py on the
-H100), else an older one. Given the monitor, `clip.lag` is the last gap seen. The monitor must
+largest max logit over one optimizer step's results: given the monitor, the forwards whose
+monitor steps fall between two step() calls are one optimizer step (gradient accumulation's
+micro-batches, each its own step with auto_step); without it, each step is. Each is applied once:
+the newest optimizer step's results that have arrived replace an older one's, and a result of one
+already applied is dropped. The results come back from attnstatd with the pushes' Acks, so a
+step's clip uses the newest the daemon has answered: usually the step's own (its kernel finishes
+during the backward pass: lag 0 at every step of bench/bench_qkclip.py on the H100), else an
+older one. Given the monitor, `clip.lag` is the last gap seen. The monitor must
 push with want_results=True, and every step (every=1) for a clip at every step; stats="max_logit"
 makes its kernel skip the entropy's exps. Since the clip scales the weights after the optimizer
 step from logits measured before it (MuonClip's order), the next step's max logit passes tau by
@@ -136,9 +138,12 @@ class qk_clip(object):
                              "latent attention's kv_b_proj) or projections={layer: (q_linear, "
                              "k_linear, head_dim)} ({layer: {'q':, 'kv':, 'nope':, 'rope':, "
                              "'v':}} for latent attention)")
-        self._latest = {}    # layer -> (step, [max_logit per head]), newest not yet applied
-        self._applied = {}   # layer -> step of the result applied last
+        self._latest = {}    # layer -> (optimizer step, newest step, [largest max logit per head])
+        self._applied = {}   # layer -> the optimizer step (_group) applied last
+        self._bounds = []    # the monitor's step at each step() call (the last ones), and
+        self._bounds_off = 0  # how many earlier ones were let go
         self.clipped = {}    # layer -> heads clipped so far
+        self.unmeasured = {}  # device mode: layer -> steps whose clip had no value of it
         self.steps = 0       # step() calls that clipped a head
         self.lag = None      # the monitor's step minus the step of the result applied last
         self._closed = False
@@ -153,15 +158,30 @@ class qk_clip(object):
         client.on_result(self.observe)
 
     def _device_clip(self, device):
-        """Device mode's DeviceClip (its buffers given to the monitor), or None."""
-        local = bool(getattr(self.client, "local_compute", False))
-        cuda = all(getattr(_local(p[0].weight), "is_cuda", False) for p in self._layers.values())
+        """Device mode's DeviceClip (its buffers given to the monitor), or None: "auto" takes it
+        where everything it needs is there, else clips from the results."""
+        from .. import _pushargs
+        mon = self.monitor
+        asked = getattr(mon, "stats_asked", 0)
+        why = None
+        if not getattr(self.client, "local_compute", False):
+            why = "the client is not in local mode (Client(local_compute=True))"
+        elif mon is None or not hasattr(mon, "max_logit_out"):
+            why = "no attnstat.torch.monitor given (monitor=)"
+        elif not all(getattr(_local(p[0].weight), "is_cuda", False)
+                     for p in self._layers.values()):
+            why = "the projections are not on a GPU"
+        elif getattr(mon, "copy_to_host", False):
+            why = "the monitor copies the tensors to the host (copy_to_host=True)"
+        elif asked and not asked & _pushargs.STATS_BY_NAME["max_logit"]:
+            why = "the monitor's stats leave out the max logit"
+        elif not _pushargs.max_out_supported(getattr(self.client, "_lib", None)):
+            why = "this libattnstat cannot fold max logits on the device (an older one)"
         if device == "auto":
-            device = local and self.monitor is not None and cuda
-        elif device and not (local and self.monitor is not None and cuda):
-            raise ValueError("qk_clip(device=True) reads the max logits on the device: it needs "
-                             "a client in local mode (Client(local_compute=True)), the monitor "
-                             "(monitor=) and CUDA weights")
+            device = why is None
+        elif device and why is not None:
+            raise ValueError("qk_clip(device=True) reads the max logits on the device, but %s"
+                             % why)
         if not device:
             return None
         import torch
@@ -222,32 +242,44 @@ class qk_clip(object):
                              % (what, rows, hq, hk, d))
         return (lin, None, d, hq, hq // hk, "fused")
 
+    def _group(self, step):
+        """The optimizer step a result's step belongs to: with the monitor, the number of the
+        first step() call whose monitor step was >= it (the forwards between two step() calls,
+        gradient accumulation's included, are one); without, the step itself."""
+        if self.monitor is None:
+            return step
+        import bisect
+        return self._bounds_off + bisect.bisect_left(self._bounds, step)
+
     def observe(self, seq, step, layer, heads):
-        """A result (Client.on_result's arguments): each head's max logit folded into its layer's
-        largest since the last step() (NaN: not measured), unless a result of that step was
-        applied already (not in device mode, which has read it on the device)."""
+        """A result (Client.on_result's arguments): each head's max logit folded into the largest
+        of its layer's results of the same optimizer step (_group; NaN: not measured); a newer
+        optimizer step's replace an older one's not yet applied, and one already applied is
+        dropped (not in device mode, which has read them on the device)."""
         if self._closed or layer not in self._layers or self.device:
             return
+        g = self._group(step)
         done = self._applied.get(layer)
-        if done is not None and step <= done:
+        prev = self._latest.get(layer)
+        if (done is not None and g <= done) or (prev is not None and g < prev[0]):
             return
-        st, ml = self._latest.get(layer) or (step, [float("nan")] * self._layers[layer][3])
+        if prev is None or g > prev[0]:
+            prev = (g, step, [float("nan")] * self._layers[layer][3])
+        _, st, ml = prev
         for h in heads:
             x = h["max_logit"]
             if 0 <= h["head"] < len(ml) and (ml[h["head"]] != ml[h["head"]] or x > ml[h["head"]]):
                 ml[h["head"]] = x
-        self._latest[layer] = (max(st, step), ml)
+        self._latest[layer] = (g, max(st, step), ml)
 
     def step(self):
-        """Scale the projection rows of every head whose newest measured max logit passed tau
+        """Scale the projection rows of every head whose measured max logit passed tau
         (the results that arrived since the last call); returns the number of heads clipped."""
         import torch
         self.client.poll(0)  # results waiting in the socket are read now
-        if self.device:
-            self._dev.step(torch, self.client, self.tau,
-                           getattr(self.monitor, "current_step", None), self._drain_one)
-            self.lag = 0
-            n = 0
+        if self.device:  # (the heads of a copy it had to wait for first, then those arrived)
+            n = self._dev.step(torch, self.client, self.tau,
+                               getattr(self.monitor, "current_step", None), self._drain_one)
             while True:  # the clips whose values have reached the host
                 got = self._drain_one(wait=False)
                 if got is None:
@@ -255,7 +287,7 @@ class qk_clip(object):
                 n += got
         # each layer it clips is recorded in the run's history (`attnstat interventions`)
         n = 0
-        for layer, (st, ml) in sorted(self._latest.items()):
+        for layer, (g, st, ml) in sorted(self._latest.items()):
             ql, kl, d, heads, group, form = self._layers[layer]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
@@ -282,11 +314,17 @@ class qk_clip(object):
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
-            self._applied[layer] = st
+            self._applied[layer] = g
             cur = getattr(self.monitor, "current_step", None)
             if cur is not None:
                 self.lag = cur - st
         self._latest.clear()
+        cur = getattr(self.monitor, "current_step", None)
+        if cur is not None:  # the end of this optimizer step's forwards
+            self._bounds.append(cur)
+            if len(self._bounds) > 256:  # results older than the last 128 are long applied
+                del self._bounds[:128]
+                self._bounds_off += 128
         if n:
             self.steps += 1
         return n
@@ -294,13 +332,19 @@ class qk_clip(object):
     def _drain_one(self, wait):
         """Device mode: the oldest clip whose max logits reached the host (wait: waiting for
         them), counted and recorded as the host mode's are; the heads it clipped, or None when
-        there is none."""
+        there is none. A layer with no value at all in it (not pushed that step: every > 1, a
+        dropped push, one that could not fold into it) is counted in unmeasured; the lag is 0
+        once a clip had values (the step's own), None until then."""
         got = self._dev.take(wait)
         if got is None:
             return None
         st, by_layer = got
         n = 0
         for layer, ml in sorted(by_layer.items()):
+            if all(x != x for x in ml):
+                self.unmeasured[layer] = self.unmeasured.get(layer, 0) + 1
+                continue
+            self.lag = 0
             group = self._layers[layer][4]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
@@ -308,7 +352,6 @@ class qk_clip(object):
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
-                self._applied[layer] = st
         if n:
             self.steps += 1
         return n
@@ -369,7 +412,7 @@ class qk_clip(object):
                 "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
                 "lag": self.lag, "layers": sorted(self._layers), "recorded": self.recorded,
                 "record_dropped": self.record_dropped, "record_errors": self.record_errors,
-                "device": self.device}
+                "device": self.device, "unmeasured_by_layer": dict(self.unmeasured)}
 
     def close(self):
         if self.device and not self._closed:

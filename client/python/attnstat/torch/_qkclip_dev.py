@@ -95,11 +95,14 @@ class DeviceClip(object):
         self.pending = []  # (step, buffer index): copies not yet read, oldest first
 
     def step(self, torch, client, tau, st, drain_one):
-        """The current stream waits for the pushed computations, then clips from their values;
-        the values are copied to the host for the record (drain_one(wait=True) reads the oldest
-        copy first when its buffer is needed again)."""
-        client.local_wait()
-        with torch.no_grad():
+        """The buffer's device's current stream waits for the pushed computations, then clips
+        from their values on it; the values are copied to the host for the record
+        (drain_one(wait=True) reads the oldest copy first when its buffer is needed again).
+        Returns the heads clipped in the copies it had to read so."""
+        dev = self.all.device
+        n = 0
+        with torch.cuda.device(dev), torch.no_grad():
+            client.local_wait(torch.cuda.current_stream(dev))
             for (d, h, group, form), members, lo, hi in self.batches:
                 q, k = device_factors(torch, self.all[lo:hi].view(len(members), h), tau, group)
                 for which, rows in enumerate(device_rows(torch, q, k, d, form)):
@@ -113,11 +116,12 @@ class DeviceClip(object):
             i = self.turn
             self.turn ^= 1
             while self.pending and self.pending[0][1] == i:
-                drain_one(wait=True)  # two steps old: done long ago
+                n += drain_one(wait=True) or 0  # two steps old: done long ago
             self.host[i].copy_(self.all, non_blocking=True)
-            self.copied[i].record(torch.cuda.current_stream(self.all.device))
+            self.copied[i].record(torch.cuda.current_stream(dev))
             self.all.fill_(float("nan"))  # a layer not pushed in a step is not clipped in it
         self.pending.append((st, i))
+        return n
 
     def take(self, wait):
         """The oldest copy's (step, {layer: [max logit per head]}), or None when there is none
