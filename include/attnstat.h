@@ -490,8 +490,9 @@ typedef struct {
  * "computed" refuses each local push with ENOTSUP. */
 attnstat_code attnstat_set_local_compute(attnstat_client *c, int on);
 
-/* Local mode: makes cuda_stream (a cudaStream_t; NULL the legacy default stream) wait, on the
- * device, for every computation pushed so far, without blocking the host: what is enqueued on it
+/* Local mode: makes cuda_stream (a cudaStream_t; NULL the legacy default stream of the calling
+ * thread's current device) wait, on the device, for every computation pushed so far (on any
+ * device), without blocking the host: what is enqueued on it
  * next sees their max_logit_out (attnstat_push_ext) written. QK-Clip uses it after the optimizer
  * step to read the step's own max logits with no host synchronisation. OK when nothing is running;
  * EINVAL outside local mode or when CUDA refuses the wait (the message says why). */
@@ -633,7 +634,7 @@ typedef struct {
      * it since (a step's forwards under gradient accumulation). A stream that waits for the
      * computation (stream_waits, or attnstat_local_wait) then reads the step's own max logits with
      * no host synchronisation (QK-Clip in the same step). The memory must stay valid until then; a
-     * push that is dropped or fails writes nothing. EINVAL outside local mode, for host tensors,
+     * push that is dropped or refused writes nothing. EINVAL outside local mode, for host tensors,
      * or when stats does not ask for the max logit. Added after stats (a caller's older
      * attnstat.h: NULL). */
     double *max_logit_out;

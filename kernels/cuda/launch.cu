@@ -164,10 +164,10 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
         else if (p->len_k <= 8192)
             v = p->head_dim <= 64 && p->len_k > 4096 ? STATS_VARIANT_WS_TMA_PERS
                                                       : STATS_VARIANT_WS_TMA_3WG_PERS;
-        /* The max logit alone at head_dim > 64 on causal rows of up to 2048 keys: variant 9's
-         * instance, not 11's (0.1228 against 0.1311 ms at (8,32,1024,128), 0.1695 against 0.1762
-         * at (4,32,2048,128); H200, bench_kernel ATTNSTAT_BENCH_VARIANTS_WANT, kernel_notes.md "The
-         * max logit alone"). */
+        /* The max logit alone at head_dim > 64 (the D 128 instance's) on causal rows of up to
+         * 2048 keys: variant 9's instance, not 11's (0.1228 against 0.1311 ms at
+         * (8,32,1024,128), 0.1695 against 0.1762 at (4,32,2048,128); H200, bench_kernel
+         * ATTNSTAT_BENCH_VARIANTS_WANT, kernel_notes.md "The max logit alone"). */
         if (v == STATS_VARIANT_WS_TMA_3WG_PERS && p->causal && p->head_dim > 64 &&
             p->len_k <= 2048 && stats_want(p->want) == VOCAB_BIT(max_logit))
             v = STATS_VARIANT_WS_TMA_3WG;
