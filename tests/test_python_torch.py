@@ -8,9 +8,11 @@ same query/key; nn.MultiheadAttention seen through the patched function; CUDA te
 is there: a clear ENOTSUP while libattnstat has no GPU path, and monitor(copy_to_host=True).
 And qk_clip's device mode's arithmetic (torch ops, run here on the CPU) against the host rule.
 """
+import contextlib
 import math
 import os
 import sys
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,7 +30,7 @@ import test_python as tp  # noqa: E402  (exits 77 itself without NumPy)
 import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _lib  # noqa: E402
-from attnstat.torch._qkclip_dev import device_factors, device_rows  # noqa: E402
+from attnstat.torch._qkclip_dev import DeviceClip, device_factors, device_rows  # noqa: E402
 
 torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh data every run
 CUDA = torch.cuda.is_available()
@@ -170,10 +172,102 @@ class TestTorch(tp.DaemonCase):
             self.check_stored(run, 0, layer, ref(qq, kk, causal=True), 1e-6)
 
 
+class _Event(object):
+    """torch.cuda.Event as DeviceClip uses it, on the CPU: done once synchronised (a copy still
+    on its way until then)."""
+
+    def __init__(self):
+        self.done = False
+
+    def record(self, stream=None):
+        self.done = False
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.done = True
+
+
+class _CpuTorch(object):
+    """The torch DeviceClip is handed, for CPU tensors: torch itself but for torch.cuda (events,
+    device, stream) and pinned memory."""
+    cuda = types.SimpleNamespace(Event=_Event, device=lambda d: contextlib.nullcontext(),
+                                 current_stream=lambda d=None: 0)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*shape, pin_memory=False, **kw):
+        return torch.empty(*shape, **kw)
+
+
+class _WaitingClient(object):
+    """What qk_clip's device mode calls of a Client: local_wait, intervention, on_result."""
+
+    def __init__(self):
+        self.waits, self.interventions = 0, []
+
+    def local_wait(self, stream=None):
+        self.waits += 1
+
+    def on_result(self, fn):
+        pass
+
+    def intervention(self, kind, step, **kw):
+        self.interventions.append(dict(kw, kind=kind, step=step))
+        return True
+
+
 class TestQKClipOnTheDevice(unittest.TestCase):
     """qk_clip's device mode computes attnstat.qk_clip_factors' rule with torch ops, for every
     layer of one shape at once (attnstat.torch._qkclip_dev): the same floats as the host rule,
-    and each projection row the factor of its head's part."""
+    and each projection row the factor of its head's part; and its bookkeeping over steps."""
+
+    def test_steps(self):
+        """DeviceClip over three steps on the CPU: each step waits for the pushes, clips from the
+        values folded into its buffer (layer 0 over tau on some heads, layer 1 never pushed:
+        untouched, counted unmeasured), sets them back to NaN and copies them for the record,
+        the two host buffers in turn: the first copy, not yet arrived, is read at the third step
+        when its buffer is needed again, and the rest at stats()."""
+        heads, kv, d, tau = 4, 2, 3, 10.0
+        lins = {l: (torch.nn.Linear(8, heads * d).double(), torch.nn.Linear(8, kv * d).double())
+                for l in (0, 1)}
+        mon = types.SimpleNamespace(current_step=0, max_logit_out={})
+        client = _WaitingClient()
+        clip = attnstat.torch.qk_clip(client, projections={l: (q, k, d) for l, (q, k) in
+                                                           lins.items()},
+                                      tau=tau, monitor=mon, device=False)
+        dev = DeviceClip(_CpuTorch(), clip._layers, mon)
+        clip._dev, clip.device = dev, True
+        self.assertEqual(sorted(mon.max_logit_out), [0, 1])
+        before = {l: (q.weight.detach().clone(), k.weight.detach().clone())
+                  for l, (q, k) in lins.items()}
+        steps = [[20.0, 5.0, 12.0, 40.0], [5.0, 5.0, 5.0, 5.0], [11.0, 9.0, float("-inf"), 1.0]]
+        want_w = before[0]
+        returned = []
+        for st, ml in enumerate(steps):
+            mon.current_step = st
+            mon.max_logit_out[0].copy_(torch.tensor(ml, dtype=torch.float64))  # the pushes
+            returned.append(dev.step(_CpuTorch(), client, tau, st, clip._drain_one))
+            self.assertTrue(torch.isnan(dev.all).all())  # set back for the next step
+            hq, hk = attnstat.qk_clip_factors(ml, tau, heads // kv)
+            want_w = (want_w[0] * torch.tensor(hq, dtype=torch.float64).repeat_interleave(d)[:, None],
+                      want_w[1] * torch.tensor(hk, dtype=torch.float64).repeat_interleave(d)[:, None])
+            for got, want in zip((lins[0][0].weight, lins[0][1].weight), want_w):
+                self.assertTrue(torch.allclose(got, want, rtol=1e-14, atol=0), (st, ml))
+        self.assertTrue(torch.equal(lins[1][0].weight, before[1][0]))  # by exactly 1
+        self.assertTrue(torch.equal(lins[1][1].weight, before[1][1]))
+        self.assertEqual(client.waits, 3)
+        # step 0's copy was read when step 2 needed its buffer (3 heads over tau), no other yet
+        self.assertEqual(returned, [0, 0, 3])
+        self.assertEqual([iv["step"] for iv in client.interventions], [0])
+        st = clip.stats()  # waits for the rest: step 1 clipped nothing, step 2 one head
+        self.assertEqual([iv["step"] for iv in client.interventions], [0, 2])
+        self.assertEqual(client.interventions[1]["heads"], [0])
+        self.assertEqual((st["clipped_by_layer"], st["unmeasured_by_layer"], st["lag"]),
+                         ({0: 4}, {1: 3}, 0))
 
     def test_factors_equal_the_host_rule(self):
         for group in (1, 2, 4, 8):
