@@ -528,6 +528,50 @@ def run_qkclip_mla(args):
     _qkclip_measure(args, model, 8, lambda a: (a.q_b_proj.weight, a.qk_head_dim))
 
 
+def run_maxout(args):
+    """Client.push(max_logit_out=) in local mode: three pushes of different q against one k fold
+    their heads' max logits into one NaN buffer (the second and third also into buffers of their
+    own), read after local_wait on the device; and the refusals (a host tensor, a wrong shape,
+    float32, the max logit not asked for) with their messages, nothing sent."""
+    dev = torch.device("cuda", 0)
+    g = torch.Generator().manual_seed(args.seed)
+    B, H, N, D = 2, 4, 96, 64
+    k = torch.randn(B, H, N, D, generator=g).to(dev, torch.bfloat16)
+    qs = [(torch.randn(B, H, N, D, generator=g) * s).to(dev, torch.bfloat16) for s in (1.0, 3.0, 0.5)]
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=True)
+    results = {}
+    client.on_result(lambda seq, step, layer, hs: results.__setitem__((step, layer), hs))
+    fold = torch.full((H,), float("nan"), dtype=torch.float64, device=dev)
+    own = [torch.full((H,), float("nan"), dtype=torch.float64, device=dev) for _ in qs]
+    for i, q in enumerate(qs):
+        if not client.push(0, i, q, k, causal=True, want_results=True, max_logit_out=fold):
+            raise SystemExit("push %d dropped: %s" % (i, client.stats()))
+        if not client.push(1, i, q, k, causal=True, want_results=True, max_logit_out=own[i]):
+            raise SystemExit("push %d dropped: %s" % (i, client.stats()))
+    client.local_wait()  # the current stream waits; the copies below run after the pushes'
+    out = dict(fold=fold.cpu(), own=[o.cpu() for o in own], q=[q.cpu() for q in qs], k=k.cpu())
+    refused = {}
+    bad = {"host": torch.full((H,), float("nan"), dtype=torch.float64),
+           "shape": torch.full((H + 1,), float("nan"), dtype=torch.float64, device=dev),
+           "float32": torch.full((H,), float("nan"), dtype=torch.float32, device=dev)}
+    for name, t in bad.items():
+        try:
+            client.push(2, 0, qs[0], k, causal=True, max_logit_out=t)
+            refused[name] = None
+        except attnstat.AttnstatError as e:
+            refused[name] = (e.code, str(e))
+    try:
+        client.push(2, 0, qs[0], k, causal=True, stats="entropy", max_logit_out=fold)
+        refused["stats"] = None
+    except attnstat.AttnstatError as e:
+        refused["stats"] = (e.code, str(e))
+    if not client.flush(timeout_s=60):
+        raise SystemExit("flush timed out: %s" % client.stats())
+    out.update(results=results, refused=refused, stats=client.stats(), EINVAL=attnstat._lib.EINVAL)
+    torch.save(out, args.out)
+    client.close()
+
+
 def _tp_llama(args):
     """This rank of a 2-way tensor-parallel run: the process group (NCCL), its device and a GQA
     Llama (16 query / 4 key-value heads, 2 layers) sharded as torchtitan's plan does (q, k, v
@@ -773,7 +817,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
-                                     "qkclip-tp", "qkclip-mla", "qkclip-fused"))
+                                     "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -797,7 +841,7 @@ def main():
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
-     "qkclip-fused": run_qkclip_fused}[args.mode](args)
+     "qkclip-fused": run_qkclip_fused, "maxout": run_maxout}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -658,6 +658,36 @@ class TestGPU(unittest.TestCase):
             self.assertEqual(data["clip"]["unmeasured_by_layer"], {})
             self.assertEqual(data["clip"]["recorded"], len(data["clip"]["clipped_by_layer"]))
 
+    def test_28_max_logit_out(self):
+        """Local mode's max_logit_out: three pushes fold their heads' max logits into one NaN
+        buffer, which holds the largest of the three (float64 of each push, 1e-5), and each push
+        alone into its own buffer its own; read on the device after local_wait. A host tensor, a
+        wrong shape, float32 and stats without the max logit are refused (EINVAL, saying why),
+        nothing of them sent: the results are the six pushes'."""
+        out = os.path.join(self.tmp.name, "maxout.pt")
+        trainer("maxout", self.d.socket, out, "--run", "maxout")
+        data = torch.load(out, weights_only=False)
+        refs = [reference(dict(q=q, k=data["k"], causal=True)) for q in data["q"]]
+        bad = []
+        for h in range(data["fold"].shape[0]):
+            want = max(r[h][3] for r in refs)
+            if not abs(data["fold"][h].item() - want) <= 1e-5 * abs(want):
+                bad.append("fold head %d: %r, float64 %r" % (h, data["fold"][h].item(), want))
+            for i, r in enumerate(refs):
+                got = data["own"][i][h].item()
+                if not abs(got - r[h][3]) <= 1e-5 * abs(r[h][3]):
+                    bad.append("push %d head %d: %r, float64 %r" % (i, h, got, r[h][3]))
+        self.assertEqual(bad, [], "\n".join(bad))
+        says = {"host": "CUDA torch.float64 tensor", "shape": "must be [4]",
+                "float32": "CUDA torch.float64 tensor", "stats": "does not ask for the max logit"}
+        for name, needle in says.items():
+            got = data["refused"][name]
+            self.assertIsNotNone(got, "%s was not refused" % name)
+            self.assertEqual(got[0], data["EINVAL"], got)
+            self.assertIn(needle, got[1])
+        self.assertEqual(sorted(data["results"]), [(s, i) for s in (0, 1) for i in range(3)])
+        self.assertEqual(data["stats"]["acked"], 6, data["stats"])
+
     def test_24_qk_clip_latent_attention(self):
         """attnstat.torch.qk_clip on a transformers DeepSeek-V3 (multi-head latent attention, the
         rotary key shared by every head) under bf16 autocast (qk_clip_check): q_C and k_C by
