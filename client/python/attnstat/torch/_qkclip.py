@@ -171,6 +171,8 @@ class qk_clip(object):
         elif not all(getattr(_local(p[0].weight), "is_cuda", False)
                      for p in self._layers.values()):
             why = "the projections are not on a GPU"
+        elif len({str(_local(p[0].weight).device) for p in self._layers.values()}) > 1:
+            why = "the projections are on several devices"
         elif getattr(mon, "copy_to_host", False):
             why = "the monitor copies the tensors to the host (copy_to_host=True)"
         elif asked and not asked & _pushargs.STATS_BY_NAME["max_logit"]:
