@@ -450,6 +450,14 @@ def _small_phi3(dev, seed, heads=8, kv=2, layers=2):
     return Phi3ForCausalLM(cfg).to(dev)
 
 
+def _forward_flushed(client, model, ids):
+    """One measured forward of model under bf16 autocast, its pushes flushed (results in)."""
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        model(input_ids=ids)
+    if not client.flush(timeout_s=60):
+        raise SystemExit("flush timed out: %s" % client.stats())
+
+
 def _clip_and_measure_again(client, model, mon, results, tau, ids):
     """qk_clip at tau from step 0's results (they came before the clip existed), then the same
     forward again under the monitor (step 1), flushed. Returns the clip and how many heads it
@@ -459,10 +467,7 @@ def _clip_and_measure_again(client, model, mon, results, tau, ids):
     for (st, layer), hs in list(results.items()):
         clip.observe(0, st, layer, hs)
     clipped = clip.step()
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        model(input_ids=ids)  # step 1
-    if not client.flush(timeout_s=60):
-        raise SystemExit("flush timed out: %s" % client.stats())
+    _forward_flushed(client, model, ids)  # step 1
     return clip, clipped
 
 
@@ -488,10 +493,7 @@ def _qkclip_measure(args, model, heads, qrows):
     client.on_result(lambda seq, step, layer, hs: results.__setitem__((step, layer), hs))
     with at.monitor(client, every=1, model=model, want_results=True) as mon:
         clip = at.qk_clip(client, model, tau=1.0, monitor=mon) if args.local else None
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            model(input_ids=ids)  # step 0
-        if not client.flush(timeout_s=60):
-            raise SystemExit("flush timed out: %s" % client.stats())
+        _forward_flushed(client, model, ids)  # step 0
         ml = sorted(h["max_logit"] for hs in results.values() for h in hs)  # the first step's
         tau = ml[len(ml) // 2]
         if clip is None:
@@ -499,10 +501,7 @@ def _qkclip_measure(args, model, heads, qrows):
         else:  # on the device, from the max logits step 0's pushes wrote
             clip.tau = tau
             clip.step()
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-                model(input_ids=ids)  # step 1
-            if not client.flush(timeout_s=60):
-                raise SystemExit("flush timed out: %s" % client.stats())
+            _forward_flushed(client, model, ids)  # step 1
             clipped = clip.stats()["clipped_heads"]
     out = dict(results=results, tau=tau, clipped=clipped, clip=clip.stats(), stats=client.stats())
     torch.save(out, args.out)
@@ -640,10 +639,7 @@ def run_qkclip_tp(args):
     results = {}
     client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
     with at.monitor(client, every=1, model=model, want_results=True, stats="max_logit") as mon:
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            model(input_ids=ids)  # step 0
-        if not client.flush(timeout_s=60):
-            raise SystemExit("flush timed out: %s" % client.stats())
+        _forward_flushed(client, model, ids)  # step 0
         mine = [h["max_logit"] for hs in results.values() for h in hs]
         every = [None] * world
         dist.all_gather_object(every, mine)
