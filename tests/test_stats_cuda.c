@@ -47,7 +47,8 @@
  * they leave them NaN even when a run asks for them (only a path that names them takes them). */
 static const int k_extras_never[] = {STATS_VARIANT_WGMMA, STATS_VARIANT_FOLD2,
                                      STATS_VARIANT_FOLD2_SW128, STATS_VARIANT_FOLD2_SW128_MBAR,
-                                     STATS_VARIANT_WS_TMA_P1, STATS_VARIANT_WS_TMA_P2};
+                                     STATS_VARIANT_WS_TMA_P1, STATS_VARIANT_WS_TMA_P2,
+                                     STATS_VARIANT_WS_TMA_3WG_PERS_Q2};
 
 /* Whether a run of `variant` asking for `want` leaves sink mass and distance NaN: a kernel
  * without them, or a tensor-core kernel when the run does not ask (the CUDA-core kernel, 5,

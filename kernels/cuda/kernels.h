@@ -79,10 +79,10 @@ struct kparams {
      * "general" flag. NULL: no gate. */
     const int *gate;
     int gate_general;
-    /* Variants 6-11: K as a 4-d tensor (head_dim, keys, heads_kv, batch; packed: batch 1) in boxes
+    /* Variants 6-12: K as a 4-d tensor (head_dim, keys, heads_kv, batch; packed: batch 1) in boxes
      * of 64 elements x WS_BOX_KEYS keys, 128-byte swizzle. Unused (zeros) by the other kernels. */
     tma_map ktm;
-    /* Variants 6-11: take the blocks of the longest rows first (causal grids of a few waves, where
+    /* Variants 6-12: take the blocks of the longest rows first (causal grids of a few waves, where
      * a long CTA started last would run alone at the end; every causal grid of the persistent
      * kernels, whose CTAs then take the blocks round-robin). */
     int lpt;
@@ -128,11 +128,12 @@ template <bool MB> struct wgf_pipe {
     static constexpr int STAGES = MB ? 8 : 4, PF = MB ? 4 : 2, PUB = 2;
 };
 
-/* sm_90a, warp-specialised (ws_sm90.cu, variants 6-11): consumer warpgroups of 64 rows on wgmma and
+/* sm_90a, warp-specialised (ws_sm90.cu, variants 6-12): consumer warpgroups of 64 rows on wgmma and
  * a producer warpgroup whose one thread loads the K tiles with the TMA unit, in boxes of 64
  * elements x WS_BOX_KEYS keys (the tensor map launch.cu encodes); the shapes per variant are
- * ws_shape's. */
-enum { WS_BOX_KEYS = 64 };
+ * ws_shape's, whose dynamic shared memory stays under WS_SMEM_MAX (sm_90's 227 KB a block, less 1
+ * KB for the kernels' static mbarriers and indices). */
+enum { WS_BOX_KEYS = 64, WS_SMEM_MAX = 226 * 1024 };
 
 /* CUDA cores (generic.cu, variant 5): GEN_WARPS warps of GEN_ROWS_PER_WARP rows each. */
 enum { GEN_WARPS = 8, GEN_ROWS_PER_WARP = 4, GEN_BM = GEN_WARPS * GEN_ROWS_PER_WARP,
@@ -158,17 +159,17 @@ struct kernel_instance {
      * NULL where the family has no such instance (the planner then takes another). */
     stats_kernel_fn bf16_from_f32, f16_from_f32;
     /* 1: a persistent kernel, launched on grid (G) with G <= blocks_per_head * Hq CTAs, each
-     * taking blocks c, c + G, ... (ws_sm90.cu, variants 10-11); 0: grid (blocks_per_head, Hq). */
+     * taking blocks c, c + G, ... (ws_sm90.cu, variants 10-12); 0: grid (blocks_per_head, Hq). */
     int persistent;
 };
 
 /* Each family's table, ordered by dp (the first instance whose dp covers head_dim is taken). */
-enum { MMA_NDP = 5, WG_NDP = 2, WGF_NVAR = 3, WS_NVAR = 6 };
+enum { MMA_NDP = 5, WG_NDP = 2, WGF_NVAR = 3, WS_NVAR = 7 };
 extern const kernel_instance stats_mma_sm80[MMA_NDP];          /* variant 4, d32 .. d256 */
 extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64, d128 */
 extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
 extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
-extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-11, d64, d128 */
+extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-12, d64, d128 */
 /* The same kernels with sink mass and distance in the fold (XS), for the runs whose want asks for
  * either: the same shapes, entry for entry; an entry whose bf16 is NULL has none (variants 7, 8). */
 extern const kernel_instance stats_mma_sm80_xs[MMA_NDP];

@@ -82,6 +82,7 @@ static const kernel_instance *const k_hopper[] = {
     stats_ws_sm90[3],  /* 9 */
     stats_ws_sm90[4],  /* 10 */
     stats_ws_sm90[5],  /* 11 */
+    stats_ws_sm90[6],  /* 12 */
 };
 static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
               "variants.h and the Hopper kernels' tables disagree");
@@ -90,7 +91,7 @@ static_assert(sizeof k_hopper / sizeof k_hopper[0] == STATS_VARIANT_WG_END,
 static const kernel_instance *const k_hopper_xs[] = {
     NULL, NULL, NULL, NULL, NULL, NULL,
     stats_ws_sm90_xs[0], stats_ws_sm90_xs[1], stats_ws_sm90_xs[2],
-    stats_ws_sm90_xs[3], stats_ws_sm90_xs[4], stats_ws_sm90_xs[5],
+    stats_ws_sm90_xs[3], stats_ws_sm90_xs[4], stats_ws_sm90_xs[5], stats_ws_sm90_xs[6],
 };
 static_assert(sizeof k_hopper_xs / sizeof k_hopper_xs[0] == STATS_VARIANT_WG_END,
               "k_hopper_xs follows k_hopper");
@@ -98,7 +99,7 @@ static_assert(sizeof k_hopper_xs / sizeof k_hopper_xs[0] == STATS_VARIANT_WG_END
 static const kernel_instance *const k_hopper_mo[] = {
     NULL, NULL, NULL, NULL, NULL, NULL,
     stats_ws_sm90_mo[0], stats_ws_sm90_mo[1], stats_ws_sm90_mo[2],
-    stats_ws_sm90_mo[3], stats_ws_sm90_mo[4], stats_ws_sm90_mo[5],
+    stats_ws_sm90_mo[3], stats_ws_sm90_mo[4], stats_ws_sm90_mo[5], stats_ws_sm90_mo[6],
 };
 static_assert(sizeof k_hopper_mo / sizeof k_hopper_mo[0] == STATS_VARIANT_WG_END,
               "k_hopper_mo follows k_hopper");
@@ -107,9 +108,9 @@ static const kernel_instance *const *const k_hopper_sets[] = {k_hopper, k_hopper
 #define K_HOPPER_NSETS (int)(sizeof k_hopper_sets / sizeof k_hopper_sets[0])
 static_assert(STATS_VARIANT_WGMMA == 0 && STATS_VARIANT_FOLD2 == 1 &&
                   STATS_VARIANT_FOLD2_SW128 == 2 && STATS_VARIANT_FOLD2_SW128_MBAR == 3 &&
-                  STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG_PERS == 11,
+                  STATS_VARIANT_WS_TMA == 6 && STATS_VARIANT_WS_TMA_3WG_PERS_Q2 == 12,
               "the Hopper variants are asked for by number (STATS_CUDA_PATH_WG_VARIANT + N)");
-static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 12,
+static_assert(STATS_VARIANT_MMA_SYNC == 4 && STATS_VARIANT_GENERIC == 5 && STATS_VARIANT_COUNT == 13,
               "variants.h numbers its lines in order from 0 (stats_variant_get indexes them)");
 
 extern "C" int stats_cuda_wg_variant_count(void)

@@ -317,7 +317,7 @@ __device__ __forceinline__ void tma_prefetch_map(const void *tmap)
     (void)tmap;
 }
 
-/* ---- a warp's rows and their keys (variants 1-3 and 6-11) ------------------------------------ */
+/* ---- a warp's rows and their keys (variants 1-3 and 6-12) ------------------------------------ */
 
 /* This thread's two rows (rows[warp*16 + hr*8 + g], -1: none) with their visible keys [lo, hi]
  * (lo > hi: none), and over the warp's rows that see a key the least and greatest first key
@@ -390,7 +390,7 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
     }
 }
 
-/* ---- the per-lane fold (variants 1-3 and 6-11) --------------------------------------------- */
+/* ---- the per-lane fold (variants 1-3 and 6-12) --------------------------------------------- */
 
 /* The largest of row hr's 2 * NT values of a tile on this lane (columns 2 tq, 2 tq + 1 of each n8
  * block; masked keys already -inf), scaled and softcapped into the fold's base-2 logit (scaling

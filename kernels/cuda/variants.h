@@ -3,8 +3,8 @@
  * below), the test knobs and bench/kernel_notes.md all say "variant N" with these numbers. Plain C
  * (C11 and C++); stage: the CUDA backend of stats.h; includes stats_cuda.h only.
  *
- * How a variant is asked for: the Hopper variants 0-3 and 6-11 through STATS_CUDA_PATH_WG_VARIANT + N
- * (N < stats_cuda_wg_variant_count() == 12 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
+ * How a variant is asked for: the Hopper variants 0-3 and 6-12 through STATS_CUDA_PATH_WG_VARIANT + N
+ * (N < stats_cuda_wg_variant_count() == 13 with stats_cuda_wg_variant_exists(N); WG_VARIANT + 4
  * and + 5 act as MMA_SYNC; the test's ATTNSTAT_TEST_WG_ONLY=N), variant 4 through
  * STATS_CUDA_PATH_MMA_SYNC, variant 5 through STATS_CUDA_PATH_GENERIC (stats_variant_get(); the
  * bench's ATTNSTAT_BENCH_VARIANTS and stats_dev take any number); AUTO and STATS_CUDA_PATH_WGMMA
@@ -26,9 +26,9 @@
  * stats_ws_sm90_xs: kernels.h), which a run takes when its want asks for either (they cost the
  * fold time: bench/kernel_notes.md); AUTO then leaves a Hopper variant without one (2, for
  * float32 inputs or a K the TMA unit refuses) for variant 4's. Variants 0-3, 7 and 8 leave them
- * NaN. The max logit alone (a want of max_logit and nothing else): variants 6, 9, 10 and 11 have a
- * third instance without exps (stats_ws_sm90_mo: FOLD_MAX, common.cuh), the others compute the
- * entropy too (left out of the result by stats_head_keep()). */
+ * NaN (and variant 12, bench only). The max logit alone (a want of max_logit and nothing else):
+ * variants 6, 9, 10, 11 and 12 have a third instance without exps (stats_ws_sm90_mo: FOLD_MAX,
+ * common.cuh), the others compute the entropy too (left out of the result by stats_head_keep()). */
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,7 +75,11 @@ extern "C" {
       "current one; AUTO's for full rows and causal rows of 4097-8192 keys at head_dim 64")       \
     X(11, WS_TMA_3WG_PERS, WG, "ws tma 3wg pers",                                                  \
       "stats_wsp_kernel NCW=3 BN=64 (cuda/ws_sm90.cu): variant 9 as a persistent kernel; AUTO's " \
-      "for causal rows of <= 8192 keys (<= 4096 at head_dim 64)")
+      "for causal rows of <= 8192 keys (<= 4096 at head_dim 64)")                                \
+    X(12, WS_TMA_3WG_PERS_Q2, WG, "ws tma 3wg pers q2",                                            \
+      "stats_wsp_kernel NCW=3 BN=64 QB=2 (cuda/ws_sm90.cu): variant 11 with two Q buffers and four " \
+      "blocks' rows, one producer thread issuing K tiles apart from the three warps that prepare "  \
+      "the blocks ahead (a 4-stage ring at head_dim 128); bench only (round 12)")
 
 /* How each kind of variant is asked for (the third column). */
 #define STATS_VARIANT_PATH_WG(n) ((stats_cuda_path)(STATS_CUDA_PATH_WG_VARIANT + (n)))
@@ -92,7 +96,7 @@ typedef enum {
     STATS_VARIANTS(STATS_VARIANT_ENUM)
     STATS_VARIANT_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE),
     STATS_VARIANT_HOPPER_COUNT = 0 STATS_VARIANTS(STATS_VARIANT_ONE_WG), /* how many */
-    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG_PERS + 1, /* WG_VARIANT + N below it (not 4, 5) */
+    STATS_VARIANT_WG_END = STATS_VARIANT_WS_TMA_3WG_PERS_Q2 + 1, /* WG_VARIANT + N below it (not 4, 5) */
     STATS_VARIANT_DEFAULT = STATS_VARIANT_WS_TMA, /* what AUTO and WGMMA take on Hopper, or 9, 10
                                                      or 11 by the problem's shape, 2 for float32
                                                      and K the TMA unit refuses: launch.cu

@@ -1,4 +1,4 @@
-/* ws_sm90.cu — variants 6-11 (ws_sm90.cuh): the instances that leave sink mass and distance to
+/* ws_sm90.cu — variants 6-12 (ws_sm90.cuh): the instances that leave sink mass and distance to
  * other kernels (NaN), for the runs that do not ask for them. Exports stats_ws_sm90 (kernels.h).
  *
  * Build alone (as kernels/cuda.cmake does):
@@ -7,10 +7,18 @@
 #include "ws_sm90.cuh"
 
 const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP] = {
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_BASE, ""),          /* variant 6 */
-    WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0, FOLD_BASE, ""),       /* 7: 1/8 exps on FMA */
-    WS_VARIANT(stats_ws_kernel, 2, 2, 128, "ws tma p2", 0, FOLD_BASE, ""),       /* 8: 1/4 */
-    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_BASE, ""),   /* 9: 3 consumer wgs */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_BASE, ""),    /* 10: 6, persistent */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_BASE, ""), /* 11: 9, persistent */
+    /* variant 6 */
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_BASE, "", 1),
+    /* 7: 1/8 exps on FMA */
+    WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0, FOLD_BASE, "", 1),
+    /* 8: 1/4 */
+    WS_VARIANT(stats_ws_kernel, 2, 2, 128, "ws tma p2", 0, FOLD_BASE, "", 1),
+    /* 9: 3 consumer wgs */
+    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_BASE, "", 1),
+    /* 10: 6, persistent */
+    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_BASE, "", 1),
+    /* 11: 9, persistent */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_BASE, "", 1),
+    /* 12: 11, blocks ahead */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers q2", 1, FOLD_BASE, "", 2),
 };

@@ -1,5 +1,5 @@
-/* ws_sm90.cuh — variants 6-11 (variants.h; 6, 10 and 11 the default by shape, launch.cu pick_wg): the
- * warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN, FW>.
+/* ws_sm90.cuh — variants 6-12 (variants.h; 6, 10 and 11 the default by shape, launch.cu pick_wg):
+ * the warp-specialised Hopper kernel, stats_ws_kernel<DP, F16, POLY, NCW, BN, FW>.
  * One thread of a producer warpgroup loads K tiles of 128 keys with the TMA unit (128-byte
  * swizzle) into a ring of stages guarded by mbarriers (full: the tile's bytes landed; empty: every
  * consumer warp is done with it); the producer warpgroup gives its registers to the two consumer
@@ -28,17 +28,25 @@
  * Shared memory: the K ring (STAGES tiles of BN keys x DP, each DP/64 columns of BN x 128 bytes in
  * the 128-byte swizzle layout the TMA unit writes and wgmma reads), Q (the CTA's rows, padded
  * pitch for ldmatrix) and the rows' indices; 1024 bytes of slack to align the ring to the
- * swizzle's 1024-byte period. */
-template <int DP, int NCW, int BN_, bool PERSIST = false> struct ws_shape {
+ * swizzle's 1024-byte period. QB (persistent kernels): Q buffers, and IS blocks' rows (info
+ * slots): 1 and 2, or 2 and 4 (variant 12: the producer prepares a block two ahead; the ring
+ * halves where both Q buffers and its 8 stages would not fit). */
+template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_shape {
     static constexpr int NTH = (NCW + 1) * 128, BM = NCW * 64, BN = BN_, LDQ = DP + 8;
     static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
     static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
     static_assert(128 * REG_P + NCW * 128 * REG_C <= 65536 && REG_C % 8 == 0, "registers");
     static_assert(BN % WS_BOX_KEYS == 0, "whole TMA boxes");
-    static constexpr int STAGES = DP <= 64 || BN <= 64 ? 8 : 4;
+    static_assert(QB == 1 || (QB == 2 && PERSIST), "two Q buffers: the persistent kernel");
+    static constexpr int IS = QB == 1 ? 2 : 4;
     static constexpr unsigned TILE_BYTES = (unsigned)BN * DP * 2;
-    static constexpr size_t smem_bytes =
-        1024 + (size_t)STAGES * TILE_BYTES + (size_t)BM * LDQ * 2 + 2 * (size_t)BM * sizeof(int);
+    static constexpr size_t fixed_bytes =
+        1024 + (size_t)QB * BM * LDQ * 2 + (size_t)IS * BM * sizeof(int);
+    static constexpr int STAGES0 = DP <= 64 || BN <= 64 ? 8 : 4;
+    static constexpr int STAGES =
+        QB > 1 && fixed_bytes + (size_t)STAGES0 * TILE_BYTES > WS_SMEM_MAX ? STAGES0 / 2 : STAGES0;
+    static constexpr size_t smem_bytes = fixed_bytes + (size_t)STAGES * TILE_BYTES;
+    static_assert(smem_bytes <= WS_SMEM_MAX, "shared memory");
 };
 
 /* ---- the pieces both kernels are made of ----------------------------------------------------- */
@@ -282,10 +290,11 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
  * [w*16, w*16 + 16) of the CTA's BM sampled rows), the last four the producer warpgroup (one thread
  * of it copies). q: [B, Hq, Nq, D] by strides; K through the tensor map p.ktm. parts: [Hq,
  * blocks_per_head]. */
-template <int DP, bool F16, int POLY, int NCW, int BN_, int FW>
+template <int DP, bool F16, int POLY, int NCW, int BN_, int FW, int QB = 1>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     stats_ws_kernel(const __grid_constant__ kparams p, part *parts)
 {
+    static_assert(QB == 1, "one Q buffer (the table's QB column is the persistent kernel's)");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (gate_closed(p.gate, p.gate_general))
         return;
@@ -351,32 +360,41 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
 #endif
 }
 
-/* ---- variants 10-11: persistent CTAs ------------------------------------------------------- */
+/* ---- variants 10-12: persistent CTAs ------------------------------------------------------- */
 
 /* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
  * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
- * key range into one of two info slots, its Q rows by cp.async) and one thread of it loads its K
- * tiles into the ring, which runs on across blocks; the consumers take each block when its slot
- * and its Q are ready (mbarriers info_full, q_full) and hand them back (info_empty after the rows'
- * results, q_empty once Q is in their registers). So the next block's rows, Q and first tiles load
- * while the consumers finish the current one, and no CTA starts or ends between blocks. */
-template <int DP, bool F16, int POLY, int NCW, int BN_, int FW>
-__global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
+ * key range into one of IS info slots, its Q rows by cp.async into one of QB buffers) and one
+ * thread of it loads its K tiles into the ring, which runs on across blocks; the consumers take each
+ * block when its slot and its Q are ready (mbarriers info_full, q_full) and hand them back
+ * (info_empty after the rows' results, q_empty once Q is in their registers). So the next block's
+ * rows, Q and first tiles load while the consumers finish the current one, and no CTA starts or
+ * ends between blocks.
+ * QB = 1 (variants 10, 11): two info slots, one Q buffer, and the whole producer warpgroup
+ * prepares a block after its thread 0 has issued the previous block's K tiles. QB = 2 (variant
+ * 12): four info slots and two Q buffers, and the two jobs run apart: warp 0's lane 0 issues K
+ * tiles (waiting on info_full for each block's key range, as the consumers do) while warps 1-3
+ * prepare the blocks ahead (bench/kernel_notes.md, round 12: the consumers waited at a short
+ * block's start for its preparation, which began only when the block before it started). */
+template <int DP, bool F16, int POLY, int NCW, int BN_, int FW, int QB = 1>
+__global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     stats_wsp_kernel(const __grid_constant__ kparams p, part *parts)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (gate_closed(p.gate, p.gate_general))
         return;
-    using S = ws_shape<DP, NCW, BN_, true>;
+    using S = ws_shape<DP, NCW, BN_, true, QB>;
     constexpr int BN = S::BN, BM = S::BM, LDQ = S::LDQ, ST = S::STAGES, PRODUCER = NCW * 4;
+    constexpr int IS = S::IS, LIS = IS == 4 ? 2 : 1, LQB = QB == 2 ? 1 : 0;
     static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
+    static_assert(IS == 1 << LIS && QB == 1 << LQB, "slots and buffers: powers of two");
     extern __shared__ __align__(128) unsigned char ws_smem[];
     unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
-    unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES);
-    int *s_rows = (int *)(sq + BM * LDQ); /* two slots of BM */
-    __shared__ int s_range[2][2], s_tf[2], s_nt[2];
-    __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[2], s_info_empty[2];
-    __shared__ unsigned long long s_q_full, s_q_empty;
+    unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES); /* QB buffers */
+    int *s_rows = (int *)(sq + QB * BM * LDQ);                                 /* IS slots of BM */
+    __shared__ int s_range[IS][2], s_tf[IS], s_nt[IS];
+    __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[IS], s_info_empty[IS];
+    __shared__ unsigned long long s_q_full[QB], s_q_empty[QB];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
@@ -384,12 +402,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
             mbar_init(&s_full[st], 1);
             mbar_init(&s_empty[st], NCW * 4);
         }
-        for (int sl = 0; sl < 2; sl++) {
+        for (int sl = 0; sl < IS; sl++) {
             mbar_init(&s_info_full[sl], 1);
             mbar_init(&s_info_empty[sl], NCW * 4);
         }
-        mbar_init(&s_q_full, 1);
-        mbar_init(&s_q_empty, NCW * 4);
+        for (int b = 0; b < QB; b++) {
+            mbar_init(&s_q_full[b], 1);
+            mbar_init(&s_q_empty[b], NCW * 4);
+        }
         fence_mbar_init();
     }
     __syncthreads();
@@ -401,35 +421,56 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
         const int pt = tid - PRODUCER * 32;
         if (pt == 0)
             tma_prefetch_map(&p.ktm);
+        if (QB > 1 && pt < 32) { /* warp 0: its lane 0 issues the K tiles, block after block */
+            if (pt != 0)
+                return;
+            for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+                int h, x;
+                ws_item(p, i, &h, &x);
+                seqinfo si;
+                if (!cta_sequence(p, x, &si))
+                    continue;
+                const int slot = m & (IS - 1);
+                mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
+                ws_produce<S, DP>(p, si, h / p.group, s_tf[slot], s_nt[slot], sk, s_full, s_empty,
+                                  g);
+                m++;
+            }
+            return;
+        }
+        /* the block's preparation: the whole warpgroup (QB 1) or warps 1-3 (QB 2) */
+        constexpr int NP = QB > 1 ? 96 : 128;
+        const int pp = QB > 1 ? pt - 32 : pt;
         for (long long i = blockIdx.x; i < items; i += gridDim.x) {
             int h, x;
             ws_item(p, i, &h, &x);
             seqinfo si;
             if (!cta_sequence(p, x, &si))
                 continue;
-            const int slot = m & 1;
+            const int slot = m & (IS - 1), b = m & (QB - 1);
             int *rows = s_rows + slot * BM;
-            if (m >= 2) /* the consumers are done with the block that used this slot */
-                mbar_wait(&s_info_empty[slot], ((m >> 1) - 1) & 1);
-            if (pt == 0)
+            if (m >= IS) /* the consumers are done with the block that used this slot */
+                mbar_wait(&s_info_empty[slot], ((m >> LIS) - 1) & 1);
+            if (pp == 0)
                 s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;
-            ws_rows<BM>(p, si, rows, pt, 128);
-            named_bar_sync<3, 128>();
-            block_key_range<BM>(p, si, h, rows, s_range[slot], pt, 128);
-            if (m >= 1) /* the previous block's Q is in the consumers' registers */
-                mbar_wait(&s_q_empty, (m - 1) & 1);
-            ws_load_q<DP, BM>(p, si, h, rows, sq, pt, 128);
+            ws_rows<BM>(p, si, rows, pp, NP);
+            named_bar_sync<3, NP>();
+            block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
+            if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
+                mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
+            ws_load_q<DP, BM>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
             cp_async_commit();
             cp_async_wait<0>();
-            named_bar_sync<3, 128>(); /* every row, the key range and every Q copy done */
-            if (pt == 0) {
+            named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
+            if (pp == 0) {
                 const int t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
                 const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
                 const int ntiles = (t_last - t_first + 2) & ~1;
                 s_tf[slot] = t_first, s_nt[slot] = ntiles;
                 mbar_arrive(&s_info_full[slot]);
-                mbar_arrive(&s_q_full);
-                ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
+                mbar_arrive(&s_q_full[b]);
+                if (QB == 1)
+                    ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
             }
             m++;
         }
@@ -447,11 +488,12 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
                 parts[(long long)h * p.blocks_per_head + x] = acc;
             continue;
         }
-        const int slot = m & 1;
-        mbar_wait(&s_info_full[slot], (m >> 1) & 1);
-        mbar_wait(&s_q_full, m & 1);
-        ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq, &s_q_empty, s_tf[slot],
-                                     s_nt[slot], sk, s_full, s_empty, g, true, acc);
+        const int slot = m & (IS - 1), b = m & (QB - 1);
+        mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
+        mbar_wait(&s_q_full[b], (m >> LQB) & 1);
+        ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq + b * BM * LDQ,
+                                         &s_q_empty[b], s_tf[slot], s_nt[slot], sk, s_full,
+                                         s_empty, g, true, acc);
         __syncwarp();
         if (lane == 0) /* rows[] read for the last time (row_done) */
             mbar_arrive(&s_info_empty[slot]);
@@ -461,23 +503,24 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true>::NTH, 1)
 #endif
 }
 
-/* ---- the instances: variants 6-11 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
+/* ---- the instances: variants 6-12 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
  * inputs only, in the tables of ws_sm90.cu (FOLD_BASE: stats_ws_sm90), ws_sm90_xs.cu (FOLD_XS,
  * stats_ws_sm90_xs: the fold also computes sink mass and distance, for the runs that ask for them:
  * stats_problem.want) and ws_sm90_mo.cu (FOLD_MAX, stats_ws_sm90_mo: the max logit alone, for the
  * runs that ask for nothing else). Three files, so that the three sets compile side by side. POLY:
  * of every 8 n8 blocks of a tile, how many take their exps on the FMA pipe. Variants 7 and 8 (bench
  * only) have neither an XS instance (an empty row: the XS = 1 form spilled them at d128) nor a
- * FOLD_MAX one (no exps to move). */
+ * FOLD_MAX one (no exps to move); variant 12 (bench only until measured) has no XS instance. QB,
+ * the last column: Q buffers (stats_wsp_kernel's; 1 elsewhere). */
 
-#define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)                                      \
-    { DP, ws_shape<DP, NCW, BN>::BM, ws_shape<DP, NCW, BN>::NTH,                                   \
-      ws_shape<DP, NCW, BN>::smem_bytes, K<DP, false, POLY, NCW, BN, FW>,                          \
-      K<DP, true, POLY, NCW, BN, FW>, "wgmma bf16 d" #DP " " TAG XTAG,                             \
+#define WS_ONE(K, DP, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)                                  \
+    { DP, ws_shape<DP, NCW, BN, PERSIST, QB>::BM, ws_shape<DP, NCW, BN, PERSIST, QB>::NTH,         \
+      ws_shape<DP, NCW, BN, PERSIST, QB>::smem_bytes, K<DP, false, POLY, NCW, BN, FW, QB>,         \
+      K<DP, true, POLY, NCW, BN, FW, QB>, "wgmma bf16 d" #DP " " TAG XTAG,                         \
       "wgmma f16 d" #DP " " TAG XTAG, #K, NULL, NULL, PERSIST }
-#define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)                                       \
-    {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG),                                         \
-     WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG)}
+#define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)                                   \
+    {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB),                                     \
+     WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)}
 /* A variant without an instance in a table (zeros: launch.cu takes a NULL kernel as none). */
 #define WS_NONE {{}, {}}
 

@@ -1,5 +1,5 @@
 /* ws_sm90_xs.cu — variants 6-11 (ws_sm90.cuh) with sink mass and distance in the fold (XS), for
- * the runs that ask for them (stats_problem.want); variants 7 and 8 have none. Exports
+ * the runs that ask for them (stats_problem.want); variants 7, 8 and 12 have none. Exports
  * stats_ws_sm90_xs (kernels.h). Built beside ws_sm90.cu so that the two compile in parallel.
  *
  * Build alone (as kernels/cuda.cmake does):
@@ -8,10 +8,15 @@
 #include "ws_sm90.cuh"
 
 const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP] = {
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_XS, " +sd"),          /* variant 6 */
-    WS_NONE,                                                                     /* 7 */
-    WS_NONE,                                                                     /* 8 */
-    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_XS, " +sd"),   /* 9 */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_XS, " +sd"),    /* 10 */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_XS, " +sd"), /* 11 */
+    /* variant 6 */
+    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_XS, " +sd", 1),
+    WS_NONE, /* 7 */
+    WS_NONE, /* 8 */
+    /* 9 */
+    WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_XS, " +sd", 1),
+    /* 10 */
+    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_XS, " +sd", 1),
+    /* 11 */
+    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_XS, " +sd", 1),
+    WS_NONE, /* 12 */
 };
