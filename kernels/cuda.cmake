@@ -15,7 +15,7 @@ add_library(attnstat_cuda_obj OBJECT
   cuda/launch.cu       # context, workspace, plan, run (stats_cuda.h)
   cuda/wgmma_sm90.cu   # variant 0
   cuda/wgf_sm90.cu     # variants 1-3 (2: float32 inputs)
-  cuda/ws_sm90.cu      # variants 6-11 (6, 10, 11: the default by shape)
+  cuda/ws_sm90.cu      # variants 6-12 (6, 10, 11: the default by shape)
   cuda/ws_sm90_xs.cu   # the same with sink mass and distance (runs that ask for them)
   cuda/ws_sm90_mo.cu   # the same with the max logit alone (runs that ask for nothing else)
   cuda/mma_sm80.cu     # variant 4

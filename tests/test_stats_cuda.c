@@ -215,6 +215,11 @@ static const cfg k_cfgs[] = {
     {.name = "bf16 d128 heads only, collapse 0.5", .b = 2, .hq = 2, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .heads_only = 1, .collapse = 0.5f, .amp = 4.0, .sinks = SINKS_F32},
     {.name = "bf16 d64 packed GQA window sampled", .b = 3, .hq = 4, .hkv = 2, .d = 64, .dt = BF, .causal = 1, .wl = 64, .wr = 0, .packed = 1, .lq = {333, 17, 129}, .lk = {333, 17, 129}, .every = 3, .sinks = SINKS_BF16},
     {.name = "bf16 d128 causal N=1500 (many blocks and tiles), scale 0.05", .b = 1, .hq = 2, .hkv = 1, .nq = 1500, .nk = 1500, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .scale = 0.05f},
+    /* persistent kernels (variants 10-12) with several blocks per CTA (more blocks than a GPU has
+     * SMs): their info slots, Q buffers and mbarrier phases turn over; with sequences of no keys
+     * (blocks of no K tile) between them */
+    {.name = "bf16 d64 causal GQA 32/8, N=768: blocks > SMs", .b = 2, .hq = 32, .hkv = 8, .nq = 768, .nk = 768, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1},
+    {.name = "bf16 d128 packed GQA 32/8, sequences without keys: blocks > SMs", .b = 6, .hq = 32, .hkv = 8, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {600, 40, 0, 450, 30, 200}, .lk = {600, 0, 0, 450, 0, 200}, .sinks = SINKS_BF16},
     {.name = "f16 d64 one visible key per row (window 0)", .b = 1, .hq = 2, .hkv = 2, .nq = 130, .nk = 130, .d = 64, .dt = FH, .causal = 1, .wl = 0, .wr = 0, .sinks = SINKS_F32},
     /* float32 tensors (autocast hands q and k over so), computed in bf16 / f16 on load */
     {.name = "f32 d128 causal computed as bf16 [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = FS, .bnhd = 1, .causal = 1, .wl = -1, .wr = -1, .compute = BF, .sinks = SINKS_BF16},

@@ -402,9 +402,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             mbar_init(&s_full[st], 1);
             mbar_init(&s_empty[st], NCW * 4);
         }
-        for (int sl = 0; sl < IS; sl++) {
+        for (int sl = 0; sl < IS; sl++) { /* QB 2: the K thread also hands each slot back */
             mbar_init(&s_info_full[sl], 1);
-            mbar_init(&s_info_empty[sl], NCW * 4);
+            mbar_init(&s_info_empty[sl], NCW * 4 + (QB > 1));
         }
         for (int b = 0; b < QB; b++) {
             mbar_init(&s_q_full[b], 1);
@@ -432,8 +432,11 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                     continue;
                 const int slot = m & (IS - 1);
                 mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
-                ws_produce<S, DP>(p, si, h / p.group, s_tf[slot], s_nt[slot], sk, s_full, s_empty,
-                                  g);
+                const int t_first = s_tf[slot], ntiles = s_nt[slot];
+                /* read: the slot may take block m + IS (blocks of no tile let the consumers run
+                 * ahead of this thread, and nothing else would hold the preparing warps back) */
+                mbar_arrive(&s_info_empty[slot]);
+                ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
                 m++;
             }
             return;
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                 continue;
             const int slot = m & (IS - 1), b = m & (QB - 1);
             int *rows = s_rows + slot * BM;
-            if (m >= IS) /* the consumers are done with the block that used this slot */
+            if (m >= IS) /* the consumers (and QB 2's K thread) are done with the slot's block */
                 mbar_wait(&s_info_empty[slot], ((m >> LIS) - 1) & 1);
             if (pp == 0)
                 s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;

@@ -5,7 +5,7 @@
  *                               [--seed S]
  *
  *   list      the variants and their numbers (needs no GPU)
- *   VARIANT   0..11: one variant; `all`: each in turn (those that do not apply here are skipped)
+ *   VARIANT   0..12: one variant; `all`: each in turn (those that do not apply here are skipped)
  *   B H N D   batch, heads (Hq = Hkv), sequence length (Nq = Nk), head_dim; default 2 8 1024 128
  *
  * For a shape: fresh random Q and K (Gaussian, never zeros; seed printed, --seed or
