@@ -282,6 +282,15 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
     }
 }
 
+/* Item i's block (ws_item) and its sequence; false when the block has none. Each role of the
+ * persistent kernel walks the items through it: they must count the same blocks (m). */
+static __device__ __forceinline__ bool ws_block(const kparams &p, long long i, int *h, int *x,
+                                                seqinfo *si)
+{
+    ws_item(p, i, h, x);
+    return cta_sequence(p, *x, si);
+}
+
 #endif
 
 /* ---- variants 6-9: one CTA per block -------------------------------------------------------- */
@@ -426,9 +435,8 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                 return;
             for (long long i = blockIdx.x; i < items; i += gridDim.x) {
                 int h, x;
-                ws_item(p, i, &h, &x);
                 seqinfo si;
-                if (!cta_sequence(p, x, &si))
+                if (!ws_block(p, i, &h, &x, &si))
                     continue;
                 const int slot = m & (IS - 1);
                 mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
@@ -446,9 +454,8 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         const int pp = QB > 1 ? pt - 32 : pt;
         for (long long i = blockIdx.x; i < items; i += gridDim.x) {
             int h, x;
-            ws_item(p, i, &h, &x);
             seqinfo si;
-            if (!cta_sequence(p, x, &si))
+            if (!ws_block(p, i, &h, &x, &si))
                 continue;
             const int slot = m & (IS - 1), b = m & (QB - 1);
             int *rows = s_rows + slot * BM;
@@ -482,11 +489,11 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     setmaxnreg_inc<S::REG_C>();
     for (long long i = blockIdx.x; i < items; i += gridDim.x) {
         int h, x;
-        ws_item(p, i, &h, &x);
+        seqinfo si;
+        const bool has = ws_block(p, i, &h, &x, &si);
         part acc;
         part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
-        seqinfo si;
-        if (!cta_sequence(p, x, &si)) {
+        if (!has) {
             if (tid == 0)
                 parts[(long long)h * p.blocks_per_head + x] = acc;
             continue;
