@@ -118,7 +118,7 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
 }
 
 /* A consumer thread's share of one block: its two rows (warp*16 + hr*8 + g of rows[]), Q from sq
- * into registers (then one arrival per warp on q_empty, when given), the block's ntiles tiles from
+ * into registers (then its arrival on q_empty, when given), the block's ntiles tiles from
  * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
  * is done with it, the last too when release_last), the rows' results into acc. */
 template <class S, int DP, bool F16, int POLY, int FW>
@@ -142,11 +142,8 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
         ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
-    if (q_empty) {
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(q_empty);
-    }
+    if (q_empty)
+        mbar_arrive(q_empty);
 
     float M[2], l[2], W[2], D[2], F0[2] = {0.0f, 0.0f}; /* F0: XS, first_key_pick's */
     float A[2] = {0.0f, 0.0f}; /* MX: fold_max's max of magnitudes */
@@ -405,19 +402,24 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[IS], s_info_empty[IS];
     __shared__ unsigned long long s_q_full[QB], s_q_empty[QB];
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, warp = tid >> 5;
     if (tid == 0) {
         for (int st = 0; st < ST; st++) {
             mbar_init(&s_full[st], 1);
             mbar_init(&s_empty[st], NCW * 4);
         }
-        for (int sl = 0; sl < IS; sl++) { /* QB 2: the K thread also hands each slot back */
+        /* info_empty and q_empty count every consumer thread: a thread's arrival releases its
+         * own reads of the slot's rows and of the Q buffer (one lane's arrival after __syncwarp
+         * left compute-sanitizer racecheck reporting the next block's writes there, rows by
+         * ws_rows and Q by cp.async, as racing the last block's reads; bench/kernel_notes.md
+         * round 12). QB 2: the K thread also hands each slot back. */
+        for (int sl = 0; sl < IS; sl++) {
             mbar_init(&s_info_full[sl], 1);
-            mbar_init(&s_info_empty[sl], NCW * 4 + (QB > 1));
+            mbar_init(&s_info_empty[sl], NCW * 128 + (QB > 1));
         }
         for (int b = 0; b < QB; b++) {
             mbar_init(&s_q_full[b], 1);
-            mbar_init(&s_q_empty[b], NCW * 4);
+            mbar_init(&s_q_empty[b], NCW * 128);
         }
         fence_mbar_init();
     }
@@ -504,9 +506,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq + b * BM * LDQ,
                                          &s_q_empty[b], s_tf[slot], s_nt[slot], sk, s_full,
                                          s_empty, g, true, acc);
-        __syncwarp();
-        if (lane == 0) /* rows[] read for the last time (row_done) */
-            mbar_arrive(&s_info_empty[slot]);
+        mbar_arrive(&s_info_empty[slot]); /* rows[] read for the last time (row_done) */
         block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
         m++;
     }
