@@ -269,6 +269,21 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
  * by head. */
 static __device__ __forceinline__ void ws_item(const kparams &p, long long i, int *h, int *x)
 {
+    /* In 32-bit unsigned arithmetic where the item fits (every grid of fewer than 2^31 blocks):
+     * a 64-bit division is a subroutine of tens of instructions, and the persistent kernels' roles
+     * run this at every block's start (bench/kernel_notes.md round 13) */
+    if (i <= 0x7fffffffLL) {
+        const unsigned u = (unsigned)i;
+        if (p.lpt && !p.packed) {
+            const unsigned hq = (unsigned)p.hq, b = (unsigned)p.batch, r = u / hq, rq = r / b;
+            *h = (int)(u - r * hq);
+            *x = (int)(r - rq * b) * p.nblk + (p.nblk - 1 - (int)rq);
+        } else {
+            const unsigned bph = (unsigned)p.blocks_per_head, q = u / bph;
+            *h = (int)q, *x = (int)(u - q * bph);
+        }
+        return;
+    }
     if (p.lpt && !p.packed) {
         const int r = (int)(i / p.hq);
         *h = (int)(i % p.hq);
