@@ -149,8 +149,9 @@ static __device__ __forceinline__ int clampi(int v, int lo, int hi)
 static __device__ bool cta_sequence(const kparams &p, int x, seqinfo *s)
 {
     if (!p.packed) {
-        s->seq = x / p.nblk;
-        s->blk = x % p.nblk;
+        const unsigned q = (unsigned)x / (unsigned)p.nblk; /* x >= 0, nblk >= 1: unsigned, cheaper */
+        s->seq = (int)q;
+        s->blk = x - (int)q * p.nblk;
         if (s->seq >= p.batch)
             return false;
         s->q0 = 0, s->lq = p.len_q, s->k0 = 0, s->lk = p.len_k, s->tb = s->seq;

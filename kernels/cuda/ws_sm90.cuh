@@ -19,6 +19,7 @@
 #ifndef ATTNSTAT_CUDA_WS_SM90_CUH
 #define ATTNSTAT_CUDA_WS_SM90_CUH
 
+#include "item.h"
 #include "sm90.cuh"
 #include "variants.h"
 
@@ -263,20 +264,10 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         warp_rows_done<XS>(p, si, h, rows, warp, gq, tq, wk, M, l, W, acc, D, F0);
 }
 
-/* The (head, block) of item i of the grid: causal blocks differ in length (the last rows see every
- * key), so with lpt the longest first, every head's and sequence's before any shorter one (the
- * short ones then fill the last wave instead of a long one running alone at the end); else head
- * by head. */
+/* The (head, block) of item i of the grid (item.h: longest first where p.lpt). */
 static __device__ __forceinline__ void ws_item(const kparams &p, long long i, int *h, int *x)
 {
-    if (p.lpt && !p.packed) {
-        const int r = (int)(i / p.hq);
-        *h = (int)(i % p.hq);
-        *x = (r % p.batch) * p.nblk + (p.nblk - 1 - r / p.batch);
-    } else {
-        *h = (int)(i / p.blocks_per_head);
-        *x = (int)(i % p.blocks_per_head);
-    }
+    item_block(i, p.lpt && !p.packed, p.hq, p.batch, p.nblk, p.blocks_per_head, h, x);
 }
 
 /* Item i's block (ws_item) and its sequence; false when the block has none. Each role of the
