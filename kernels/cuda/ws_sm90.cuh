@@ -452,25 +452,15 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                 continue;
             const int slot = m & (IS - 1), b = m & (QB - 1);
             int *rows = s_rows + slot * BM;
-            /* one thread waits on each mbarrier and the others at named barrier 3: a warp
-             * polling try_wait issues into the MIO queue the consumers' shared-memory
-             * instructions need (QB 2's preparing warps, which run blocks ahead, polled through
-             * most of the main loop; bench/kernel_notes.md round 14) */
-            if (m >= IS) { /* the consumers (and QB 2's K thread) are done with the slot's block */
-                if (pp == 0)
-                    mbar_wait(&s_info_empty[slot], ((m >> LIS) - 1) & 1);
-                named_bar_sync<3, NP>();
-            }
+            if (m >= IS) /* the consumers (and QB 2's K thread) are done with the slot's block */
+                mbar_wait(&s_info_empty[slot], ((m >> LIS) - 1) & 1);
             if (pp == 0)
                 s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;
             ws_rows<BM>(p, si, rows, pp, NP);
             named_bar_sync<3, NP>();
             block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
-            if (m >= QB) { /* the Q of the block that used this buffer is in the consumers' registers */
-                if (pp == 0)
-                    mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
-                named_bar_sync<3, NP>();
-            }
+            if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
+                mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
             ws_load_q<DP, BM>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
             cp_async_commit();
             cp_async_wait<0>();
