@@ -291,6 +291,8 @@ def main():
         (2, 32, 32, 4096, 128, False, 8),
         (2, 32, 32, 4096, 128, True, 8),
         (4, 32, 4, 2048, 64, True, 0),  # the 1.1 B Llama of bench_overhead_llama.py (GQA, D 64)
+        (2, 16, 16, 4096, 256, True, 0),  # Gemma-class heads (mma.sync by default; variant 6 has a
+                                          # Hopper instance, ATTNSTAT_BENCH_VARIANTS=6)
     ]
     only = os.environ.get("ATTNSTAT_BENCH_ONLY")
     if only:

@@ -65,6 +65,7 @@ static int extras_nan(int variant, uint32_t want)
 
 static uint64_t g_seed;
 static int g_max_only_runs; /* configurations a FOLD_MAX instance ran (main checks it on Hopper) */
+static int g_d256_runs;     /* ... and variant 6's head_dim 256 instance (the same) */
 static stats_cuda *g_ctx;
 
 /* ---- random numbers and dtype conversion ------------------------------------------------ */
@@ -241,6 +242,10 @@ static const cfg k_cfgs[] = {
     /* attention sinks with NaN, -inf, +inf and a dominating one */
     {.name = "bf16 d128 causal GQA sinks NaN/-inf/+inf/1e4", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_ODD},
     {.name = "f16 d64 full sinks NaN/-inf/+inf/1e4, sampled", .b = 1, .hq = 6, .hkv = 6, .nq = 250, .nk = 270, .d = 64, .dt = FH, .wl = -1, .wr = -1, .every = 2, .sinks = SINKS_ODD},
+    /* head_dim 256 and 192 (Gemma-class heads): mma.sync by default, variant 6's d256 instance
+     * (Q in shared memory) when asked for by number; with "bf16 d256 causal" above */
+    {.name = "f16 d256 GQA 4/2 full, sampled every 3, [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 280, .nk = 330, .d = 256, .dt = FH, .bnhd = 1, .wl = -1, .wr = -1, .every = 3, .sinks = SINKS_F32},
+    {.name = "bf16 d192 causal packed, softcap 50", .b = 3, .hq = 2, .hkv = 2, .d = 192, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {300, 70, 129}, .lk = {300, 70, 129}, .softcap = 50.0f, .amp = 30.0},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
@@ -464,6 +469,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
     const int max_only = stats_want(want) == VOCAB_BIT(max_logit) && kl > 4 &&
                          strcmp(kname + kl - 4, " max") == 0;
     g_max_only_runs += max_only;
+    g_d256_runs += strstr(kname, " d256 ws tma") != NULL;
     /* The reference: plain float32 on the GPU is bf16 on the way in, on every path (stats_cuda.h),
      * so compare it with the reference computed so; the float32 error is measured in bench/. */
     if (c->dt == FS && c->compute == FS)
@@ -753,6 +759,14 @@ int main(void)
         major == 9 && (g_wg_only < 0 || g_wg_only == STATS_VARIANT_WS_TMA ||
                        g_wg_only >= STATS_VARIANT_WS_TMA_3WG) && g_max_only_runs == 0) {
         printf("test_stats_cuda: no configuration ran a max-logit-alone instance on this Hopper GPU\n");
+        failed++;
+    }
+    /* variant 6 asked for by number must have taken its head_dim 256 instance (else the d256
+     * configurations passed on mma.sync) */
+    const char *all = getenv("ATTNSTAT_TEST_VARIANTS");
+    if (major == 9 && (g_wg_only == STATS_VARIANT_WS_TMA || (g_wg_only < 0 && all && atoi(all) > 0)) &&
+        g_d256_runs == 0) {
+        printf("test_stats_cuda: variant 6 never ran its head_dim 256 instance on this Hopper GPU\n");
         failed++;
     }
     stats_cuda_destroy(g_ctx);

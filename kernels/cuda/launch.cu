@@ -12,7 +12,8 @@
  *   reduce_heads   per head, the partials in a fixed order into a stats_head (generic.cu)
  *
  * The plan (make_plan): the Hopper variant asked for (or the default) when the device is Hopper,
- * the problem is bf16/f16, 16-byte aligned with strides multiple of 8, and 32 < head_dim <= 128;
+ * the problem is bf16/f16, 16-byte aligned with strides multiple of 8, and 32 < head_dim <= 128
+ * (256: variant 6);
  * else mma.sync (variant 4) when the problem is so aligned and its head_dim's instance fits the
  * device's shared memory; else the CUDA-core kernel (variant 5). Variant 6 (TMA) also needs a tensor
  * map of K that the driver accepts (encoded per run, make_plan); where it does not, variant 2. */
@@ -133,9 +134,10 @@ extern "C" int stats_cuda_wg_variant_default(void)
 static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem *p, int *variant)
 {
     int v = STATS_VARIANT_DEFAULT;
-    if (ctx->path >= STATS_CUDA_PATH_WG_VARIANT &&
-        ctx->path < STATS_CUDA_PATH_WG_VARIANT + STATS_VARIANT_WG_END &&
-        k_hopper[ctx->path - STATS_CUDA_PATH_WG_VARIANT])
+    const bool by_number = ctx->path >= STATS_CUDA_PATH_WG_VARIANT &&
+                           ctx->path < STATS_CUDA_PATH_WG_VARIANT + STATS_VARIANT_WG_END &&
+                           k_hopper[ctx->path - STATS_CUDA_PATH_WG_VARIANT];
+    if (by_number)
         v = (int)ctx->path - STATS_CUDA_PATH_WG_VARIANT;
     else if (ctx->path != STATS_CUDA_PATH_AUTO && ctx->path != STATS_CUDA_PATH_WGMMA)
         return NULL;
@@ -173,6 +175,11 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
             p->len_k <= 2048 && stats_want(p->want) == VOCAB_BIT(max_logit))
             v = STATS_VARIANT_WS_TMA_3WG;
     }
+    /* head_dim 129-256: variant 6's d256 instance (Q in shared memory), the one Hopper instance
+     * there: 0.307-0.309 ms against mma.sync's 0.825-0.831 at (2,16,4096,256) causal (H200,
+     * kernel_notes.md round 15) */
+    if (p->head_dim > 128 && !by_number)
+        v = STATS_VARIANT_WS_TMA;
     /* the TMA kernel takes 16-bit tensors as they are (no float32 instance) and needs the driver's
      * tensor-map encoder; else variant 2, its predecessor */
     if (v >= STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))

@@ -59,7 +59,8 @@ extern "C" {
     X(6, WS_TMA, WG, "ws tma",                                                                     \
       "stats_ws_kernel (cuda/ws_sm90.cu): a producer warpgroup loading 128-key K tiles with the "  \
       "TMA unit, 2 consumer warpgroups x 64 rows on wgmma m64n128k16; bf16/f16; AUTO's for "       \
-      "sampled rows and causal rows of > 8192 keys")                                               \
+      "sampled rows and causal rows of > 8192 keys; at head_dim 129-256 (by number only) 64-key "  \
+      "tiles, Q read by wgmma from shared memory")                                                 \
     X(7, WS_TMA_P1, WG, "ws tma p1",                                                               \
       "stats_ws_kernel POLY=1 (cuda/ws_sm90.cu): variant 6 with 1/8 of the exps by a polynomial "  \
       "on the FMA pipe (ex2_poly) instead of MUFU")                                                \

@@ -8,7 +8,7 @@
 
 const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP] = {
     /* variant 6 */
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_BASE, "", 1),
+    WS_VARIANT_D256(stats_ws_kernel, FOLD_BASE, ""),
     /* 7: 1/8 exps on FMA */
     WS_VARIANT(stats_ws_kernel, 1, 2, 128, "ws tma p1", 0, FOLD_BASE, "", 1),
     /* 8: 1/4 */

@@ -34,6 +34,13 @@
  * halves where both Q buffers and its 8 stages would not fit). */
 template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_shape {
     static constexpr int NTH = (NCW + 1) * 128, BM = NCW * 64, BN = BN_, LDQ = DP + 8;
+    /* QS (head_dim 256): Q stays in shared memory in the layout K has (128-byte swizzle, 64
+     * columns a 1024-byte-aligned slab of 64 rows x 128 bytes per consumer warpgroup) and wgmma
+     * reads it from there; held in registers it would take 64 of them beside two 64-key
+     * accumulators. Held for the whole block, so not in the persistent kernel (one Q buffer). */
+    static constexpr bool QS = DP > 128;
+    static constexpr size_t QBYTES = (size_t)BM * (QS ? DP : LDQ) * 2;
+    static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
     static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
     static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
     static_assert(128 * REG_P + NCW * 128 * REG_C <= 65536 && REG_C % 8 == 0, "registers");
@@ -42,8 +49,8 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static constexpr int IS = QB == 1 ? 2 : 4;
     static constexpr unsigned TILE_BYTES = (unsigned)BN * DP * 2;
     static constexpr size_t fixed_bytes =
-        1024 + (size_t)QB * BM * LDQ * 2 + (size_t)IS * BM * sizeof(int);
-    static constexpr int STAGES0 = DP <= 64 || BN <= 64 ? 8 : 4;
+        1024 + (size_t)QB * QBYTES + (size_t)IS * BM * sizeof(int);
+    static constexpr int STAGES0 = DP > 128 ? 4 : DP <= 64 || BN <= 64 ? 8 : 4;
     static constexpr int STAGES =
         QB > 1 && fixed_bytes + (size_t)STAGES0 * TILE_BYTES > WS_SMEM_MAX ? STAGES0 / 2 : STAGES0;
     static constexpr size_t smem_bytes = fixed_bytes + (size_t)STAGES * TILE_BYTES;
@@ -68,13 +75,14 @@ static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &
     }
 }
 
-/* The block's Q rows into sq (pitch DP + 8) by cp.async, zeros past head_dim and for rows -1;
- * the caller commits and waits. */
+/* The block's Q rows into sq by cp.async (pitch DP + 8 for ldmatrix, or with DP > 128 ws_shape's
+ * QS layout for wgmma), zeros past head_dim and for rows -1; the caller commits and waits. */
 template <int DP, int BM>
 static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo &si, int h,
                                                  const int *rows, unsigned short *sq, int t0, int nt)
 {
     constexpr int CH = DP / 8, LDQ = DP + 8;
+    constexpr bool QS = DP > 128;
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
                                (long long)si.q0 * p.qsn) * 2;
     for (int idx = t0; idx < BM * CH; idx += nt) {
@@ -87,7 +95,13 @@ static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo
             if (bytes > 0)
                 src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
         }
-        cp_async16(sq + r * LDQ + c * 8, src, bytes);
+        /* QS: warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64), its 16-byte chunk
+         * c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
+        const int rr = r & 63;
+        unsigned short *dst = QS ? sq + ((r >> 6) * (DP / 64) + (c >> 3)) * 4096 + rr * 64 +
+                                       (((c & 7) ^ (rr & 7)) << 3)
+                                 : sq + r * LDQ + c * 8;
+        cp_async16(dst, src, bytes);
     }
 }
 
@@ -139,12 +153,18 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     warp_rows_range(p, si, h, rows, warp, gq, wk);
     const int(&lo)[2] = wk.lo, (&hi)[2] = wk.hi;
     const int wlo_min = wk.lo_min, wlo_max = wk.lo_max, whi_min = wk.hi_min, whi_max = wk.hi_max;
-    unsigned qf[KS][4];
+    constexpr bool QS = S::QS;
+    unsigned qf[QS ? 1 : KS][4];
+    unsigned long long qd = 0; /* QS: the warpgroup's first Q slab */
+    if constexpr (QS) {
+        qd = wg_desc_sw128(sq + (warp >> 2) * (DP / 64) * 4096);
+    } else {
 #pragma unroll
-    for (int ks = 0; ks < KS; ks++)
-        ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
-    if (q_empty)
-        mbar_arrive(q_empty);
+        for (int ks = 0; ks < KS; ks++)
+            ldmatrix_x4(qf[ks], sq + (warp * 16 + (lane & 15)) * LDQ + ks * 16 + (lane >> 4) * 8);
+        if (q_empty)
+            mbar_arrive(q_empty);
+    }
 
     float M[2], l[2], W[2], D[2], F0[2] = {0.0f, 0.0f}; /* F0: XS, first_key_pick's */
     float A[2] = {0.0f, 0.0f}; /* MX: fold_max's max of magnitudes */
@@ -231,10 +251,14 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         reg_fence(cur);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-            wgmma_op<NT, false, F16>::run(cur, qf[ks], 0ull,
-                                          wg_desc_advance(kd, (ks >> 2) * BN * 128 + (ks & 3) * 32),
-                                          ks > 0);
+        for (int ks = 0; ks < KS; ks++) {
+            const unsigned long long kdk = wg_desc_advance(kd, (ks >> 2) * BN * 128 + (ks & 3) * 32);
+            if constexpr (QS)
+                wgmma_op<NT, true, F16>::run(
+                    cur, qf[0], wg_desc_advance(qd, (ks >> 2) * 8192 + (ks & 3) * 32), kdk, ks > 0);
+            else
+                wgmma_op<NT, false, F16>::run(cur, qf[ks], 0ull, kdk, ks > 0);
+        }
         wgmma_commit();
         reg_fence(cur);
         wgmma_wait<1>(prev);
@@ -296,14 +320,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     if (gate_closed(p.gate, p.gate_general))
         return;
     using S = ws_shape<DP, NCW, BN_>;
-    constexpr int NTH = S::NTH, BN = S::BN, BM = S::BM, LDQ = S::LDQ;
+    constexpr int NTH = S::NTH, BN = S::BN, BM = S::BM;
     constexpr int ST = S::STAGES, PRODUCER = NCW * 4;
     static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
     static_assert(DP % 64 == 0, "K tiles are whole 64-element swizzle columns");
     extern __shared__ __align__(128) unsigned char ws_smem[];
     unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
     unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES);
-    int *s_row = (int *)(sq + BM * LDQ);
+    int *s_row = (int *)((unsigned char *)sq + S::QBYTES);
     __shared__ int s_range[2];
     __shared__ unsigned long long s_full[ST], s_empty[ST];
 
@@ -350,6 +374,8 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     }
     setmaxnreg_inc<S::REG_C>();
     cp_async_wait<0>();
+    if constexpr (S::QS)
+        fence_proxy_async(); /* this thread's Q copies visible to wgmma (the async proxy) */
     named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
     ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
                                  g, false, acc);
@@ -388,7 +414,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     extern __shared__ __align__(128) unsigned char ws_smem[];
     unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
     unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES); /* QB buffers */
-    int *s_rows = (int *)(sq + QB * BM * LDQ);                                 /* IS slots of BM */
+    int *s_rows = (int *)((unsigned char *)sq + QB * S::QBYTES);               /* IS slots of BM */
     __shared__ int s_range[IS][2], s_tf[IS], s_nt[IS];
     __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[IS], s_info_empty[IS];
     __shared__ unsigned long long s_q_full[QB], s_q_empty[QB];
@@ -504,7 +530,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
 #endif
 }
 
-/* ---- the instances: variants 6-12 at head_dim 64 and 128 (kernels.h WS_NVAR x WG_NDP), 16-bit
+/* ---- the instances: variants 6-12 at head_dim 64 and 128, variant 6 also at 256 (kernels.h
+ * WS_NVAR x WG_NDP; its d256 instance has two consumer warpgroups on 64-key tiles, Q in shared
+ * memory: ws_shape QS), 16-bit
  * inputs only, in the tables of ws_sm90.cu (FOLD_BASE: stats_ws_sm90), ws_sm90_xs.cu (FOLD_XS,
  * stats_ws_sm90_xs: the fold also computes sink mass and distance, for the runs that ask for them:
  * stats_problem.want) and ws_sm90_mo.cu (FOLD_MAX, stats_ws_sm90_mo: the max logit alone, for the
@@ -522,6 +550,11 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
 #define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)                                   \
     {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB),                                     \
      WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)}
+/* Variant 6 with its head_dim 256 instance (the table's third column; the others leave it zero). */
+#define WS_VARIANT_D256(K, FW, XTAG)                                                               \
+    {WS_ONE(K, 64, 0, 2, 128, "ws tma", 0, FW, XTAG, 1),                                           \
+     WS_ONE(K, 128, 0, 2, 128, "ws tma", 0, FW, XTAG, 1),                                          \
+     WS_ONE(K, 256, 0, 2, 64, "ws tma n64 qs", 0, FW, XTAG, 1)}
 /* A variant without an instance in a table (zeros: launch.cu takes a NULL kernel as none). */
 #define WS_NONE {{}, {}}
 

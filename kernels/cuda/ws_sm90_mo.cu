@@ -11,7 +11,7 @@
 
 const kernel_instance stats_ws_sm90_mo[WS_NVAR][WG_NDP] = {
     /* variant 6 */
-    WS_VARIANT(stats_ws_kernel, 0, 2, 128, "ws tma", 0, FOLD_MAX, " max", 1),
+    WS_VARIANT_D256(stats_ws_kernel, FOLD_MAX, " max"),
     WS_NONE, /* 7 */
     WS_NONE, /* 8 */
     /* 9 */
