@@ -242,8 +242,9 @@ static const cfg k_cfgs[] = {
     /* attention sinks with NaN, -inf, +inf and a dominating one */
     {.name = "bf16 d128 causal GQA sinks NaN/-inf/+inf/1e4", .b = 2, .hq = 4, .hkv = 2, .nq = 300, .nk = 300, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_ODD},
     {.name = "f16 d64 full sinks NaN/-inf/+inf/1e4, sampled", .b = 1, .hq = 6, .hkv = 6, .nq = 250, .nk = 270, .d = 64, .dt = FH, .wl = -1, .wr = -1, .every = 2, .sinks = SINKS_ODD},
-    /* head_dim 256 and 192 (Gemma-class heads): mma.sync by default, variant 6's d256 instance
-     * (Q in shared memory) when asked for by number; with "bf16 d256 causal" above */
+    /* head_dim 256 and 192 (Gemma-class heads, DeepSeek-V3's latent attention): variant 6's d256
+     * instance (Q in shared memory, AUTO's since round 15), mma.sync under test_mma_sync; with
+     * "bf16 d256 causal" above */
     {.name = "f16 d256 GQA 4/2 full, sampled every 3, [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 280, .nk = 330, .d = 256, .dt = FH, .bnhd = 1, .wl = -1, .wr = -1, .every = 3, .sinks = SINKS_F32},
     {.name = "bf16 d192 causal packed, softcap 50", .b = 3, .hq = 2, .hkv = 2, .d = 192, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {300, 70, 129}, .lk = {300, 70, 129}, .softcap = 50.0f, .amp = 30.0},
 };
