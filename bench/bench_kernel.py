@@ -293,6 +293,7 @@ def main():
         (4, 32, 4, 2048, 64, True, 0),  # the 1.1 B Llama of bench_overhead_llama.py (GQA, D 64)
         (2, 16, 16, 4096, 256, True, 0),  # Gemma-class heads (mma.sync by default; variant 6 has a
                                           # Hopper instance, ATTNSTAT_BENCH_VARIANTS=6)
+        (4, 32, 32, 2048, 96, True, 0),  # Phi-3's head_dim
     ]
     only = os.environ.get("ATTNSTAT_BENCH_ONLY")
     if only:
