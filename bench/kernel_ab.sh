@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# kernel_ab.sh — one kernel change measured the way bench/kernel_notes.md's rounds are: the kernels
+# before (A) and after (B) built side by side from the same sources, B checked first
+# (tests/test_stats_cuda on every variant, compute-sanitizer on the variants named), then
+# bench/bench_kernel.py alternating A and B, and one table of the default path's medians, A beside B.
+#
+# Here, in the repository (git needed; the GPU machine's copy has no usable history):
+#   bench/kernel_ab.sh prepare A B      A, B: revisions; B may also be "worktree" (the working tree,
+#                                       uncommitted changes too) or "A+PATCHFILE" (A with a patch)
+#   -> .ab/A.tar.gz, .ab/B.tar.gz (ignored by git; carry .ab and .devdeps to the GPU machine)
+# There (from the repository root, after `source .devdeps/env.sh &&` where CMake needs it):
+#   bench/kernel_ab.sh run [OUTDIR]     OUTDIR default $OUT or ./ab-out; logs and summary.md there
+# Environment of `run`:
+#   AB_ONLY=3,9,2,4,1         bench_kernel.py's shapes (ATTNSTAT_BENCH_ONLY)
+#   AB_VARIANTS=10,11         also time these variants in every run (ATTNSTAT_BENCH_VARIANTS)
+#   AB_RUNS=2                 rounds of A, B
+#   AB_SANITIZE=10,11         compute-sanitizer racecheck and memcheck on B's variants ("" skips)
+#   AB_MAXONLY=1              one more round asking for the max logit alone
+#   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
+# B is timed even when a check fails, and the summary says which failed: merge only when none did.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+
+prepare() {
+    local a=$1 b=$2
+    mkdir -p .ab # ignored (.gitignore): the device tool carries it only when asked to
+    git archive --format=tar.gz -o .ab/A.tar.gz "$a" || return 1
+    case "$b" in
+    worktree)
+        local idx tree
+        idx=$(mktemp) && cp .git/index "$idx" || return 1
+        GIT_INDEX_FILE=$idx git add -A -- . ':!.ab' ':!.devdeps' >/dev/null 2>&1
+        tree=$(GIT_INDEX_FILE=$idx git write-tree) && rm -f "$idx" &&
+            git archive --format=tar.gz -o .ab/B.tar.gz "$tree" || return 1 ;;
+    *+*)
+        local rev=${b%%+*} patch=${b#*+} wt
+        wt=$(mktemp -d) && git archive "$rev" | tar x -C "$wt" &&
+            (cd "$wt" && patch -p1 -s) < "$patch" &&
+            tar czf .ab/B.tar.gz -C "$wt" . && rm -rf "$wt" || return 1 ;;
+    *)
+        git archive --format=tar.gz -o .ab/B.tar.gz "$b" || return 1 ;;
+    esac
+    printf 'A %s\nB %s\n' "$(git rev-parse --short "$a")" "$b" > .ab/what.txt
+    echo "kernel_ab: .ab/A.tar.gz ($a) and .ab/B.tar.gz ($b) ready; carry .ab and .devdeps"
+}
+
+run() {
+    local out=${1:-${OUT:-ab-out}} root=$PWD t0 failed=()
+    mkdir -p "$out/logs"
+    local L=$out/logs
+    [ -f .ab/A.tar.gz ] && [ -f .ab/B.tar.gz ] || { echo "kernel_ab: run prepare first" >&2; return 2; }
+    t0=$(date +%s)
+    for t in A B; do
+        rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
+        (cd "/tmp/ab-src-$t" && BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
+    done
+    wait
+    for t in A B; do
+        [ -f "/tmp/ab-build-$t/kernels/libattnstat_cuda.so" ] ||
+            [ -f "/tmp/ab-build-$t/direct/libattnstat_cuda.so" ] ||
+            { echo "kernel_ab: build $t failed"; tail -20 "$L/build$t.log"; return 1; }
+    done
+    echo "kernel_ab: built in $(( $(date +%s) - t0 )) s"
+    lib() { local b=/tmp/ab-build-$1; [ -f "$b/kernels/libattnstat_cuda.so" ] &&
+            echo "$b/kernels/libattnstat_cuda.so" || echo "$b/direct/libattnstat_cuda.so"; }
+    tst() { local b=/tmp/ab-build-$1; [ -x "$b/tests/test_stats_cuda" ] &&
+            echo "$b/tests/test_stats_cuda" || echo "$b/direct/test_stats_cuda"; }
+    if [ "${AB_TEST:-1}" = 1 ]; then
+        (cd /tmp/ab-src-B && ATTNSTAT_TEST_VARIANTS=1 "$(tst B)") > "$L/testB.log" 2>&1 ||
+            failed+=("test_stats_cuda")
+        echo "kernel_ab: test_stats_cuda on B: $(tail -1 "$L/testB.log")"
+    fi
+    local v tool
+    for v in $(echo "${AB_SANITIZE-10,11}" | tr ',' ' '); do
+        for tool in racecheck memcheck; do
+            (cd /tmp/ab-src-B && ATTNSTAT_TEST_WG_ONLY=$v compute-sanitizer --tool $tool \
+                --error-exitcode 9 "$(tst B)") > "$L/$tool$v.log" 2>&1 || failed+=("$tool $v")
+            echo "kernel_ab: $tool on B's variant $v: $(grep -E 'SUMMARY' "$L/$tool$v.log" | tail -1)"
+        done
+    done
+    local r
+    for r in $(seq "${AB_RUNS:-2}"); do
+        for t in A B; do
+            (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
+                ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} python3 bench/bench_kernel.py "$(lib $t)") \
+                > "$L/bench${t}_$r.log" 2>&1 || failed+=("bench $t round $r")
+        done
+    done
+    if [ "${AB_MAXONLY:-0}" = 1 ]; then
+        for t in A B; do
+            (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
+                python3 bench/bench_kernel.py "$(lib $t)") > "$L/max${t}.log" 2>&1 ||
+                failed+=("max-only bench $t")
+        done
+    fi
+    {
+        echo "# kernel A/B, $(date -u '+%Y-%m-%d %H:%M UTC')"
+        cat .ab/what.txt 2>/dev/null
+        nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+        echo
+        python3 "$root/bench/kernel_ab_table.py" "$L" "${AB_RUNS:-2}"
+        echo
+        if [ ${#failed[@]} -eq 0 ]; then echo "checks: all passed"; else
+            printf 'checks FAILED: %s\n' "${failed[*]}"; fi
+    } > "$out/summary.md"
+    cat "$out/summary.md"
+    [ ${#failed[@]} -eq 0 ]
+}
+
+case "$mode" in
+prepare) [ $# -eq 3 ] || { echo "usage: bench/kernel_ab.sh prepare A B" >&2; exit 2; }; prepare "$2" "$3" ;;
+run) shift; run "$@" ;;
+*) sed -n '2,22p' "$0" >&2; exit 2 ;;
+esac
