@@ -66,6 +66,7 @@ static int extras_nan(int variant, uint32_t want)
 static uint64_t g_seed;
 static int g_max_only_runs; /* configurations a FOLD_MAX instance ran (main checks it on Hopper) */
 static int g_d256_runs;     /* ... and variant 6's head_dim 256 instance (the same) */
+static int g_d96_runs;      /* ... and a head_dim 96 instance (variants 10, 11; the same) */
 static stats_cuda *g_ctx;
 
 /* ---- random numbers and dtype conversion ------------------------------------------------ */
@@ -247,6 +248,7 @@ static const cfg k_cfgs[] = {
      * "bf16 d256 causal" above */
     {.name = "f16 d256 GQA 4/2 full, sampled every 3, [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 280, .nk = 330, .d = 256, .dt = FH, .bnhd = 1, .wl = -1, .wr = -1, .every = 3, .sinks = SINKS_F32},
     {.name = "bf16 d192 causal packed, softcap 50", .b = 3, .hq = 2, .hkv = 2, .d = 192, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {300, 70, 129}, .lk = {300, 70, 129}, .softcap = 50.0f, .amp = 30.0},
+    {.name = "bf16 d96 causal GQA 8/2 N=700, sinks (Phi-3's head_dim)", .b = 2, .hq = 8, .hkv = 2, .nq = 700, .nk = 700, .d = 96, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
 };
 #define N_CFGS ((int)(sizeof k_cfgs / sizeof k_cfgs[0]))
 
@@ -471,6 +473,7 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
                          strcmp(kname + kl - 4, " max") == 0;
     g_max_only_runs += max_only;
     g_d256_runs += strstr(kname, " d256 ws tma") != NULL;
+    g_d96_runs += strstr(kname, " d96 ws tma") != NULL;
     /* The reference: plain float32 on the GPU is bf16 on the way in, on every path (stats_cuda.h),
      * so compare it with the reference computed so; the float32 error is measured in bench/. */
     if (c->dt == FS && c->compute == FS)
@@ -766,6 +769,12 @@ int main(void)
      * (else the d256 configurations passed on mma.sync) */
     if (major == 9 && (g_wg_only < 0 || g_wg_only == STATS_VARIANT_WS_TMA) && g_d256_runs == 0) {
         printf("test_stats_cuda: the head_dim 256 instance never ran on this Hopper GPU\n");
+        failed++;
+    }
+    /* head_dim 80 and 96 on the default path (variants 10, 11) must have taken their d96 instances */
+    if (major == 9 && (g_wg_only < 0 || g_wg_only == STATS_VARIANT_WS_TMA_PERS ||
+                       g_wg_only == STATS_VARIANT_WS_TMA_3WG_PERS) && g_d96_runs == 0) {
+        printf("test_stats_cuda: no configuration ran a head_dim 96 instance on this Hopper GPU\n");
         failed++;
     }
     stats_cuda_destroy(g_ctx);

@@ -163,14 +163,15 @@ struct kernel_instance {
     int persistent;
 };
 
-/* Each family's table, ordered by dp (the first instance whose dp covers head_dim is taken); a
- * Hopper table's entries d64, d128, d256, zeros where a variant has no instance (dp 0). */
-enum { MMA_NDP = 5, WG_NDP = 3, WGF_NVAR = 3, WS_NVAR = 7 };
+/* Each family's table: mma.sync's ordered by dp (the first instance whose dp covers head_dim is
+ * taken); a Hopper table's entries d64, d128, d256, d96, zeros where a variant has no instance
+ * (dp 0), the smallest that covers head_dim taken. */
+enum { MMA_NDP = 5, WG_NDP = 4, WGF_NVAR = 3, WS_NVAR = 7 };
 extern const kernel_instance stats_mma_sm80[MMA_NDP];          /* variant 4, d32 .. d256 */
 extern const kernel_instance stats_wgmma_sm90[WG_NDP];         /* variant 0, d64, d128 */
 extern const kernel_instance stats_wgf_sm90[WGF_NVAR][WG_NDP]; /* variants 1-3, d64, d128 */
 extern const kernel_instance stats_generic_cuda;               /* variant 5, any head_dim, dtype */
-extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-12, d64, d128; 6 d256 */
+extern const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP];   /* variants 6-12, d64, d128; 6 d256; 10, 11 d96 */
 /* The same kernels with sink mass and distance in the fold (XS), for the runs whose want asks for
  * either: the same shapes, entry for entry; an entry whose bf16 is NULL has none (variants 7, 8). */
 extern const kernel_instance stats_mma_sm80_xs[MMA_NDP];

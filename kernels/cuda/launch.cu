@@ -184,12 +184,13 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
      * tensor-map encoder; else variant 2, its predecessor */
     if (v >= STATS_VARIANT_WS_TMA && (!ctx->encode_tiled || p->dtype == STATS_F32))
         v = STATS_VARIANT_FOLD2_SW128;
+    const kernel_instance *best = NULL; /* the smallest instance that covers head_dim */
     for (int i = 0; i < WG_NDP; i++)
-        if (p->head_dim <= k_hopper[v][i].dp) {
-            *variant = v;
-            return &k_hopper[v][i];
-        }
-    return NULL;
+        if (p->head_dim <= k_hopper[v][i].dp && (!best || k_hopper[v][i].dp < best->dp))
+            best = &k_hopper[v][i];
+    if (best)
+        *variant = v;
+    return best;
 }
 
 /* The mma.sync instance for head_dim d, NULL when it does not fit this device. */

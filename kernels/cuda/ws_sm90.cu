@@ -16,9 +16,9 @@ const kernel_instance stats_ws_sm90[WS_NVAR][WG_NDP] = {
     /* 9: 3 consumer wgs */
     WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_BASE, "", 1),
     /* 10: 6, persistent */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_BASE, "", 1),
+    WS_VARIANT_D96(stats_wsp_kernel, 2, 128, "ws tma pers", FOLD_BASE, ""),
     /* 11: 9, persistent */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_BASE, "", 1),
+    WS_VARIANT_D96(stats_wsp_kernel, 3, 64, "ws tma 3wg pers", FOLD_BASE, ""),
     /* 12: 11, blocks ahead */
     WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers q2", 1, FOLD_BASE, "", 2),
 };

@@ -26,20 +26,24 @@
 /* One CTA: NCW consumer warpgroups of 64 rows (BM rows) and the producer warpgroup (NTH threads),
  * K tiles of BN keys, the registers per thread the producer keeps (REG_P) and the consumers get
  * (REG_C; 128 * REG_P + NCW * 128 * REG_C = the block's registers at launch, NTH * 65536 / NTH).
- * Shared memory: the K ring (STAGES tiles of BN keys x DP, each DP/64 columns of BN x 128 bytes in
+ * Shared memory: the K ring (STAGES tiles of BN keys x DL, each DL/64 columns of BN x 128 bytes in
  * the 128-byte swizzle layout the TMA unit writes and wgmma reads), Q (the CTA's rows, padded
  * pitch for ldmatrix) and the rows' indices; 1024 bytes of slack to align the ring to the
  * swizzle's 1024-byte period. QB (persistent kernels): Q buffers, and IS blocks' rows (info
  * slots): 1 and 2, or 2 and 4 (variant 12: the producer prepares a block two ahead; the ring
  * halves where both Q buffers and its 8 stages would not fit). */
 template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_shape {
-    static constexpr int NTH = (NCW + 1) * 128, BM = NCW * 64, BN = BN_, LDQ = DP + 8;
+    /* DL: the columns K's tiles and Q's rows are laid out for (DP rounded up to whole 64-column
+     * swizzle slabs); the k-steps cover DP alone (DP 96: 6 of 16 columns, not 8: the d128
+     * layout's last 32 columns hold the TMA unit's zeros and are never multiplied) */
+    static constexpr int DL = (DP + 63) / 64 * 64;
+    static constexpr int NTH = (NCW + 1) * 128, BM = NCW * 64, BN = BN_, LDQ = DL + 8;
     /* QS (head_dim 256): Q stays in shared memory in the layout K has (128-byte swizzle, 64
      * columns a 1024-byte-aligned slab of 64 rows x 128 bytes per consumer warpgroup) and wgmma
      * reads it from there; held in registers it would take 64 of them beside two 64-key
      * accumulators. Held for the whole block, so not in the persistent kernel (one Q buffer). */
-    static constexpr bool QS = DP > 128;
-    static constexpr size_t QBYTES = (size_t)BM * (QS ? DP : LDQ) * 2;
+    static constexpr bool QS = DL > 128;
+    static constexpr size_t QBYTES = (size_t)BM * (QS ? DL : LDQ) * 2;
     static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
     static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
     static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
@@ -47,10 +51,10 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static_assert(BN % WS_BOX_KEYS == 0, "whole TMA boxes");
     static_assert(QB == 1 || (QB == 2 && PERSIST), "two Q buffers: the persistent kernel");
     static constexpr int IS = QB == 1 ? 2 : 4;
-    static constexpr unsigned TILE_BYTES = (unsigned)BN * DP * 2;
+    static constexpr unsigned TILE_BYTES = (unsigned)BN * DL * 2;
     static constexpr size_t fixed_bytes =
         1024 + (size_t)QB * QBYTES + (size_t)IS * BM * sizeof(int);
-    static constexpr int STAGES0 = DP > 128 ? 4 : DP <= 64 || BN <= 64 ? 8 : 4;
+    static constexpr int STAGES0 = DL > 128 ? 4 : DL <= 64 || BN <= 64 ? 8 : 4;
     static constexpr int STAGES =
         QB > 1 && fixed_bytes + (size_t)STAGES0 * TILE_BYTES > WS_SMEM_MAX ? STAGES0 / 2 : STAGES0;
     static constexpr size_t smem_bytes = fixed_bytes + (size_t)STAGES * TILE_BYTES;
@@ -75,14 +79,15 @@ static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &
     }
 }
 
-/* The block's Q rows into sq by cp.async (pitch DP + 8 for ldmatrix, or with DP > 128 ws_shape's
- * QS layout for wgmma), zeros past head_dim and for rows -1; the caller commits and waits. */
-template <int DP, int BM>
+/* The block's first DP columns of its Q rows into sq by cp.async (ws_shape S's layout: pitch
+ * S::LDQ for ldmatrix, or S::QS's for wgmma), zeros past head_dim and for rows -1; the caller
+ * commits and waits. */
+template <class S, int DP>
 static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo &si, int h,
                                                  const int *rows, unsigned short *sq, int t0, int nt)
 {
-    constexpr int CH = DP / 8, LDQ = DP + 8;
-    constexpr bool QS = DP > 128;
+    constexpr int CH = DP / 8, LDQ = S::LDQ, BM = S::BM, DL = S::DL;
+    constexpr bool QS = S::QS;
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
                                (long long)si.q0 * p.qsn) * 2;
     for (int idx = t0; idx < BM * CH; idx += nt) {
@@ -98,7 +103,7 @@ static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo
         /* QS: warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64), its 16-byte chunk
          * c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
         const int rr = r & 63;
-        unsigned short *dst = QS ? sq + ((r >> 6) * (DP / 64) + (c >> 3)) * 4096 + rr * 64 +
+        unsigned short *dst = QS ? sq + ((r >> 6) * (DL / 64) + (c >> 3)) * 4096 + rr * 64 +
                                        (((c & 7) ^ (rr & 7)) << 3)
                                  : sq + r * LDQ + c * 8;
         cp_async16(dst, src, bytes);
@@ -124,7 +129,7 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
         mbar_arrive_expect_tx(&full[st], S::TILE_BYTES);
         unsigned char *dst = sk + (size_t)st * S::TILE_BYTES;
 #pragma unroll
-        for (int c = 0; c < DP / 64; c++)
+        for (int c = 0; c < S::DL / 64; c++)
 #pragma unroll
             for (int b = 0; b < BN / WS_BOX_KEYS; b++)
                 tma_load_4d(dst + ((size_t)c * BN + b * WS_BOX_KEYS) * 128, &p.ktm, c * 64,
@@ -157,7 +162,7 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
     unsigned qf[QS ? 1 : KS][4];
     unsigned long long qd = 0; /* QS: the warpgroup's first Q slab */
     if constexpr (QS) {
-        qd = wg_desc_sw128(sq + (warp >> 2) * (DP / 64) * 4096);
+        qd = wg_desc_sw128(sq + (warp >> 2) * (S::DL / 64) * 4096);
     } else {
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
@@ -323,7 +328,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     constexpr int NTH = S::NTH, BN = S::BN, BM = S::BM;
     constexpr int ST = S::STAGES, PRODUCER = NCW * 4;
     static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
-    static_assert(DP % 64 == 0, "K tiles are whole 64-element swizzle columns");
+    static_assert(DP % 16 == 0, "whole k-steps");
     extern __shared__ __align__(128) unsigned char ws_smem[];
     unsigned char *sk = ws_smem + ((1024u - (smem_u32(ws_smem) & 1023u)) & 1023u);
     unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES);
@@ -356,7 +361,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     /* Q by the consumers alone (they wait for their own copies below), so that the producer
      * starts loading K as soon as the CTA's key range is known */
     if (warp < PRODUCER)
-        ws_load_q<DP, BM>(p, si, h, s_row, sq, tid, PRODUCER * 32);
+        ws_load_q<S, DP>(p, si, h, s_row, sq, tid, PRODUCER * 32);
     cp_async_commit();
     __syncthreads(); /* s_range final, mbarriers initialised */
 
@@ -487,7 +492,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
             if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
                 mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
-            ws_load_q<DP, BM>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
+            ws_load_q<S, DP>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
             cp_async_commit();
             cp_async_wait<0>();
             named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
@@ -550,6 +555,11 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
 #define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)                                   \
     {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB),                                     \
      WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)}
+/* Variants 10 and 11 with a head_dim 96 instance (the table's fourth column: the d128 layout, six
+ * k-steps instead of eight; launch.cu takes the smallest instance that covers head_dim). */
+#define WS_VARIANT_D96(K, NCW, BN, TAG, FW, XTAG)                                                  \
+    {WS_ONE(K, 64, 0, NCW, BN, TAG, 1, FW, XTAG, 1), WS_ONE(K, 128, 0, NCW, BN, TAG, 1, FW, XTAG, 1), \
+     {}, WS_ONE(K, 96, 0, NCW, BN, TAG, 1, FW, XTAG, 1)}
 /* Variant 6 with its head_dim 256 instance (the table's third column; the others leave it zero). */
 #define WS_VARIANT_D256(K, FW, XTAG)                                                               \
     {WS_ONE(K, 64, 0, 2, 128, "ws tma", 0, FW, XTAG, 1),                                           \

@@ -15,8 +15,8 @@ const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP] = {
     /* 9 */
     WS_VARIANT(stats_ws_kernel, 0, 3, 64, "ws tma 3wg n64", 0, FOLD_XS, " +sd", 1),
     /* 10 */
-    WS_VARIANT(stats_wsp_kernel, 0, 2, 128, "ws tma pers", 1, FOLD_XS, " +sd", 1),
+    WS_VARIANT_D96(stats_wsp_kernel, 2, 128, "ws tma pers", FOLD_XS, " +sd"),
     /* 11 */
-    WS_VARIANT(stats_wsp_kernel, 0, 3, 64, "ws tma 3wg pers", 1, FOLD_XS, " +sd", 1),
+    WS_VARIANT_D96(stats_wsp_kernel, 3, 64, "ws tma 3wg pers", FOLD_XS, " +sd"),
     WS_NONE, /* 12 */
 };
