@@ -17,6 +17,9 @@
 #   AB_SANITIZE=10,11         compute-sanitizer racecheck and memcheck on B's variants ("" skips)
 #   AB_MAXONLY=1              one more round asking for the max logit alone
 #   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
+#   AB_SASS=REGEX             cuobjdump -sass of the Hopper kernels whose mangled names match
+#                             (e.g. 'stats_wsp_kernelILi64ELb0ELi0ELi3ELi64ELi0ELi1E': variant 11,
+#                             d64, bf16, FOLD_BASE) from A and B, into logs/sassA.txt, sassB.txt
 # B is timed even when a check fails, and the summary says which failed: merge only when none did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +69,15 @@ run() {
             echo "$b/kernels/libattnstat_cuda.so" || echo "$b/direct/libattnstat_cuda.so"; }
     tst() { local b=/tmp/ab-build-$1; [ -x "$b/tests/test_stats_cuda" ] &&
             echo "$b/tests/test_stats_cuda" || echo "$b/direct/test_stats_cuda"; }
+    if [ -n "${AB_SASS:-}" ]; then
+        for t in A B; do
+            find "/tmp/ab-build-$t" -name 'ws_sm90*.o' | sort | while read -r o; do
+                cuobjdump -sass "$o" | awk -v re="$AB_SASS" '/Function : /{keep = ($0 ~ re)} keep'
+            done > "$L/sass$t.txt"
+            echo "kernel_ab: SASS of $t: $(grep -c 'Function : ' "$L/sass$t.txt") functions," \
+                "$(grep -cE '^ +/\*[0-9a-f]{4,}\*/' "$L/sass$t.txt") instructions"
+        done
+    fi
     if [ "${AB_TEST:-1}" = 1 ]; then
         (cd /tmp/ab-src-B && ATTNSTAT_TEST_VARIANTS=1 "$(tst B)") > "$L/testB.log" 2>&1 ||
             failed+=("test_stats_cuda")
