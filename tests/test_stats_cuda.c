@@ -607,6 +607,29 @@ START_TEST(test_auto_against_cpu)
 }
 END_TEST
 
+/* The configuration with the most rows to compute (heads x sampled rows), where AUTO takes the
+ * Hopper kernel rather than mma.sync for a small grid: found by size, not by its place in the
+ * table (a literal index went stale once configurations were inserted before it). */
+static int largest_grid_cfg(void)
+{
+    int best = 0;
+    long long best_rows = -1;
+    for (int i = 0; i < N_CFGS; i++) {
+        const cfg *c = &k_cfgs[i];
+        long long rows = 0;
+        for (int s = 0; s < (c->packed ? c->b : 1); s++)
+            rows += c->packed ? c->lq[s] : (long long)c->b * c->nq;
+        if (c->every > 1)
+            rows = (rows + c->every - 1) / c->every;
+        else if (c->nsample > 0)
+            rows = (long long)c->nsample * (c->packed ? 1 : c->b);
+        rows *= c->hq;
+        if (!c->generic && rows > best_rows)
+            best = i, best_rows = rows;
+    }
+    return best;
+}
+
 /* Every variant of the Hopper kernel (ATTNSTAT_TEST_VARIANTS=1; the default one runs above):
  * every statistic (the instances with sink mass and distance), then the default set or the max
  * logit alone, in turn over the configurations, so that each variant's three instances run. */
@@ -751,7 +774,8 @@ int main(void)
         tcase_add_loop_test(tc, test_default_want_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_max_only_against_cpu, 0, N_CFGS);
         tcase_add_loop_test(tc, test_mma_sync_against_cpu, 0, N_CFGS);
-        tcase_add_loop_test(tc, test_auto_against_cpu, 25, 26); /* the largest grid */
+        const int big = largest_grid_cfg();
+        tcase_add_loop_test(tc, test_auto_against_cpu, big, big + 1);
         if (getenv("ATTNSTAT_TEST_VARIANTS") && atoi(getenv("ATTNSTAT_TEST_VARIANTS")) > 0)
             tcase_add_loop_test(tc, test_wg_variants_against_cpu, 0,
                                 N_CFGS * stats_cuda_wg_variant_count());
