@@ -248,9 +248,10 @@ static const cfg k_cfgs[] = {
      * "bf16 d256 causal" above */
     {.name = "f16 d256 GQA 4/2 full, sampled every 3, [B,N,H,D]", .b = 2, .hq = 4, .hkv = 2, .nq = 280, .nk = 330, .d = 256, .dt = FH, .bnhd = 1, .wl = -1, .wr = -1, .every = 3, .sinks = SINKS_F32},
     {.name = "bf16 d192 causal packed, softcap 50", .b = 3, .hq = 2, .hkv = 2, .d = 192, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {300, 70, 129}, .lk = {300, 70, 129}, .softcap = 50.0f, .amp = 30.0},
-    /* sampled causal rows: a block's first warpgroup sees far fewer keys than its last, so the
-     * tensor-core kernels' warpgroups pass (wait for and release unread) more tiles than the K ring
-     * holds, after their own (causal) and before them too (the window) */
+    /* sampled causal rows: a block spans far more positions than rows, so its first warpgroup
+     * sees far fewer keys than its last, by more K tiles than the ring holds, after its own keys
+     * (causal) and before them too (the window): the case a kernel that multiplies only each
+     * warpgroup's own tiles must get right (bench/kernel_notes.md round 17) */
     {.name = "bf16 d128 causal N=2048 every 8th row: tiles passed", .b = 1, .hq = 4, .hkv = 2, .nq = 2048, .nk = 2048, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .every = 8, .sinks = SINKS_F32},
     {.name = "f16 d64 causal window 300, N=2000, every 8th row", .b = 2, .hq = 2, .hkv = 1, .nq = 2000, .nk = 2000, .d = 64, .dt = FH, .causal = 1, .wl = 300, .wr = 0, .every = 8},
     {.name = "bf16 d96 causal GQA 8/2 N=700, sinks (Phi-3's head_dim)", .b = 2, .hq = 8, .hkv = 2, .nq = 700, .nk = 700, .d = 96, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
