@@ -137,50 +137,10 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
     }
 }
 
-/* The tiles warpgroup wg multiplies, relative to the block's t_first: [*a, *a + *n), n even (the
- * pairs of ws_consume's loop; a shifted back by one where the pair would pass the block's ntiles,
- * which is even), n = 0 when none of its rows sees a key. Every warp of the warpgroup computes it
- * from the same rows, so it is the same in all four (a wgmma is warpgroup-collective). Causal rows
- * of a 192-row block on 64-key tiles: the first warpgroup's rows end two tiles before the block's
- * last (bench/kernel_notes.md round 17). */
-template <int BN>
-static __device__ __forceinline__ void ws_wg_tiles(const kparams &p, const seqinfo &si, int h,
-                                                   const int *rows, int wg, int lane, int t_first,
-                                                   int ntiles, int *a, int *n)
-{
-    int lo = 0x7fffffff, hi = -1;
-#pragma unroll
-    for (int r = 0; r < 64; r += 32) {
-        const int i = rows[wg * 64 + r + lane];
-        if (i >= 0) {
-            int l, u;
-            visible_range(p, si, h, i, &l, &u);
-            if (l <= u)
-                lo = min(lo, l), hi = max(hi, u);
-        }
-    }
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {
-        lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, m));
-        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, m));
-    }
-    *a = 0, *n = 0;
-    if (hi < 0)
-        return;
-    const int first = lo / BN - t_first, last = hi / BN - t_first;
-    *a = first, *n = (last - first + 2) & ~1;
-    if (*a + *n > ntiles)
-        (*a)--;
-}
-
 /* A consumer thread's share of one block: its two rows (warp*16 + hr*8 + g of rows[]), Q from sq
  * into registers (then its arrival on q_empty, when given), the block's ntiles tiles from
  * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
- * is done with it, the last too when release_last), the rows' results into acc. The warpgroup
- * multiplies only the tiles its own 64 rows see (ws_wg_tiles); the block's others it waits for and
- * releases unread, so that every consumer warp arrives once per tile on its stage's empty barrier,
- * in ring order, never for a phase before the last one completed (a tile's full barrier completes
- * only after every warp released the stage's previous tile). */
+ * is done with it, the last too when release_last), the rows' results into acc. */
 template <class S, int DP, bool F16, int POLY, int FW>
 static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinfo &si, int h,
                                                   const int *rows, const unsigned short *sq,
@@ -287,17 +247,6 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         if (lane == 0)
             mbar_arrive(&empty[tile & (ST - 1)]);
     };
-    /* this warpgroup's tiles: [wa, wa + wn) of the block's [0, ntiles); XS: all of them (the two
-     * values live across the block spill the XS instances at d96/d128, 8-52 bytes) */
-    int wa = 0, wn = ntiles;
-    if constexpr (!XS)
-        ws_wg_tiles<BN>(p, si, h, rows, warp >> 2, lane, t_first, ntiles, &wa, &wn);
-    /* a tile of the block no row of this warpgroup sees: waited for, released unread */
-    auto pass = [&](int it) {
-        const unsigned gt = g + it;
-        mbar_wait_parked(&full[gt & (ST - 1)], (gt / ST) & 1);
-        release(gt);
-    };
     /* wait for tile it, issue its wgmma into cur, then release and fold tile it-1 (in prev)
      * while the tensor cores work */
     auto step = [&](int it, float (&cur)[NT][4], float (&prev)[NT][4]) {
@@ -319,35 +268,22 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         reg_fence(cur);
         wgmma_wait<1>(prev);
         reg_fence(prev);
-        if (it > wa) { /* tile it-1 is no longer read by this warp's warpgroup */
+        if (it > 0) { /* tile it-1 is no longer read by this warp's warpgroup */
             release(gt - 1);
             fold(prev, t_first + it - 1);
         }
     };
-    for (int it = 0; it < wa; it++)
-        pass(it);
     /* tiles in pairs, with no branch around a wgmma (see stats_wgmma_kernel) */
-    for (int it = wa; it < wa + wn; it += 2) {
+    for (int it = 0; it < ntiles; it += 2) {
         step(it, sa, sb);
         step(it + 1, sb, sa);
         wgmma_wait<0>(sb); /* nothing in flight across the loop's edge: no serialisation */
         reg_fence(sb);
     }
-    if (wn > 0) {
-        /* the last tile multiplied: released where a tile of the ring follows it */
-        if (release_last || wa + wn < ntiles)
-            release(g + wa + wn - 1);
-        fold(sb, t_first + wa + wn - 1);
-    }
-    /* the tiles after the warpgroup's: one wait a ring's worth (round 17's test of its polling:
-     * the producer loads tile gt + ST - 1 only after every warp released gt - 1, so once it has
-     * landed the releases of gt .. gt + ST - 1 each arrive in their own phase) */
-    for (int it = wa + wn; it < ntiles; it += ST) {
-        const int last = min(it + ST, ntiles) - 1;
-        const unsigned gl = g + last;
-        mbar_wait_parked(&full[gl & (ST - 1)], (gl / ST) & 1);
-        for (int j = it; j <= last; j++)
-            release(g + j);
+    if (ntiles > 0) {
+        if (release_last)
+            release(g + ntiles - 1);
+        fold(sb, t_first + ntiles - 1);
     }
     g += ntiles;
 
