@@ -270,25 +270,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned pari
     } while (!done);
 }
 
-/* The same wait for a warp that has nothing else to do until the phase completes (a warpgroup
- * passing tiles it does not read): try_wait with a suspend-time hint (1 ms), so that the thread
- * sleeps in the barrier until the phase completes instead of retrying at the system's default
- * interval, whose retries take issue slots and the MIO queue from the warps that compute; and the
- * persistent consumers' wait for their next block's rows and Q (round 18). */
-__device__ __forceinline__ void mbar_wait_parked(unsigned long long *bar, unsigned parity)
-{
-    const unsigned a = smem_u32(bar);
-    unsigned done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, 1000000;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* Arrive on bar and add bytes to the transaction count its phase waits for (the TMA copies that
  * complete on it count them down). */
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes)

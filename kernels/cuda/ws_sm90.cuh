@@ -523,8 +523,8 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             continue;
         }
         const int slot = m & (IS - 1), b = m & (QB - 1);
-        mbar_wait_parked(&s_info_full[slot], (m >> LIS) & 1);
-        mbar_wait_parked(&s_q_full[b], (m >> LQB) & 1);
+        mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
+        mbar_wait(&s_q_full[b], (m >> LQB) & 1);
         ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq + b * BM * LDQ,
                                          &s_q_empty[b], s_tf[slot], s_nt[slot], sk, s_full,
                                          s_empty, g, true, acc);
