@@ -57,16 +57,24 @@ class TestFlashDoor(unittest.TestCase):
     def setUp(self):
         self.fake = FakeTorch(np_sdpa, extra=DOOR_MODULES)
         self.F = self.fake.F
+        # the FA3 parameter names an installed stand-in set (the older release's) do not outlive
+        # the test
+        self.fa3_names = dict(attnstat.torch._calls._FA3_NAMES)
 
     def tearDown(self):
+        attnstat.torch._calls._FA3_NAMES.update(self.fa3_names)
         self.fake.restore()
+
+    @staticmethod
+    def tensors():
+        """q [B, N, H, D], a packed [total, H, D] and its cu_seqlens (two sequences)."""
+        return (FakeTensor(randn(2, 6, 4, 8)), FakeTensor(randn(10, 4, 8)),
+                FakeTensor(np.array([0, 4, 10], np.int32), "int32"))
 
     def test_flash_attn_both_functions(self):
         fl = install_flash_attn()
         c = RecordingClient()
-        q = FakeTensor(randn(2, 6, 4, 8))   # [B, N, H, D]
-        packed = FakeTensor(randn(10, 4, 8))  # [total, H, D]
-        cu = FakeTensor(np.array([0, 4, 10], np.int32), "int32")
+        q, packed, cu = self.tensors()
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             with attnstat.torch.monitor(c) as mon:
@@ -87,16 +95,12 @@ class TestFlashDoor(unittest.TestCase):
         """FlashAttention 3 (flash_attn_interface) alone, without flash_attn: its own argument
         order (softmax_scale third, no dropout_p), its arguments that cannot be described
         skipped, and a function held by name in a model's module described as FA3's."""
-        self._fa3_names = dict(attnstat.torch._calls._FA3_NAMES)
-        self.addCleanup(attnstat.torch._calls._FA3_NAMES.update, self._fa3_names)
         fl = install_flash_attn3()
         model_mod = types.ModuleType("fa3_model")
         model_mod.attend = fl.flash_attn_func  # from flash_attn_interface import ... as attend
         sys.modules["fa3_model"] = model_mod
         c = RecordingClient()
-        q = FakeTensor(randn(2, 6, 4, 8))   # [B, N, H, D]
-        packed = FakeTensor(randn(10, 4, 8))  # [total, H, D]
-        cu = FakeTensor(np.array([0, 4, 10], np.int32), "int32")
+        q, packed, cu = self.tensors()
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             with attnstat.torch.monitor(c, doors=["flash_attn"]) as mon:
@@ -124,8 +128,6 @@ class TestFlashDoor(unittest.TestCase):
     def test_flash_attn3_older_signature_by_position(self):
         """An earlier FlashAttention 3 whose window_size sits one place earlier: read by the
         installed function's own parameter names, not the current release's."""
-        self._fa3_names = dict(attnstat.torch._calls._FA3_NAMES)
-        self.addCleanup(attnstat.torch._calls._FA3_NAMES.update, self._fa3_names)
         fl = install_flash_attn3(old=True)
         c = RecordingClient()
         q = FakeTensor(randn(1, 5, 2, 8))

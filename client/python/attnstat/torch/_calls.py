@@ -169,35 +169,34 @@ def _fa_common(a, what):
                 window=window, softcap=float(a.get("softcap", 0.0) or 0.0))
 
 
-def from_flash(args, kwargs):
-    a = dict(zip(_FA_ARGS, args))
+def _fa_call(names, common, what, varlen, args, kwargs):
+    """A FlashAttention call: args bound to names, the options by common (_fa_common or
+    _fa3_common), q and k [B, N, H, D], or [total, H, D] with cu_seqlens (varlen)."""
+    a = dict(zip(names, args))
     a.update(kwargs)
     q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (4,), "flash_attn_func")
+    bad = _check_qk(q, k, (3,) if varlen else (4,), what)
     if bad is not None:
         return bad
-    c = _fa_common(a, "flash_attn_func")
+    c = common(a, what)
     if isinstance(c, Skip):
         return c
-    return Call(q, k, layout="bnhd", **c)
-
-
-def from_flash_varlen(args, kwargs):
-    a = dict(zip(_FA_VARLEN_ARGS, args))
-    a.update(kwargs)
-    q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (3,), "flash_attn_varlen_func")
-    if bad is not None:
-        return bad
-    c = _fa_common(a, "flash_attn_varlen_func")
-    if isinstance(c, Skip):
-        return c
+    if not varlen:
+        return Call(q, k, layout="bnhd", **c)
     cq, ck = a.get("cu_seqlens_q"), a.get("cu_seqlens_k")
     if cq is None or ck is None:
-        return Skip("varlen", "flash_attn_varlen_func calls without cu_seqlens are not monitored")
+        return Skip("varlen", "%s calls without cu_seqlens are not monitored" % what)
     # [total, H, D] -> [1, total, H, D]: one packed batch, sequences given by cu_seqlens
     return Call(q.unsqueeze(0), k.unsqueeze(0), layout="bnhd", cu_seqlens_q=cq, cu_seqlens_k=ck,
                 **c)
+
+
+def from_flash(args, kwargs):
+    return _fa_call(_FA_ARGS, _fa_common, "flash_attn_func", False, args, kwargs)
+
+
+def from_flash_varlen(args, kwargs):
+    return _fa_call(_FA_VARLEN_ARGS, _fa_common, "flash_attn_varlen_func", True, args, kwargs)
 
 
 # ---- FlashAttention 3 (flash_attn_interface, its Hopper build) --------------------------------
@@ -244,34 +243,13 @@ def _fa3_common(a, what):
 
 
 def from_flash3(args, kwargs):
-    a = dict(zip(_FA3_NAMES["func"], args))
-    a.update(kwargs)
-    q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (4,), "flash_attn_interface.flash_attn_func")
-    if bad is not None:
-        return bad
-    c = _fa3_common(a, "flash_attn_interface.flash_attn_func")
-    if isinstance(c, Skip):
-        return c
-    return Call(q, k, layout="bnhd", **c)
+    return _fa_call(_FA3_NAMES["func"], _fa3_common, "flash_attn_interface.flash_attn_func",
+                    False, args, kwargs)
 
 
 def from_flash3_varlen(args, kwargs):
-    a = dict(zip(_FA3_NAMES["varlen"], args))
-    a.update(kwargs)
-    what = "flash_attn_interface.flash_attn_varlen_func"
-    q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (3,), what)
-    if bad is not None:
-        return bad
-    c = _fa3_common(a, what)
-    if isinstance(c, Skip):
-        return c
-    cq, ck = a.get("cu_seqlens_q"), a.get("cu_seqlens_k")
-    if cq is None or ck is None:
-        return Skip("varlen", "%s calls without cu_seqlens are not monitored" % what)
-    return Call(q.unsqueeze(0), k.unsqueeze(0), layout="bnhd", cu_seqlens_q=cq, cu_seqlens_k=ck,
-                **c)
+    return _fa_call(_FA3_NAMES["varlen"], _fa3_common,
+                    "flash_attn_interface.flash_attn_varlen_func", True, args, kwargs)
 
 
 # ---- torch.nn.attention.flex_attention -----------------------------------------------------------
