@@ -57,66 +57,51 @@ def open_flex(modules, mask_bytes_max, required):
     return True
 
 
+def _fa3_importable():
+    """Whether flash_attn_interface (FlashAttention 3) is loaded or could be, not importing it."""
+    if sys.modules.get("flash_attn_interface") is not None:
+        return True
+    try:
+        import importlib.util
+        return importlib.util.find_spec("flash_attn_interface") is not None
+    except Exception:
+        return False
+
+
 def open_flash(modules, required):
     """FlashAttention 2 (flash_attn) and 3 (flash_attn_interface, a module of its own whose
-    functions take other arguments): one door, 'flash_attn', two describers."""
-    fn = _door("flash_attn_func", "flash_attn", _calls.from_flash)
-    varlen = _door("flash_attn_varlen_func", "flash_attn", _calls.from_flash_varlen)
-    fn3 = _door("fa3_func", "flash_attn", _calls.from_flash3)
-    varlen3 = _door("fa3_varlen_func", "flash_attn", _calls.from_flash3_varlen)
+    functions take other arguments): one door, 'flash_attn', a describer for each. A function is
+    FlashAttention 3's where it lives in (or comes from) flash_attn_interface."""
+    doors = {False: (_door("flash_attn_func", "flash_attn", _calls.from_flash),
+                     _door("flash_attn_varlen_func", "flash_attn", _calls.from_flash_varlen)),
+             True: (_door("fa3_func", "flash_attn", _calls.from_flash3),
+                    _door("fa3_varlen_func", "flash_attn", _calls.from_flash3_varlen))}
 
-    def install_with(f, v):
-        def install(m):
-            ok = False
-            if hasattr(m, "flash_attn_func"):
-                ok = _install.patch(m, "flash_attn_func", f) or ok
-            if hasattr(m, "flash_attn_varlen_func"):
-                ok = _install.patch(m, "flash_attn_varlen_func", v) or ok
-            return ok
-        return install
-
-    def install3(m):
-        for attr, which in (("flash_attn_func", "func"), ("flash_attn_varlen_func", "varlen")):
-            orig = getattr(m, attr, None)
-            if orig is not None and not _install.is_wrapper(orig):
-                _calls.set_fa3_names(which, orig)
-        return install_with(fn3, varlen3)(m)
-    def install_given(m):
-        """A module the user names (modules=[...]): each function by where it comes from."""
+    def install(m, fa3_home=False):
         ok = False
-        for attr, door2, door3 in (("flash_attn_func", fn, fn3),
-                                   ("flash_attn_varlen_func", varlen, varlen3)):
+        for n, (attr, which) in enumerate((("flash_attn_func", "func"),
+                                           ("flash_attn_varlen_func", "varlen"))):
             orig = getattr(m, attr, None)
             if orig is None:
                 continue
-            fa3 = str(getattr(orig, "__module__", "")).startswith("flash_attn_interface")
+            fa3 = fa3_home or str(getattr(orig, "__module__", "")).startswith(
+                "flash_attn_interface")
             if fa3 and not _install.is_wrapper(orig):
-                _calls.set_fa3_names("func" if door3 is fn3 else "varlen", orig)
-            ok = _install.patch(m, attr, door3 if fa3 else door2) or ok
+                _calls.set_fa3_names(which, orig)
+            ok = _install.patch(m, attr, doors[fa3][n]) or ok
         return ok
-    found = False
     try:
         import flash_attn  # noqa: F401
-        found = True
     except Exception:
-        if required:  # FlashAttention 3 alone will do: looked for without importing it
-            found = sys.modules.get("flash_attn_interface") is not None
-            if not found:
-                try:
-                    import importlib.util
-                    found = importlib.util.find_spec("flash_attn_interface") is not None
-                except Exception:
-                    found = False
-            if not found:
-                raise
+        if required and not _fa3_importable():  # FlashAttention 3 alone will do
+            raise
     opened = False
-    for home, install in (("flash_attn", install_with(fn, varlen)),
-                          ("flash_attn.flash_attn_interface", install_with(fn, varlen)),
-                          ("flash_attn_interface", install3)):
-        _install.add_home(home, install)
+    for home, fa3 in (("flash_attn", False), ("flash_attn.flash_attn_interface", False),
+                      ("flash_attn_interface", True)):
+        _install.add_home(home, lambda m, fa3=fa3: install(m, fa3))
         opened = opened or sys.modules.get(home) is not None
     for m in modules:
-        opened = install_given(m) or opened
+        opened = install(m) or opened
     return opened
 
 
