@@ -6,7 +6,8 @@ scaled_dot_product_attention; stand-ins with the real signatures play flex_atten
 flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
 ...), create_mask), FlashAttention (flash_attn_func(q, k, v, dropout_p, softmax_scale, causal,
 window_size, softcap, alibi_slopes, ...), flash_attn_varlen_func(q, k, v, cu_seqlens_q,
-cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)) and transformers (ALL_ATTENTION_FUNCTIONS and a
+cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...); the FlashAttention door's own tests are in
+test_python_flash.py) and transformers (ALL_ATTENTION_FUNCTIONS and a
 model whose config names its attention implementation, modules with layer_idx, a modeling module
 with eager_attention_forward), none of which is installed on the test machines. The same doors
 run against the real libraries on the GPU machine (tests/gpu). A recording client stands for
@@ -28,7 +29,8 @@ from attnstat import _vocab as vocab  # noqa: E402
 
 # Modules the doors look for: absent (or stand-ins) during each test, put back afterwards.
 DOOR_MODULES = ("torch.nn.attention", "torch.nn.attention.flex_attention", "flash_attn",
-                "transformers", "transformers.modeling_utils", "fake_modeling")
+                "flash_attn_interface", "transformers", "transformers.modeling_utils",
+                "fake_modeling", "fa3_model")  # fa3_model: test_python_flash.py's
 
 
 class FakeHandle(object):
@@ -428,28 +430,6 @@ class TestDoors(unittest.TestCase):
         self.assertNotIn("attn_mask", c.calls[2][4])
         self.assertEqual(mon.skipped_by, {"flex-score_mod": 1, "flex-mask-size": 1})
         self.assertEqual(len([x for x in w if "score_mod" in str(x.message)]), 1)
-
-    def test_flash_attn_both_functions(self):
-        fl = install_flash_attn()
-        c = RecordingClient()
-        q = FakeTensor(randn(2, 6, 4, 8))   # [B, N, H, D]
-        packed = FakeTensor(randn(10, 4, 8))  # [total, H, D]
-        cu = FakeTensor(np.array([0, 4, 10], np.int32), "int32")
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            with attnstat.torch.monitor(c) as mon:
-                fl.flash_attn_func(q, q, q, 0.0, 0.25, True, (3, 0), 30.0)
-                fl.flash_attn_func(q, q, q, causal=False)
-                fl.flash_attn_varlen_func(packed, packed, packed, cu, cu, 6, 6, causal=True)
-                fl.flash_attn_func(q, q, q, alibi_slopes=FakeTensor(randn(4)))
-        self.assertEqual(len(c.calls), 3)
-        kw = c.calls[0][4]
-        self.assertEqual((kw["layout"], kw["causal"], kw["scale"], kw["window"], kw["softcap"]),
-                         ("bnhd", True, 0.25, (3, 0), 30.0))
-        self.assertNotIn("window", c.calls[1][4])
-        self.assertEqual(c.calls[2][2], (1, 10, 4, 8))
-        self.assertIs(c.calls[2][4]["cu_seqlens_q"], cu)
-        self.assertEqual(mon.skipped_by, {"alibi": 1})
 
     def _hf(self, impl, mask, n_forward=2, **kw):
         mu, modeling = install_transformers(self.F)

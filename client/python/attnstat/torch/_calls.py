@@ -1,9 +1,10 @@
 """One attention call, described the way the daemon takes it, from each door a model uses.
 
 Every door (torch's scaled_dot_product_attention and flex_attention, FlashAttention's
-flash_attn_func / flash_attn_varlen_func, transformers' attention interface) hands its arguments
-to one of the from_* functions here, which returns a Call (what to push) or a Skip (why the call
-cannot be described exactly: it is then counted and warned about once, never guessed).
+flash_attn_func / flash_attn_varlen_func, FlashAttention 3's (flash_attn_interface), transformers'
+attention interface) hands its arguments to one of the from_* functions here, which returns a Call
+(what to push) or a Skip (why the call cannot be described exactly: it is then counted and warned
+about once, never guessed).
 
 Conventions kept from each library:
   - SDPA: attn_mask broadcastable to [B, H, Nq, Nk]; boolean True = the key takes part, float =
@@ -168,35 +169,87 @@ def _fa_common(a, what):
                 window=window, softcap=float(a.get("softcap", 0.0) or 0.0))
 
 
-def from_flash(args, kwargs):
-    a = dict(zip(_FA_ARGS, args))
+def _fa_call(names, common, what, varlen, args, kwargs):
+    """A FlashAttention call: args bound to names, the options by common (_fa_common or
+    _fa3_common), q and k [B, N, H, D], or [total, H, D] with cu_seqlens (varlen)."""
+    a = dict(zip(names, args))
     a.update(kwargs)
     q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (4,), "flash_attn_func")
+    bad = _check_qk(q, k, (3,) if varlen else (4,), what)
     if bad is not None:
         return bad
-    c = _fa_common(a, "flash_attn_func")
+    c = common(a, what)
     if isinstance(c, Skip):
         return c
-    return Call(q, k, layout="bnhd", **c)
-
-
-def from_flash_varlen(args, kwargs):
-    a = dict(zip(_FA_VARLEN_ARGS, args))
-    a.update(kwargs)
-    q, k = a.get("q"), a.get("k")
-    bad = _check_qk(q, k, (3,), "flash_attn_varlen_func")
-    if bad is not None:
-        return bad
-    c = _fa_common(a, "flash_attn_varlen_func")
-    if isinstance(c, Skip):
-        return c
+    if not varlen:
+        return Call(q, k, layout="bnhd", **c)
     cq, ck = a.get("cu_seqlens_q"), a.get("cu_seqlens_k")
     if cq is None or ck is None:
-        return Skip("varlen", "flash_attn_varlen_func calls without cu_seqlens are not monitored")
+        return Skip("varlen", "%s calls without cu_seqlens are not monitored" % what)
     # [total, H, D] -> [1, total, H, D]: one packed batch, sequences given by cu_seqlens
     return Call(q.unsqueeze(0), k.unsqueeze(0), layout="bnhd", cu_seqlens_q=cq, cu_seqlens_k=ck,
                 **c)
+
+
+def from_flash(args, kwargs):
+    return _fa_call(_FA_ARGS, _fa_common, "flash_attn_func", False, args, kwargs)
+
+
+def from_flash_varlen(args, kwargs):
+    return _fa_call(_FA_VARLEN_ARGS, _fa_common, "flash_attn_varlen_func", True, args, kwargs)
+
+
+# ---- FlashAttention 3 (flash_attn_interface, its Hopper build) --------------------------------
+# The same conventions as FlashAttention 2 ([B, N, H, D], causal bottom-right, window_size,
+# softcap), other arguments: no dropout_p, and after causal qv, q/k/v_descale, window_size,
+# attention_chunk, softcap, ... (varlen: seqused_q/k after max_seqlen_k). Releases differ in that
+# tail (older ones have no qv or attention_chunk), so the names come from the installed function's
+# own signature where it has one (set_fa3_names, at install); these are the current release's.
+_FA3_TAIL = ("softmax_scale", "causal", "qv", "q_descale", "k_descale", "v_descale", "window_size",
+             "attention_chunk", "softcap", "num_splits", "pack_gqa", "deterministic", "sm_margin",
+             "return_attn_probs")
+_FA3_NAMES = {"func": ("q", "k", "v") + _FA3_TAIL,
+              "varlen": ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                         "max_seqlen_k", "seqused_q", "seqused_k") + _FA3_TAIL}
+
+
+def set_fa3_names(which, fn):
+    """The parameter names of the installed flash_attn_interface function (which: 'func' or
+    'varlen'), when its signature can be read and starts q, k, v; else the defaults stay."""
+    try:
+        import inspect
+        names = tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return
+    if names[:3] == ("q", "k", "v") and "causal" in names:
+        _FA3_NAMES[which] = names
+
+
+def _fa3_common(a, what):
+    if a.get("qv") is not None:
+        return Skip("fa3-qv", "%s calls with qv are not monitored (its logits add q.k and qv.v, "
+                    "which the daemon does not compute)" % what)
+    try:
+        chunk = int(a.get("attention_chunk") or 0)
+    except (TypeError, ValueError):
+        chunk = -1
+    if chunk != 0:
+        return Skip("fa3-chunk", "%s calls with attention_chunk are not monitored (chunked local "
+                    "attention: a mask the daemon cannot describe)" % what)
+    if a.get("seqused_q") is not None or a.get("seqused_k") is not None:
+        return Skip("fa3-seqused", "%s calls with seqused_q / seqused_k are not monitored (only "
+                    "part of each packed sequence takes part)" % what)
+    return _fa_common(a, what)
+
+
+def from_flash3(args, kwargs):
+    return _fa_call(_FA3_NAMES["func"], _fa3_common, "flash_attn_interface.flash_attn_func",
+                    False, args, kwargs)
+
+
+def from_flash3_varlen(args, kwargs):
+    return _fa_call(_FA3_NAMES["varlen"], _fa3_common,
+                    "flash_attn_interface.flash_attn_varlen_func", True, args, kwargs)
 
 
 # ---- torch.nn.attention.flex_attention -----------------------------------------------------------

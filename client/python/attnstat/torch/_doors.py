@@ -3,7 +3,7 @@
   - 'sdpa': torch.nn.functional.scaled_dot_product_attention;
   - 'flex': torch.nn.attention.flex_attention.flex_attention;
   - 'flash_attn': flash_attn_func / flash_attn_varlen_func of flash_attn (and its
-    flash_attn_interface);
+    flash_attn_interface) and of FlashAttention 3's flash_attn_interface module;
   - 'transformers': the attention function a transformers model's config names, in transformers'
     attention mapping, and the modeling modules' eager_attention_forward.
 Each is installed in its home and, through _install.scan(), wherever a loaded module holds the
@@ -57,25 +57,48 @@ def open_flex(modules, mask_bytes_max, required):
     return True
 
 
-def open_flash(modules, required):
-    fn = _door("flash_attn_func", "flash_attn", _calls.from_flash)
-    varlen = _door("flash_attn_varlen_func", "flash_attn", _calls.from_flash_varlen)
+def _fa3_importable():
+    """Whether flash_attn_interface (FlashAttention 3) is loaded or could be, not importing it."""
+    if sys.modules.get("flash_attn_interface") is not None:
+        return True
+    try:
+        import importlib.util
+        return importlib.util.find_spec("flash_attn_interface") is not None
+    except Exception:
+        return False
 
-    def install(m):
+
+def open_flash(modules, required):
+    """FlashAttention 2 (flash_attn) and 3 (flash_attn_interface, a module of its own whose
+    functions take other arguments): one door, 'flash_attn', a describer for each. A function is
+    FlashAttention 3's where it lives in (or comes from) flash_attn_interface."""
+    doors = {False: (_door("flash_attn_func", "flash_attn", _calls.from_flash),
+                     _door("flash_attn_varlen_func", "flash_attn", _calls.from_flash_varlen)),
+             True: (_door("fa3_func", "flash_attn", _calls.from_flash3),
+                    _door("fa3_varlen_func", "flash_attn", _calls.from_flash3_varlen))}
+
+    def install(m, fa3_home=False):
         ok = False
-        if hasattr(m, "flash_attn_func"):
-            ok = _install.patch(m, "flash_attn_func", fn) or ok
-        if hasattr(m, "flash_attn_varlen_func"):
-            ok = _install.patch(m, "flash_attn_varlen_func", varlen) or ok
+        for n, (attr, which) in enumerate((("flash_attn_func", "func"),
+                                           ("flash_attn_varlen_func", "varlen"))):
+            orig = getattr(m, attr, None)
+            if orig is None:
+                continue
+            fa3 = fa3_home or str(getattr(orig, "__module__", "")).startswith(
+                "flash_attn_interface")
+            if fa3 and not _install.is_wrapper(orig):
+                _calls.set_fa3_names(which, orig)
+            ok = _install.patch(m, attr, doors[fa3][n]) or ok
         return ok
     try:
         import flash_attn  # noqa: F401
     except Exception:
-        if required:
+        if required and not _fa3_importable():  # FlashAttention 3 alone will do
             raise
     opened = False
-    for home in ("flash_attn", "flash_attn.flash_attn_interface"):
-        _install.add_home(home, install)
+    for home, fa3 in (("flash_attn", False), ("flash_attn.flash_attn_interface", False),
+                      ("flash_attn_interface", True)):
+        _install.add_home(home, lambda m, fa3=fa3: install(m, fa3))
         opened = opened or sys.modules.get(home) is not None
     for m in modules:
         opened = install(m) or opened

@@ -21,7 +21,9 @@ The doors it watches (doors="auto": every one that is importable; _doors.py):
     into a dense boolean mask on the device (at most mask_bytes_max bytes; calls with a score_mod
     are skipped);
   - 'flash_attn': FlashAttention's flash_attn_func and flash_attn_varlen_func (cu_seqlens as
-    packed sequences, causal, window_size, softcap), when the package is importable;
+    packed sequences, causal, window_size, softcap), of FlashAttention 2 (flash_attn) and of
+    FlashAttention 3 (flash_attn_interface; calls with qv, attention_chunk or seqused_q/k are
+    skipped), when either is importable;
   - 'transformers': with model= a transformers model, the attention function its config names
     (sdpa, eager, flash_attention_2/3, flex_attention) is wrapped in transformers' attention
     interface, so that every call is seen with the model's own mask, attention sinks (gpt-oss)
