@@ -55,7 +55,7 @@ run() {
     [ -f .ab/A.tar.gz ] && [ -f .ab/B.tar.gz ] || { echo "kernel_ab: run prepare first" >&2; return 2; }
     t0=$(date +%s)
     for t in A B; do
-        rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
+        rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
         (cd "/tmp/ab-src-$t" && BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
     done
     wait
