@@ -90,24 +90,6 @@ static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo
     constexpr bool QS = S::QS;
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
                                (long long)si.q0 * p.qsn) * 2;
-    if (!QS && nt % CH == 0) {
-        /* each thread one column chunk c of every (nt / CH)-th row: what the general loop below
-         * computes per chunk (the chunk's bytes, its column, the division) is computed once, and
-         * the shared address steps (bench/kernel_notes.md round 19: the general loop took 11% of
-         * the instructions at (8,32,1024,128) causal) */
-        const int c = t0 % CH, rs = nt / CH, rem = (p.d - c * 8) * 2;
-        const int bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
-        const long long pitch = p.qsn * 2;
-        const char *col = qrow0 + c * 16;
-        unsigned dst = smem_u32(sq + (t0 / CH) * LDQ + c * 8);
-#pragma unroll 4
-        for (int r = t0 / CH; r < BM; r += rs, dst += rs * LDQ * 2) {
-            const int i = rows[r];
-            /* a row -1 reads nothing (0 bytes: zeros), from row 0's address */
-            cp_async16_s(dst, col + (long long)max(i, 0) * pitch, i >= 0 ? bytes : 0);
-        }
-        return;
-    }
     for (int idx = t0; idx < BM * CH; idx += nt) {
         const int r = idx / CH, c = idx - r * CH, i = rows[r];
         int bytes = 0;
