@@ -2,10 +2,11 @@
 """profile_kernel.py — one run of each asked variant (numbers of kernels/cuda/variants.h) on one
 shape, for Nsight Compute:
   ncu -k regex:"stats_(wg|ws|mma|generic)" python3 bench/profile_kernel.py LIB [variants] [shape index]
-Shapes (index): 0 (2,32,4096,128) full, 1 the same causal, 2 (8,32,1024,128) causal, 3 (4,32/8,2048,64)
-causal, 4 (1,16,8192,64) causal, 5 (4,32,2048,128) causal, 6 (4,32/4,2048,64) causal (bench_kernel.py's).
-Variants: comma list (default 0); "auto" runs the default path (the kernel AUTO picks for the shape). PROFILE_WANT=NAME[,NAME..]: the run asks for those statistics alone (e.g. max_logit:
-the FOLD_MAX instances), else the default ask."""
+Shapes (index): 0 (2,32,4096,128) full, 1 the same causal, 2 (8,32,1024,128) causal, 3
+(4,32/8,2048,64) causal, 4 (1,16,8192,64) causal, 5 (4,32,2048,128) causal, 6 (4,32/4,2048,64) causal
+(bench_kernel.py's). Variants: comma list (default 0); "auto" runs the default path (the kernel AUTO
+picks for the shape). PROFILE_WANT=NAME[,NAME..]: the run asks for those statistics alone (e.g.
+max_logit: the FOLD_MAX instances), else the default ask. By SASS region: bench/ncu_regions.py."""
 import ctypes
 import os
 import sys
