@@ -90,44 +90,23 @@ static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo
     constexpr bool QS = S::QS;
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
                                (long long)si.q0 * p.qsn) * 2;
-    if constexpr (!QS) {
-        /* each of the first nt / CH * CH threads one column chunk c of every (nt / CH)-th row (the
-         * others none: 8 of 128 at head_dim 96's 12 chunks): what a loop over the chunks computes
-         * per chunk (the chunk's bytes, its column, the division) is computed once, and the shared
-         * address steps (bench/kernel_notes.md round 19: the general loop took 11% of the
-         * instructions at (8,32,1024,128) causal) */
-        const int rs = nt / CH;
-        if (t0 >= rs * CH)
-            return;
-        const int c = t0 % CH, rem = (p.d - c * 8) * 2;
-        const int bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
-        const long long pitch = p.qsn * 2;
-        const char *col = qrow0 + c * 16;
-        unsigned dst = smem_u32(sq + (t0 / CH) * LDQ + c * 8);
-#pragma unroll 4
-        for (int r = t0 / CH; r < BM; r += rs, dst += rs * LDQ * 2) {
-            const int i = rows[r];
-            /* a row -1 reads nothing (0 bytes: zeros), from row 0's address */
-            cp_async16_s(dst, col + (long long)max(i, 0) * pitch, i >= 0 ? bytes : 0);
+    for (int idx = t0; idx < BM * CH; idx += nt) {
+        const int r = idx / CH, c = idx - r * CH, i = rows[r];
+        int bytes = 0;
+        const char *src = p.q;
+        if (i >= 0) {
+            const int rem = (p.d - c * 8) * 2;
+            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+            if (bytes > 0)
+                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
         }
-    } else { /* Q in shared memory (head_dim 256): wgmma's swizzled layout */
-        for (int idx = t0; idx < BM * CH; idx += nt) {
-            const int r = idx / CH, c = idx - r * CH, i = rows[r];
-            int bytes = 0;
-            const char *src = p.q;
-            if (i >= 0) {
-                const int rem = (p.d - c * 8) * 2;
-                bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
-                if (bytes > 0)
-                    src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
-            }
-            /* warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64), its 16-byte chunk
-             * c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
-            const int rr = r & 63;
-            cp_async16(sq + ((r >> 6) * (DL / 64) + (c >> 3)) * 4096 + rr * 64 +
-                           (((c & 7) ^ (rr & 7)) << 3),
-                       src, bytes);
-        }
+        /* QS: warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64), its 16-byte chunk
+         * c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
+        const int rr = r & 63;
+        unsigned short *dst = QS ? sq + ((r >> 6) * (DL / 64) + (c >> 3)) * 4096 + rr * 64 +
+                                       (((c & 7) ^ (rr & 7)) << 3)
+                                 : sq + r * LDQ + c * 8;
+        cp_async16(dst, src, bytes);
     }
 }
 
