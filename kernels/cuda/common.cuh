@@ -84,6 +84,11 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src, in
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                  "r"(bytes));
 }
+/* The same to a shared-memory address (a smem_u32 value: loops that step it need no conversion). */
+static __device__ __forceinline__ void cp_async16_s(unsigned dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
 static __device__ __forceinline__ void cp_async_commit(void)
 {
     asm volatile("cp.async.commit_group;\n" ::);

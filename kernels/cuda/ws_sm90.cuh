@@ -81,8 +81,10 @@ static __device__ __forceinline__ void ws_rows(const kparams &p, const seqinfo &
 
 /* The block's first DP columns of its Q rows into sq by cp.async (ws_shape S's layout: pitch
  * S::LDQ for ldmatrix, or S::QS's for wgmma), zeros past head_dim and for rows -1; the caller
- * commits and waits. */
-template <class S, int DP>
+ * commits and waits. FAST: the copy loop with one column chunk per thread (fewer instructions a
+ * copy, the copies issued closer together), else the general loop over (row, chunk); which one a
+ * kernel takes is measured (bench/kernel_notes.md round 19). */
+template <class S, int DP, bool FAST = true>
 static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo &si, int h,
                                                  const int *rows, unsigned short *sq, int t0, int nt)
 {
@@ -90,23 +92,45 @@ static __device__ __forceinline__ void ws_load_q(const kparams &p, const seqinfo
     constexpr bool QS = S::QS;
     const char *qrow0 = p.q + ((long long)si.tb * p.qsb + (long long)h * p.qsh +
                                (long long)si.q0 * p.qsn) * 2;
-    for (int idx = t0; idx < BM * CH; idx += nt) {
-        const int r = idx / CH, c = idx - r * CH, i = rows[r];
-        int bytes = 0;
-        const char *src = p.q;
-        if (i >= 0) {
-            const int rem = (p.d - c * 8) * 2;
-            bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
-            if (bytes > 0)
-                src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+    if constexpr (!QS && FAST) {
+        /* each of the first nt / CH * CH threads one column chunk c of every (nt / CH)-th row (the
+         * others none: 8 of 128 at head_dim 96's 12 chunks): what a loop over the chunks computes
+         * per chunk (the chunk's bytes, its column, the division) is computed once, and the shared
+         * address steps (bench/kernel_notes.md round 19: the general loop took 11% of the
+         * instructions at (8,32,1024,128) causal) */
+        const int rs = nt / CH;
+        if (t0 >= rs * CH)
+            return;
+        const int c = t0 % CH, rem = (p.d - c * 8) * 2;
+        const int bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+        const long long pitch = p.qsn * 2;
+        const char *col = qrow0 + c * 16;
+        unsigned dst = smem_u32(sq + (t0 / CH) * LDQ + c * 8);
+#pragma unroll 4
+        for (int r = t0 / CH; r < BM; r += rs, dst += rs * LDQ * 2) {
+            const int i = rows[r];
+            /* a row -1 reads nothing (0 bytes: zeros), from row 0's address */
+            cp_async16_s(dst, col + (long long)max(i, 0) * pitch, i >= 0 ? bytes : 0);
         }
-        /* QS: warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64), its 16-byte chunk
-         * c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
-        const int rr = r & 63;
-        unsigned short *dst = QS ? sq + ((r >> 6) * (DL / 64) + (c >> 3)) * 4096 + rr * 64 +
-                                       (((c & 7) ^ (rr & 7)) << 3)
-                                 : sq + r * LDQ + c * 8;
-        cp_async16(dst, src, bytes);
+    } else {
+        for (int idx = t0; idx < BM * CH; idx += nt) {
+            const int r = idx / CH, c = idx - r * CH, i = rows[r];
+            int bytes = 0;
+            const char *src = p.q;
+            if (i >= 0) {
+                const int rem = (p.d - c * 8) * 2;
+                bytes = rem >= 16 ? 16 : (rem > 0 ? rem : 0);
+                if (bytes > 0)
+                    src = qrow0 + ((long long)i * p.qsn + c * 8) * 2;
+            }
+            /* QS (head_dim 256): warpgroup r / 64's slab c / 8 (4096 elements), row r % 64 (64),
+             * its 16-byte chunk c % 8 at position (c % 8) ^ (r % 8) (wg_desc_sw128's layout) */
+            const int rr = r & 63;
+            unsigned short *dst = QS ? sq + ((r >> 6) * (DL / 64) + (c >> 3)) * 4096 + rr * 64 +
+                                           (((c & 7) ^ (rr & 7)) << 3)
+                                     : sq + r * LDQ + c * 8;
+            cp_async16(dst, src, bytes);
+        }
     }
 }
 
@@ -492,7 +516,12 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
             if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
                 mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
-            ws_load_q<S, DP>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
+            /* the one-chunk loop where the copy is on the critical path (the max logit alone:
+             * the consumers' blocks are short) or the general loop's division is not a shift
+             * (head_dim 96); the general loop elsewhere: the one-chunk loop was 2-6% slower at
+             * head_dim 128 and 1% at 64 with the entropy (round 19, H200) */
+            constexpr bool FASTQ = FW == FOLD_MAX || (DP / 8 & (DP / 8 - 1)) != 0;
+            ws_load_q<S, DP, FASTQ>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
             cp_async_commit();
             cp_async_wait<0>();
             named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
