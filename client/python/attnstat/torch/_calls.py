@@ -404,10 +404,8 @@ def _mha_qk(a, query, key, value, L, N, E, S, H, D, mask_bytes_max):
             return am
         if _dims(am) == 2:
             am = am.view(1, 1, L, S)
-        elif _dims(am) == 3 and int(am.shape[0]) == N * H:
+        elif _dims(am) == 3 and int(am.shape[0]) == N * H:  # PyTorch takes no other 3-D one
             am = am.view(N, H, L, S)
-        elif _dims(am) == 3 and int(am.shape[0]) == 1:
-            am = am.view(1, 1, L, S)
         else:
             return Skip("mask-shape", "%s calls with an attn_mask of shape %s are not monitored"
                         % (_MHA, tuple(am.shape)))
