@@ -503,6 +503,41 @@ class TestGPU(unittest.TestCase):
             compare_heads(case, {h["head"]: h for h in got}, bad, data.get("stats_asked", False))
         self.assertEqual(bad, [], "\n".join(bad))
 
+    def test_29_multihead_attention_weights(self):
+        """nn.MultiheadAttention called as DETR-like code calls it (need_weights at its default:
+        torch computes it without SDPA) under bf16 autocast at the monitor's defaults, masks in
+        MHA's convention: every call pushed ('mha' door, q and k from the module's own
+        projection), each equal to float64, and the softmax of what was pushed is the weights the
+        module returned (its excluded keys exactly 0); the encoder layer beside it through the
+        sdpa door, once. Compiled: the calls with weights skipped and counted, never silent."""
+        data, r = self.monitored("mha")
+        self.assertIn("mha", data["doors"])
+        pushes = data["calls"]
+        self.assertEqual([p["layout"] for p in pushes], ["bnhd", "bnhd", "bhnd"] * 2)
+        self.pushed_values(data, 6)
+        mha = [p for p in pushes if p["layout"] == "bnhd"]
+        self.assertEqual(len(data["weights"]), len(mha))
+        for p, w in zip(mha, data["weights"]):
+            q, k = p["q"].transpose(1, 2).double(), p["k"].transpose(1, 2).double()
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            keep = torch.ones_like(s, dtype=torch.bool)
+            if p.get("mask") is not None:
+                m = p["mask"]
+                keep = keep & (m if m.dtype == torch.bool else m != float("-inf"))
+                if m.dtype != torch.bool:
+                    s = s + torch.where(keep, m.double(), torch.zeros_like(s))
+            got = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+            self.assertEqual(w.shape, got.shape)
+            self.assertEqual(float(w[~keep].abs().max()) if (~keep).any() else 0.0, 0.0)
+            self.assertTrue(bool((w[keep] > 0).all()), "a key the push keeps has weight 0")
+            self.assertLess(float((got - w.double()).abs().max()), 0.05,
+                            "the pushed q, k and mask are not what the module attended with")
+        self.assertTrue(any(p.get("mask") is not None for p in mha))
+        cm = data["compiled"]
+        self.assertEqual(cm["skipped_by"], {"mha-compiled": 2}, cm)
+        self.assertEqual((cm["pushed"], cm["errors"]), (1, 0), cm)
+        self.assertEqual([p["layout"] for p in cm["pushes"]], ["bhnd"])
+
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")

@@ -39,18 +39,28 @@ _homes = {}                      # module name -> callable(module) installing th
 
 
 class Door(object):
-    """One way into attention: name ('sdpa', 'flex', 'flash_attn', 'transformers'), describe
-    (args, kwargs) -> _calls.Call or _calls.Skip, autocast (whether the door computes under
-    autocast: float32 q and k are then rounded to autocast's dtype)."""
+    """One way into attention: name ('sdpa', 'flex', 'flash_attn', 'transformers', 'mha'),
+    describe (args, kwargs) -> _calls.Call or _calls.Skip, autocast (whether the door computes
+    under autocast: float32 q and k are then rounded to autocast's dtype); claims (args, kwargs)
+    -> False for a call the door leaves to the doors inside it (None: every call is the door's)."""
 
     def __init__(self, name, describe, autocast=False):
         self.name, self.describe, self.autocast = name, describe, autocast
+        self.claims = None
+
+
+def compiling():
+    """Whether Dynamo is tracing now."""
+    ic = _is_compiling
+    return bool(ic is not None and ic())
 
 
 def wrapper_for(orig, door):
     """A wrapper of orig for door: calls orig, then observes the call."""
 
     def wrapper(*args, **kwargs):
+        if door.claims is not None and not door.claims(args, kwargs):
+            return orig(*args, **kwargs)  # the doors inside it see the call, as without this one
         t, ic = _torch, _is_compiling
         if ic is not None and ic():
             if STATE.trace_depth:

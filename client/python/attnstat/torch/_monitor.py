@@ -28,7 +28,13 @@ The doors it watches (doors="auto": every one that is importable; _doors.py):
     (sdpa, eager, flash_attention_2/3, flex_attention) is wrapped in transformers' attention
     interface, so that every call is seen with the model's own mask, attention sinks (gpt-oss)
     and layer number (the module's layer_idx); the doors above then stay quiet inside it (no
-    call is pushed twice).
+    call is pushed twice);
+  - 'mha': nn.MultiheadAttention's calls that ask for the attention weights (need_weights=True,
+    its default), which torch computes without scaled_dot_product_attention: q and k are
+    computed from the call's own projection weights by the linear calls torch makes (on
+    monitored steps only: one more input projection there), masks in MHA's convention (True =
+    excluded) turned into SDPA's; its calls without weights reach the 'sdpa' door inside it. In
+    compiled code such calls are skipped and counted (pass need_weights=False there).
 However the model reaches them: through the module attribute, or imported by name into any
 loaded module (`from torch.nn.attention.flex_attention import flex_attention`); modules loaded
 while the monitor is active are looked at before each forward pass (or step). Layer = the
@@ -79,7 +85,7 @@ from .._client import AttnstatError
 from .. import _lib, _pushargs
 from . import _calls, _doors, _install, _layout, _op
 
-_DOORS = ("sdpa", "flex", "flash_attn", "transformers")
+_DOORS = ("sdpa", "flex", "flash_attn", "transformers", "mha")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
 _BLIND_WHY = ("the model's attention did not go through a door the monitor watches (a fused or "
               "custom attention kernel, a function held where the monitor cannot see it: pass "
@@ -98,7 +104,7 @@ class monitor(object):
     sample_every, sample_rows, seed, softcap, window, want_results: passed to push(). modules:
     further modules whose attention attributes are patched (those that hold the original
     functions are found on their own). doors: 'auto' or a sequence of door names ('sdpa',
-    'flex', 'flash_attn', 'transformers'). compute_dtype: 'auto' (the precision the attention
+    'flex', 'flash_attn', 'transformers', 'mha'). compute_dtype: 'auto' (the precision the attention
     computed in, where the door computes under autocast), None (the tensors' own) or a dtype name
     (in compiled code, float32 q and k of an autocast door reach the monitor already rounded to
     the attention's precision, as the attention read them).
@@ -270,6 +276,8 @@ class monitor(object):
             self.doors_open.append("flex")
         if self._want("flash_attn") and _doors.open_flash(self.modules, required):
             self.doors_open.append("flash_attn")
+        if self._want("mha") and _doors.open_mha(self.modules, self.mask_bytes_max):
+            self.doors_open.append("mha")
 
     # ---- forward passes -------------------------------------------------------------------------
     def _forward_begin(self, key):
