@@ -35,6 +35,10 @@ the Python binding, in a process of its own.
         nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
         two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
         the weights the modules returned and the results; then one compiled step's counters
+    gpu_trainer.py unseen SOCKET OUT.pt
+        a timm ViT whose first six blocks write their attention out (no door sees it), then a
+        Llama eager and compiled, at the monitor's defaults: saves each monitor's counters
+        (unseen_by) and the compiled graphs
     gpu_trainer.py tp SOCKET OUT_PREFIX (run under torch.distributed.run, 2 processes)
         a Llama sharded as torchtitan shards it (DTensor ColwiseParallel q/k/v, RowwiseParallel
         o over a 1-D DeviceMesh "tp"), monitored at the defaults (layout="auto"); each rank saves
@@ -462,6 +466,45 @@ def run_mha(args):
     _save_monitored(args, client, mon, pushes, results,
                     {"doors": doors, "weights": model.weights, "compiled": cm,
                      "graphs": _graphs()})
+def run_unseen(args):
+    """A model seen in part: timm's ViT-S/16 with the attention of its first six blocks written
+    out (Attention.fused_attn False: matmul and softmax, no door) and the last six through SDPA,
+    two training steps at the monitor's defaults; then a Llama (sdpa), eager and compiled, where
+    no attention module may be reported. Saves the monitors' counters and the compiled graphs."""
+    import timm
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(args.seed)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=10).to(dev)
+    for blk in vit.blocks[:6]:
+        blk.attn.fused_attn = False
+    opt = torch.optim.AdamW(vit.parameters(), lr=1e-4)
+    x = torch.randn(4, 3, 224, 224, device=dev)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    pushes = record_pushes(client)
+    out = {}
+    with at.monitor(client, every=1, model=vit) as mon:
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = vit(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    out["vit"] = dict(mon.stats(), pushes=len(pushes))
+    llama = _small_llama(dev, args.seed)
+    ids = torch.randint(0, 512, (2, 128), device=dev)
+    for name, m in (("llama", llama), ("llama-compiled", torch.compile(llama))):
+        before = len(pushes)
+        with at.monitor(client, every=1, model=m) as mon:
+            for _ in range(2):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    m(input_ids=ids, labels=ids).loss.backward()
+        out[name] = dict(mon.stats(), pushes=len(pushes) - before)
+    out["graphs"] = _graphs()
+    client.flush(timeout_s=120)
+    client.close()
+    torch.save(out, args.out)
+    print(json.dumps({k: str(v) for k, v in out.items()}))
 
 
 def run_gptoss(args):
@@ -884,7 +927,7 @@ def main():
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
                                      "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout",
-                                     "mha"))
+                                     "mha", "unseen"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -908,7 +951,8 @@ def main():
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
-     "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha}[args.mode](args)
+     "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha,
+     "unseen": run_unseen}[args.mode](args)
 
 
 if __name__ == "__main__":

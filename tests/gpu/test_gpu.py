@@ -538,6 +538,27 @@ class TestGPU(unittest.TestCase):
         self.assertEqual((cm["pushed"], cm["errors"]), (1, 0), cm)
         self.assertEqual([p["layout"] for p in cm["pushes"]], ["bhnd"])
 
+    def test_30_layers_no_door_sees_are_said(self):
+        """A model the monitor sees in part is never silent: timm's ViT-S/16 with six blocks
+        whose attention is written out (no door) and six through SDPA: the six pushed at each
+        step, the six others counted (unseen_by {'Attention': 6 a forward}); a Llama, eager and
+        compiled, reports no module, and compiled it breaks no graph."""
+        if importlib.util.find_spec("timm") is None or \
+                importlib.util.find_spec("transformers") is None:
+            self.skipTest("timm or transformers is not installed")
+        out = os.path.join(self.tmp.name, "unseen.pt")
+        r = trainer("unseen", self.d.socket, out, "--run", "unseen")
+        data = torch.load(out, weights_only=False)
+        vit = data["vit"]
+        self.assertEqual(vit["unseen_by"], {"Attention": 6 * 2}, (vit, r.stderr[-2000:]))
+        self.assertEqual((vit["pushes"], vit["blind"], vit["errors"]), (6 * 2, 0, 0), vit)
+        self.assertIn("ran without a call the monitor sees", r.stderr)
+        for name in ("llama", "llama-compiled"):
+            st = data[name]
+            self.assertEqual((st["unseen_by"], st["errors"], st["blind"]), ({}, 0, 0), (name, st))
+            self.assertEqual(st["pushes"], 2 * 3, (name, st))
+        self.assertEqual(data["graphs"][1], 0, "graph breaks: %s" % (data["graphs"],))
+
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")

@@ -22,8 +22,8 @@ starts without recompiling the model. uninstall() puts every original back regar
 import sys
 import threading
 
-from . import _op
-from ._state import STATE
+from . import _op, _unseen
+from ._state import CALLS, STATE
 _tls = threading.local()         # eager: inside a door (inner doors stay quiet)
 _torch = None                    # the torch module, once a monitor has started
 _is_compiling = None             # torch.compiler.is_compiling (None: a torch without it)
@@ -75,6 +75,7 @@ def wrapper_for(orig, door):
         mon = STATE.monitor
         if mon is None or getattr(_tls, "depth", 0):
             return orig(*args, **kwargs)
+        CALLS.n = getattr(CALLS, "n", 0) + 1  # the module around this call saw one (_unseen)
         _tls.depth = 1
         try:
             out = orig(*args, **kwargs)
@@ -193,6 +194,11 @@ def hook_model(model, torch):
     _hooks[key] = h
 
 
+def watch_modules(model):
+    """The attention modules of model watched for forward passes no door saw (_unseen.py)."""
+    return _unseen.watch(model, _is_compiling)
+
+
 def activate(mon, torch):
     global _torch, _is_compiling
     if STATE.monitor is not None and STATE.monitor is not mon:
@@ -241,6 +247,7 @@ def uninstall():
         except Exception:
             pass
     _hooks.clear()
+    _unseen.unwatch()
     STATE.traced = STATE.cudagraphs = False
     _torch = None
 
