@@ -795,6 +795,11 @@ void alerts_forget_heads(alerts_engine *e, int64_t run_id)
         else
             i++;
     }
+    /* the run's record stays (its thresholds): its count of states goes with them, or a run that
+     * ends for idleness and resumes would count its heads again on top and reach its cap */
+    for (size_t i = 0; i < e->nruns; i++)
+        if (e->runs[i].run_id == run_id)
+            e->runs[i].heads = 0;
     e->last_run = 0;
 }
 

@@ -229,6 +229,39 @@ START_TEST(test_run_cap_spares_other_runs)
 }
 END_TEST
 
+/* A run that ends for idleness while its client stays (alerts_forget_heads: its states go, its
+ * thresholds stay) and resumes, again and again, with the same heads up to its cap: each time every
+ * head is admitted and alerted on, never refused as if the forgotten ones still counted. */
+START_TEST(test_idle_cycles_keep_the_allowance)
+{
+    alerts_config c = random_config();
+    alerts_engine *e = new_engine(&c);
+    char err[256] = "";
+    alerts_limits lim = {.max_heads_per_run = (uint32_t)rnd_range(4, 40)};
+    lim.max_heads = 4 * lim.max_heads_per_run;
+    ck_assert_int_eq(alerts_set_limits(e, &lim, err, sizeof err), ALERTS_OK);
+    alerts_overrides o = {.has_logit_ceiling = 1, .logit_ceiling = c.logit_ceiling};
+    ck_assert_int_eq(alerts_set_run(e, 5, &o, err, sizeof err), ALERTS_OK);
+    alerts_transition t[ALERTS_NRULES];
+    const uint32_t cap = lim.max_heads_per_run;
+    int cycles = (int)rnd_range(3, 8);
+    for (int cyc = 0; cyc < cycles; cyc++) {
+        for (uint32_t hd = 0; hd < cap; hd++) {
+            stats_head x = healthy(2.0);
+            ck_assert_msg(observe(e, 5, 0, (int32_t)hd, 0, &x, t) == 0,
+                          "cycle %d head %u refused", cyc, hd);
+        }
+        ck_assert_uint_eq(alerts_run_heads(e, 5), cap);
+        ck_assert_uint_eq(alerts_refused(e, 5), 0);
+        raise_and_clear(e, 5, 0, (int32_t)(cap - 1), &c, 1); /* the last head is alerted on */
+        alerts_forget_heads(e, 5);
+        ck_assert_uint_eq(alerts_run_heads(e, 5), 0);
+        ck_assert_uint_eq(alerts_heads(e), 0);
+    }
+    alerts_free(e);
+}
+END_TEST
+
 /* Small random limits against a model: every new head is admitted, or refused as its run's (cap
  * reached) or the engine's (max_heads reached), exactly when the model says. */
 START_TEST(test_limits_against_model)
@@ -414,5 +447,6 @@ void alerts_limits_tests(TCase *tc)
     tcase_add_test(tc, test_forget_run);
     tcase_add_test(tc, test_run_cap_spares_other_runs);
     tcase_add_test(tc, test_limits_against_model);
+    tcase_add_test(tc, test_idle_cycles_keep_the_allowance);
     tcase_add_test(tc, test_transitions_bounded_per_run);
 }
