@@ -291,9 +291,15 @@ static void render_metrics(void *data, metrics_buf *out)
         headtab_sweep(d->heads, head_run_live, d->x.runs);
     uint32_t n = 0, cap = clients_count(d->x.reg);
     metrics_client *cl = cap ? calloc(cap, sizeof *cl) : NULL;
-    for (clients_entry *e = clients_first(d->x.reg); cl && e && n < cap; e = e->next)
-        if (e->p && e->p->hello)
-            cl[n++] = (metrics_client){e->p->run, e->p->rank, e->p->has_layout, e->p->layout};
+    for (clients_entry *e = clients_first(d->x.reg); cl && e && n < cap; e = e->next) {
+        if (!e->p || !e->p->hello)
+            continue;
+        /* a run that ended (idle, its client still connected) leaves this scrape too */
+        const run_entry *re = runs_get(d->x.runs, e->p->run_id);
+        if (!re || (re->state != RUN_LIVE && re->state != RUN_ORPHAN))
+            continue;
+        cl[n++] = (metrics_client){e->p->run, e->p->rank, e->p->has_layout, e->p->layout};
+    }
     metrics_render(out, d->x.cnt, clients_count(d->x.reg), alerts_feed_active(d->x.feed),
                    devices_pool(d->x.dev), cl, n);
     free(cl);

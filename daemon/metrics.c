@@ -104,6 +104,15 @@ void metrics_value(double v, char *out, size_t len)
         snprintf(out, len, "%.10g", v);
 }
 
+/* Whether two layouts give attnstat_run_info the same labels (head_offset is not one). */
+static int same_labels(const store_layout *a, const store_layout *b)
+{
+    return a->tp_rank == b->tp_rank && a->tp_size == b->tp_size && a->pp_rank == b->pp_rank &&
+           a->pp_size == b->pp_size && a->dp_rank == b->dp_rank && a->dp_size == b->dp_size &&
+           a->cp_rank == b->cp_rank && a->cp_size == b->cp_size &&
+           a->layer_offset == b->layer_offset;
+}
+
 void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
                     uint32_t alerts_active, worker_pool *pool, const metrics_client *cl,
                     size_t ncl)
@@ -133,21 +142,40 @@ void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
         worker_pool_stats(pool, i, &st);
         metrics_printf(out, "attnstat_queue_depth{worker=\"%s\"} %u\n", st.name, st.queue_depth);
     }
-    metrics_printf(out, "# HELP attnstat_run_info A process connected to this daemon: its run (the "
-                   "job's name), its rank and its parallel layout (ranks and sizes).\n"
+    metrics_printf(out, "# HELP attnstat_run_info Processes of a live run connected to this daemon, "
+                   "by run (the job's name), rank and parallel layout (ranks and sizes): 1, or "
+                   "more where several processes said the same (ranks left at 0).\n"
                    "# TYPE attnstat_run_info gauge\n");
+    /* one series per label set, its value the processes that have it: two identical series
+     * would be one sample to Prometheus, and the run's process count short */
     for (size_t i = 0; i < ncl; i++) {
-        char run[3 * 256];
-        metrics_label(cl[i].run, run, sizeof run);
         store_layout l = cl[i].layout;
         if (!cl[i].has_layout)
             l = (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
+        unsigned same = 1, earlier = 0;
+        for (size_t j = 0; j < ncl && !earlier; j++) {
+            if (j == i || cl[j].rank != cl[i].rank || strcmp(cl[j].run, cl[i].run) != 0)
+                continue;
+            store_layout m = cl[j].layout;
+            if (!cl[j].has_layout)
+                m = (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
+            if (!same_labels(&m, &l))
+                continue;
+            if (j < i)
+                earlier = 1; /* said with the first of them */
+            else
+                same++;
+        }
+        if (earlier)
+            continue;
+        char run[3 * 256];
+        metrics_label(cl[i].run, run, sizeof run);
         metrics_printf(out, "attnstat_run_info{run=\"%s\",rank=\"%d\",tp_rank=\"%d\",tp_size=\"%d\","
                        "pp_rank=\"%d\",pp_size=\"%d\",dp_rank=\"%d\",dp_size=\"%d\",cp_rank=\"%d\","
-                       "cp_size=\"%d\",layer_offset=\"%d\"} 1\n", run, (int)cl[i].rank,
+                       "cp_size=\"%d\",layer_offset=\"%d\"} %u\n", run, (int)cl[i].rank,
                        (int)l.tp_rank, (int)l.tp_size, (int)l.pp_rank, (int)l.pp_size,
                        (int)l.dp_rank, (int)l.dp_size, (int)l.cp_rank, (int)l.cp_size,
-                       (int)l.layer_offset);
+                       (int)l.layer_offset, same);
     }
 }
 

@@ -518,6 +518,62 @@ START_TEST(test_ended_run_leaves_metrics)
 }
 END_TEST
 
+/* attnstat_run_info: one series per label set, its value the processes that have it (two clients
+ * of one run that both say rank 0, as a job whose ranks are left at 0 does, and a third with rank
+ * 1); a run that ends for idleness with its clients still connected leaves it, as its other series
+ * do, and comes back when it resumes. */
+START_TEST(test_run_info_counts_and_idle_end)
+{
+    dh_rng rng = dh_rng_new("life_run_info");
+    int port = dh_free_port();
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    dh_daemon d;
+    dh_dir_init(&d);
+    dh_start(&d, "--run-idle-ms", "700", "--metrics-port", portarg, (const char *)NULL);
+    trainer a, b;
+    trainer_start(&a, &d, "dup", "life_dup_a");
+    trainer_start(&b, &d, "dup", "life_dup_b");
+    dh_conn c;
+    dh_connect(&c, &d);
+    int64_t cid = 0;
+    dh_hello(&c, "dup", 1, &cid); /* a run of its own (name and rank), the same name */
+    ck_assert_int_eq(b.run_id, a.run_id);
+    trainer_push(&rng, &a, 0, 0);
+    static char page[1 << 21];
+    const char *l0 = "run=\"dup\",rank=\"0\",tp_rank=\"0\",tp_size=\"1\",pp_rank=\"0\","
+                     "pp_size=\"1\",dp_rank=\"0\",dp_size=\"1\",cp_rank=\"0\",cp_size=\"1\","
+                     "layer_offset=\"0\"";
+    const char *l1 = "run=\"dup\",rank=\"1\",tp_rank=\"0\",tp_size=\"1\",pp_rank=\"0\","
+                     "pp_size=\"1\",dp_rank=\"0\",dp_size=\"1\",cp_rank=\"0\",cp_size=\"1\","
+                     "layer_offset=\"0\"";
+    dh_scrape(port, page, sizeof page);
+    ck_assert_double_eq(series_value(page, "attnstat_run_info", l0), 2);
+    ck_assert_double_eq(series_value(page, "attnstat_run_info", l1), 1);
+    char key[512];
+    snprintf(key, sizeof key, "\nattnstat_run_info{%s} ", l0);
+    const char *first = strstr(page, key);
+    ck_assert_ptr_nonnull(first);
+    ck_assert_msg(!strstr(first + 1, key), "attnstat_run_info{%s} twice", l0);
+    /* idle: every client stays connected and pushes nothing */
+    wait_db(&d, "SELECT count(*) FROM runs WHERE name='dup' AND end_reason='idle'", 2, 30000);
+    dh_scrape(port, page, sizeof page);
+    ck_assert_msg(!strstr(page, "run=\"dup\""), "a series of the idle run: %.200s",
+                  strstr(page, "run=\"dup\""));
+    trainer_push(&rng, &b, 1, 0); /* resumes */
+    wait_db(&d, "SELECT count(*) FROM runs WHERE name='dup' AND ended IS NULL", 1, 30000);
+    dh_scrape(port, page, sizeof page);
+    ck_assert_double_eq(series_value(page, "attnstat_run_info", l0), 2);
+    ck_assert(!has_series(page, "attnstat_run_info", l1)); /* rank 1's run is still idle */
+    dh_close(&c);
+    trainer_end(&a);
+    trainer_end(&b);
+    int code = dh_stop(&d);
+    dh_cleanup(&d, code != 0);
+    ck_assert_int_eq(code, 0);
+}
+END_TEST
+
 /* A run whose client went away is still live (it may come back within run_grace_ms): its series
  * stay. Deleted, it leaves the page, its alerts and thresholds with it. */
 START_TEST(test_deleted_run_leaves_metrics)
@@ -673,6 +729,7 @@ static Suite *life_suite(void)
     tcase_add_test(tc, test_commands_and_metrics);
     tcase_add_test(tc, test_ended_run_leaves_metrics);
     tcase_add_test(tc, test_deleted_run_leaves_metrics);
+    tcase_add_test(tc, test_run_info_counts_and_idle_end);
     tcase_add_test(tc, test_restart_restores_only_live);
     tcase_add_test(tc, test_retention_in_background);
     suite_add_tcase(s, tc);
