@@ -346,6 +346,26 @@ class TestClipStep(FakeTorchCase):
         self.assertEqual(clip.stats()["record_errors"], 1)  # ENOTSUP: not asked again
         self.assertEqual(clip.stats()["recorded"], 0)
 
+    def test_a_failed_poll_does_not_stop_training(self):
+        """The link closed for good (or a callback raised): step() goes on with the results
+        that arrived, counts the failure and says it once, instead of raising into the loop."""
+        import warnings
+        from attnstat._errors import AttnstatError
+        a = Attention(self.rng, 0, 4, 4, 2)
+        client = FakeClient()
+        clip = qk_clip(client, projections={0: (a.q_proj, a.k_proj, 2)}, tau=5.0)
+
+        def closed(timeout_ms=0):
+            raise AttnstatError(32, "the link to attnstatd is closed")
+        client.poll = closed
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            client.result(1, 0, [10.0, 1.0, 1.0, 20.0])
+            self.assertEqual(clip.step(), 2)
+            self.assertEqual(clip.step(), 0)
+        self.assertEqual(clip.stats()["poll_errors"], 2)
+        self.assertEqual(sum(1 for x in got if "reading results failed" in str(x.message)), 1)
+
     def test_tensor_parallel_shard(self):
         """A DTensor projection sharded by rows (ColwiseParallel): the process's own heads,
         numbered from 0 in its results, are its local shard's rows; the global shape (twice the

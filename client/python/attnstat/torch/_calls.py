@@ -130,7 +130,8 @@ def from_sdpa(args, kwargs):
     bad = _check_qk(q, k, (3, 4), "scaled_dot_product_attention")
     if bad is not None:
         return bad
-    if _dims(q) == 3:  # [B, N, D]: one head
+    one_head = _dims(q) == 3
+    if one_head:  # [B, N, D]: one head
         q, k = q.unsqueeze(1), k.unsqueeze(1)
     causal = bool(a.get("is_causal", False))
     if causal and q.shape[2] != k.shape[2]:
@@ -138,6 +139,8 @@ def from_sdpa(args, kwargs):
                     "Nq != Nk are not monitored (SDPA aligns causal masks top-left there)")
     mask = a.get("attn_mask")
     if mask is not None:
+        if one_head and _dims(mask) == 3:  # [B, Nq, Nk] against [B, Nq, Nk] weights
+            mask = mask.unsqueeze(1)
         mask = _mask_4d(mask, "scaled_dot_product_attention")
         if isinstance(mask, Skip):
             return mask

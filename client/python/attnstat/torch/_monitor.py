@@ -11,8 +11,9 @@ or, without model= (gradient accumulation, several forwards per step):
 
     with attnstat.torch.monitor(client, every=10) as mon:
         for batch in loader:
-            ...
-            mon.step()                  # or mon.step(global_step)
+            for micro in batch:         # each forward's layers numbered from 0 again
+                mon.new_forward(); model(micro).loss.backward()
+            opt.step(); mon.step()      # or mon.step(global_step)
 
 The doors it watches (doors="auto": every one that is importable; _doors.py):
   - 'sdpa': torch.nn.functional.scaled_dot_product_attention, attn_mask included (boolean or
@@ -191,8 +192,8 @@ class monitor(object):
     # ---- the user's side ------------------------------------------------------------------------
     def step(self, step=None):
         """Ends the current step: the next call is layer 0 of step + 1 (or of `step`)."""
-        if self.model is None:
-            self._end_pass()
+        if self.model is None or (not self.auto_step and self._started_forward):
+            self._end_pass()  # with model= and auto_step=False the step ends the pass too
             _install.refresh()
         with self._lock:
             self.current_step = self.current_step + 1 if step is None else int(step)
@@ -249,6 +250,7 @@ class monitor(object):
         finally:
             self._active = False
             self.doors_open = []
+            _install.STATE.last_monitor = self
             _install.deactivate(self)
         return False
 
@@ -335,8 +337,11 @@ class monitor(object):
         self._warn_once("skip:" + kind, why + " (counted in .skipped_by[%r])" % kind)
 
     def _on_rejected(self, seq, step, layer, code, message):
-        """The daemon dropped or refused a push: counted and said once per reason."""
-        if not self._active:
+        """The daemon dropped or refused a push: counted and said once per reason. Also after
+        the monitor left (the Acks of its last pushes arrive with client.flush()), as long as it
+        is the last monitor that was active."""
+        st = _install.STATE
+        if not self._active and (st.monitor is not None or st.last_monitor is not self):
             return
         reason = "%s: %s" % (_lib.PROTO_CODE_NAMES.get(code, "code %d" % code),
                              _DIGITS.sub("N", message or "").strip())
@@ -559,6 +564,9 @@ class monitor(object):
                     call.attn_mask = call.attn_mask.detach().cpu()
                 if call.sinks is not None:
                     call.sinks = call.sinks.detach().cpu()
+                if call.cu_seqlens_q is not None:  # host tensors take host offsets
+                    call.cu_seqlens_q = call.cu_seqlens_q.cpu()
+                    call.cu_seqlens_k = call.cu_seqlens_k.cpu()
             elif self._gpu_off:
                 self._skip("gpu", "CUDA calls are not monitored: this libattnstat has no GPU path")
                 return
@@ -610,10 +618,12 @@ class monitor(object):
             self.pushed += 1
         else:
             self.dropped += 1
-            self._warn_once("dropped", "a push was dropped by the client library (%s); drops "
-                            "are counted in .dropped and in client.stats()"
-                            % (self.client.stats().get("last_error") or "ring, queue or held "
-                               "budget full"))
+            if "dropped" not in self._warned:
+                # said once, without the client's stats(): it waits for the client's lock, which
+                # a drop often means is busy, and the forward pass must not wait for it
+                self._warn_once("dropped", "a push was dropped by the client library (ring, "
+                                "queue or held budget full, or the client busy in another "
+                                "thread); drops are counted in .dropped and in client.stats()")
 
     def __repr__(self):
         return ("<attnstat.torch.monitor step=%d every=%d calls=%d pushed=%d dropped=%d skipped=%d "

@@ -153,6 +153,8 @@ class qk_clip(object):
         self.record_errors = 0    # not recorded: refused, or a daemon that records none
         self._record_off = False
         self._warned = False
+        self.poll_errors = 0      # step()'s reads of results that failed (said once)
+        self._poll_warned = False
         self._dev = self._device_clip(device)  # device mode: its buffers and step
         self.device = self._dev is not None
         client.on_result(self.observe)
@@ -278,7 +280,16 @@ class qk_clip(object):
         """Scale the projection rows of every head whose measured max logit passed tau
         (the results that arrived since the last call); returns the number of heads clipped."""
         import torch
-        self.client.poll(0)  # results waiting in the socket are read now
+        try:
+            self.client.poll(0)  # results waiting in the socket are read now
+        except Exception as e:  # a link closed for good, or a callback that raised: the step
+            self.poll_errors += 1  # goes on with the results already here
+            if not self._poll_warned:
+                self._poll_warned = True
+                import warnings
+                warnings.warn("qk_clip: reading results failed (%s); clipping goes on with the "
+                              "results that arrived (counted in stats()['poll_errors'])" % e,
+                              RuntimeWarning, stacklevel=2)
         if self.device:  # (the heads of a copy it had to wait for first, then those arrived)
             n = self._dev.step(torch, self.client, self.tau,
                                getattr(self.monitor, "current_step", None), self._drain_one)
@@ -414,7 +425,8 @@ class qk_clip(object):
                 "clipped_by_layer": dict(self.clipped), "steps_clipped": self.steps,
                 "lag": self.lag, "layers": sorted(self._layers), "recorded": self.recorded,
                 "record_dropped": self.record_dropped, "record_errors": self.record_errors,
-                "device": self.device, "unmeasured_by_layer": dict(self.unmeasured)}
+                "device": self.device, "unmeasured_by_layer": dict(self.unmeasured),
+                "poll_errors": self.poll_errors}
 
     def close(self):
         if self.device and not self._closed:

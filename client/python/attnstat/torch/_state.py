@@ -8,6 +8,7 @@ class _State(object):
         self.trace_depth = 0     # inside a door while Dynamo traces: inner doors stay quiet
         self.traced = False      # a compiled graph holds an attnstat operator
         self.cudagraphs = False  # one was compiled with CUDA graphs (mode="reduce-overhead")
+        self.last_monitor = None  # the monitor that left last (its late Acks still count there)
 
 
 STATE = _State()
