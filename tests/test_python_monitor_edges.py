@@ -143,6 +143,43 @@ class TestEdges(unittest.TestCase):
                 c.reject(0, 0)
         self.assertEqual((first.rejected, second.rejected), (1, 1))
 
+    def test_monitors_one_after_another_are_let_go(self):
+        """A job that enters a monitor per epoch on one client: each new monitor takes the last
+        one's callback off the client (the client held every old monitor and its model), and a
+        qk_clip closed takes its own off too."""
+        class Client(RecordingClient):
+            def __init__(self):
+                RecordingClient.__init__(self)
+                self.cbs = []
+
+            def on_rejected(self, cb):
+                self.cbs.append(cb)
+                return cb
+
+            def on_result(self, cb):
+                self.cbs.append(cb)
+                return cb
+
+            def off(self, cb):
+                n = len(self.cbs)
+                self.cbs = [c for c in self.cbs if c != cb]
+                return len(self.cbs) < n
+        c = Client()
+        q = FakeTensor(randn(1, 2, 5, 8))
+        mons = []
+        for _ in range(5):
+            with attnstat.torch.monitor(c) as mon:
+                self.F.scaled_dot_product_attention(q, q, q)
+                self.assertEqual(len(c.cbs), 1)  # its own alone
+            mons.append(mon)
+        self.assertEqual(c.cbs, [mons[-1]._on_rejected])  # the last keeps its late answers
+        from attnstat.torch._qkclip import qk_clip  # noqa: E402
+        clip = qk_clip.__new__(qk_clip)
+        clip.client, clip._closed, clip.device = c, False, False
+        c.on_result(clip.observe)
+        clip.close()
+        self.assertEqual(c.cbs, [mons[-1]._on_rejected])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -740,6 +740,17 @@ class Client(object):
             self._ack_cbs.append(callback)
         return callback
 
+    def off(self, callback):
+        """Removes callback from every on_alert / on_result / on_rejected registration; True
+        when it was registered (so that an object that registered it can be let go)."""
+        with self._lock:
+            found = False
+            for cbs in (self._alert_cbs, self._result_cbs, self._ack_cbs):
+                while callback in cbs:
+                    cbs.remove(callback)
+                    found = True
+            return found
+
     # ---- C callbacks ----------------------------------------------------------------------------
     def _dispatch(self, cbs, *args):
         self._in_callback = True

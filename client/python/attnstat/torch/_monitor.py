@@ -238,6 +238,10 @@ class monitor(object):
             _install.deactivate(self)
             raise
         on_rejected = getattr(self.client, "on_rejected", None)
+        last, off = _install.STATE.last_monitor, getattr(self.client, "off", None)
+        if last is not None and last is not self and callable(off):
+            off(last._on_rejected)  # its late answers are in: let it (and its model) go
+            last._ack_cb = None
         if self._ack_cb is None and callable(on_rejected):
             self._ack_cb = on_rejected(self._on_rejected)
         self._active = True

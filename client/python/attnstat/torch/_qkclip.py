@@ -429,6 +429,9 @@ class qk_clip(object):
                 "poll_errors": self.poll_errors}
 
     def close(self):
+        off = getattr(self.client, "off", None)
+        if callable(off) and not self._closed:
+            off(self.observe)  # the client holds this clip (and its model) no longer
         if self.device and not self._closed:
             while self._drain_one(wait=True) is not None:
                 pass
