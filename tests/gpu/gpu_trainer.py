@@ -39,6 +39,9 @@ the Python binding, in a process of its own.
         a timm ViT whose first six blocks write their attention out (no door sees it), then a
         Llama eager and compiled, at the monitor's defaults: saves each monitor's counters
         (unseen_by) and the compiled graphs
+    gpu_trainer.py ckpt SOCKET OUT.pt
+        the Llama of 'llama' with activation checkpointing, two steps at the monitor's defaults:
+        saves what each push carried and the recomputed calls' count
     gpu_trainer.py tp SOCKET OUT_PREFIX (run under torch.distributed.run, 2 processes)
         a Llama sharded as torchtitan shards it (DTensor ColwiseParallel q/k/v, RowwiseParallel
         o over a 1-D DeviceMesh "tp"), monitored at the defaults (layout="auto"); each rank saves
@@ -507,6 +510,28 @@ def run_unseen(args):
     print(json.dumps({k: str(v) for k, v in out.items()}))
 
 
+def run_ckpt(args):
+    """The Llama of 'llama' with activation checkpointing (transformers'
+    gradient_checkpointing_enable: each layer's forward runs again in backward), two steps at the
+    monitor's defaults; saves what each push carried and the monitor's counters."""
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    model = _small_llama(dev, args.seed)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids = torch.randint(0, 512, (2, 128), device=dev)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    pushes = record_pushes(client)
+    mon = at.monitor(client, every=1, model=model, want_results=True)
+    with mon:
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                model(input_ids=ids, labels=ids).loss.backward()
+    _save_monitored(args, client, mon, pushes, results, {"recomputed": mon.recomputed})
+
+
 def run_gptoss(args):
     from transformers import GptOssConfig, GptOssForCausalLM
     import attnstat.torch as at
@@ -927,7 +952,7 @@ def main():
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
                                      "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout",
-                                     "mha", "unseen"))
+                                     "mha", "unseen", "ckpt"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -952,7 +977,7 @@ def main():
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
      "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha,
-     "unseen": run_unseen}[args.mode](args)
+     "unseen": run_unseen, "ckpt": run_ckpt}[args.mode](args)
 
 
 if __name__ == "__main__":

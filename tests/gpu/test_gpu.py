@@ -559,6 +559,18 @@ class TestGPU(unittest.TestCase):
             self.assertEqual(st["pushes"], 2 * 3, (name, st))
         self.assertEqual(data["graphs"][1], 0, "graph breaks: %s" % (data["graphs"],))
 
+    def test_31_activation_checkpointing_pushes_once(self):
+        """A Llama with activation checkpointing: each layer's forward runs again in backward;
+        every (step, layer) is pushed once, equal to float64, and the recomputed calls are
+        counted, not pushed."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        data, r = self.monitored("ckpt")
+        self.assertEqual(sorted((p["step"], p["layer"]) for p in data["calls"]),
+                         [(s, l) for s in range(2) for l in range(3)])
+        self.assertEqual(data["recomputed"], 2 * 3, r.stdout)
+        self.pushed_values(data, 6)
+
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")

@@ -177,6 +177,7 @@ class monitor(object):
         self.blind = 0           # forward passes (steps without model=) that saw no call
         self.all_skipped = 0     # forward passes (steps) whose every call was skipped
         self.compiled_calls = 0  # calls observed through the compiled graph's operator
+        self.recomputed = 0      # calls run again in backward (activation checkpointing): not pushed
         self.skipped_by = {}
         self.rejected_by = {}
         self.unseen_by = {}      # attention modules (class) whose forward no door saw: runs
@@ -229,6 +230,7 @@ class monitor(object):
                 "skipped": self.skipped, "rejected": self.rejected, "errors": self.errors,
                 "blind": self.blind, "all_skipped": self.all_skipped,
                 "compiled_calls": self.compiled_calls, "max_out_refused": self.max_out_refused,
+                "recomputed": self.recomputed,
                 "skipped_by": dict(self.skipped_by), "rejected_by": dict(self.rejected_by),
                 "unseen_by": dict(self.unseen_by),
                 "doors": list(self.doors_open), "layout": self.layout_used}
@@ -352,6 +354,15 @@ class monitor(object):
         except Exception:
             return False
 
+    def _in_backward(self):
+        """Whether autograd's engine is running a backward on this thread (a checkpointed
+        layer's forward runs again there: its attention was pushed when it first ran)."""
+        f = getattr(getattr(self._torch, "_C", None), "_current_graph_task_id", None)
+        try:
+            return f is not None and f() != -1
+        except Exception:
+            return False
+
     def _graph_capturing(self):
         """Whether the current CUDA stream is capturing a graph (for CUDA tensors only)."""
         cuda = getattr(self._torch, "cuda", None)
@@ -435,6 +446,9 @@ class monitor(object):
 
     def _observe_eager(self, door, args, kwargs, out):
         if door.name not in self._wanted or not self._active or self._jit_tracing():
+            return
+        if self._in_backward():  # activation checkpointing's recompute: pushed in the forward
+            self.recomputed += 1
             return
         try:
             index, step, sampled = self._count()
