@@ -753,26 +753,6 @@ class TestEndToEnd(DaemonCase):
             with self.assertRaises(ZeroDivisionError):
                 c.flush(30)
 
-    def test_a_callback_taken_off_is_not_called(self):
-        """Client.off: a callback taken off gets no further result (the one left does)."""
-        with self.d.client(self.run_name()) as c:
-            kept, gone = [], []
-
-            def keep(seq, step, layer, heads):
-                kept.append(step)
-
-            def leave(seq, step, layer, heads):
-                gone.append(step)
-            c.on_result(keep)
-            c.on_result(leave)
-            c.push(0, 0, randn(1, 1, 4, 8), randn(1, 1, 4, 8), want_results=True)
-            self.assertTrue(c.flush(30))
-            self.assertTrue(c.off(leave))
-            self.assertFalse(c.off(leave))
-            c.push(1, 0, randn(1, 1, 4, 8), randn(1, 1, 4, 8), want_results=True)
-            self.assertTrue(c.flush(30))
-        self.assertEqual((kept, gone), ([0, 1], [0]))
-
     def test_monitor_pushes_through_data_ptr(self):
         """attnstat.torch.monitor with a real client, over a fake torch (NumPy-backed tensors)."""
         run = self.run_name()

@@ -9,7 +9,8 @@ import threading
 import unittest
 import warnings
 
-from pyhelpers import FakeDevice, FakeTensor, FakeTorch, np, np_sdpa, randn  # noqa: E402
+from pyhelpers import (DaemonCase, FakeDevice, FakeTensor, FakeTorch, need_daemon, np,  # noqa: E402
+                       np_sdpa, randn)
 
 import attnstat.torch  # noqa: E402
 from test_python_monitor import (DOOR_MODULES, FakeModel, RecordingClient,  # noqa: E402
@@ -179,6 +180,31 @@ class TestEdges(unittest.TestCase):
         c.on_result(clip.observe)
         clip.close()
         self.assertEqual(c.cbs, [mons[-1]._on_rejected])
+
+
+@need_daemon
+class TestClientOff(DaemonCase):
+    """What the monitors above rely on, in the real client: Client.off."""
+
+    def test_a_callback_taken_off_is_not_called(self):
+        """Client.off: a callback taken off gets no further result (the one left does)."""
+        with self.d.client(self.run_name()) as c:
+            kept, gone = [], []
+
+            def keep(seq, step, layer, heads):
+                kept.append(step)
+
+            def leave(seq, step, layer, heads):
+                gone.append(step)
+            c.on_result(keep)
+            c.on_result(leave)
+            c.push(0, 0, randn(1, 1, 4, 8), randn(1, 1, 4, 8), want_results=True)
+            self.assertTrue(c.flush(30))
+            self.assertTrue(c.off(leave))
+            self.assertFalse(c.off(leave))
+            c.push(1, 0, randn(1, 1, 4, 8), randn(1, 1, 4, 8), want_results=True)
+            self.assertTrue(c.flush(30))
+        self.assertEqual((kept, gone), ([0, 1], [0]))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ naming the field.
 import ctypes
 import math
 import operator
+import os
 import sys
 
 from . import _lib
@@ -194,3 +195,18 @@ def intervention(lib, kind, step, layer, heads, values, threshold, measured, det
     if detail is not None:
         iv.detail = text(detail, "intervention detail")
     return iv, (harr, varr)
+
+
+_CONNECT_MODES = ("now", "background")
+
+
+def connect_mode(connect):
+    """'now' or 'background' (see Client): connect, else $ATTNSTAT_CONNECT, else 'now'."""
+    source = "connect"
+    if connect is None:
+        connect, source = os.environ.get("ATTNSTAT_CONNECT") or "now", "ATTNSTAT_CONNECT"
+    if connect not in _CONNECT_MODES:
+        raise AttnstatError(_lib.EINVAL, "%s is %r: 'now' (fail when attnstatd is not there) or "
+                            "'background' (start without it and connect when it comes)"
+                            % (source, connect))
+    return connect

@@ -130,7 +130,7 @@ class Client(object):
                  local_compute=False, layout=None, connect=None):
         self._c = None
         rank = _args.integer(rank, "rank", 0, _args.I32[1])  # before a connection is made
-        self.connect = _connect_mode(connect)
+        self.connect = _args.connect_mode(connect)
         self._held_bytes_max = (None if held_bytes_max is None
                                 else _nonneg_int(held_bytes_max, "held_bytes_max"))
         self._held_pushes_max = (None if held_pushes_max is None
@@ -199,10 +199,10 @@ class Client(object):
         # The C callbacks reach this object through a weak reference: no reference cycle, so the
         # connection (and the library's staging memory) goes as soon as the last reference does.
         me = weakref.ref(self)
-        self._alert_fn = _lib.ALERT_FN(_trampoline(me, "_on_alert_c"))
-        self._result_fn = _lib.RESULT_FN(_trampoline(me, "_on_result_c"))
-        self._ack_fn = _lib.ACK_FN(_trampoline(me, "_on_ack_c"))
-        self._release_fn = _lib.RELEASE_FN(_trampoline(me, "_on_release_c"))
+        self._alert_fn = _lib.ALERT_FN(_lib.trampoline(me, "_on_alert_c"))
+        self._result_fn = _lib.RESULT_FN(_lib.trampoline(me, "_on_result_c"))
+        self._ack_fn = _lib.ACK_FN(_lib.trampoline(me, "_on_ack_c"))
+        self._release_fn = _lib.RELEASE_FN(_lib.trampoline(me, "_on_release_c"))
         lib.attnstat_set_alert_callback(handle, self._alert_fn, None)
         lib.attnstat_set_result_callback(handle, self._result_fn, None)
         lib.attnstat_set_ack_callback(handle, self._ack_fn, None)
@@ -717,11 +717,15 @@ class Client(object):
             self._check(rc)
             self._subscribed = (a, r)
 
+    def _on(self, cbs, callback):
+        with self._lock:
+            cbs.append(callback)
+        return callback
+
     def on_alert(self, callback, subscribe=True):
         """Calls callback(alert: Alert) for every alert; subscribes to alerts unless told not to.
         Returns the callback (usable as a decorator)."""
-        with self._lock:
-            self._alert_cbs.append(callback)
+        self._on(self._alert_cbs, callback)
         if subscribe and not self._subscribed[0]:
             self.subscribe(alerts=True)
         return callback
@@ -729,27 +733,22 @@ class Client(object):
     def on_result(self, callback):
         """Calls callback(seq, step, layer, heads: list of dicts) for pushes made with
         want_results=True (and, after subscribe(results=True), for every push)."""
-        with self._lock:
-            self._result_cbs.append(callback)
-        return callback
+        return self._on(self._result_cbs, callback)
 
     def on_rejected(self, callback):
         """Calls callback(seq, step, layer, code, message) for every push the daemon dropped or
         refused (its Ack was not OK)."""
-        with self._lock:
-            self._ack_cbs.append(callback)
-        return callback
+        return self._on(self._ack_cbs, callback)
 
     def off(self, callback):
-        """Removes callback from every on_alert / on_result / on_rejected registration; True
-        when it was registered (so that an object that registered it can be let go)."""
+        """Takes callback off every on_* registration (so that what registered it can be let
+        go); True when it was registered."""
         with self._lock:
-            found = False
-            for cbs in (self._alert_cbs, self._result_cbs, self._ack_cbs):
-                while callback in cbs:
-                    cbs.remove(callback)
-                    found = True
-            return found
+            lists = (self._alert_cbs, self._result_cbs, self._ack_cbs)
+            n = sum(cbs.count(callback) for cbs in lists)
+            for cbs in lists:
+                cbs[:] = [c for c in cbs if c != callback]
+            return n > 0
 
     # ---- C callbacks ----------------------------------------------------------------------------
     def _dispatch(self, cbs, *args):
@@ -873,30 +872,6 @@ class Client(object):
         if rc != _lib.OK:
             msg = self._last_error() or _s(self._lib.attnstat_strerror(rc))
             raise AttnstatError(rc, msg)
-
-
-_CONNECT_MODES = ("now", "background")
-
-
-def _connect_mode(connect):
-    """'now' or 'background' (see Client): connect, else $ATTNSTAT_CONNECT, else 'now'."""
-    source = "connect"
-    if connect is None:
-        connect, source = os.environ.get("ATTNSTAT_CONNECT") or "now", "ATTNSTAT_CONNECT"
-    if connect not in _CONNECT_MODES:
-        raise AttnstatError(_lib.EINVAL, "%s is %r: 'now' (fail when attnstatd is not there) or "
-                            "'background' (start without it and connect when it comes)"
-                            % (source, connect))
-    return connect
-
-
-def _trampoline(ref, name):
-    """A C callback that calls ref().<name>(...) while the client lives, and nothing after."""
-    def callback(*args):
-        obj = ref()
-        if obj is not None:
-            getattr(obj, name)(*args)
-    return callback
 
 
 def default_socket(lib=None):

@@ -551,3 +551,12 @@ def optional(lib, name):
         return getattr(lib, name)
     except AttributeError:
         return None
+
+
+def trampoline(ref, name):
+    """A C callback that calls ref().<name>(...) while the client lives, and nothing after."""
+    def callback(*args):
+        obj = ref()
+        if obj is not None:
+            getattr(obj, name)(*args)
+    return callback
