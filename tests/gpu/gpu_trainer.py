@@ -2,6 +2,11 @@
 """A stand-in training process for tests/gpu/test_gpu.py: pushes CUDA tensors to attnstatd through
 the Python binding, in a process of its own.
 
+Why this file is long: each mode below is one training job of its own (a model, its loop, what it
+records), run as this file's __main__ by test_gpu.py; they share the recording helpers
+(record_pushes, _save_monitored, the small models), which a split would have to import back from
+a module that runs as __main__.
+
     gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N] [--cases inputs]
         pushes the fixed cases (make_cases; --cases inputs: make_input_cases, every dtype x both
         layouts x masks) with want_results, waits for every result, saves the tensors (host
