@@ -1,6 +1,5 @@
 """The process-wide state the doors (_install.py) and the compiled graph's operators (_op.py)
-share: which monitor is active, and what compiled graphs hold. Imports threading alone."""
-import threading
+share: which monitor is active, and what compiled graphs hold. Imports nothing."""
 
 
 class _State(object):
@@ -13,4 +12,3 @@ class _State(object):
 
 
 STATE = _State()
-CALLS = threading.local()  # .n: this thread's door calls while a monitor was active (_unseen.py)
