@@ -104,13 +104,20 @@ void metrics_value(double v, char *out, size_t len)
         snprintf(out, len, "%.10g", v);
 }
 
-/* Whether two layouts give attnstat_run_info the same labels (head_offset is not one). */
-static int same_labels(const store_layout *a, const store_layout *b)
+/* The layout attnstat_run_info labels a client with: its own, or one process alone. */
+static store_layout label_layout(const metrics_client *c)
 {
-    return a->tp_rank == b->tp_rank && a->tp_size == b->tp_size && a->pp_rank == b->pp_rank &&
-           a->pp_size == b->pp_size && a->dp_rank == b->dp_rank && a->dp_size == b->dp_size &&
-           a->cp_rank == b->cp_rank && a->cp_size == b->cp_size &&
-           a->layer_offset == b->layer_offset;
+    return c->has_layout ? c->layout : (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
+}
+
+/* Whether two clients get the same attnstat_run_info labels (head_offset is not one). */
+static int same_labels(const metrics_client *x, const metrics_client *y)
+{
+    const store_layout a = label_layout(x), b = label_layout(y);
+    return x->rank == y->rank && strcmp(x->run, y->run) == 0 && a.tp_rank == b.tp_rank &&
+           a.tp_size == b.tp_size && a.pp_rank == b.pp_rank && a.pp_size == b.pp_size &&
+           a.dp_rank == b.dp_rank && a.dp_size == b.dp_size && a.cp_rank == b.cp_rank &&
+           a.cp_size == b.cp_size && a.layer_offset == b.layer_offset;
 }
 
 void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
@@ -149,25 +156,15 @@ void metrics_render(metrics_buf *out, const counters *cnt, uint32_t clients,
     /* one series per label set, its value the processes that have it: two identical series
      * would be one sample to Prometheus, and the run's process count short */
     for (size_t i = 0; i < ncl; i++) {
-        store_layout l = cl[i].layout;
-        if (!cl[i].has_layout)
-            l = (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
         unsigned same = 1, earlier = 0;
-        for (size_t j = 0; j < ncl && !earlier; j++) {
-            if (j == i || cl[j].rank != cl[i].rank || strcmp(cl[j].run, cl[i].run) != 0)
-                continue;
-            store_layout m = cl[j].layout;
-            if (!cl[j].has_layout)
-                m = (store_layout){0, 1, 0, 1, 0, 1, 0, 1, 0, -1};
-            if (!same_labels(&m, &l))
-                continue;
-            if (j < i)
-                earlier = 1; /* said with the first of them */
-            else
+        for (size_t j = 0; j < ncl && !earlier; j++)
+            if (j != i && same_labels(&cl[j], &cl[i])) {
+                earlier = j < i; /* said with the first of them */
                 same++;
-        }
+            }
         if (earlier)
             continue;
+        const store_layout l = label_layout(&cl[i]);
         char run[3 * 256];
         metrics_label(cl[i].run, run, sizeof run);
         metrics_printf(out, "attnstat_run_info{run=\"%s\",rank=\"%d\",tp_rank=\"%d\",tp_size=\"%d\","

@@ -622,12 +622,11 @@ class monitor(object):
             self.pushed += 1
         else:
             self.dropped += 1
-            if "dropped" not in self._warned:
-                # said once, without the client's stats(): it waits for the client's lock, which
-                # a drop often means is busy, and the forward pass must not wait for it
-                self._warn_once("dropped", "a push was dropped by the client library (ring, "
-                                "queue or held budget full, or the client busy in another "
-                                "thread); drops are counted in .dropped and in client.stats()")
+            # said without asking the client (its stats() waits for its lock, which a drop
+            # often means another thread holds; the forward pass must not wait for it)
+            self._warn_once("dropped", "a push was dropped by the client library (ring, queue "
+                            "or held budget full, or the client busy in another thread); drops "
+                            "are counted in .dropped and in client.stats()")
 
     def __repr__(self):
         return ("<attnstat.torch.monitor step=%d every=%d calls=%d pushed=%d dropped=%d skipped=%d "
