@@ -126,6 +126,23 @@ class FakeTensor(object):
     def to(self, dtype):
         return FakeTensor(self._a.astype(_NP_OF[dtype.name]), dtype.name, self.device)
 
+    # what the 'mha' door computes with (test_python_mha.py): views, and masks' algebra
+    def view(self, *shape):
+        return FakeTensor(self._a.reshape(shape), self.dtype.name, self.device)
+
+    def __invert__(self):
+        return FakeTensor(~self._a, "bool", self.device)
+
+    def __and__(self, other):
+        return FakeTensor(self._a & other._a, "bool", self.device)
+
+    def __add__(self, other):
+        return FakeTensor(self._a + other._a, self.dtype.name, self.device)
+
+    def masked_fill(self, m, value):
+        return FakeTensor(np.where(m._a, value, self._a).astype(self._a.dtype), self.dtype.name,
+                          self.device)
+
 
 def np_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):

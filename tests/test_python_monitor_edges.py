@@ -144,6 +144,25 @@ class TestEdges(unittest.TestCase):
                 c.reject(0, 0)
         self.assertEqual((first.rejected, second.rejected), (1, 1))
 
+    def test_checkpointed_layers_are_pushed_once(self):
+        """Activation checkpointing runs a layer's forward again inside backward: those calls
+        (autograd's graph task id is not -1 there) are counted as recomputed, not pushed again
+        as the same or as new layers."""
+        task = [-1]
+        self.fake.torch._C = type("C", (), {"_current_graph_task_id": staticmethod(
+            lambda: task[0])})
+        model = FakeModel(self.F, n_layers=3)
+        c = RecordingClient()
+        with attnstat.torch.monitor(c, model=model) as mon:
+            for _ in range(2):
+                model(FakeTensor(randn(2, 3)))      # the forward
+                task[0] = 7
+                model.forward(FakeTensor(randn(2, 3)))  # backward's recompute
+                task[0] = -1
+        self.assertEqual([(s, l) for s, l, *_ in c.calls],
+                         [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)])
+        self.assertEqual((mon.pushed, mon.recomputed, mon.stats()["recomputed"]), (6, 6, 6))
+
     def test_monitors_one_after_another_are_let_go(self):
         """A job that enters a monitor per epoch on one client: each new monitor takes the last
         one's callback off the client (the client held every old monitor and its model), and a

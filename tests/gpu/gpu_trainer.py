@@ -2,6 +2,11 @@
 """A stand-in training process for tests/gpu/test_gpu.py: pushes CUDA tensors to attnstatd through
 the Python binding, in a process of its own.
 
+Why this file is long: each mode below is one training job of its own (a model, its loop, what it
+records), run as this file's __main__ by test_gpu.py; they share the recording helpers
+(record_pushes, _save_monitored, the small models), which a split would have to import back from
+a module that runs as __main__.
+
     gpu_trainer.py values SOCKET OUT.pt [--run NAME] [--seed N] [--device N] [--cases inputs]
         pushes the fixed cases (make_cases; --cases inputs: make_input_cases, every dtype x both
         layouts x masks) with want_results, waits for every result, saves the tensors (host
@@ -31,6 +36,17 @@ the Python binding, in a process of its own.
         transformers' gpt-oss (attention sinks, sliding window on alternate layers, eager
         attention) trains a step monitored at the defaults; saves what each push carried (sinks
         included)
+    gpu_trainer.py mha SOCKET OUT.pt
+        nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
+        two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
+        the weights the modules returned and the results; then one compiled step's counters
+    gpu_trainer.py unseen SOCKET OUT.pt
+        a timm ViT whose first six blocks write their attention out (no door sees it), then a
+        Llama eager and compiled, at the monitor's defaults: saves each monitor's counters
+        (unseen_by) and the compiled graphs
+    gpu_trainer.py ckpt SOCKET OUT.pt
+        the Llama of 'llama' with activation checkpointing, two steps at the monitor's defaults:
+        saves what each push carried and the recomputed calls' count
     gpu_trainer.py tp SOCKET OUT_PREFIX (run under torch.distributed.run, 2 processes)
         a Llama sharded as torchtitan shards it (DTensor ColwiseParallel q/k/v, RowwiseParallel
         o over a 1-D DeviceMesh "tp"), monitored at the defaults (layout="auto"); each rank saves
@@ -392,6 +408,133 @@ def run_flex_byname(args):
                 fn(q, k, v)
             mon.step()
     _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs(), "doc": doc})
+
+
+class _MhaModel(torch.nn.Module):
+    """Two nn.MultiheadAttention layers as DETR-like code calls them (need_weights left at its
+    default, True; the second with a causal attn_mask and a key_padding_mask, bool, True =
+    excluded) and an nn.TransformerEncoderLayer (need_weights=False inside: torch's SDPA path)."""
+
+    def __init__(self, E=256, H=8):
+        super().__init__()
+        self.a = torch.nn.MultiheadAttention(E, H, batch_first=True)
+        self.b = torch.nn.MultiheadAttention(E, H, batch_first=True)
+        self.enc = torch.nn.TransformerEncoderLayer(E, H, 512, dropout=0.0, batch_first=True)
+        self.weights, self.keep = [], True
+
+    def forward(self, x, causal, pad):
+        y, w = self.a(x, x, x, average_attn_weights=False)
+        y2, w2 = self.b(y, y, y, attn_mask=causal, key_padding_mask=pad,
+                        average_attn_weights=False)
+        if self.keep:
+            self.weights += [w.detach().float().cpu(), w2.detach().float().cpu()]
+        return self.enc(y2)
+
+
+def run_mha(args):
+    """nn.MultiheadAttention with need_weights (the default) trains two steps under bf16 autocast
+    at the monitor's defaults, an encoder layer beside it; saves what each push carried, the
+    weights the modules returned, the results; then the same model compiled, one step: its
+    calls with weights skipped and counted, the encoder's pushed."""
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(args.seed)
+    model = _MhaModel().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    B, N = 3, 200
+    x = torch.randn(B, N, 256, device=dev)
+    causal = torch.triu(torch.ones(N, N, dtype=torch.bool, device=dev), 1)
+    pad = torch.zeros(B, N, dtype=torch.bool, device=dev)
+    pad[1, N - 50:] = True
+    pad[2, N - 120:] = True
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    pushes = record_pushes(client)
+    mon = at.monitor(client, every=1, model=model, want_results=True)
+    with mon:
+        doors = list(mon.doors_open)
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, causal, pad).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    model.keep = False
+    compiled = torch.compile(model)
+    c2 = attnstat.Client(socket=args.socket, run=args.run + "-compiled", rank=0)
+    cpushes = record_pushes(c2)
+    with at.monitor(c2, every=1, model=compiled) as cmon:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            compiled(x, causal, pad).float().sum().backward()
+    c2.flush(timeout_s=120)
+    c2.close()
+    cm = dict(pushed=cmon.pushed, skipped_by=dict(cmon.skipped_by), errors=cmon.errors,
+              compiled_calls=cmon.compiled_calls, pushes=cpushes)
+    _save_monitored(args, client, mon, pushes, results,
+                    {"doors": doors, "weights": model.weights, "compiled": cm,
+                     "graphs": _graphs()})
+def run_unseen(args):
+    """A model seen in part: timm's ViT-S/16 with the attention of its first six blocks written
+    out (Attention.fused_attn False: matmul and softmax, no door) and the last six through SDPA,
+    two training steps at the monitor's defaults; then a Llama (sdpa), eager and compiled, where
+    no attention module may be reported. Saves the monitors' counters and the compiled graphs."""
+    import timm
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(args.seed)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=10).to(dev)
+    for blk in vit.blocks[:6]:
+        blk.attn.fused_attn = False
+    opt = torch.optim.AdamW(vit.parameters(), lr=1e-4)
+    x = torch.randn(4, 3, 224, 224, device=dev)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    pushes = record_pushes(client)
+    out = {}
+    with at.monitor(client, every=1, model=vit) as mon:
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = vit(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    out["vit"] = dict(mon.stats(), pushes=len(pushes))
+    llama = _small_llama(dev, args.seed)
+    ids = torch.randint(0, 512, (2, 128), device=dev)
+    for name, m in (("llama", llama), ("llama-compiled", torch.compile(llama))):
+        before = len(pushes)
+        with at.monitor(client, every=1, model=m) as mon:
+            for _ in range(2):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    m(input_ids=ids, labels=ids).loss.backward()
+        out[name] = dict(mon.stats(), pushes=len(pushes) - before)
+    out["graphs"] = _graphs()
+    client.flush(timeout_s=120)
+    client.close()
+    torch.save(out, args.out)
+    print(json.dumps({k: str(v) for k, v in out.items()}))
+
+
+def run_ckpt(args):
+    """The Llama of 'llama' with activation checkpointing (transformers'
+    gradient_checkpointing_enable: each layer's forward runs again in backward), two steps at the
+    monitor's defaults; saves what each push carried and the monitor's counters."""
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    model = _small_llama(dev, args.seed)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids = torch.randint(0, 512, (2, 128), device=dev)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer, heads: results.__setitem__((step, layer), heads))
+    pushes = record_pushes(client)
+    mon = at.monitor(client, every=1, model=model, want_results=True)
+    with mon:
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                model(input_ids=ids, labels=ids).loss.backward()
+    _save_monitored(args, client, mon, pushes, results, {"recomputed": mon.recomputed})
 
 
 def run_gptoss(args):
@@ -813,7 +956,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
-                                     "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout"))
+                                     "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout",
+                                     "mha", "unseen", "ckpt"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -837,7 +981,8 @@ def main():
      "llama-compiled": run_llama_compiled, "flex-byname": run_flex_byname,
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
-     "qkclip-fused": run_qkclip_fused, "maxout": run_maxout}[args.mode](args)
+     "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha,
+     "unseen": run_unseen, "ckpt": run_ckpt}[args.mode](args)
 
 
 if __name__ == "__main__":

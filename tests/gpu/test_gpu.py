@@ -503,6 +503,74 @@ class TestGPU(unittest.TestCase):
             compare_heads(case, {h["head"]: h for h in got}, bad, data.get("stats_asked", False))
         self.assertEqual(bad, [], "\n".join(bad))
 
+    def test_29_multihead_attention_weights(self):
+        """nn.MultiheadAttention called as DETR-like code calls it (need_weights at its default:
+        torch computes it without SDPA) under bf16 autocast at the monitor's defaults, masks in
+        MHA's convention: every call pushed ('mha' door, q and k from the module's own
+        projection), each equal to float64, and the softmax of what was pushed is the weights the
+        module returned (its excluded keys exactly 0); the encoder layer beside it through the
+        sdpa door, once. Compiled: the calls with weights skipped and counted, never silent."""
+        data, r = self.monitored("mha")
+        self.assertIn("mha", data["doors"])
+        pushes = data["calls"]
+        self.assertEqual([p["layout"] for p in pushes], ["bnhd", "bnhd", "bhnd"] * 2)
+        self.pushed_values(data, 6)
+        mha = [p for p in pushes if p["layout"] == "bnhd"]
+        self.assertEqual(len(data["weights"]), len(mha))
+        for p, w in zip(mha, data["weights"]):
+            q, k = p["q"].transpose(1, 2).double(), p["k"].transpose(1, 2).double()
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            keep = torch.ones_like(s, dtype=torch.bool)
+            if p.get("mask") is not None:
+                m = p["mask"]
+                keep = keep & (m if m.dtype == torch.bool else m != float("-inf"))
+                if m.dtype != torch.bool:
+                    s = s + torch.where(keep, m.double(), torch.zeros_like(s))
+            got = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+            self.assertEqual(w.shape, got.shape)
+            self.assertEqual(float(w[~keep].abs().max()) if (~keep).any() else 0.0, 0.0)
+            self.assertTrue(bool((w[keep] > 0).all()), "a key the push keeps has weight 0")
+            self.assertLess(float((got - w.double()).abs().max()), 0.05,
+                            "the pushed q, k and mask are not what the module attended with")
+        self.assertTrue(any(p.get("mask") is not None for p in mha))
+        cm = data["compiled"]
+        self.assertEqual(cm["skipped_by"], {"mha-compiled": 2}, cm)
+        self.assertEqual((cm["pushed"], cm["errors"]), (1, 0), cm)
+        self.assertEqual([p["layout"] for p in cm["pushes"]], ["bhnd"])
+
+    def test_30_layers_no_door_sees_are_said(self):
+        """A model the monitor sees in part is never silent: timm's ViT-S/16 with six blocks
+        whose attention is written out (no door) and six through SDPA: the six pushed at each
+        step, the six others counted (unseen_by {'Attention': 6 a forward}); a Llama, eager and
+        compiled, reports no module, and compiled it breaks no graph."""
+        if importlib.util.find_spec("timm") is None or \
+                importlib.util.find_spec("transformers") is None:
+            self.skipTest("timm or transformers is not installed")
+        out = os.path.join(self.tmp.name, "unseen.pt")
+        r = trainer("unseen", self.d.socket, out, "--run", "unseen")
+        data = torch.load(out, weights_only=False)
+        vit = data["vit"]
+        self.assertEqual(vit["unseen_by"], {"Attention": 6 * 2}, (vit, r.stderr[-2000:]))
+        self.assertEqual((vit["pushes"], vit["blind"], vit["errors"]), (6 * 2, 0, 0), vit)
+        self.assertIn("ran without a call the monitor sees", r.stderr)
+        for name in ("llama", "llama-compiled"):
+            st = data[name]
+            self.assertEqual((st["unseen_by"], st["errors"], st["blind"]), ({}, 0, 0), (name, st))
+            self.assertEqual(st["pushes"], 2 * 3, (name, st))
+        self.assertEqual(data["graphs"][1], 0, "graph breaks: %s" % (data["graphs"],))
+
+    def test_31_activation_checkpointing_pushes_once(self):
+        """A Llama with activation checkpointing: each layer's forward runs again in backward;
+        every (step, layer) is pushed once, equal to float64, and the recomputed calls are
+        counted, not pushed."""
+        if importlib.util.find_spec("transformers") is None:
+            self.skipTest("transformers is not installed")
+        data, r = self.monitored("ckpt")
+        self.assertEqual(sorted((p["step"], p["layer"]) for p in data["calls"]),
+                         [(s, l) for s in range(2) for l in range(3)])
+        self.assertEqual(data["recomputed"], 2 * 3, r.stdout)
+        self.pushed_values(data, 6)
+
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")

@@ -17,6 +17,7 @@ Conventions kept from each library:
     mask_bytes_max); a score_mod cannot be described and the call is skipped.
 Nothing here synchronises the device or copies q and k.
 """
+import sys
 
 
 class Skip(object):
@@ -303,6 +304,141 @@ def from_flex(args, kwargs, mask_bytes_max):
         if isinstance(mask, Skip):
             return mask
     return Call(q, k, scale=a.get("scale"), attn_mask=mask)
+
+
+# ---- torch.nn.functional.multi_head_attention_forward (nn.MultiheadAttention) -------------------
+_MHA_ARGS = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight",
+             "in_proj_bias", "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight",
+             "out_proj_bias", "training", "key_padding_mask", "need_weights", "attn_mask",
+             "use_separate_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+             "static_k", "static_v", "average_attn_weights", "is_causal")
+_MHA = "nn.MultiheadAttention"
+
+
+def mha_claims(args, kwargs, public_sdpa):
+    """Whether the 'mha' door describes this call: where its attention weights are asked for
+    (need_weights, the default), which torch computes with bmm and softmax and no door sees;
+    without them torch 2 calls scaled_dot_product_attention, whose door describes the call at no
+    cost (public_sdpa: this torch has it)."""
+    if len(args) > 15:
+        need = args[15]
+    else:
+        need = kwargs.get("need_weights", True)
+    return bool(need) or not public_sdpa
+
+
+def _mha_mask(m, what, allowed_is_false):
+    """An MHA mask (bool True = excluded, or float added) as SDPA's convention, 4-D or 2-D."""
+    dt = str(getattr(m, "dtype", ""))
+    if dt == "torch.bool":
+        return ~m if allowed_is_false else m
+    if dt in _FLOATS:
+        return m
+    return Skip("mask-dtype", "%s calls with a %s of dtype %s are not monitored (bool and float "
+                "masks are)" % (_MHA, what, dt or type(m).__name__))
+
+
+def from_mha(args, kwargs, mask_bytes_max, compiling=False):
+    """nn.MultiheadAttention's call (torch.nn.functional.multi_head_attention_forward: query
+    [L, N, E] or [L, E], key [S, N, E] or [S, E], sequence first as the module hands them over):
+    q and k are not arguments, so they are computed here from the call's own projection weights,
+    by the same linear calls torch makes (one packed projection for self-attention, so the values
+    are the ones the model multiplies), on monitored steps only. Masks in MHA's convention (bool
+    True = excluded; key_padding_mask [N, S]; attn_mask [L, S] or [N * H, L, S]) become SDPA's."""
+    if compiling:
+        return Skip("mha-compiled", "%s calls with need_weights=True inside torch.compile'd code "
+                    "are not monitored (their query and key exist only inside the call): pass "
+                    "need_weights=False where the weights are not used (that path is monitored, "
+                    "compiled too), or run the module eagerly" % _MHA)
+    a = dict(zip(_MHA_ARGS, args))
+    a.update(kwargs)
+    for name, kind in (("bias_k", "mha-bias-kv"), ("static_k", "mha-static-kv")):
+        if a.get(name) is not None:
+            return Skip(kind, "%s calls with %s are not monitored (keys the projection does not "
+                        "make)" % (_MHA, name))
+    if a.get("add_zero_attn"):
+        return Skip("mha-zero-attn", "%s calls with add_zero_attn are not monitored" % _MHA)
+    query, key, value = local(a.get("query")), local(a.get("key")), local(a.get("value"))
+    bad = _check_qk(query, key, (2, 3), _MHA)
+    if bad is not None:
+        return bad
+    if _dims(query) == 2:  # unbatched: [L, E]
+        query, key = query.unsqueeze(1), key.unsqueeze(1)
+        value = value.unsqueeze(1) if _is_tensor(value) else value
+    L, N, E = (int(x) for x in query.shape)
+    S = int(key.shape[0])
+    H = int(a.get("num_heads") or 0)
+    if H <= 0 or E % H:
+        return Skip("shape", "%s calls with embed_dim %d and %d heads are not monitored"
+                    % (_MHA, E, H))
+    D = E // H
+    T = sys.modules.get("torch")
+    no_grad = getattr(T, "no_grad", None)
+    if no_grad is None:  # a stand-in torch
+        return _mha_qk(a, query, key, value, L, N, E, S, H, D, mask_bytes_max)
+    with no_grad():  # the copies of the model's q and k need no autograd graph
+        return _mha_qk(a, query, key, value, L, N, E, S, H, D, mask_bytes_max)
+
+
+def _mha_qk(a, query, key, value, L, N, E, S, H, D, mask_bytes_max):
+    F = sys.modules.get("torch.nn.functional")
+    b = a.get("in_proj_bias")
+    bq, bk = (None, None) if b is None else (b[:E], b[E:2 * E])
+    if a.get("use_separate_proj_weight"):
+        q = F.linear(query, a.get("q_proj_weight"), bq)
+        k = F.linear(key, a.get("k_proj_weight"), bk)
+    else:
+        w = a.get("in_proj_weight")
+        if query is key and key is value:  # self-attention: torch's one packed projection
+            qkv = F.linear(query, w, b)
+            q, k = qkv[..., :E], qkv[..., E:2 * E]
+        elif key is value:  # torch: q, then k and v in one projection
+            q = F.linear(query, w[:E], bq)
+            k = F.linear(key, w[E:], None if b is None else b[E:])[..., :E]
+        else:
+            q, k = F.linear(query, w[:E], bq), F.linear(key, w[E:2 * E], bk)
+    # [L, N, E] -> [N, L, H, D] (a view: D stays contiguous)
+    q, k = q.view(L, N, H, D).transpose(0, 1), k.view(S, N, H, D).transpose(0, 1)
+    mask = None
+    am, kpm = a.get("attn_mask"), a.get("key_padding_mask")
+    if am is not None:
+        am = _mha_mask(am, "attn_mask", True)
+        if isinstance(am, Skip):
+            return am
+        if _dims(am) == 2:
+            am = am.view(1, 1, L, S)
+        elif _dims(am) == 3 and int(am.shape[0]) == N * H:  # PyTorch takes no other 3-D one
+            am = am.view(N, H, L, S)
+        else:
+            return Skip("mask-shape", "%s calls with an attn_mask of shape %s are not monitored"
+                        % (_MHA, tuple(am.shape)))
+        mask = am
+    if kpm is not None:
+        kpm = _mha_mask(kpm, "key_padding_mask", True)
+        if isinstance(kpm, Skip):
+            return kpm
+        if _dims(kpm) == 1:
+            kpm = kpm.view(1, S)
+        kpm = kpm.view(int(kpm.shape[0]), 1, 1, S)
+        if mask is None:
+            mask = kpm
+        else:  # both: one mask, as torch merges them
+            h = int(mask.shape[1])
+            if N * h * L * S * 4 > mask_bytes_max:
+                return Skip("mask-size", "%s calls with both an attn_mask and a key_padding_mask "
+                            "of [%d, %d, %d, %d] are not monitored (the merged mask would pass "
+                            "mask_bytes_max=%d)" % (_MHA, N, h, L, S, mask_bytes_max))
+            fl = [m for m in (mask, kpm) if str(m.dtype) != "torch.bool"]
+            if not fl:
+                mask = mask & kpm
+            else:  # float: -inf where a bool one excludes, then added
+                dt = fl[0].dtype
+                T = sys.modules.get("torch")
+                mask, kpm = [m if str(m.dtype) != "torch.bool" else
+                             T.zeros_like(m, dtype=dt).masked_fill(~m, float("-inf"))
+                             for m in (mask, kpm)]
+                mask = mask + kpm
+    return Call(q, k, layout="bnhd", attn_mask=mask, heads=H)
 
 
 # ---- transformers' attention interface ----------------------------------------------------------

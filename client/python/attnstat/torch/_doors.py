@@ -5,7 +5,9 @@
   - 'flash_attn': flash_attn_func / flash_attn_varlen_func of flash_attn (and its
     flash_attn_interface) and of FlashAttention 3's flash_attn_interface module;
   - 'transformers': the attention function a transformers model's config names, in transformers'
-    attention mapping, and the modeling modules' eager_attention_forward.
+    attention mapping, and the modeling modules' eager_attention_forward;
+  - 'mha': torch.nn.functional.multi_head_attention_forward (nn.MultiheadAttention), for the
+    calls that ask for the attention weights (the others reach the 'sdpa' door inside it).
 Each is installed in its home and, through _install.scan(), wherever a loaded module holds the
 original by name. One Door object per door and process: a later monitor reuses the wrappers (a
 compiled graph that traced them stays valid), with its own mask_bytes_max.
@@ -35,6 +37,23 @@ def _at(door, home, attr, modules):
 def open_sdpa(modules):
     _at(_door("sdpa", "sdpa", _calls.from_sdpa, autocast=True), "torch.nn.functional",
         "scaled_dot_product_attention", modules)
+    return True
+
+
+def open_mha(modules, mask_bytes_max):
+    """nn.MultiheadAttention (torch.nn.functional.multi_head_attention_forward), for its calls
+    with need_weights (the module's default): torch computes those without
+    scaled_dot_product_attention, so no other door sees them. Its other calls are left to the
+    sdpa door inside it (torch 2), at no cost."""
+    F = sys.modules.get("torch.nn.functional")
+    if F is None or not hasattr(F, "multi_head_attention_forward"):
+        return False
+    public_sdpa = hasattr(F, "scaled_dot_product_attention")
+    d = _door("mha", "mha", None, autocast=True)
+    d.mask_bytes_max = mask_bytes_max
+    d.describe = lambda a, k: _calls.from_mha(a, k, d.mask_bytes_max, _install.compiling())
+    d.claims = lambda a, k: _calls.mha_claims(a, k, public_sdpa)
+    _at(d, "torch.nn.functional", "multi_head_attention_forward", modules)
     return True
 
 

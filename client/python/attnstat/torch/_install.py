@@ -22,8 +22,8 @@ starts without recompiling the model. uninstall() puts every original back regar
 import sys
 import threading
 
-from . import _op
-from ._state import STATE
+from . import _op, _unseen
+from ._state import CALLS, STATE
 _tls = threading.local()         # eager: inside a door (inner doors stay quiet)
 _torch = None                    # the torch module, once a monitor has started
 _is_compiling = None             # torch.compiler.is_compiling (None: a torch without it)
@@ -39,18 +39,28 @@ _homes = {}                      # module name -> callable(module) installing th
 
 
 class Door(object):
-    """One way into attention: name ('sdpa', 'flex', 'flash_attn', 'transformers'), describe
-    (args, kwargs) -> _calls.Call or _calls.Skip, autocast (whether the door computes under
-    autocast: float32 q and k are then rounded to autocast's dtype)."""
+    """One way into attention: name ('sdpa', 'flex', 'flash_attn', 'transformers', 'mha'),
+    describe (args, kwargs) -> _calls.Call or _calls.Skip, autocast (whether the door computes
+    under autocast: float32 q and k are then rounded to autocast's dtype); claims (args, kwargs)
+    -> False for a call the door leaves to the doors inside it (None: every call is the door's)."""
 
     def __init__(self, name, describe, autocast=False):
         self.name, self.describe, self.autocast = name, describe, autocast
+        self.claims = None
+
+
+def compiling():
+    """Whether Dynamo is tracing now."""
+    ic = _is_compiling
+    return bool(ic is not None and ic())
 
 
 def wrapper_for(orig, door):
     """A wrapper of orig for door: calls orig, then observes the call."""
 
     def wrapper(*args, **kwargs):
+        if door.claims is not None and not door.claims(args, kwargs):
+            return orig(*args, **kwargs)  # the doors inside it see the call, as without this one
         t, ic = _torch, _is_compiling
         if ic is not None and ic():
             if STATE.trace_depth:
@@ -65,6 +75,7 @@ def wrapper_for(orig, door):
         mon = STATE.monitor
         if mon is None or getattr(_tls, "depth", 0):
             return orig(*args, **kwargs)
+        CALLS.n = getattr(CALLS, "n", 0) + 1  # the module around this call saw one (_unseen)
         _tls.depth = 1
         try:
             out = orig(*args, **kwargs)
@@ -183,6 +194,11 @@ def hook_model(model, torch):
     _hooks[key] = h
 
 
+def watch_modules(model):
+    """The attention modules of model watched for forward passes no door saw (_unseen.py)."""
+    return _unseen.watch(model, _is_compiling)
+
+
 def activate(mon, torch):
     global _torch, _is_compiling
     if STATE.monitor is not None and STATE.monitor is not mon:
@@ -231,6 +247,7 @@ def uninstall():
         except Exception:
             pass
     _hooks.clear()
+    _unseen.unwatch()
     STATE.traced = STATE.cudagraphs = False
     _torch = None
 

@@ -29,7 +29,13 @@ The doors it watches (doors="auto": every one that is importable; _doors.py):
     (sdpa, eager, flash_attention_2/3, flex_attention) is wrapped in transformers' attention
     interface, so that every call is seen with the model's own mask, attention sinks (gpt-oss)
     and layer number (the module's layer_idx); the doors above then stay quiet inside it (no
-    call is pushed twice).
+    call is pushed twice);
+  - 'mha': nn.MultiheadAttention's calls that ask for the attention weights (need_weights=True,
+    its default), which torch computes without scaled_dot_product_attention: q and k are
+    computed from the call's own projection weights by the linear calls torch makes (on
+    monitored steps only: one more input projection there), masks in MHA's convention (True =
+    excluded) turned into SDPA's; its calls without weights reach the 'sdpa' door inside it. In
+    compiled code such calls are skipped and counted (pass need_weights=False there).
 However the model reaches them: through the module attribute, or imported by name into any
 loaded module (`from torch.nn.attention.flex_attention import flex_attention`); modules loaded
 while the monitor is active are looked at before each forward pass (or step). Layer = the
@@ -56,7 +62,9 @@ is counted in .rejected / .dropped (.rejected_by[reason]) and warned about once 
 the daemon's own words; a push that fails here is counted in .errors and warned about once
 (strict=True raises instead). A forward pass (with model=; a step without it) in which no
 attention call was seen is counted in .blind and said once with the likely causes, and so is one
-in which every call was skipped (.all_skipped). Telemetry never stops training. CUDA tensors go to
+in which every call was skipped (.all_skipped); an attention module of model= whose eager
+forward no door saw is counted by class in .unseen_by and said once (_unseen.py). Telemetry never
+stops training. CUDA tensors go to
 the daemon without a device synchronisation; the client keeps them alive until the daemon has
 read them. Where the library has no GPU path, CUDA calls are skipped after one warning, or copied
 to the host with copy_to_host=True (that synchronises the device).
@@ -80,7 +88,7 @@ from .._client import AttnstatError
 from .. import _lib, _pushargs
 from . import _calls, _doors, _install, _layout, _op
 
-_DOORS = ("sdpa", "flex", "flash_attn", "transformers")
+_DOORS = ("sdpa", "flex", "flash_attn", "transformers", "mha")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
 _BLIND_WHY = ("the model's attention did not go through a door the monitor watches (a fused or "
               "custom attention kernel, a function held where the monitor cannot see it: pass "
@@ -99,7 +107,7 @@ class monitor(object):
     sample_every, sample_rows, seed, softcap, window, want_results: passed to push(). modules:
     further modules whose attention attributes are patched (those that hold the original
     functions are found on their own). doors: 'auto' or a sequence of door names ('sdpa',
-    'flex', 'flash_attn', 'transformers'). compute_dtype: 'auto' (the precision the attention
+    'flex', 'flash_attn', 'transformers', 'mha'). compute_dtype: 'auto' (the precision the attention
     computed in, where the door computes under autocast), None (the tensors' own) or a dtype name
     (in compiled code, float32 q and k of an autocast door reach the monitor already rounded to
     the attention's precision, as the attention read them).
@@ -117,13 +125,16 @@ class monitor(object):
     "sink_mass", "distance") or an iterable of names. sink_mass and distance cost the tensor-core
     kernels extra time and are computed only when asked. Checked here: ValueError listing the
     valid names.
+    check_modules: with model=, watch its attention modules (the innermost whose class name says
+    attention) for eager forward passes in which no door saw a call: counted by class in
+    .unseen_by and said once per class (a layer the monitor does not see is never silent).
     """
 
     def __init__(self, client, every=1, sample_rows=0, sample_every=0, seed=0, model=None,
                  auto_step=None, start_step=0, layers=None, softcap=0.0, window=None,
                  want_results=False, modules=(), copy_to_host=False, strict=False,
                  compiled="auto", doors="auto", compute_dtype="auto", mask_bytes_max=256 << 20,
-                 layout="auto", layer_offset=None, stats=None):
+                 layout="auto", layer_offset=None, stats=None, check_modules=True):
         if compiled not in ("auto", "skip", "break"):
             raise ValueError("compiled is %r: 'auto' or 'skip'" % (compiled,))
         if int(every) < 1:
@@ -166,8 +177,11 @@ class monitor(object):
         self.blind = 0           # forward passes (steps without model=) that saw no call
         self.all_skipped = 0     # forward passes (steps) whose every call was skipped
         self.compiled_calls = 0  # calls observed through the compiled graph's operator
+        self.recomputed = 0      # calls run again in backward (activation checkpointing): not pushed
         self.skipped_by = {}
         self.rejected_by = {}
+        self.unseen_by = {}      # attention modules (class) whose forward no door saw: runs
+        self.check_modules = bool(check_modules)
         self.doors_open = []
         self.layout_used = None  # the layout said to the client (a dict), or None
         self._lock = threading.Lock()
@@ -216,7 +230,9 @@ class monitor(object):
                 "skipped": self.skipped, "rejected": self.rejected, "errors": self.errors,
                 "blind": self.blind, "all_skipped": self.all_skipped,
                 "compiled_calls": self.compiled_calls, "max_out_refused": self.max_out_refused,
+                "recomputed": self.recomputed,
                 "skipped_by": dict(self.skipped_by), "rejected_by": dict(self.rejected_by),
+                "unseen_by": dict(self.unseen_by),
                 "doors": list(self.doors_open), "layout": self.layout_used}
 
     def __enter__(self):
@@ -233,6 +249,8 @@ class monitor(object):
             self._open_doors()
             if self.model is not None:
                 _install.hook_model(self.model, torch)
+                if self.check_modules:
+                    _install.watch_modules(self.model)
             _install.scan()
         except BaseException:
             _install.deactivate(self)
@@ -276,6 +294,8 @@ class monitor(object):
             self.doors_open.append("flex")
         if self._want("flash_attn") and _doors.open_flash(self.modules, required):
             self.doors_open.append("flash_attn")
+        if self._want("mha") and _doors.open_mha(self.modules, self.mask_bytes_max):
+            self.doors_open.append("mha")
 
     # ---- forward passes -------------------------------------------------------------------------
     def _forward_begin(self, key):
@@ -313,11 +333,33 @@ class monitor(object):
                             % (what, ", ".join("%s: %d" % kv for kv in
                                                sorted(self.skipped_by.items()))))
 
+    def _unseen(self, cls, name):
+        """An attention module of the model (class cls, at name) ran a forward no door saw."""
+        if not self._active or self._jit_tracing():
+            return
+        with self._lock:
+            self.unseen_by[cls] = self.unseen_by.get(cls, 0) + 1
+        self._warn_once("unseen:" + cls, "the model's attention module %s (first at %r) ran "
+                        "without a call the monitor sees: its attention goes through a kernel no "
+                        "door watches (a fused library kernel, attention written out with matmul "
+                        "and softmax, or PyTorch's inference fast path), so that layer is not "
+                        "monitored (counted in stats()['unseen_by']). If %s computes no softmax "
+                        "attention over keys, pass check_modules=False" % (cls, name, cls))
+
     # ---- observing ------------------------------------------------------------------------------
     def _jit_tracing(self):
         f = getattr(getattr(self._torch, "jit", None), "is_tracing", None)
         try:
             return bool(callable(f) and f())
+        except Exception:
+            return False
+
+    def _in_backward(self):
+        """Whether autograd's engine is running a backward on this thread (a checkpointed
+        layer's forward runs again there: its attention was pushed when it first ran)."""
+        f = getattr(getattr(self._torch, "_C", None), "_current_graph_task_id", None)
+        try:
+            return f is not None and f() != -1
         except Exception:
             return False
 
@@ -404,6 +446,9 @@ class monitor(object):
 
     def _observe_eager(self, door, args, kwargs, out):
         if door.name not in self._wanted or not self._active or self._jit_tracing():
+            return
+        if self._in_backward():  # activation checkpointing's recompute: pushed in the forward
+            self.recomputed += 1
             return
         try:
             index, step, sampled = self._count()

@@ -1,5 +1,6 @@
 """The process-wide state the doors (_install.py) and the compiled graph's operators (_op.py)
-share: which monitor is active, and what compiled graphs hold. Imports nothing."""
+share: which monitor is active, and what compiled graphs hold. Imports threading alone."""
+import threading
 
 
 class _State(object):
@@ -12,3 +13,4 @@ class _State(object):
 
 
 STATE = _State()
+CALLS = threading.local()  # .n: this thread's door calls while a monitor was active (_unseen.py)
