@@ -351,11 +351,12 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
 }
 
 /* The end of a warp's rows: the four lanes of a quad hold disjoint keys of each row, so their
- * (M, l, W) are merged exactly (state_merge), and lane 0 of the quad finishes the row into acc,
- * with head h's sink (read here, once per block and warp, after the block's tiles). XS: the fold
- * also kept D (fold_lane), summed over the quad at the merged max, and F0 the raw logit of each
- * row's first key (first_key_pick), whose scaled value gives the row's sink mass
- * (quad_first_logit); without, row_done gets NaN for both. */
+ * (M, l, W) are merged exactly (state_merge), and lane hr of the quad finishes row hr into acc
+ * (both rows at once, 16 lanes of the warp, where one lane finishing both took two passes of 8:
+ * bench/kernel_notes.md round 20), with head h's sink (read here, once per block and warp, after
+ * the block's tiles). XS: the fold also kept D (fold_lane), summed over the quad at the merged
+ * max, and F0 the raw logit of each row's first key (first_key_pick), whose scaled value gives
+ * the row's sink mass (quad_first_logit); without, row_done gets NaN for both. */
 template <bool XS = false>
 static __device__ __forceinline__ void warp_rows_done(const kparams &p, const seqinfo &si, int h,
                                                       const int *rows, int warp, int g, int tq,
@@ -365,6 +366,8 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
                                                       const float *F0 = nullptr)
 {
     const float sink = head_sink(p, h);
+    float Ms[2], ls[2], Ws[2], Fs[2], Ds[2];
+    int is[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float Mr = M[hr], lr = l[hr], wr = W[hr];
@@ -383,10 +386,18 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
             Dr += __shfl_xor_sync(0xffffffffu, Dr, 2);
             F = quad_first_logit(p, F0[hr], i >= 0 && k.lo[hr] <= k.hi[hr]);
         }
-        if (tq == 0 && i >= 0) {
-            const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
-            row_done<XS>(p, acc, ro, k.hi[hr] - k.lo[hr] + 1, Mr, lr, wr, Mr, sink, F, Dr);
-        }
+        Ms[hr] = Mr, ls[hr] = lr, Ws[hr] = wr, Fs[hr] = F, Ds[hr] = Dr, is[hr] = i;
+    }
+    /* every lane of the quad holds both rows' merged states: lane 0 finishes row 0, lane 1 row 1
+     * (selects, not an index: a register array indexed at run time goes to local memory) */
+    const bool r1 = tq == 1;
+    const int i = r1 ? is[1] : is[0];
+    if (tq < 2 && i >= 0) {
+        const long long ro = ((long long)si.tb * p.hq + h) * p.len_q + si.q0 + i;
+        const int nvis = r1 ? k.hi[1] - k.lo[1] + 1 : k.hi[0] - k.lo[0] + 1;
+        const float Mr = r1 ? Ms[1] : Ms[0];
+        row_done<XS>(p, acc, ro, nvis, Mr, r1 ? ls[1] : ls[0], r1 ? Ws[1] : Ws[0], Mr, sink,
+                     r1 ? Fs[1] : Fs[0], r1 ? Ds[1] : Ds[0]);
     }
 }
 
