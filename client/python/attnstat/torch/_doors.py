@@ -53,6 +53,7 @@ def open_mha(modules, mask_bytes_max):
     d.mask_bytes_max = mask_bytes_max
     d.describe = lambda a, k: _calls.from_mha(a, k, d.mask_bytes_max, _install.compiling())
     d.claims = lambda a, k: _calls.mha_claims(a, k, public_sdpa)
+    d.dynamo_only = True
     _at(d, "torch.nn.functional", "multi_head_attention_forward", modules)
     return True
 

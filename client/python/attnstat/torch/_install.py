@@ -26,7 +26,7 @@ from . import _op, _unseen
 from ._state import CALLS, STATE
 _tls = threading.local()         # eager: inside a door (inner doors stay quiet)
 _torch = None                    # the torch module, once a monitor has started
-_is_compiling = None             # torch.compiler.is_compiling (None: a torch without it)
+_is_compiling = None             # _tracer(torch) (None: a torch without torch.compile)
 
 # Door name -> Door; (id(holder), attribute or key) -> record; id(original) -> (original, Door)
 _doors = {}
@@ -47,10 +47,40 @@ class Door(object):
     def __init__(self, name, describe, autocast=False):
         self.name, self.describe, self.autocast = name, describe, autocast
         self.claims = None
+        # True for a door whose original Dynamo puts into its graph whole after tracing the
+        # wrapper (multi_head_attention_forward): the graph's code calls it by its qualified name,
+        # which is the wrapper again, below Dynamo, where the call was already observed
+        self.dynamo_only = False
+
+
+def _tracer(torch):
+    """A function saying whether a graph is being traced now: Dynamo, or AOTAutograd's tracing
+    below it (a proxy or fake tensor dispatch mode). The second is where the doors inside a
+    function Dynamo puts into its graph whole are called (nn.MultiheadAttention's
+    multi_head_attention_forward, and with it every nn.TransformerEncoderLayer): their tensors are
+    fake there, and the observation goes into the graph as it does under Dynamo. The function
+    returns 0 (no tracing), 1 (Dynamo) or 2 (below Dynamo). None: a torch without
+    torch.compile."""
+    ic = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    C = getattr(torch, "_C", None)
+    mode_of = getattr(C, "_get_dispatch_mode", None)
+    keys = getattr(C, "_TorchDispatchModeKey", None)
+    modes = tuple(getattr(keys, n) for n in ("PROXY", "FAKE") if hasattr(keys, n))
+    if ic is None or mode_of is None or not modes:
+        return ic
+
+    def tracing():
+        if ic():
+            return 1
+        for key in modes:
+            if mode_of(key) is not None:
+                return 2
+        return 0
+    return tracing
 
 
 def compiling():
-    """Whether Dynamo is tracing now."""
+    """Whether a graph is being traced now (_tracer)."""
     ic = _is_compiling
     return bool(ic is not None and ic())
 
@@ -62,8 +92,9 @@ def wrapper_for(orig, door):
         if door.claims is not None and not door.claims(args, kwargs):
             return orig(*args, **kwargs)  # the doors inside it see the call, as without this one
         t, ic = _torch, _is_compiling
-        if ic is not None and ic():
-            if STATE.trace_depth:
+        tr = ic() if ic is not None else 0
+        if tr:
+            if STATE.trace_depth or (tr == 2 and door.dynamo_only):
                 return orig(*args, **kwargs)
             STATE.trace_depth += 1
             try:
@@ -205,7 +236,7 @@ def activate(mon, torch):
         raise RuntimeError("attnstat.torch.monitor: another monitor is active in this process "
                            "(%r); leave it first" % (STATE.monitor,))
     _torch = torch
-    _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    _is_compiling = _tracer(torch)
     if not _known_modules:
         _known_modules.update(sys.modules)
     STATE.monitor = mon
