@@ -244,5 +244,70 @@ class TestMhaDoor(unittest.TestCase):
         self.assertIs(self.F.multi_head_attention_forward, orig)
 
 
+class TestBelowDynamo(unittest.TestCase):
+    """torch.compile: Dynamo puts multi_head_attention_forward into its graph whole, and the
+    graph's code calls it again by its qualified name (the door's wrapper) in AOTAutograd's
+    tracing, below Dynamo, with fake tensors (a proxy or fake dispatch mode active,
+    torch.compiler.is_compiling() False). There the sdpa door inside it must put its observation
+    into the graph (not push fake tensors), and the 'mha' door, whose wrapper Dynamo traced and
+    observed already, must stay quiet. The stand-in torch has the dispatch-mode query; the graph
+    is a list of what the doors emitted."""
+    E, H = TestMhaDoor.E, TestMhaDoor.H
+
+    def setUp(self):
+        import types
+        from attnstat.torch import _op
+        TestMhaDoor.setUp(self)
+        self.modes, self.dynamo = {}, False
+        T = self.fake.torch
+        T._C = types.SimpleNamespace(
+            _TorchDispatchModeKey=types.SimpleNamespace(PROXY="proxy", FAKE="fake"),
+            _get_dispatch_mode=lambda key: self.modes.get(key))
+        T.compiler = types.SimpleNamespace(is_compiling=lambda: self.dynamo)
+        self.graph, self._op, self._emit = [], _op, _op.emit
+        _op.emit = lambda torch, door, call, out: self.graph.append((door.name, call))
+
+    def tearDown(self):
+        self._op.emit = self._emit
+        attnstat.torch.uninstall()
+        TestMhaDoor.tearDown(self)
+
+    def test_levels(self):
+        from attnstat.torch import _install
+        tracing = _install._tracer(self.fake.torch)
+        self.assertEqual(tracing(), 0)
+        self.modes["fake"] = object()
+        self.assertEqual(tracing(), 2)
+        self.dynamo = True
+        self.assertEqual(tracing(), 1)
+        del self.fake.torch._C  # a torch without the query: Dynamo's flag alone
+        self.assertIs(_install._tracer(self.fake.torch), self.fake.torch.compiler.is_compiling)
+
+    def test_doors_below_dynamo(self):
+        from attnstat.torch import _calls
+        x = FakeTensor(randn(5, 2, self.E))
+        c = RecordingClient()
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(c) as mon:
+                self.modes["proxy"] = object()
+                TestMhaDoor.call(self, x, x, x, need_weights=False)  # the encoder layer's call
+                self.assertEqual([d for d, _ in self.graph], ["sdpa"])
+                self.assertIsInstance(self.graph[0][1], _calls.Call)
+                out, w = TestMhaDoor.call(self, x, x, x)  # weights: Dynamo observed it
+                self.assertIsNotNone(w)
+                self.assertEqual(len(self.graph), 1)
+                self.dynamo = True  # Dynamo tracing the wrapper: the call is noted there
+                TestMhaDoor.call(self, x, x, x)
+                self.assertEqual([d for d, _ in self.graph], ["sdpa", "mha"])
+                self.assertEqual(self.graph[1][1].kind, "mha-compiled")
+                self.modes.clear()
+                self.dynamo = False  # eager again: pushed, nothing emitted
+                TestMhaDoor.call(self, x, x, x)
+        self.assertEqual(len(self.graph), 2)
+        self.assertEqual((mon.pushed, mon.errors, len(c.calls)), (1, 0, 1), [str(w.message)
+                                                                              for w in ws])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
