@@ -234,7 +234,8 @@ static void pty_read(int m, char **buf, size_t *len, const char *needle, int n)
         if (needle && cli_count_text(*buf, needle) >= n)
             return;
         int64_t left = end - dh_now_ms();
-        ck_assert_msg(left > 0, "the terminal did not show '%s' %d times:\n%s", needle, n, *buf);
+        ck_assert_msg(left > 0, "the terminal did not show '%s' %d times:\n%s",
+                      needle ? needle : "(its end)", n, *buf);
         struct pollfd p = {.fd = m, .events = POLLIN};
         if (poll(&p, 1, (int)left) <= 0)
             continue;

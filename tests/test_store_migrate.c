@@ -1,4 +1,4 @@
-/* test_store_migrate.c — Check suite for the store's migrations from schema versions 1, 2 and 3
+/* test_store_migrate.c — Check suite for the store's migrations from schema versions 1 to 6
  * (schema/). Version 1: a database built exactly as version 1's code built it (schema/001_init.sql, then version 1's
  * statements, bound by name as it bound them: runs, samples pushed and pushed again, alerts), opened
  * by this code: every sample and every alert read back exactly, the runs' summaries, the new key of
@@ -7,7 +7,9 @@
  * their ids and states. Version 3: everything of runs and alerts that end is kept, the layout
  * columns (version 4) and the statistics' columns (version 5) added; a fresh database has them all.
  * Version 5: a database built from schema/001..005 with runs, samples and an alert opens at
- * version 6, keeps them, and stores and reads back interventions (which delete-run takes). Reads nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
+ * version 6, keeps them, and stores and reads back interventions (which delete-run takes). Version
+ * 6: every alert and silence kept, ids included, and ids never given again after delete-run. Reads
+ * nothing private but STORE_EXACT_ROW_BYTES (store_internal.h).
  *
  * Random data comes from a seed printed at start (ATTNSTAT_TEST_SEED=<n> replays a run). Every test
  * works in its own temporary directory.
@@ -521,15 +523,21 @@ static void assert_v3_and_v4(void)
                                       "WHERE name IN ('run_id', 'rank', 'step', 'time_ms', 'kind', "
                                       "'layer', 'heads', 'head_values', 'threshold', 'measured', "
                                       "'detail')"), 11);
+    /* and version 7's ids never given again, the tables' indexes rebuilt with them */
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                                      "name IN ('alerts', 'silences') AND sql LIKE "
+                                      "'%AUTOINCREMENT%'"), 2);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND "
+                                      "name IN ('alerts_key', 'alerts_step', 'silences_run')"), 3);
 }
 
 /* A database this code makes from nothing is at the last version and has both. */
 START_TEST(test_fresh_has_every_version)
 {
-    ck_assert_int_eq(store_schema_version(), 6);
+    ck_assert_int_eq(store_schema_version(), 7);
     store *st = open_ok(dbpath);
     store_close(st);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 6);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 7);
     assert_v3_and_v4();
 }
 END_TEST
@@ -635,7 +643,7 @@ START_TEST(test_migrate_v5_interventions)
     sqlite3_close(db);
 
     store *st = open_ok(dbpath);
-    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 6);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), store_schema_version());
     assert_v3_and_v4();
     ck_assert_int_eq(raw_int(dbpath, "SELECT sum(rows) FROM samples"), want_sum);
     ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM alerts WHERE id = 5"), 1);
@@ -671,6 +679,140 @@ START_TEST(test_migrate_v5_interventions)
 }
 END_TEST
 
+/* ---- version 6 -> 7: ids never given again ---------------------------------------------------- */
+
+/* Every row of a table as one text (each column of cols quoted by SQLite), in id order. */
+static char *table_text(const char *table, const char *cols)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    char expr[600] = "quote(", sql[900];
+    size_t n = strlen(expr);
+    for (const char *c = cols; *c && n + 16 < sizeof expr; c++) {
+        if (*c == ' ')
+            n += (size_t)snprintf(expr + n, sizeof expr - n, ")||','||quote(");
+        else
+            expr[n++] = *c;
+    }
+    snprintf(expr + n, sizeof expr - n, ")");
+    snprintf(sql, sizeof sql, "SELECT group_concat(r, ';') FROM (SELECT %s AS r FROM %s ORDER BY "
+             "id)", expr, table);
+    sqlite3_stmt *st = NULL;
+    char *out = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        out = strdup(sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : "");
+    ck_assert_msg(out != NULL, "reading %s: %s", table, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+}
+
+/* One alert and one silence of run r, through the store; their ids to *alert and *silence. */
+static void add_alert_and_silence(store *st, int64_t r, int64_t *alert, int64_t *silence)
+{
+    store_error err = {0};
+    store_alert a = {.run_id = r, .layer = 1, .head = 2, .step = 9, .rule = "entropy_floor",
+                     .state = STORE_ALERT_RAISED, .value = rnd_unit(), .threshold = 0.5,
+                     .message = "new"};
+    ck_assert_msg(store_add_alert(st, &a, &err) == STORE_OK, "%s", err.msg);
+    store_silence s = {.run_id = r, .layer = 1, .head = 2, .rule = "entropy_floor", .uid = 1000,
+                       .time_ms = 0, .until_ms = 0};
+    ck_assert_msg(store_add_silence(st, &s, silence, &err) == STORE_OK, "%s", err.msg);
+    ck_assert_msg(store_commit(st, &err) == STORE_OK, "%s", err.msg);
+    *alert = raw_int(dbpath, "SELECT max(id) FROM alerts");
+}
+
+static void delete_run(store *st, int64_t r)
+{
+    store_error err = {0};
+    int done = 0;
+    while (!done)
+        ck_assert_msg(store_delete_run(st, r, 0, &done, &err) == STORE_OK, "%s", err.msg);
+}
+
+/* A version-6 database (001 .. 006 as files) whose alerts and silences have every column set
+ * opens at version 7 with every row as it was, ids included; after delete-run takes the run that
+ * holds the largest ids, a new alert and a new silence get ids above every one given before
+ * (version 6 gave the deleted ones again: a stale `alerts ack --id` acted on a new alert). */
+START_TEST(test_migrate_v6_ids)
+{
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
+                     SQLITE_OK);
+    v1_exec(db, "PRAGMA journal_mode = WAL");
+    v1_exec(db, "BEGIN IMMEDIATE");
+    static const char *const files[] = {"001_init.sql", "002_compact.sql", "003_lifecycle.sql",
+                                        "004_layout.sql", "005_stats.sql", "006_interventions.sql"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        exec_file(db, files[i]);
+    v1_exec(db, "PRAGMA user_version = 6; PRAGMA application_id = 1635021684");
+    v1_exec(db, "COMMIT");
+    v1_exec(db, "INSERT INTO runs (id, name, rank, started, last_hello, owner_uid) VALUES "
+                "(21, 'keep', 0, 1, 1, 1000), (22, 'gone', 0, 1, 1, 1000)");
+    static const char *const states[] = {"raised", "cleared", "resolved"};
+    for (int i = 1; i <= 6; i++) {
+        char sql[700];
+        snprintf(sql, sizeof sql, "INSERT INTO alerts (id, run_id, layer, head, step, rule, state, "
+                 "value, threshold, time, message, reason, uid, ack_uid, ack_time) VALUES (%d, %d, "
+                 "%d, %d, %d, 'logit_ceiling', '%s', %.17g, %.17g, %d, 'm%d', %s, %s, %s, %s)",
+                 i, i <= 3 ? 21 : 22, (int)rnd_range(0, 40), (int)rnd_range(0, 63), 10 * i,
+                 states[i % 3], rnd_unit() * 100.0, 50.0, 1000 + i, i,
+                 i % 3 ? "'samples'" : "NULL", i % 3 == 2 ? "1001" : "NULL",
+                 i % 3 == 0 ? "1002" : "NULL", i % 3 == 0 ? "2000" : "NULL");
+        v1_exec(db, sql);
+    }
+    v1_exec(db, "INSERT INTO silences (id, run_id, layer, head, rule, uid, time, until) VALUES "
+                "(1, 21, 3, 4, 'nonfinite', 1000, 500, NULL), (2, 22, 5, 6, 'entropy_floor', 1001, "
+                "600, 900)");
+    sqlite3_close(db);
+    static const char *const acols = "id run_id layer head step rule state value threshold time "
+                                     "message reason uid ack_uid ack_time";
+    static const char *const scols = "id run_id layer head rule uid time until";
+    char *alerts = table_text("alerts", acols), *silences = table_text("silences", scols);
+
+    store *st = open_ok(dbpath);
+    ck_assert_int_eq(raw_int(dbpath, "PRAGMA user_version"), 7);
+    assert_v3_and_v4();
+    char *alerts2 = table_text("alerts", acols), *silences2 = table_text("silences", scols);
+    ck_assert_str_eq(alerts2, alerts);
+    ck_assert_str_eq(silences2, silences);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_integrity_check WHERE "
+                                      "integrity_check = 'ok'"), 1);
+
+    delete_run(st, 22);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM alerts"), 3);
+    int64_t a = 0, s = 0;
+    add_alert_and_silence(st, 21, &a, &s);
+    ck_assert_int_eq(a, 7);
+    ck_assert_int_eq(s, 3);
+    store_close(st);
+    free(alerts), free(silences), free(alerts2), free(silences2);
+}
+END_TEST
+
+/* The same on a database made from nothing: a run's alerts and silences deleted with it, the next
+ * ones of another run numbered above them, again after the store is opened anew. */
+START_TEST(test_fresh_ids_never_given_again)
+{
+    store *st = open_ok(dbpath);
+    int64_t r1 = begin_run(st, "keep", 0), r2 = begin_run(st, "gone", 0);
+    int64_t a1 = 0, s1 = 0, a2 = 0, s2 = 0, a3 = 0, s3 = 0;
+    add_alert_and_silence(st, r1, &a1, &s1);
+    add_alert_and_silence(st, r2, &a2, &s2);
+    ck_assert_int_gt(a2, a1);
+    ck_assert_int_gt(s2, s1);
+    delete_run(st, r2);
+    store_close(st);
+    st = open_ok(dbpath);
+    add_alert_and_silence(st, r1, &a3, &s3);
+    ck_assert_int_gt(a3, a2);
+    ck_assert_int_gt(s3, s2);
+    ck_assert_int_eq(raw_int(dbpath, "SELECT count(*) FROM alerts"), 2);
+    store_close(st);
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------------------------------ */
 
 static Suite *make_migrate_suite(void)
@@ -683,6 +825,8 @@ static Suite *make_migrate_suite(void)
     tcase_add_test(tc, test_migrate_v3_layout);
     tcase_add_test(tc, test_fresh_has_every_version);
     tcase_add_test(tc, test_migrate_v5_interventions);
+    tcase_add_test(tc, test_migrate_v6_ids);
+    tcase_add_test(tc, test_fresh_ids_never_given_again);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;

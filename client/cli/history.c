@@ -203,7 +203,7 @@ void history_limit_text(char *buf, size_t len, int64_t v, int is_ms)
     } else if (is_ms) {
         snprintf(buf, len, "%.4gd", (double)v / 86400000.0);
     } else {
-        char b[32];
+        char b[24]; /* fits the callers' 32 with the B (gcc -O3 checks) */
         out_fit(b, sizeof b, (double)v, 5);
         snprintf(buf, len, "%sB", b);
     }
