@@ -248,6 +248,10 @@ struct metrics_http {
     scrape *conns;
     int nscrapes;            /* scrape connections open (counted until their close begins) */
     uint64_t refused;        /* accepted over HTTP_MAX_SCRAPES and closed at once */
+    uint64_t dropped;        /* accepted without a scrape (out of memory) and closed at once */
+    uv_tcp_t spare;          /* takes such a connection and closes it (http_drop) */
+    int spare_busy;          /* spare is closing ... */
+    int spare_wanted;        /* ... and another connection waits for it */
     int stopping;
     int open_handles;
 };
@@ -368,6 +372,45 @@ static void scrape_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+static void http_drop(metrics_http *h);
+
+static void spare_closed(uv_handle_t *hd)
+{
+    metrics_http *h = hd->data;
+    h->open_handles--;
+    h->spare_busy = 0;
+    if (h->spare_wanted && !h->stopping) {
+        h->spare_wanted = 0;
+        http_drop(h);
+    }
+    http_maybe_free(h);
+}
+
+/* A connection no scrape could be made for (out of memory, a handle that would not start) is
+ * accepted into the spare handle and closed: libuv stops polling a listener whose connection
+ * callback did not accept, so leaving it there would stop the metrics port for good. The spare
+ * handle needs no memory; while it is closing, the next such connection waits for it. */
+static void http_drop(metrics_http *h)
+{
+    if (h->spare_busy) {
+        h->spare_wanted = 1;
+        return;
+    }
+    int rc = uv_tcp_init(h->listener.loop, &h->spare);
+    if (rc != 0) {
+        LOG_WARN("metrics", "uv_tcp_init for a connection to close: %s", uv_strerror(rc));
+        return;
+    }
+    h->spare.data = h;
+    h->spare_busy = 1;
+    h->open_handles++;
+    h->dropped++;
+    rc = uv_accept((uv_stream_t *)&h->listener, (uv_stream_t *)&h->spare);
+    if (rc != 0)
+        LOG_WARN("metrics", "accepting a connection to close: %s", uv_strerror(rc));
+    uv_close((uv_handle_t *)&h->spare, spare_closed);
+}
+
 static void http_accept(uv_stream_t *server, int status)
 {
     metrics_http *h = server->data;
@@ -377,7 +420,10 @@ static void http_accept(uv_stream_t *server, int status)
     }
     scrape *s = calloc(1, sizeof *s);
     if (!s) {
-        LOG_WARN("metrics", "out of memory accepting a scrape");
+        if (h->dropped == 0 || h->dropped % 1000 == 999)
+            LOG_WARN("metrics", "out of memory accepting a scrape: connection closed (%llu so "
+                     "far)", (unsigned long long)h->dropped + 1);
+        http_drop(h);
         return;
     }
     s->h = h;
@@ -385,6 +431,7 @@ static void http_accept(uv_stream_t *server, int status)
     if (rc != 0) {
         LOG_WARN("metrics", "uv_tcp_init: %s", uv_strerror(rc));
         free(s);
+        http_drop(h);
         return;
     }
     rc = uv_timer_init(server->loop, &s->timer);
@@ -400,6 +447,7 @@ static void http_accept(uv_stream_t *server, int status)
             h->conns->prev = s;
         h->conns = s;
         uv_close((uv_handle_t *)&s->tcp, scrape_closed);
+        http_drop(h);
         return;
     }
     s->tcp.data = s;
