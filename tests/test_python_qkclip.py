@@ -366,6 +366,32 @@ class TestClipStep(FakeTorchCase):
         self.assertEqual(clip.stats()["poll_errors"], 2)
         self.assertEqual(sum(1 for x in got if "reading results failed" in str(x.message)), 1)
 
+    def test_a_result_arriving_during_step_is_kept(self):
+        """A result that arrives while step() applies the last ones (a background thread polling
+        the client; here delivered from inside step(), as the intervention is recorded) is kept
+        for the next step(), which applies it once; one of a step already applied is dropped."""
+        a = Attention(self.rng, 0, 4, 4, 2)
+        client = FakeClient()
+        clip = qk_clip(client, projections={0: (a.q_proj, a.k_proj, 2)}, tau=5.0)
+        record = client.intervention
+        late = [(2, [1.0, 30.0, 1.0, 1.0]), (1, [50.0, 50.0, 50.0, 50.0])]
+
+        def intervention(*args, **kw):
+            while late:  # the newer step's result, then a late one of the step being applied
+                step, ml = late.pop(0)
+                client.result(step, 0, ml)
+            return record(*args, **kw)
+        client.intervention = intervention
+        client.result(1, 0, [10.0, 1.0, 1.0, 20.0])
+        self.assertEqual(clip.step(), 2)
+        w = a.q_proj.weight.a.copy()
+        self.assertEqual(clip.step(), 1)  # step 2's head 1, kept
+        f = np.sqrt(5.0 / 30.0)
+        np.testing.assert_allclose(a.q_proj.weight.a[2:4], w[2:4] * f, rtol=1e-12)
+        np.testing.assert_array_equal(a.q_proj.weight.a[:2], w[:2])
+        self.assertEqual(clip.step(), 0)
+        self.assertEqual([iv["step"] for iv in client.interventions], [1, 2])
+
     def test_tensor_parallel_shard(self):
         """A DTensor projection sharded by rows (ColwiseParallel): the process's own heads,
         numbered from 0 in its results, are its local shard's rows; the global shape (twice the

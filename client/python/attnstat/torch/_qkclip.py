@@ -138,6 +138,10 @@ class qk_clip(object):
                              "latent attention's kv_b_proj) or projections={layer: (q_linear, "
                              "k_linear, head_dim)} ({layer: {'q':, 'kv':, 'nope':, 'rope':, "
                              "'v':}} for latent attention)")
+        import threading
+        # observe() runs in whichever thread polls the client (a background poller's too): the
+        # results, the steps applied and the step bounds change under this lock
+        self._lock = threading.Lock()
         self._latest = {}    # layer -> (optimizer step, newest step, [largest max logit per head])
         self._applied = {}   # layer -> the optimizer step (_group) applied last
         self._bounds = []    # the monitor's step at each step() call (the last ones), and
@@ -262,6 +266,10 @@ class qk_clip(object):
         dropped (not in device mode, which has read them on the device)."""
         if self._closed or layer not in self._layers or self.device:
             return
+        with self._lock:
+            self._observe(step, layer, heads)
+
+    def _observe(self, step, layer, heads):
         g = self._group(step)
         done = self._applied.get(layer)
         prev = self._latest.get(layer)
@@ -298,9 +306,16 @@ class qk_clip(object):
                 if got is None:
                     return n
                 n += got
-        # each layer it clips is recorded in the run's history (`attnstat interventions`)
+        # each layer it clips is recorded in the run's history (`attnstat interventions`).
+        # The results are taken at once, and their steps marked applied, under the lock: a result
+        # arriving meanwhile in another thread is either in them or kept for the next step(),
+        # never dropped between the two, and never applied twice.
+        with self._lock:
+            latest, self._latest = self._latest, {}
+            for layer, (g, _, _) in latest.items():
+                self._applied[layer] = g
         n = 0
-        for layer, (g, st, ml) in sorted(self._latest.items()):
+        for layer, (g, st, ml) in sorted(latest.items()):
             ql, kl, d, heads, group, form = self._layers[layer]
             q, k = qk_clip_factors(ml, self.tau, group)
             over = sum(1 for f in q if f < 1.0)
@@ -327,17 +342,16 @@ class qk_clip(object):
                 self.clipped[layer] = self.clipped.get(layer, 0) + over
                 n += over
                 self._record(st, layer, ml, q, k, group)
-            self._applied[layer] = g
             cur = getattr(self.monitor, "current_step", None)
             if cur is not None:
                 self.lag = cur - st
-        self._latest.clear()
         cur = getattr(self.monitor, "current_step", None)
         if cur is not None:  # the end of this optimizer step's forwards
-            self._bounds.append(cur)
-            if len(self._bounds) > 256:  # results older than the last 128 are long applied
-                del self._bounds[:128]
-                self._bounds_off += 128
+            with self._lock:
+                self._bounds.append(cur)
+                if len(self._bounds) > 256:  # results older than the last 128 are long applied
+                    del self._bounds[:128]
+                    self._bounds_off += 128
         if n:
             self.steps += 1
         return n
