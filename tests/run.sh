@@ -17,7 +17,7 @@ bash deploy/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== build (release) =="
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNSTAT_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 echo "== tests (release) =="
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
@@ -25,7 +25,7 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 if [ "${ATTNSTAT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (asan+ubsan) =="
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATTNSTAT_SANITIZE=ON \
-        -DATTNSTAT_CUDA=OFF >/dev/null
+        -DATTNSTAT_CUDA=OFF -DATTNSTAT_WERROR=ON >/dev/null
   cmake --build build-asan -j "$jobs"
   echo "== tests (asan+ubsan) =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
