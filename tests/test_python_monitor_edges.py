@@ -163,6 +163,23 @@ class TestEdges(unittest.TestCase):
                          [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)])
         self.assertEqual((mon.pushed, mon.recomputed, mon.stats()["recomputed"]), (6, 6, 6))
 
+    def test_checkpointed_layers_compiled_are_pushed_once(self):
+        """The same where a compiled graph observes the calls (its attnstat::observe operator at
+        run time): one run inside autograd's backward is a recompute, counted and not pushed."""
+        task = [-1]
+        self.fake.torch._C = type("C", (), {"_current_graph_task_id": staticmethod(
+            lambda: task[0])})
+        c = RecordingClient()
+        q = FakeTensor(randn(1, 2, 5, 8))
+        with attnstat.torch.monitor(c) as mon:
+            for t in (-1, 3, -1):
+                task[0] = t
+                mon._observe_compiled(q, q, None, None, None, None, "sdpa", -1, 0, True, 0.0,
+                                      -1, -1, 0.0, "bhnd", "")
+        task[0] = -1
+        self.assertEqual([(s, l) for s, l, *_ in c.calls], [(0, 0), (0, 1)])
+        self.assertEqual((mon.pushed, mon.recomputed, mon.compiled_calls), (2, 1, 2))
+
     def test_monitors_one_after_another_are_let_go(self):
         """A job that enters a monitor per epoch on one client: each new monitor takes the last
         one's callback off the client (the client held every old monitor and its model), and a

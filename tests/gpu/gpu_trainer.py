@@ -518,7 +518,8 @@ def run_unseen(args):
 def run_ckpt(args):
     """The Llama of 'llama' with activation checkpointing (transformers'
     gradient_checkpointing_enable: each layer's forward runs again in backward), two steps at the
-    monitor's defaults; saves what each push carried and the monitor's counters."""
+    monitor's defaults; saves what each push carried and the monitor's counters; then the same
+    model compiled, two steps: which (step, layer) each push was, and its monitor's counters."""
     import attnstat.torch as at
     dev = torch.device("cuda", 0)
     model = _small_llama(dev, args.seed)
@@ -534,7 +535,21 @@ def run_ckpt(args):
         for _ in range(2):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 model(input_ids=ids, labels=ids).loss.backward()
-    _save_monitored(args, client, mon, pushes, results, {"recomputed": mon.recomputed})
+    # the same model compiled (torchtitan's way: checkpointing and torch.compile together)
+    compiled = torch.compile(model)
+    c2 = attnstat.Client(socket=args.socket, run=args.run + "-compiled", rank=0)
+    cpushes = record_pushes(c2)
+    with at.monitor(c2, every=1, model=compiled) as cmon:
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                compiled(input_ids=ids, labels=ids).loss.backward()
+    c2.flush(timeout_s=120)
+    c2.close()
+    cm = dict(keys=[(p["step"], p["layer"]) for p in cpushes], pushed=cmon.pushed,
+              errors=cmon.errors, recomputed=cmon.recomputed, blind=cmon.blind,
+              skipped_by=dict(cmon.skipped_by), compiled_calls=cmon.compiled_calls)
+    _save_monitored(args, client, mon, pushes, results, {"recomputed": mon.recomputed,
+                                                         "compiled": cm})
 
 
 def run_gptoss(args):

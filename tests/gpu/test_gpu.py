@@ -562,7 +562,8 @@ class TestGPU(unittest.TestCase):
     def test_31_activation_checkpointing_pushes_once(self):
         """A Llama with activation checkpointing: each layer's forward runs again in backward;
         every (step, layer) is pushed once, equal to float64, and the recomputed calls are
-        counted, not pushed."""
+        counted, not pushed. Compiled too (checkpointing and torch.compile together): each
+        (step, layer) pushed once, nothing failed, skipped or blind."""
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
         data, r = self.monitored("ckpt")
@@ -570,6 +571,11 @@ class TestGPU(unittest.TestCase):
                          [(s, l) for s in range(2) for l in range(3)])
         self.assertEqual(data["recomputed"], 2 * 3, r.stdout)
         self.pushed_values(data, 6)
+        cm = data["compiled"]  # compiled: each (step, layer) once, whatever the graph recomputes
+        self.assertEqual(sorted(cm["keys"]), [(s, l) for s in range(2) for l in range(3)],
+                         (cm, r.stderr[-3000:]))
+        self.assertEqual((cm["pushed"], cm["errors"], cm["blind"], cm["skipped_by"]),
+                         (6, 0, 0, {}), (cm, r.stderr[-3000:]))
 
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:

@@ -472,7 +472,7 @@ class monitor(object):
                             % (e,))
 
     def _note_compiled(self, door, kind, why):
-        if door not in self._wanted or not self._active:
+        if door not in self._wanted or not self._active or self._in_backward():
             return
         self.compiled_calls += 1
         _, _, sampled = self._count()
@@ -483,6 +483,9 @@ class monitor(object):
                           scale, wl, wr, softcap, layout, compute_dtype):
         """The attnstat::observe operator at run time: a call of a compiled graph."""
         if door not in self._wanted or not self._active:
+            return
+        if self._in_backward():  # a compiled graph's recompute of a checkpointed layer
+            self.recomputed += 1
             return
         try:
             self.compiled_calls += 1
