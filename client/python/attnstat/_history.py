@@ -39,10 +39,12 @@ from . import _vocab
 __all__ = ["history", "History", "HistoryError"]
 
 _APPLICATION_ID = 0x61747374  # 'atst'
-_VERSIONS = (1, 2, 3, 4, 5, 6)  # schema versions this reader understands (1: exact rows only;
-                              # 3 and 4 add columns to runs, tiers unchanged; 5 adds columns of
-                              # statistics to samples: those with since > 1 in vocab.h; 6 adds
-                              # the interventions table, which this reader does not read)
+_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # schema versions this reader understands (1: exact rows
+                                 # only; 3 and 4 add columns to runs, tiers unchanged; 5 adds
+                                 # columns of statistics to samples: those with since > 1 in
+                                 # vocab.h; 6 adds the interventions table, which this reader
+                                 # does not read; 7 rebuilds alerts and silences, columns as
+                                 # they were)
 _FIELDS = tuple(r["name"] for r in _vocab.STATS)    # the statistics, in table order
 _COUNTS = tuple(r["name"] for r in _vocab.COUNTS)
 _TIERS = ("exact", "compact", "bucket")
