@@ -28,7 +28,8 @@ from attnstat import _lib, _tensor  # noqa: E402
 from attnstat import _vocab as vocab  # noqa: E402
 
 # Modules the doors look for: absent (or stand-ins) during each test, put back afterwards.
-DOOR_MODULES = ("torch.nn.attention", "torch.nn.attention.flex_attention", "flash_attn",
+DOOR_MODULES = ("torch.nn.attention", "torch.nn.attention.flex_attention",
+                "torch.nn.attention.varlen", "flash_attn",
                 "flash_attn_interface", "transformers", "transformers.modeling_utils",
                 "fake_modeling", "fa3_model")  # fa3_model: test_python_flash.py's
 

@@ -203,6 +203,61 @@ def from_flash_varlen(args, kwargs):
     return _fa_call(_FA_VARLEN_ARGS, _fa_common, "flash_attn_varlen_func", True, args, kwargs)
 
 
+# ---- torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later) ----------------------------
+# Packed sequences, query [T_q, H_q, D] and key [T_k, H_kv, D] with cumulative offsets, FlashAttention
+# conventions (causal bottom-right). 2.10 takes is_causal; later releases take keyword-only scale,
+# window_size ((-1, 0): causal; (W, 0): a causal window of W keys back), enable_gqa, seqused_k and
+# block_table (a paged KV cache: key [pages, page_size, H_kv, D]). The names come from the
+# installed function's signature (set_varlen_names, at install); these are 2.10's.
+_VARLEN = "varlen_attn"
+_VARLEN_NAMES = ["query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "is_causal",
+                 "return_aux"]
+
+
+def set_varlen_names(fn):
+    """The positional parameter names of the installed varlen_attn, when its signature can be
+    read and starts query, key, value; else the defaults stay."""
+    try:
+        import inspect
+        names = [n for n, p in inspect.signature(fn).parameters.items()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return
+    if names[:3] == ["query", "key", "value"]:
+        _VARLEN_NAMES[:] = names
+
+
+def from_varlen(args, kwargs):
+    a = dict(zip(_VARLEN_NAMES, args))
+    a.update(kwargs)
+    if a.get("block_table") is not None:
+        return Skip("paged", "%s calls with a block_table (paged KV cache) are not monitored"
+                    % _VARLEN)
+    if a.get("seqused_k") is not None:
+        return Skip("varlen-seqused", "%s calls with seqused_k are not monitored (only part of "
+                    "each packed sequence's keys takes part)" % _VARLEN)
+    q, k = local(a.get("query")), local(a.get("key"))
+    bad = _check_qk(q, k, (3,), _VARLEN)
+    if bad is not None:
+        return bad
+    cq, ck = a.get("cu_seq_q"), a.get("cu_seq_k")
+    if cq is None or ck is None:
+        return Skip("varlen", "%s calls without cu_seq_q and cu_seq_k are not monitored" % _VARLEN)
+    w = a.get("window_size", (-1, -1))
+    try:
+        wl, wr = (int(w[0]), int(w[1])) if w is not None else (-1, -1)
+    except (TypeError, ValueError, IndexError):
+        return Skip("window", "%s calls with window_size %r are not monitored" % (_VARLEN, w))
+    causal, window = bool(a.get("is_causal", False)), None
+    if (wl, wr) == (-1, 0):
+        causal = True
+    elif wl >= 0 or wr >= 0:
+        window = (wl, wr)
+    # [total, H, D] -> [1, total, H, D]: one packed batch, sequences given by the offsets
+    return Call(q.unsqueeze(0), k.unsqueeze(0), layout="bnhd", cu_seqlens_q=cq, cu_seqlens_k=ck,
+                causal=causal, scale=a.get("scale"), window=window)
+
+
 # ---- FlashAttention 3 (flash_attn_interface, its Hopper build) --------------------------------
 # The same conventions as FlashAttention 2 ([B, N, H, D], causal bottom-right, window_size,
 # softcap), other arguments: no dropout_p, and after causal qv, q/k/v_descale, window_size,

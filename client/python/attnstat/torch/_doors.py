@@ -7,7 +7,8 @@
   - 'transformers': the attention function a transformers model's config names, in transformers'
     attention mapping, and the modeling modules' eager_attention_forward;
   - 'mha': torch.nn.functional.multi_head_attention_forward (nn.MultiheadAttention), for the
-    calls that ask for the attention weights (the others reach the 'sdpa' door inside it).
+    calls that ask for the attention weights (the others reach the 'sdpa' door inside it);
+  - 'varlen': torch.nn.attention.varlen.varlen_attn (packed sequences, PyTorch 2.10 and later).
 Each is installed in its home and, through _install.scan(), wherever a loaded module holds the
 original by name. One Door object per door and process: a later monitor reuses the wrappers (a
 compiled graph that traced them stays valid), with its own mask_bytes_max.
@@ -55,6 +56,31 @@ def open_mha(modules, mask_bytes_max):
     d.claims = lambda a, k: _calls.mha_claims(a, k, public_sdpa)
     d.dynamo_only = True
     _at(d, "torch.nn.functional", "multi_head_attention_forward", modules)
+    return True
+
+
+def open_varlen(modules, required):
+    """torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later). Its arguments are read by
+    the installed release's own signature. Quiet below Dynamo, as the 'mha' door: where Dynamo
+    puts the function into its graph whole, the graph's code calls the wrapper again by its
+    qualified name while AOTAutograd traces it, after Dynamo observed the call."""
+    if sys.modules.get("torch.nn.attention.varlen") is None:
+        try:
+            import torch.nn.attention.varlen  # noqa: F401
+        except Exception:
+            pass
+    vm = sys.modules.get("torch.nn.attention.varlen")
+    if vm is None or not hasattr(vm, "varlen_attn"):
+        if required:
+            raise ValueError("doors names 'varlen' but this torch has no "
+                             "torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later)")
+        return False
+    orig = vm.varlen_attn
+    if not _install.is_wrapper(orig):
+        _calls.set_varlen_names(orig)
+    d = _door("varlen", "varlen", _calls.from_varlen)
+    d.dynamo_only = True
+    _at(d, "torch.nn.attention.varlen", "varlen_attn", modules)
     return True
 
 

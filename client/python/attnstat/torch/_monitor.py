@@ -35,7 +35,10 @@ The doors it watches (doors="auto": every one that is importable; _doors.py):
     computed from the call's own projection weights by the linear calls torch makes (on
     monitored steps only: one more input projection there), masks in MHA's convention (True =
     excluded) turned into SDPA's; its calls without weights reach the 'sdpa' door inside it. In
-    compiled code such calls are skipped and counted (pass need_weights=False there).
+    compiled code such calls are skipped and counted (pass need_weights=False there);
+  - 'varlen': torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later): packed sequences
+    by their offsets, causal (is_causal, or window_size (-1, 0)), a window, the scale; calls
+    with a paged KV cache (block_table) or seqused_k are skipped.
 However the model reaches them: through the module attribute, or imported by name into any
 loaded module (`from torch.nn.attention.flex_attention import flex_attention`); modules loaded
 while the monitor is active are looked at before each forward pass (or step). Layer = the
@@ -88,7 +91,7 @@ from .._client import AttnstatError
 from .. import _lib, _pushargs
 from . import _calls, _doors, _install, _layout, _op
 
-_DOORS = ("sdpa", "flex", "flash_attn", "transformers", "mha")
+_DOORS = ("sdpa", "flex", "flash_attn", "transformers", "mha", "varlen")
 _DIGITS = re.compile(r"[0-9][0-9.,e+-]*")
 _BLIND_WHY = ("the model's attention did not go through a door the monitor watches (a fused or "
               "custom attention kernel, a function held where the monitor cannot see it: pass "
@@ -107,10 +110,10 @@ class monitor(object):
     sample_every, sample_rows, seed, softcap, window, want_results: passed to push(). modules:
     further modules whose attention attributes are patched (those that hold the original
     functions are found on their own). doors: 'auto' or a sequence of door names ('sdpa',
-    'flex', 'flash_attn', 'transformers', 'mha'). compute_dtype: 'auto' (the precision the attention
-    computed in, where the door computes under autocast), None (the tensors' own) or a dtype name
-    (in compiled code, float32 q and k of an autocast door reach the monitor already rounded to
-    the attention's precision, as the attention read them).
+    'flex', 'flash_attn', 'transformers', 'mha', 'varlen'). compute_dtype: 'auto' (the
+    precision the attention computed in, where the door computes under autocast), None (the
+    tensors' own) or a dtype name (in compiled code, float32 q and k of an autocast door reach
+    the monitor already rounded to the attention's precision, as the attention read them).
     mask_bytes_max: the largest dense mask a flex_attention BlockMask is evaluated into.
     compiled: inside torch.compile'd code, 'auto' (default: monitored through the custom
     operator, no graph break) or 'skip' (counted in .skipped_by['compiled'], not pushed); 'break'
@@ -296,6 +299,8 @@ class monitor(object):
             self.doors_open.append("flash_attn")
         if self._want("mha") and _doors.open_mha(self.modules, self.mask_bytes_max):
             self.doors_open.append("mha")
+        if self._want("varlen") and _doors.open_varlen(self.modules, required):
+            self.doors_open.append("varlen")
 
     # ---- forward passes -------------------------------------------------------------------------
     def _forward_begin(self, key):
