@@ -37,6 +37,7 @@ a module that runs as __main__.
         attention) trains a step monitored at the defaults; saves what each push carried (sinks
         included)
     gpu_trainer.py mha SOCKET OUT.pt
+    gpu_trainer.py varlen SOCKET OUT.pt [--compile]
         nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
         two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
         the weights the modules returned and the results; then one compiled step's counters
@@ -291,6 +292,41 @@ def run_flex(args):
     _save_monitored(args, client, mon, calls, results, {"doc": doc, "window": 64})
 
 
+def run_varlen(args):
+    """torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later) through the monitor's
+    'varlen' door: three sequences packed [T, H, D], a causal call and a full one per step, two
+    steps; the release's own way of saying causal (is_causal, or window_size (-1, 0));
+    compiled (fullgraph) with --compile."""
+    import inspect
+    import torch.nn.attention.varlen as vl
+    import attnstat.torch as at
+    dev = torch.device("cuda", 0)
+    g = torch.Generator().manual_seed(args.seed)
+    H, D = 8, 64
+    cu = torch.tensor([0, 100, 250, 384], dtype=torch.int32, device=dev)
+    later = "window_size" in inspect.signature(vl.varlen_attn).parameters
+
+    def layer(q, k, v, causal):
+        if later:
+            return vl.varlen_attn(q, k, v, cu, cu, 150, 150,
+                                  window_size=(-1, 0) if causal else (-1, -1))
+        return vl.varlen_attn(q, k, v, cu, cu, 150, 150, is_causal=causal)
+    fn = torch.compile(layer, fullgraph=True) if args.compile else layer
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    results = {}
+    client.on_result(lambda seq, step, layer_, heads: results.__setitem__((step, layer_), heads))
+    pushes = record_pushes(client)
+    with at.monitor(client, every=1, want_results=True) as mon:
+        for step in range(2):
+            for causal in (True, False):
+                q = (torch.randn(384, H, D, generator=g) * 1.5).to(dev, torch.bfloat16)
+                k = torch.randn(384, H, D, generator=g).to(dev, torch.bfloat16)
+                v = torch.randn(384, H, D, generator=g).to(dev, torch.bfloat16)
+                fn(q, k, v, causal)
+            mon.step()
+    _save_monitored(args, client, mon, pushes, results, {"graphs": _graphs(), "later": later})
+
+
 def record_pushes(client):
     """What each push carried (host copies), appended to the returned list as the client is
     called: exactly the tensors and options the daemon computes from."""
@@ -309,6 +345,8 @@ def record_pushes(client):
             rec["compute"] = getattr(torch, kw["compute_dtype"])
         if kw.get("window") is not None:
             rec["window"] = tuple(kw["window"])
+        if kw.get("cu_seqlens_q") is not None:  # packed sequences (self-attention: one offsets)
+            rec["cu"] = [int(x) for x in kw["cu_seqlens_q"].tolist()]
         ok = push(step, layer, q, k, **kw)
         rec["sent"] = ok
         pushes.append(rec)
@@ -972,7 +1010,7 @@ def main():
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
                                      "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout",
-                                     "mha", "unseen", "ckpt"))
+                                     "mha", "unseen", "ckpt", "varlen"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -986,7 +1024,8 @@ def main():
     ap.add_argument("--fullgraph", action="store_true", help="llama-compiled: fullgraph=True")
     ap.add_argument("--stats", default=None,
                     help="values, llama, gptoss: the statistics asked for (push / monitor stats=)")
-    ap.add_argument("--compile", action="store_true", help="flex-byname, gptoss: compiled")
+    ap.add_argument("--compile", action="store_true",
+                    help="flex-byname, gptoss, varlen: compiled")
     ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
     ap.add_argument("--model", default="llama", choices=("llama", "deepseek"),
                     help="llama, llama-compiled: the model (_model)")
@@ -997,7 +1036,7 @@ def main():
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
      "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha,
-     "unseen": run_unseen, "ckpt": run_ckpt}[args.mode](args)
+     "unseen": run_unseen, "ckpt": run_ckpt, "varlen": run_varlen}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -577,6 +577,23 @@ class TestGPU(unittest.TestCase):
         self.assertEqual((cm["pushed"], cm["errors"], cm["blind"], cm["skipped_by"]),
                          (6, 0, 0, {}), (cm, r.stderr[-3000:]))
 
+    def test_32_varlen_attn(self):
+        """torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later), eager and compiled
+        (fullgraph): every call pushed once with its packed sequences, causal and full, each
+        equal to float64 of its sequences; no graph break."""
+        if importlib.util.find_spec("torch.nn.attention.varlen") is None:
+            self.skipTest("this PyTorch has no torch.nn.attention.varlen")
+        for extra in ((), ("--compile",)):
+            data, r = self.monitored("varlen", extra)
+            self.assertEqual([p["causal"] for p in data["calls"]], [True, False] * 2,
+                             r.stderr[-3000:])
+            for p in data["calls"]:
+                self.assertEqual(p["cu"], [0, 100, 250, 384])
+                self.assertNotIn("window", p)
+            self.pushed_values(data, 4)
+            if extra:
+                self.assertEqual(data["graphs"][1], 0, "graph breaks: %s" % (data["graphs"],))
+
     def compiled_llama(self, extra):
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
