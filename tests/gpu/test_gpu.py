@@ -19,6 +19,10 @@ What is checked
     padded batch through attnstat.torch.monitor(model=...); flex_attention with a document mask
     and a sliding window through the monitor's flex door. Values against float64 computed from
     q and k rounded to the precision the daemon computes in (plain float32: bf16).
+  - and the jobs people run, one test each: compiled models, flex_attention and varlen_attn,
+    sinks, MultiheadAttention, activation checkpointing, tensor parallelism, QK-Clip.
+Why this file is long: every test shares one daemon (started once for the class, as a node runs
+one) and the float64 reference above; the training jobs themselves live in gpu_trainer.py.
 Environment: ATTNSTAT_LIB, ATTNSTAT_DAEMON, ATTNSTAT_RAW_PUSH (set by ctest); ATTNSTAT_GPU_OUT: a
 directory where the measurements (nosync.json) and the daemon's log are copied.
 """
