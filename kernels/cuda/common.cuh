@@ -512,37 +512,30 @@ static __device__ __forceinline__ float quad_first_logit(const kparams &p, float
 }
 
 /* Reduce one part per thread over the block (blockDim.x multiple of 32, <= 1024) into out;
- * a fixed order, so the result never depends on scheduling. (The warp-specialised kernels, whose
- * producer warps take no part, store a part per warp instead: warp_store_part.) */
-template <bool XS = true> static __device__ void block_store_part(part &a, part *out)
+ * a fixed order, so the result never depends on scheduling. NW > 0: over the first NW warps alone,
+ * meeting at named barrier 2 (the warp-specialised kernels, whose producer warps do not take
+ * part), and again after the merge (a persistent CTA reduces one block after another). */
+template <int NW = 0, bool XS = true> static __device__ void block_store_part(part &a, part *out)
 {
-    __shared__ part s_warp[32];
+    __shared__ part s_warp[NW > 0 ? NW : 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int nw = blockDim.x >> 5;
+    const int nw = NW > 0 ? NW : blockDim.x >> 5;
     for (int m = 1; m < 32; m <<= 1)
         part_shfl_merge<XS>(a, m);
     if (lane == 0)
         s_warp[warp] = a;
-    __syncthreads();
+    if (NW > 0)
+        asm volatile("bar.sync 2, %0;\n" ::"n"(NW * 32) : "memory");
+    else
+        __syncthreads();
     if (threadIdx.x == 0) {
         part t = s_warp[0];
         for (int w = 1; w < nw; w++)
             part_merge<XS>(t, s_warp[w]);
         *out = t;
     }
-}
-
-/* Reduce one part per thread over its warp (the same butterfly as block_store_part's first
- * step) and store it from lane 0 at out[warp]: no shared memory, no barrier. The warp-specialised
- * kernels store one part per consumer warp this way (kernel_instance.parts_per_block). The warp's
- * number is read here, not held by the caller across its block loop (one register more there
- * spilled the persistent max-only kernels). */
-template <bool XS = true> static __device__ __forceinline__ void warp_store_part(part &a, part *out)
-{
-    for (int m = 1; m < 32; m <<= 1)
-        part_shfl_merge<XS>(a, m);
-    if ((threadIdx.x & 31) == 0)
-        out[threadIdx.x >> 5] = a;
+    if (NW > 0) /* s_warp read before a persistent CTA's next block writes it */
+        asm volatile("bar.sync 2, %0;\n" ::"n"(NW * 32) : "memory");
 }
 
 /* ---- row-state merge ------------------------------------------------------------------------- */

@@ -392,7 +392,7 @@ __global__ void reduce_heads_kernel(const part *parts, int nparts, int sampled, 
 /* One kernel for every dtype; launch.cu names it by dtype ("cuda-core f32", ...). */
 const kernel_instance stats_generic_cuda = {
     STATS_MAX_HEAD_DIM, GEN_BM, GEN_WARPS * 32, 0, stats_generic_kernel, stats_generic_kernel,
-    NULL, NULL, "stats_generic_kernel", NULL, NULL, 0, 1};
+    NULL, NULL, "stats_generic_kernel", NULL, NULL, 0};
 
 cudaError_t launch_fill_rows(float *row_h, float *row_m, long long n, int sm_count, cudaStream_t s)
 {

@@ -92,7 +92,7 @@ struct kparams {
     int sinks_dtype;
 };
 
-/* Partial statistics of one CTA's rows, or of one warp's (kernel_instance.parts_per_block). */
+/* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
 struct part {
     int rows, rows_norm, rows_empty, nonfinite, collapsed, pad;
     double sum, sumsq, sum_norm;
@@ -161,10 +161,6 @@ struct kernel_instance {
     /* 1: a persistent kernel, launched on grid (G) with G <= blocks_per_head * Hq CTAs, each
      * taking blocks c, c + G, ... (ws_sm90.cu, variants 10-12); 0: grid (blocks_per_head, Hq). */
     int persistent;
-    /* partials each block stores (parts: [Hq, blocks_per_head, parts_per_block]); 0 stands for
-     * 1. The warp-specialised kernels store one per consumer warp (warp_store_part): no warp
-     * waits at a block's end for the others, and reduce_heads merges them in its fixed order. */
-    int parts_per_block;
 };
 
 /* Each family's table: mma.sync's ordered by dp (the first instance whose dp covers head_dim is

@@ -404,7 +404,6 @@ struct plan {
     int variant;              /* its number (variants.h) */
     int cvt;                  /* float32 tensors converted on load */
     int rows_per_cta, nblk, blocks_per_head;
-    int nparts;               /* partials per head: blocks_per_head x the kernel's per block */
     int mb, mh;               /* masked: the mask's batch and head extents (1 where broadcast) */
     tma_map ktm;              /* variant 6: K's tensor map */
     size_t parts_off, off_off, heads_off, rr_off, flag_off, bytes;
@@ -532,11 +531,6 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
         return fail(err, STATS_EINVAL, "stats_cuda: heads_q %d is over the grid limit 65535",
                     p->heads_q);
     pl->blocks_per_head = (int)bph;
-    const long long ppb = pl->k->parts_per_block > 0 ? pl->k->parts_per_block : 1;
-    if (bph * ppb > 0x7fffffffLL)
-        return fail(err, STATS_EINVAL, "stats_cuda: %lld partials per head is over the limit "
-                    "(%lld blocks of %lld)", bph * ppb, bph, ppb);
-    pl->nparts = (int)(bph * ppb);
     /* The heads first: at offset 0 whatever the plan, so that stats_cuda_run's staging of them
      * never overlaps what a run planned differently (a masked run re-plans) writes. */
     size_t o = 0;
@@ -544,7 +538,7 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     o += sizeof(stats_head) * (size_t)p->heads_q;
     o = (o + 255) & ~(size_t)255;
     pl->parts_off = o;
-    o += sizeof(part) * (size_t)pl->nparts * (size_t)p->heads_q;
+    o += sizeof(part) * (size_t)bph * (size_t)p->heads_q;
     o = (o + 255) & ~(size_t)255;
     pl->off_off = o;
     o += sizeof(int) * (size_t)(packed ? p->batch + 1 : 1);
@@ -580,7 +574,7 @@ static stats_status run_layout(const stats_cuda *ctx, const stats_problem *p, pl
     if (st != STATS_OK)
         return st;
     *gen_parts_off = (pl->bytes + 255) & ~(size_t)255;
-    *bytes = *gen_parts_off + sizeof(part) * (size_t)gen->nparts * (size_t)p->heads_q;
+    *bytes = *gen_parts_off + sizeof(part) * (size_t)gen->blocks_per_head * (size_t)p->heads_q;
     return STATS_OK;
 }
 
@@ -789,7 +783,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         if (le != cudaSuccess)
             return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
                         pl.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
-        CUDA_TRY(launch_reduce_heads(parts, pl.nparts, k.sampled, heads_ws, p->heads_q,
+        CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q,
                                      flag, 0, s),
                  "launch of reduce_heads_kernel");
         part *gparts = (part *)((char *)ctx->ws + gen_off);
@@ -798,7 +792,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
             return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
                         "stats_generic_gated_kernel", cudaGetErrorString(le),
                         cudaGetErrorName(le), (int)le);
-        CUDA_TRY(launch_reduce_heads(gparts, pg.nparts, k.sampled, heads_ws, p->heads_q,
+        CUDA_TRY(launch_reduce_heads(gparts, pg.blocks_per_head, k.sampled, heads_ws, p->heads_q,
                                      flag, 1, s),
                  "launch of reduce_heads_kernel");
         return STATS_OK;
@@ -809,7 +803,7 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
     if (le != cudaSuccess)
         return fail(err, STATS_EDEVICE, "stats_cuda: launch of %s failed: %s (%s, code %d)",
                     pl.k->kernel, cudaGetErrorString(le), cudaGetErrorName(le), (int)le);
-    CUDA_TRY(launch_reduce_heads(parts, pl.nparts, k.sampled, heads_ws, p->heads_q, NULL,
+    CUDA_TRY(launch_reduce_heads(parts, pl.blocks_per_head, k.sampled, heads_ws, p->heads_q, NULL,
                                  0, s),
              "launch of reduce_heads_kernel");
     return STATS_OK;

@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
                          sink, F, Dr);
             }
         }
-    block_store_part<XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 }
 
 
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) stats_mma_kernel(const kpar
     { DP, mma_shape<DP, MT>::BM, MMA_WARPS * 32, mma_shape<DP, MT>::smem_bytes,                     \
       stats_mma_kernel<DP, MT, false, false, XS>, stats_mma_kernel<DP, MT, true, false, XS>,      \
       "mma.sync bf16 d" #DP XTAG, "mma.sync f16 d" #DP XTAG, "stats_mma_kernel",                   \
-      stats_mma_kernel<DP, MT, false, true, XS>, stats_mma_kernel<DP, MT, true, true, XS>, 0, 1 }
+      stats_mma_kernel<DP, MT, false, true, XS>, stats_mma_kernel<DP, MT, true, true, XS>, 0 }
 #define MMA_TABLE(XS, XTAG)                                                                        \
     {MMA_ONE(32, MMA_MT, XS, XTAG), MMA_ONE(64, MMA_MT, XS, XTAG), MMA_ONE(96, MMA_MT, XS, XTAG),   \
      MMA_ONE(128, MMA_MT, XS, XTAG), MMA_ONE(256, MMA_MT_D256, XS, XTAG)}

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
     cp_async_wait<0>();
 
     warp_rows_done(p, si, h, s_row, warp, g, tq, wk, M, l, W, acc);
-    block_store_part<false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(WG_WARPGROUPS * 128, 1)
       stats_wgf_kernel<DP, false, SW, MB, false>, stats_wgf_kernel<DP, true, SW, MB, false>,       \
       "wgmma bf16 d" #DP " " TAG, "wgmma f16 d" #DP " " TAG, "stats_wgf_kernel",                   \
       FROM_F32 ? stats_wgf_kernel<DP, false, SW, MB, FROM_F32> : NULL,                             \
-      FROM_F32 ? stats_wgf_kernel<DP, true, SW, MB, FROM_F32> : NULL, 0, 1 }
+      FROM_F32 ? stats_wgf_kernel<DP, true, SW, MB, FROM_F32> : NULL, 0 }
 #define WGF_VARIANT(SW, MB, TAG, FROM_F32)                                                         \
     {WGF_ONE(64, SW, MB, TAG, FROM_F32), WGF_ONE(128, SW, MB, TAG, FROM_F32)}
 

@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
                      NAN, NAN); /* sink mass and distance: not computed here */
         }
     }
-    block_store_part<false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+    block_store_part<0, false>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(NWG * 128, 1) stats_wgmma_kernel(const kparams
     { DP, wg_shape<DP, NWG, BN, SS>::BM, NWG * 128, wg_shape<DP, NWG, BN, SS>::smem_bytes,          \
       stats_wgmma_kernel<DP, false, NWG, BN, SS, POLY>,                                            \
       stats_wgmma_kernel<DP, true, NWG, BN, SS, POLY>, "wgmma bf16 d" #DP " " TAG,                 \
-      "wgmma f16 d" #DP " " TAG, "stats_wgmma_kernel", NULL, NULL, 0, 1 }
+      "wgmma f16 d" #DP " " TAG, "stats_wgmma_kernel", NULL, NULL, 0 }
 
 const kernel_instance stats_wgmma_sm90[] = {
     WG_ONE(64, WG_WARPGROUPS, WG_KEYS, false, 0, "3wg n64 rs"),

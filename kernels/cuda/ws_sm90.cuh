@@ -339,7 +339,7 @@ static __device__ __forceinline__ bool ws_block(const kparams &p, long long i, i
 /* grid (blocks_per_head, Hq), block NTH: warps 0 .. 4*NCW-1 the consumer warpgroups (warp w: rows
  * [w*16, w*16 + 16) of the CTA's BM sampled rows), the last four the producer warpgroup (one thread
  * of it copies). q: [B, Hq, Nq, D] by strides; K through the tensor map p.ktm. parts: [Hq,
- * blocks_per_head, NCW * 4], one per consumer warp (warp_store_part). */
+ * blocks_per_head]. */
 template <int DP, bool F16, int POLY, int NCW, int BN_, int FW, int QB = 1>
 __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     stats_ws_kernel(const __grid_constant__ kparams p, part *parts)
@@ -367,8 +367,8 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
     seqinfo si;
     if (!cta_sequence(p, x, &si)) {
-        if (tid < PRODUCER) /* one part per consumer warp (warp_store_part) */
-            parts[((long long)h * p.blocks_per_head + x) * PRODUCER + tid] = acc;
+        if (tid == 0)
+            parts[(long long)h * p.blocks_per_head + x] = acc;
         return;
     }
     if (tid == 0) {
@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
     named_bar_sync<1, PRODUCER * 32>(); /* Q in shared memory: every consumer's copies */
     ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_row, sq, NULL, t_first, ntiles, sk, s_full, s_empty,
                                  g, false, acc);
-    warp_store_part<FW == FOLD_XS>(acc, &parts[((long long)h * p.blocks_per_head + x) * PRODUCER]);
+    block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
 #endif
 }
 
@@ -546,9 +546,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         const bool has = ws_block(p, i, &h, &x, &si);
         part acc;
         part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
-        if (!has) { /* an empty part from each warp, as warp_store_part stores them */
-            warp_store_part<FW == FOLD_XS>(acc,
-                                           &parts[((long long)h * p.blocks_per_head + x) * PRODUCER]);
+        if (!has) {
+            if (tid == 0)
+                parts[(long long)h * p.blocks_per_head + x] = acc;
             continue;
         }
         const int slot = m & (IS - 1), b = m & (QB - 1);
@@ -558,9 +558,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                                          &s_q_empty[b], s_tf[slot], s_nt[slot], sk, s_full,
                                          s_empty, g, true, acc);
         mbar_arrive(&s_info_empty[slot]); /* rows[] read for the last time (row_done) */
-        /* each warp its own part: no barrier among the consumers at a block's end (round 21) */
-        warp_store_part<FW == FOLD_XS>(acc,
-                                       &parts[((long long)h * p.blocks_per_head + x) * PRODUCER]);
+        block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
         m++;
     }
 #endif
@@ -582,7 +580,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     { DP, ws_shape<DP, NCW, BN, PERSIST, QB>::BM, ws_shape<DP, NCW, BN, PERSIST, QB>::NTH,         \
       ws_shape<DP, NCW, BN, PERSIST, QB>::smem_bytes, K<DP, false, POLY, NCW, BN, FW, QB>,         \
       K<DP, true, POLY, NCW, BN, FW, QB>, "wgmma bf16 d" #DP " " TAG XTAG,                         \
-      "wgmma f16 d" #DP " " TAG XTAG, #K, NULL, NULL, PERSIST, NCW * 4 }
+      "wgmma f16 d" #DP " " TAG XTAG, #K, NULL, NULL, PERSIST }
 #define WS_VARIANT(K, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)                                   \
     {WS_ONE(K, 64, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB),                                     \
      WS_ONE(K, 128, POLY, NCW, BN, TAG, PERSIST, FW, XTAG, QB)}
