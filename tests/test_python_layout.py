@@ -21,6 +21,8 @@ import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _args, _layout, _lib  # noqa: E402
 from attnstat.torch import _layout as tl  # noqa: E402
+from test_python_monitor import (DOOR_MODULES, FakeShard, FakeTPMesh, FakeTPModel,  # noqa: E402
+                                 RecordingClient)
 
 
 class TestLayoutDict(unittest.TestCase):
@@ -174,6 +176,70 @@ class TestDetection(unittest.TestCase):
         self.assertIsNone(tl.apply(Old(), {"tp_size": 2}, None, torch,
                                    lambda k, m: warned.append(m)))
         self.assertIn("local numbers", warned[0])
+
+
+class FSDPModel(FakeTPModel):
+    """A model under fully_shard: its class is FSDP<name>, as fully_shard makes it."""
+
+
+class FullyShardedDataParallel(FakeTPModel):
+    """The FSDP wrapper with use_orig_params: between forwards a query projection's weight is
+    a view of this process's flat shard (no rows here)."""
+
+
+class TestFSDP(unittest.TestCase):
+    """FSDP's shards are not tensor parallelism: fully_shard's Shard(0) of a query projection (on
+    a mesh dimension named for data parallelism, or unnamed) is gathered for each forward, so
+    every process computes every head; the wrapper's flat shards say nothing of the heads. Each
+    process is a data-parallel replica, and the monitor pushes every head. With tensor
+    parallelism beside fully_shard (a 2-D mesh), the innermost dimension is TP's. Before, FSDP's
+    Shard(0) was read as tensor parallelism over the data-parallel ranks (every call then skipped
+    for its heads), and the wrapper's empty views refused to start."""
+
+    def setUp(self):
+        self.fake = FakeTorch(np_sdpa, extra=DOOR_MODULES)
+
+    def tearDown(self):
+        attnstat.torch.uninstall()
+        self.fake.restore()
+
+    def run_monitor(self, model, rank, world):
+        self.fake.torch.distributed = FakeDist(rank, world)
+        c = RecordingClient()
+        c.layout = None
+        got = {}
+        c.set_layout = got.update
+        with attnstat.torch.monitor(c, model=model) as mon:
+            model(None)
+        return got, mon
+
+    def test_fully_shard_alone(self):
+        for names in ((), ("dp_shard",), ("fsdp",)):
+            model = FSDPModel(self.fake.F, 16, 16, (FakeShard(0),), FakeTPMesh(names, (4,), (2,)))
+            got, mon = self.run_monitor(model, 2, 4)
+            self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 2, 4),
+                             names)
+            self.assertEqual((mon.pushed, mon.skipped), (2, 0), names)
+
+    def test_fully_shard_with_tensor_parallelism(self):
+        model = FSDPModel(self.fake.F, 16, 4, (FakeShard(0), FakeShard(0)),
+                          FakeTPMesh((), (2, 4), (1, 3)))
+        got, mon = self.run_monitor(model, 7, 8)
+        self.assertEqual((got["tp_rank"], got["tp_size"]), (3, 4))
+        self.assertEqual(mon.pushed, 2)
+
+    def test_fsdp_wrapper_flat_shards(self):
+        model = FullyShardedDataParallel(self.fake.F, 16, 16)
+        model.q.weight = types.SimpleNamespace(shape=(0,))
+        got, mon = self.run_monitor(model, 1, 4)
+        self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 1, 4))
+        self.assertEqual(mon.pushed, 2)
+
+    def test_without_fsdp_an_unnamed_shard_is_tensor_parallelism(self):
+        model = FakeTPModel(self.fake.F, 16, 4, (FakeShard(0),), FakeTPMesh((), (4,), (2,)))
+        got, mon = self.run_monitor(model, 2, 4)
+        self.assertEqual((got["tp_rank"], got["tp_size"]), (2, 4))
+        self.assertEqual(mon.pushed, 2)
 
 
 @need_daemon

@@ -569,14 +569,19 @@ class TestDoors(unittest.TestCase):
 
 
 class FakeWeight(object):
-    """A DTensor parameter as the layout detection reads it: placements, device_mesh, to_local."""
+    """A DTensor parameter as the layout detection reads it: placements, device_mesh, to_local;
+    its shape is the whole tensor's (as a DTensor's), to_local()'s this process's shard."""
 
-    def __init__(self, local_rows, placements, mesh):
-        self.shape = (local_rows, 64)
+    def __init__(self, rows, placements, mesh):
+        self.shape = (rows, 64)
         self.placements, self.device_mesh = placements, mesh
+        for i, p in enumerate(placements):
+            if p.is_shard():
+                rows //= mesh.shape[i]
+        self._local = (rows, 64)
 
     def to_local(self):
-        return types.SimpleNamespace(shape=self.shape)
+        return types.SimpleNamespace(shape=self._local)
 
 
 class FakeShard(object):
@@ -613,9 +618,8 @@ class FakeTPModel(FakeModel):
     def __init__(self, F, heads_cfg, local_heads, weight_placements=None, mesh=None):
         FakeModel.__init__(self, F, n_layers=2, heads=local_heads, kv_heads=local_heads)
         self.config = types.SimpleNamespace(num_attention_heads=heads_cfg, hidden_size=heads_cfg * 8)
-        rows = local_heads * 8
-        w = (FakeWeight(rows, weight_placements, mesh) if weight_placements is not None
-             else types.SimpleNamespace(shape=(rows, heads_cfg * 8)))
+        w = (FakeWeight(heads_cfg * 8, weight_placements, mesh) if weight_placements is not None
+             else types.SimpleNamespace(shape=(local_heads * 8, heads_cfg * 8)))
         self.q = types.SimpleNamespace(weight=w)
 
     def named_modules(self):

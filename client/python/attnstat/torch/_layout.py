@@ -15,6 +15,8 @@ caller gives, else from the process groups of the frameworks that are already ru
     and PyTorch's ColwiseParallel, transformers' tp_plan), its local rank and size the TP rank and
     size; the mesh's other named dimensions as below; else the device mesh transformers keeps for
     a model loaded with a tp_plan;
+    (under FSDP, fully_shard or the wrapper, its Shard(0) on the data-parallel dimension is not
+    tensor parallelism: FSDP gathers the rows for each forward);
   - torch.distributed, once initialised: every rank a data-parallel replica (DDP, FSDP);
   - else nothing (a single process).
 With model= and a configuration that names its heads (config.num_attention_heads), the heads the
@@ -126,6 +128,52 @@ def _query_weights(model):
     return out
 
 
+# FSDP's module classes (fully_shard's, in the releases that have had it, and the wrapper's)
+_FSDP_CLASSES = (("torch.distributed.fsdp", "FSDPModule"),
+                 ("torch.distributed._composable.fsdp", "FSDPModule"),
+                 ("torch.distributed.fsdp", "FullyShardedDataParallel"))
+# mesh dimension names of data parallelism besides the "dp*" ones (torchtitan's are all "dp*")
+_DP_NAMES = ("fsdp", "hsdp", "ddp", "data", "shard", "replicate")
+
+
+def _fsdp(model):
+    """Whether FSDP shards the model's parameters (fully_shard, or the FullyShardedDataParallel
+    wrapper): it gathers them for each forward, so its Shard(0) of a query projection is not
+    tensor parallelism, and the rows a process holds between forwards say nothing of the heads
+    its attention computes."""
+    classes = []
+    for mod_name, cls_name in _FSDP_CLASSES:
+        c = getattr(sys.modules.get(mod_name), cls_name, None)
+        if isinstance(c, type):
+            classes.append(c)
+    for _, mod in _named_modules(model):
+        if classes and isinstance(mod, tuple(classes)):
+            return True
+        if type(mod).__name__.startswith(("FSDP", "FullyShardedDataParallel")):
+            return True
+    return False
+
+
+def _tp_dims(w, fsdp):
+    """The dimensions of DTensor w's mesh on which its rows are sharded for tensor parallelism:
+    on a named mesh, the one named 'tp', else the sharded ones not named for data parallelism
+    ('dp*', 'fsdp', ...); on an unnamed mesh under FSDP, the last dimension when the mesh has
+    more than one (FSDP2 with tensor parallelism shards rows on both, TP innermost), none when it
+    has one (FSDP's alone); without FSDP, every sharded dimension."""
+    pl = tuple(w.placements)
+    names = tuple(getattr(w.device_mesh, "mesh_dim_names", None) or ())
+    dims = [i for i, p in enumerate(pl) if _shard_dim(p) == 0]
+    if names:
+        tp = [i for i in dims if i < len(names) and names[i] == "tp"]
+        if tp:
+            return tp
+        return [i for i in dims if not (i < len(names) and (names[i].startswith("dp") or
+                                                              names[i] in _DP_NAMES))]
+    if fsdp:
+        return [len(pl) - 1] if len(pl) > 1 and len(pl) - 1 in dims else []
+    return dims
+
+
 def _shard_dim(p):
     is_shard = getattr(p, "is_shard", None)
     try:
@@ -168,24 +216,20 @@ def from_model(model, torch):
     """Tensor parallelism from the model: the DTensor placements of its query projections, else
     the device mesh transformers keeps for a model loaded with a tp_plan. None when neither says
     anything."""
+    fsdp = _fsdp(model)
     for name, w in _query_weights(model):
         if not _is_dtensor(w):
             continue
-        mesh, pl = w.device_mesh, tuple(w.placements)
+        mesh = w.device_mesh
         names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
-        dims = [i for i, p in enumerate(pl) if _shard_dim(p) == 0]
+        dims = _tp_dims(w, fsdp)
         if not dims:
-            return {}  # replicated heads: no tensor parallelism of attention
-        if len(dims) > 1:  # FSDP's Shard(0) beside TP's: the dimension named 'tp', else not 'dp*'
-            named = [i for i in dims if i < len(names) and names[i] == "tp"]
-            named = named or [i for i in dims if not (i < len(names) and
-                                                      names[i].startswith("dp"))]
-            if len(named) != 1:
-                raise ValueError("attnstat.torch.monitor: %s.weight is sharded along its rows on "
-                                 "mesh dimensions %s (%s): which one is tensor parallelism is "
-                                 "not clear; pass layout=... (a dict or a DeviceMesh with a 'tp' "
-                                 "dimension)" % (name, dims, names or "unnamed"))
-            dims = named
+            return {}  # replicated heads, or FSDP's shards: no tensor parallelism of attention
+        if len(dims) > 1:
+            raise ValueError("attnstat.torch.monitor: %s.weight is sharded along its rows on "
+                             "mesh dimensions %s (%s): which one is tensor parallelism is not "
+                             "clear; pass layout=... (a dict or a DeviceMesh with a 'tp' "
+                             "dimension)" % (name, dims, names or "unnamed"))
         i = dims[0]
         out = {"tp_rank": int(mesh.get_local_rank(i)), "tp_size": int(mesh.size(i))}
         if names:
@@ -231,10 +275,16 @@ def model_heads(model):
         if not isinstance(hidden, int) or hidden % heads:
             return None
         hd = hidden // heads
+    fsdp = _fsdp(model)
     for name, w in _query_weights(model):
-        if _is_dtensor(w):
-            w = w.to_local()
-        rows = int(w.shape[0])
+        if _is_dtensor(w):  # the whole projection's rows over its tensor-parallel shards
+            rows = int(w.shape[0])
+            for i in _tp_dims(w, fsdp):
+                rows //= max(1, int(w.device_mesh.size(i)))
+        elif fsdp:  # FSDP's flat shards: the rows held between forwards are not the heads'
+            return None
+        else:
+            rows = int(w.shape[0])
         if rows % hd:
             return None
         return heads, rows // hd, name
