@@ -38,6 +38,7 @@ a module that runs as __main__.
         included)
     gpu_trainer.py mha SOCKET OUT.pt
     gpu_trainer.py varlen SOCKET OUT.pt [--compile]
+    torch.distributed.run --nproc_per_node 2 gpu_trainer.py fsdp SOCKET OUT [--unnamed]
         nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
         two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
         the weights the modules returned and the results; then one compiled step's counters
@@ -812,6 +813,39 @@ def run_tp(args):
     print(json.dumps(mon.stats(), default=str))
 
 
+def run_fsdp(args):
+    """One rank of a 2-way FSDP2 job on the CPU over gloo: fully_shard on every decoder layer and
+    on the model, the mesh named 'dp_shard' as torchtitan names it (unnamed with --unnamed), one
+    training step monitored at layout='auto'. Saves what each push carried and the monitor's
+    stats (its layout: data parallelism, every head in every process)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import attnstat.torch as at
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (world,),
+                            mesh_dim_names=None if args.unnamed else ("dp_shard",))
+    model = _small_llama(torch.device("cpu"), args.seed, heads=8, kv=2, layers=2)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    g = torch.Generator().manual_seed(args.seed + rank)
+    ids = torch.randint(0, 512, (2, 64), generator=g)
+    run = os.environ.get("ATTNSTAT_TEST_RUN", args.run)
+    client = attnstat.Client(socket=args.socket, run=run, rank=rank)
+    pushes = record_pushes(client)
+    with at.monitor(client, every=1, model=model) as mon:
+        model(input_ids=ids, labels=ids).loss.backward()
+    if not client.flush(timeout_s=120):
+        raise SystemExit("flush timed out: %s" % client.stats())
+    torch.save(dict(pushes=pushes, monitor=mon.stats(), stats=client.stats(), rank=rank),
+               "%s.%d.pt" % (args.out, rank))
+    client.close()
+    dist.destroy_process_group()
+    print(json.dumps(mon.stats(), default=str))
+
+
 def run_qkclip_tp(args):
     """One rank of a 2-way tensor-parallel GQA Llama (torchtitan's plan: q/k/v ColwiseParallel, o
     RowwiseParallel) under bf16 autocast with attnstat.torch.qk_clip: each rank's query rows
@@ -1010,7 +1044,7 @@ def main():
     ap.add_argument("mode", choices=("values", "loop", "nosync", "memory", "llama", "flex",
                                      "llama-compiled", "flex-byname", "gptoss", "tp", "qkclip",
                                      "qkclip-tp", "qkclip-mla", "qkclip-fused", "maxout",
-                                     "mha", "unseen", "ckpt", "varlen"))
+                                     "mha", "unseen", "ckpt", "varlen", "fsdp"))
     ap.add_argument("socket")
     ap.add_argument("out")
     ap.add_argument("--run", default="gpu-test")
@@ -1027,6 +1061,7 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="flex-byname, gptoss, varlen: compiled")
     ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
+    ap.add_argument("--unnamed", action="store_true", help="fsdp: a mesh without names")
     ap.add_argument("--model", default="llama", choices=("llama", "deepseek"),
                     help="llama, llama-compiled: the model (_model)")
     args = ap.parse_args()
@@ -1036,7 +1071,8 @@ def main():
      "gptoss": run_gptoss, "tp": run_tp, "qkclip": run_qkclip,
      "qkclip-tp": run_qkclip_tp, "qkclip-mla": run_qkclip_mla,
      "qkclip-fused": run_qkclip_fused, "maxout": run_maxout, "mha": run_mha,
-     "unseen": run_unseen, "ckpt": run_ckpt, "varlen": run_varlen}[args.mode](args)
+     "unseen": run_unseen, "ckpt": run_ckpt, "varlen": run_varlen,
+     "fsdp": run_fsdp}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -802,20 +802,39 @@ class TestGPU(unittest.TestCase):
             self.skipTest("transformers is not installed")
         self.qk_clip_check("qkclip-fused", "qkclip-fused")
 
-    def tensor_parallel_run(self, mode, run):
-        """gpu_trainer's `mode` on two GPUs under torch.distributed.run (run name `run`): its
-        completed process and each rank's saved output; skips without two GPUs or transformers."""
-        if torch.cuda.device_count() < 2:
+    def tensor_parallel_run(self, mode, run, gpus=2, extra=()):
+        """gpu_trainer's `mode` in two processes under torch.distributed.run (run name `run`),
+        each on a GPU of its own (gpus=2) or on the CPU (gpus=0): its completed process and each
+        rank's saved output; skips without the GPUs or transformers."""
+        if torch.cuda.device_count() < gpus:
             self.skipTest("one GPU: tensor parallelism needs two")
         if importlib.util.find_spec("transformers") is None:
             self.skipTest("transformers is not installed")
         out = os.path.join(self.tmp.name, run)
         e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN=run)
         r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node", "2", TRAINER, mode, self.d.socket, out],
+                            "--nproc_per_node", "2", TRAINER, mode, self.d.socket, out,
+                            *extra],
                            env=e, capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
         return r, [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+
+    def test_33_fsdp_is_data_parallelism(self):
+        """FSDP2 (fully_shard on every decoder layer and the model) in two processes (the CPU,
+        gloo), the mesh named as torchtitan names it and unnamed: layout='auto' sees two
+        data-parallel replicas, not tensor parallelism over them; every call pushed with all 8
+        heads, none skipped."""
+        if importlib.util.find_spec("torch.distributed.fsdp") is None:
+            self.skipTest("this PyTorch has no torch.distributed.fsdp")
+        for extra, run in (((), "fsdp"), (("--unnamed",), "fsdpu")):
+            r, ranks = self.tensor_parallel_run("fsdp", run, gpus=0, extra=extra)
+            for d in ranks:
+                lay = d["monitor"]["layout"]
+                self.assertEqual((lay.get("tp_size", 1), lay["dp_rank"], lay["dp_size"]),
+                                 (1, d["rank"], 2), (extra, lay))
+                self.assertEqual((d["monitor"]["pushed"], d["monitor"]["skipped"]), (2, 0),
+                                 d["monitor"])
+                self.assertEqual([p["q"].shape[1] for p in d["pushes"]], [8, 8])
 
     def test_23_qk_clip_tensor_parallel(self):
         """attnstat.torch.qk_clip on a 2-way tensor-parallel GQA Llama (DTensor, ColwiseParallel
