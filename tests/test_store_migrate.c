@@ -605,22 +605,34 @@ END_TEST
 
 /* ---- version 5 -> 6: interventions ------------------------------------------------------------ */
 
-/* A version-5 database (001 .. 005 as files, two runs with random samples and an alert) opens at
- * version 6: the rows are kept, and interventions of both runs are stored and read back exactly;
- * deleting one run takes its interventions and only its. */
-START_TEST(test_migrate_v5_interventions)
+/* A database at dbpath as attnstatd at schema version v left it: migrations 001 .. v as files,
+ * user_version v; open, for the caller's rows. */
+static sqlite3 *db_at_version(int v)
 {
+    static const char *const files[] = {"001_init.sql", "002_compact.sql", "003_lifecycle.sql",
+                                        "004_layout.sql", "005_stats.sql", "006_interventions.sql"};
+    ck_assert_int_le(v, (int)(sizeof files / sizeof files[0]));
     sqlite3 *db = NULL;
     ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
                      SQLITE_OK);
     v1_exec(db, "PRAGMA journal_mode = WAL");
     v1_exec(db, "BEGIN IMMEDIATE");
-    static const char *const files[] = {"001_init.sql", "002_compact.sql", "003_lifecycle.sql",
-                                        "004_layout.sql", "005_stats.sql"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    for (int i = 0; i < v; i++)
         exec_file(db, files[i]);
-    v1_exec(db, "PRAGMA user_version = 5; PRAGMA application_id = 1635021684");
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = 1635021684", v);
+    v1_exec(db, sql);
     v1_exec(db, "COMMIT");
+    return db;
+}
+
+
+/* A version-5 database (001 .. 005 as files, two runs with random samples and an alert) opens at
+ * version 6: the rows are kept, and interventions of both runs are stored and read back exactly;
+ * deleting one run takes its interventions and only its. */
+START_TEST(test_migrate_v5_interventions)
+{
+    sqlite3 *db = db_at_version(5);
     v1_exec(db, "INSERT INTO runs (id, name, rank, started, last_hello, owner_uid, tp_rank, "
                 "tp_size) VALUES (11, 'clip', 0, 1, 1, 1000, 0, 2), (12, 'clip', 1, 1, 1, 1000, 1, "
                 "2)");
@@ -736,17 +748,7 @@ static void delete_run(store *st, int64_t r)
  * (version 6 gave the deleted ones again: a stale `alerts ack --id` acted on a new alert). */
 START_TEST(test_migrate_v6_ids)
 {
-    sqlite3 *db = NULL;
-    ck_assert_int_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL),
-                     SQLITE_OK);
-    v1_exec(db, "PRAGMA journal_mode = WAL");
-    v1_exec(db, "BEGIN IMMEDIATE");
-    static const char *const files[] = {"001_init.sql", "002_compact.sql", "003_lifecycle.sql",
-                                        "004_layout.sql", "005_stats.sql", "006_interventions.sql"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        exec_file(db, files[i]);
-    v1_exec(db, "PRAGMA user_version = 6; PRAGMA application_id = 1635021684");
-    v1_exec(db, "COMMIT");
+    sqlite3 *db = db_at_version(6);
     v1_exec(db, "INSERT INTO runs (id, name, rank, started, last_hello, owner_uid) VALUES "
                 "(21, 'keep', 0, 1, 1, 1000), (22, 'gone', 0, 1, 1, 1000)");
     static const char *const states[] = {"raised", "cleared", "resolved"};
