@@ -21,8 +21,8 @@ import attnstat  # noqa: E402
 import attnstat.torch  # noqa: E402
 from attnstat import _args, _layout, _lib  # noqa: E402
 from attnstat.torch import _layout as tl  # noqa: E402
-from test_python_monitor import (DOOR_MODULES, FakeShard, FakeTPMesh, FakeTPModel,  # noqa: E402
-                                 RecordingClient)
+from test_python_monitor import (DOOR_MODULES, FakeReplicate, FakeShard,  # noqa: E402
+                                 FakeTPMesh, FakeTPModel, RecordingClient)
 
 
 class TestLayoutDict(unittest.TestCase):
@@ -179,7 +179,16 @@ class TestDetection(unittest.TestCase):
 
 
 class FSDPModel(FakeTPModel):
-    """A model under fully_shard: its class is FSDP<name>, as fully_shard makes it."""
+    """A model under fully_shard: its class is FSDP<name>, as fully_shard makes it; fsdp_ndim:
+    the dimensions of the mesh its state says it shards over (None: a state without it)."""
+    fsdp_ndim = None
+
+    def _get_fsdp_state(self):
+        if self.fsdp_ndim is None:
+            raise AttributeError("_fsdp_param_group")
+        mesh = types.SimpleNamespace(ndim=self.fsdp_ndim)
+        return types.SimpleNamespace(_fsdp_param_group=types.SimpleNamespace(
+            mesh_info=types.SimpleNamespace(mesh=mesh)))
 
 
 class FullyShardedDataParallel(FakeTPModel):
@@ -214,7 +223,7 @@ class TestFSDP(unittest.TestCase):
         return got, mon
 
     def test_fully_shard_alone(self):
-        for names in ((), ("dp_shard",), ("fsdp",)):
+        for names in ((), ("dp_shard",), ("fsdp",), ("data_parallel",), ("world",)):
             model = FSDPModel(self.fake.F, 16, 16, (FakeShard(0),), FakeTPMesh(names, (4,), (2,)))
             got, mon = self.run_monitor(model, 2, 4)
             self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 2, 4),
@@ -227,6 +236,39 @@ class TestFSDP(unittest.TestCase):
         got, mon = self.run_monitor(model, 7, 8)
         self.assertEqual((got["tp_rank"], got["tp_size"]), (3, 4))
         self.assertEqual(mon.pushed, 2)
+
+    def test_names_and_fsdp_state(self):
+        """Lightning's names (data_parallel x tensor_parallel): TP is the tensor-parallel
+        dimension; HSDP over dimensions named for nothing: fully_shard's state says its mesh has
+        both, so neither is TP; torchtitan's HSDP mesh with context parallelism folded into the
+        shard dimension ('dp_shard_cp'): every process its own data-parallel rank."""
+        model = FSDPModel(self.fake.F, 16, 4, (FakeShard(0), FakeShard(0)),
+                          FakeTPMesh(("data_parallel", "tensor_parallel"), (2, 4), (1, 3)))
+        got, mon = self.run_monitor(model, 7, 8)
+        self.assertEqual((got["tp_rank"], got["tp_size"]), (3, 4))
+        model = FSDPModel(self.fake.F, 16, 16, (FakeReplicate(), FakeShard(0)),
+                          FakeTPMesh(("inter_node", "intra_node"), (2, 4), (1, 2)))
+        model.fsdp_ndim = 2
+        got, mon = self.run_monitor(model, 6, 8)
+        self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 6, 8))
+        self.assertEqual(mon.pushed, 2)
+        seen = set()
+        for r in range(2):
+            for s in range(2):
+                for t in range(2):
+                    d = tl.from_mesh(FakeTPMesh(("dp_replicate", "dp_shard_cp", "tp"), (2, 2, 2),
+                                                (r, s, t)))
+                    self.assertEqual((d["dp_size"], d["tp_rank"]), (4, t))
+                    seen.add((d["dp_rank"], d["tp_rank"]))
+        self.assertEqual(len(seen), 8)
+
+    def test_fsdp_wrapper_with_a_shard_of_the_heads(self):
+        """The FSDP wrapper beside tensor parallelism by hand (plain 2-D weights holding 4 of
+        16 heads) and no layout: refused, as without FSDP."""
+        model = FullyShardedDataParallel(self.fake.F, 16, 4)
+        with self.assertRaises(ValueError) as cm:
+            self.run_monitor(model, 1, 4)
+        self.assertIn("holds 4", str(cm.exception))
 
     def test_fsdp_wrapper_flat_shards(self):
         model = FullyShardedDataParallel(self.fake.F, 16, 16)

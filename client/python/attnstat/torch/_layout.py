@@ -92,9 +92,12 @@ def from_mesh(mesh):
     for g in ("tp", "pp", "cp", "dp"):
         if g in local:
             out[g + "_rank"], out[g + "_size"] = local[g], size[g]
-    if "dp" not in local and ("dp_replicate" in local or "dp_shard" in local):
+    # HSDP: replicas x shards; torchtitan folds context parallelism into the shard dimension of
+    # the mesh it gives FSDP ("dp_shard_cp"), so any "dp_shard*" dimension is the shard one
+    shard = next((n for n in names if n.startswith("dp_shard")), None)
+    if "dp" not in local and ("dp_replicate" in local or shard is not None):
         rr, rs = local.get("dp_replicate", 0), size.get("dp_replicate", 1)
-        sr, ss = local.get("dp_shard", 0), size.get("dp_shard", 1)
+        sr, ss = (local[shard], size[shard]) if shard is not None else (0, 1)
         out["dp_rank"], out["dp_size"] = rr * ss + sr, rs * ss
     return out
 
@@ -132,13 +135,27 @@ def _query_weights(model):
 _FSDP_CLASSES = (("torch.distributed.fsdp", "FSDPModule"),
                  ("torch.distributed._composable.fsdp", "FSDPModule"),
                  ("torch.distributed.fsdp", "FullyShardedDataParallel"))
-# mesh dimension names of data parallelism besides the "dp*" ones (torchtitan's are all "dp*")
-_DP_NAMES = ("fsdp", "hsdp", "ddp", "data", "shard", "replicate")
+
+
+def _dp_named(n):
+    """A mesh dimension named for data parallelism: torchtitan's "dp*", Lightning's
+    "data_parallel", "fsdp", "hsdp", "ddp", "*shard*", "*replicate*"."""
+    n = n.lower()
+    return n.startswith("dp") or any(w in n for w in ("data", "fsdp", "hsdp", "ddp", "shard",
+                                                      "replicate"))
+
+
+def _tp_named(n):
+    """A mesh dimension named for tensor parallelism: "tp", "tp_*", "*tensor*" (Lightning's
+    "tensor_parallel"), "mp", "model_parallel"."""
+    n = n.lower()
+    return n in ("tp", "mp") or n.startswith("tp_") or "tensor" in n or "model_parallel" in n
 
 
 def _fsdp(model):
-    """Whether FSDP shards the model's parameters (fully_shard, or the FullyShardedDataParallel
-    wrapper): it gathers them for each forward, so its Shard(0) of a query projection is not
+    """(whether FSDP shards the model's parameters: fully_shard, or the FullyShardedDataParallel
+    wrapper; the number of dimensions of fully_shard's own mesh, when its state says, else None).
+    FSDP gathers the parameters for each forward, so its Shard(0) of a query projection is not
     tensor parallelism, and the rows a process holds between forwards say nothing of the heads
     its attention computes."""
     classes = []
@@ -146,31 +163,44 @@ def _fsdp(model):
         c = getattr(sys.modules.get(mod_name), cls_name, None)
         if isinstance(c, type):
             classes.append(c)
+    found, ndim = False, None
     for _, mod in _named_modules(model):
-        if classes and isinstance(mod, tuple(classes)):
-            return True
-        if type(mod).__name__.startswith(("FSDP", "FullyShardedDataParallel")):
-            return True
-    return False
+        if not ((classes and isinstance(mod, tuple(classes))) or
+                type(mod).__name__.startswith(("FSDP", "FullyShardedDataParallel"))):
+            continue
+        found = True
+        try:  # fully_shard's state: the mesh it shards over (a private attribute: may move)
+            group = mod._get_fsdp_state()._fsdp_param_group
+            ndim = int(group.mesh_info.mesh.ndim)
+            break
+        except Exception:
+            continue
+    return found, ndim
 
 
 def _tp_dims(w, fsdp):
-    """The dimensions of DTensor w's mesh on which its rows are sharded for tensor parallelism:
-    on a named mesh, the one named 'tp', else the sharded ones not named for data parallelism
-    ('dp*', 'fsdp', ...); on an unnamed mesh under FSDP, the last dimension when the mesh has
-    more than one (FSDP2 with tensor parallelism shards rows on both, TP innermost), none when it
-    has one (FSDP's alone); without FSDP, every sharded dimension."""
+    """The dimensions of DTensor w's mesh on which its rows are sharded for tensor parallelism.
+    fsdp: _fsdp(model). A dimension named for it ('tp', 'tensor_parallel', ...) is; under FSDP,
+    FSDP's own dimensions are not: the leading ones, as many as fully_shard's mesh has (its
+    parameters' mesh is its own, then tensor parallelism's), else those named for data
+    parallelism, else, unnamed, all but the innermost of a mesh of two or more dimensions (FSDP
+    beside TP: TP innermost) and every one of a 1-D mesh; without FSDP, every sharded dimension
+    not named for data parallelism."""
+    found, ndim = fsdp
     pl = tuple(w.placements)
     names = tuple(getattr(w.device_mesh, "mesh_dim_names", None) or ())
+    names = names + ("",) * (len(pl) - len(names))
     dims = [i for i, p in enumerate(pl) if _shard_dim(p) == 0]
-    if names:
-        tp = [i for i in dims if i < len(names) and names[i] == "tp"]
-        if tp:
-            return tp
-        return [i for i in dims if not (i < len(names) and (names[i].startswith("dp") or
-                                                              names[i] in _DP_NAMES))]
-    if fsdp:
+    tp = [i for i in dims if _tp_named(names[i])]
+    if tp:
+        return tp
+    if found and ndim is not None:
+        return [i for i in dims if i >= ndim]
+    dims = [i for i in dims if not _dp_named(names[i])]
+    if found and not any(names):
         return [len(pl) - 1] if len(pl) > 1 and len(pl) - 1 in dims else []
+    if found and len(pl) == 1:
+        return []
     return dims
 
 
@@ -281,8 +311,8 @@ def model_heads(model):
             rows = int(w.shape[0])
             for i in _tp_dims(w, fsdp):
                 rows //= max(1, int(w.device_mesh.size(i)))
-        elif fsdp:  # FSDP's flat shards: the rows held between forwards are not the heads'
-            return None
+        elif fsdp[0] and (len(tuple(w.shape)) != 2 or int(w.shape[0]) == 0):
+            return None  # the FSDP wrapper's view of a flat shard: no rows of heads here
         else:
             rows = int(w.shape[0])
         if rows % hd:
