@@ -29,7 +29,8 @@ def install_varlen(later):
     if later:
         def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
                         scale=None, window_size=(-1, -1), enable_gqa=False, seqused_k=None,
-                        block_table=None, num_splits=None):
+                        block_table=None, num_splits=None, k_cache=None, v_cache=None,
+                        cache_seqlens=None, cache_batch_idx=None, page_table=None):
             m.seen.append(query)
             return query
     else:
@@ -98,7 +99,8 @@ class TestVarlenDoor(unittest.TestCase):
 
     def test_later_release(self):
         """window_size (-1, 0) is causal; (W, 0) a window; the scale; GQA's fewer key heads;
-        a paged KV cache and seqused_k skipped and counted, said once each."""
+        a KV cache (paged, or k_cache / v_cache) and seqused_k skipped and counted, said once
+        per kind."""
         m = install_varlen(later=True)
         q, k, cu = self.packed(hq=4, hk=2)
 
@@ -110,8 +112,10 @@ class TestVarlenDoor(unittest.TestCase):
                 np.zeros((3, 2), np.int32), "int32"))
             m.varlen_attn(q, k, k, cu, cu, 4, 4, seqused_k=FakeTensor(
                 np.array([2, 3, 3], np.int32), "int32"))
+            m.varlen_attn(q, k, k, cu, cu, 4, 4, k_cache=FakeTensor(randn(3, 8, 2, 8)),
+                          v_cache=FakeTensor(randn(3, 8, 2, 8)))
         c, mon, ws = self.run_monitor(calls)
-        self.assertEqual(len(m.seen), 5)
+        self.assertEqual(len(m.seen), 6)
         self.assertEqual(len(c.calls), 3)
         kw = self.check_push(c.calls[0], q, k, cu)
         self.assertEqual((kw["causal"], kw["scale"]), (True, 0.3))
@@ -121,9 +125,9 @@ class TestVarlenDoor(unittest.TestCase):
         kw = self.check_push(c.calls[2], q, k, cu)
         self.assertEqual(kw["causal"], False)
         self.assertNotIn("window", kw)
-        self.assertEqual(mon.skipped_by, {"paged": 1, "varlen-seqused": 1})
+        self.assertEqual(mon.skipped_by, {"paged": 2, "varlen-seqused": 1})
         said = [str(w.message) for w in ws]
-        self.assertEqual(sum("block_table" in s for s in said), 1)
+        self.assertEqual(sum("KV cache" in s for s in said), 1)  # said once per kind
         self.assertEqual(sum("seqused_k" in s for s in said), 1)
 
     def test_imported_by_name_and_restored(self):

@@ -207,7 +207,8 @@ def from_flash_varlen(args, kwargs):
 # Packed sequences, query [T_q, H_q, D] and key [T_k, H_kv, D] with cumulative offsets, FlashAttention
 # conventions (causal bottom-right). 2.10 takes is_causal; later releases take keyword-only scale,
 # window_size ((-1, 0): causal; (W, 0): a causal window of W keys back), enable_gqa, seqused_k and
-# block_table (a paged KV cache: key [pages, page_size, H_kv, D]). The names come from the
+# a KV cache (block_table, or k_cache / v_cache / cache_seqlens / page_table in newer ones: the
+# keys attended to are then not key's alone, so such calls are skipped). The names come from the
 # installed function's signature (set_varlen_names, at install); these are 2.10's.
 _VARLEN = "varlen_attn"
 _VARLEN_NAMES = ["query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "is_causal",
@@ -230,9 +231,11 @@ def set_varlen_names(fn):
 def from_varlen(args, kwargs):
     a = dict(zip(_VARLEN_NAMES, args))
     a.update(kwargs)
-    if a.get("block_table") is not None:
-        return Skip("paged", "%s calls with a block_table (paged KV cache) are not monitored"
-                    % _VARLEN)
+    for name in ("block_table", "page_table", "k_cache", "v_cache", "cache_seqlens",
+                 "cache_batch_idx"):
+        if a.get(name) is not None:  # the keys attended to are not (all) in key
+            return Skip("paged", "%s calls with a KV cache (%s) are not monitored" % (_VARLEN,
+                                                                                    name))
     if a.get("seqused_k") is not None:
         return Skip("varlen-seqused", "%s calls with seqused_k are not monitored (only part of "
                     "each packed sequence's keys takes part)" % _VARLEN)
