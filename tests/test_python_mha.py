@@ -309,5 +309,29 @@ class TestBelowDynamo(unittest.TestCase):
                                                                               for w in ws])
 
 
+    def test_a_failure_below_dynamo_is_counted(self):
+        """Below Dynamo the wrapper runs as real Python on fake tensors (AOTAutograd, or a fake
+        tensor mode the program entered, e.g. a memory estimator): an observation that cannot
+        be put into the graph is counted in errors and said once, and the call returns what the
+        attention returned; under Dynamo itself the error is Dynamo's to handle."""
+        def broken(torch, door, call, out):
+            raise RuntimeError("no fake implementation here")
+        self._op.emit = broken
+        x = FakeTensor(randn(5, 2, self.E))
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            with attnstat.torch.monitor(RecordingClient()) as mon:
+                self.modes["fake"] = object()
+                for _ in range(2):
+                    out, _ = TestMhaDoor.call(self, x, x, x, need_weights=False)
+                    self.assertIsNotNone(out)
+                self.modes.clear()
+                self.dynamo = True
+                with self.assertRaises(RuntimeError):
+                    TestMhaDoor.call(self, x, x, x, need_weights=False)
+                self.dynamo = False
+        self.assertEqual(mon.errors, 2)
+        self.assertEqual(sum("no fake implementation" in str(w.message) for w in ws), 1)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

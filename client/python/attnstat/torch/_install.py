@@ -85,6 +85,20 @@ def compiling():
     return bool(ic is not None and ic())
 
 
+def _traced_error(e):
+    """A call that could not be put into a graph traced below Dynamo (AOTAutograd's, or a fake
+    tensor mode the program entered): counted in the active monitor's errors and said once, as
+    an eager call's failure is; raised in strict mode."""
+    mon = STATE.monitor
+    if mon is None:
+        return
+    if getattr(mon, "strict", False):
+        raise e
+    mon.errors += 1
+    mon._warn_once("observe", "a call could not be put into the traced graph and was skipped: "
+                   "%r" % (e,))
+
+
 def wrapper_for(orig, door):
     """A wrapper of orig for door: calls orig, then observes the call."""
 
@@ -101,7 +115,13 @@ def wrapper_for(orig, door):
                 out = orig(*args, **kwargs)
             finally:
                 STATE.trace_depth -= 1
-            _op.emit(t, door, door.describe(args, kwargs), out)
+            if tr == 1:
+                _op.emit(t, door, door.describe(args, kwargs), out)
+                return out
+            try:  # below Dynamo this is real Python on fake tensors: a failure is counted, said
+                _op.emit(t, door, door.describe(args, kwargs), out)
+            except Exception as e:
+                _traced_error(e)
             return out
         mon = STATE.monitor
         if mon is None or getattr(_tls, "depth", 0):
