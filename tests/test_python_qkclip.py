@@ -326,6 +326,28 @@ class TestClipStep(FakeTorchCase):
         client.result(9, 0, [99.0] * 4)  # 7-9 were never applied, but 10-12 were: dropped
         self.assertEqual(clip.step(), 0)
 
+    def test_a_step_that_raises_keeps_the_next_ones(self):
+        """step() raising while it scales the rows (here the first time only) still ends its
+        optimizer step: the next step's results are applied, not taken for the failed one's."""
+        a = Attention(self.rng, 0, 4, 4, 2)
+        client, mon = FakeClient(), types.SimpleNamespace(current_step=3)
+        clip = qk_clip(client, projections={0: (a.q_proj, a.k_proj, 2)}, tau=10.0, monitor=mon)
+        factors, calls = clip._factors, []
+
+        def once(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("the weights could not be scaled")
+            return factors(*args)
+        clip._factors = once
+        client.result(2, 0, [20.0, 1.0, 1.0, 1.0])
+        with self.assertRaises(RuntimeError):
+            clip.step()
+        mon.current_step = 6
+        client.result(5, 0, [1.0, 40.0, 1.0, 1.0])
+        self.assertEqual(clip.step(), 1)
+        self.assertEqual(client.interventions[-1]["step"], 5)
+
     def test_unrecorded_clip_goes_on(self):
         """A daemon that records no interventions (ENOTSUP): the clip is applied all the same,
         said once, counted, and not tried again."""

@@ -308,12 +308,29 @@ class qk_clip(object):
                 n += got
         # each layer it clips is recorded in the run's history (`attnstat interventions`).
         # The results are taken at once, and their steps marked applied, under the lock: a result
-        # arriving meanwhile in another thread is either in them or kept for the next step(),
-        # never dropped between the two, and never applied twice.
+        # arriving meanwhile in another thread is either in them, or of a newer step and kept for
+        # the next step(), or of a step being applied and dropped (never applied twice).
         with self._lock:
             latest, self._latest = self._latest, {}
             for layer, (g, _, _) in latest.items():
                 self._applied[layer] = g
+        try:
+            n = self._apply(torch, latest)
+        finally:  # the end of this optimizer step's forwards, whatever the clip did
+            cur = getattr(self.monitor, "current_step", None)
+            if cur is not None:
+                with self._lock:
+                    self._bounds.append(cur)
+                    if len(self._bounds) > 256:  # results older than the last 128: applied
+                        del self._bounds[:128]
+                        self._bounds_off += 128
+        if n:
+            self.steps += 1
+        return n
+
+    def _apply(self, torch, latest):
+        """The rows of each head of latest ({layer: (group, step, max logits)}) over tau
+        scaled; the number of heads clipped."""
         n = 0
         for layer, (g, st, ml) in sorted(latest.items()):
             ql, kl, d, heads, group, form = self._layers[layer]
@@ -345,15 +362,6 @@ class qk_clip(object):
             cur = getattr(self.monitor, "current_step", None)
             if cur is not None:
                 self.lag = cur - st
-        cur = getattr(self.monitor, "current_step", None)
-        if cur is not None:  # the end of this optimizer step's forwards
-            with self._lock:
-                self._bounds.append(cur)
-                if len(self._bounds) > 256:  # results older than the last 128 are long applied
-                    del self._bounds[:128]
-                    self._bounds_off += 128
-        if n:
-            self.steps += 1
         return n
 
     def _drain_one(self, wait):
