@@ -38,7 +38,7 @@ The doors it watches (doors="auto": every one that is importable; _doors.py):
     compiled code such calls are skipped and counted (pass need_weights=False there);
   - 'varlen': torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later): packed sequences
     by their offsets, causal (is_causal, or window_size (-1, 0)), a window, the scale; calls
-    with a paged KV cache (block_table) or seqused_k are skipped.
+    with a KV cache (k_cache / v_cache, block_table, page_table) or seqused_k are skipped.
 However the model reaches them: through the module attribute, or imported by name into any
 loaded module (`from torch.nn.attention.flex_attention import flex_attention`); modules loaded
 while the monitor is active are looked at before each forward pass (or step). Layer = the
