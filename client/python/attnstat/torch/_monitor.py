@@ -359,14 +359,18 @@ class monitor(object):
         except Exception:
             return False
 
-    def _in_backward(self):
+    def _recomputed(self):
         """Whether autograd's engine is running a backward on this thread (a checkpointed
-        layer's forward runs again there: its attention was pushed when it first ran)."""
+        layer's forward runs again there, eagerly or in a compiled backward: its attention was
+        observed when it first ran); such a call is counted in .recomputed."""
         f = getattr(getattr(self._torch, "_C", None), "_current_graph_task_id", None)
         try:
-            return f is not None and f() != -1
+            if f is None or f() == -1:
+                return False
         except Exception:
             return False
+        self.recomputed += 1
+        return True
 
     def _graph_capturing(self):
         """Whether the current CUDA stream is capturing a graph (for CUDA tensors only)."""
@@ -452,8 +456,7 @@ class monitor(object):
     def _observe_eager(self, door, args, kwargs, out):
         if door.name not in self._wanted or not self._active or self._jit_tracing():
             return
-        if self._in_backward():  # activation checkpointing's recompute: pushed in the forward
-            self.recomputed += 1
+        if self._recomputed():  # activation checkpointing's recompute: pushed in the forward
             return
         try:
             index, step, sampled = self._count()
@@ -477,7 +480,7 @@ class monitor(object):
                             % (e,))
 
     def _note_compiled(self, door, kind, why):
-        if door not in self._wanted or not self._active or self._in_backward():
+        if door not in self._wanted or not self._active or self._recomputed():
             return
         self.compiled_calls += 1
         _, _, sampled = self._count()
@@ -489,8 +492,7 @@ class monitor(object):
         """The attnstat::observe operator at run time: a call of a compiled graph."""
         if door not in self._wanted or not self._active:
             return
-        if self._in_backward():  # a compiled graph's recompute of a checkpointed layer
-            self.recomputed += 1
+        if self._recomputed():  # a compiled graph's recompute of a checkpointed layer
             return
         try:
             self.compiled_calls += 1
