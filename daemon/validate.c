@@ -140,7 +140,11 @@ static Attnstat__Code check_aux(const char *name, const Attnstat__TensorRef *t,
                     "%s.strides[3] is %lld: its last dimension must be contiguous (stride 1)", name,
                     (long long)ti->stride[3]);
     ti->stride[3] = 1;
-    uint64_t esize = stats_dtype_size(ti->dtype);
+    /* I32 (device offsets) is the wire's alone: the statistics know no such element */
+    uint64_t esize = t->dtype == ATTNSTAT__DTYPE__I32 ? 4 : stats_dtype_size(ti->dtype);
+    if (esize == 0)
+        return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s.dtype %d (%s) has no element size here", name,
+                    (int)t->dtype, names_dtype((int)t->dtype));
     if (t->offset % esize != 0)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s.offset %llu is not a multiple of %llu bytes",
                     name, (unsigned long long)t->offset, (unsigned long long)esize);

@@ -258,6 +258,18 @@ class TestGPU(unittest.TestCase):
         cls.d.close()
         cls.tmp.cleanup()
 
+    def tearDown(self):
+        # A daemon that died fails the test it died in, with its exit, and the next test gets a
+        # new one (else every later test fails on a refused connection and hides the cause).
+        rc = self.d.proc.poll()
+        if rc is None:
+            return
+        log = self.d.text()[-3000:]
+        self.d.close()
+        type(self).d = Daemon(tempfile.mkdtemp(dir=self.tmp.name))
+        self.fail("attnstatd died during this test (exit %s%s); its log ends:\n%s"
+                  % (rc, " = signal %d" % -rc if rc < 0 else "", log))
+
     def values(self, name, env=None, extra=()):
         out = os.path.join(self.tmp.name, name + ".pt")
         r = trainer("values", self.d.socket, out, "--run", name, *extra, env=env)

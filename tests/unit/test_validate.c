@@ -486,6 +486,52 @@ START_TEST(test_device_plan)
 }
 END_TEST
 
+/* Packed offsets on the device (cu_seqlens_*_ref, I32 [1, 1, B + 1, 1], in q's CUDA buffer after k):
+ * the plan names them with their spans (4 bytes an entry), ending on the buffer's last byte and
+ * not one byte later; an offset not a multiple of 4 is refused. I32 is no statistics dtype: its
+ * element size once divided by zero and took the daemon down. */
+START_TEST(test_device_packed_plan)
+{
+    for (int iter = 0; iter < 50; iter++) {
+        push_t x;
+        make_push(&x, 0);
+        x.qs[0] = x.ks[0] = 1;
+        contig(x.qs, x.qst);
+        contig(x.ks, x.kst);
+        uint64_t entries = (uint64_t)rnd_range(2, 4), cus[4] = {1, 1, entries, 1}, cust[4];
+        contig(cus, cust);
+        Attnstat__TensorRef cq, ck;
+        uint64_t qoff = (x.end[1] + 3) / 4 * 4 + 4 * (uint64_t)rnd_range(0, 8);
+        uint64_t koff = qoff + 4 * entries + 4 * (uint64_t)rnd_range(0, 8);
+        envelope_tensor(&cq, 1, qoff, ATTNSTAT__DTYPE__I32, cus, cust);
+        envelope_tensor(&ck, 1, koff, ATTNSTAT__DTYPE__I32, cus, cust);
+        x.p.cu_seqlens_q_ref = &cq;
+        x.p.cu_seqlens_k_ref = &ck;
+        bufs[1].kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+        bufs[1].base = NULL;
+        bufs[1].device = 0;
+        bufs[1].size = koff + 4 * entries;
+        validate_plan plan;
+        char msg[512] = "";
+        ck_assert_msg(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+        ck_assert_int_eq(plan.prob.batch, (int)entries - 1);
+        ck_assert_int_eq(plan.ntensors, 4);
+        ck_assert_int_eq(plan.cu_index, 2);
+        ck_assert_uint_eq(plan.offset[2], qoff);
+        ck_assert_uint_eq(plan.need_bytes[2], qoff + 4 * entries);
+        ck_assert_uint_eq(plan.offset[3], koff);
+        ck_assert_uint_eq(plan.need_bytes[3], koff + 4 * entries);
+        ck_assert_ptr_nonnull(plan.prob.cu_seqlens_q); /* placeholders until the worker opens them */
+        validate_plan_free(&plan);
+        bufs[1].size--;
+        expect(&x, ATTNSTAT__CODE__OUT_OF_BOUNDS, "cu_seqlens_k_ref: offset", "offsets one byte past");
+        bufs[1].size++;
+        cq.offset += 2;
+        expect(&x, ATTNSTAT__CODE__BAD_REQUEST, "cu_seqlens_q_ref.offset", "offsets misaligned");
+    }
+}
+END_TEST
+
 START_TEST(test_device_span)
 {
     char msg[256];
@@ -590,6 +636,7 @@ int main(void)
     tcase_add_test(tc, test_work_saturates);
     tcase_add_test(tc, test_packed_plan);
     tcase_add_test(tc, test_device_plan);
+    tcase_add_test(tc, test_device_packed_plan);
     tcase_add_test(tc, test_device_span);
     tcase_add_test(tc, test_shm_name);
     tcase_add_test(tc, test_thresholds);
