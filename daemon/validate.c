@@ -99,6 +99,12 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
                     (long long)ti->shape[3], (long long)ti->stride[0], (long long)ti->stride[1],
                     (long long)ti->stride[2], (unsigned long long)end, t->buffer_id,
                     (unsigned long long)ti->buf->size);
+    /* A dimension of 1 is never stepped along, so its stride is free (PyTorch gives such strides
+     * any value after a view); one longer than the buffer becomes 0, so that no backend's byte
+     * arithmetic on it (stride x element size) can overflow. */
+    for (int i = 0; i < 3; i++)
+        if (ti->shape[i] == 1 && (uint64_t)ti->stride[i] > ti->buf->size / esize)
+            ti->stride[i] = 0;
     ti->need = end;
     return ATTNSTAT__CODE__OK;
 }

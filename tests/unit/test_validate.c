@@ -486,6 +486,32 @@ START_TEST(test_device_plan)
 }
 END_TEST
 
+/* A dimension of 1 is never stepped along: a stride there longer than the buffer (any value a view
+ * may leave) is accepted and becomes 0, so that no backend's stride x element size overflows; one
+ * within the buffer is kept as given. */
+START_TEST(test_unit_dimension_strides)
+{
+    for (int iter = 0; iter < 50; iter++) {
+        push_t x;
+        make_push(&x, 0);
+        x.qs[0] = x.ks[0] = 1;
+        contig(x.qs, x.qst);
+        contig(x.ks, x.kst);
+        bufs[1].size = 1u << 30;
+        uint64_t huge = (uint64_t)INT64_MAX / (uint64_t)rnd_range(1, 4), small = (uint64_t)rnd_range(1, 9);
+        x.qst[0] = huge;
+        x.kst[0] = small;
+        validate_plan plan;
+        char msg[512] = "";
+        ck_assert_msg(check(&x, &unlimited, &plan, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+        ck_assert_int_eq(plan.prob.q.stride_b, 0);
+        ck_assert_int_eq(plan.prob.k.stride_b, (int64_t)small);
+        ck_assert_int_eq(plan.prob.q.stride_h, (int64_t)x.qst[1]);
+        validate_plan_free(&plan);
+    }
+}
+END_TEST
+
 /* Packed offsets on the device (cu_seqlens_*_ref, I32 [1, 1, B + 1, 1], in q's CUDA buffer after k):
  * the plan names them with their spans (4 bytes an entry), ending on the buffer's last byte and
  * not one byte later; an offset not a multiple of 4 is refused. I32 is no statistics dtype: its
@@ -637,6 +663,7 @@ int main(void)
     tcase_add_test(tc, test_packed_plan);
     tcase_add_test(tc, test_device_plan);
     tcase_add_test(tc, test_device_packed_plan);
+    tcase_add_test(tc, test_unit_dimension_strides);
     tcase_add_test(tc, test_device_span);
     tcase_add_test(tc, test_shm_name);
     tcase_add_test(tc, test_thresholds);
