@@ -19,6 +19,7 @@
 #endif
 #endif
 
+#ifndef CRASH_ASAN
 static const int fatal[] = {SIGSEGV, SIGFPE, SIGILL, SIGABRT};
 static int journal_prefix;
 static volatile sig_atomic_t dying;
@@ -100,6 +101,7 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
      * takes effect now (a fault would also take it on return, a kill(2) would not). */
     raise(sig);
 }
+#endif
 
 int crash_install(int journal)
 {
