@@ -37,7 +37,7 @@ a module that runs as __main__.
         attention) trains a step monitored at the defaults; saves what each push carried (sinks
         included)
     gpu_trainer.py mha SOCKET OUT.pt
-    gpu_trainer.py varlen SOCKET OUT.pt [--compile]
+    gpu_trainer.py varlen SOCKET OUT.pt [--compile] [--local]
     torch.distributed.run --nproc_per_node 2 gpu_trainer.py fsdp SOCKET OUT [--unnamed]
         nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
         two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
@@ -297,7 +297,8 @@ def run_varlen(args):
     """torch.nn.attention.varlen.varlen_attn (PyTorch 2.10 and later) through the monitor's
     'varlen' door: three sequences packed [T, H, D], a causal call and a full one per step, two
     steps; the release's own way of saying causal (is_causal, or window_size (-1, 0));
-    compiled (fullgraph) with --compile."""
+    compiled (fullgraph) with --compile; computed in this process (the offsets read on the
+    device there too) with --local."""
     import inspect
     import torch.nn.attention.varlen as vl
     import attnstat.torch as at
@@ -313,7 +314,7 @@ def run_varlen(args):
                                   window_size=(-1, 0) if causal else (-1, -1))
         return vl.varlen_attn(q, k, v, cu, cu, 150, 150, is_causal=causal)
     fn = torch.compile(layer, fullgraph=True) if args.compile else layer
-    client = attnstat.Client(socket=args.socket, run=args.run, rank=0)
+    client = attnstat.Client(socket=args.socket, run=args.run, rank=0, local_compute=args.local)
     results = {}
     client.on_result(lambda seq, step, layer_, heads: results.__setitem__((step, layer_), heads))
     pushes = record_pushes(client)
@@ -1052,7 +1053,7 @@ def main():
     ap.add_argument("--device", type=int, default=0, help="values: the CUDA device to push from")
     ap.add_argument("--pushes", type=int, default=2000)
     ap.add_argument("--local", action="store_true",
-                    help="values, llama: compute in this process (Client(local_compute=True))")
+                    help="values, llama, varlen: compute in this process (Client(local_compute=True))")
     ap.add_argument("--cases", default="paths", choices=("paths", "inputs"),
                     help="values: make_cases (paths) or make_input_cases (inputs)")
     ap.add_argument("--fullgraph", action="store_true", help="llama-compiled: fullgraph=True")
