@@ -486,6 +486,14 @@ START_TEST(test_device_plan)
 }
 END_TEST
 
+/* x's q and k with B = 1, contiguous (where they were: the buffer still holds them). */
+static void batch_of_one(push_t *x)
+{
+    x->qs[0] = x->ks[0] = 1;
+    contig(x->qs, x->qst);
+    contig(x->ks, x->kst);
+}
+
 /* A dimension of 1 is never stepped along: a stride there longer than the buffer (any value a view
  * may leave) is accepted and becomes 0, so that no backend's stride x element size overflows; one
  * within the buffer is kept as given. */
@@ -494,9 +502,7 @@ START_TEST(test_unit_dimension_strides)
     for (int iter = 0; iter < 50; iter++) {
         push_t x;
         make_push(&x, 0);
-        x.qs[0] = x.ks[0] = 1;
-        contig(x.qs, x.qst);
-        contig(x.ks, x.kst);
+        batch_of_one(&x);
         bufs[1].size = 1u << 30;
         uint64_t huge = (uint64_t)INT64_MAX / (uint64_t)rnd_range(1, 4), small = (uint64_t)rnd_range(1, 9);
         x.qst[0] = huge;
@@ -521,9 +527,7 @@ START_TEST(test_device_packed_plan)
     for (int iter = 0; iter < 50; iter++) {
         push_t x;
         make_push(&x, 0);
-        x.qs[0] = x.ks[0] = 1;
-        contig(x.qs, x.qst);
-        contig(x.ks, x.kst);
+        batch_of_one(&x);
         uint64_t entries = (uint64_t)rnd_range(2, 4), cus[4] = {1, 1, entries, 1}, cust[4];
         contig(cus, cust);
         Attnstat__TensorRef cq, ck;
