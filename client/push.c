@@ -580,6 +580,11 @@ static attnstat_code push_check_ext(attnstat_client *c, const attnstat_push_opts
                 t->shape[3] != 1 || t->shape[2] < 2 || t->strides[2] < 0)
                 return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_%c must be an int32 "
                                    "tensor of shape [1, 1, n_seqs + 1, 1]", i ? 'k' : 'q');
+            if (t->strides[2] != 1)
+                return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_%c must be contiguous "
+                                   "(strides[2] = 1, not %lld): the kernels read n_seqs + 1 "
+                                   "consecutive entries; pass cu_seqlens.contiguous()",
+                                   i ? 'k' : 'q', (long long)t->strides[2]);
         }
         if (cu[0]->shape[2] != cu[1]->shape[2])
             return client_fail(c, ATTNSTAT_EINVAL, "ext cu_seqlens_q and cu_seqlens_k have "

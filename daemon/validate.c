@@ -57,7 +57,10 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
                     t->n_strides);
     for (int i = 0; i < 4; i++) {
         uint64_t v = t->shape[i];
-        uint64_t max = i == 1 ? VALIDATE_MAX_HEADS : i == 3 ? STATS_MAX_HEAD_DIM : VALIDATE_MAX_DIM;
+        uint64_t max = i == 1   ? VALIDATE_MAX_HEADS
+                       : i == 2 ? VALIDATE_MAX_LEN
+                       : i == 3 ? STATS_MAX_HEAD_DIM
+                                : VALIDATE_MAX_DIM;
         if (v == 0 || v > max)
             return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                         "%s.shape[%d] (%s) is %llu; it must be in [1, %llu]", name, i, dim_names[i],
@@ -278,6 +281,11 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
                 return code;
             if (t2[i]->buf->kind != q.buf->kind || t2[i]->buf->device != q.buf->device)
                 return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s is not on q's device", nm);
+            if (t2[i]->shape[2] > 1 && t2[i]->stride[2] != 1)
+                return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
+                            "%s.strides[2] is %lld: the offsets must be contiguous (the kernels "
+                            "read B + 1 consecutive entries); pass cu_seqlens.contiguous()", nm,
+                            (long long)t2[i]->stride[2]);
         }
         if (cuq.shape[2] != cuk.shape[2] || cuq.shape[2] < 2 || cuq.shape[2] > VALIDATE_MAX_SEQS + 1)
             return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
@@ -477,15 +485,27 @@ Attnstat__Code validate_push(const Attnstat__Push *push, validate_lookup_fn look
     rows_work = sat_mul(rows_work, sat_mul((uint64_t)p->heads_q, (uint64_t)p->head_dim));
     k_work = sat_mul(k_work, sat_mul((uint64_t)p->heads_kv, (uint64_t)p->head_dim));
     uint64_t work = sat_add(rows_work, k_work);
+    /* A device mask is first scanned whole (each row's interval of keys), every row, sampled or
+     * not: its elements count too. The CPU backend reads it only for the logits it computes. */
+    uint64_t mask_work = 0;
+    if (cuda && push->mask)
+        mask_work = sat_mul(sat_mul((uint64_t)mk.shape[0], (uint64_t)mk.shape[1]),
+                            sat_mul((uint64_t)p->len_q, (uint64_t)p->len_k));
+    work = sat_add(work, mask_work);
     uint64_t max_work = cuda ? lim->max_push_work_gpu : lim->max_push_work;
-    if (work > max_work)
+    if (work > max_work) {
+        char scan[80] = "";
+        if (mask_work)
+            snprintf(scan, sizeof scan, ", %llu for scanning a device mask: its elements",
+                     (unsigned long long)mask_work);
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "push is too large: %llu multiply-adds (%llu for sampled rows x keys x Hq x D, "
-                    "%llu for converting K: keys x Hkv x D of each sequence with sampled rows) is "
-                    "over %s %llu; sample fewer rows (sample_rows / sample_every), push fewer "
+                    "%llu for converting K: keys x Hkv x D of each sequence with sampled rows%s) "
+                    "is over %s %llu; sample fewer rows (sample_rows / sample_every), push fewer "
                     "keys, or raise the limit", (unsigned long long)work,
-                    (unsigned long long)rows_work, (unsigned long long)k_work,
+                    (unsigned long long)rows_work, (unsigned long long)k_work, scan,
                     cuda ? "max_push_work_gpu" : "max_push_work", (unsigned long long)max_work);
+    }
     plan->work = work;
 
     if (packed) {

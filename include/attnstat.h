@@ -591,8 +591,9 @@ typedef struct {
      * with packed sequences. */
     const attnstat_tensor *mask;
     /* Packed sequences' offsets in CUDA memory (where the library cannot read them without a
-     * synchronisation), or NULL: int32 tensors of shape [1, 1, n_seqs + 1, 1]. Both or neither;
-     * not with opts->cu_seqlens_* (host offsets stay there). */
+     * synchronisation), or NULL: contiguous int32 tensors of shape [1, 1, n_seqs + 1, 1]. Both
+     * or neither; not with opts->cu_seqlens_* (host offsets stay there). Their values are read on
+     * the device only (each clamped to the tensors' rows). */
     const attnstat_tensor *cu_seqlens_q;
     const attnstat_tensor *cu_seqlens_k;
     /* Attention sinks (gpt-oss's `sinks`), or NULL: one logit per query head, shape [1, Hq, 1, 1],

@@ -290,7 +290,7 @@ static void r_nstrides(push_t *x) { x->k.n_strides = 5; }
 static void r_zero(push_t *x) { x->qs[rnd() % 4] = 0; }
 static void r_heads(push_t *x) { x->qs[1] = VALIDATE_MAX_HEADS + 1; }
 static void r_dim(push_t *x) { x->qs[3] = x->ks[3] = STATS_MAX_HEAD_DIM + 1; }
-static void r_len(push_t *x) { x->ks[2] = (uint64_t)VALIDATE_MAX_DIM + 1; }
+static void r_len(push_t *x) { x->ks[2] = (uint64_t)VALIDATE_MAX_LEN + 1; }
 static void r_stride_d(push_t *x) { x->qst[3] = 2; }
 static void r_misaligned(push_t *x) { x->q.offset += x->esize == 4 ? 2 : 1; }
 static void r_v_dtype(push_t *x) { x->v.dtype = x->q.dtype == ATTNSTAT__DTYPE__F32 ? ATTNSTAT__DTYPE__BF16 : ATTNSTAT__DTYPE__F32; x->v.offset = 0; bufs[1].size = 1 << 30; }
@@ -343,7 +343,7 @@ static const rule rules[] = {
     {"zero dim", r_zero, ATTNSTAT__CODE__BAD_REQUEST, "is 0; it must be in [1, "},
     {"heads", r_heads, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[1] (H) is 4097"},
     {"head dim", r_dim, ATTNSTAT__CODE__BAD_REQUEST, "q.shape[3] (D) is 257"},
-    {"length", r_len, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[2] (N) is 2147483648"},
+    {"length", r_len, ATTNSTAT__CODE__BAD_REQUEST, "k.shape[2] (N) is 1073741825"},
     {"D stride", r_stride_d, ATTNSTAT__CODE__BAD_REQUEST, "q.strides[3] is 2"},
     {"misaligned", r_misaligned, ATTNSTAT__CODE__BAD_REQUEST, "not a multiple of the"},
     {"v dtype", r_v_dtype, ATTNSTAT__CODE__BAD_REQUEST, "v.dtype"},
@@ -417,7 +417,7 @@ START_TEST(test_work_saturates)
     x.qs[0] = x.ks[0] = VALIDATE_MAX_DIM;
     x.qs[1] = VALIDATE_MAX_HEADS;
     x.ks[1] = 1;
-    x.qs[2] = x.ks[2] = VALIDATE_MAX_DIM;
+    x.qs[2] = x.ks[2] = VALIDATE_MAX_LEN;
     x.qs[3] = x.ks[3] = STATS_MAX_HEAD_DIM;
     memset(x.qst, 0, 3 * sizeof x.qst[0]);
     memset(x.kst, 0, 3 * sizeof x.kst[0]);
@@ -558,6 +558,43 @@ START_TEST(test_device_packed_plan)
         bufs[1].size++;
         cq.offset += 2;
         expect(&x, ATTNSTAT__CODE__BAD_REQUEST, "cu_seqlens_q_ref.offset", "offsets misaligned");
+        cq.offset -= 2;
+        bufs[1].size = 1u << 20;
+        cust[2] = 2; /* every other entry: the kernels read consecutive ones */
+        expect(&x, ATTNSTAT__CODE__BAD_REQUEST, "must be contiguous", "offsets strided");
+    }
+}
+END_TEST
+
+/* A mask on the device is scanned whole before the statistics (each row's interval of keys): its
+ * elements, broadcast dimensions once, count in the push's work; on the host they do not (the CPU
+ * backend reads the mask only where it computes). */
+START_TEST(test_device_mask_work)
+{
+    for (int iter = 0; iter < 50; iter++) {
+        push_t x;
+        make_push(&x, 0);
+        uint64_t mb = rnd() & 1 ? x.qs[0] : 1, mh = rnd() & 1 ? x.qs[1] : 1;
+        uint64_t ms[4] = {mb, mh, x.qs[2], x.ks[2]}, mst[4];
+        contig(ms, mst);
+        Attnstat__TensorRef m;
+        envelope_tensor(&m, 1, x.end[1], ATTNSTAT__DTYPE__BOOL, ms, mst);
+        x.p.mask = &m;
+        bufs[1].size = x.end[1] + mb * mh * x.qs[2] * x.ks[2];
+        validate_plan host, dev;
+        char msg[512] = "";
+        ck_assert_msg(check(&x, &unlimited, &host, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+        bufs[1].kind = ATTNSTAT__BUFFER_KIND__CUDA_IPC;
+        bufs[1].base = NULL;
+        bufs[1].device = 0;
+        ck_assert_msg(check(&x, &unlimited, &dev, msg, sizeof msg) == ATTNSTAT__CODE__OK, "%s", msg);
+        ck_assert_uint_eq(dev.work - host.work, mb * mh * x.qs[2] * x.ks[2]);
+        validate_limits lim = unlimited;
+        lim.max_push_work_gpu = dev.work - 1;
+        validate_plan_free(&dev);
+        ck_assert(check(&x, &lim, &dev, msg, sizeof msg) == ATTNSTAT__CODE__BAD_REQUEST);
+        ck_assert_msg(strstr(msg, "for scanning a device mask: its elements"), "%s", msg);
+        validate_plan_free(&host);
     }
 }
 END_TEST
@@ -668,6 +705,7 @@ int main(void)
     tcase_add_test(tc, test_device_plan);
     tcase_add_test(tc, test_device_packed_plan);
     tcase_add_test(tc, test_unit_dimension_strides);
+    tcase_add_test(tc, test_device_mask_work);
     tcase_add_test(tc, test_device_span);
     tcase_add_test(tc, test_shm_name);
     tcase_add_test(tc, test_thresholds);
