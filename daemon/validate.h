@@ -24,8 +24,7 @@
 /* Limits on one push, beyond what the buffers' sizes imply. */
 #define VALIDATE_MAX_HEADS 4096      /* Hq, Hkv: bounds the per-push result (Ack, store batch) */
 #define VALIDATE_MAX_DIM 0x7fffffffu /* B, N: the stats API counts in int32 */
-#define VALIDATE_MAX_LEN (1u << 30) /* N of q and k: the kernels' 32-bit row and key loops step
-                                       * past the last one (by a warp or a block's rows) */
+#define VALIDATE_MAX_LEN ((uint64_t)STATS_MAX_LEN) /* N of q and k (stats.h says why) */
 #define VALIDATE_MAX_SEQS 65536      /* packed sequences */
 #define VALIDATE_MAX_LAYER 1048575u  /* Push.layer: the store and the alerts keep it in int32 */
 

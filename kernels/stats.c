@@ -131,6 +131,9 @@ stats_status stats_validate(const stats_problem *p, stats_error *err)
                     "head_dim=%d", p->batch, p->heads_q, p->heads_kv, p->len_q, p->len_k, p->head_dim);
     if (p->head_dim > STATS_MAX_HEAD_DIM)
         return fail(err, "head_dim %d is over the maximum %d", p->head_dim, STATS_MAX_HEAD_DIM);
+    if (p->len_q > STATS_MAX_LEN || p->len_k > STATS_MAX_LEN)
+        return fail(err, "len_q %d and len_k %d must be at most %d", p->len_q, p->len_k,
+                    STATS_MAX_LEN);
     if (p->heads_q % p->heads_kv != 0)
         return fail(err, "heads_q (%d) is not a multiple of heads_kv (%d)", p->heads_q, p->heads_kv);
     if (p->dtype != STATS_F32 && p->dtype != STATS_F16 && p->dtype != STATS_BF16)

@@ -119,8 +119,8 @@ typedef struct {
     int32_t batch;      /* B (number of sequences when packed) */
     int32_t heads_q;    /* Hq */
     int32_t heads_kv;   /* Hkv: Hq % Hkv == 0 */
-    int32_t len_q;      /* Nq (total rows when packed) */
-    int32_t len_k;      /* Nk (total rows when packed) */
+    int32_t len_q;      /* Nq (total rows when packed), 1..STATS_MAX_LEN */
+    int32_t len_k;      /* Nk (total rows when packed), 1..STATS_MAX_LEN */
     int32_t head_dim;   /* D, 1..STATS_MAX_HEAD_DIM */
     stats_dtype dtype;  /* of both Q and K */
     stats_tensor q, k;
@@ -152,6 +152,9 @@ typedef struct {
 } stats_problem;
 
 #define STATS_MAX_HEAD_DIM 256
+/* The most rows of Q or K: the kernels' 32-bit row and key loops step past the last one by a warp
+ * or a block's rows, which must not wrap. */
+#define STATS_MAX_LEN (1 << 30)
 #define STATS_DEFAULT_COLLAPSE 0.1f
 /* Per-row entropy written for a row that was not computed (not sampled, or no visible key). */
 #define STATS_ROW_SKIPPED (-1.0f)

@@ -574,6 +574,10 @@ START_TEST(test_bad_arguments)
     expect_einval(&p, "must be positive");
     p = good, p.head_dim = 512;
     expect_einval(&p, "head_dim 512 is over the maximum");
+    p = good, p.len_k = STATS_MAX_LEN + 1, p.k.stride_n = 0; /* 32-bit key loops would wrap */
+    expect_einval(&p, "must be at most 1073741824");
+    p = good, p.len_q = INT32_MAX, p.q.stride_n = 0;
+    expect_einval(&p, "must be at most 1073741824");
     p = good, p.heads_q = 3;
     expect_einval(&p, "not a multiple of heads_kv");
     p = good, p.dtype = (stats_dtype)7;
