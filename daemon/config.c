@@ -147,8 +147,9 @@ static const cfg_entry cfg_table[] = {
     {"max_push_work", CFG_U64, F(max_push_work), "17179869184", 1, 1125899906842624.0,
      "largest push of host tensors (the CPU worker): batch x heads x sampled rows x keys x head_dim multiply-adds", 0, NULL},
     {"max_push_work_gpu", CFG_U64, F(max_push_work_gpu), "17592186044416", 1, 1125899906842624.0,
-     "largest push of device tensors (a GPU worker), multiply-adds as max_push_work; the "
-     "default takes one attention layer of a 70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
+     "largest push of device tensors (a GPU worker), multiply-adds as max_push_work, plus a "
+     "mask's elements (scanned whole on the device); the default takes one attention layer of a "
+     "70B-class model (B 1, Hq 64, Nk 32768, D 128)", 0, NULL},
     {"metrics_port", CFG_U64, F(metrics_port), "0", 0, 65535,
      "serve Prometheus metrics on metrics_bind:PORT (0: off)", 0, NULL},
     {"metrics_bind", CFG_STR, F(metrics_bind), "127.0.0.1", 0, 0,
