@@ -252,6 +252,21 @@ class TestFSDP(unittest.TestCase):
         got, mon = self.run_monitor(model, 6, 8)
         self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 6, 8))
         self.assertEqual(mon.pushed, 2)
+        # the same HSDP where fully_shard's state cannot be read (a private attribute that may
+        # move), its dimensions named for nothing or not at all: (Replicate, Shard) is HSDP's
+        for names in (("inter_node", "intra_node"), ()):
+            model = FSDPModel(self.fake.F, 16, 16, (FakeReplicate(), FakeShard(0)),
+                              FakeTPMesh(names, (2, 4), (1, 2)))
+            got, mon = self.run_monitor(model, 6, 8)
+            self.assertEqual((got.get("tp_size", 1), got["dp_rank"], got["dp_size"]), (1, 6, 8),
+                             names)
+            self.assertEqual((mon.pushed, mon.skipped), (2, 0), names)
+        # HSDP beside TP, no state, no names: the shard dimension is FSDP's, the one after TP's
+        model = FSDPModel(self.fake.F, 16, 8, (FakeReplicate(), FakeShard(0), FakeShard(0)),
+                          FakeTPMesh((), (2, 2, 2), (1, 0, 1)))
+        got, mon = self.run_monitor(model, 5, 8)
+        self.assertEqual((got["tp_rank"], got["tp_size"]), (1, 2))
+        self.assertEqual(mon.pushed, 2)
         seen = set()
         for r in range(2):
             for s in range(2):

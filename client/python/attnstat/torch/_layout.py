@@ -182,10 +182,10 @@ def _tp_dims(w, fsdp):
     """The dimensions of DTensor w's mesh on which its rows are sharded for tensor parallelism.
     fsdp: _fsdp(model). A dimension named for it ('tp', 'tensor_parallel', ...) is; under FSDP,
     FSDP's own dimensions are not: the leading ones, as many as fully_shard's mesh has (its
-    parameters' mesh is its own, then tensor parallelism's), else those named for data
-    parallelism, else, unnamed, all but the innermost of a mesh of two or more dimensions (FSDP
-    beside TP: TP innermost) and every one of a 1-D mesh; without FSDP, every sharded dimension
-    not named for data parallelism."""
+    parameters' mesh is its own, then tensor parallelism's); where its state cannot be read, the
+    first sharded dimension (FSDP's dimensions lead the mesh, HSDP's replicated one first, so a
+    (Replicate, Shard) mesh is HSDP's whatever its names) and those named for data parallelism;
+    without FSDP, every sharded dimension not named for data parallelism."""
     found, ndim = fsdp
     pl = tuple(w.placements)
     names = tuple(getattr(w.device_mesh, "mesh_dim_names", None) or ())
@@ -196,12 +196,9 @@ def _tp_dims(w, fsdp):
         return tp
     if found and ndim is not None:
         return [i for i in dims if i >= ndim]
-    dims = [i for i in dims if not _dp_named(names[i])]
-    if found and not any(names):
-        return [len(pl) - 1] if len(pl) > 1 and len(pl) - 1 in dims else []
-    if found and len(pl) == 1:
-        return []
-    return dims
+    if found:
+        dims = dims[1:]
+    return [i for i in dims if not _dp_named(names[i])]
 
 
 def _shard_dim(p):
