@@ -86,6 +86,34 @@ static void push(uint64_t seq, int64_t step, uint32_t layer, uint64_t h, uint64_
     put(&env);
 }
 
+/* A Computed of n heads (at most 4) for (step, layer): entropy h (normalised hn) and max logit m
+ * each, 64 rows; hn < 0 leaves the normalised entropy unset. */
+static void computed(uint64_t seq, int64_t step, uint32_t layer, size_t n, double h, double hn,
+                     double m)
+{
+    Attnstat__HeadStats hs[4], *ph[4];
+    for (size_t i = 0; i < n && i < 4; i++) {
+        attnstat__head_stats__init(&hs[i]);
+        hs[i].head = (uint32_t)i;
+        hs[i].rows = 64;
+        hs[i].has_rows_norm = 1;
+        hs[i].rows_norm = 64;
+        hs[i].has_entropy_mean = hs[i].has_entropy_min = hs[i].has_entropy_max = 1;
+        hs[i].entropy_mean = hs[i].entropy_min = hs[i].entropy_max = h;
+        hs[i].has_entropy_std = 1;
+        hs[i].has_entropy_norm_mean = hn >= 0;
+        hs[i].entropy_norm_mean = hn;
+        hs[i].has_collapsed_frac = 1;
+        hs[i].collapsed_frac = hn >= 0 && hn < 0.1 ? 1.0 : 0.0;
+        hs[i].has_max_logit = 1;
+        hs[i].max_logit = m;
+        ph[i] = &hs[i];
+    }
+    Attnstat__Computed c;
+    Attnstat__Envelope env;
+    put(envelope_computed(&env, &c, seq, step, layer, ph, n < 4 ? n : 4));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -190,6 +218,18 @@ int main(int argc, char **argv)
     put(envelope_goodbye(&env, &bye));
     push(2, 1, 0, 2, 16, 16, 1, 0);
     finish(dir, "lifecycle");
+
+    begin(0); /* results computed in the client (fewer than the harness's client_inflight):
+               * healthy, collapsed with growing logits, then ones the daemon refuses (out of
+               * bounds, no heads) */
+    hello("computed", NULL, NULL);
+    for (int st = 0; st < 3; st++)
+        computed((uint64_t)st + 1, st, 0, 4, 2.5, 0.8, 5.0);
+    for (int st = 3; st < 6; st++)
+        computed((uint64_t)st + 1, st, 0, 4, 0.01, 0.002, 1000.0 * st);
+    computed(7, 6, 1, 2, -1.0, 2.0, 1e308);
+    computed(8, 7, 1, 0, 0, 0, 0);
+    finish(dir, "computed");
 
     begin(0); /* framing: a zero length */
     used += 4;
