@@ -793,7 +793,6 @@ def _tp_llama(args):
 
 def run_tp(args):
     """One rank of a 2-way tensor-parallel Llama (torchtitan's plan)."""
-    import torch.distributed as dist
     import attnstat.torch as at
     rank, _, dev, model = _tp_llama(args)
     g = torch.Generator(device=dev).manual_seed(args.seed)
@@ -805,6 +804,13 @@ def run_tp(args):
     with at.monitor(client, every=1, model=model) as mon:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             model(input_ids=ids).logits.sum().backward()
+    _finish_rank(args, client, mon, pushes, rank)
+
+
+def _finish_rank(args, client, mon, pushes, rank):
+    """The end of one rank of a distributed job: flush, save what each push carried and the
+    stats to OUT.RANK.pt, close, leave the process group, print the monitor's stats."""
+    import torch.distributed as dist
     if not client.flush(timeout_s=120):
         raise SystemExit("flush timed out: %s" % client.stats())
     torch.save(dict(pushes=pushes, monitor=mon.stats(), stats=client.stats(), rank=rank),
@@ -838,13 +844,7 @@ def run_fsdp(args):
     pushes = record_pushes(client)
     with at.monitor(client, every=1, model=model) as mon:
         model(input_ids=ids, labels=ids).loss.backward()
-    if not client.flush(timeout_s=120):
-        raise SystemExit("flush timed out: %s" % client.stats())
-    torch.save(dict(pushes=pushes, monitor=mon.stats(), stats=client.stats(), rank=rank),
-               "%s.%d.pt" % (args.out, rank))
-    client.close()
-    dist.destroy_process_group()
-    print(json.dumps(mon.stats(), default=str))
+    _finish_rank(args, client, mon, pushes, rank)
 
 
 def run_qkclip_tp(args):
