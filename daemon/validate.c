@@ -28,6 +28,13 @@ typedef struct {
     stats_dtype dtype;
 } tensor_info;
 
+/* Bytes of one element of a wire dtype: the statistics' (F32, F16, BF16, BOOL) and I32, the wire's
+ * alone (device packed offsets); 0 for any other value. */
+static uint64_t wire_esize(Attnstat__Dtype dt)
+{
+    return dt == ATTNSTAT__DTYPE__I32 ? 4 : stats_dtype_size((stats_dtype)dt);
+}
+
 static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *t,
                                    validate_lookup_fn lookup, void *ctx, tensor_info *ti, char *msg,
                                    size_t msglen)
@@ -76,7 +83,7 @@ static Attnstat__Code check_tensor(const char *name, const Attnstat__TensorRef *
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.strides[3] is %lld; the head dimension D must be contiguous (stride 1)", name,
                     (long long)ti->stride[3]);
-    uint64_t esize = stats_dtype_size(ti->dtype);
+    uint64_t esize = wire_esize(t->dtype);
     if (t->offset % esize != 0)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST,
                     "%s.offset %llu is not a multiple of the %s element size (%llu bytes)", name,
@@ -149,8 +156,7 @@ static Attnstat__Code check_aux(const char *name, const Attnstat__TensorRef *t,
                     "%s.strides[3] is %lld: its last dimension must be contiguous (stride 1)", name,
                     (long long)ti->stride[3]);
     ti->stride[3] = 1;
-    /* I32 (device offsets) is the wire's alone: the statistics know no such element */
-    uint64_t esize = t->dtype == ATTNSTAT__DTYPE__I32 ? 4 : stats_dtype_size(ti->dtype);
+    uint64_t esize = wire_esize(t->dtype);
     if (esize == 0)
         return FAIL(ATTNSTAT__CODE__BAD_REQUEST, "%s.dtype %d (%s) has no element size here", name,
                     (int)t->dtype, names_dtype((int)t->dtype));
