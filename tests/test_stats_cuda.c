@@ -160,6 +160,9 @@ typedef struct {
     stats_dtype compute; /* compute_dtype (0: F32, the tensors' own precision) */
     int mask;      /* a mask (MASK_* below; 0: none) */
     int sinks;     /* attention sinks (SINKS_* below; 0: none) */
+    int garble;    /* packed: the device gets offsets whose running maximum, clamped to the rows,
+                    * is the layout (the first negative, the last past the end, an empty sequence's
+                    * end decreasing); the reference, the layout */
 } cfg;
 
 /* Attention sinks (gpt-oss): one logit per query head, drawn near the logits (amp x (1.5 +
@@ -199,6 +202,7 @@ static const cfg k_cfgs[] = {
     {.name = "bf16 d128 softcap 30, logits ~60", .b = 2, .hq = 2, .hkv = 2, .nq = 160, .nk = 160, .d = 128, .dt = BF, .wl = -1, .wr = -1, .softcap = 30.0f, .amp = 60.0},
     {.name = "bf16 d128 GQA 8/2 causal", .b = 2, .hq = 8, .hkv = 2, .nq = 270, .nk = 270, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .sinks = SINKS_F32},
     {.name = "bf16 d128 packed causal (an empty sequence)", .b = 4, .hq = 2, .hkv = 2, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {100, 0, 257, 31}, .lk = {100, 5, 257, 31}, .sinks = SINKS_BF16},
+    {.name = "bf16 d128 packed causal, device offsets decreasing and out of range", .b = 4, .hq = 2, .hkv = 2, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {100, 0, 257, 31}, .lk = {100, 0, 257, 31}, .garble = 1},
     {.name = "bf16 d64 packed Nk!=Nq, sequence without keys", .b = 3, .hq = 2, .hkv = 1, .d = 64, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .packed = 1, .lq = {70, 40, 300}, .lk = {90, 0, 280}},
     {.name = "bf16 d128 causal sample every 8", .b = 2, .hq = 2, .hkv = 2, .nq = 611, .nk = 611, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .every = 8},
     {.name = "bf16 d128 causal 37 random rows", .b = 2, .hq = 2, .hkv = 2, .nq = 400, .nk = 400, .d = 128, .dt = BF, .causal = 1, .wl = -1, .wr = -1, .nsample = 37, .sinks = SINKS_F32},
@@ -441,11 +445,21 @@ static void run_cfg(const cfg *c, int iter, stats_cuda_path path, uint32_t want)
     CK_CUDA(cudaMalloc(&dk, nk_el * es));
     CK_CUDA(cudaMemcpyAsync(dq, hq, nq_el * es, cudaMemcpyHostToDevice, stream));
     CK_CUDA(cudaMemcpyAsync(dk, hk, nk_el * es, cudaMemcpyHostToDevice, stream));
+    static int32_t gq[8], gk[8]; /* what the device gets (static: the copies are asynchronous) */
     if (packed) {
+        memcpy(gq, cuq, sizeof cuq);
+        memcpy(gk, cuk, sizeof cuk);
+        if (c->garble) { /* read as their running maximum, clamped to [0, rows]: the same layout */
+            gq[0] = -7, gk[0] = -3;
+            gq[c->b] = nq + 1000, gk[c->b] = INT32_MAX;
+            for (int s = 1; s < c->b; s++)
+                if (cuq[s] == cuq[s - 1]) /* an empty sequence's end: anything not above it */
+                    gq[s] = cuq[s] - 60, gk[s] = cuk[s] == cuk[s - 1] ? INT32_MIN : gk[s];
+        }
         CK_CUDA(cudaMalloc((void **)&dcuq, sizeof cuq));
         CK_CUDA(cudaMalloc((void **)&dcuk, sizeof cuk));
-        CK_CUDA(cudaMemcpyAsync(dcuq, cuq, sizeof cuq, cudaMemcpyHostToDevice, stream));
-        CK_CUDA(cudaMemcpyAsync(dcuk, cuk, sizeof cuk, cudaMemcpyHostToDevice, stream));
+        CK_CUDA(cudaMemcpyAsync(dcuq, gq, sizeof gq, cudaMemcpyHostToDevice, stream));
+        CK_CUDA(cudaMemcpyAsync(dcuk, gk, sizeof gk, cudaMemcpyHostToDevice, stream));
     }
     if (!c->heads_only) {
         CK_CUDA(cudaMalloc((void **)&dh, sizeof(float) * (size_t)nrows));

@@ -39,22 +39,50 @@ __global__ void fill_rows_kernel(float *row_h, float *row_m, long long n)
     }
 }
 
-/* grid 1, block min(batch rounded up to 32, 1024): blk_off [batch + 1], blk_off[s] = sum over
- * sequences t < s of ceil(sampled rows of t / rows_per_cta); blk_off[batch] = blocks in all. */
+/* grid 1, block min(batch rounded up to 32, 1024). First the offsets as every kernel after this
+ * one reads them, into sq and sk [batch + 1] (right after blk_off): each the running maximum of
+ * those given, clamped to [0, len]. Device offsets are never read on the host, so nothing else
+ * holds them to the packed layout: a decreasing one would let sequences overlap, multiplying the
+ * rows computed past the bound the daemon admitted the push under (each sequence up to len rows)
+ * and overflowing the block counts below. Offsets that were valid are unchanged. Then blk_off
+ * [batch + 1], blk_off[s] = sum over sequences t < s of ceil(sampled rows of t / rows_per_cta);
+ * blk_off[batch] = blocks in all (at most len_q / rows_per_cta + batch: no overflow). */
 __global__ void packed_offsets_kernel(kparams p, int *blk_off)
 {
-    __shared__ int s_sum[1024];
-    const int t = threadIdx.x, nt = blockDim.x;
+    __shared__ int s_sum[1024], s_mq[1024], s_mk[1024];
+    const int t = threadIdx.x, nt = blockDim.x, ne = p.batch + 1;
+    int *sq = blk_off + ne, *sk = sq + ne;
+    const int pe = (ne + nt - 1) / nt, e0 = t * pe;
+    int mq = 0, mk = 0;
+    for (int e = e0; e < e0 + pe && e < ne; e++)
+        mq = max(mq, p.cu_q[e]), mk = max(mk, p.cu_k[e]);
+    s_mq[t] = mq, s_mk[t] = mk;
+    __syncthreads();
+    if (t == 0) { /* exclusive running maximum over threads; nt is small */
+        int rq = 0, rk = 0;
+        for (int i = 0; i < nt; i++) {
+            const int vq = s_mq[i], vk = s_mk[i];
+            s_mq[i] = rq, s_mk[i] = rk;
+            rq = max(rq, vq), rk = max(rk, vk);
+        }
+    }
+    __syncthreads();
+    mq = s_mq[t], mk = s_mk[t];
+    for (int e = e0; e < e0 + pe && e < ne; e++) {
+        mq = max(mq, p.cu_q[e]), mk = max(mk, p.cu_k[e]);
+        sq[e] = min(mq, p.len_q), sk[e] = min(mk, p.len_k);
+    }
+    __syncthreads(); /* sq, sk written by the block's threads: visible to all of them after it */
+
     const int per = (p.batch + nt - 1) / nt, s0 = t * per;
     int local = 0;
     for (int s = s0; s < s0 + per && s < p.batch; s++) {
-        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
-        int n = sampled_count_dev(p, q1 - q0);
+        int n = sampled_count_dev(p, sq[s + 1] - sq[s]);
         local += (n + p.rows_per_cta - 1) / p.rows_per_cta;
     }
     s_sum[t] = local;
     __syncthreads();
-    if (t == 0) { /* exclusive scan over threads; nt is small */
+    if (t == 0) { /* exclusive scan over threads */
         int run = 0;
         for (int i = 0; i < nt; i++) {
             int v = s_sum[i];
@@ -66,8 +94,7 @@ __global__ void packed_offsets_kernel(kparams p, int *blk_off)
     __syncthreads();
     int run = s_sum[t];
     for (int s = s0; s < s0 + per && s < p.batch; s++) {
-        int q0 = clampi(p.cu_q[s], 0, p.len_q), q1 = clampi(p.cu_q[s + 1], q0, p.len_q);
-        int n = sampled_count_dev(p, q1 - q0);
+        int n = sampled_count_dev(p, sq[s + 1] - sq[s]);
         blk_off[s] = run;
         run += (n + p.rows_per_cta - 1) / p.rows_per_cta;
     }

@@ -541,7 +541,8 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     o += sizeof(part) * (size_t)bph * (size_t)p->heads_q;
     o = (o + 255) & ~(size_t)255;
     pl->off_off = o;
-    o += sizeof(int) * (size_t)(packed ? p->batch + 1 : 1);
+    o += sizeof(int) * (size_t)(packed ? 3 * (p->batch + 1) : 1); /* blk_off, then the offsets
+                                                                        * as the kernels read them */
     if (p->mask.ptr) {
         pl->mb = p->mask.stride_b == 0 || p->batch == 1 ? 1 : p->batch;
         pl->mh = p->mask.stride_h == 0 || p->heads_q == 1 ? 1 : p->heads_q;
@@ -757,9 +758,12 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         CUDA_TRY(launch_fill_rows(row_entropy, row_maxlogit, n, ctx->sm_count, s),
                  "launch of fill_rows_kernel");
     }
-    if (packed)
-        CUDA_TRY(launch_packed_offsets(k, (int *)((char *)ctx->ws + pl.off_off), s),
-                 "launch of packed_offsets_kernel");
+    if (packed) {
+        int *blk_off = (int *)((char *)ctx->ws + pl.off_off);
+        CUDA_TRY(launch_packed_offsets(k, blk_off, s), "launch of packed_offsets_kernel");
+        /* every kernel after it reads the offsets it wrote (running maxima, clamped) */
+        k.cu_q = blk_off + p->batch + 1, k.cu_k = blk_off + 2 * (p->batch + 1);
+    }
 
     if (gen_off) {
         /* A masked run on the tensor cores: each mask row's interval of keys, and the flag saying
