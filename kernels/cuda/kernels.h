@@ -179,6 +179,9 @@ extern const kernel_instance stats_ws_sm90_xs[WS_NVAR][WG_NDP];
 /* The same with the max logit alone (FOLD_MAX, no exps), for the runs whose want asks for nothing
  * else; an entry whose bf16 is NULL has none (variants 7, 8). */
 extern const kernel_instance stats_ws_sm90_mo[WS_NVAR][WG_NDP];
+/* Variants 6-12's tensor map of K for p through the driver's cuTensorMapEncodeTiled (encode_tiled,
+ * as the runtime's entry point query gives it); false when it refuses (ws_sm90.cu). */
+bool ws_encode_k_map(void *encode_tiled, const stats_problem *p, tma_map *out);
 
 /* ---- the small kernels around it (generic.cu); each returns the launch's error --------------- */
 

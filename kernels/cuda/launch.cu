@@ -19,7 +19,6 @@
  * map of K that the driver accepts (encoded per run, make_plan); where it does not, variant 2. */
 #include "stats_cuda.h"
 
-#include <cuda.h> /* CUtensorMap and its enums only: the driver is reached through the runtime */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -418,46 +417,6 @@ static stats_kernel_fn instance_fn(const kernel_instance *k, const stats_problem
     return f16 ? k->f16 : k->bf16;
 }
 
-/* Variant 6's tensor map of K: (head_dim, keys, heads_kv, batch), innermost first (packed: batch
- * 1, the sequences' keys one after another), boxes of 64 elements x WS_BOX_KEYS keys in the 128-byte
- * swizzle; keys past the tensor read as zeros. An extent of 1 gets the stride a dense tensor would
- * have (a broadcast stride of 0 is not one the TMA unit takes). false when the driver refuses it. */
-static bool encode_k_map(const stats_cuda *ctx, const stats_problem *p, tma_map *out)
-{
-    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static_assert(sizeof(CUtensorMap) == sizeof(tma_map) && alignof(tma_map) >= 64,
-                  "tma_map holds a CUtensorMap");
-    const int packed = p->cu_seqlens_q != NULL;
-    const cuuint64_t es = 2;
-    cuuint64_t dim[4] = {(cuuint64_t)p->head_dim, (cuuint64_t)p->len_k, (cuuint64_t)p->heads_kv,
-                         (cuuint64_t)(packed ? 1 : p->batch)};
-    cuuint64_t str[3] = {(cuuint64_t)p->k.stride_n * es, (cuuint64_t)p->k.stride_h * es,
-                         (cuuint64_t)p->k.stride_b * es};
-    if (dim[1] == 1)
-        str[0] = dim[0] * es;
-    if (dim[2] == 1)
-        str[1] = str[0] * dim[1];
-    if (dim[3] == 1)
-        str[2] = str[1] * dim[2];
-    for (int i = 0; i < 3; i++)
-        if (str[i] == 0 || str[i] % 16 || str[i] >= (1ull << 40))
-            return false;
-    const cuuint32_t box[4] = {64, WS_BOX_KEYS, 1, 1}, estr[4] = {1, 1, 1, 1};
-    CUtensorMap m;
-    const CUresult r = ((encode_fn)ctx->encode_tiled)(
-        &m, p->dtype == STATS_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        4, (void *)p->k.ptr, dim, str, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return false;
-    memcpy(out, &m, sizeof m);
-    return true;
-}
-
 /* general: the mask (if any) must be read per logit, which only the CUDA-core kernel does. */
 static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, plan *pl,
                               stats_error *err, int general)
@@ -465,7 +424,8 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     memset(pl, 0, sizeof *pl);
     const bool tc = ctx->path != STATS_CUDA_PATH_GENERIC && !general && mma_ok(ctx, p);
     pl->k = tc ? pick_wg(ctx, p, &pl->variant) : NULL;
-    if (pl->k && pl->variant >= STATS_VARIANT_WS_TMA && !encode_k_map(ctx, p, &pl->ktm)) {
+    if (pl->k && pl->variant >= STATS_VARIANT_WS_TMA &&
+        !ws_encode_k_map(ctx->encode_tiled, p, &pl->ktm)) {
         stats_cuda tmp = *ctx; /* a K the TMA unit does not take: variant 2 */
         tmp.path = STATS_VARIANT_PATH_WG(STATS_VARIANT_FOLD2_SW128);
         pl->k = pick_wg(&tmp, p, &pl->variant);
