@@ -3,6 +3,9 @@
 # example GPT (healthy and collapsing runs, alerts, heads) and the step-time overhead bench, and
 # writes logs to OUTDIR (default ./gpu-e2e-out). Summary on stdout, last.
 #   ATTNSTAT_GENCODE   nvcc -gencode flags (default: sm_90a only, for a quick Hopper build)
+#   TESTS, PART        a part of tests/gpu (below); SKIP_TESTS, SKIP_EXAMPLE, SKIP_BENCH=1 skip a step
+#   (the GPU tests alone, in two calls of under 10 minutes:
+#    PART=1/2 SKIP_EXAMPLE=1 SKIP_BENCH=1 bench/gpu_e2e.sh $OUT, then PART=2/2 the same)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-e2e-out}}
@@ -26,7 +29,16 @@ export ATTNSTAT_LIB=$PWD/$b/client/libattnstat.so ATTNSTAT_DAEMON=$PWD/$b/daemon
 export ATTNSTAT_RAW_PUSH=$PWD/$b/tests/gpu_raw_push ATTNSTAT_GPU_OUT=$out PYTHONUNBUFFERED=1
 
 # 1. GPU tests (all of tests/gpu: about 12 minutes on an H200, the compiled models most of it;
-#    TESTS="TestGPU.test_N ..." runs a part)
+#    TESTS="TestGPU.test_N ..." runs a part; PART=K/N the K-th of N parts, every N-th test in the
+#    file's order from the K-th, so that the suite fits calls of a limited length: PART=1/2 then
+#    PART=2/2, the build kept between them)
+if [ -n "${PART:-}" ] && [ -z "${TESTS:-}" ]; then
+  [[ "$PART" =~ ^[0-9]+/[0-9]+$ ]] && [ "${PART%/*}" -ge 1 ] && [ "${PART%/*}" -le "${PART#*/}" ] ||
+    { echo "gpu_e2e: PART=$PART: K/N with 1 <= K <= N"; exit 2; }
+  TESTS=$(grep -oE '^    def test_[0-9a-z_]+' tests/gpu/test_gpu.py | sed 's/^    def /TestGPU./' |
+          awk -v k="${PART%/*}" -v n="${PART#*/}" '(NR - k) % n == 0' | tr '\n' ' ')
+  [ -n "$TESTS" ] || { echo "gpu_e2e: PART=$PART selects no test"; exit 2; }
+fi
 [ "${SKIP_TESTS:-0}" = 1 ] && echo skipped > "$out/test_gpu.log" ||
 timeout ${TEST_TIMEOUT:-1200} python3 tests/gpu/test_gpu.py -v ${TESTS:-} > "$out/test_gpu.log" 2>&1
 test_rc=$?
@@ -56,8 +68,8 @@ for i in $(seq 100); do [ -S "$ex/s" ] && break; sleep 0.1; done
   echo "== attnstat heads --run collapse"; $cli heads --run collapse
   echo "== attnstat trend --run collapse --layer 0"; $cli trend --run collapse --layer 0 | head -50
   fi
-  echo "== bench: step time off / every 10th / every step"
-  timeout 200 python3 examples/gpt.py --socket "$ex/s" --run bench --bench --steps ${BENCH_STEPS:-2700} ${BENCH_ARGS:-}
+  [ "${SKIP_BENCH:-0}" = 1 ] || echo "== bench: step time off / every 10th / every step"
+  [ "${SKIP_BENCH:-0}" = 1 ] || timeout 200 python3 examples/gpt.py --socket "$ex/s" --run bench --bench --steps ${BENCH_STEPS:-2700} ${BENCH_ARGS:-}
 } > "$out/example_out.log" 2>&1
 kill -TERM $dpid; wait $dpid
 echo "== summary ($(( $(date +%s) - t0 )) s)"
