@@ -17,6 +17,7 @@
 #   AB_SANITIZE=10,11         compute-sanitizer racecheck and memcheck on B's variants ("" skips)
 #   AB_MAXONLY=1              one more round asking for the max logit alone
 #   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
+#   AB_REUSE=1                keep the last run's sources and builds (same machine, still warm)
 #   AB_SASS=REGEX             cuobjdump -sass of the Hopper kernels whose mangled names match
 #                             (e.g. 'stats_wsp_kernelILi64ELb0ELi0ELi3ELi64ELi0ELi1E': variant 11,
 #                             d64, bf16, FOLD_BASE) from A and B, into logs/sassA.txt, sassB.txt
@@ -55,6 +56,7 @@ run() {
     [ -f .ab/A.tar.gz ] && [ -f .ab/B.tar.gz ] || { echo "kernel_ab: run prepare first" >&2; return 2; }
     t0=$(date +%s)
     for t in A B; do
+        if [ "${AB_REUSE:-0}" = 1 ] && [ -d "/tmp/ab-build-$t" ]; then continue; fi
         rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
         (cd "/tmp/ab-src-$t" && BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
     done
@@ -123,5 +125,5 @@ run() {
 case "$mode" in
 prepare) [ $# -eq 3 ] || { echo "usage: bench/kernel_ab.sh prepare A B" >&2; exit 2; }; prepare "$2" "$3" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,22p' "$0" >&2; exit 2 ;;
+*) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac
