@@ -698,14 +698,8 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
      * grids of many waves the CTAs that then start together lost 9% at (8,32,1024,128)) */
     k.lpt = pl.variant >= STATS_VARIANT_WS_TMA && p->causal && !packed &&
             (pl.k->persistent || (long long)pl.blocks_per_head * p->heads_q <= 4LL * ctx->sm_count);
-    /* Drawn from the counter (32 bits) where that measured faster: head_dim > 64 (-1% to -4% on
-     * variants 10-12) and variant 12 (-3% to -13%); variants 10 and 11 at head_dim <= 64 lost
-     * 2-5% to it (bench/kernel_notes.md, round 22), so they keep round-robin (NULL). */
-    const long long items = (long long)pl.blocks_per_head * p->heads_q;
-    k.sched = pl.k->persistent && items < 0x7fffffffLL &&
-                      (p->head_dim > 64 || pl.variant == STATS_VARIANT_WS_TMA_3WG_PERS_Q2)
-                  ? ctx->sched
-                  : NULL;
+    const long long items = (long long)pl.blocks_per_head * p->heads_q; /* drawn in 32 bits */
+    k.sched = pl.k->persistent && items < 0x7fffffffLL ? ctx->sched : NULL; /* NULL: round-robin */
     k.nblk = pl.nblk;
     k.blocks_per_head = pl.blocks_per_head;
     k.rows_per_cta = pl.rows_per_cta;
