@@ -47,7 +47,11 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
     static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
     static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
-    static_assert(128 * REG_P + NCW * 128 * REG_C <= 65536 && REG_C % 8 == 0, "registers");
+    /* The CTA starts with the launch's registers per thread (__launch_bounds__(NTH, 1): 65536 /
+     * NTH rounded down to 8), and setmaxnreg.inc only takes what the producer's .dec gave back:
+     * past that sum the consumers wait for registers forever (48/232 at NCW 2 hung: round 22). */
+    static constexpr int REG_LAUNCH = 65536 / NTH / 8 * 8;
+    static_assert(REG_P + NCW * REG_C <= (NCW + 1) * REG_LAUNCH && REG_C % 8 == 0, "registers");
     static_assert(BN % WS_BOX_KEYS == 0, "whole TMA boxes");
     static_assert(QB == 1 || (QB == 2 && PERSIST), "two Q buffers: the persistent kernel");
     static constexpr int IS = QB == 1 ? 2 : 4;
