@@ -17,7 +17,8 @@
 #   ATTNSTAT_TEST_VARIANTS=1 bench/bench_kernel.sh test     also test every Hopper variant (0-3)
 #   ATTNSTAT_TEST_WG_ONLY=N bench/bench_kernel.sh sanitize  the sanitizers on Hopper variant N alone
 # Variant numbers: kernels/cuda/variants.h (`stats_dev list`), the same in bench/kernel_notes.md.
-# BUILD (default build-cuda) names the build directory. When the CMake configure of the whole
+# BENCH_LINEINFO=1 builds with -lineinfo (source lines for Nsight Compute's source page and
+# bench/ncu_regions.py; the code is the same). BUILD (default build-cuda) names the build directory. When the CMake configure of the whole
 # project fails (a dependency missing on the GPU machine), the kernels and the test are compiled
 # directly with nvcc and cc instead.
 set -euo pipefail
@@ -25,6 +26,8 @@ BUILD=${BUILD:-build-cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 mode=${1:-bench}
+LINEINFO=()
+[ "${BENCH_LINEINFO:-0}" = 1 ] && LINEINFO=(-lineinfo)
 [ $# -gt 0 ] && shift
 
 direct_build() {
@@ -33,7 +36,8 @@ direct_build() {
   local objs=() src
   for src in kernels/cuda/*.cu; do  # one object per file, no -rdc (as kernels/cuda.cmake)
     "$NVCC" -std=c++17 -O3 -Xcompiler=-fPIC -Xptxas=-warn-spills -gencode=arch=compute_90a,code=sm_90a \
-      -gencode=arch=compute_80,code=sm_80 -Ikernels -Ivocab -c "$src" -o "$d/$(basename "$src" .cu).o"
+      -gencode=arch=compute_80,code=sm_80 ${LINEINFO[@]+"${LINEINFO[@]}"} -Ikernels -Ivocab \
+      -c "$src" -o "$d/$(basename "$src" .cu).o"
     objs+=("$d/$(basename "$src" .cu).o")
   done
   cc -std=c11 -O2 -fPIC -D_GNU_SOURCE -Ikernels -Ivocab -c kernels/stats.c -o "$d/stats.o"
@@ -54,7 +58,11 @@ direct_build() {
   DEV="$d/stats_dev"
 }
 
-if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON >"$BUILD.configure.log" 2>&1; then
+gencode=()
+[ ${#LINEINFO[@]} -gt 0 ] &&
+  gencode=("-DATTNSTAT_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_80,code=sm_80;-lineinfo")
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON ${gencode[@]+"${gencode[@]}"} \
+    >"$BUILD.configure.log" 2>&1; then
   targets=(attnstat_cuda)
   if [ "$mode" = test ] || [ "$mode" = sanitize ] || [ "$mode" = build ]; then
     targets+=(test_stats_cuda)

@@ -18,6 +18,10 @@
 #   AB_MAXONLY=1              one more round asking for the max logit alone
 #   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
 #   AB_REUSE=1                keep the last run's sources and builds (same machine, still warm)
+#   AB_PROFILE=V:SHAPE[:WANT] Nsight Compute on variant V at bench/profile_kernel.py's SHAPE (WANT:
+#                             PROFILE_WANT, e.g. max_logit), A then B, both built with -lineinfo;
+#                             logs/prof{A,B}.src.csv (the source page with SASS) and .details.txt.
+#                             By region, back in the repository: bench/kernel_ab.sh regions DIR
 #   AB_SASS=REGEX             cuobjdump -sass of the Hopper kernels whose mangled names match
 #                             (e.g. 'stats_wsp_kernelILi64ELb0ELi0ELi3ELi64ELi0ELi1E': variant 11,
 #                             d64, bf16, FOLD_BASE) from A and B, into logs/sassA.txt, sassB.txt
@@ -58,7 +62,8 @@ run() {
     for t in A B; do
         if [ "${AB_REUSE:-0}" = 1 ] && [ -d "/tmp/ab-build-$t" ]; then continue; fi
         rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
-        (cd "/tmp/ab-src-$t" && BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
+        (cd "/tmp/ab-src-$t" && BENCH_LINEINFO=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0) \
+            BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
     done
     wait
     for t in A B; do
@@ -108,6 +113,20 @@ run() {
                 failed+=("max-only bench $t")
         done
     fi
+    if [ -n "${AB_PROFILE:-}" ]; then
+        local pv ps pw
+        IFS=: read -r pv ps pw <<< "$AB_PROFILE"
+        for t in A B; do
+            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} ncu -f -o "/tmp/ab-prof$t" \
+                --section SourceCounters --section WarpStateStats --section SchedulerStats \
+                --section InstructionStats --section SpeedOfLight -k "regex:stats_(wg|ws|mma)" \
+                python3 bench/profile_kernel.py "$(lib $t)" "$pv" "$ps") > "$L/prof$t.log" 2>&1 &&
+                ncu -i "/tmp/ab-prof$t.ncu-rep" --page details > "$L/prof$t.details.txt" 2>&1 &&
+                ncu -i "/tmp/ab-prof$t.ncu-rep" --page source --csv --print-source cuda,sass \
+                    > "$L/prof$t.src.csv" 2>"$L/prof$t.src.err" || failed+=("profile $t")
+            echo "kernel_ab: profile of $t: $(grep -m1 -E 'Duration' "$L/prof$t.details.txt")"
+        done
+    fi
     {
         echo "# kernel A/B, $(date -u '+%Y-%m-%d %H:%M UTC')"
         cat .ab/what.txt 2>/dev/null
@@ -122,8 +141,22 @@ run() {
     [ ${#failed[@]} -eq 0 ]
 }
 
+# bench/ncu_regions.py on a run's profiles, here (ctags; the GPU machine has none): each tree from
+# .ab/{A,B}.tar.gz, so that the source lines are the profiled commit's.
+regions() {
+    local dir=${1:?usage: bench/kernel_ab.sh regions OUTDIR} t root
+    for t in A B; do
+        [ -f "$dir/logs/prof$t.src.csv" ] || { echo "kernel_ab: no $dir/logs/prof$t.src.csv" >&2; return 1; }
+        root=$(mktemp -d) && tar xzf ".ab/$t.tar.gz" -C "$root" || return 1
+        echo "## $t ($(sed -n "s/^$t //p" .ab/what.txt 2>/dev/null))"
+        python3 bench/ncu_regions.py "$dir/logs/prof$t.src.csv" --root "$root" --markdown
+        rm -rf "$root"
+    done
+}
+
 case "$mode" in
+regions) regions "${2:-}" ;;
 prepare) [ $# -eq 3 ] || { echo "usage: bench/kernel_ab.sh prepare A B" >&2; exit 2; }; prepare "$2" "$3" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,23p' "$0" >&2; exit 2 ;;
+*) sed -n '2,27p' "$0" >&2; exit 2 ;;
 esac
