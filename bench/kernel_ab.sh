@@ -18,10 +18,11 @@
 #   AB_MAXONLY=1              one more round asking for the max logit alone
 #   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
 #   AB_REUSE=1                keep the last run's sources and builds (same machine, still warm)
-#   AB_PROFILE=V:SHAPE[:WANT] Nsight Compute on variant V at bench/profile_kernel.py's SHAPE (WANT:
-#                             PROFILE_WANT, e.g. max_logit), A then B, both built with -lineinfo;
-#                             logs/prof{A,B}.src.csv (the source page with SASS) and .details.txt.
-#                             By region, back in the repository: bench/kernel_ab.sh regions DIR
+#   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
+#                             (WANT: PROFILE_WANT, e.g. max_logit), A then B, both built with
+#                             -lineinfo; logs/prof{A,B}N.src.csv (the source page with SASS, N the
+#                             spec's place in the list) and .details.txt. By region, back in the
+#                             repository: bench/kernel_ab.sh regions OUTDIR
 #   AB_SASS=REGEX             cuobjdump -sass of the Hopper kernels whose mangled names match
 #                             (e.g. 'stats_wsp_kernelILi64ELb0ELi0ELi3ELi64ELi0ELi1E': variant 11,
 #                             d64, bf16, FOLD_BASE) from A and B, into logs/sassA.txt, sassB.txt
@@ -113,20 +114,24 @@ run() {
                 failed+=("max-only bench $t")
         done
     fi
-    if [ -n "${AB_PROFILE:-}" ]; then
-        local pv ps pw
-        IFS=: read -r pv ps pw <<< "$AB_PROFILE"
+    local spec pv ps pw n=0 tag
+    for spec in $(echo "${AB_PROFILE:-}" | tr ',' ' '); do
+        IFS=: read -r pv ps pw <<< "$spec"
+        n=$((n + 1))
         for t in A B; do
-            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} ncu -f -o "/tmp/ab-prof$t" \
+            tag=$t$n
+            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} ncu -f -o "/tmp/ab-prof$tag" \
                 --section SourceCounters --section WarpStateStats --section SchedulerStats \
                 --section InstructionStats --section SpeedOfLight -k "regex:stats_(wg|ws|mma)" \
-                python3 bench/profile_kernel.py "$(lib $t)" "$pv" "$ps") > "$L/prof$t.log" 2>&1 &&
-                ncu -i "/tmp/ab-prof$t.ncu-rep" --page details > "$L/prof$t.details.txt" 2>&1 &&
-                ncu -i "/tmp/ab-prof$t.ncu-rep" --page source --csv --print-source cuda,sass \
-                    > "$L/prof$t.src.csv" 2>"$L/prof$t.src.err" || failed+=("profile $t")
-            echo "kernel_ab: profile of $t: $(grep -m1 -E 'Duration' "$L/prof$t.details.txt")"
+                python3 bench/profile_kernel.py "$(lib $t)" "$pv" "$ps") > "$L/prof$tag.log" 2>&1 &&
+                ncu -i "/tmp/ab-prof$tag.ncu-rep" --page details > "$L/prof$tag.details.txt" 2>&1 &&
+                ncu -i "/tmp/ab-prof$tag.ncu-rep" --page source --csv --print-source cuda,sass \
+                    > "$L/prof$tag.src.csv" 2>"$L/prof$tag.src.err" || failed+=("profile $tag")
+            echo "$spec" > "$L/prof$tag.spec"
+            echo "kernel_ab: profile $spec of $t:" \
+                "$(grep -m1 -E 'Duration' "$L/prof$tag.details.txt")"
         done
-    fi
+    done
     {
         echo "# kernel A/B, $(date -u '+%Y-%m-%d %H:%M UTC')"
         cat .ab/what.txt 2>/dev/null
@@ -144,12 +149,18 @@ run() {
 # bench/ncu_regions.py on a run's profiles, here (ctags; the GPU machine has none): each tree from
 # .ab/{A,B}.tar.gz, so that the source lines are the profiled commit's.
 regions() {
-    local dir=${1:?usage: bench/kernel_ab.sh regions OUTDIR} t root
+    local dir=${1:?usage: bench/kernel_ab.sh regions OUTDIR} t root csv tag
+    ls "$dir"/logs/prof*.src.csv > /dev/null 2>&1 ||
+        { echo "kernel_ab: no profiles in $dir/logs" >&2; return 1; }
     for t in A B; do
-        [ -f "$dir/logs/prof$t.src.csv" ] || { echo "kernel_ab: no $dir/logs/prof$t.src.csv" >&2; return 1; }
         root=$(mktemp -d) && tar xzf ".ab/$t.tar.gz" -C "$root" || return 1
-        echo "## $t ($(sed -n "s/^$t //p" .ab/what.txt 2>/dev/null))"
-        python3 bench/ncu_regions.py "$dir/logs/prof$t.src.csv" --root "$root" --markdown
+        for csv in "$dir/logs/prof$t"*.src.csv; do
+            tag=$(basename "$csv" .src.csv)
+            echo "## $t ($(sed -n "s/^$t //p" .ab/what.txt 2>/dev/null))," \
+                "$(cat "${csv%.src.csv}.spec" 2>/dev/null)"
+            grep -m1 -E 'Duration' "${csv%.src.csv}.details.txt" 2>/dev/null
+            python3 bench/ncu_regions.py "$csv" --root "$root" --markdown
+        done
         rm -rf "$root"
     done
 }
@@ -158,5 +169,5 @@ case "$mode" in
 regions) regions "${2:-}" ;;
 prepare) [ $# -eq 3 ] || { echo "usage: bench/kernel_ab.sh prepare A B" >&2; exit 2; }; prepare "$2" "$3" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,27p' "$0" >&2; exit 2 ;;
+*) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac
