@@ -15,7 +15,7 @@
 #   AB_VARIANTS=10,11         also time these variants in every run (ATTNSTAT_BENCH_VARIANTS)
 #   AB_RUNS=2                 rounds of A, B
 #   AB_SANITIZE=10,11         compute-sanitizer racecheck and memcheck on B's variants ("" skips)
-#   AB_MAXONLY=1              one more round asking for the max logit alone
+#   AB_MAXONLY=1              one more round asking for the max logit alone (AB_VARIANTS' too)
 #   AB_TEST=1                 test_stats_cuda on B, every variant (0 skips: timing only)
 #   AB_REUSE=1                keep the last run's sources and builds (same machine, still warm)
 #   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
@@ -110,6 +110,8 @@ run() {
     if [ "${AB_MAXONLY:-0}" = 1 ]; then
         for t in A B; do
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
+                ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
+                ATTNSTAT_BENCH_VARIANTS_WANT=${AB_VARIANTS:+max_logit} \
                 python3 bench/bench_kernel.py "$(lib $t)") > "$L/max${t}.log" 2>&1 ||
                 failed+=("max-only bench $t")
         done
