@@ -25,7 +25,8 @@
 
 /* One CTA: NCW consumer warpgroups of 64 rows (BM rows) and the producer warpgroup (NTH threads),
  * K tiles of BN keys, the registers per thread the producer keeps (REG_P) and the consumers get
- * (REG_C; 128 * REG_P + NCW * 128 * REG_C = the block's registers at launch, NTH * 65536 / NTH).
+ * (REG_C; 128 * REG_P + NCW * 128 * REG_C at most the block's registers at launch, NTH x
+ * REG_LAUNCH: setmaxnreg moves registers between the warpgroups, it adds none).
  * Shared memory: the K ring (STAGES tiles of BN keys x DL, each DL/64 columns of BN x 128 bytes in
  * the 128-byte swizzle layout the TMA unit writes and wgmma reads), Q (the CTA's rows, padded
  * pitch for ldmatrix) and the rows' indices; 1024 bytes of slack to align the ring to the
