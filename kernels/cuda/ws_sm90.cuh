@@ -59,12 +59,7 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static constexpr unsigned TILE_BYTES = (unsigned)BN * DL * 2;
     static constexpr size_t fixed_bytes =
         1024 + (size_t)QB * QBYTES + (size_t)IS * BM * sizeof(int);
-    /* 16 stages of 8 KB at head_dim 64 on 64-key tiles (round 23: the max logit alone waited for
-     * K tiles in 19% of its consumers' samples with 8), 8 where a tile is 16 KB, 4 at 32 KB */
-    static constexpr int STAGES0 = DL > 128                ? 4
-                                   : DL <= 64 && BN <= 64   ? 16
-                                   : DL <= 64 || BN <= 64   ? 8
-                                                            : 4;
+    static constexpr int STAGES0 = DL > 128 ? 4 : DL <= 64 || BN <= 64 ? 8 : 4;
     static constexpr int STAGES =
         QB > 1 && fixed_bytes + (size_t)STAGES0 * TILE_BYTES > WS_SMEM_MAX ? STAGES0 / 2 : STAGES0;
     static constexpr size_t smem_bytes = fixed_bytes + (size_t)STAGES * TILE_BYTES;
