@@ -84,12 +84,8 @@ struct kparams {
     tma_map ktm;
     /* Variants 6-12: take the blocks of the longest rows first (causal grids of a few waves, where
      * a long CTA started last would run alone at the end; every causal grid of the persistent
-     * kernels, whose CTAs then draw them in that order: sched). */
+     * kernels, whose CTAs then take the blocks round-robin). */
     int lpt;
-    /* Variants 10-12 (persistent): [0] the blocks drawn past the grid's first, [1] the CTAs done
-     * drawing; zero at launch, and the kernel leaves them zero (stats_wsp_kernel). NULL: each CTA
-     * takes blocks c, c + G, ... */
-    unsigned *sched;
     /* Attention sinks (stats.h): [hq] sink logits of sinks_dtype (STATS_F32, F16, BF16), NULL
      * without; each kernel reads its head's (head_sink, common.cuh) for row_done. */
     const void *sinks;

@@ -43,7 +43,6 @@ struct stats_cuda {
     size_t ws_bytes;
     stats_head *host;  /* pinned staging for stats_cuda_run */
     size_t host_heads;
-    unsigned *sched;   /* the persistent kernels' two counters (kparams.sched) */
 };
 
 __attribute__((format(printf, 3, 4))) static stats_status fail(stats_error *err, stats_status st,
@@ -368,14 +367,6 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
             c->encode_tiled = fn;
         else
             cudaGetLastError();
-        /* the persistent kernels' counters (kparams.sched), zero: every launch leaves them so */
-        void *sc = NULL;
-        if (cudaMalloc(&sc, 2 * sizeof *c->sched) != cudaSuccess)
-            cudaGetLastError(); /* the kernels take their blocks round-robin then */
-        else if (cudaMemset(sc, 0, 2 * sizeof *c->sched) != cudaSuccess)
-            cudaGetLastError(), cudaFree(sc);
-        else
-            c->sched = (unsigned *)sc;
     }
     *out = c;
     return STATS_OK;
@@ -390,8 +381,6 @@ extern "C" void stats_cuda_destroy(stats_cuda *ctx)
     cudaSetDevice(ctx->device);
     if (ctx->ws)
         cudaFree(ctx->ws);
-    if (ctx->sched)
-        cudaFree(ctx->sched);
     if (ctx->host)
         cudaFreeHost(ctx->host);
     if (prev >= 0)
@@ -650,7 +639,7 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
 }
 
 /* The statistics kernel's grid: a CTA per (block, head), or for a persistent kernel one per SM
- * (fewer when there are fewer blocks), each taking block c first, then the next one undrawn. */
+ * (fewer when there are fewer blocks), each taking blocks c, c + G, ... */
 static dim3 grid_of(const stats_cuda *ctx, const plan &pl, int heads_q)
 {
     if (!pl.k->persistent)
@@ -698,8 +687,6 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
      * grids of many waves the CTAs that then start together lost 9% at (8,32,1024,128)) */
     k.lpt = pl.variant >= STATS_VARIANT_WS_TMA && p->causal && !packed &&
             (pl.k->persistent || (long long)pl.blocks_per_head * p->heads_q <= 4LL * ctx->sm_count);
-    const long long items = (long long)pl.blocks_per_head * p->heads_q; /* drawn in 32 bits */
-    k.sched = pl.k->persistent && items < 0x7fffffffLL ? ctx->sched : NULL; /* NULL: round-robin */
     k.nblk = pl.nblk;
     k.blocks_per_head = pl.blocks_per_head;
     k.rows_per_cta = pl.rows_per_cta;

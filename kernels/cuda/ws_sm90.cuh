@@ -46,8 +46,8 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static constexpr bool QS = DL > 128;
     static constexpr size_t QBYTES = (size_t)BM * (QS ? DL : LDQ) * 2;
     static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
-    static constexpr int REG_P = NCW == 2 ? (PERSIST ? 40 : 56) : PERSIST ? 40 : 24;
-    static constexpr int REG_C = NCW == 2 ? (PERSIST ? 232 : 224) : PERSIST ? 152 : 160;
+    static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
+    static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
     /* The CTA starts with the launch's registers per thread (__launch_bounds__(NTH, 1): 65536 /
      * NTH rounded down to 8), and setmaxnreg.inc only takes what the producer's .dec gave back:
      * past that sum the consumers wait for registers forever (48/232 at NCW 2 hung: round 22). */
@@ -328,8 +328,8 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
     item_block(i, p.lpt && !p.packed, p.hq, p.batch, p.nblk, p.blocks_per_head, h, x);
 }
 
-/* Item i's block (ws_item) and its sequence; false when the block has none. The persistent
- * kernel's preparing warps walk the items through it and hand on the blocks that have one. */
+/* Item i's block (ws_item) and its sequence; false when the block has none. Each role of the
+ * persistent kernel walks the items through it: they must count the same blocks (m). */
 static __device__ __forceinline__ bool ws_block(const kparams &p, long long i, int *h, int *x,
                                                 seqinfo *si)
 {
@@ -419,22 +419,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
 
 /* ---- variants 10-12: persistent CTAs ------------------------------------------------------- */
 
-/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes block (item) c first, then those
- * drawn below (ws_item: longest first where p.lpt). The producer warpgroup prepares each block
- * (its rows and key range into one of IS info slots, its Q rows by cp.async into one of QB
- * buffers) and one thread of it loads its K tiles into the ring, which runs on across blocks; the
- * consumers take each block when its slot and its Q are ready (mbarriers info_full, q_full) and
- * hand them back (info_empty after the rows' results, q_empty once Q is in their registers). So
- * the next block's rows, Q and first tiles load while the consumers finish the current one, and
- * no CTA starts or ends between blocks.
- * Which block comes next is the preparing warps' to say: with p.sched (every launch of
- * stats_cuda), item blockIdx.x first and then the next undrawn one of a counter every CTA shares,
- * so that a CTA that finished early takes the next longest block (the round-robin c, c + G, ...
- * leaves, by the blocks' lengths, 3% to 12% of the SMs' time idle at the end of a causal grid:
- * bench/kernel_notes.md, round 22); without (a grid of 2^31 blocks or more), round-robin. The
- * block goes to the others in its info slot (s_item; -1: no more), and a block without a
- * sequence (packed runs) is stored empty by the preparing warps and never handed on. The last
- * CTA to finish drawing sets the counter back to 0 for the next launch.
+/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
+ * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
+ * key range into one of IS info slots, its Q rows by cp.async into one of QB buffers) and one
+ * thread of it loads its K tiles into the ring, which runs on across blocks; the consumers take each
+ * block when its slot and its Q are ready (mbarriers info_full, q_full) and hand them back
+ * (info_empty after the rows' results, q_empty once Q is in their registers). So the next block's
+ * rows, Q and first tiles load while the consumers finish the current one, and no CTA starts or
+ * ends between blocks.
  * QB = 1 (variants 10, 11): two info slots, one Q buffer, and the whole producer warpgroup
  * prepares a block after its thread 0 has issued the previous block's K tiles. QB = 2 (variant
  * 12): four info slots and two Q buffers, and the two jobs run apart: warp 0's lane 0 issues K
@@ -458,7 +450,6 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     unsigned short *sq = (unsigned short *)(sk + (size_t)ST * S::TILE_BYTES); /* QB buffers */
     int *s_rows = (int *)((unsigned char *)sq + QB * S::QBYTES);               /* IS slots of BM */
     __shared__ int s_range[IS][2], s_tf[IS], s_nt[IS];
-    __shared__ long long s_item[IS], s_next[2];
     __shared__ unsigned long long s_full[ST], s_empty[ST], s_info_full[IS], s_info_empty[IS];
     __shared__ unsigned long long s_q_full[QB], s_q_empty[QB];
 
@@ -495,46 +486,30 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         if (QB > 1 && pt < 32) { /* warp 0: its lane 0 issues the K tiles, block after block */
             if (pt != 0)
                 return;
-            for (;; m++) {
-                const int slot = m & (IS - 1);
-                mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
-                const long long i = s_item[slot];
-                if (i < 0)
-                    return;
+            for (long long i = blockIdx.x; i < items; i += gridDim.x) {
                 int h, x;
                 seqinfo si;
-                ws_block(p, i, &h, &x, &si);
+                if (!ws_block(p, i, &h, &x, &si))
+                    continue;
+                const int slot = m & (IS - 1);
+                mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
                 const int t_first = s_tf[slot], ntiles = s_nt[slot];
                 /* read: the slot may take block m + IS (blocks of no tile let the consumers run
                  * ahead of this thread, and nothing else would hold the preparing warps back) */
                 mbar_arrive(&s_info_empty[slot]);
                 ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
+                m++;
             }
+            return;
         }
         /* the block's preparation: the whole warpgroup (QB 1) or warps 1-3 (QB 2) */
         constexpr int NP = QB > 1 ? 96 : 128;
         const int pp = QB > 1 ? pt - 32 : pt;
-        int nb = 0; /* s_next's broadcasts so far */
-        long long i = blockIdx.x;
-        while (i < items) {
+        for (long long i = blockIdx.x; i < items; i += gridDim.x) {
             int h, x;
             seqinfo si;
-            if (!ws_block(p, i, &h, &x, &si)) { /* stored empty here, never handed on */
-                if (pp == 0) {
-                    part e;
-                    part_init(e, FW == FOLD_XS, FW != FOLD_MAX);
-                    parts[(long long)h * p.blocks_per_head + x] = e;
-                }
-                if (p.sched) {
-                    if (pp == 0)
-                        s_next[nb & 1] = (long long)gridDim.x + atomicAdd(p.sched, 1u);
-                    named_bar_sync<3, NP>();
-                    i = s_next[nb++ & 1];
-                } else {
-                    i += gridDim.x;
-                }
+            if (!ws_block(p, i, &h, &x, &si))
                 continue;
-            }
             const int slot = m & (IS - 1), b = m & (QB - 1);
             int *rows = s_rows + slot * BM;
             if (m >= IS) /* the consumers (and QB 2's K thread) are done with the slot's block */
@@ -553,58 +528,43 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             constexpr bool FASTQ = FW == FOLD_MAX || (DP / 8 & (DP / 8 - 1)) != 0;
             ws_load_q<S, DP, FASTQ>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
             cp_async_commit();
-            /* the draw of the block after this one, its atomic's latency under the copies' */
-            if (p.sched && pp == 0)
-                s_next[nb & 1] = (long long)gridDim.x + atomicAdd(p.sched, 1u);
             cp_async_wait<0>();
-            named_bar_sync<3, NP>(); /* every row, the key range, every Q copy and the draw done */
-            const long long next = p.sched ? s_next[nb++ & 1] : i + gridDim.x;
+            named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
             if (pp == 0) {
                 const int t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
                 const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
                 const int ntiles = (t_last - t_first + 2) & ~1;
-                s_tf[slot] = t_first, s_nt[slot] = ntiles, s_item[slot] = i;
+                s_tf[slot] = t_first, s_nt[slot] = ntiles;
                 mbar_arrive(&s_info_full[slot]);
                 mbar_arrive(&s_q_full[b]);
                 if (QB == 1)
                     ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
             }
             m++;
-            i = next;
-        }
-        /* no more blocks: the others' last slot says so once they are done with its block */
-        const int slot = m & (IS - 1);
-        if (m >= IS)
-            mbar_wait(&s_info_empty[slot], ((m >> LIS) - 1) & 1);
-        if (pp == 0) {
-            s_item[slot] = -1;
-            mbar_arrive(&s_info_full[slot]);
-            if (p.sched) { /* every draw of this CTA made; the last CTA's resets the counter */
-                __threadfence();
-                if (atomicAdd(p.sched + 1, 1u) == gridDim.x - 1)
-                    p.sched[0] = 0, p.sched[1] = 0;
-            }
         }
         return;
     }
     setmaxnreg_inc<S::REG_C>();
-    for (;; m++) {
-        const int slot = m & (IS - 1), b = m & (QB - 1);
-        mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
-        const long long i = s_item[slot];
-        if (i < 0)
-            break;
+    for (long long i = blockIdx.x; i < items; i += gridDim.x) {
         int h, x;
         seqinfo si;
-        ws_block(p, i, &h, &x, &si);
-        mbar_wait(&s_q_full[b], (m >> LQB) & 1);
+        const bool has = ws_block(p, i, &h, &x, &si);
         part acc;
         part_init(acc, FW == FOLD_XS, FW != FOLD_MAX);
+        if (!has) {
+            if (tid == 0)
+                parts[(long long)h * p.blocks_per_head + x] = acc;
+            continue;
+        }
+        const int slot = m & (IS - 1), b = m & (QB - 1);
+        mbar_wait(&s_info_full[slot], (m >> LIS) & 1);
+        mbar_wait(&s_q_full[b], (m >> LQB) & 1);
         ws_consume<S, DP, F16, POLY, FW>(p, si, h, s_rows + slot * BM, sq + b * BM * LDQ,
                                          &s_q_empty[b], s_tf[slot], s_nt[slot], sk, s_full,
                                          s_empty, g, true, acc);
         mbar_arrive(&s_info_empty[slot]); /* rows[] read for the last time (row_done) */
         block_store_part<PRODUCER, FW == FOLD_XS>(acc, &parts[(long long)h * p.blocks_per_head + x]);
+        m++;
     }
 #endif
 }
