@@ -328,28 +328,6 @@ static __device__ __forceinline__ void ws_item(const kparams &p, long long i, in
     item_block(i, p.lpt && !p.packed, p.hq, p.batch, p.nblk, p.blocks_per_head, h, x);
 }
 
-/* The items CTA blockIdx.x of a persistent grid of G takes: c, then one in every round of G,
- * dealt forward in even rounds and backward in odd ones (round k: item k G + c, or k G + G-1-c),
- * steps 2 (G - c) - 1 and 2 c + 1 in turn. With the longest blocks first (p.lpt) the CTA dealt a
- * round's longest block is dealt the next round's shortest: round-robin (c, c + G, ...) gave CTA
- * 0 the longest of every round, its busiest CTA 4-18% over the mean on causal grids of 4096 keys
- * and more, this one 0-3% (bench/sched_model.py, kernel_notes.md round 24). Every role walks the
- * same sequence; once past the items, every later one is too (item k lies in [k G, k G + G)). */
-struct ws_deal {
-    long long i;
-    int step, other;
-    __device__ __forceinline__ ws_deal()
-        : i(blockIdx.x), step(2 * (int)(gridDim.x - blockIdx.x) - 1), other(2 * (int)blockIdx.x + 1)
-    {
-    }
-    __device__ __forceinline__ void next()
-    {
-        i += step;
-        const int t = step;
-        step = other, other = t;
-    }
-};
-
 /* Item i's block (ws_item) and its sequence; false when the block has none. Each role of the
  * persistent kernel walks the items through it: they must count the same blocks (m). */
 static __device__ __forceinline__ bool ws_block(const kparams &p, long long i, int *h, int *x,
@@ -441,14 +419,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
 
 /* ---- variants 10-12: persistent CTAs ------------------------------------------------------- */
 
-/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes one block (item) of every round of
- * G, c first (ws_deal; ws_item: longest first where p.lpt). The producer warpgroup prepares each
- * block (its rows and key range into one of IS info slots, its Q rows by cp.async into one of QB
- * buffers) and one thread of it loads its K tiles into the ring, which runs on across blocks; the
- * consumers take each block when its slot and its Q are ready (mbarriers info_full, q_full) and
- * hand them back (info_empty after the rows' results, q_empty once Q is in their registers). So
- * the next block's rows, Q and first tiles load while the consumers finish the current one, and
- * no CTA starts or ends between blocks.
+/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
+ * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
+ * key range into one of IS info slots, its Q rows by cp.async into one of QB buffers) and one
+ * thread of it loads its K tiles into the ring, which runs on across blocks; the consumers take each
+ * block when its slot and its Q are ready (mbarriers info_full, q_full) and hand them back
+ * (info_empty after the rows' results, q_empty once Q is in their registers). So the next block's
+ * rows, Q and first tiles load while the consumers finish the current one, and no CTA starts or
+ * ends between blocks.
  * QB = 1 (variants 10, 11): two info slots, one Q buffer, and the whole producer warpgroup
  * prepares a block after its thread 0 has issued the previous block's K tiles. QB = 2 (variant
  * 12): four info slots and two Q buffers, and the two jobs run apart: warp 0's lane 0 issues K
@@ -508,8 +486,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         if (QB > 1 && pt < 32) { /* warp 0: its lane 0 issues the K tiles, block after block */
             if (pt != 0)
                 return;
-            for (ws_deal d; d.i < items; d.next()) {
-                const long long i = d.i;
+            for (long long i = blockIdx.x; i < items; i += gridDim.x) {
                 int h, x;
                 seqinfo si;
                 if (!ws_block(p, i, &h, &x, &si))
@@ -528,8 +505,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         /* the block's preparation: the whole warpgroup (QB 1) or warps 1-3 (QB 2) */
         constexpr int NP = QB > 1 ? 96 : 128;
         const int pp = QB > 1 ? pt - 32 : pt;
-        for (ws_deal d; d.i < items; d.next()) {
-            const long long i = d.i;
+        for (long long i = blockIdx.x; i < items; i += gridDim.x) {
             int h, x;
             seqinfo si;
             if (!ws_block(p, i, &h, &x, &si))
@@ -569,8 +545,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         return;
     }
     setmaxnreg_inc<S::REG_C>();
-    for (ws_deal d; d.i < items; d.next()) {
-        const long long i = d.i;
+    for (long long i = blockIdx.x; i < items; i += gridDim.x) {
         int h, x;
         seqinfo si;
         const bool has = ws_block(p, i, &h, &x, &si);
