@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sched_model.py — how evenly the persistent statistics kernels (variants 10, 11) spread a causal
+"""sched_model.py — how evenly the persistent statistics kernels (variants 10-12) spread a causal
 grid's blocks over the SMs, by the blocks' lengths alone: no GPU, a model for predictions
 (bench/kernel_notes.md, round 22), not a measurement.
 
@@ -7,9 +7,12 @@ Each (sequence, head) has ceil(N / BM) blocks of BM rows, the partial one first 
 takes its last row's K tiles of BN keys (all its warpgroups multiply up to the block's last key)
 plus FIXED tile-equivalents of work that does not depend on its length (its rows' ends, Q, the
 preparation: about 6 at (8,32,1024,128) by round 22's profile). Blocks are numbered longest first
-(item.h, lpt). Two schedules over G CTAs:
-  round-robin   CTA c takes items c, c + G, c + 2G, ... (the kernels before round 22)
-  greedy        each CTA, when it finishes a block, takes the next undrawn item (a shared counter)
+(item.h, lpt). Three schedules over G CTAs:
+  round-robin   CTA c takes items c, c + G, c + 2G, ... (the kernels on main as of round 24)
+  deal          CTA c takes one item of every round of G, forward in even rounds (k G + c) and
+                backward in odd ones (k G + G-1-c): round 24's candidate (ws_deal, 3b14b2d)
+  greedy        each CTA, when it finishes a block, takes the next undrawn item (a shared counter,
+                round 22)
 A CTA's time is the sum of its blocks'; the launch's is the busiest CTA's. Printed: the busiest
 CTA over the mean (1.000: every SM busy to the end) for each, and the change from one to the other.
 
@@ -28,6 +31,8 @@ SHAPES = [
     ("(4,32/4,2048,64) causal", 4, 32, 2048, 192, 64),
     ("(2,32,4096,128) causal", 2, 32, 4096, 192, 64),
     ("(1,16,8192,64) causal", 1, 16, 8192, 128, 128),
+    ("(1,16,8192,64) causal, variant 11", 1, 16, 8192, 192, 64),
+    ("(1,32,16384,128) causal, variant 11", 1, 32, 16384, 192, 64),
 ]
 
 
@@ -52,10 +57,14 @@ def imbalance(batch, heads, n, bm, bn, fixed, sms):
     rr = [0.0] * grid
     for i, w in enumerate(items):
         rr[i % grid] += w
+    deal = [0.0] * grid
+    for i, w in enumerate(items):
+        k, c = divmod(i, grid)
+        deal[c if k % 2 == 0 else grid - 1 - c] += w
     greedy = [0.0] * grid
     for w in items:  # the CTA that finishes first takes the next item
         heapq.heappush(greedy, heapq.heappop(greedy) + w)
-    return len(items), max(rr) / mean, max(greedy) / mean
+    return len(items), max(rr) / mean, max(deal) / mean, max(greedy) / mean
 
 
 def main():
@@ -64,11 +73,12 @@ def main():
     ap.add_argument("--fixed", type=float, default=6.0)
     a = ap.parse_args()
     print(f"SMs {a.sms}, fixed work per block {a.fixed:g} tile-equivalents")
-    print("| shape | blocks | round-robin: busiest / mean | greedy | change |")
-    print("|---|---:|---:|---:|---:|")
+    print("| shape | blocks | round-robin: busiest / mean | deal | change | greedy | change |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, b, h, n, bm, bn in SHAPES:
-        items, rr, gr = imbalance(b, h, n, bm, bn, a.fixed, a.sms)
-        print(f"| {name} | {items} | {rr:.3f} | {gr:.3f} | {100 * (gr / rr - 1):+.1f}% |")
+        items, rr, dl, gr = imbalance(b, h, n, bm, bn, a.fixed, a.sms)
+        print(f"| {name} | {items} | {rr:.3f} | {dl:.3f} | {100 * (dl / rr - 1):+.1f}% "
+              f"| {gr:.3f} | {100 * (gr / rr - 1):+.1f}% |")
 
 
 if __name__ == "__main__":
