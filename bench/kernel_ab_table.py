@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""kernel_ab_table.py LOGDIR RUNS — bench/kernel_ab.sh's summary: from bench_kernel.py's logs of
-builds A and B (LOGDIR/benchA_R.log, benchB_R.log, R = 1..RUNS; maxA.log, maxB.log when present),
-one markdown table per measurement: every run's median for A and for B, side by side, and the change
-of B's median of runs against A's. Rows are bench_kernel.py's shapes; columns the default path,
-SDPA flash (A's runs and B's: the same PyTorch, so its drift is the run-to-run noise to read the
-change against), each variant timed, and the max logit alone."""
+"""kernel_ab_table.py LOGDIR RUNS [TREES..] — bench/kernel_ab.sh's summary: from bench_kernel.py's
+logs of each tree (TREES: A B by default, A first; LOGDIR/benchT_R.log, R = 1..RUNS; maxT.log when
+present), one markdown table per measurement: every run's median for each tree, side by side, and
+the change of each candidate's median of runs against A's. Rows are bench_kernel.py's shapes;
+columns the default path, SDPA flash (every tree's runs: the same PyTorch, so its drift is the
+run-to-run noise to read the changes against), each variant timed, and the max logit alone."""
 import os
 import re
 import statistics
@@ -44,38 +44,47 @@ def read(path):
     return out
 
 
-def table(title, runs_a, runs_b):
+def table(title, runs):
+    """runs: {tree: [one {(shape, column): ms} per run]}, A first."""
+    trees = list(runs)
+    everything = [r for t in trees for r in runs[t]]
     shapes, cols = [], []
-    for run in runs_a + runs_b:
+    for run in everything:
         for shape, col in run:
             shapes += [shape] if shape not in shapes else []
             cols += [col] if col not in cols else []
-    keys = [(s, c) for s in shapes for c in cols
-            if any((s, c) in r for r in runs_a + runs_b)]
+    keys = [(s, c) for s in shapes for c in cols if any((s, c) in r for r in everything)]
     if not keys:
         return
     print(f"### {title}\n")
-    print("| shape | column | A ms | B ms | change |")
-    print("|---|---|---|---|---:|")
+    head = ["shape", "column", f"{trees[0]} ms"]
+    for t in trees[1:]:
+        head += [f"{t} ms", f"{t} vs {trees[0]}"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|---|---|" + "---|---:|" * (len(trees) - 1))
+    fmt = lambda xs: ", ".join(f"{x:.4f}" for x in xs) or "-"  # noqa: E731
     for shape, col in keys:
-        a = [r[(shape, col)] for r in runs_a if (shape, col) in r]
-        b = [r[(shape, col)] for r in runs_b if (shape, col) in r]
-        change = "-"
-        if a and b:
-            change = f"{100 * (statistics.median(b) / statistics.median(a) - 1):+.1f}%"
-        fmt = lambda xs: ", ".join(f"{x:.4f}" for x in xs) or "-"  # noqa: E731
-        print(f"| {shape} | {col} | {fmt(a)} | {fmt(b)} | {change} |")
+        ms = {t: [r[(shape, col)] for r in runs[t] if (shape, col) in r] for t in trees}
+        a = ms[trees[0]]
+        cells = [shape, col, fmt(a)]
+        for t in trees[1:]:
+            change = "-"
+            if a and ms[t]:
+                change = f"{100 * (statistics.median(ms[t]) / statistics.median(a) - 1):+.1f}%"
+            cells += [fmt(ms[t]), change]
+        print("| " + " | ".join(cells) + " |")
     print()
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: kernel_ab_table.py LOGDIR RUNS")
+    if len(sys.argv) < 3:
+        sys.exit("usage: kernel_ab_table.py LOGDIR RUNS [TREES..]")
     d, runs = sys.argv[1], int(sys.argv[2])
+    trees = sys.argv[3:] or ["A", "B"]
     table("statistics asked for by the daemon's default (medians of each run)",
-          [read(os.path.join(d, f"benchA_{r}.log")) for r in range(1, runs + 1)],
-          [read(os.path.join(d, f"benchB_{r}.log")) for r in range(1, runs + 1)])
-    table("the max logit alone", [read(os.path.join(d, "maxA.log"))], [read(os.path.join(d, "maxB.log"))])
+          {t: [read(os.path.join(d, f"bench{t}_{r}.log")) for r in range(1, runs + 1)]
+           for t in trees})
+    table("the max logit alone", {t: [read(os.path.join(d, f"max{t}.log"))] for t in trees})
 
 
 if __name__ == "__main__":
