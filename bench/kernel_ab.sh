@@ -21,7 +21,8 @@
 #   AB_CHECK=B,C              the candidates checked (test and sanitizers; default every one)
 #   AB_MAXONLY=1              one more round asking for the max logit alone (AB_VARIANTS' too)
 #   AB_TEST=1                 test_stats_cuda on the candidates, every variant (0 skips)
-#   AB_REUSE=1                keep the last run's sources and builds (same machine, still warm)
+#   AB_REUSE=1                keep the last run's sources and builds of the same tarballs (same
+#                             machine, still warm; a tree prepared anew is built again)
 #   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
 #                             (WANT: PROFILE_WANT, e.g. max_logit) on every tree, all built with
 #                             -lineinfo; logs/prof{A,B,..}N.src.csv (the source page with SASS, N
@@ -50,7 +51,8 @@ pack() {
         local rev=${spec%%+*} patch=${spec#*+} wt
         wt=$(mktemp -d) && git archive "$rev" | tar x -C "$wt" &&
             (cd "$wt" && patch -p1 -s) < "$patch" &&
-            tar czf ".ab/$t.tar.gz" -C "$wt" . && rm -rf "$wt" || return 1 ;;
+            tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - -C "$wt" . |
+            gzip -n > ".ab/$t.tar.gz" && rm -rf "$wt" || return 1 ;; # the same tree, the same bytes
     *)
         git archive --format=tar.gz -o ".ab/$t.tar.gz" "$spec" || return 1 ;;
     esac
@@ -86,11 +88,17 @@ run() {
         [ -z "${AB_CHECK:-}" ] || [[ ",$AB_CHECK," == *",$t,"* ]] && cands+=("$t")
     done
     t0=$(date +%s)
+    local sum
     for t in "${trees[@]}"; do
-        if [ "${AB_REUSE:-0}" = 1 ] && [ -d "/tmp/ab-build-$t" ]; then continue; fi
-        rm -rf "/tmp/ab-src-$t" && mkdir -p "/tmp/ab-src-$t" && tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
+        sum="$(md5sum < ".ab/$t.tar.gz") lineinfo=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0)"
+        # reused only when built from the same tarball, the same way (else a stale build is timed)
+        [ "${AB_REUSE:-0}" = 1 ] && [ "$(cat "/tmp/ab-build-$t/.ab-sum" 2>/dev/null)" = "$sum" ] &&
+            continue
+        rm -rf "/tmp/ab-src-$t" "/tmp/ab-build-$t" && mkdir -p "/tmp/ab-src-$t" &&
+            tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
         (cd "/tmp/ab-src-$t" && BENCH_LINEINFO=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0) \
-            BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build) > "$L/build$t.log" 2>&1 &
+            BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build &&
+            echo "$sum" > "/tmp/ab-build-$t/.ab-sum") > "$L/build$t.log" 2>&1 &
     done
     wait
     for t in "${trees[@]}"; do
@@ -115,7 +123,8 @@ run() {
     local v tool
     for t in "${cands[@]}"; do
         if [ "${AB_TEST:-1}" = 1 ]; then
-            (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 "$(tst "$t")") > "$L/test$t.log" 2>&1 ||
+            (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 "$(tst "$t")") \
+                > "$L/test$t.log" 2>&1 ||
                 failed+=("test_stats_cuda $t")
             echo "kernel_ab: test_stats_cuda on $t: $(tail -1 "$L/test$t.log")"
         fi
@@ -133,13 +142,15 @@ run() {
     for r in $(seq "${AB_RUNS:-2}"); do
         for t in "${trees[@]}"; do
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
-                ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} python3 bench/bench_kernel.py "$(lib "$t")") \
+                ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
+                python3 bench/bench_kernel.py "$(lib "$t")") \
                 > "$L/bench${t}_$r.log" 2>&1 || failed+=("bench $t round $r")
         done
     done
     if [ "${AB_MAXONLY:-0}" = 1 ]; then
         for t in "${trees[@]}"; do
-            (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
+            (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 \
+                ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
                 ATTNSTAT_BENCH_VARIANTS_WANT=${AB_VARIANTS:+max_logit} \
                 python3 bench/bench_kernel.py "$(lib "$t")") > "$L/max${t}.log" 2>&1 ||
@@ -155,7 +166,8 @@ run() {
             (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} ncu -f -o "/tmp/ab-prof$tag" \
                 --section SourceCounters --section WarpStateStats --section SchedulerStats \
                 --section InstructionStats --section SpeedOfLight -k "regex:stats_(wg|ws|mma)" \
-                python3 bench/profile_kernel.py "$(lib "$t")" "$pv" "$ps") > "$L/prof$tag.log" 2>&1 &&
+                python3 bench/profile_kernel.py "$(lib "$t")" "$pv" "$ps") \
+                > "$L/prof$tag.log" 2>&1 &&
                 ncu -i "/tmp/ab-prof$tag.ncu-rep" --page details > "$L/prof$tag.details.txt" 2>&1 &&
                 ncu -i "/tmp/ab-prof$tag.ncu-rep" --page source --csv --print-source cuda,sass \
                     > "$L/prof$tag.src.csv" 2>"$L/prof$tag.src.err" || failed+=("profile $tag")
@@ -206,5 +218,5 @@ prepare)
     shift
     prepare "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,34p' "$0" >&2; exit 2 ;;
+*) sed -n '2,35p' "$0" >&2; exit 2 ;;
 esac
