@@ -18,9 +18,9 @@
 #   ATTNSTAT_TEST_WG_ONLY=N bench/bench_kernel.sh sanitize  the sanitizers on Hopper variant N alone
 # Variant numbers: kernels/cuda/variants.h (`stats_dev list`), the same in bench/kernel_notes.md.
 # BENCH_LINEINFO=1 builds with -lineinfo (source lines for Nsight Compute's source page and
-# bench/ncu_regions.py; the code is the same). BUILD (default build-cuda) names the build directory. When the CMake configure of the whole
-# project fails (a dependency missing on the GPU machine), the kernels and the test are compiled
-# directly with nvcc and cc instead.
+# bench/ncu_regions.py; the code is the same). BUILD (default build-cuda) names the build
+# directory. When the CMake configure of the whole project fails (a dependency missing on the GPU
+# machine), the kernels and the test are compiled directly with nvcc and cc instead.
 set -euo pipefail
 BUILD=${BUILD:-build-cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -58,11 +58,11 @@ direct_build() {
   DEV="$d/stats_dev"
 }
 
-gencode=()
-[ ${#LINEINFO[@]} -gt 0 ] &&
-  gencode=("-DATTNSTAT_CUDA_GENCODE=-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_80,code=sm_80;-lineinfo")
-if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON ${gencode[@]+"${gencode[@]}"} \
-    >"$BUILD.configure.log" 2>&1; then
+gencode=() # kernels/cuda.cmake's default -gencode list with -lineinfo
+gc="-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_80,code=sm_80"
+[ ${#LINEINFO[@]} -gt 0 ] && gencode=("-DATTNSTAT_CUDA_GENCODE=$gc;-lineinfo")
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON \
+    ${gencode[@]+"${gencode[@]}"} >"$BUILD.configure.log" 2>&1; then
   targets=(attnstat_cuda)
   if [ "$mode" = test ] || [ "$mode" = sanitize ] || [ "$mode" = build ]; then
     targets+=(test_stats_cuda)
