@@ -60,6 +60,7 @@ direct_build() {
 
 gencode=() # kernels/cuda.cmake's default -gencode list with -lineinfo
 gc="-gencode=arch=compute_90a,code=sm_90a;-gencode=arch=compute_80,code=sm_80"
+gc="$gc;-gencode=arch=compute_80,code=compute_80"
 [ ${#LINEINFO[@]} -gt 0 ] && gencode=("-DATTNSTAT_CUDA_GENCODE=$gc;-lineinfo")
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSTAT_CUDA=ON \
     ${gencode[@]+"${gencode[@]}"} >"$BUILD.configure.log" 2>&1; then
