@@ -419,14 +419,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
 
 /* ---- variants 10-12: persistent CTAs ------------------------------------------------------- */
 
-/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes one block (item) of every round of
- * G, c first (item_deal; ws_item: longest first where p.lpt). The producer warpgroup prepares each
- * block (its rows and key range into one of IS info slots, its Q rows by cp.async into one of QB
- * buffers) and one thread of it loads its K tiles into the ring, which runs on across blocks; the
- * consumers take each block when its slot and its Q are ready (mbarriers info_full, q_full) and
- * hand them back (info_empty after the rows' results, q_empty once Q is in their registers). So
- * the next block's rows, Q and first tiles load while the consumers finish the current one, and
- * no CTA starts or ends between blocks.
+/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
+ * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
+ * key range into one of IS info slots, its Q rows by cp.async into one of QB buffers) and one
+ * thread of it loads its K tiles into the ring, which runs on across blocks; the consumers take each
+ * block when its slot and its Q are ready (mbarriers info_full, q_full) and hand them back
+ * (info_empty after the rows' results, q_empty once Q is in their registers). So the next block's
+ * rows, Q and first tiles load while the consumers finish the current one, and no CTA starts or
+ * ends between blocks.
  * QB = 1 (variants 10, 11): two info slots, one Q buffer, and the whole producer warpgroup
  * prepares a block after its thread 0 has issued the previous block's K tiles. QB = 2 (variant
  * 12): four info slots and two Q buffers, and the two jobs run apart: warp 0's lane 0 issues K
@@ -486,9 +486,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         if (QB > 1 && pt < 32) { /* warp 0: its lane 0 issues the K tiles, block after block */
             if (pt != 0)
                 return;
-            for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
-                 item_deal_next(&d)) {
-                const long long i = d.i;
+            for (long long i = blockIdx.x; i < items; i += gridDim.x) {
                 int h, x;
                 seqinfo si;
                 if (!ws_block(p, i, &h, &x, &si))
@@ -507,9 +505,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         /* the block's preparation: the whole warpgroup (QB 1) or warps 1-3 (QB 2) */
         constexpr int NP = QB > 1 ? 96 : 128;
         const int pp = QB > 1 ? pt - 32 : pt;
-        for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
-             item_deal_next(&d)) {
-            const long long i = d.i;
+        for (long long i = blockIdx.x; i < items; i += gridDim.x) {
             int h, x;
             seqinfo si;
             if (!ws_block(p, i, &h, &x, &si))
@@ -549,9 +545,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         return;
     }
     setmaxnreg_inc<S::REG_C>();
-    for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
-         item_deal_next(&d)) {
-        const long long i = d.i;
+    for (long long i = blockIdx.x; i < items; i += gridDim.x) {
         int h, x;
         seqinfo si;
         const bool has = ws_block(p, i, &h, &x, &si);
