@@ -10,7 +10,7 @@ preparation: about 6 at (8,32,1024,128) by round 22's profile). Blocks are numbe
 (item.h, lpt). Three schedules over G CTAs:
   round-robin   CTA c takes items c, c + G, c + 2G, ... (the kernels on main as of round 24)
   deal          CTA c takes one item of every round of G, forward in even rounds (k G + c) and
-                backward in odd ones (k G + G-1-c): round 24's candidate (ws_deal, 3b14b2d)
+                backward in odd ones (k G + G-1-c): round 24's candidate (item_deal, 2a18f75)
   greedy        each CTA, when it finishes a block, takes the next undrawn item (a shared counter,
                 round 22)
 A CTA's time is the sum of its blocks'; the launch's is the busiest CTA's. Printed: the busiest
