@@ -88,6 +88,9 @@ run() {
         [ -z "${AB_CHECK:-}" ] || [[ ",$AB_CHECK," == *",$t,"* ]] && cands+=("$t")
     done
     t0=$(date +%s)
+    # the trees build side by side: the cores shared out (nvcc's big files take GBs each)
+    local jobs=$(( ($(nproc) + ${#trees[@]} - 1) / ${#trees[@]} + 1 ))
+    export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}
     local sum
     for t in "${trees[@]}"; do
         sum="$(md5sum < ".ab/$t.tar.gz") lineinfo=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0)"
