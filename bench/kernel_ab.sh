@@ -67,11 +67,8 @@ prepare() {
         t=${letters:i:1}
         i=$((i + 1))
         pack "$t" "$spec" || { echo "kernel_ab: $t ($spec) failed" >&2; return 1; }
-        if [ "$t" = A ]; then
-            printf 'A %s\n' "$(git rev-parse --short "$spec")" >> .ab/what.txt
-        else
-            printf '%s %s\n' "$t" "$spec" >> .ab/what.txt
-        fi
+        printf '%s %s\n' "$t" "$(git rev-parse --short "$spec" 2>/dev/null || echo "$spec")" \
+            >> .ab/what.txt
         echo "kernel_ab: .ab/$t.tar.gz ($spec)"
     done
     echo "kernel_ab: ready; carry .ab and .devdeps"
