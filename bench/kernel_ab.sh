@@ -21,6 +21,8 @@
 #   AB_CHECK=B,C              the candidates checked (test and sanitizers; default every one)
 #   AB_MAXONLY=1              one more round asking for the max logit alone (AB_VARIANTS' too)
 #   AB_TEST=1                 test_stats_cuda on the candidates, every variant (0 skips)
+#   AB_STEP_LIMIT=300         seconds any one test, sanitizer or bench step may take (a hung
+#                             kernel is reported as such and the run goes on)
 #   AB_REUSE=1                keep the last run's sources and builds of the same tarballs (same
 #                             machine, still warm; a tree prepared anew is built again)
 #   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
@@ -120,19 +122,20 @@ run() {
                 "$(grep -cE '^ +/\*[0-9a-f]{4,}\*/' "$L/sass$t.txt") instructions"
         done
     fi
-    local v tool
+    # a kernel that deadlocks (round 22's first form did) must not take the whole call with it
+    local v tool tlim=${AB_STEP_LIMIT:-300}
+    hung() { [ "$1" = 124 ] && echo " (past ${tlim} s: a hang?)"; }
     for t in "${cands[@]}"; do
         if [ "${AB_TEST:-1}" = 1 ]; then
-            (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 "$(tst "$t")") \
-                > "$L/test$t.log" 2>&1 ||
-                failed+=("test_stats_cuda $t")
+            (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 timeout "$tlim" "$(tst "$t")") \
+                > "$L/test$t.log" 2>&1 || failed+=("test_stats_cuda $t$(hung $?)")
             echo "kernel_ab: test_stats_cuda on $t: $(tail -1 "$L/test$t.log")"
         fi
         for v in $(echo "${AB_SANITIZE-10,11}" | tr ',' ' '); do
             for tool in racecheck memcheck; do
-                (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_WG_ONLY=$v compute-sanitizer --tool $tool \
-                    --error-exitcode 9 "$(tst "$t")") > "$L/$tool$v$t.log" 2>&1 ||
-                    failed+=("$tool $v $t")
+                (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_WG_ONLY=$v timeout "$tlim" \
+                    compute-sanitizer --tool $tool --error-exitcode 9 "$(tst "$t")") \
+                    > "$L/$tool$v$t.log" 2>&1 || failed+=("$tool $v $t$(hung $?)")
                 echo "kernel_ab: $tool on $t's variant $v:" \
                     "$(grep -E 'SUMMARY' "$L/$tool$v$t.log" | tail -1)"
             done
@@ -143,8 +146,8 @@ run() {
         for t in "${trees[@]}"; do
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
-                python3 bench/bench_kernel.py "$(lib "$t")") \
-                > "$L/bench${t}_$r.log" 2>&1 || failed+=("bench $t round $r")
+                timeout "$tlim" python3 bench/bench_kernel.py "$(lib "$t")") \
+                > "$L/bench${t}_$r.log" 2>&1 || failed+=("bench $t round $r$(hung $?)")
         done
     done
     if [ "${AB_MAXONLY:-0}" = 1 ]; then
@@ -153,8 +156,8 @@ run() {
                 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
                 ATTNSTAT_BENCH_VARIANTS_WANT=${AB_VARIANTS:+max_logit} \
-                python3 bench/bench_kernel.py "$(lib "$t")") > "$L/max${t}.log" 2>&1 ||
-                failed+=("max-only bench $t")
+                timeout "$tlim" python3 bench/bench_kernel.py "$(lib "$t")") \
+                > "$L/max${t}.log" 2>&1 || failed+=("max-only bench $t$(hung $?)")
         done
     fi
     local spec pv ps pw n=0 tag
@@ -218,5 +221,5 @@ prepare)
     shift
     prepare "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,35p' "$0" >&2; exit 2 ;;
+*) sed -n '2,37p' "$0" >&2; exit 2 ;;
 esac
