@@ -68,8 +68,10 @@ for i in $(seq 100); do [ -S "$ex/s" ] && break; sleep 0.1; done
   echo "== attnstat heads --run collapse"; $cli heads --run collapse
   echo "== attnstat trend --run collapse --layer 0"; $cli trend --run collapse --layer 0 | head -50
   fi
-  [ "${SKIP_BENCH:-0}" = 1 ] || echo "== bench: step time off / every 10th / every step"
-  [ "${SKIP_BENCH:-0}" = 1 ] || timeout 200 python3 examples/gpt.py --socket "$ex/s" --run bench --bench --steps ${BENCH_STEPS:-2700} ${BENCH_ARGS:-}
+  if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== bench: step time off / every 10th / every step"
+  timeout 200 python3 examples/gpt.py --socket "$ex/s" --run bench --bench --steps ${BENCH_STEPS:-2700} ${BENCH_ARGS:-}
+  fi
 } > "$out/example_out.log" 2>&1
 kill -TERM $dpid; wait $dpid
 echo "== summary ($(( $(date +%s) - t0 )) s)"

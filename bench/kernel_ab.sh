@@ -90,15 +90,16 @@ run() {
     # the trees build side by side: the cores shared out (nvcc's big files take GBs each)
     local jobs=$(( ($(nproc) + ${#trees[@]} - 1) / ${#trees[@]} + 1 ))
     export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}
-    local sum
+    local sum li=0
+    [ -n "${AB_PROFILE:-}" ] && li=1 # the profile's source page needs -lineinfo
     for t in "${trees[@]}"; do
-        sum="$(md5sum < ".ab/$t.tar.gz") lineinfo=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0)"
+        sum="$(md5sum < ".ab/$t.tar.gz") lineinfo=$li"
         # reused only when built from the same tarball, the same way (else a stale build is timed)
         [ "${AB_REUSE:-0}" = 1 ] && [ "$(cat "/tmp/ab-build-$t/.ab-sum" 2>/dev/null)" = "$sum" ] &&
             continue
         rm -rf "/tmp/ab-src-$t" "/tmp/ab-build-$t" && mkdir -p "/tmp/ab-src-$t" &&
             tar xzmf ".ab/$t.tar.gz" -C "/tmp/ab-src-$t"
-        (cd "/tmp/ab-src-$t" && BENCH_LINEINFO=$([ -n "${AB_PROFILE:-}" ] && echo 1 || echo 0) \
+        (cd "/tmp/ab-src-$t" && BENCH_LINEINFO=$li \
             BUILD=/tmp/ab-build-$t bench/bench_kernel.sh build &&
             echo "$sum" > "/tmp/ab-build-$t/.ab-sum") > "$L/build$t.log" 2>&1 &
     done
