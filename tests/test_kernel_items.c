@@ -7,7 +7,11 @@
  * batch + seq; else i = h * blocks_per_head + x). With lpt, the blocks come longest first (every
  * head's and sequence's last block before any earlier one), else head by head. Past 2^31 items,
  * where item_block leaves 32-bit arithmetic, the items on both sides of the edge and random ones
- * beyond it invert too. Random shapes; the seed is printed (ATTNSTAT_TEST_SEED repeats a run).
+ * beyond it invert too. The persistent kernels' deal (item_deal): every item of random grids
+ * taken by exactly one CTA, item k of CTA c being k G + c in even rounds and k G + G-1-c in odd
+ * ones, and on blocks of non-increasing length no CTA's total over round-robin's busiest (strictly
+ * under it once there are two full rounds of strictly decreasing lengths). Random shapes; the seed
+ * is printed (ATTNSTAT_TEST_SEED repeats a run).
  *
  * Stage: a host unit test of the CUDA backend's grid order; needs no GPU. */
 #include <check.h>
@@ -107,6 +111,67 @@ START_TEST(test_past_2_31)
 }
 END_TEST
 
+START_TEST(test_deal)
+{
+    for (int t = 0; t < 400; t++) {
+        const int g = rnd(1, 300);
+        const long long items = g + rnd(0, t < 200 ? 5 * g : 40 * g); /* G <= items (grid_of) */
+        unsigned char *seen = calloc((size_t)items, 1);
+        double *w = malloc(sizeof(double) * (size_t)items);
+        ck_assert(seen && w);
+        /* lengths, longest first, some equal: non-increasing */
+        double v = 1000.0 + rnd(0, 1000);
+        for (long long i = 0; i < items; i++) {
+            w[i] = v;
+            if (rnd(0, 3))
+                v -= rnd(0, 7) * (v / 5000.0);
+        }
+        double dealt_max = 0, rr_max = 0;
+        for (int c = 0; c < g; c++) {
+            double dealt = 0, rr = 0;
+            long long k = 0, last = -1;
+            for (item_deal d = item_deal_start((unsigned)c, (unsigned)g); d.i < items;
+                 item_deal_next(&d), k++) {
+                const long long want = k * g + (k & 1 ? g - 1 - c : c);
+                ck_assert_msg(d.i == want, "g %d, CTA %d, item %lld of its deal: %lld, not %lld",
+                              g, c, k, d.i, want);
+                ck_assert(d.i > last);
+                last = d.i;
+                ck_assert_int_eq(seen[d.i], 0);
+                seen[d.i] = 1;
+                dealt += w[d.i];
+            }
+            /* once past the items, the next one is too (the loops stop at the first) */
+            ck_assert(k * g + (k & 1 ? g - 1 - c : c) >= items);
+            for (long long i = c; i < items; i += g)
+                rr += w[i];
+            dealt_max = dealt > dealt_max ? dealt : dealt_max;
+            rr_max = rr > rr_max ? rr : rr_max;
+        }
+        for (long long i = 0; i < items; i++)
+            ck_assert_msg(seen[i], "g %d, items %lld: item %lld dealt to no CTA", g, items, i);
+        ck_assert_msg(dealt_max <= rr_max * (1 + 1e-12), "g %d, items %lld: %g > %g", g, items,
+                      dealt_max, rr_max);
+        free(seen);
+        free(w);
+    }
+    /* two full rounds of strictly decreasing lengths: round-robin's CTA 0 takes the longest of
+     * both, the deal never does */
+    for (int g = 2; g <= 300; g += 7) {
+        double dealt_max = 0, rr0 = 0;
+        for (int c = 0; c < g; c++) {
+            double dealt = 0;
+            for (item_deal d = item_deal_start((unsigned)c, (unsigned)g); d.i < 2LL * g;
+                 item_deal_next(&d))
+                dealt += 4.0 * g - (double)d.i;
+            dealt_max = dealt > dealt_max ? dealt : dealt_max;
+        }
+        rr0 = (4.0 * g - 0) + (4.0 * g - g);
+        ck_assert_msg(dealt_max < rr0, "g %d: dealt %g, round-robin %g", g, dealt_max, rr0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const char *env = getenv("ATTNSTAT_TEST_SEED");
@@ -117,6 +182,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_every_block_once);
     tcase_add_test(tc, test_past_2_31);
+    tcase_add_test(tc, test_deal);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -218,6 +218,21 @@ static __device__ __forceinline__ void visible_range(const kparams &p, const seq
     *hi_out = (int)hi;
 }
 
+/* visible_range for the usual run, causal or full rows with no window and no interval mask
+ * (plain(p)): in 32 bits, since lq and lk are at most 2^30 (stats_validate) and 0 <= i < lq, so
+ * i + lk - lq cannot overflow (the windows' sums can). The same [lo, hi] as visible_range. */
+static __device__ __forceinline__ bool plain(const kparams &p)
+{
+    return !p.rr && p.wl < 0 && p.wr < 0;
+}
+static __device__ __forceinline__ void visible_range_plain(const kparams &p, const seqinfo &si,
+                                                           int i, int *lo_out, int *hi_out)
+{
+    const int a = i + (si.lk - si.lq), last = si.lk - 1, hi = p.causal && a < last ? a : last;
+    *lo_out = hi >= 0 ? 0 : 1;
+    *hi_out = hi >= 0 ? hi : 0;
+}
+
 /* The block's keys: range[0] = the least first visible key, range[1] = the greatest last one, over
  * rows[t0], rows[t0 + nt], ... of its BM rows (-1: no row). range is preset to {INT_MAX, -1}; the
  * rows are written and visible to these threads. */

@@ -43,4 +43,34 @@ ITEM_FN void item_block(long long i, int lpt, int hq, int batch, int nblk, int b
     }
 }
 
+/* The items CTA c of a persistent grid of g CTAs (variants 10-12, ws_sm90.cuh) takes: one in every
+ * round of g items, dealt forward in even rounds and backward in odd ones, item k of its sequence
+ * being k g + c or k g + g-1-c (steps 2 (g - c) - 1 and 2 c + 1 in turn). With the longest blocks
+ * first (lpt) the CTA dealt a round's longest block is dealt the next round's shortest:
+ * round-robin (c, c + g, ...) gave CTA 0 the longest of every round, its busiest CTA 4-18% over
+ * the mean on causal grids of 4096 keys and more, this 0-3% (bench/sched_model.py,
+ * bench/kernel_notes.md round 24). The sequence rises, item k lying in [k g, k g + g): once past
+ * the grid's items, every later one is too. Every role of the kernel walks the same sequence. */
+typedef struct {
+    long long i;      /* the item */
+    int step, other;  /* the step to the next one, and the one after */
+} item_deal;
+
+ITEM_FN item_deal item_deal_start(unsigned c, unsigned g)
+{
+    item_deal d;
+    d.i = (long long)c;
+    d.step = 2 * (int)(g - c) - 1;
+    d.other = 2 * (int)c + 1;
+    return d;
+}
+
+ITEM_FN void item_deal_next(item_deal *d)
+{
+    const int t = d->step;
+    d->i += t;
+    d->step = d->other;
+    d->other = t;
+}
+
 #endif /* ATTNSTAT_CUDA_ITEM_H */

@@ -84,7 +84,8 @@ struct kparams {
     tma_map ktm;
     /* Variants 6-12: take the blocks of the longest rows first (causal grids of a few waves, where
      * a long CTA started last would run alone at the end; every causal grid of the persistent
-     * kernels, whose CTAs then take the blocks round-robin). */
+     * kernels, whose CTAs then take one block of every round of G, forward and back: item.h
+     * item_deal). */
     int lpt;
     /* Attention sinks (stats.h): [hq] sink logits of sinks_dtype (STATS_F32, F16, BF16), NULL
      * without; each kernel reads its head's (head_sink, common.cuh) for row_done. */
@@ -159,7 +160,8 @@ struct kernel_instance {
      * NULL where the family has no such instance (the planner then takes another). */
     stats_kernel_fn bf16_from_f32, f16_from_f32;
     /* 1: a persistent kernel, launched on grid (G) with G <= blocks_per_head * Hq CTAs, each
-     * taking blocks c, c + G, ... (ws_sm90.cu, variants 10-12); 0: grid (blocks_per_head, Hq). */
+     * taking one block of every round of G (item.h item_deal: variants 10-12); 0: grid
+     * (blocks_per_head, Hq). */
     int persistent;
 };
 

@@ -639,7 +639,8 @@ extern "C" const char *stats_cuda_kernel_name(const stats_cuda *ctx, const stats
 }
 
 /* The statistics kernel's grid: a CTA per (block, head), or for a persistent kernel one per SM
- * (fewer when there are fewer blocks), each taking blocks c, c + G, ... */
+ * (fewer when there are fewer blocks), each taking one block of every round of G (item.h
+ * item_deal). */
 static dim3 grid_of(const stats_cuda *ctx, const plan &pl, int heads_q)
 {
     if (!pl.k->persistent)

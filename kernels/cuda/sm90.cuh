@@ -331,11 +331,14 @@ static __device__ __forceinline__ void warp_rows_range(const kparams &p, const s
                                                        warp_keys &k)
 {
     k.lo_min = 0x7fffffff, k.lo_max = -1, k.hi_min = 0x7fffffff, k.hi_max = -1;
+    const bool pl = plain(p); /* the usual run in 32 bits (bench/kernel_notes.md round 22b) */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int i = rows[warp * 16 + hr * 8 + g];
         k.lo[hr] = 1, k.hi[hr] = 0;
-        if (i >= 0)
+        if (i >= 0 && pl)
+            visible_range_plain(p, si, i, &k.lo[hr], &k.hi[hr]);
+        else if (i >= 0)
             visible_range(p, si, h, i, &k.lo[hr], &k.hi[hr]);
         if (k.lo[hr] <= k.hi[hr]) {
             k.lo_min = min(k.lo_min, k.lo[hr]), k.lo_max = max(k.lo_max, k.lo[hr]);

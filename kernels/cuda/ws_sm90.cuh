@@ -59,7 +59,12 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static constexpr unsigned TILE_BYTES = (unsigned)BN * DL * 2;
     static constexpr size_t fixed_bytes =
         1024 + (size_t)QB * QBYTES + (size_t)IS * BM * sizeof(int);
-    static constexpr int STAGES0 = DL > 128 ? 4 : DL <= 64 || BN <= 64 ? 8 : 4;
+    /* 16 stages of 8 KB at head_dim 64 on 64-key tiles (round 23: the max logit alone waited for
+     * K tiles in 19% of its consumers' samples with 8), 8 where a tile is 16 KB, 4 at 32 KB */
+    static constexpr int STAGES0 = DL > 128                ? 4
+                                   : DL <= 64 && BN <= 64   ? 16
+                                   : DL <= 64 || BN <= 64   ? 8
+                                                            : 4;
     static constexpr int STAGES =
         QB > 1 && fixed_bytes + (size_t)STAGES0 * TILE_BYTES > WS_SMEM_MAX ? STAGES0 / 2 : STAGES0;
     static constexpr size_t smem_bytes = fixed_bytes + (size_t)STAGES * TILE_BYTES;
@@ -419,14 +424,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_>::NTH, 1)
 
 /* ---- variants 10-12: persistent CTAs ------------------------------------------------------- */
 
-/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes the blocks (items) c, c + G, ...
- * (ws_item: longest first where p.lpt). The producer warpgroup prepares each block (its rows and
- * key range into one of IS info slots, its Q rows by cp.async into one of QB buffers) and one
- * thread of it loads its K tiles into the ring, which runs on across blocks; the consumers take each
- * block when its slot and its Q are ready (mbarriers info_full, q_full) and hand them back
- * (info_empty after the rows' results, q_empty once Q is in their registers). So the next block's
- * rows, Q and first tiles load while the consumers finish the current one, and no CTA starts or
- * ends between blocks.
+/* grid (G), G <= blocks_per_head * Hq, block NTH: CTA c takes one block (item) of every round of
+ * G, c first (item_deal; ws_item: longest first where p.lpt). The producer warpgroup prepares each
+ * block (its rows and key range into one of IS info slots, its Q rows by cp.async into one of QB
+ * buffers) and one thread of it loads its K tiles into the ring, which runs on across blocks; the
+ * consumers take each block when its slot and its Q are ready (mbarriers info_full, q_full) and
+ * hand them back (info_empty after the rows' results, q_empty once Q is in their registers). So
+ * the next block's rows, Q and first tiles load while the consumers finish the current one, and
+ * no CTA starts or ends between blocks.
  * QB = 1 (variants 10, 11): two info slots, one Q buffer, and the whole producer warpgroup
  * prepares a block after its thread 0 has issued the previous block's K tiles. QB = 2 (variant
  * 12): four info slots and two Q buffers, and the two jobs run apart: warp 0's lane 0 issues K
@@ -486,7 +491,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         if (QB > 1 && pt < 32) { /* warp 0: its lane 0 issues the K tiles, block after block */
             if (pt != 0)
                 return;
-            for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+            for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
+                 item_deal_next(&d)) {
+                const long long i = d.i;
                 int h, x;
                 seqinfo si;
                 if (!ws_block(p, i, &h, &x, &si))
@@ -505,7 +512,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         /* the block's preparation: the whole warpgroup (QB 1) or warps 1-3 (QB 2) */
         constexpr int NP = QB > 1 ? 96 : 128;
         const int pp = QB > 1 ? pt - 32 : pt;
-        for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+        for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
+             item_deal_next(&d)) {
+            const long long i = d.i;
             int h, x;
             seqinfo si;
             if (!ws_block(p, i, &h, &x, &si))
@@ -545,7 +554,9 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
         return;
     }
     setmaxnreg_inc<S::REG_C>();
-    for (long long i = blockIdx.x; i < items; i += gridDim.x) {
+    for (item_deal d = item_deal_start(blockIdx.x, gridDim.x); d.i < items;
+         item_deal_next(&d)) {
+        const long long i = d.i;
         int h, x;
         seqinfo si;
         const bool has = ws_block(p, i, &h, &x, &si);
