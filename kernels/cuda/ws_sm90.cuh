@@ -528,26 +528,6 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             ws_rows<BM>(p, si, rows, pp, NP);
             named_bar_sync<3, NP>();
             block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
-            /* the block's tiles (thread 0's), and those issued before the Q copy (QB 1) */
-            int t_first = 0, ntiles = 0, pre = 0;
-            const auto tiles = [&] {
-                const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
-                t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
-                ntiles = (t_last - t_first + 2) & ~1;
-                s_tf[slot] = t_first, s_nt[slot] = ntiles;
-            };
-            if (QB == 1) {
-                /* the key range whole: the block's first tiles load under its Q copy, so that
-                 * they are in the ring when the consumers are let in (bench/kernel_notes.md round
-                 * 25). At most ST / 2: a stage waited for holds a tile of an earlier block,
-                 * which the consumers free without this block's Q, so this cannot deadlock */
-                named_bar_sync<3, NP>();
-                if (pp == 0) {
-                    tiles();
-                    pre = min(ntiles, ST / 2);
-                    ws_produce<S, DP>(p, si, h / p.group, t_first, pre, sk, s_full, s_empty, g);
-                }
-            }
             if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
                 mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
             /* the one-chunk loop where the copy is on the critical path (the max logit alone:
@@ -560,13 +540,14 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             cp_async_wait<0>();
             named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
             if (pp == 0) {
-                if (QB > 1)
-                    tiles();
+                const int t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
+                const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
+                const int ntiles = (t_last - t_first + 2) & ~1;
+                s_tf[slot] = t_first, s_nt[slot] = ntiles;
                 mbar_arrive(&s_info_full[slot]);
                 mbar_arrive(&s_q_full[b]);
                 if (QB == 1)
-                    ws_produce<S, DP>(p, si, h / p.group, t_first + pre, ntiles - pre, sk, s_full,
-                                      s_empty, g);
+                    ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
             }
             m++;
         }
