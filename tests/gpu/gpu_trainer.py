@@ -37,11 +37,16 @@ a module that runs as __main__.
         attention) trains a step monitored at the defaults; saves what each push carried (sinks
         included)
     gpu_trainer.py mha SOCKET OUT.pt
-    gpu_trainer.py varlen SOCKET OUT.pt [--compile] [--local]
-    torch.distributed.run --nproc_per_node 2 gpu_trainer.py fsdp SOCKET OUT [--unnamed]
         nn.MultiheadAttention with need_weights (masks too) and an nn.TransformerEncoderLayer train
         two steps under bf16 autocast at the monitor's defaults; saves what each push carried,
         the weights the modules returned and the results; then one compiled step's counters
+    gpu_trainer.py varlen SOCKET OUT.pt [--compile] [--local]
+        varlen_attn on packed sequences, causal and full, eager or compiled, in the daemon or
+        in this process; saves what each push carried and the results
+    torch.distributed.run --nproc_per_node N gpu_trainer.py fsdp SOCKET OUT [--unnamed]
+            [--names A,B] [--hsdp]
+        FSDP2 (HSDP on a 2 x N/2 mesh with --hsdp) on the CPU over gloo, one step at the
+        monitor's defaults; each rank saves what its pushes carried and the layout found
     gpu_trainer.py unseen SOCKET OUT.pt
         a timm ViT whose first six blocks write their attention out (no door sees it), then a
         Llama eager and compiled, at the monitor's defaults: saves each monitor's counters
@@ -821,18 +826,23 @@ def _finish_rank(args, client, mon, pushes, rank):
 
 
 def run_fsdp(args):
-    """One rank of a 2-way FSDP2 job on the CPU over gloo: fully_shard on every decoder layer and
-    on the model, the mesh named 'dp_shard' as torchtitan names it (unnamed with --unnamed), one
-    training step monitored at layout='auto'. Saves what each push carried and the monitor's
-    stats (its layout: data parallelism, every head in every process)."""
+    """One rank of an FSDP2 job on the CPU over gloo: fully_shard on every decoder layer and on
+    the model, the mesh named 'dp_shard' as torchtitan names it (unnamed with --unnamed, or
+    --names); with --hsdp a 2-D mesh (2 x world / 2: HSDP, replicas over the first dimension,
+    shards over the second) named 'dp_replicate', 'dp_shard'. One training step monitored at
+    layout='auto'. Saves what each push carried and the monitor's stats (its layout: data
+    parallelism, every head in every process)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     import attnstat.torch as at
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
-    mesh = init_device_mesh("cpu", (world,),
-                            mesh_dim_names=None if args.unnamed else ("dp_shard",))
+    shape, names = ((2, world // 2), ("dp_replicate", "dp_shard")) if args.hsdp else \
+        ((world,), ("dp_shard",))
+    if args.names:
+        names = tuple(args.names.split(","))
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=None if args.unnamed else names)
     model = _small_llama(torch.device("cpu"), args.seed, heads=8, kv=2, layers=2)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
@@ -1063,6 +1073,8 @@ def main():
                     help="flex-byname, gptoss, varlen: compiled")
     ap.add_argument("--compile-mode", default=None, help="llama-compiled: torch.compile's mode")
     ap.add_argument("--unnamed", action="store_true", help="fsdp: a mesh without names")
+    ap.add_argument("--names", default=None, help="fsdp: the mesh's names, comma-separated")
+    ap.add_argument("--hsdp", action="store_true", help="fsdp: HSDP on a 2 x world/2 mesh")
     ap.add_argument("--model", default="llama", choices=("llama", "deepseek"),
                     help="llama, llama-compiled: the model (_model)")
     args = ap.parse_args()

@@ -815,8 +815,8 @@ class TestGPU(unittest.TestCase):
             self.skipTest("transformers is not installed")
         self.qk_clip_check("qkclip-fused", "qkclip-fused")
 
-    def tensor_parallel_run(self, mode, run, gpus=2, extra=()):
-        """gpu_trainer's `mode` in two processes under torch.distributed.run (run name `run`),
+    def tensor_parallel_run(self, mode, run, gpus=2, extra=(), nproc=2):
+        """gpu_trainer's `mode` in nproc processes under torch.distributed.run (run name `run`),
         each on a GPU of its own (gpus=2) or on the CPU (gpus=0): its completed process and each
         rank's saved output; skips without the GPUs or transformers."""
         if torch.cuda.device_count() < gpus:
@@ -826,11 +826,11 @@ class TestGPU(unittest.TestCase):
         out = os.path.join(self.tmp.name, run)
         e = dict(os.environ, PYTHONUNBUFFERED="1", ATTNSTAT_TEST_RUN=run)
         r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            "--nproc_per_node", "2", TRAINER, mode, self.d.socket, out,
+                            "--nproc_per_node", str(nproc), TRAINER, mode, self.d.socket, out,
                             *extra],
                            env=e, capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-5000:])
-        return r, [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(2)]
+        return r, [torch.load("%s.%d.pt" % (out, i), weights_only=False) for i in range(nproc)]
 
     def test_33_fsdp_is_data_parallelism(self):
         """FSDP2 (fully_shard on every decoder layer and the model) in two processes (the CPU,
@@ -848,6 +848,26 @@ class TestGPU(unittest.TestCase):
                 self.assertEqual((d["monitor"]["pushed"], d["monitor"]["skipped"]), (2, 0),
                                  d["monitor"])
                 self.assertEqual([p["q"].shape[1] for p in d["pushes"]], [8, 8])
+
+    def test_34_hsdp_is_data_parallelism(self):
+        """HSDP (fully_shard on a 2 x 2 mesh: replicas over the first dimension, shards over the
+        second) in four processes (the CPU, gloo), the mesh named as torchtitan names it, for
+        nothing, and not at all: layout='auto' sees four data-parallel replicas (fully_shard's
+        own state, or its placements where that cannot be read), not tensor parallelism over
+        either dimension; every call pushed with all 8 heads."""
+        if importlib.util.find_spec("torch.distributed.fsdp") is None:
+            self.skipTest("this PyTorch has no torch.distributed.fsdp")
+        for extra, run in ((("--hsdp",), "hsdp"), (("--hsdp", "--names", "inter,intra"), "hsdpn"),
+                           (("--hsdp", "--unnamed"), "hsdpu")):
+            r, ranks = self.tensor_parallel_run("fsdp", run, gpus=0, extra=extra, nproc=4)
+            self.assertEqual(sorted(d["rank"] for d in ranks), [0, 1, 2, 3])
+            for d in ranks:
+                lay = d["monitor"]["layout"]
+                self.assertEqual((lay.get("tp_size", 1), lay["dp_rank"], lay["dp_size"]),
+                                 (1, d["rank"], 4), (extra, lay))
+                self.assertEqual((d["monitor"]["pushed"], d["monitor"]["skipped"]), (2, 0),
+                                 (extra, d["monitor"]))
+                self.assertEqual([p["q"].shape[1] for p in d["pushes"]], [8, 8], extra)
 
     def test_23_qk_clip_tensor_parallel(self):
         """attnstat.torch.qk_clip on a 2-way tensor-parallel GQA Llama (DTensor, ColwiseParallel
