@@ -21,7 +21,7 @@
 #   AB_CHECK=B,C              the candidates checked (test and sanitizers; default every one)
 #   AB_MAXONLY=1              one more round asking for the max logit alone (AB_VARIANTS' too)
 #   AB_TEST=1                 test_stats_cuda on the candidates, every variant (0 skips)
-#   AB_STEP_LIMIT=300         seconds any one test, sanitizer or bench step may take (a hung
+#   AB_STEP_LIMIT=300         seconds any test, sanitizer, bench or profile step may take (a hung
 #                             kernel is reported as such and the run goes on)
 #   AB_REUSE=1                keep the last run's sources and builds of the same tarballs (same
 #                             machine, still warm; a tree prepared anew is built again)
@@ -167,14 +167,16 @@ run() {
         n=$((n + 1))
         for t in "${trees[@]}"; do
             tag=$t$n
-            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} ncu -f -o "/tmp/ab-prof$tag" \
-                --section SourceCounters --section WarpStateStats --section SchedulerStats \
-                --section InstructionStats --section SpeedOfLight -k "regex:stats_(wg|ws|mma)" \
+            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} timeout "$tlim" \
+                ncu -f -o "/tmp/ab-prof$tag" --section SourceCounters --section WarpStateStats \
+                --section SchedulerStats --section InstructionStats --section SpeedOfLight \
+                -k "regex:stats_(wg|ws|mma)" \
                 python3 bench/profile_kernel.py "$(lib "$t")" "$pv" "$ps") \
                 > "$L/prof$tag.log" 2>&1 &&
                 ncu -i "/tmp/ab-prof$tag.ncu-rep" --page details > "$L/prof$tag.details.txt" 2>&1 &&
                 ncu -i "/tmp/ab-prof$tag.ncu-rep" --page source --csv --print-source cuda,sass \
-                    > "$L/prof$tag.src.csv" 2>"$L/prof$tag.src.err" || failed+=("profile $tag")
+                    > "$L/prof$tag.src.csv" 2>"$L/prof$tag.src.err" ||
+                failed+=("profile $tag$(hung $?)")
             echo "$spec" > "$L/prof$tag.spec"
             echo "kernel_ab: profile $spec of $t:" \
                 "$(grep -m1 -E 'Duration' "$L/prof$tag.details.txt")"
