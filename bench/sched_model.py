@@ -8,9 +8,9 @@ takes its last row's K tiles of BN keys (all its warpgroups multiply up to the b
 plus FIXED tile-equivalents of work that does not depend on its length (its rows' ends, Q, the
 preparation: about 6 at (8,32,1024,128) by round 22's profile). Blocks are numbered longest first
 (item.h, lpt). Three schedules over G CTAs:
-  round-robin   CTA c takes items c, c + G, c + 2G, ... (the kernels on main as of round 24)
+  round-robin   CTA c takes items c, c + G, c + 2G, ... (the kernels before round 24)
   deal          CTA c takes one item of every round of G, forward in even rounds (k G + c) and
-                backward in odd ones (k G + G-1-c): round 24's candidate (item_deal, 2a18f75)
+                backward in odd ones (k G + G-1-c): round 24 (item_deal, merged in 3327a8a)
   greedy        each CTA, when it finishes a block, takes the next undrawn item (a shared counter,
                 round 22)
 A CTA's time is the sum of its blocks'; the launch's is the busiest CTA's. Printed: the busiest
@@ -33,22 +33,28 @@ SHAPES = [
     ("(1,16,8192,64) causal", 1, 16, 8192, 128, 128),
     ("(1,16,8192,64) causal, variant 11", 1, 16, 8192, 192, 64),
     ("(1,32,16384,128) causal, variant 11", 1, 32, 16384, 192, 64),
+    # every 8th row (512 sampled rows a sequence; AUTO takes variant 6, not persistent: these
+    # are what variant 10 or 11 would do there)
+    ("(2,32,4096,128) causal, every 8th row, variant 10", 2, 32, 4096, 128, 128, 8),
+    ("(2,32,4096,128) causal, every 8th row, variant 11", 2, 32, 4096, 192, 64, 8),
 ]
 
 
-def block_tiles(n, bm, bn):
-    """K tiles of each block of a causal sequence of n rows, the partial block first."""
-    nb = math.ceil(n / bm)
-    part = n % bm
+def block_tiles(n, bm, bn, every=1):
+    """K tiles of each block of a causal sequence of n rows, every `every`-th row taken (row r at
+    position r * every), the partial block first."""
+    rows = math.ceil(n / every)
+    nb = math.ceil(rows / bm)
+    part = rows % bm
     out = []
     for b in range(nb):
         last = b * bm - ((bm - part) if part else 0) + bm - 1
-        out.append(math.ceil((last + 1) / bn))
+        out.append(math.ceil((last * every + 1) / bn))
     return out
 
 
-def imbalance(batch, heads, n, bm, bn, fixed, sms):
-    tiles = block_tiles(n, bm, bn)
+def imbalance(batch, heads, n, bm, bn, fixed, sms, every=1):
+    tiles = block_tiles(n, bm, bn, every)
     nb = len(tiles)
     # item i = r * heads + h, r = (nb - 1 - blk) * batch + seq: the longest blocks first
     items = [tiles[nb - 1 - r // batch] + fixed for r in range(nb * batch) for _ in range(heads)]
@@ -75,8 +81,8 @@ def main():
     print(f"SMs {a.sms}, fixed work per block {a.fixed:g} tile-equivalents")
     print("| shape | blocks | round-robin: busiest / mean | deal | change | greedy | change |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, b, h, n, bm, bn in SHAPES:
-        items, rr, dl, gr = imbalance(b, h, n, bm, bn, a.fixed, a.sms)
+    for name, b, h, n, bm, bn, *every in SHAPES:
+        items, rr, dl, gr = imbalance(b, h, n, bm, bn, a.fixed, a.sms, *every)
         print(f"| {name} | {items} | {rr:.3f} | {dl:.3f} | {100 * (dl / rr - 1):+.1f}% "
               f"| {gr:.3f} | {100 * (gr / rr - 1):+.1f}% |")
 
