@@ -852,9 +852,8 @@ class TestGPU(unittest.TestCase):
     def test_34_hsdp_is_data_parallelism(self):
         """HSDP (fully_shard on a 2 x 2 mesh: replicas over the first dimension, shards over the
         second) in four processes (the CPU, gloo), the mesh named as torchtitan names it, for
-        nothing, and not at all: layout='auto' sees four data-parallel replicas (fully_shard's
-        own state, or its placements where that cannot be read), not tensor parallelism over
-        either dimension; every call pushed with all 8 heads."""
+        nothing, and not at all: layout='auto' sees four data-parallel replicas, not tensor
+        parallelism over either dimension; every call pushed with all 8 heads."""
         if importlib.util.find_spec("torch.distributed.fsdp") is None:
             self.skipTest("this PyTorch has no torch.distributed.fsdp")
         for extra, run in ((("--hsdp",), "hsdp"), (("--hsdp", "--names", "inter,intra"), "hsdpn"),
