@@ -38,6 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+LETTERS=(A B C D E F G H) # the trees' names, A first: prepare's arguments in order
 
 # one tree into .ab/T.tar.gz: a revision, "worktree", or "REV+PATCHFILE"
 pack() {
@@ -61,12 +62,13 @@ pack() {
 }
 
 prepare() {
-    local letters=ABCDEFGH t spec i=0
-    [ $# -le ${#letters} ] || { echo "kernel_ab: at most ${#letters} trees" >&2; return 2; }
+    local t spec i=0
+    [ $# -le ${#LETTERS[@]} ] || { echo "kernel_ab: at most ${#LETTERS[@]} trees" >&2; return 2; }
     mkdir -p .ab # ignored (.gitignore): the device tool carries it only when asked to
-    rm -f .ab/[A-H].tar.gz .ab/what.txt
+    for t in "${LETTERS[@]}"; do rm -f ".ab/$t.tar.gz"; done
+    rm -f .ab/what.txt
     for spec in "$@"; do
-        t=${letters:i:1}
+        t=${LETTERS[i]}
         i=$((i + 1))
         pack "$t" "$spec" || { echo "kernel_ab: $t ($spec) failed" >&2; return 1; }
         printf '%s %s\n' "$t" "$(git rev-parse --short "$spec" 2>/dev/null || echo "$spec")" \
@@ -80,7 +82,7 @@ run() {
     local out=${1:-${OUT:-ab-out}} root=$PWD t0 failed=() trees=() cands=() t
     mkdir -p "$out/logs"
     local L=$out/logs
-    for t in A B C D E F G H; do [ -f ".ab/$t.tar.gz" ] && trees+=("$t"); done
+    for t in "${LETTERS[@]}"; do [ -f ".ab/$t.tar.gz" ] && trees+=("$t"); done
     [ ${#trees[@]} -ge 2 ] && [ "${trees[0]}" = A ] ||
         { echo "kernel_ab: run prepare first" >&2; return 2; }
     for t in "${trees[@]:1}"; do
@@ -202,7 +204,7 @@ regions() {
     local dir=${1:?usage: bench/kernel_ab.sh regions OUTDIR} t root csv tag
     ls "$dir"/logs/prof*.src.csv > /dev/null 2>&1 ||
         { echo "kernel_ab: no profiles in $dir/logs" >&2; return 1; }
-    for t in A B C D E F G H; do
+    for t in "${LETTERS[@]}"; do
         [ -f ".ab/$t.tar.gz" ] || continue
         root=$(mktemp -d) && tar xzf ".ab/$t.tar.gz" -C "$root" || return 1
         for csv in "$dir/logs/prof$t"[0-9]*.src.csv; do
@@ -224,5 +226,5 @@ prepare)
     shift
     prepare "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,37p' "$0" >&2; exit 2 ;;
+*) sed -n '2,/^set /{/^#/p}' "$0" >&2; exit 2 ;;
 esac
