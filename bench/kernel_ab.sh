@@ -11,7 +11,8 @@
 #                                       "REV+PATCHFILE" (REV with a patch)
 #   -> .ab/A.tar.gz, .ab/B.tar.gz, ... (ignored by git; carry .ab and .devdeps to the GPU machine)
 # There (from the repository root, after `source .devdeps/env.sh &&` where CMake needs it):
-#   bench/kernel_ab.sh run [OUTDIR]     OUTDIR default $OUT or ./ab-out; logs and summary.md there
+#   bench/kernel_ab.sh run [OUTDIR]     OUTDIR default $OUT or ./ab-out; summary.md and
+#                                       logs.tar.gz (every log: logs/...) there
 # Environment of `run`:
 #   AB_ONLY=3,9,2,4,1         bench_kernel.py's shapes (ATTNSTAT_BENCH_ONLY)
 #   AB_VARIANTS=10,11         also time these variants in every run (ATTNSTAT_BENCH_VARIANTS)
@@ -194,6 +195,8 @@ run() {
         if [ ${#failed[@]} -eq 0 ]; then echo "checks: all passed"; else
             printf 'checks FAILED: %s\n' "${failed[*]}"; fi
     } > "$out/summary.md"
+    # every log in one archive: the GPU machine sends back at most 8 files of a call
+    tar czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$L"
     cat "$out/summary.md"
     [ ${#failed[@]} -eq 0 ]
 }
@@ -202,6 +205,9 @@ run() {
 # .ab/{A,B}.tar.gz, so that the source lines are the profiled commit's.
 regions() {
     local dir=${1:?usage: bench/kernel_ab.sh regions OUTDIR} t root csv tag
+    if [ ! -d "$dir/logs" ] && [ -f "$dir/logs.tar.gz" ]; then
+        t=$(mktemp -d) && tar xzf "$dir/logs.tar.gz" -C "$t" && dir=$t || return 1
+    fi
     ls "$dir"/logs/prof*.src.csv > /dev/null 2>&1 ||
         { echo "kernel_ab: no profiles in $dir/logs" >&2; return 1; }
     for t in "${LETTERS[@]}"; do
