@@ -97,6 +97,13 @@ template <int N> static __device__ __forceinline__ void cp_async_wait(void)
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+/* An arrival on the mbarrier at bar once this thread's earlier cp.async copies have landed (one of
+ * the arrivals it was initialised to expect; the thread goes on at once). sm_80 and later. */
+static __device__ __forceinline__ void cp_async_mbar_arrive(unsigned long long *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+                 : "memory");
+}
 
 static __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void *p)
 {

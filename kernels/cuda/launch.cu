@@ -155,25 +155,36 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
      * shape); a mask with a row per query (a padded batch's [B, 1, N, N]: causal-like rows the
      * kernel learns only on the device) variant 9, whose CTAs are not persistent (0.254 against
      * 10's 0.280 at (4,32/4,2048,64), 0.381 against 0.461 at (1,16,8192,64), 0.296 against
-     * 0.305 at (4,32,2048,128)); a key-padding mask ([B, 1, 1, N], full rows) as full rows. */
-    if (v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
-                                       ctx->path == STATS_CUDA_PATH_WGMMA) &&
-        p->sample_every <= 1 && p->sample_rows <= 0) {
+     * 0.305 at (4,32,2048,128)); a key-padding mask ([B, 1, 1, N], full rows) as full rows.
+     * Round 27 (H200, 2026-11-29, kernel_notes.md "AUTO after the deal", each in two or more
+     * runs): with round 24's deal variant 11 also at head_dim 64 past 4096 keys (0.2778-0.2784
+     * against variant 10's 0.2794-0.2808 ms at (1,16,8192,64)), except for the max logit alone
+     * there (variant 10's 0.1552-0.1572 against 11's 0.1637-0.1660); and every 8th causal row at
+     * head_dim > 64 up to 4096 keys variant 11 (0.0693-0.0705 against variant 6's 0.0710-0.0725
+     * ms at (2,32,4096,128)). */
+    const bool max_only = stats_want(p->want) == VOCAB_BIT(max_logit);
+    const bool auto_path = v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
+                                                          ctx->path == STATS_CUDA_PATH_WGMMA);
+    if (auto_path && p->sample_every <= 1 && p->sample_rows <= 0) {
         if (!p->causal && p->mask.ptr && p->mask.stride_n != 0)
             v = STATS_VARIANT_WS_TMA_3WG;
         else if (!p->causal)
             v = STATS_VARIANT_WS_TMA_PERS;
         else if (p->len_k <= 8192)
-            v = p->head_dim <= 64 && p->len_k > 4096 ? STATS_VARIANT_WS_TMA_PERS
-                                                      : STATS_VARIANT_WS_TMA_3WG_PERS;
-        /* The max logit alone at head_dim > 64 (the D 128 instance's) on causal rows of up to
-         * 2048 keys: variant 9's instance, not 11's (0.1228 against 0.1311 ms at
-         * (8,32,1024,128), 0.1695 against 0.1762 at (4,32,2048,128); H200, bench_kernel
-         * ATTNSTAT_BENCH_VARIANTS_WANT, kernel_notes.md "The max logit alone"). */
+            v = p->head_dim <= 64 && p->len_k > 4096 && max_only ? STATS_VARIANT_WS_TMA_PERS
+                                                                  : STATS_VARIANT_WS_TMA_3WG_PERS;
+        /* The max logit alone at head_dim > 64 (the D 128 instance's) on causal rows of 1025 to
+         * 2048 keys: variant 9's instance, not 11's (0.1695 against 0.1762 ms at
+         * (4,32,2048,128); H200, bench_kernel ATTNSTAT_BENCH_VARIANTS_WANT, kernel_notes.md "The
+         * max logit alone"). Up to 1024 keys variant 11 since round 26 started its max-only
+         * blocks' K with their Q (0.1118-0.1123 against variant 9's 0.1165-0.1167 at
+         * (8,32,1024,128), where 9 had led 0.1228 to 0.1311); 2048 not measured since. */
         if (v == STATS_VARIANT_WS_TMA_3WG_PERS && p->causal && p->head_dim > 64 &&
-            p->len_k <= 2048 && stats_want(p->want) == VOCAB_BIT(max_logit))
+            p->len_k > 1024 && p->len_k <= 2048 && max_only)
             v = STATS_VARIANT_WS_TMA_3WG;
-    }
+    } else if (auto_path && p->causal && p->sample_every > 1 && p->head_dim > 64 &&
+               p->len_k <= 4096)
+        v = STATS_VARIANT_WS_TMA_3WG_PERS;
     /* head_dim 129-256: variant 6's d256 instance (Q in shared memory), the one Hopper instance
      * there: 0.307-0.309 ms against mma.sync's 0.825-0.831 at (2,16,4096,256) causal (H200,
      * kernel_notes.md round 15) */

@@ -448,6 +448,10 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
     using S = ws_shape<DP, NCW, BN_, true, QB>;
     constexpr int BN = S::BN, BM = S::BM, LDQ = S::LDQ, ST = S::STAGES, PRODUCER = NCW * 4;
     constexpr int IS = S::IS, LIS = IS == 4 ? 2 : 1, LQB = QB == 2 ? 1 : 0;
+    /* QB 1 and the max logit alone: the preparing threads' Q copies arrive on q_full by themselves
+     * and K's tiles start with them (round 26: 2-5% off the max logit alone at head_dim 128, 0-1%
+     * at 64; +0.3 to +0.6% with the entropy, which keeps round 19's order: kernel_notes.md) */
+    constexpr bool EARLYQ = QB == 1 && FW == FOLD_MAX;
     static_assert((ST & (ST - 1)) == 0 && ST >= 3, "K ring");
     static_assert(IS == 1 << LIS && QB == 1 << LQB, "slots and buffers: powers of two");
     extern __shared__ __align__(128) unsigned char ws_smem[];
@@ -474,7 +478,7 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
             mbar_init(&s_info_empty[sl], NCW * 128 + (QB > 1));
         }
         for (int b = 0; b < QB; b++) {
-            mbar_init(&s_q_full[b], 1);
+            mbar_init(&s_q_full[b], EARLYQ ? 128 : 1); /* EARLYQ: each preparing thread's copies */
             mbar_init(&s_q_empty[b], NCW * 128);
         }
         fence_mbar_init();
@@ -527,29 +531,50 @@ __global__ void __launch_bounds__(ws_shape<DP, NCW, BN_, true, QB>::NTH, 1)
                 s_range[slot][0] = 0x7fffffff, s_range[slot][1] = -1;
             ws_rows<BM>(p, si, rows, pp, NP);
             named_bar_sync<3, NP>();
-            block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
-            if (m >= QB) /* the Q of the block that used this buffer is in the consumers' registers */
-                mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
             /* the one-chunk loop where the copy is on the critical path (the max logit alone:
              * the consumers' blocks are short) or the general loop's division is not a shift
              * (head_dim 96); the general loop elsewhere: the one-chunk loop was 2-6% slower at
              * head_dim 128 and 1% at 64 with the entropy (round 19, H200) */
             constexpr bool FASTQ = FW == FOLD_MAX || (DP / 8 & (DP / 8 - 1)) != 0;
-            ws_load_q<S, DP, FASTQ>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
-            cp_async_commit();
-            cp_async_wait<0>();
-            named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
+            if (EARLYQ) {
+                /* Q's copies first, each thread's landing on q_full by itself (no thread waits
+                 * for them), under the key range; then thread 0 lets the consumers in and issues
+                 * every K tile at once, so the block's Q and first tiles load together
+                 * (bench/kernel_notes.md round 26). q_full completes once the 128 arrivals are
+                 * in: every one is issued before the barrier below, so a tile thread 0 waits for
+                 * a stage for never waits on this block's Q */
+                if (m >= QB) /* the Q of the block before is in the consumers' registers */
+                    mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
+                ws_load_q<S, DP, FASTQ>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
+                cp_async_mbar_arrive(&s_q_full[b]);
+                block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
+                named_bar_sync<3, NP>(); /* every row and the key range */
+            } else {
+                block_key_range<BM>(p, si, h, rows, s_range[slot], pp, NP);
+                if (m >= QB) /* the Q of the block that used this buffer is in the consumers'
+                              * registers */
+                    mbar_wait(&s_q_empty[b], ((m >> LQB) - 1) & 1);
+                ws_load_q<S, DP, FASTQ>(p, si, h, rows, sq + b * BM * LDQ, pp, NP);
+                cp_async_commit();
+                cp_async_wait<0>();
+                named_bar_sync<3, NP>(); /* every row, the key range and every Q copy done */
+            }
             if (pp == 0) {
                 const int t_first = s_range[slot][1] >= 0 ? s_range[slot][0] / BN : 0;
                 const int t_last = s_range[slot][1] >= 0 ? s_range[slot][1] / BN : -1;
                 const int ntiles = (t_last - t_first + 2) & ~1;
                 s_tf[slot] = t_first, s_nt[slot] = ntiles;
                 mbar_arrive(&s_info_full[slot]);
-                mbar_arrive(&s_q_full[b]);
+                if (!EARLYQ)
+                    mbar_arrive(&s_q_full[b]);
                 if (QB == 1)
                     ws_produce<S, DP>(p, si, h / p.group, t_first, ntiles, sk, s_full, s_empty, g);
             }
             m++;
+        }
+        if (EARLYQ) { /* no thread leaves with its copies (and their arrivals) in flight */
+            cp_async_commit();
+            cp_async_wait<0>();
         }
         return;
     }
