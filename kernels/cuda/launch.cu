@@ -156,12 +156,12 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
      * kernel learns only on the device) variant 9, whose CTAs are not persistent (0.254 against
      * 10's 0.280 at (4,32/4,2048,64), 0.381 against 0.461 at (1,16,8192,64), 0.296 against
      * 0.305 at (4,32,2048,128)); a key-padding mask ([B, 1, 1, N], full rows) as full rows.
-     * Round 27 (H200, 2026-11-29, kernel_notes.md "AUTO after the deal", each in two or more
-     * runs): with round 24's deal variant 11 also at head_dim 64 past 4096 keys (0.2778-0.2784
-     * against variant 10's 0.2794-0.2808 ms at (1,16,8192,64)), except for the max logit alone
-     * there (variant 10's 0.1552-0.1572 against 11's 0.1637-0.1660); and every 8th causal row at
-     * head_dim > 64 up to 4096 keys variant 11 (0.0693-0.0705 against variant 6's 0.0710-0.0725
-     * ms at (2,32,4096,128)). */
+     * After rounds 24-26 (H200, 2026-11-29, kernel_notes.md "AUTO after the deal", each in two
+     * or more runs): with round 24's deal variant 11 also at head_dim 64 past 4096 keys
+     * (0.2778-0.2784 against variant 10's 0.2794-0.2808 ms at (1,16,8192,64)), except for the
+     * max logit alone there (variant 10's 0.1552-0.1572 against 11's 0.1637-0.1660); and every
+     * 8th causal row at head_dim > 64 up to 4096 keys variant 11 (0.0693-0.0705 against variant
+     * 6's 0.0710-0.0725 ms at (2,32,4096,128)). */
     const bool max_only = stats_want(p->want) == VOCAB_BIT(max_logit);
     const bool auto_path = v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
                                                           ctx->path == STATS_CUDA_PATH_WGMMA);
