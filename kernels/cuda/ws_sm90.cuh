@@ -174,8 +174,7 @@ static __device__ __forceinline__ void ws_produce(const kparams &p, const seqinf
 /* A consumer thread's share of one block: its two rows (warp*16 + hr*8 + g of rows[]), Q from sq
  * into registers (then its arrival on q_empty, when given), the block's ntiles tiles from
  * the ring (tile g onwards, g advanced past them; each released once this warp's warpgroup's wgmma
- * is done with it, or once it has landed where no row of the warpgroup sees it, the last too when
- * release_last), the rows' results into acc. */
+ * is done with it, the last too when release_last), the rows' results into acc. */
 template <class S, int DP, bool F16, int POLY, int FW>
 static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinfo &si, int h,
                                                   const int *rows, const unsigned short *sq,
@@ -308,42 +307,17 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
             fold(prev, t_first + it - 1);
         }
     };
-    /* This warpgroup's own tiles (round 27): on causal rows whose keys follow from their index
-     * (plain: no row mask, no window) its last row bounds its keys, so the block's tiles past it
-     * (the later warpgroups' diagonals; a sampled block's span) take no wgmma; they are waited for
-     * and released (a release before the tile's load would count towards the ring's previous
-     * turn of the stage). An even count, as ntiles. Not in the XS instances: at head_dim 128 its
-     * registers spilled them (28-72 bytes). */
-    int nt = ntiles;
-    if (!XS && p.causal && plain(p)) {
-        const int *wr = rows + (warp >> 2) * 64;
-        int r = max(wr[lane], wr[lane + 32]);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1)
-            r = max(r, __shfl_xor_sync(0xffffffffu, r, m));
-        int rlo = 1, rhi = 0;
-        if (r >= 0)
-            visible_range_plain(p, si, r, &rlo, &rhi);
-        const int t_end = rlo <= rhi ? rhi / BN : t_first - 1;
-        nt = min(ntiles, max(0, (t_end - t_first + 2) & ~1));
-    }
     /* tiles in pairs, with no branch around a wgmma (see stats_wgmma_kernel) */
-    for (int it = 0; it < nt; it += 2) {
+    for (int it = 0; it < ntiles; it += 2) {
         step(it, sa, sb);
         step(it + 1, sb, sa);
         wgmma_wait<0>(sb); /* nothing in flight across the loop's edge: no serialisation */
         reg_fence(sb);
     }
-    if (nt > 0) {
-        if (release_last || nt < ntiles)
-            release(g + nt - 1);
-        fold(sb, t_first + nt - 1);
-    }
-    for (int it = nt; it < ntiles; it++) { /* the block's tiles past this warpgroup's rows */
-        const unsigned gt = g + it;
-        mbar_wait(&full[gt & (ST - 1)], (gt / ST) & 1);
-        if (release_last || it < ntiles - 1)
-            release(gt);
+    if (ntiles > 0) {
+        if (release_last)
+            release(g + ntiles - 1);
+        fold(sb, t_first + ntiles - 1);
     }
     g += ntiles;
 
