@@ -19,7 +19,8 @@
 #   AB_RUNS=2                 rounds of every tree
 #   AB_SANITIZE=10,11         compute-sanitizer racecheck and memcheck on the candidates' variants
 #                             ("" skips)
-#   AB_CHECK=B,C              the candidates checked (test and sanitizers; default every one)
+#   AB_CHECK=B,C              the trees checked (test and sanitizers; default every candidate;
+#                             A only when named)
 #   AB_MAXONLY=1              one more round asking for the max logit alone (AB_VARIANTS' too)
 #   AB_TEST=1                 test_stats_cuda on the candidates, every variant (0 skips)
 #   AB_STEP_LIMIT=300         seconds any test, sanitizer, bench or profile step may take (a hung
@@ -86,8 +87,9 @@ run() {
     for t in "${LETTERS[@]}"; do [ -f ".ab/$t.tar.gz" ] && trees+=("$t"); done
     [ ${#trees[@]} -ge 2 ] && [ "${trees[0]}" = A ] ||
         { echo "kernel_ab: run prepare first" >&2; return 2; }
-    for t in "${trees[@]:1}"; do
-        [ -z "${AB_CHECK:-}" ] || [[ ",$AB_CHECK," == *",$t,"* ]] && cands+=("$t")
+    for t in "${trees[@]}"; do # A only when named (main as merged, say)
+        if [ -z "${AB_CHECK:-}" ]; then [ "$t" = A ] || cands+=("$t")
+        elif [[ ",$AB_CHECK," == *",$t,"* ]]; then cands+=("$t"); fi
     done
     t0=$(date +%s)
     # the trees build side by side: the cores shared out (nvcc's big files take GBs each)
