@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """tile_model.py — how many wgmma tiles the TMA statistics kernels' consumer warpgroups run on causal
-rows, before and after round 27 (each warpgroup stops at its own rows' last tile): no GPU, a model
-for the round's prediction (bench/kernel_notes.md, round 27), not a measurement.
+rows, as they are and if each warpgroup stopped at its own rows' last tile (rounds 17 and 27): no
+GPU, a count (bench/kernel_notes.md, round 27), not a measurement.
 
 The rows of one head (every row, or every k-th) in blocks of BM; a block's tiles are BN keys from
 key 0 to its last row's diagonal, rounded up to an even count (the consumers' loop runs tiles in
 pairs). Before, each of the block's NCW warpgroups (64 rows each) runs every tile of the block;
-after, each runs the tiles up to its own last row's diagonal, rounded the same way. Printed: the
+if each ran the tiles up to its own last row's diagonal only, rounded the same way. Printed: the
 tiles after over the tiles before, for variant 11 (BM 192, BN 64, three warpgroups) and variant
 10 (BM 128, BN 128, two).
 
