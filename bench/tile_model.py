@@ -5,10 +5,10 @@ GPU, a count (bench/kernel_notes.md, round 27), not a measurement.
 
 The rows of one head (every row, or every k-th) in blocks of BM; a block's tiles are BN keys from
 key 0 to its last row's diagonal, rounded up to an even count (the consumers' loop runs tiles in
-pairs). Before, each of the block's NCW warpgroups (64 rows each) runs every tile of the block;
-if each ran the tiles up to its own last row's diagonal only, rounded the same way. Printed: the
-tiles after over the tiles before, for variant 11 (BM 192, BN 64, three warpgroups) and variant
-10 (BM 128, BN 128, two).
+pairs). As the kernels are, each of the block's NCW warpgroups (64 rows each) runs every tile of
+the block; stopping at its own rows, each would run the tiles up to its own last row's diagonal,
+rounded the same way. Printed: the second count over the first, for variant 11 (BM 192, BN 64,
+three warpgroups) and variant 10 (BM 128, BN 128, two).
 
   python3 bench/tile_model.py
 """
