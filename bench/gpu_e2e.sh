@@ -3,7 +3,8 @@
 # example GPT (healthy and collapsing runs, alerts, heads) and the step-time overhead bench, and
 # writes logs to OUTDIR (default ./gpu-e2e-out). Summary on stdout, last.
 #   ATTNSTAT_GENCODE   nvcc -gencode flags (default: sm_90a only, for a quick Hopper build)
-#   TESTS, PART        a part of tests/gpu (below); SKIP_TESTS, SKIP_EXAMPLE, SKIP_BENCH=1 skip a step
+#   TESTS, PART        a part of tests/gpu (below; PART=two: the tests that need two GPUs);
+#                      SKIP_TESTS, SKIP_EXAMPLE, SKIP_BENCH=1 skip a step
 #   (the GPU tests alone, in two calls of under 10 minutes:
 #    PART=1/2 SKIP_EXAMPLE=1 SKIP_BENCH=1 bench/gpu_e2e.sh $OUT, then PART=2/2 the same)
 set -uo pipefail
@@ -32,7 +33,10 @@ export ATTNSTAT_RAW_PUSH=$PWD/$b/tests/gpu_raw_push ATTNSTAT_GPU_OUT=$out PYTHON
 #    TESTS="TestGPU.test_N ..." runs a part; PART=K/N the K-th of N parts, every N-th test in the
 #    file's order from the K-th, so that the suite fits calls of a limited length: PART=1/2 then
 #    PART=2/2, the build kept between them)
-if [ -n "${PART:-}" ] && [ -z "${TESTS:-}" ]; then
+if [ "${PART:-}" = two ] && [ -z "${TESTS:-}" ]; then # the tests marked @two_gpus
+  TESTS=$(grep -A1 '^    @two_gpus$' tests/gpu/test_gpu.py | grep -oE 'def test_[0-9a-z_]+' |
+          sed 's/^def /TestGPU./' | tr '\n' ' ')
+elif [ -n "${PART:-}" ] && [ -z "${TESTS:-}" ]; then
   [[ "$PART" =~ ^[0-9]+/[0-9]+$ ]] && [ "${PART%/*}" -ge 1 ] && [ "${PART%/*}" -le "${PART#*/}" ] ||
     { echo "gpu_e2e: PART=$PART: K/N with 1 <= K <= N"; exit 2; }
   TESTS=$(grep -oE '^    def test_[0-9a-z_]+' tests/gpu/test_gpu.py | sed 's/^    def /TestGPU./' |

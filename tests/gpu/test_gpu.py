@@ -247,6 +247,13 @@ def compare(tc, data):
     tc.assertEqual(bad, [], "\n".join(bad))
 
 
+def two_gpus(test):
+    """Marks a test that needs two GPUs (it skips itself with one): bench/gpu_e2e.sh PART=two runs
+    the marked ones alone."""
+    test.two_gpus = True
+    return test
+
+
 class TestGPU(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -359,6 +366,7 @@ class TestGPU(unittest.TestCase):
             self.assertEqual(data["stats"]["acked"], len(data["cases"]))
             compare(self, data)
 
+    @two_gpus
     def test_7_two_gpus_one_daemon(self):
         """Two trainers on two GPUs, one daemon: a GPU worker per device, values right on both."""
         if torch.cuda.device_count() < 2:
@@ -869,6 +877,7 @@ class TestGPU(unittest.TestCase):
                                  (extra, d["monitor"]))
                 self.assertEqual([p["q"].shape[1] for p in d["pushes"]], [8, 8], extra)
 
+    @two_gpus
     def test_23_qk_clip_tensor_parallel(self):
         """attnstat.torch.qk_clip on a 2-way tensor-parallel GQA Llama (DTensor, ColwiseParallel
         q/k): each rank clips its own heads on its own shard. Layer 0 (the same input both
@@ -915,6 +924,7 @@ class TestGPU(unittest.TestCase):
         got = {(rk, l): json.loads(h) for rk, l, h, k in rows}
         self.assertEqual(got, {key: v for key, v in over.items() if v})
 
+    @two_gpus
     def test_19_tensor_parallel_two_gpus(self):
         """A Llama sharded with DTensor (ColwiseParallel q/k/v, RowwiseParallel o, mesh 'tp') on
         two GPUs, monitor at layout='auto': every global head stored once, rank 1's heads as
