@@ -91,12 +91,6 @@ struct kparams {
      * without; each kernel reads its head's (head_sink, common.cuh) for row_done. */
     const void *sinks;
     int sinks_dtype;
-    /* The max logit alone on variants 6-12 (FOLD_MAX): the largest magnitude among K's elements
-     * as 16-bit patterns (bf16 / f16 bits & 0x7fff; a non-finite element's exponent bits are all
-     * set), written by k_magnitude_kernel before the run. A warp whose Q rows bound every dot
-     * product with it below float's range folds without the finiteness sum (ws_consume, round
-     * 28). NULL: every warp keeps the sum. */
-    const unsigned *kmag;
 };
 
 /* Partial statistics of one CTA's rows. parts: [Hq, blocks_per_head], one per CTA. */
@@ -208,13 +202,6 @@ cudaError_t launch_generic_gated(const kparams &k, part *parts, int heads_q, int
  * must then read the mask per logit). Reads the mask once. */
 cudaError_t launch_mask_ranges(const kparams &k, int mb, int mh, int2 *rr, int *general,
                                int sm_count, cudaStream_t s);
-
-/* Max-only runs on variants 6-12: *out = the largest magnitude bits among K's elements
- * (kparams.kmag; zeroed, then a grid-stride pass over K's rows; ws_sm90_mo.cu). */
-cudaError_t launch_k_magnitude(const kparams &k, unsigned *out, int sm_count, cudaStream_t s);
-/* Whether a max-only run of p has at least min_logits logits (causal: half; packed: by the mean
- * sequence), so that the pass pays for the folds it shortens (ws_sm90_mo.cu). */
-bool ws_kmag_pays(const stats_problem *p, double min_logits);
 
 /* parts [heads_q][nparts] -> heads [heads_q], in a fixed order; gated as kparams.gate says. */
 cudaError_t launch_reduce_heads(const part *parts, int nparts, int sampled, stats_head *heads,

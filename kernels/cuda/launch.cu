@@ -39,7 +39,6 @@ struct stats_cuda {
     void *encode_tiled;      /* the driver's cuTensorMapEncodeTiled (variant 6), NULL without */
     int mma_fits[MMA_NDP];   /* each mma.sync instance fits the device's shared memory */
     stats_cuda_path path;
-    double kmag_min;         /* ws_kmag_pays' threshold: ATTNSTAT_KMAG_MIN, else 2^26 logits */
     void *ws;          /* device workspace */
     size_t ws_bytes;
     stats_head *host;  /* pinned staging for stats_cuda_run */
@@ -345,8 +344,6 @@ extern "C" stats_status stats_cuda_create(int device, stats_cuda **out, stats_er
     c->device = device;
     c->sm_count = sms;
     c->path = STATS_CUDA_PATH_AUTO;
-    const char *km = getenv("ATTNSTAT_KMAG_MIN"); /* tests set 0: every max-only run bounds */
-    c->kmag_min = km && *km ? atof(km) : 67108864.0;
     memcpy(c->mma_fits, ok, sizeof ok);
     c->cc_major = major;
     c->wg_ok = 0;
@@ -419,8 +416,7 @@ struct plan {
     int rows_per_cta, nblk, blocks_per_head;
     int mb, mh;               /* masked: the mask's batch and head extents (1 where broadcast) */
     tma_map ktm;              /* variant 6: K's tensor map */
-    size_t parts_off, off_off, heads_off, rr_off, flag_off, kmag_off, bytes;
-    int kmag;                 /* the max logit alone on variants 6-12: K's magnitude first */
+    size_t parts_off, off_off, heads_off, rr_off, flag_off, bytes;
 };
 
 /* The instance of k for p's dtypes, NULL when k has none. */
@@ -477,8 +473,7 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
     if (pl->k && wants_max_only(p)) {
         const kernel_instance *x = twin_of(pl->k, k_hopper_mo);
         if (x)
-            pl->k = x, pl->kmag = pl->variant >= STATS_VARIANT_WS_TMA && p->head_dim <= 128 &&
-                               !(p->softcap > 0.0f) && ws_kmag_pays(p, ctx->kmag_min);
+            pl->k = x;
     }
     if (pl->k && !instance_fn(pl->k, p))
         pl->k = NULL;
@@ -528,11 +523,6 @@ static stats_status make_plan(const stats_cuda *ctx, const stats_problem *p, pla
         o = (o + 255) & ~(size_t)255;
         pl->flag_off = o;
         o += sizeof(int);
-    }
-    if (pl->kmag) {
-        o = (o + 255) & ~(size_t)255;
-        pl->kmag_off = o;
-        o += sizeof(unsigned);
     }
     pl->bytes = o;
     return STATS_OK;
@@ -745,11 +735,6 @@ extern "C" stats_status stats_cuda_run_async(stats_cuda *ctx, const stats_proble
         CUDA_TRY(launch_packed_offsets(k, blk_off, s), "launch of packed_offsets_kernel");
         /* every kernel after it reads the offsets it wrote (running maxima, clamped) */
         k.cu_q = blk_off + p->batch + 1, k.cu_k = blk_off + 2 * (p->batch + 1);
-    }
-    if (pl.kmag) { /* K's largest magnitude, which lets most warps fold without the sum */
-        unsigned *kmag = (unsigned *)((char *)ctx->ws + pl.kmag_off);
-        CUDA_TRY(launch_k_magnitude(k, kmag, ctx->sm_count, s), "launch of k_magnitude_kernel");
-        k.kmag = kmag;
     }
 
     if (gen_off) {

@@ -541,9 +541,8 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
  * lane_row_max (fold_lane's tree) over s; A in two chains as the values stream past, so that no
  * second array of a tile's values is live (one spilled variant 6 at both head_dims). One FMNMX and one
  * FFMA per logit (two FMNMX with a softcap) where fold_lane takes about five instructions and an
- * exp. BOUNDED (no softcap): every dot product of the warp's rows is known finite (ws_consume's
- * bound, round 28), so A stays 0 and the FFMA goes: one FMNMX per logit, half the unmasked fold. */
-template <int NT, bool CAP, bool MASK, bool BOUNDED = false>
+ * exp. */
+template <int NT, bool CAP, bool MASK>
 static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT][4], float (&M)[2],
                                                 float (&A)[2], const int (&lo)[2],
                                                 const int (&hi)[2], int j0, int tq)
@@ -568,32 +567,12 @@ static __device__ __forceinline__ void fold_max(const kparams &p, float (&s)[NT]
              * exactly when a value is (+inf and -inf give NaN), scaled by 2^-64 so that no sum of
              * finite dot products reaches float's range; with one (where an infinite dot product
              * caps to a finite logit and NaN alone counts) the max of magnitudes, NaN kept */
-            a = CAP ? fmax_nan(a, av) : BOUNDED ? a : fmaf(av, 0x1p-64f, a);
+            a = CAP ? fmax_nan(a, av) : fmaf(av, 0x1p-64f, a);
         }
         const float Mt = lane_row_max<NT, CAP>(p, s, hr);
         M[hr] = fmaxf(M[hr], Mt);
         A[hr] = CAP ? fmax_nan(A[hr], fmax_nan(a0, a1)) : A[hr] + (a0 + a1);
     }
-}
-
-/* Whether no dot product of this warp's rows with any key can be non-finite (round 28): the Q
- * fragments qf (the warp's 16 rows, 16-bit pairs) and K's largest magnitude bits kmag
- * (kparams.kmag) finite, and for bf16 the products' sum over DP columns under 2^125 (fp32's
- * range is 2^128; a float16 product is at most 2^32). Then fold_max needs no finiteness sum. */
-template <bool F16, int DP, int KS>
-static __device__ __forceinline__ bool warp_q_bounded(const unsigned (&qf)[KS][4], unsigned kmag)
-{
-    unsigned m = 0;
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            m = max(m, max(qf[ks][r] & 0x7fffu, (qf[ks][r] >> 16) & 0x7fffu));
-    m = __reduce_max_sync(0xffffffffu, m);
-    const unsigned inf = F16 ? 0x7c00u : 0x7f80u;
-    if (m >= inf || kmag >= inf)
-        return false;
-    return F16 || __uint_as_float(m << 16) * __uint_as_float(kmag << 16) * (float)DP <= 0x1p125f;
 }
 
 /* warp_rows_done for fold_max's (M, A): merged over the quad (the lanes hold disjoint keys), then

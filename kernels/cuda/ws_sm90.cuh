@@ -204,11 +204,6 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         if (q_empty)
             mbar_arrive(q_empty);
     }
-    /* MX: this warp's rows fold without the finiteness sum when K's magnitude and theirs bound
-     * every dot product (round 28); Q in shared memory (head_dim 256) keeps the sum */
-    bool bounded = false;
-    if constexpr (MX && !QS)
-        bounded = p.kmag && !p.softcap && warp_q_bounded<F16, DP, KS>(qf, *p.kmag);
 
     float M[2], l[2], W[2], D[2], F0[2] = {0.0f, 0.0f}; /* F0: XS, first_key_pick's */
     float A[2] = {0.0f, 0.0f}; /* MX: fold_max's max of magnitudes */
@@ -238,11 +233,6 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
                     fold_max<NT, true, false>(p, s, M, A, lo, hi, j0, tq);
                 else
                     fold_max<NT, true, true>(p, s, M, A, lo, hi, j0, tq);
-            } else if (bounded) {
-                if (whole)
-                    fold_max<NT, false, false, true>(p, s, M, A, lo, hi, j0, tq);
-                else
-                    fold_max<NT, false, true, true>(p, s, M, A, lo, hi, j0, tq);
             } else {
                 if (whole)
                     fold_max<NT, false, false>(p, s, M, A, lo, hi, j0, tq);
