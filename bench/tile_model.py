@@ -8,7 +8,8 @@ key 0 to its last row's diagonal, rounded up to an even count (the consumers' lo
 pairs). As the kernels are, each of the block's NCW warpgroups (64 rows each) runs every tile of
 the block; stopping at its own rows, each would run the tiles up to its own last row's diagonal,
 rounded the same way. Printed: the second count over the first, for variant 11 (BM 192, BN 64,
-three warpgroups) and variant 10 (BM 128, BN 128, two).
+three warpgroups) and variant 10 (BM 128, BN 128, two); then every 8th row's tiles over every
+row's (issue 25's sampled target).
 
   python3 bench/tile_model.py
 """
@@ -50,6 +51,21 @@ def main():
             before, after = tiles(n, every, bm, bn, ncw)
             cells.append(f"{after / before:.3f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    # issue 25's sampled target (every 8th row <= 0.16 of the unsampled time) against the tiles:
+    # the sampled run's wgmma tiles over the unsampled run's, as the kernels are and stopping at
+    # each warpgroup's rows, beside the visible logits' share (1/8 plus the diagonal's)
+    print()
+    print("| every 8th causal row | " + " | ".join(v[0] for v in VARIANTS) +
+          " | visible logits |")
+    print("|---|" + "---:|" * (len(VARIANTS) + 1))
+    for n in (2048, 4096):
+        cells = []
+        for _, bm, bn, ncw in VARIANTS:
+            bu, au = tiles(n, 1, bm, bn, ncw)
+            bs, as_ = tiles(n, 8, bm, bn, ncw)
+            cells.append(f"{bs / bu:.3f} ({as_ / au:.3f})")
+        vis = sum(i + 1 for i in range(0, n, 8)) / sum(i + 1 for i in range(n))
+        print(f"| {n} keys | " + " | ".join(cells) + f" | {vis:.3f} |")
 
 
 if __name__ == "__main__":
