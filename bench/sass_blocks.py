@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""sass_blocks.py — the fold paths of the warp-specialised statistics kernels (variants 6-12,
+kernels/cuda/ws_sm90*.cu) by SASS basic block, without a GPU: compiles one of those files for
+sm_90a (or takes a cubin), disassembles it with nvdisasm (bench/sass_count.py's, which says where
+an nvdisasm that reads CUDA 13's cubins comes from), and for each kernel whose mangled name matches
+prints the basic blocks (split at the disassembly's labels) that hold a fold: those with at least
+--min FMNMX or MUFU, with their instruction count and the opcodes that make it up.
+
+A fold path's count per tile and thread is what bench/kernel_notes.md's rounds 26-28 compare
+(the unmasked and masked folds, with and without softcap, appear once per loop copy: the
+shortest block with the fold's FMNMX count is the unmasked one). A count, not a measurement.
+
+  bench/sass_blocks.py FILE.cu|FILE.cubin REGEX [--min 20] [--base REV]
+    REGEX   kernels whose mangled name matches (e.g.
+            'stats_wsp_kernelILi64ELb0ELi0ELi2ELi128ELi2ELi1E': variant 10, d64, bf16, FOLD_MAX;
+            the template's arguments in order DP, F16, POLY, NCW, BN, FW (0 statistics, 1
+            sink/distance, 2 max logit alone), QB)
+    --base  also the same file at git revision REV, its blocks printed first
+  NVCC and NVDISASM as for bench/sass_count.py. Run from the repository root.
+"""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_count as sc  # noqa: E402
+
+INSN = re.compile(r"\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)")
+
+
+def cubin_of(path, tmp, rev=None):
+    """path itself when it is a cubin, else path (at git revision rev) compiled for sm_90a."""
+    if path.endswith(".cubin"):
+        return path
+    root = os.path.join(tmp, rev or "work")
+    if rev:
+        os.makedirs(root, exist_ok=True)
+        tar = subprocess.run(["git", "archive", rev, "kernels", "include", "vocab"],
+                             check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", root], input=tar, check=True)
+    else:
+        root = os.getcwd()
+    out = os.path.join(tmp, (rev or "work") + "-" + os.path.basename(path) + ".cubin")
+    cmd = [sc.NVCC, "-D_GNU_SOURCE", "-I" + os.path.join(root, "kernels"),
+           "-I" + os.path.join(root, "include"), "-I" + os.path.join(root, "vocab"), "-O3",
+           "-DNDEBUG", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-cubin",
+           os.path.join(root, path), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"sass_blocks: nvcc failed on {path}{' at ' + rev if rev else ''}:\n{r.stderr}")
+    return out
+
+
+def blocks(lines):
+    """[(label, [opcodes])] of one function, split at its labels."""
+    out, name, cur = [], "entry", []
+    for line in lines:
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            out.append((name, cur))
+            name, cur = m.group(1), []
+            continue
+        m = INSN.match(line)
+        if m:
+            cur.append(m.group(1))
+    out.append((name, cur))
+    return out
+
+
+def report(funcs, regex, least):
+    for fn in sorted(f for f in funcs if re.search(regex, f)):
+        print(fn)
+        for label, ops in blocks(funcs[fn]):
+            c = collections.Counter(ops)
+            if c["FMNMX"] >= least or c["MUFU"] >= least:
+                top = ", ".join(f"{op} {n}" for op, n in c.most_common(8))
+                print(f"  {label:12s} {len(ops):4d}  {top}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file")
+    ap.add_argument("regex")
+    ap.add_argument("--min", type=int, default=20)
+    ap.add_argument("--base")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for rev in ([a.base] if a.base else []) + [None]:
+            print(f"== {a.file} at {rev or 'the work tree'}")
+            report(sc.disassemble(cubin_of(a.file, tmp, rev), tmp), a.regex, a.min)
+
+
+if __name__ == "__main__":
+    main()
