@@ -27,6 +27,8 @@
 #                             kernel is reported as such and the run goes on)
 #   AB_REUSE=1                keep the last run's sources and builds of the same tarballs (same
 #                             machine, still warm; a tree prepared anew is built again)
+#   AB_LINEINFO=1             build with -lineinfo though nothing is profiled (the same code), so
+#                             that a call after an AB_PROFILE call reuses its builds
 #   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
 #                             (WANT: PROFILE_WANT, e.g. max_logit) on every tree, all built with
 #                             -lineinfo; logs/prof{A,B,..}N.src.csv (the source page with SASS, N
@@ -95,7 +97,7 @@ run() {
     # the trees build side by side: the cores shared out (nvcc's big files take GBs each)
     local jobs=$(( ($(nproc) + ${#trees[@]} - 1) / ${#trees[@]} + 1 ))
     export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}
-    local sum li=0
+    local sum li=${AB_LINEINFO:-0}
     [ -n "${AB_PROFILE:-}" ] && li=1 # the profile's source page needs -lineinfo
     for t in "${trees[@]}"; do
         sum="$(md5sum < ".ab/$t.tar.gz") lineinfo=$li"
