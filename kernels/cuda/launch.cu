@@ -128,6 +128,12 @@ extern "C" int stats_cuda_wg_variant_default(void)
     return STATS_VARIANT_DEFAULT;
 }
 
+/* Whether p asks for the max logit and nothing else: the FOLD_MAX instances' runs. */
+static bool wants_max_only(const stats_problem *p)
+{
+    return stats_want(p->want) == VOCAB_BIT(max_logit);
+}
+
 /* The Hopper instance for p under ctx's path, its variant number in *variant; NULL when the path
  * does not ask for one or it does not apply. */
 static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem *p, int *variant)
@@ -162,7 +168,7 @@ static const kernel_instance *pick_wg(const stats_cuda *ctx, const stats_problem
      * max logit alone there (variant 10's 0.1552-0.1572 against 11's 0.1637-0.1660); and every
      * 8th causal row at head_dim > 64 up to 4096 keys variant 11 (0.0693-0.0705 against variant
      * 6's 0.0710-0.0725 ms at (2,32,4096,128)). */
-    const bool max_only = stats_want(p->want) == VOCAB_BIT(max_logit);
+    const bool max_only = wants_max_only(p);
     const bool auto_path = v == STATS_VARIANT_DEFAULT && (ctx->path == STATS_CUDA_PATH_AUTO ||
                                                           ctx->path == STATS_CUDA_PATH_WGMMA);
     if (auto_path && p->sample_every <= 1 && p->sample_rows <= 0) {
@@ -216,12 +222,6 @@ static const kernel_instance *pick_mma(const stats_cuda *ctx, int d)
 static bool wants_extras(const stats_problem *p)
 {
     return (stats_want(p->want) & (VOCAB_BIT(sink_mass) | VOCAB_BIT(distance))) != 0;
-}
-
-/* Whether p asks for the max logit and nothing else: the FOLD_MAX instances' runs. */
-static bool wants_max_only(const stats_problem *p)
-{
-    return stats_want(p->want) == VOCAB_BIT(max_logit);
 }
 
 /* k's twin in the Hopper table `set` (k_hopper_xs, k_hopper_mo: the same variant and shape), NULL
