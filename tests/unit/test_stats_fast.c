@@ -93,6 +93,12 @@ static const fcase cases[] = {
      TU_BHND, S_NONE},
     {"large logits bf16", 1, 4, 4, 64, 64, 128, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 31, 0,
      TU_BHND, S_NONE},
+    /* logits past 2^31 in base 2 (~1e9 and ~1e36): finite, so counted, with their max logit (the
+     * GPU's tensor-core folds lost these rows: bench/kernel_notes.md "Rows whose logits pass") */
+    {"logits ~1e10 f32", 1, 4, 4, 64, 300, 64, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 3e9, 0,
+     TU_BHND, S_NONE},
+    {"logits ~1e36 bf16", 1, 4, 2, 64, 90, 128, STATS_BF16, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1e36, 0,
+     TU_BHND, S_NONE},
     {"NaN in q", 1, 4, 4, 40, 40, 32, STATS_BF16, 0, 1, -1, -1, 0, 0, 0, 0, 0, 1, NF_NAN_Q,
      TU_BHND, S_NONE},
     {"Inf in k", 2, 4, 2, 40, 60, 32, STATS_F32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 1, NF_INF_K,
@@ -294,6 +300,13 @@ START_TEST(test_fast_matches_reference)
         ck_assert_msg(planted ? nf > 0 : nf == 0, "%s: %lld non-finite rows", c->name,
                       (long long)nf);
     }
+    if (c->amp > 1e6) /* the huge-logit cases: every row counted, each head's max past 2^31 */
+        for (int h = 0; h < c->hq; h++)
+            ck_assert_msg(ref[h].nonfinite_rows == 0 && ref[h].rows > 0 &&
+                              ref[h].max_logit > 0x1p31 * 0.6931471805599453,
+                          "%s: head %d: %lld rows, %lld non-finite, max logit %.6g", c->name, h,
+                          (long long)ref[h].rows, (long long)ref[h].nonfinite_rows,
+                          ref[h].max_logit);
     if (c->sinks == S_ODD_F32 || c->sinks == S_ODD_BF16) { /* heads 0 and 2: every row */
         ck_assert_msg(ref[0].rows == 0 && ref[2].rows == 0 && ref[0].nonfinite_rows > 0 &&
                           ref[2].nonfinite_rows > 0 && ref[1].rows > 0 && ref[3].rows > 0,
