@@ -481,16 +481,10 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
         a[hr] = ex2(d);
         ad[hr] = a[hr] * d;
     }
-    /* rare: a row of the warp past 2^30, its values rebased and folded against 0 (common.cuh) */
-    const bool rebase = !CAP && __any_sync(0xffffffffu, past_2_30(Mn[0]) || past_2_30(Mn[1]));
-    if (rebase) {
-        rebase_row<NT>(p, s, 0, Mn[0]);
-        rebase_row<NT>(p, s, 1, Mn[1]);
-    }
     float lp[2][NP], wp[2][NP], dp[2][NP];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const float negM = rebase ? 0.0f : -Mn[hr];
+        const float negM = -Mn[hr];
         const float b = XS ? (float)(j0 + 2 * tq - pos[hr]) : 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
