@@ -25,6 +25,10 @@
 #   AB_TEST=1                 test_stats_cuda on the candidates, every variant (0 skips)
 #   AB_STEP_LIMIT=300         seconds any test, sanitizer, bench or profile step may take (a hung
 #                             kernel is reported as such and the run goes on)
+#   AB_DEADLINE=540           seconds from the start by which the run ends: a step gets at most
+#                             what is left (less 15 s), one with under 10 s left is skipped and
+#                             said, and the logs are packed in time (run it under a shorter
+#                             `timeout` than the call's limit and nothing comes back: 2026-11-29)
 #   AB_REUSE=1                keep the last run's sources and builds of the same tarballs (same
 #                             machine, still warm; a tree prepared anew is built again)
 #   AB_LINEINFO=1             build with -lineinfo though nothing is profiled (the same code), so
@@ -131,17 +135,29 @@ run() {
         done
     fi
     # a kernel that deadlocks (round 22's first form did) must not take the whole call with it
-    local v tool tlim=${AB_STEP_LIMIT:-300}
-    hung() { [ "$1" = 124 ] && echo " (past ${tlim} s: a hang?)"; }
+    local v tool tlim=${AB_STEP_LIMIT:-300} lim skipped=()
+    local deadline=$((t0 + ${AB_DEADLINE:-100000}))
+    hung() { [ "$1" = 124 ] && echo " (past ${lim} s: a hang, or the deadline)"; }
+    # a step's limit: AB_STEP_LIMIT, or what AB_DEADLINE leaves (less 15 s to pack); 0: skip it
+    steplim() {
+        lim=$((deadline - $(date +%s) - 15))
+        [ "$lim" -gt "$tlim" ] && lim=$tlim
+        [ "$lim" -ge 10 ] || lim=0
+    }
     for t in "${cands[@]}"; do
         if [ "${AB_TEST:-1}" = 1 ]; then
-            (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 timeout "$tlim" "$(tst "$t")") \
-                > "$L/test$t.log" 2>&1 || failed+=("test_stats_cuda $t$(hung $?)")
-            echo "kernel_ab: test_stats_cuda on $t: $(tail -1 "$L/test$t.log")"
+            steplim
+            if [ "$lim" = 0 ]; then skipped+=("test_stats_cuda $t"); else
+                (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 timeout "$lim" "$(tst "$t")") \
+                    > "$L/test$t.log" 2>&1 || failed+=("test_stats_cuda $t$(hung $?)")
+                echo "kernel_ab: test_stats_cuda on $t: $(tail -1 "$L/test$t.log")"
+            fi
         fi
         for v in $(echo "${AB_SANITIZE-10,11}" | tr ',' ' '); do
             for tool in racecheck memcheck; do
-                (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_WG_ONLY=$v timeout "$tlim" \
+                steplim
+                [ "$lim" = 0 ] && { skipped+=("$tool $v $t"); continue; }
+                (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_WG_ONLY=$v timeout "$lim" \
                     compute-sanitizer --tool $tool --error-exitcode 9 "$(tst "$t")") \
                     > "$L/$tool$v$t.log" 2>&1 || failed+=("$tool $v $t$(hung $?)")
                 echo "kernel_ab: $tool on $t's variant $v:" \
@@ -152,19 +168,23 @@ run() {
     local r
     for r in $(seq "${AB_RUNS:-2}"); do
         for t in "${trees[@]}"; do
+            steplim
+            [ "$lim" = 0 ] && { skipped+=("bench $t round $r"); continue; }
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
-                timeout "$tlim" python3 bench/bench_kernel.py "$(lib "$t")") \
+                timeout "$lim" python3 bench/bench_kernel.py "$(lib "$t")") \
                 > "$L/bench${t}_$r.log" 2>&1 || failed+=("bench $t round $r$(hung $?)")
         done
     done
     if [ "${AB_MAXONLY:-0}" = 1 ]; then
         for t in "${trees[@]}"; do
+            steplim
+            [ "$lim" = 0 ] && { skipped+=("max-only bench $t"); continue; }
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 \
                 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
                 ATTNSTAT_BENCH_VARIANTS_WANT=${AB_VARIANTS:+max_logit} \
-                timeout "$tlim" python3 bench/bench_kernel.py "$(lib "$t")") \
+                timeout "$lim" python3 bench/bench_kernel.py "$(lib "$t")") \
                 > "$L/max${t}.log" 2>&1 || failed+=("max-only bench $t$(hung $?)")
         done
     fi
@@ -174,7 +194,9 @@ run() {
         n=$((n + 1))
         for t in "${trees[@]}"; do
             tag=$t$n
-            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} timeout "$tlim" \
+            steplim
+            [ "$lim" = 0 ] && { skipped+=("profile $tag"); continue; }
+            (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} timeout "$lim" \
                 ncu -f -o "/tmp/ab-prof$tag" --section SourceCounters --section WarpStateStats \
                 --section SchedulerStats --section InstructionStats --section SpeedOfLight \
                 -k "regex:stats_(wg|ws|mma)" \
@@ -196,13 +218,16 @@ run() {
         echo
         python3 "$root/bench/kernel_ab_table.py" "$L" "${AB_RUNS:-2}" "${trees[@]}"
         echo
-        if [ ${#failed[@]} -eq 0 ]; then echo "checks: all passed"; else
+        if [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then echo "checks: all passed"
+        elif [ ${#failed[@]} -eq 0 ]; then echo "checks: none failed, but not all ran"; else
             printf 'checks FAILED: %s\n' "${failed[*]}"; fi
+        [ ${#skipped[@]} -eq 0 ] ||
+            printf 'not run, AB_DEADLINE (%s s) near: %s\n' "${AB_DEADLINE:-}" "${skipped[*]}"
     } > "$out/summary.md"
     # every log in one archive: the GPU machine sends back at most 8 files of a call
     tar czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$L"
     cat "$out/summary.md"
-    [ ${#failed[@]} -eq 0 ]
+    [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]
 }
 
 # bench/ncu_regions.py on a run's profiles, here (ctags; the GPU machine has none): each tree from
