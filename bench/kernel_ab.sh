@@ -138,16 +138,16 @@ run() {
     local v tool tlim=${AB_STEP_LIMIT:-300} lim skipped=()
     local deadline=$((t0 + ${AB_DEADLINE:-100000}))
     hung() { [ "$1" = 124 ] && echo " (past ${lim} s: a hang, or the deadline)"; }
-    # a step's limit: AB_STEP_LIMIT, or what AB_DEADLINE leaves (less 15 s to pack); 0: skip it
-    steplim() {
+    # room STEP: the step's limit into lim (AB_STEP_LIMIT, or what AB_DEADLINE leaves, less 15 s
+    # to pack the logs); false, and STEP said among the skipped, when under 10 s are left
+    room() {
         lim=$((deadline - $(date +%s) - 15))
         [ "$lim" -gt "$tlim" ] && lim=$tlim
-        [ "$lim" -ge 10 ] || lim=0
+        [ "$lim" -ge 10 ] || { skipped+=("$1"); return 1; }
     }
     for t in "${cands[@]}"; do
         if [ "${AB_TEST:-1}" = 1 ]; then
-            steplim
-            if [ "$lim" = 0 ]; then skipped+=("test_stats_cuda $t"); else
+            if room "test_stats_cuda $t"; then
                 (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_VARIANTS=1 timeout "$lim" "$(tst "$t")") \
                     > "$L/test$t.log" 2>&1 || failed+=("test_stats_cuda $t$(hung $?)")
                 echo "kernel_ab: test_stats_cuda on $t: $(tail -1 "$L/test$t.log")"
@@ -155,8 +155,7 @@ run() {
         fi
         for v in $(echo "${AB_SANITIZE-10,11}" | tr ',' ' '); do
             for tool in racecheck memcheck; do
-                steplim
-                [ "$lim" = 0 ] && { skipped+=("$tool $v $t"); continue; }
+                room "$tool $v $t" || continue
                 (cd "/tmp/ab-src-$t" && ATTNSTAT_TEST_WG_ONLY=$v timeout "$lim" \
                     compute-sanitizer --tool $tool --error-exitcode 9 "$(tst "$t")") \
                     > "$L/$tool$v$t.log" 2>&1 || failed+=("$tool $v $t$(hung $?)")
@@ -168,8 +167,7 @@ run() {
     local r
     for r in $(seq "${AB_RUNS:-2}"); do
         for t in "${trees[@]}"; do
-            steplim
-            [ "$lim" = 0 ] && { skipped+=("bench $t round $r"); continue; }
+            room "bench $t round $r" || continue
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
                 timeout "$lim" python3 bench/bench_kernel.py "$(lib "$t")") \
@@ -178,8 +176,7 @@ run() {
     done
     if [ "${AB_MAXONLY:-0}" = 1 ]; then
         for t in "${trees[@]}"; do
-            steplim
-            [ "$lim" = 0 ] && { skipped+=("max-only bench $t"); continue; }
+            room "max-only bench $t" || continue
             (cd "/tmp/ab-src-$t" && ATTNSTAT_BENCH_MAXONLY=1 \
                 ATTNSTAT_BENCH_ONLY=${AB_ONLY:-3,9,2,4,1} \
                 ATTNSTAT_BENCH_VARIANTS=${AB_VARIANTS:-} \
@@ -194,8 +191,7 @@ run() {
         n=$((n + 1))
         for t in "${trees[@]}"; do
             tag=$t$n
-            steplim
-            [ "$lim" = 0 ] && { skipped+=("profile $tag"); continue; }
+            room "profile $tag" || continue
             (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} timeout "$lim" \
                 ncu -f -o "/tmp/ab-prof$tag" --section SourceCounters --section WarpStateStats \
                 --section SchedulerStats --section InstructionStats --section SpeedOfLight \
