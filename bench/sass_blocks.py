@@ -36,14 +36,10 @@ def cubin_of(path, tmp, rev=None):
     """path itself when it is a cubin, else path (at git revision rev) compiled for sm_90a."""
     if path.endswith(".cubin"):
         return path
-    root = os.path.join(tmp, rev or "work")
+    root = os.getcwd()
     if rev:
-        os.makedirs(root, exist_ok=True)
-        tar = subprocess.run(["git", "archive", rev, "kernels", "include", "vocab"],
-                             check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", root], input=tar, check=True)
-    else:
-        root = os.getcwd()
+        root = os.path.join(tmp, rev)
+        sc.export_tree(rev, root)  # kernels/ alone: what the kernel sources include
     out = os.path.join(tmp, (rev or "work") + "-" + os.path.basename(path) + ".cubin")
     cmd = [sc.NVCC, "-D_GNU_SOURCE", "-I" + os.path.join(root, "kernels"),
            "-I" + os.path.join(root, "include"), "-I" + os.path.join(root, "vocab"), "-O3",
