@@ -50,7 +50,8 @@ echo "test_gpu rc $test_rc at $(( $(date +%s) - t0 )) s" >> "$out/test_gpu.log"
 # the binding with real PyTorch 2 (CI has none: skipped there), with the GPU and the daemon built
 [ "${SKIP_TESTS:-0}" = 1 ] || ATTNSTAT_CC=cc ATTNSTAT_INCLUDE=$PWD/include \
   timeout 120 python3 tests/test_python_torch.py > "$out/test_python_torch.log" 2>&1
-echo "test_python_torch rc $? at $(( $(date +%s) - t0 )) s" >> "$out/test_python_torch.log"
+py_rc=$?
+echo "test_python_torch rc $py_rc at $(( $(date +%s) - t0 )) s" >> "$out/test_python_torch.log"
 
 # 2. the example: healthy and collapsing runs on one daemon, then the CLI's view
 ex=$(mktemp -d)
@@ -84,3 +85,5 @@ grep -E "^(test_|Ran|OK|FAILED|push CPU)|Error|error:" "$out/test_gpu.log" | hea
 grep -E "^(Ran|OK|FAILED|test_python_torch rc)" "$out/test_python_torch.log" 2>/dev/null
 grep -E '^\{' "$out/example_out.log" | cut -c1-600
 grep -E "raised" "$out/example_out.log" | head -5
+# the status says whether the tests passed (the example and the bench are read from their logs)
+[ "$test_rc" = 0 ] && [ "$py_rc" = 0 ]

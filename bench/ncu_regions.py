@@ -86,8 +86,20 @@ class Functions:
     def __init__(self, root):
         self.root, self.tags = root, {}
 
+    def relative(self, fname):
+        """fname under root: a profile names the file where it was compiled (the GPU machine's
+        /tmp/ab-src-A/kernels/...), so the longest tail of it that exists under root."""
+        if not fname.startswith("/"):
+            return fname
+        parts = fname.strip("/").split("/")
+        for i in range(len(parts)):
+            tail = os.path.join(*parts[i:])
+            if os.path.exists(os.path.join(self.root, tail)):
+                return tail
+        return os.path.relpath(fname, self.root)
+
     def __call__(self, fname, line):
-        rel = os.path.relpath(fname, self.root) if fname.startswith("/") else fname
+        rel = self.relative(fname)
         base = os.path.basename(fname)
         if base == "ws_sm90.cuh":  # the lambdas of ws_consume, by their lines
             for name, (a, b) in ws_consume_lambdas(os.path.join(self.root, rel)).items():
