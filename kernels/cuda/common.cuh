@@ -58,7 +58,7 @@ static __device__ __forceinline__ float tanh_fast(float y)
  * for W (W = NaN then, so the row is still reported non-finite). Moves work off MUFU. */
 static __device__ __forceinline__ float ex2_poly(float x)
 {
-    x = fmaxf(x, -127.0f);
+    x = fmaxf(x, -126.0f);
     const float t = __fadd_rn(x, 12582912.0f); /* 1.5 * 2^23: round to an integer in the low bits */
     const float n = __fsub_rn(t, 12582912.0f);
     const float f = __fsub_rn(x, n);
@@ -581,42 +581,6 @@ static __device__ __forceinline__ void state_merge(float &M, float &l, float &W,
     M = Mn;
 }
 
-/* ---- rows whose logits pass 2^31 in base 2 ------------------------------------------------- */
-
-/* The folds take each exp's argument in one FFMA, u = fmaf(v, c, -Mn), v a dot product, c the scale
- * times log2(e), Mn the row's max fl(vmax * c) rounded once. For the max key u is then not 0 but
- * the rounding residual of Mn, up to half an ulp of it: every exp of the row carries the factor
- * 2^-residual, which the entropy cancels (log2(l) - W/l), until |Mn| reaches 2^31, where half an
- * ulp is 128 and the factor leaves float's range (l becomes 0 or inf, the row non-finite, its max
- * logit lost: bench/kernel_notes.md "Rows whose logits pass 2^31"). So where some row of the warp
- * has its max past 2^30 (finite: -inf is a row with no visible key yet), the warp rewrites its
- * values of the tile in place as v' = fl(fl(v * c) - Mn) / c and folds them against 0: the FFMA
- * gives u = fl(v' * c), which is exactly 0 for the max key at any size and fl(v * c) - Mn to a
- * float's rounding for the others. The loop is the same, with the same registers (a multiplier
- * of 1 in a register spilled the sink/distance instances at d128); the choice is the warp's (a
- * vote), the common path pays a compare and a vote per row and tile. A masked value stays -inf
- * (and is selected out); a softcap bounds the logits by +-cl: never taken there. */
-static __device__ __forceinline__ bool past_2_30(float M)
-{
-    return (__float_as_uint(M) & 0x7fffffffu) - 0x4e800000u < 0x7f800000u - 0x4e800000u;
-}
-
-/* Row hr of one m16 tile's values s[NT][4] (at [nt][2 hr + e]) rewritten against its max Mn as
- * above; the row then folds with -Mn replaced by 0. */
-template <int NT>
-static __device__ __forceinline__ void rebase_row(const kparams &p, float (&s)[NT][4], int hr,
-                                                  float Mn)
-{
-    const float rc = __frcp_rn(p.c);
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            float &v = s[nt][2 * hr + e];
-            v = __fmul_rn(__fsub_rn(__fmul_rn(v, p.c), Mn), rc);
-        }
-}
-
 /* ---- the fold of mma.sync and wgmma (variants 0 and 4) --------------------------------------- */
 
 /* One tile of logits s[mt][nt][4] (m16n8 accumulator layout: this lane holds rows g and g + 8 of
@@ -668,11 +632,7 @@ static __device__ __forceinline__ void fold_tile(const kparams &p, float (&s)[MT
                     D[mt][hr] *= a;
                 M[mt][hr] = Mn;
             }
-            float negM = -Mn;
-            if (!CAP && __any_sync(0xffffffffu, past_2_30(Mn))) { /* rare: above */
-                rebase_row<NT>(p, s[mt], hr, Mn);
-                negM = 0.0f;
-            }
+            const float negM = -Mn;
             const float bj = XS ? (float)(j0 + 2 * tq - pos[mt][hr]) : 0.0f;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)

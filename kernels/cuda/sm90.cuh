@@ -472,20 +472,19 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
                         s[nt][2 * hr + e] = -INFINITY;
                 }
     }
-    float Mn[2];
+    float Mn[2], a[2], ad[2];
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++)
-        Mn[hr] = fmaxf(M[hr], lane_row_max<NT, CAP>(p, s, hr));
+    for (int hr = 0; hr < 2; hr++) {
+        const float Mt = lane_row_max<NT, CAP>(p, s, hr);
+        Mn[hr] = fmaxf(M[hr], Mt);
+        const float d = fmaxf(M[hr] - Mn[hr], -256.0f);
+        a[hr] = ex2(d);
+        ad[hr] = a[hr] * d;
+    }
     float lp[2][NP], wp[2][NP], dp[2][NP];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        /* rare: a row past 2^30, its values rebased and folded against 0 (common.cuh); the
-         * lane's own test, no vote (a vote here spilled the d128 sink/distance kernels more) */
-        float negM = -Mn[hr];
-        if (!CAP && past_2_30(Mn[hr])) {
-            rebase_row<NT>(p, s, hr, Mn[hr]);
-            negM = 0.0f;
-        }
+        const float negM = -Mn[hr];
         const float b = XS ? (float)(j0 + 2 * tq - pos[hr]) : 0.0f;
 #pragma unroll
         for (int k = 0; k < NV; k++) {
@@ -516,16 +515,15 @@ static __device__ __forceinline__ void fold_lane(const kparams &p, float (&s)[NT
     }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const float d = fmaxf(M[hr] - Mn[hr], -256.0f), a = ex2(d), ad = a * d;
         const float lt = (lp[hr][0] + lp[hr][1]) + (lp[hr][2] + lp[hr][3]);
         const float wt = (wp[hr][0] + wp[hr][1]) + (wp[hr][2] + wp[hr][3]);
-        W[hr] = fmaf(a, W[hr], fmaf(ad, l[hr], wt));
-        l[hr] = fmaf(a, l[hr], lt);
+        W[hr] = fmaf(a[hr], W[hr], fmaf(ad[hr], l[hr], wt));
+        l[hr] = fmaf(a[hr], l[hr], lt);
         M[hr] = Mn[hr];
         if (XS) {
             const float dt = (dp[hr][0] + dp[hr][1]) + (dp[hr][2] + dp[hr][3]);
             const float b = (float)(j0 + 2 * tq - pos[hr]);
-            D[hr] = fmaf(a, D[hr], XS == 1 ? -fmaf(b, lt, dt) : dt);
+            D[hr] = fmaf(a[hr], D[hr], XS == 1 ? -fmaf(b, lt, dt) : dt);
         }
     }
 }

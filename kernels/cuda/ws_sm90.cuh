@@ -46,8 +46,8 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     static constexpr bool QS = DL > 128;
     static constexpr size_t QBYTES = (size_t)BM * (QS ? DL : LDQ) * 2;
     static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
-    static constexpr int REG_P = NCW == 2 ? 40 : PERSIST ? 40 : 24;
-    static constexpr int REG_C = NCW == 2 ? 232 : PERSIST ? 152 : 160;
+    static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
+    static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
     /* The CTA starts with the launch's registers per thread (__launch_bounds__(NTH, 1): 65536 /
      * NTH rounded down to 8), and setmaxnreg.inc only takes what the producer's .dec gave back:
      * past that sum the consumers wait for registers forever (48/232 at NCW 2 hung: round 22). */
