@@ -42,12 +42,10 @@ template <int DP, int NCW, int BN_, bool PERSIST = false, int QB = 1> struct ws_
     /* QS (head_dim 256): Q stays in shared memory in the layout K has (128-byte swizzle, 64
      * columns a 1024-byte-aligned slab of 64 rows x 128 bytes per consumer warpgroup) and wgmma
      * reads it from there; held in registers it would take 64 of them beside two 64-key
-     * accumulators. Held for the whole block, so not in the persistent kernel (one Q buffer).
-     * Round 30 (candidate): also at head_dim 64 in the non-persistent kernels (variants 6-9), to
-     * see whether the fold's dispatch stalls are register reads of wgmma's A operand (RS). */
-    static constexpr bool QS = DL > 128 || (!PERSIST && DL == 64);
+     * accumulators. Held for the whole block, so not in the persistent kernel (one Q buffer). */
+    static constexpr bool QS = DL > 128;
     static constexpr size_t QBYTES = (size_t)BM * (QS ? DL : LDQ) * 2;
-    static_assert(!QS || !PERSIST, "Q in shared memory: one CTA per block");
+    static_assert(!QS || (!PERSIST && BN == 64), "Q in shared memory: one CTA per block, 64 keys");
     static constexpr int REG_P = NCW == 2 ? 56 : PERSIST ? 40 : 24;
     static constexpr int REG_C = NCW == 2 ? 224 : PERSIST ? 152 : 160;
     /* The CTA starts with the launch's registers per thread (__launch_bounds__(NTH, 1): 65536 /
