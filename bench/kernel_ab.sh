@@ -36,7 +36,8 @@
 #   AB_PROFILE=V:SHAPE[:WANT],..  Nsight Compute on variant V at bench/profile_kernel.py's SHAPE
 #                             (WANT: PROFILE_WANT, e.g. max_logit) on every tree, all built with
 #                             -lineinfo; logs/prof{A,B,..}N.src.csv (the source page with SASS, N
-#                             the spec's place in the list) and .details.txt. By region, back in
+#                             the spec's place in the list) and .details.txt (with the pipes'
+#                             utilisation: ComputeWorkloadAnalysis). By region, back in
 #                             the repository: bench/kernel_ab.sh regions OUTDIR
 #   AB_SASS=REGEX             cuobjdump -sass of the Hopper kernels whose mangled names match
 #                             (e.g. 'stats_wsp_kernelILi64ELb0ELi0ELi3ELi64ELi0ELi1E': variant 11,
@@ -195,6 +196,7 @@ run() {
             (cd "/tmp/ab-src-$t" && PROFILE_WANT=${pw:-} timeout "$lim" \
                 ncu -f -o "/tmp/ab-prof$tag" --section SourceCounters --section WarpStateStats \
                 --section SchedulerStats --section InstructionStats --section SpeedOfLight \
+                --section ComputeWorkloadAnalysis \
                 -k "regex:stats_(wg|ws|mma)" \
                 python3 bench/profile_kernel.py "$(lib "$t")" "$pv" "$ps") \
                 > "$L/prof$tag.log" 2>&1 &&
