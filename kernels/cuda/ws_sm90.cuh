@@ -226,12 +226,6 @@ static __device__ __forceinline__ void ws_consume(const kparams &p, const seqinf
         const int j0 = t * BN, j1 = j0 + BN - 1;
         if (j0 > whi_max || j1 < wlo_min)
             return; /* no row of this warp sees the tile */
-        /* round 31, a floor experiment (never merged): the fold cut to one FMNMX a row, so that
-         * a timing shows the tile loop without it (the statistics are wrong on purpose) */
-        M[0] = fmaxf(M[0], s[0][0]);
-        M[1] = fmaxf(M[1], s[0][2]);
-        if (j0 >= 0)
-            return;
         if constexpr (MX) {
             const bool whole = j0 >= wlo_max && j1 <= whi_min;
             if (p.softcap) {
