@@ -410,11 +410,7 @@ static __device__ __forceinline__ void warp_rows_done(const kparams &p, const se
  * block; masked keys already -inf), scaled and softcapped into the fold's base-2 logit (scaling
  * and softcap are increasing: the logit of the max dot product). A tree of depth 4 (5 at NT = 16)
  * with its stages written out: a loop over the stride put the array on the stack (64 bytes of
- * local memory in the 128-key variants, bench/kernel_notes.md). fold_lane's and fold_max's.
- * The first stage takes the two columns of one n8 block (adjacent accumulator registers, odd
- * and even): pairing block nt with block nt + NT/2 put both sources of each of its FMNMX in
- * registers 16 or 32 apart, the same register bank (round 32: 31 of the max-only fold's 64
- * FMNMX a tile). */
+ * local memory in the 128-key variants, bench/kernel_notes.md). fold_lane's and fold_max's. */
 template <int NT, bool CAP>
 static __device__ __forceinline__ float lane_row_max(const kparams &p, const float (&s)[NT][4],
                                                      int hr)
@@ -424,7 +420,7 @@ static __device__ __forceinline__ float lane_row_max(const kparams &p, const flo
     float t[NV / 2];
 #pragma unroll
     for (int k = 0; k < NV / 2; k++)
-        t[k] = fmaxf(s[k][2 * hr], s[k][2 * hr + 1]);
+        t[k] = fmaxf(s[k >> 1][2 * hr + (k & 1)], s[(k + NV / 2) >> 1][2 * hr + (k & 1)]);
     if (NV == 32) {
 #pragma unroll
         for (int k = 0; k < 8; k++)
