@@ -4,7 +4,9 @@ kernels/cuda/ws_sm90*.cu) by SASS basic block, without a GPU: compiles one of th
 sm_90a (or takes a cubin), disassembles it with nvdisasm (bench/sass_count.py's, which says where
 an nvdisasm that reads CUDA 13's cubins comes from), and for each kernel whose mangled name matches
 prints the basic blocks (split at the disassembly's labels) that hold a fold: those with at least
---min FMNMX or MUFU, with their instruction count and the opcodes that make it up.
+--min FMNMX or MUFU, with their instruction count, how many of their FP instructions read two
+register sources of the same parity ("same bank": one of two register banks, round 32), and the
+opcodes that make them up.
 
 A fold path's count per tile and thread is what bench/kernel_notes.md's rounds 26-28 compare
 (the unmasked and masked folds, with and without softcap, appear once per loop copy: the
@@ -51,30 +53,46 @@ def cubin_of(path, tmp, rev=None):
     return out
 
 
+FP_SOURCES = re.compile(r"\s(FMNMX|FADD|FMUL|FFMA)\S*\s+R\d+,\s*([^;]*);")
+
+
+def same_bank(line):
+    """True where an FP instruction reads two of its register sources from registers of the same
+    parity: one register bank of two, by the reading of round 32 (bench/kernel_notes.md; the reuse
+    cache, which spares a read, is not modelled)."""
+    m = FP_SOURCES.search(line)
+    if not m:
+        return False
+    regs = [int(a[1:]) for a in (x.strip().strip("-|") for x in m.group(2).split(","))
+            if re.fullmatch(r"R\d+", a)]
+    return len({r % 2 for r in regs}) < len(regs)
+
+
 def blocks(lines):
-    """[(label, [opcodes])] of one function, split at its labels."""
-    out, name, cur = [], "entry", []
+    """[(label, [opcodes], same-bank reads)] of one function, split at its labels."""
+    out, name, cur, nb = [], "entry", [], 0
     for line in lines:
         m = re.match(r"^(\.L_x_\d+):", line)
         if m:
-            out.append((name, cur))
-            name, cur = m.group(1), []
+            out.append((name, cur, nb))
+            name, cur, nb = m.group(1), [], 0
             continue
         m = INSN.match(line)
         if m:
             cur.append(m.group(1))
-    out.append((name, cur))
+            nb += same_bank(line)
+    out.append((name, cur, nb))
     return out
 
 
 def report(funcs, regex, least):
     for fn in sorted(f for f in funcs if re.search(regex, f)):
         print(fn)
-        for label, ops in blocks(funcs[fn]):
+        for label, ops, nb in blocks(funcs[fn]):
             c = collections.Counter(ops)
             if c["FMNMX"] >= least or c["MUFU"] >= least:
                 top = ", ".join(f"{op} {n}" for op, n in c.most_common(8))
-                print(f"  {label:12s} {len(ops):4d}  {top}")
+                print(f"  {label:12s} {len(ops):4d}  same bank {nb:3d}  {top}")
 
 
 def main():

@@ -32,7 +32,9 @@ with the same MUFU counts), softcap by its MUFU.RCP (tanh_fast's division).
 
 nvdisasm: the CUDA toolkit's own. An older one (Debian's nvidia-cuda-toolkit 11.8, non-free:
 `apt-get download nvidia-cuda-toolkit && dpkg -x nvidia-cuda-toolkit_*.deb DIR`, then
-NVDISASM=DIR/usr/bin/nvdisasm) decodes sm_90a code, HGMMA included, but refuses the ELF header
+NVDISASM=DIR/usr/bin/nvdisasm; where the machine's sources list main alone, give apt-get a list of
+its own with `-o Dir::Etc::sourcelist=F -o Dir::Etc::sourceparts=- -o Dir::State::Lists=D`, F
+naming "bookworm non-free", an update first) decodes sm_90a code, HGMMA included, but refuses the ELF header
 that CUDA 13 writes ("does not contain Cuda architecture information"); this script then gives it
 a copy of the cubin whose header says the same architecture in the older layout (OS/ABI 0x33,
 ABI version 7, EF_CUDA_SM90 | 64-bit | virtual SM90). The code bytes are not touched.
