@@ -22,7 +22,7 @@ instances, no exps: entropy NaN, max logit checked against float64), bench_kerne
 ATTNSTAT_BENCH_VARIANTS_WANT=max_logit: the variants of ATTNSTAT_BENCH_VARIANTS checked and timed
 asking for the max logit alone (their FOLD_MAX instances), to choose among them for that run.
 ATTNSTAT_BENCH_UNCHECKED=1: time every path even where its check failed (said on each check line
-and in the table's title): for a floor experiment, a tree whose folds were cut out on purpose to
+and above the tables): for a floor experiment, a tree whose folds were cut out on purpose to
 time what is left of the kernel (bench/kernel_notes.md round 31); never for a measurement of a
 kernel that is meant to be right.
 """
