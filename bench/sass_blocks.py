@@ -41,7 +41,7 @@ def cubin_of(path, tmp, rev=None):
     root = os.getcwd()
     if rev:
         root = os.path.join(tmp, rev)
-        sc.export_tree(rev, root)  # kernels/ alone: what the kernel sources include
+        sc.export_tree(rev, root)  # kernels/ alone: all that ws_sm90*.cu include
     out = os.path.join(tmp, (rev or "work") + "-" + os.path.basename(path) + ".cubin")
     cmd = [sc.NVCC, "-D_GNU_SOURCE", "-I" + os.path.join(root, "kernels"),
            "-I" + os.path.join(root, "include"), "-I" + os.path.join(root, "vocab"), "-O3",
